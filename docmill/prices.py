@@ -1,0 +1,85 @@
+"""Model price table and the one cost formula, shared by the pipeline's cost ledger
+and the emulator's accounting so both price a request the same way.
+
+Prices are USD per million tokens. Cache writes cost 1.25x (5 minute TTL) or 2x (1 hour)
+the input price, cache reads 0.1x; the Batch API halves everything. Override or extend the
+table with DOCMILL_PRICES='{"model-id": {"input": 3.0, "output": 15.0}}'.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from docmill.errors import ConfigError
+
+DEFAULT_PRICES: dict[str, dict[str, float]] = {
+    "claude-opus-5": {"input": 5.0, "output": 25.0},
+    "claude-opus-4-8": {"input": 5.0, "output": 25.0},
+    "claude-opus-4-7": {"input": 5.0, "output": 25.0},
+    "claude-opus-4-6": {"input": 5.0, "output": 25.0},
+    "claude-sonnet-5": {"input": 3.0, "output": 15.0},
+    "claude-sonnet-4-6": {"input": 3.0, "output": 15.0},
+    "claude-sonnet-4-5": {"input": 3.0, "output": 15.0},
+    "claude-haiku-4-5": {"input": 1.0, "output": 5.0},
+}
+
+CACHE_WRITE_5M = 1.25
+CACHE_WRITE_1H = 2.0
+CACHE_READ = 0.1
+BATCH_DISCOUNT = 0.5
+
+
+def price_table() -> dict[str, dict[str, float]]:
+    table = {k: dict(v) for k, v in DEFAULT_PRICES.items()}
+    extra = os.environ.get("DOCMILL_PRICES")
+    if extra:
+        try:
+            table.update(json.loads(extra))
+        except (ValueError, TypeError) as e:
+            raise ConfigError("DOCMILL_PRICES is not a JSON object of model -> prices") from e
+    return table
+
+
+def _get(usage: Mapping[str, Any] | Any, name: str) -> int:
+    value = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
+    return int(value or 0)
+
+
+def cost_usd(model: str, usage: Mapping[str, Any] | Any, *, batch: bool = False) -> float:
+    """USD for one response's usage, including compaction iterations.
+
+    `usage` is the API's usage object or its dict. Top-level fields are priced as usual;
+    `usage.iterations` entries of type "compaction" are priced on top (they are not
+    included in the top-level counts).
+    """
+    table = price_table()
+    if model not in table:
+        raise ConfigError(f"no price for model {model!r}", hint="add it with DOCMILL_PRICES")
+    p = table[model]
+    per_in, per_out = p["input"] / 1e6, p["output"] / 1e6
+    cache_creation = usage.get("cache_creation") if isinstance(usage, Mapping) else getattr(
+        usage, "cache_creation", None
+    )
+    w1h = _get(cache_creation, "ephemeral_1h_input_tokens") if cache_creation else 0
+    w_total = _get(usage, "cache_creation_input_tokens")
+    w5m = max(w_total - w1h, 0)
+    usd = (
+        _get(usage, "input_tokens") * per_in
+        + _get(usage, "output_tokens") * per_out
+        + w5m * per_in * CACHE_WRITE_5M
+        + w1h * per_in * CACHE_WRITE_1H
+        + _get(usage, "cache_read_input_tokens") * per_in * CACHE_READ
+    )
+    iterations = usage.get("iterations") if isinstance(usage, Mapping) else getattr(usage, "iterations", None)
+    for it in iterations or []:
+        kind = it.get("type") if isinstance(it, Mapping) else getattr(it, "type", None)
+        if kind == "compaction":
+            usd += _get(it, "input_tokens") * per_in + _get(it, "output_tokens") * per_out
+            usd += _get(it, "cache_read_input_tokens") * per_in * CACHE_READ
+            usd += _get(it, "cache_creation_input_tokens") * per_in * CACHE_WRITE_5M
+    if batch:
+        usd *= BATCH_DISCOUNT
+    return usd

@@ -1,0 +1,117 @@
+"""The one settings tree. Env prefix DOCMILL_, nested fields with `__`
+(e.g. DOCMILL_API__CONCURRENCY=16). Precedence: explicit argument > env var > default.
+
+DOCMILL_STORE points every piece of state at one root (a folder or s3://bucket/prefix),
+which is how tests isolate themselves.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ApiSettings(BaseModel):
+    """How docmill talks to Claude."""
+
+    model: str = Field("claude-sonnet-4-6", description="Pinned model id for the per-file pass.")
+    integration_model: str = Field(
+        "claude-sonnet-4-6", description="Pinned model id for the integration pass."
+    )
+    fallback_model: str | None = Field(
+        "claude-haiku-4-5",
+        description="Model that takes a document only after the primary keeps failing with overload.",
+    )
+    base_url: str | None = Field(
+        None, description="API base URL; None means the real API when a key is set, else the emulator."
+    )
+    concurrency: int = Field(8, ge=1, le=512, description="Requests in flight at once per process.")
+    requests_per_minute: int = Field(4000, ge=1, description="Client-side request pacing.")
+    input_tokens_per_minute: int = Field(2_000_000, ge=1, description="Client-side input-token pacing.")
+    max_attempts: int = Field(5, ge=1, description="Transport attempts per request (429, 5xx, 529, resets).")
+    backoff_max_seconds: float = Field(30.0, ge=0, description="Cap on one transport backoff wait.")
+    timeout_seconds: float = Field(120.0, gt=0, description="Hard HTTP timeout per request.")
+    max_tokens: int = Field(4096, ge=1, description="max_tokens for a per-file call.")
+    overloads_before_fallback: int = Field(
+        3, ge=1, description="Consecutive overload failures of the primary model before the fallback."
+    )
+
+
+class GateSettings(BaseModel):
+    """The code gate after each model answer."""
+
+    repair_attempts: int = Field(2, ge=0, description="Re-asks with the validation errors per document.")
+    repair_token_budget: int = Field(20_000, ge=0, description="Output+input tokens repairs may spend.")
+    truncation_max_tokens: int = Field(8192, ge=1, description="max_tokens for the one retry after truncation.")
+
+
+class BatchSettings(BaseModel):
+    """Message Batches mode."""
+
+    max_requests: int = Field(100_000, ge=1, le=100_000, description="Requests per batch at most.")
+    max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="Bytes per batch body at most.")
+    poll_seconds: float = Field(60.0, ge=0, description="First poll interval; grows with backoff.")
+    poll_max_seconds: float = Field(600.0, ge=0, description="Longest poll interval.")
+    max_wait_seconds: float = Field(26 * 3600.0, ge=0, description="Give up following a batch after this.")
+    resubmit_attempts: int = Field(3, ge=1, description="Batch rounds a request may take (errors, expiry).")
+    auto_threshold: int = Field(200, ge=1, description="--mode auto uses batches from this many documents.")
+    repairs_realtime: bool = Field(
+        False, description="Send gate repairs realtime instead of as a second batch round."
+    )
+
+
+class ContextSettings(BaseModel):
+    """Long tasks: token budgets and compaction."""
+
+    budget_tokens: int = Field(150_000, ge=1000, description="Token budget of one long task's request.")
+    document_budget_tokens: int = Field(
+        60_000, ge=500, description="A document above this is split and extracted chunk by chunk."
+    )
+
+
+class CostSettings(BaseModel):
+    """Spending."""
+
+    max_cost_usd: float | None = Field(None, ge=0, description="Hard cap per run; None means no cap.")
+
+
+class InventorySettings(BaseModel):
+    """What documents are taken in."""
+
+    max_document_bytes: int = Field(20 * 1024 * 1024, ge=1, description="Larger documents are skipped.")
+    include: list[str] = Field(default_factory=lambda: ["**/*"], description="Glob patterns to take.")
+    exclude: list[str] = Field(default_factory=list, description="Glob patterns to skip.")
+
+
+class Settings(BaseSettings):
+    """Every docmill setting. Env prefix DOCMILL_, nested with `__`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DOCMILL_", env_nested_delimiter="__", extra="ignore", validate_default=True
+    )
+
+    store: str = Field("./docmill-store", description="State root: a folder or s3://bucket/prefix.")
+    s3_endpoint_url: str | None = Field(None, description="Custom S3 endpoint (SeaweedFS, MinIO).")
+    anthropic_api_key: SecretStr | None = Field(
+        None,
+        validation_alias="ANTHROPIC_API_KEY",
+        description="Real API key; read from ANTHROPIC_API_KEY. Never logged or written.",
+    )
+    log_format: Literal["json", "text"] = Field("text", description="Log line format.")
+    raise_errors: bool = Field(False, description="Show tracebacks instead of one-line errors.")
+    chunk_size: int = Field(50, ge=1, le=1000, description="Documents per Prefect task.")
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    gate: GateSettings = Field(default_factory=GateSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
+    cost: CostSettings = Field(default_factory=CostSettings)
+    inventory: InventorySettings = Field(default_factory=InventorySettings)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings from the environment, read once per process (tests call `get_settings.cache_clear()`)."""
+    return Settings()
