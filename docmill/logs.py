@@ -1,0 +1,104 @@
+"""Structured log lines: JSON by default in files and CI, human text one option away.
+
+Every line carries the docmill run id (set once per run with `bind_run`), and may carry
+doc_id, request_id, model, prompt version, stop reason, usage and latency as extra fields.
+Secrets never reach a line: known secret values are masked wherever they appear.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+from contextvars import ContextVar
+from typing import Any
+
+_run_id: ContextVar[str | None] = ContextVar("docmill_run_id", default=None)
+_SECRET_PATTERNS = [
+    re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
+    re.compile(
+        r"(?i)(authorization|x-api-key|aws_secret_access_key|api_key)([\"']?\s*[:=]\s*[\"']?)([^\s\"',}]+)"
+    ),
+]
+_EXTRA_FIELDS = (
+    "doc_id",
+    "request_id",
+    "model",
+    "prompt_version",
+    "stop_reason",
+    "usage",
+    "latency_ms",
+    "attempt",
+    "status",
+    "batch_id",
+    "chunk",
+    "phase",
+    "cost_usd",
+)
+
+
+def bind_run(run_id: str | None) -> None:
+    """Tag every later log line of this context with the run id."""
+    _run_id.set(run_id)
+
+
+def redact(text: str) -> str:
+    """Mask API keys and credentials in free text."""
+    for value in _secret_values():
+        if value and len(value) >= 6:
+            text = text.replace(value, "***")
+    text = _SECRET_PATTERNS[0].sub("sk-ant-***", text)
+    return _SECRET_PATTERNS[1].sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+
+
+def _secret_values() -> list[str]:
+    names = ("ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "ANTHROPIC_AUTH_TOKEN")
+    return [os.environ[n] for n in names if os.environ.get(n)]
+
+
+class _Formatter(logging.Formatter):
+    def __init__(self, fmt: str) -> None:
+        super().__init__()
+        self.fmt = fmt
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + "Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "run_id": getattr(record, "run_id", None) or _run_id.get(),
+            "msg": record.getMessage(),
+        }
+        for name in _EXTRA_FIELDS:
+            if hasattr(record, name):
+                fields[name] = getattr(record, name)
+        if record.exc_info:
+            fields["error"] = self.formatException(record.exc_info)
+        if self.fmt == "json":
+            return redact(json.dumps({k: v for k, v in fields.items() if v is not None}, default=str))
+        extras = " ".join(f"{k}={fields[k]}" for k in _EXTRA_FIELDS if k in fields)
+        run = f"[{fields['run_id']}] " if fields["run_id"] else ""
+        return redact(
+            f"{fields['ts']} {fields['level']:<7} {run}{fields['msg']}" + (f" {extras}" if extras else "")
+        )
+
+
+def configure(fmt: str = "text", level: int = logging.WARNING, stream: Any = None) -> None:
+    """Route the `docmill` logger to a stream in the chosen format (idempotent)."""
+    logger = logging.getLogger("docmill")
+    for h in list(logger.handlers):
+        if getattr(h, "_docmill", False):
+            logger.removeHandler(h)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(_Formatter(fmt))
+    handler._docmill = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def get_logger(name: str) -> logging.Logger:
+    return logging.getLogger(f"docmill.{name}")
