@@ -1,0 +1,1 @@
+"""Stage logic: one module per stage (inventory, recipes, review, gate, integrate, ...)."""
