@@ -1,0 +1,1 @@
+"""Prefect flows (thin wiring over the stage functions in tasks/) and the docmill CLI."""

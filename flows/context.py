@@ -1,0 +1,86 @@
+"""What one run needs at hand: settings, store, recipe, model clients, and the offline emulator.
+
+Without ANTHROPIC_API_KEY (and without an explicit base URL) docmill starts the built-in
+emulator on loopback and says so in one line. With a key it talks to the real API.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from docmill.settings import Settings
+
+OFFLINE_KEY = "offline-emulator-key"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def holder_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+@dataclass
+class Endpoint:
+    base_url: str | None
+    api_key: str
+    offline: bool
+    server: Any = None
+
+
+@contextmanager
+def api_endpoint(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoint]:
+    """The real API, a configured base URL, or an in-process emulator started for this run."""
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+    if key:
+        yield Endpoint(settings.api.base_url, key, offline=False)
+        return
+    if settings.api.base_url:
+        yield Endpoint(settings.api.base_url, OFFLINE_KEY, offline=True)
+        return
+    from emulator.server import EmulatorServer
+
+    with EmulatorServer() as server:
+        if not quiet:
+            print(
+                f"docmill: no ANTHROPIC_API_KEY set; using the built-in emulator at {server.base_url} "
+                "(offline, nothing is billed)",
+                file=sys.stderr,
+            )
+        yield Endpoint(server.base_url, OFFLINE_KEY, offline=True, server=server)
+
+
+@dataclass
+class RunContext:
+    settings: Settings
+    store: Any
+    recipe: Any
+    run_id: str
+    endpoint: Endpoint
+    client: Any = None
+    sdk: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[Any, Any]:
+    """The realtime ModelClient (one transport retry layer) and the raw SDK client for batches."""
+    import anthropic
+    from tasks.realtime import ModelClient
+
+    client = ModelClient(settings, base_url=endpoint.base_url, api_key=endpoint.api_key)
+    sdk = anthropic.Anthropic(
+        api_key=endpoint.api_key,
+        base_url=endpoint.base_url,
+        max_retries=settings.api.max_attempts - 1,
+        timeout=settings.api.timeout_seconds,
+    )
+    return client, sdk
