@@ -5,7 +5,7 @@ dropped and a bad file never raises. Documents come out sorted by doc id, one fi
 time (hashing reads in 1 MiB blocks; oversized files are hashed but never held in memory).
 
 Checks, first match wins: unreadable (permission, broken symlink, not a regular file, store
-error) -> unsupported_type -> oversized (> settings.inventory.max_document_bytes) -> empty (no
+error) -> unsupported_type (not in `doc_types`) -> oversized (> settings.inventory.max_document_bytes) -> empty (no
 bytes, or no visible text after extraction) -> binary (NUL bytes in a text type) -> undecodable
 (invalid UTF-8, invalid JSON, invalid or encrypted PDF) -> duplicate (same sha256 as an earlier
 `ok` document; `duplicate_of` names it).
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 
 from docmill.errors import DocmillError, InputError, UnsafeKey
 from docmill.settings import Settings, get_settings
-from tasks.textract import TEXT_TYPES, BinaryContent, DocType, ExtractError, doc_type_for, extract_text
+from tasks.textract import ALL_TYPES, BinaryContent, DocType, ExtractError, doc_type_for, extract_text
 
 BLOCK_BYTES = 1024 * 1024
 
@@ -304,11 +304,7 @@ def _check_content(doc_type: str, data: bytes) -> tuple[SkipReason, str] | None:
     return None
 
 
-SUPPORTED_TYPES = frozenset(t.value for t in DocType)
-assert {t.value for t in TEXT_TYPES} <= SUPPORTED_TYPES
-
-
-def _classify(entry: _Entry, max_bytes: int, seen: dict[str, str]) -> Document:
+def _classify(entry: _Entry, max_bytes: int, seen: dict[str, str], types: frozenset[str]) -> Document:
     doc_id = make_doc_id(entry.name)
     doc_type = entry.doc_type or doc_type_for(entry.name)
     base: dict[str, Any] = {"doc_id": doc_id, "source_uri": entry.source_uri, "doc_type": doc_type}
@@ -322,10 +318,8 @@ def _classify(entry: _Entry, max_bytes: int, seen: dict[str, str]) -> Document:
     read = entry.read(max_bytes)
     if read.error is not None:
         return skipped(read, SkipReason.UNREADABLE, read.error)
-    if doc_type not in SUPPORTED_TYPES:
-        return skipped(
-            read, SkipReason.UNSUPPORTED_TYPE, f"type {doc_type!r} is not one of {sorted(SUPPORTED_TYPES)}"
-        )
+    if doc_type not in types:
+        return skipped(read, SkipReason.UNSUPPORTED_TYPE, f"type {doc_type!r} is not taken by this run")
     if read.size > max_bytes or read.data is None:
         return skipped(read, SkipReason.OVERSIZED, f"{read.size} bytes > limit {max_bytes}")
     problem = _check_content(doc_type, read.data)
@@ -338,16 +332,21 @@ def _classify(entry: _Entry, max_bytes: int, seen: dict[str, str]) -> Document:
     return Document(**base, sha256=read.sha256, size=read.size)
 
 
-def inventory(source: str, settings: Settings | None = None) -> Iterator[Document]:
+def inventory(
+    source: str, settings: Settings | None = None, *, doc_types: Iterable[str] | None = None
+) -> Iterator[Document]:
     """Documents of `source` (folder, file, or s3://bucket/prefix), sorted by relative path.
 
+    `doc_types` (e.g. `recipe.doc_types`) limits the types taken; others are skipped as
+    `unsupported_type`. Default: documents (txt, md, html, json, csv, pdf) and source/config files.
     Raises InputError only when the source itself cannot be read; bad files become skipped documents.
     """
     settings = settings or get_settings()
     max_bytes = settings.inventory.max_document_bytes
+    types = ALL_TYPES if doc_types is None else frozenset(t for t in doc_types if t in ALL_TYPES)
     seen: dict[str, str] = {}
     for entry in SOURCES[source_kind(source)](source, settings):
-        yield _classify(entry, max_bytes, seen)
+        yield _classify(entry, max_bytes, seen, types)
 
 
 # ---------------------------------------------------------------- loading

@@ -44,6 +44,15 @@ EXTENSIONS: dict[str, DocType] = {
 
 TEXT_TYPES = frozenset({DocType.TXT, DocType.MD, DocType.HTML, DocType.JSON, DocType.CSV})
 
+# Source code and config files: read as plain UTF-8 text (their doc_type is the extension).
+CODE_TYPES = frozenset(
+    {"py", "pyi", "js", "ts", "tsx", "jsx", "go", "rs", "java", "kt", "rb", "php", "sh", "sql", "c", "h",
+     "cc", "cpp", "hpp", "cs", "swift", "scala", "toml", "yaml", "yml", "ini", "cfg", "xml"}
+)  # fmt: skip
+
+DOCUMENT_TYPES = frozenset(t.value for t in DocType)
+ALL_TYPES = DOCUMENT_TYPES | CODE_TYPES
+
 
 class ExtractError(ValueError):
     """The bytes cannot be turned into text of their type."""
@@ -181,6 +190,8 @@ EXTRACTORS: dict[DocType, Callable[[bytes], str]] = {
 
 def extract_text(doc_type: str, data: bytes) -> str:
     """Text of `data` read as `doc_type`. Raises ExtractError (BinaryContent for NUL bytes)."""
+    if doc_type in CODE_TYPES:
+        return decode_utf8(data)
     try:
         kind = DocType(doc_type)
     except ValueError as e:

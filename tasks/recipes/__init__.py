@@ -1,0 +1,184 @@
+"""Recipes: what to extract (schemas), how to ask (prompts), and a version, bundled.
+
+A recipe is a frozen `Recipe`. Prompts live in `tasks/recipes/prompts/*.md` and are read at
+import time; `prompt_hash()` and `schema_hash()` go into every idempotency key, so editing a
+prompt or a schema (or bumping `version`) makes new results instead of reusing old ones.
+
+`load_recipe(spec)` takes a built-in name (`invoices`, `code-review` / `code_review`) or
+`path/to/module.py:NAME` for a user recipe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from docmill.errors import ConfigError
+
+EVIDENCE_KEYS = frozenset({"evidence", "quote", "excerpt"})
+EVIDENCE_SUFFIXES = ("_evidence", "_quote")
+
+
+def read_prompt(name: str) -> str:
+    """The text of `tasks/recipes/prompts/<name>` (package data)."""
+    return (resources.files(__package__ or "tasks.recipes") / "prompts" / name).read_text(encoding="utf-8")
+
+
+def _stable_hash(obj: Any) -> str:
+    """sha256 of canonical JSON: the same on every machine and Python version."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def is_evidence_key(key: str) -> bool:
+    return key in EVIDENCE_KEYS or key.endswith(EVIDENCE_SUFFIXES)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Per-file schema + prompt, integration schema + prompt, and the version of the bundle."""
+
+    name: str
+    version: str
+    file_schema: type[BaseModel]
+    file_prompt: str
+    integration_schema: type[BaseModel]
+    integration_prompt: str
+    doc_types: frozenset[str]
+    key_fields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for attr in ("file_schema", "integration_schema"):
+            schema = getattr(self, attr)
+            if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+                raise ConfigError(f"recipe {self.name!r}: {attr} must be a pydantic BaseModel class")
+        for attr in ("name", "version", "file_prompt", "integration_prompt"):
+            if not str(getattr(self, attr)).strip():
+                raise ConfigError(f"recipe {self.name!r}: {attr} is empty")
+        object.__setattr__(self, "doc_types", frozenset(self.doc_types))
+        object.__setattr__(self, "key_fields", tuple(self.key_fields))
+
+    def prompt_hash(self) -> str:
+        """Hash of both prompt texts and the version."""
+        return _stable_hash(
+            {"version": self.version, "file": self.file_prompt, "integration": self.integration_prompt}
+        )
+
+    def schema_hash(self) -> str:
+        """Hash of both JSON schemas."""
+        return _stable_hash(
+            {
+                "file": self.file_schema.model_json_schema(),
+                "integration": self.integration_schema.model_json_schema(),
+            }
+        )
+
+    def evidence(self, output: Any) -> list[tuple[str, str]]:
+        """(json path, excerpt) for every non-empty string under an evidence-like key.
+
+        Keys named `evidence`, `quote`, `excerpt`, or ending in `_evidence` / `_quote` count; a list of
+        strings under such a key gives one entry per string. Paths look like `$.line_items[0].evidence`.
+        """
+        found: list[tuple[str, str]] = []
+
+        def walk(node: Any, path: str, under_evidence: bool) -> None:
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    walk(v, f"{path}.{k}", isinstance(k, str) and is_evidence_key(k))
+            elif isinstance(node, list):
+                for i, v in enumerate(node):
+                    walk(v, f"{path}[{i}]", under_evidence and isinstance(v, str))
+            elif under_evidence and isinstance(node, str) and node.strip():
+                found.append((path, node))
+
+        walk(output, "$", False)
+        return found
+
+
+class BuiltIn(StrEnum):
+    INVOICES = "invoices"
+    CODE_REVIEW = "code-review"
+
+
+_ALIASES = {"code_review": BuiltIn.CODE_REVIEW, "codereview": BuiltIn.CODE_REVIEW}
+
+
+def _builtin(module: str) -> Callable[[], Recipe]:
+    def load() -> Recipe:
+        recipe: Recipe = importlib.import_module(module).RECIPE
+        return recipe
+
+    return load
+
+
+BUILTINS: dict[BuiltIn, Callable[[], Recipe]] = {
+    BuiltIn.INVOICES: _builtin("tasks.recipes.invoices"),
+    BuiltIn.CODE_REVIEW: _builtin("tasks.recipes.code_review"),
+}
+
+
+def _from_file(spec: str) -> Recipe:
+    path_text, _, attr = spec.rpartition(":")
+    path = Path(path_text).expanduser()
+    if not attr:
+        raise ConfigError(f"recipe {spec!r} names no object", hint="use path/to/module.py:NAME")
+    if not path.is_file():
+        raise ConfigError(f"recipe file {path_text!r} does not exist", hint="use path/to/module.py:NAME")
+    module_name = "docmill_recipe_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    module = sys.modules.get(module_name)
+    if module is None:
+        mod_spec = importlib.util.spec_from_file_location(module_name, path)
+        if mod_spec is None or mod_spec.loader is None:
+            raise ConfigError(f"recipe file {path_text!r} is not a Python module", hint="name a .py file")
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[module_name] = module
+        try:
+            mod_spec.loader.exec_module(module)
+        except Exception as e:
+            del sys.modules[module_name]
+            first = (str(e).splitlines() or [""])[0]
+            raise ConfigError(
+                f"recipe file {path_text!r} failed to import: {type(e).__name__}: {first}"
+            ) from e
+    if not hasattr(module, attr):
+        raise ConfigError(f"recipe file {path_text!r} has no attribute {attr!r}")
+    recipe = getattr(module, attr)
+    if callable(recipe) and not isinstance(recipe, (Recipe, type)):
+        recipe = recipe()
+    if not isinstance(recipe, Recipe):
+        raise ConfigError(
+            f"{spec!r} is a {type(recipe).__name__}, not a Recipe",
+            hint="build it with tasks.recipes.Recipe(...)",
+        )
+    return recipe
+
+
+def load_recipe(spec: str | Recipe) -> Recipe:
+    """A built-in recipe by name, or `path/to/module.py:NAME` (a Recipe or a function returning one)."""
+    if isinstance(spec, Recipe):
+        return spec
+    name = spec.strip()
+    if ":" in name:
+        return _from_file(name)
+    try:
+        key = _ALIASES.get(name.lower()) or BuiltIn(name.lower())
+    except ValueError:
+        known = ", ".join(b.value for b in BuiltIn)
+        raise ConfigError(
+            f"unknown recipe {spec!r}", hint=f"use one of {known}, or path/to/module.py:NAME"
+        ) from None
+    return BUILTINS[key]()
+
+
+__all__ = ["BUILTINS", "Recipe", "is_evidence_key", "load_recipe", "read_prompt"]
