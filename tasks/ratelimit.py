@@ -1,0 +1,108 @@
+"""Client-side pacing shared by every thread of one `ModelClient`.
+
+Two token buckets (requests/min and input tokens/min) refill continuously; `acquire(tokens)`
+blocks (with the injected `sleep`) until both can pay. The limiter also reacts to the server:
+a 429's `retry-after` pauses everyone until then, and `anthropic-ratelimit-*-remaining: 0` pauses
+everyone until the matching `-reset` time. Time is injectable (`clock`, `sleep`, `wall`) so tests
+record waits instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+# Never pause longer than this on the word of a rate-limit header (a bad clock must not stall a run).
+MAX_HEADER_PAUSE = 120.0
+HEADER_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
+
+
+@dataclass
+class TokenBucket:
+    """`per_minute` units, refilled continuously; capacity = one minute's worth."""
+
+    per_minute: float
+    level: float
+    updated: float
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.per_minute, self.level + max(0.0, now - self.updated) * self.per_minute / 60.0)
+        self.updated = now
+
+    def wait_for(self, amount: float) -> float:
+        need = min(amount, self.per_minute) - self.level
+        return 0.0 if need <= 0 else need * 60.0 / self.per_minute
+
+    def take(self, amount: float) -> None:
+        self.level -= min(amount, self.per_minute)
+
+
+class RateLimiter:
+    def __init__(
+        self,
+        requests_per_minute: int,
+        input_tokens_per_minute: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._clock, self._sleep, self._wall = clock, sleep, wall
+        now = clock()
+        self._requests = TokenBucket(float(requests_per_minute), float(requests_per_minute), now)
+        self._tokens = TokenBucket(float(input_tokens_per_minute), float(input_tokens_per_minute), now)
+        self._paused_until = 0.0
+        self._lock = threading.Lock()
+        self.waited: list[float] = []  # every wait this limiter made, for reports and tests
+
+    def acquire(self, input_tokens: int) -> float:
+        """Block until one request of `input_tokens` may go; returns the seconds waited."""
+        total = 0.0
+        while True:
+            with self._lock:
+                now = self._clock()
+                wait = self._paused_until - now
+                if wait <= 0:
+                    self._requests.refill(now)
+                    self._tokens.refill(now)
+                    wait = max(self._requests.wait_for(1), self._tokens.wait_for(input_tokens))
+                    if wait <= 0:
+                        self._requests.take(1)
+                        self._tokens.take(input_tokens)
+                        return total
+            self._sleep(wait)
+            self.waited.append(wait)
+            total += wait
+
+    def pause(self, seconds: float) -> None:
+        """Hold every caller for `seconds` from now (a 429's retry-after)."""
+        if seconds <= 0:
+            return
+        with self._lock:
+            self._paused_until = max(self._paused_until, self._clock() + seconds)
+
+    @property
+    def paused_for(self) -> float:
+        with self._lock:
+            return max(0.0, self._paused_until - self._clock())
+
+    def observe(self, headers: Mapping[str, str] | Any) -> None:
+        """React to `anthropic-ratelimit-<kind>-remaining` / `-reset` response headers."""
+        if headers is None:
+            return
+        for kind in HEADER_KINDS:
+            remaining = headers.get(f"anthropic-ratelimit-{kind}-remaining")
+            reset = headers.get(f"anthropic-ratelimit-{kind}-reset")
+            if remaining is None or reset is None:
+                continue
+            try:
+                if int(float(remaining)) > 0:
+                    continue
+                at = datetime.fromisoformat(reset.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+            self.pause(min(at - self._wall(), MAX_HEADER_PAUSE))

@@ -1,0 +1,228 @@
+"""`ModelClient`: the realtime Messages call with one transport retry layer (tenacity, invariant 6),
+bounded concurrency, client-side pacing and the overload degradation ladder.
+
+- The SDK client is built with `max_retries=0`; tenacity (policy in tasks.retrying) re-sends.
+- A semaphore of `settings.api.concurrency` bounds requests in flight across all threads. It is
+  held until `on_response` has persisted the answer, so a crash re-sends at most that many
+  requests (invariant 3).
+- Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model,
+  the request goes to `settings.api.fallback_model`; the result says which model answered. When
+  the fallback's attempts are spent too, `ApiCallError(failure_type="transport_exhausted")`.
+- Errors leave as `docmill.errors.ApiCallError` (never a tenacity RetryError) with status,
+  request_id, attempts, model, failure_type ("api_error:<status>" or "transport_exhausted").
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+from pydantic import SecretStr
+from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
+
+from docmill.errors import ApiCallError
+from docmill.prices import cost_usd
+from tasks.outcome import add_usage
+from tasks.ratelimit import RateLimiter
+from tasks.requests import estimate_input_tokens
+from tasks.retrying import FailureKind, classify, describe, error_retry_after, is_retryable, wait_seconds
+
+OnResponse = Callable[[int, dict[str, Any]], None]
+
+
+@dataclass
+class CallResult:
+    message: dict[str, Any]
+    usage: dict[str, int]
+    model: str
+    request_id: str | None
+    attempts: int
+    cost_usd: float
+    fell_back: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Ladder:
+    """Per-call state of the retry loop and the degradation ladder."""
+
+    model: str
+    fallback: str | None
+    overloads_before_fallback: int
+    attempts: int = 0
+    attempts_on_model: int = 0
+    consecutive_overloads: int = 0
+    fell_back: bool = False
+    errors: list[str] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+
+    def failed(self, exc: BaseException) -> None:
+        self.errors.append(describe(exc))
+        rid = getattr(exc, "request_id", None)
+        if rid:
+            self.request_ids.append(rid)
+        if classify(exc) is FailureKind.OVERLOADED:
+            self.consecutive_overloads += 1
+        else:
+            self.consecutive_overloads = 0
+        if (
+            not self.fell_back
+            and self.fallback
+            and self.fallback != self.model
+            and self.consecutive_overloads >= self.overloads_before_fallback
+        ):
+            self.model, self.fell_back = self.fallback, True
+            self.attempts_on_model = 0
+            self.consecutive_overloads = 0
+
+
+class ModelClient:
+    """One per process; share it between threads."""
+
+    def __init__(
+        self,
+        settings: Any,
+        *,
+        base_url: str | None = None,
+        api_key: str | SecretStr | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        wall: Callable[[], float] = time.time,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        api = settings.api
+        key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
+        self.settings = settings
+        self._sdk = anthropic.Anthropic(
+            api_key=key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds
+        )
+        self.semaphore = threading.BoundedSemaphore(api.concurrency)
+        self.concurrency = api.concurrency
+        self.limiter = RateLimiter(
+            api.requests_per_minute, api.input_tokens_per_minute, clock=clock, sleep=sleep, wall=wall
+        )
+        self._sleep, self._rng = sleep, rng
+        self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
+
+    def __repr__(self) -> str:
+        return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
+
+    def close(self) -> None:
+        self._sdk.close()
+
+    # ---- one HTTP attempt ----------------------------------------------------------------------
+
+    def _send(self, request: dict[str, Any], ladder: _Ladder, on_response: OnResponse | None) -> Any:
+        ladder.attempts += 1
+        ladder.attempts_on_model += 1
+        body = {**request, "model": ladder.model}
+        self.limiter.acquire(estimate_input_tokens(body))
+        with self.semaphore:
+            try:
+                raw = self._sdk.messages.with_raw_response.create(**body)
+            except anthropic.APIStatusError as e:
+                self.limiter.observe(e.response.headers)
+                if e.status_code == 429:
+                    self.limiter.pause(error_retry_after(e) or 0.0)
+                ladder.failed(e)
+                raise
+            except anthropic.APIConnectionError as e:
+                ladder.failed(e)
+                raise
+            message = raw.parse()
+            data = message.model_dump(mode="json")
+            data["_request_id"] = raw.request_id or getattr(message, "_request_id", None)
+            if on_response is not None:
+                on_response(ladder.attempts, data)
+        self.limiter.observe(raw.headers)
+        return data
+
+    def _wait(self, state: RetryCallState, ladder: _Ladder) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if exc is None:
+            return 0.0
+        return wait_seconds(
+            exc, max(ladder.attempts_on_model, 1), self.settings.api.backoff_max_seconds, self._rng
+        )
+
+    def _backoff(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self._sleep(seconds)
+
+    # ---- the call ------------------------------------------------------------------------------
+
+    def call(
+        self,
+        request: dict[str, Any],
+        *,
+        key: str,
+        doc_id: str,
+        pass_name: str,
+        on_response: OnResponse | None = None,
+    ) -> CallResult:
+        """Send one Messages request; `on_response(attempt, message)` runs the moment it answers."""
+        api = self.settings.api
+        ladder = _Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
+        retrying = Retrying(
+            retry=retry_if_exception(is_retryable),
+            stop=lambda _s: ladder.attempts_on_model >= api.max_attempts,
+            wait=lambda s: self._wait(s, ladder),
+            sleep=self._backoff,
+            reraise=False,
+        )
+        try:
+            message = retrying(self._send, request, ladder, on_response)
+        except RetryError as e:
+            last = e.last_attempt.exception()
+            raise self._error(last, ladder, key, doc_id, pass_name, "transport_exhausted") from last
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            status = getattr(e, "status_code", None)
+            kind = f"api_error:{status}" if status is not None else "transport_exhausted"
+            raise self._error(e, ladder, key, doc_id, pass_name, kind) from e
+        usage = add_usage({}, message.get("usage"))
+        return CallResult(
+            message=message,
+            usage=usage,
+            model=ladder.model,
+            request_id=message.get("_request_id"),
+            attempts=ladder.attempts,
+            cost_usd=cost_usd(ladder.model, message.get("usage") or {}),
+            fell_back=ladder.fell_back,
+            errors=ladder.errors,
+        )
+
+    def _error(
+        self,
+        exc: BaseException | None,
+        ladder: _Ladder,
+        key: str,
+        doc_id: str,
+        pass_name: str,
+        failure_type: str,
+    ) -> ApiCallError:
+        last = describe(exc) if exc is not None else "no attempt was made"
+        status = getattr(exc, "status_code", None)
+        hint = (
+            "the request itself is wrong; fix it, it will not be retried"
+            if failure_type.startswith("api_error:")
+            else "the API kept failing; a resume of the run retries this document"
+        )
+        return ApiCallError(
+            f"{pass_name} call for {doc_id} failed after {ladder.attempts} attempt(s): {last}",
+            hint=hint,
+            status=status,
+            request_id=getattr(exc, "request_id", None),
+            attempts=ladder.attempts,
+            model=ladder.model,
+            doc_id=doc_id,
+            key=key,
+            failure_type=failure_type,
+            last_error=last,
+            errors=list(ladder.errors),
+            fell_back=ladder.fell_back,
+        )
