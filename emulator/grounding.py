@@ -1,0 +1,684 @@
+"""Read the request the way the emulated model does: documents, lines, labels, records.
+
+Everything the emulator's answers contain comes from here, so every string it returns as
+evidence is a slice of a document in the request. Linear-time scanning only (no regex with
+nested quantifiers), because batches push 100k requests through it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "for",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "and",
+        "or",
+        "is",
+        "are",
+        "be",
+        "this",
+        "that",
+        "its",
+        "per",
+    ]
+)
+WEAK = frozenset(["name", "value", "text", "amount", "str", "string", "field", "raw"])
+SYNONYMS = {
+    "no": "number",
+    "num": "number",
+    "nr": "number",
+    "#": "number",
+    "id": "number",
+    "ref": "number",
+    "supplier": "vendor",
+    "seller": "vendor",
+    "issuer": "vendor",
+    "from": "vendor",
+    "merchant": "vendor",
+    "customer": "buyer",
+    "client": "buyer",
+    "bill": "buyer",
+    "billed": "buyer",
+    "vat": "tax",
+    "gst": "tax",
+    "sum": "total",
+    "grand": "total",
+    "due": "due",
+    "issued": "invoice",
+    "qty": "quantity",
+    "cur": "currency",
+    "ccy": "currency",
+    "dated": "date",
+}
+DOC_TAG = re.compile(r"<document\b([^>]*)>(.*?)</document>", re.DOTALL)
+ID_ATTR = re.compile(r"""\b(?:id|name|path|doc_id)\s*=\s*["']([^"']{1,300})["']""")
+JSON_ID = re.compile(r""""(?:doc_id|source_doc_id|document_id)"\s*:\s*"([^"\\]{1,300})\"""")
+NUMBER = re.compile(r"(?:(?<![A-Za-z0-9])-)?\(?\d(?:[\d,.]*\d)?\)?")
+DATE_RE = re.compile(
+    r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}[./-]\d{1,2}[./-]\d{2,4}\b|\b\d{4}/\d{1,2}/\d{1,2}\b"
+)
+WORD = re.compile(r"[a-z0-9#]+")
+DATE_FORMATS = (
+    "%Y-%m-%d",
+    "%d.%m.%Y",
+    "%d/%m/%Y",
+    "%m/%d/%Y",
+    "%Y/%m/%d",
+    "%d %B %Y",
+    "%d %b %Y",
+    "%B %d, %Y",
+    "%b %d, %Y",
+    "%B %d %Y",
+    "%d-%m-%Y",
+    "%Y%m%d",
+)
+NOTABLE = (  # (needle, kind); checked in order on lowercased lines
+    ("eval(", "security"),
+    ("exec(", "security"),
+    ("password", "security"),
+    ("secret", "security"),
+    ("shell=true", "security"),
+    ("pickle.load", "security"),
+    ("md5", "security"),
+    ("except:", "error-handling"),
+    ("except exception: pass", "error-handling"),
+    ("todo", "maintainability"),
+    ("fixme", "maintainability"),
+    ("xxx", "maintainability"),
+    ("print(", "style"),
+    ("== none", "style"),
+)
+SQL_WORDS = ("select ", "insert ", "update ", "delete ", "where ")
+
+
+def tokens(text: str) -> list[str]:
+    """Lowercase word tokens of a label or field name, synonyms folded, stopwords and digits dropped."""
+    out = []
+    for word in WORD.findall(text.replace("_", " ").lower()):
+        if word in STOPWORDS or word.isdigit():
+            continue
+        out.append(SYNONYMS.get(word, word))
+    return out
+
+
+def strong(toks: list[str]) -> list[str]:
+    """`toks` without weak words (name, value, ...) unless nothing else is left."""
+    kept = [t for t in toks if t not in WEAK]
+    return kept or toks
+
+
+@dataclass(frozen=True)
+class Line:
+    doc_id: str | None
+    number: int  # 1-based within its document
+    text: str  # stripped; always a substring of the document
+
+    @property
+    def numbers(self) -> list[float]:
+        return numbers_in(self.text)
+
+
+@dataclass(frozen=True)
+class Label:
+    line: Line
+    label: str
+    value: str
+    toks: frozenset[str]
+
+
+@dataclass
+class Doc:
+    doc_id: str | None
+    text: str
+
+    @cached_property
+    def lines(self) -> list[Line]:
+        out = []
+        for i, raw in enumerate(self.text.split("\n"), start=1):
+            stripped = raw.strip()
+            if stripped:
+                out.append(Line(self.doc_id, i, stripped))
+        return out
+
+    @cached_property
+    def labels(self) -> list[Label]:
+        out = []
+        for line in self.lines:
+            head, sep, tail = line.text.partition(":")
+            if not sep or not tail.strip() or len(head) > 60 or "//" in tail[:2]:
+                continue
+            label = head.lstrip("-*• \t").strip()
+            toks = tokens(label)
+            if toks:
+                out.append(Label(line, label, tail.strip(), frozenset(toks)))
+        return out
+
+    @cached_property
+    def table_rows(self) -> list[Line]:
+        """Lines that look like rows of a table: bullets or pipes with a number, or 2+ amounts, no label."""
+        rows = []
+        labelled = {lab.line.number for lab in self.labels}
+        for line in self.lines:
+            text = line.text
+            nums = NUMBER.findall(DATE_RE.sub(" ", text))
+            if not nums or (line.number in labelled and "|" not in text):
+                continue
+            if text[:1] in "-*•|" or "|" in text or len(nums) >= 2:
+                rows.append(line)
+            if len(rows) >= 50:
+                break
+        return rows
+
+
+@dataclass
+class Prompt:
+    """The request's text: documents (from `<document>` tags, else all user text) and every id in it."""
+
+    docs: list[Doc]
+    full_text: str
+    ids: list[str] = field(default_factory=list)
+
+    @cached_property
+    def records(self) -> list[tuple[str, dict[str, Any]]]:
+        return json_records(self)
+
+
+def block_text(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    out: list[str] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            out.append(str(block.get("text", "")))
+        elif kind == "tool_result":
+            out.extend(block_text(block.get("content", "")))
+        elif kind == "compaction" and block.get("content"):
+            out.append(str(block["content"]))
+        elif kind == "document":
+            source = block.get("source") or {}
+            if source.get("type") == "text":
+                title = block.get("title") or "document"
+                out.append(f'<document id="{title}">{source.get("data", "")}</document>')
+        elif kind == "tool_use":
+            out.append(json.dumps(block.get("input", {})))
+    return out
+
+
+def read_prompt(body: dict[str, Any]) -> Prompt:
+    system = body.get("system") or ""
+    parts = block_text(system)
+    user_parts: list[str] = []
+    for message in body.get("messages") or []:
+        texts = block_text(message.get("content", ""))
+        parts.extend(texts)
+        if message.get("role") == "user":
+            user_parts.extend(texts)
+    full = "\n".join(parts)
+    docs = []
+    for match in DOC_TAG.finditer(full):
+        attr = ID_ATTR.search(match.group(1))
+        docs.append(Doc(attr.group(1) if attr else None, match.group(2)))
+    if not docs:
+        docs = [Doc(None, "\n".join(user_parts))]
+    ids: list[str] = []
+    for doc in docs:
+        if doc.doc_id and doc.doc_id not in ids:
+            ids.append(doc.doc_id)
+    if '"' in full and "id" in full:
+        for found in JSON_ID.findall(full):
+            if found not in ids:
+                ids.append(found)
+    return Prompt(docs, full, ids)
+
+
+def parse_number(text: str) -> float | None:
+    """The first amount in `text`: `1,234.50`, `1.234,50`, `(12.00)`, `-3`, `EUR 99`."""
+    for raw in NUMBER.findall(DATE_RE.sub(" ", text)):
+        neg = raw.startswith("-") or (raw.startswith("(") and raw.endswith(")"))
+        digits = raw.strip("-() ")
+        if "," in digits and "." in digits:
+            if digits.rfind(",") > digits.rfind("."):
+                digits = digits.replace(".", "").replace(",", ".")
+            else:
+                digits = digits.replace(",", "")
+        elif "," in digits:
+            head, _, tail = digits.rpartition(",")
+            digits = head.replace(",", "") + ("." if len(tail) != 3 else "") + tail
+        elif digits.count(".") > 1:
+            digits = digits.replace(".", "")
+        try:
+            value = float(digits)
+        except ValueError:
+            continue
+        return -value if neg else value
+    return None
+
+
+def numbers_in(text: str) -> list[float]:
+    out = []
+    for raw in NUMBER.findall(DATE_RE.sub(" ", text)):
+        value = parse_number(raw)
+        if value is not None:
+            out.append(value)
+    return out
+
+
+def parse_date(text: str) -> date | None:
+    text = text.strip().rstrip(".")
+    if not text or not text[0].isalnum() or len(text) > 40:
+        return None
+    for fmt in DATE_FORMATS:
+        try:
+            return datetime.strptime(text, fmt).date()
+        except ValueError:
+            continue
+    head = text[:10]
+    if head != text:
+        return parse_date(head)
+    return None
+
+
+def notable_lines(doc: Doc) -> list[tuple[Line, str, str]]:
+    """Lines of code worth a review finding: (line, kind, needle)."""
+    out = []
+    for line in doc.lines:
+        low = line.text.lower()
+        hit = next(((kind, needle) for needle, kind in NOTABLE if needle in low), None)
+        if hit is None and any(w in low for w in SQL_WORDS) and ('" +' in low or 'f"' in low or "%" in low):
+            hit = ("security", "sql")
+        if hit:
+            out.append((line, hit[0], hit[1]))
+        if len(out) >= 50:
+            break
+    return out
+
+
+def json_records(prompt: Prompt) -> list[tuple[str, dict[str, Any]]]:
+    """Per-document JSON results in the prompt as (doc_id, flat {field: value}) pairs.
+
+    A record is a JSON object with a doc id key (`doc_id`, `source_doc_id`, `document_id`, `id`),
+    or the JSON body of a `<document id=...>`. Nested `{value, evidence}` objects collapse to value;
+    their evidence is kept under `<field>.__evidence`.
+    """
+    found: list[tuple[str, dict[str, Any]]] = []
+    decoder = json.JSONDecoder()
+    sources = [(doc.doc_id, doc.text) for doc in prompt.docs] if prompt.docs[0].doc_id else []
+    sources.append((None, prompt.full_text))
+    seen: set[str] = set()
+    for default_id, text in sources:
+        pos = 0
+        while len(found) < 500:
+            start = min((i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0), default=-1)
+            if start < 0:
+                break
+            try:
+                obj, end = decoder.raw_decode(text, start)
+            except ValueError:
+                pos = start + 1
+                continue
+            pos = end
+            for doc_id, record in _records_in(obj, default_id):
+                key = json.dumps([doc_id, record], sort_keys=True, default=str)
+                if key not in seen:
+                    seen.add(key)
+                    found.append((doc_id, record))
+    return found
+
+
+def _records_in(obj: Any, default_id: str | None) -> list[tuple[str, dict[str, Any]]]:
+    if isinstance(obj, list):
+        return [r for item in obj[:1000] for r in _records_in(item, default_id)]
+    if not isinstance(obj, dict):
+        return []
+    doc_id = next(
+        (obj[k] for k in ("doc_id", "source_doc_id", "document_id", "id") if isinstance(obj.get(k), str)),
+        None,
+    )
+    if doc_id is None:
+        nested = [r for value in obj.values() if isinstance(value, list) for r in _records_in(value, None)]
+        if nested or default_id is None:
+            return nested
+        doc_id = default_id
+    flat: dict[str, Any] = {}
+    _flatten(obj, "", flat)
+    return [(doc_id, flat)] if flat else []
+
+
+def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if key in ("doc_id", "source_doc_id", "document_id", "id"):
+            continue
+        if isinstance(value, dict):
+            if "value" in value:
+                out[name] = value["value"]
+                ev = next(
+                    (value[k] for k in ("evidence", "quote", "excerpt", "source_text") if k in value), None
+                )
+                if isinstance(ev, str):
+                    out[name + ".__evidence"] = ev
+            else:
+                _flatten(value, name + ".", out)
+        elif isinstance(value, str | int | float) and not isinstance(value, bool):
+            out[name] = value
+
+
+class Role(StrEnum):
+    """What a schema field is for, decided from its name; item builders fill roles, not names."""
+
+    EVIDENCE = "evidence"
+    DOC_ID = "doc_id"
+    FILE = "file"
+    LINE_START = "line_start"
+    LINE_END = "line_end"
+    CONFIDENCE = "confidence"
+    FIELD = "field"
+    VALUE = "value"
+    DESC = "desc"
+    EXPLAIN = "explain"
+    QTY = "qty"
+    UNIT_PRICE = "unit_price"
+    AMOUNT = "amount"
+    KEY = "key"
+
+
+EVIDENCE_NAMES = frozenset(
+    [
+        "evidence",
+        "quote",
+        "excerpt",
+        "source_text",
+        "snippet",
+        "code",
+        "code_snippet",
+        "quoted_code",
+        "source_line",
+        "line_text",
+    ]
+)
+ROLE_BY_NAME: dict[str, tuple[Role, ...]] = {
+    "doc_id": (Role.DOC_ID,),
+    "source_doc_id": (Role.DOC_ID,),
+    "document_id": (Role.DOC_ID,),
+    "document": (Role.DOC_ID,),
+    "source": (Role.DOC_ID,),
+    "doc": (Role.DOC_ID,),
+    "doc_ids": (Role.DOC_ID,),
+    "sources": (Role.DOC_ID,),
+    "source_doc_ids": (Role.DOC_ID,),
+    "documents": (Role.DOC_ID,),
+    "source_ids": (Role.DOC_ID,),
+    "docs": (Role.DOC_ID,),
+    "file": (Role.FILE, Role.DOC_ID),
+    "path": (Role.FILE, Role.DOC_ID),
+    "file_path": (Role.FILE, Role.DOC_ID),
+    "filename": (Role.FILE, Role.DOC_ID),
+    "filepath": (Role.FILE, Role.DOC_ID),
+    "line": (Role.LINE_START,),
+    "line_start": (Role.LINE_START,),
+    "start_line": (Role.LINE_START,),
+    "line_number": (Role.LINE_START,),
+    "lineno": (Role.LINE_START,),
+    "line_end": (Role.LINE_END,),
+    "end_line": (Role.LINE_END,),
+    "confidence": (Role.CONFIDENCE,),
+    "score": (Role.CONFIDENCE,),
+    "probability": (Role.CONFIDENCE,),
+    "field": (Role.FIELD,),
+    "field_name": (Role.FIELD,),
+    "attribute": (Role.FIELD,),
+    "property": (Role.FIELD,),
+    "value": (Role.VALUE, Role.DESC),
+    "values": (Role.VALUE,),
+    "canonical_value": (Role.VALUE,),
+    "entity": (Role.VALUE,),
+    "canonical": (Role.VALUE,),
+    "name": (Role.VALUE, Role.DESC),
+    "key": (Role.KEY, Role.FIELD),
+    "key_value": (Role.KEY,),
+    "description": (Role.DESC, Role.EXPLAIN),
+    "item": (Role.DESC,),
+    "product": (Role.DESC,),
+    "service": (Role.DESC,),
+    "label": (Role.DESC,),
+    "title": (Role.EXPLAIN, Role.DESC),
+    "explanation": (Role.EXPLAIN,),
+    "reason": (Role.EXPLAIN,),
+    "rationale": (Role.EXPLAIN,),
+    "message": (Role.EXPLAIN,),
+    "summary": (Role.EXPLAIN,),
+    "note": (Role.EXPLAIN,),
+    "notes": (Role.EXPLAIN,),
+    "comment": (Role.EXPLAIN,),
+    "details": (Role.EXPLAIN,),
+    "issue": (Role.EXPLAIN,),
+    "problem": (Role.EXPLAIN,),
+    "suggestion": (Role.EXPLAIN,),
+    "recommendation": (Role.EXPLAIN,),
+    "fix": (Role.EXPLAIN,),
+}
+
+
+def roles_of(name: str) -> tuple[Role, ...]:
+    """Candidate roles for a field name, most specific first."""
+    low = name.lower()
+    if low in ROLE_BY_NAME:
+        return ROLE_BY_NAME[low]
+    if low in EVIDENCE_NAMES or low.endswith(("_evidence", "_quote", "_excerpt")):
+        return (Role.EVIDENCE,)
+    toks = tokens(low)
+    if "doc" in toks or "document" in toks or "source" in toks:
+        return (Role.DOC_ID,)
+    if "confidence" in toks or "certainty" in toks:
+        return (Role.CONFIDENCE,)
+    if "quantity" in toks or "count" in toks or "units" in toks or "hours" in toks:
+        return (Role.QTY,)
+    if "price" in toks or "rate" in toks or ("unit" in toks and "cost" in toks):
+        return (Role.UNIT_PRICE,)
+    if {"amount", "total", "net", "gross", "subtotal"} & set(toks):
+        return (Role.AMOUNT,)
+    return ()
+
+
+@dataclass
+class Frame:
+    """What one item of an array is about: its source line and the values its fields may take."""
+
+    doc: Doc
+    line: Line | None = None
+    known: dict[Role, Any] = field(default_factory=dict)
+    hints: list[str] = field(default_factory=list)
+    per_doc: list[Frame] = field(default_factory=list)
+    top: bool = False
+
+
+SEVERITY_HINTS = {
+    "security": ["critical", "high", "error", "major", "security", "vulnerability"],
+    "error-handling": ["medium", "warning", "moderate", "major", "bug", "error_handling", "reliability"],
+    "maintainability": ["low", "info", "minor", "note", "maintainability", "todo", "quality"],
+    "style": ["low", "info", "minor", "nit", "style", "quality", "maintainability"],
+}
+
+
+def finding_frames(prompt: Prompt) -> list[Frame]:
+    frames = []
+    for doc in prompt.docs:
+        for line, kind, needle in notable_lines(doc):
+            file_id = doc.doc_id or (prompt.ids[0] if prompt.ids else "document")
+            known = {
+                Role.FILE: file_id,
+                Role.DOC_ID: file_id,
+                Role.LINE_START: line.number,
+                Role.LINE_END: line.number,
+                Role.EVIDENCE: line,
+                Role.EXPLAIN: f"{kind}: line {line.number} contains `{needle}`",
+                Role.CONFIDENCE: 0.9,
+            }
+            frames.append(Frame(doc, line, known, [kind, *SEVERITY_HINTS[kind]]))
+    return frames[:50]
+
+
+def row_frames(prompt: Prompt) -> list[Frame]:
+    frames = []
+    for doc in prompt.docs:
+        for line in doc.table_rows:
+            text = line.text.lstrip("-*•| \t")
+            if "|" in text:
+                desc = next((seg.strip() for seg in text.split("|") if seg.strip()), text)
+            else:
+                match = NUMBER.search(DATE_RE.sub(" ", text))
+                desc = text[: match.start()].rstrip(" :,-=x×@\t") if match and match.start() > 0 else text
+            nums = line.numbers
+            qty, unit, amount = 1.0, None, nums[-1]
+            low = line.text.lower()
+            if len(nums) >= 3:
+                qty, unit = nums[0], nums[1]
+            elif len(nums) == 2 and (" x " in low or "×" in low or "@" in low or float(nums[0]).is_integer()):
+                qty = nums[0]
+                unit = round(amount / qty, 2) if qty else amount
+            known = {
+                Role.DESC: desc or text,
+                Role.VALUE: desc or text,
+                Role.QTY: qty,
+                Role.UNIT_PRICE: unit if unit is not None else amount,
+                Role.AMOUNT: amount,
+                Role.EVIDENCE: line,
+                Role.CONFIDENCE: 0.9,
+                Role.DOC_ID: doc.doc_id,
+                Role.FILE: doc.doc_id,
+                Role.LINE_START: line.number,
+                Role.LINE_END: line.number,
+            }
+            frames.append(Frame(doc, line, known))
+    return frames[:50]
+
+
+def _norm(value: Any) -> str:
+    if isinstance(value, int | float):
+        return f"{float(value):.4f}"
+    return str(value).strip().casefold()
+
+
+def _by_doc(prompt: Prompt) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for doc_id, record in prompt.records:
+        out.setdefault(doc_id, record)
+    return out
+
+
+def _evidence_for(prompt: Prompt, doc_id: str, record: dict[str, Any], name: str) -> Line | str | None:
+    ev = record.get(name + ".__evidence")
+    if isinstance(ev, str) and ev.strip() and ev in prompt.full_text:
+        return ev
+    value = str(record.get(name, ""))
+    for doc in prompt.docs:
+        if doc.doc_id == doc_id and value:
+            return next((line for line in doc.lines if value in line.text), None)
+    return None
+
+
+def _member_frames(prompt: Prompt, items: list[tuple[str, dict[str, Any]]], name: str) -> list[Frame]:
+    frames = []
+    for doc_id, record in items:
+        doc = next((d for d in prompt.docs if d.doc_id == doc_id), prompt.docs[0])
+        ev = _evidence_for(prompt, doc_id, record, name)
+        known = {
+            Role.DOC_ID: doc_id,
+            Role.FILE: doc_id,
+            Role.VALUE: record.get(name),
+            Role.FIELD: _leaf(name),
+            Role.DESC: record.get(name),
+            Role.CONFIDENCE: 0.9,
+        }
+        if ev is not None:
+            known[Role.EVIDENCE] = ev
+        frames.append(Frame(doc, ev if isinstance(ev, Line) else None, known))
+    return frames
+
+
+def _leaf(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def _group_frame(prompt: Prompt, members: list[tuple[str, dict[str, Any]]], name: str, explain: str) -> Frame:
+    per_doc = _member_frames(prompt, members, name)
+    known: dict[Role, Any] = {
+        Role.FIELD: _leaf(name),
+        Role.VALUE: [f.known[Role.VALUE] for f in per_doc],
+        Role.DOC_ID: [d for d, _ in members],
+        Role.EXPLAIN: explain,
+        Role.CONFIDENCE: 0.9,
+        Role.DESC: members[0][1].get(name),
+    }
+    evidence = next((f.known[Role.EVIDENCE] for f in per_doc if Role.EVIDENCE in f.known), None)
+    if evidence is not None:
+        known[Role.EVIDENCE] = evidence
+    return Frame(per_doc[0].doc, per_doc[0].line, known, per_doc=per_doc)
+
+
+def _is_meta(name: str) -> bool:
+    return name.endswith(".__evidence") or bool({Role.CONFIDENCE, Role.EVIDENCE} & set(roles_of(_leaf(name))))
+
+
+def claim_frames(prompt: Prompt) -> list[Frame]:
+    """Values (of string fields) shared by two or more documents' records."""
+    records = _by_doc(prompt)
+    groups: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+    for doc_id, record in records.items():
+        for name, value in record.items():
+            if isinstance(value, str) and value.strip() and not _is_meta(name):
+                groups.setdefault((name, _norm(value)), []).append((doc_id, record))
+    frames = []
+    for (name, _), members in groups.items():
+        if len(members) >= 2:
+            value = members[0][1][name]
+            explain = f"{_leaf(name)} {value!s} appears in {len(members)} documents: " + ", ".join(
+                d for d, _ in members
+            )
+            frames.append(_group_frame(prompt, members, name, explain))
+    return frames[:50]
+
+
+def conflict_frames(prompt: Prompt) -> list[Frame]:
+    """Records sharing a key field (name has `number` or `id`) whose other fields differ."""
+    records = _by_doc(prompt)
+    frames = []
+    names = list(dict.fromkeys(n for r in records.values() for n in r if not _is_meta(n)))
+    keys = [n for n in names if {"number", "id"} & set(tokens(_leaf(n))) or _leaf(n).endswith("id")]
+    for key in keys:
+        groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for doc_id, record in records.items():
+            if record.get(key) not in (None, ""):
+                groups.setdefault(_norm(record[key]), []).append((doc_id, record))
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            for name in names:
+                values = {_norm(r.get(name)) for _, r in members if r.get(name) is not None}
+                if name == key or len(values) < 2:
+                    continue
+                shown = " vs ".join(f"{r.get(name)} ({d})" for d, r in members)
+                explain = f"{_leaf(key)} {members[0][1][key]}: {_leaf(name)} differs: {shown}"
+                frame = _group_frame(prompt, members, name, explain)
+                frame.known[Role.KEY] = members[0][1][key]
+                frames.append(frame)
+    return frames[:50]
