@@ -1,0 +1,49 @@
+"""Per-chunk outcome files of a run: `runs/<run_id>/outcomes/<chunk_id>.json`.
+
+The per-file pass writes one file per chunk when the chunk is done; a resume skips the chunks in
+`chunks_done()`. (Per-document results live in the results ledger; these files are the run's view.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from checkpoints.keys import safe_segment
+from checkpoints.store import ObjectStore
+
+SUFFIX = ".json"
+
+
+class OutcomeLog:
+    def __init__(self, store: ObjectStore, run_id: str) -> None:
+        self.store = store
+        self.run_id = safe_segment(run_id)
+        self.prefix = f"runs/{self.run_id}/outcomes/"
+
+    def _key(self, chunk_id: str) -> str:
+        return f"{self.prefix}{safe_segment(chunk_id)}{SUFFIX}"
+
+    def write_chunk(self, chunk_id: str, outcomes: list[dict[str, Any]]) -> None:
+        """Record a finished chunk (replaces an earlier write of the same chunk)."""
+        self.store.put_json(self._key(chunk_id), {"chunk_id": chunk_id, "outcomes": list(outcomes)})
+
+    def read_chunk(self, chunk_id: str) -> list[dict[str, Any]] | None:
+        data = self.store.get_json_or_none(self._key(chunk_id))
+        return None if data is None else list(data.get("outcomes") or [])
+
+    def chunks_done(self) -> set[str]:
+        done = set()
+        for key in self.store.list(self.prefix):
+            name = key[len(self.prefix) :]
+            if name.endswith(SUFFIX) and "/" not in name:
+                done.add(name[: -len(SUFFIX)])
+        return done
+
+    def all(self) -> Iterator[dict[str, Any]]:
+        """Every outcome of every finished chunk, chunk by chunk."""
+        for key in self.store.list(self.prefix):
+            if key.endswith(SUFFIX):
+                data = self.store.get_json_or_none(key)
+                if isinstance(data, dict):
+                    yield from data.get("outcomes") or []
