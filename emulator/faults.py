@@ -1,0 +1,317 @@
+"""Fault plans: which requests fail, and how.
+
+A `FaultRule` picks requests by path (glob, default "/v1/messages"), by a marker string
+contained in the body (put it in a document to target that document), by batch custom_id,
+by a seeded probability, and for the next `count` matches only (None = forever). Its `kind`
+says what happens. Rules come from `POST /_emulator/faults`, from `DOCMILL_EMULATOR_FAULTS`
+(a JSON list of rules) or from `state.faults.add(...)` in-process.
+
+Phases: `ERROR_KINDS` answer with an error status instead of a message (in a batch: an
+`errored` result); `LATENCY` delays; `CONNECTION_RESET` cuts the response mid-body;
+`RESPONSE_KINDS` change a successful answer (truncated, malformed, refusal, schema-invalid);
+`SLOW_BATCH` makes a batch that contains a matching request take `seconds` longer.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+from emulator.validation import ApiError, ErrorType
+
+
+class FaultKind(StrEnum):
+    RATE_LIMIT = "rate_limit"
+    OVERLOADED = "overloaded"
+    SERVER_ERROR = "server_error"
+    INVALID_REQUEST = "invalid_request"
+    COMPACTION_UNAVAILABLE = "compaction_unavailable"
+    CONNECTION_RESET = "connection_reset"
+    LATENCY = "latency"
+    TRUNCATE = "truncate"
+    MALFORMED_JSON = "malformed_json"
+    REFUSAL = "refusal"
+    SCHEMA_INVALID = "schema_invalid"
+    SLOW_BATCH = "slow_batch"
+
+
+ERROR_KINDS = frozenset(
+    {
+        FaultKind.RATE_LIMIT,
+        FaultKind.OVERLOADED,
+        FaultKind.SERVER_ERROR,
+        FaultKind.INVALID_REQUEST,
+        FaultKind.COMPACTION_UNAVAILABLE,
+    }
+)
+RESPONSE_KINDS = frozenset(
+    {FaultKind.TRUNCATE, FaultKind.MALFORMED_JSON, FaultKind.REFUSAL, FaultKind.SCHEMA_INVALID}
+)
+MESSAGES_PATH = "/v1/messages"
+
+
+@dataclass
+class FaultRule:
+    kind: FaultKind
+    path: str = MESSAGES_PATH
+    marker: str | None = None
+    custom_id: str | None = None
+    count: int | None = None
+    probability: float = 1.0
+    status: int | None = None
+    error_code: str | None = None
+    message: str | None = None
+    retry_after: float | None = None
+    should_retry: bool | None = None
+    latency_ms: float = 0.0
+    seconds: float = 0.0
+    hits: int = field(default=0)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FaultRule:
+        names = {f.name for f in fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown fault rule fields: {sorted(unknown)}")
+        values = dict(data)
+        values["kind"] = FaultKind(values["kind"])
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def matches_http(self, path: str, text: str, body: Any) -> bool:
+        if self.custom_id is not None or self.kind is FaultKind.SLOW_BATCH:
+            return False
+        if not fnmatch.fnmatchcase(path, self.path):
+            return False
+        if self.kind is FaultKind.COMPACTION_UNAVAILABLE and not (
+            isinstance(body, dict) and "compaction" in body
+        ):
+            return False
+        return self.marker is None or self.marker in text
+
+    def matches_item(self, custom_id: str, text: str) -> bool:
+        if self.custom_id is not None:
+            return self.custom_id == custom_id
+        return self.marker is not None and self.path == MESSAGES_PATH and self.marker in text
+
+
+def _rate_limit_error(rule: FaultRule) -> ApiError:
+    retry_after = 1.0 if rule.retry_after is None else rule.retry_after
+    return rate_limit_error(
+        retry_after, rule.message or "Number of request tokens has exceeded your per-minute rate limit"
+    )
+
+
+def rate_limit_error(retry_after: float, message: str, headers: Mapping[str, str] | None = None) -> ApiError:
+    out = dict(headers or {})
+    out["retry-after"] = str(max(1, math.ceil(retry_after)))
+    out["retry-after-ms"] = str(int(retry_after * 1000))
+    return ApiError(ErrorType.RATE_LIMIT, message, headers=out)
+
+
+ERROR_BUILDERS: dict[FaultKind, Callable[[FaultRule], ApiError]] = {
+    FaultKind.RATE_LIMIT: _rate_limit_error,
+    FaultKind.OVERLOADED: lambda r: ApiError(
+        ErrorType.OVERLOADED, r.message or "Overloaded", error_code=r.error_code
+    ),
+    FaultKind.SERVER_ERROR: lambda r: ApiError(
+        ErrorType.API_ERROR, r.message or "Internal server error", error_code=r.error_code
+    ),
+    FaultKind.INVALID_REQUEST: lambda r: ApiError(
+        ErrorType.INVALID_REQUEST, r.message or "Invalid request (injected)", error_code=r.error_code
+    ),
+    FaultKind.COMPACTION_UNAVAILABLE: lambda r: ApiError(
+        ErrorType.OVERLOADED,
+        r.message or "Compaction is temporarily unavailable",
+        error_code="compaction_unavailable",
+    ),
+}
+
+
+def error_for(rule: FaultRule) -> ApiError:
+    """The `ApiError` an error-kind rule answers with (status override and retry headers applied)."""
+    err = ERROR_BUILDERS[rule.kind](rule)
+    if rule.status is not None:
+        err.status = rule.status
+    if rule.retry_after is not None and "retry-after" not in err.headers:
+        err.headers["retry-after"] = str(max(1, math.ceil(rule.retry_after)))
+        err.headers["retry-after-ms"] = str(int(rule.retry_after * 1000))
+    if rule.should_retry is not None:
+        err.headers["x-should-retry"] = "true" if rule.should_retry else "false"
+    return err
+
+
+@dataclass
+class FaultHits:
+    """The rules that fired for one request, by phase."""
+
+    error: FaultRule | None = None
+    reset: FaultRule | None = None
+    latency_ms: float = 0.0
+    response: FaultRule | None = None
+    slow_seconds: float = 0.0
+
+
+class FaultPlan:
+    def __init__(self, seed: int = 0, rules: list[FaultRule] | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.rules: list[FaultRule] = list(rules or [])
+
+    def add(self, rule: FaultRule | Mapping[str, Any] | None = None, /, **kw: Any) -> FaultRule:
+        if rule is None:
+            rule = FaultRule.from_dict(kw)
+        elif not isinstance(rule, FaultRule):
+            rule = FaultRule.from_dict(rule)
+        self.rules.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        self.rules.clear()
+        self.rng = random.Random(self.seed)
+
+    def _fire(self, rule: FaultRule) -> bool:
+        if rule.count is not None and rule.count <= 0:
+            return False
+        if rule.probability < 1.0 and self.rng.random() >= rule.probability:
+            return False
+        rule.hits += 1
+        if rule.count is not None:
+            rule.count -= 1
+        return True
+
+    def _collect(self, candidates: list[FaultRule]) -> FaultHits:
+        hits = FaultHits()
+        for rule in candidates:
+            kind = rule.kind
+            wanted = (
+                (kind in ERROR_KINDS and hits.error is None)
+                or (kind is FaultKind.CONNECTION_RESET and hits.reset is None)
+                or (kind in RESPONSE_KINDS and hits.response is None)
+                or kind in (FaultKind.LATENCY, FaultKind.SLOW_BATCH)
+            )
+            if not wanted or not self._fire(rule):
+                continue
+            if kind in ERROR_KINDS:
+                hits.error = rule
+            elif kind is FaultKind.CONNECTION_RESET:
+                hits.reset = rule
+            elif kind in RESPONSE_KINDS:
+                hits.response = rule
+            elif kind is FaultKind.LATENCY:
+                hits.latency_ms += rule.latency_ms
+            else:
+                hits.slow_seconds += rule.seconds
+        self.rules = [r for r in self.rules if r.count is None or r.count > 0]
+        return hits
+
+    def for_http(self, path: str, body: Any) -> FaultHits:
+        if not self.rules:
+            return FaultHits()
+        text = body_text(body)
+        return self._collect([r for r in self.rules if r.matches_http(path, text, body)])
+
+    def for_item(self, custom_id: str, params: Any, *, slow_only: bool = False) -> FaultHits:
+        """Rules for one batch item; `slow_only` asks only about SLOW_BATCH (at create time)."""
+        if not self.rules:
+            return FaultHits()
+        text = body_text(params)
+        return self._collect(
+            [
+                r
+                for r in self.rules
+                if (r.kind is FaultKind.SLOW_BATCH) == slow_only and r.matches_item(custom_id, text)
+            ]
+        )
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [r.to_dict() for r in self.rules]
+
+
+def body_text(body: Any) -> str:
+    if isinstance(body, bytes | str):
+        return body.decode(errors="replace") if isinstance(body, bytes) else body
+    return json.dumps(body, ensure_ascii=False)
+
+
+def parse_rules(text: str) -> list[FaultRule]:
+    """Rules from JSON: one rule object or a list of them."""
+    data = json.loads(text)
+    items = data if isinstance(data, list) else [data]
+    return [FaultRule.from_dict(item) for item in items]
+
+
+# Response-shaping faults: (content, stop_reason) -> (content, stop_reason, stop_details)
+Shaped = tuple[list[dict[str, Any]], str, dict[str, Any] | None]
+
+
+def _truncate(content: list[dict[str, Any]], stop_reason: str) -> Shaped:
+    out: list[dict[str, Any]] = []
+    for block in content:
+        if block.get("type") == "text":
+            text = block["text"]
+            out.append({**block, "text": text[: max(1, len(text) // 2)]})
+            break
+        if block.get("type") == "tool_use":
+            out.append({**block, "input": {}})
+            break
+        out.append(block)
+    return out, "max_tokens", None
+
+
+def _malformed(content: list[dict[str, Any]], stop_reason: str) -> Shaped:
+    out = []
+    for block in content:
+        if block.get("type") == "text":
+            block = {**block, "text": block["text"].rstrip().rstrip("}") + ', "oops": }'}
+        out.append(block)
+    if not any(b.get("type") == "text" for b in out):
+        out.append({"type": "text", "text": '{"oops": }'})
+    return out, stop_reason, None
+
+
+def _refusal(content: list[dict[str, Any]], stop_reason: str) -> Shaped:
+    details = {"type": "refusal", "category": None, "explanation": "Injected refusal (emulator fault)."}
+    return [{"type": "text", "text": "I can't help with that request."}], "refusal", details
+
+
+def _break_schema(value: Any) -> Any:
+    if isinstance(value, dict):
+        broken = {k: v for i, (k, v) in enumerate(value.items()) if i > 0}
+        broken["unexpected_field_emulator"] = True
+        return broken
+    return {"unexpected_field_emulator": value}
+
+
+def _schema_invalid(content: list[dict[str, Any]], stop_reason: str) -> Shaped:
+    out = []
+    for block in content:
+        if block.get("type") == "text":
+            try:
+                block = {**block, "text": json.dumps(_break_schema(json.loads(block["text"])))}
+            except ValueError:
+                block = {**block, "text": json.dumps({"unexpected_field_emulator": True})}
+        elif block.get("type") == "tool_use":
+            block = {**block, "input": _break_schema(block.get("input"))}
+        out.append(block)
+    return out, stop_reason, None
+
+
+SHAPERS: dict[FaultKind, Callable[[list[dict[str, Any]], str], Shaped]] = {
+    FaultKind.TRUNCATE: _truncate,
+    FaultKind.MALFORMED_JSON: _malformed,
+    FaultKind.REFUSAL: _refusal,
+    FaultKind.SCHEMA_INVALID: _schema_invalid,
+}
+
+
+def shape_response(rule: FaultRule, content: list[dict[str, Any]], stop_reason: str) -> Shaped:
+    return SHAPERS[rule.kind](content, stop_reason)

@@ -1,0 +1,262 @@
+"""One Messages request, start to finish: validate, answer (model or compaction), shape faults,
+cut at max_tokens / stop sequences, price usage (tokens + cache), bill. Shared by
+`POST /v1/messages` and every batch item, so both behave and bill the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from emulator import compaction, tokens
+from emulator.faults import FaultRule, shape_response
+from emulator.validation import validate_message_body
+
+if TYPE_CHECKING:
+    from emulator.state import EmulatorState
+
+
+class _PlaceholderModel:
+    """Stand-in until emulator/model.py lands (removed then)."""
+
+    @staticmethod
+    def respond(body: Mapping[str, Any]) -> dict[str, Any]:
+        fmt = (body.get("output_config") or {}).get("format")
+        choice = body.get("tool_choice") or {}
+        if choice.get("type") == "tool":
+            return {
+                "content": [{"type": "tool_use", "id": "toolu_emu", "name": choice["name"], "input": {}}],
+                "stop_reason": "tool_use",
+            }
+        if fmt:
+            props = fmt["schema"].get("properties", {})
+            value = {k: (0 if v.get("type") == "integer" else "x") for k, v in props.items()}
+            return {"content": [{"type": "text", "text": json.dumps(value)}], "stop_reason": "end_turn"}
+        return {"content": [{"type": "text", "text": "OK. " * 5}], "stop_reason": "end_turn"}
+
+    @staticmethod
+    def summarize(messages: list[Any], instructions: str | None) -> str:
+        return f"Summary of {len(messages)} messages. {instructions or ''}".strip()
+
+
+def _model() -> Any:
+    try:
+        from emulator import model  # type: ignore[attr-defined]
+    except ImportError:
+        return _PlaceholderModel
+    return model
+
+
+@dataclass
+class Answer:
+    message: dict[str, Any]
+    input_tokens: int
+    output_tokens: int
+
+
+def cut_to_max_tokens(content: list[dict[str, Any]], max_tokens: int) -> tuple[list[dict[str, Any]], bool]:
+    """Content that fits in `max_tokens` output tokens, and whether anything was cut."""
+    if tokens.output_tokens(content) <= max_tokens:
+        return content, False
+    budget_chars = max_tokens * 4
+    out: list[dict[str, Any]] = []
+    for block in content:
+        if budget_chars <= 0:
+            break
+        if block.get("type") == "text":
+            text = block["text"][:budget_chars]
+            budget_chars -= len(text)
+            out.append({**block, "text": text})
+        elif block.get("type") == "tool_use":
+            out.append({**block, "input": {}})
+            budget_chars = 0
+        else:
+            out.append(block)
+            budget_chars -= tokens.block_tokens(block) * 4
+    return out, True
+
+
+def apply_stop_sequences(
+    content: list[dict[str, Any]], stops: Any
+) -> tuple[list[dict[str, Any]], str | None]:
+    if not stops:
+        return content, None
+    out: list[dict[str, Any]] = []
+    for block in content:
+        if block.get("type") == "text":
+            hits = [
+                (block["text"].find(s), s) for s in stops if isinstance(s, str) and s and s in block["text"]
+            ]
+            if hits:
+                pos, seq = min(hits)
+                out.append({**block, "text": block["text"][:pos]})
+                return out, seq
+        out.append(block)
+    return content, None
+
+
+def answer(
+    state: EmulatorState,
+    body: Mapping[str, Any],
+    *,
+    request_id: str | None,
+    api_key: str,
+    betas: frozenset[str] = frozenset(),
+    batch: bool = False,
+    shape: FaultRule | None = None,
+    path: str = "/v1/messages",
+    custom_id: str | None = None,
+    batch_id: str | None = None,
+    validate: bool = True,
+) -> Answer:
+    """Build the Message for a request body and bill it. Raises `ApiError` on invalid input."""
+    if validate:
+        validate_message_body(body, models=state.models, batch=batch, betas=betas)
+    secret = state.config.compaction_secret
+    compaction.check_blocks(secret, body)
+    model_name = str(body["model"])
+    input_total = tokens.count_tokens(body)
+    stop_details: dict[str, Any] | None = None
+    stop_sequence: str | None = None
+    iterations: list[dict[str, Any]] | None = None
+    if "compaction" in body:
+        content, summary = compaction.compaction_content(secret, body, _model().summarize)
+        stop_reason = "compaction"
+        out_tokens = tokens.text_tokens(summary)
+        iterations = [
+            {
+                "type": "compaction",
+                "input_tokens": input_total,
+                "output_tokens": out_tokens,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            }
+        ]
+        usage: dict[str, Any] = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+            "iterations": iterations,
+        }
+        input_counted = input_total
+    else:
+        result = _model().respond(compaction.expand_for_model(body))
+        content = [dict(b) for b in result["content"]]
+        stop_reason = str(result.get("stop_reason") or "end_turn")
+        if shape is not None:
+            content, stop_reason, stop_details = shape_response(shape, content, stop_reason)
+        content, stop_sequence = apply_stop_sequences(content, body.get("stop_sequences"))
+        if stop_sequence is not None:
+            stop_reason = "stop_sequence"
+        content, cut = cut_to_max_tokens(content, int(body["max_tokens"]))
+        if cut:
+            stop_reason = "max_tokens"
+        out_tokens = tokens.output_tokens(content)
+        cache = state.cache.apply(
+            scope=api_key,
+            model=model_name,
+            segments=tokens.segments(body),
+            total_tokens=input_total,
+            top_level=body.get("cache_control"),
+            now=state.clock.now(),
+            min_tokens=state.config.min_cache_tokens(model_name),
+        )
+        usage = {**cache.usage_fields(), "output_tokens": out_tokens}
+        input_counted = input_total
+    usage.update(
+        {
+            "server_tool_use": None,
+            "service_tier": "batch" if batch else "standard",
+            "inference_geo": None,
+            "speed": None,
+            "output_tokens_details": None,
+        }
+    )
+    if iterations is None:
+        usage.pop("iterations", None)
+    message = {
+        "id": state.new_id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": model_name,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "stop_details": stop_details,
+        "container": None,
+        "usage": usage,
+    }
+    state.accounting.bill(
+        path=path,
+        body=body,
+        model=model_name,
+        usage=usage,
+        request_id=request_id,
+        batch=batch,
+        custom_id=custom_id,
+        batch_id=batch_id,
+        at=state.clock.now(),
+    )
+    return Answer(message, input_counted, out_tokens)
+
+
+def _sse(event: str, data: Mapping[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def sse_events(message: Mapping[str, Any]) -> Iterator[bytes]:
+    """A finished Message as the SSE event sequence the SDK's stream accumulator expects."""
+    usage = dict(message["usage"])
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None, "stop_details": None}
+    start["usage"] = {**usage, "output_tokens": 1 if usage.get("output_tokens") else 0}
+    yield _sse("message_start", {"type": "message_start", "message": start})
+    for i, block in enumerate(message["content"]):
+        kind = block.get("type")
+        if kind == "text":
+            yield _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+            )
+            if i == 0:
+                yield _sse("ping", {"type": "ping"})
+            text = block["text"]
+            for k in range(0, max(len(text), 1), 64):
+                delta = {"type": "text_delta", "text": text[k : k + 64]}
+                yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+        elif kind == "tool_use":
+            head = {**block, "input": {}}
+            yield _sse(
+                "content_block_start", {"type": "content_block_start", "index": i, "content_block": head}
+            )
+            partial = json.dumps(block.get("input", {}))
+            delta = {"type": "input_json_delta", "partial_json": partial}
+            yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+        elif kind == "compaction":
+            head = {**block, "content": None}
+            yield _sse(
+                "content_block_start", {"type": "content_block_start", "index": i, "content_block": head}
+            )
+            delta = {"type": "compaction_delta", "content": block.get("content"), "encrypted_content": None}
+            yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+        else:
+            yield _sse(
+                "content_block_start", {"type": "content_block_start", "index": i, "content_block": block}
+            )
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": i})
+    delta = {
+        "stop_reason": message["stop_reason"],
+        "stop_sequence": message["stop_sequence"],
+        "stop_details": message.get("stop_details"),
+    }
+    final_usage = {
+        k: usage.get(k)
+        for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    }
+    if usage.get("iterations"):
+        final_usage["iterations"] = usage["iterations"]
+    yield _sse("message_delta", {"type": "message_delta", "delta": delta, "usage": final_usage})
+    yield _sse("message_stop", {"type": "message_stop"})

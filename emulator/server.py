@@ -1,0 +1,331 @@
+"""The HTTP side: a Starlette app speaking the Anthropic wire API, and `EmulatorServer`, which runs
+it with uvicorn in a background thread on a free loopback port.
+
+    with EmulatorServer() as server:
+        client = anthropic.Anthropic(api_key="k", base_url=server.base_url)
+        server.state.faults.add(kind="overloaded", count=2)
+
+Every /v1 response carries `request-id`; errors carry `request_id` in the body too. Control
+endpoints live under /_emulator/ (no auth): faults, clock, config, accounting, reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from emulator import messages, tokens
+from emulator.faults import FaultRule, error_for, rate_limit_error
+from emulator.state import EmulatorConfig, EmulatorState
+from emulator.validation import ApiError, ErrorType, invalid, validate_message_body
+
+log = logging.getLogger("emulator")
+OLD_API_VERSIONS = frozenset({"2023-01-01", "2023-06-01"})
+
+
+class ConnectionResetFault(Exception):
+    """Raised after a partial body so the server drops the connection mid-response."""
+
+
+class _DropResetNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        while exc is not None:
+            if isinstance(exc, ConnectionResetFault):
+                return False
+            exc = exc.__cause__ or exc.__context__
+        return True
+
+
+logging.getLogger("uvicorn.error").addFilter(_DropResetNoise())
+
+
+class ResetResponse:
+    """Promises a body, sends part of it, then drops the connection."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"4096"),
+            (b"request-id", self.request_id.encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b'{"id":"msg_', "more_body": True})
+        raise ConnectionResetFault("injected connection reset")
+
+
+class Call:
+    """What a /v1 handler gets: the parsed request plus its id, key and betas."""
+
+    def __init__(self, request: Request, state: EmulatorState, request_id: str, api_key: str) -> None:
+        self.request = request
+        self.state = state
+        self.request_id = request_id
+        self.api_key = api_key
+        raw = request.headers.get("anthropic-beta", "")
+        self.betas = frozenset(b.strip() for b in raw.split(",") if b.strip())
+        self.version = request.headers.get("anthropic-version", "")
+        self.legacy = self.version in OLD_API_VERSIONS
+        self.body: Any = None
+        self.shape: FaultRule | None = None
+        self.extra_headers: dict[str, str] = {}
+
+    @property
+    def base_url(self) -> str:
+        return str(self.request.base_url)
+
+
+Handler = Callable[[Call], Awaitable[Response | dict[str, Any]]]
+
+
+def _api_key(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer ") and auth[7:].strip():
+        return auth[7:].strip()
+    key = request.headers.get("x-api-key", "").strip()
+    return key or None
+
+
+def error_response(err: ApiError, request_id: str, extra: dict[str, str] | None = None) -> JSONResponse:
+    headers = {**(extra or {}), **err.headers, "request-id": request_id}
+    return JSONResponse(err.body(request_id), status_code=err.status, headers=headers)
+
+
+def api_route(
+    state: EmulatorState, handler: Handler, *, json_body: bool = False
+) -> Callable[[Request], Awaitable[Any]]:
+    async def endpoint(request: Request) -> Any:
+        path = request.url.path
+        state.accounting.note_received(path)
+        request_id = state.new_id("req")
+        call: Call | None = None
+        try:
+            key = _api_key(request)
+            if key is None and state.config.require_auth:
+                raise ApiError(
+                    ErrorType.AUTHENTICATION, "x-api-key header or Authorization: Bearer is required"
+                )
+            call = Call(request, state, request_id, key or "anonymous")
+            if json_body:
+                raw = await request.body()
+                limit = (
+                    state.config.max_batch_bytes
+                    if path.endswith("/batches")
+                    else state.config.max_message_bytes
+                )
+                if len(raw) > limit:
+                    raise ApiError(
+                        ErrorType.REQUEST_TOO_LARGE, f"Request exceeds the maximum size of {limit} bytes"
+                    )
+                try:
+                    call.body = json.loads(raw)
+                except ValueError:
+                    raise invalid("body: Invalid JSON") from None
+            hits = state.faults.for_http(path, call.body)
+            delay = state.config.latency_ms + hits.latency_ms
+            if delay > 0:
+                await asyncio.sleep(delay / 1000.0)
+            if hits.error is not None:
+                raise error_for(hits.error)
+            if hits.reset is not None:
+                return ResetResponse(request_id)
+            call.shape = hits.response
+            result = await handler(call)
+        except ApiError as err:
+            state.accounting.note_error(err.status)
+            return error_response(err, request_id, call.extra_headers if call else None)
+        except Exception as exc:  # a bug in the emulator or its model: still answer like the API
+            log.exception("emulator handler failed on %s", path)
+            state.accounting.note_error(500)
+            bug = ApiError(ErrorType.API_ERROR, f"Internal server error ({type(exc).__name__}: {exc})")
+            return error_response(bug, request_id)
+        if isinstance(result, Response):
+            result.headers["request-id"] = request_id
+            return result
+        return JSONResponse(result, headers={**call.extra_headers, "request-id": request_id})
+
+    return endpoint
+
+
+async def create_message(call: Call) -> Response | dict[str, Any]:
+    state, body = call.state, call.body
+    validate_message_body(body, models=state.models, betas=call.betas, legacy=call.legacy)
+    limiter = state.limiter
+    if limiter.active:
+        input_estimate = tokens.count_tokens(body)
+        wait, which = limiter.check(input_estimate)
+        call.extra_headers.update(limiter.headers())
+        if which is not None:
+            raise rate_limit_error(wait, f"Rate limit exceeded: {which} per minute", call.extra_headers)
+    ans = messages.answer(
+        state,
+        body,
+        request_id=call.request_id,
+        api_key=call.api_key,
+        betas=call.betas,
+        shape=call.shape,
+        validate=False,
+    )
+    if limiter.active:
+        limiter.debit_output(ans.output_tokens)
+        call.extra_headers.update(limiter.headers())
+    if body.get("stream"):
+        return StreamingResponse(
+            _aiter(messages.sse_events(ans.message)),
+            media_type="text/event-stream",
+            headers={**call.extra_headers, "cache-control": "no-cache"},
+        )
+    return ans.message
+
+
+async def _aiter(chunks: Any) -> Any:
+    for chunk in chunks:
+        yield chunk
+
+
+async def count_message_tokens(call: Call) -> dict[str, Any]:
+    validate_message_body(
+        call.body, models=call.state.models, count_only=True, betas=call.betas, legacy=call.legacy
+    )
+    return {"input_tokens": tokens.count_tokens(call.body)}
+
+
+def _model_info(model_id: str) -> dict[str, Any]:
+    return {
+        "type": "model",
+        "id": model_id,
+        "display_name": model_id.replace("-", " ").title(),
+        "created_at": "2026-01-01T00:00:00Z",
+    }
+
+
+async def list_models(call: Call) -> dict[str, Any]:
+    data = [_model_info(m) for m in call.state.models]
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
+
+
+async def get_model(call: Call) -> dict[str, Any]:
+    model_id = call.request.path_params["model_id"]
+    if model_id not in call.state.models:
+        raise ApiError(ErrorType.NOT_FOUND, f"model: {model_id}")
+    return _model_info(model_id)
+
+
+def create_app(state: EmulatorState | None = None) -> Starlette:
+    """The ASGI app; `app.state.emulator` is its `EmulatorState`."""
+    from emulator import batches, control
+
+    state = state or EmulatorState()
+
+    def r(path: str, handler: Handler, methods: list[str], json_body: bool = False) -> Route:
+        return Route(path, api_route(state, handler, json_body=json_body), methods=methods)
+
+    routes = [
+        r("/v1/messages", create_message, ["POST"], json_body=True),
+        r("/v1/messages/count_tokens", count_message_tokens, ["POST"], json_body=True),
+        r("/v1/messages/batches", batches.create_batch, ["POST"], json_body=True),
+        r("/v1/messages/batches", batches.list_batches, ["GET"]),
+        r("/v1/messages/batches/{batch_id}", batches.get_batch, ["GET"]),
+        r("/v1/messages/batches/{batch_id}", batches.delete_batch, ["DELETE"]),
+        r("/v1/messages/batches/{batch_id}/cancel", batches.cancel_batch, ["POST"]),
+        r("/v1/messages/batches/{batch_id}/results", batches.batch_results, ["GET"]),
+        r("/v1/models", list_models, ["GET"]),
+        r("/v1/models/{model_id}", get_model, ["GET"]),
+        *control.routes(state),
+    ]
+    app = Starlette(routes=routes)
+    app.state.emulator = state
+    return app
+
+
+class EmulatorServer:
+    """Runs the emulator with uvicorn in a daemon thread; use as a context manager."""
+
+    def __init__(
+        self,
+        config: EmulatorConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        state: EmulatorState | None = None,
+    ) -> None:
+        self.state = state or EmulatorState(config)
+        self.app = create_app(self.state)
+        self.host = host
+        self._port = port
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self._port}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def start(self) -> EmulatorServer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self._port))
+        sock.listen(2048)
+        self._port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            loop="asyncio",
+            http="h11",
+            timeout_keep_alive=30,
+            backlog=2048,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="docmill-emulator", daemon=True
+        )
+        self._thread.start()
+        for _ in range(1000):
+            if self._server.started or not self._thread.is_alive():
+                break
+            threading.Event().wait(0.005)
+        if not self._server.started:
+            raise RuntimeError("emulator server did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,223 @@
+"""Everything the emulator remembers: config, virtual clock, faults, rate limits, cache,
+batches and accounting. One `EmulatorState` per server; `reset()` empties it between tests.
+
+Handlers run on one asyncio loop, so state is mutated from one thread only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from docmill.prices import price_table
+from emulator.accounting import Accounting
+from emulator.caching import PromptCache
+from emulator.faults import FaultPlan, parse_rules
+
+ENV_PREFIX = "DOCMILL_EMULATOR_"
+
+
+@dataclass
+class EmulatorConfig:
+    """Knobs. Every field can be set from env `DOCMILL_EMULATOR_<FIELD>` (JSON for dicts/lists)."""
+
+    seed: int = 0
+    require_auth: bool = True
+    cache_min_tokens: int = 1024
+    cache_min_tokens_by_model: dict[str, int] = field(default_factory=dict)
+    latency_ms: float = 0.0
+    requests_per_minute: int | None = None
+    input_tokens_per_minute: int | None = None
+    output_tokens_per_minute: int | None = None
+    batch_seconds_per_request: float = 0.0
+    batch_base_seconds: float = 0.0
+    batch_cancel_seconds: float = 0.0
+    batch_expiry_seconds: float = 24 * 3600.0
+    batch_archive_seconds: float = 29 * 24 * 3600.0
+    max_batch_requests: int = 100_000
+    max_batch_bytes: int = 256 * 1024 * 1024
+    max_message_bytes: int = 32 * 1024 * 1024
+    frozen_clock: bool = False
+    compaction_secret: str = "docmill-emulator-compaction"
+
+    def min_cache_tokens(self, model: str) -> int:
+        return self.cache_min_tokens_by_model.get(model, self.cache_min_tokens)
+
+    def update(self, values: Mapping[str, Any]) -> None:
+        names = {f.name for f in fields(self)}
+        unknown = set(values) - names
+        if unknown:
+            raise ValueError(f"unknown emulator config fields: {sorted(unknown)}")
+        for name, value in values.items():
+            setattr(self, name, value)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EmulatorConfig:
+        env = os.environ if env is None else env
+        config = cls()
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None:
+                continue
+            current = getattr(config, f.name)
+            value: Any
+            if isinstance(current, bool):
+                value = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(current, dict):
+                value = json.loads(raw)
+            elif f.name.endswith("_per_minute"):
+                value = int(raw) if raw.strip() else None
+            elif isinstance(current, int):
+                value = int(raw)
+            elif isinstance(current, float):
+                value = float(raw)
+            else:
+                value = raw
+            setattr(config, f.name, value)
+        return config
+
+
+class VirtualClock:
+    """Wall time plus an offset tests can advance; optionally frozen (time moves only on advance)."""
+
+    def __init__(self, frozen: bool = False, start: float | None = None) -> None:
+        self.frozen = frozen
+        self._base = time.time() if start is None else start
+        self._real0 = time.monotonic()
+        self.offset = 0.0
+
+    def now(self) -> float:
+        elapsed = 0.0 if self.frozen else time.monotonic() - self._real0
+        return self._base + elapsed + self.offset
+
+    def advance(self, seconds: float) -> float:
+        self.offset += seconds
+        return self.now()
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class Bucket:
+    """A token bucket refilling `limit` per 60 s of virtual time."""
+
+    limit: int
+    level: float
+    updated: float
+
+    def refill(self, now: float) -> None:
+        self.level = min(float(self.limit), self.level + (now - self.updated) * self.limit / 60.0)
+        self.updated = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until `amount` is available (0 if it is now)."""
+        need = min(amount, float(self.limit)) - self.level
+        return 0.0 if need <= 0 else need * 60.0 / self.limit
+
+
+class RateLimiter:
+    """requests/min, input tokens/min and output tokens/min buckets (None = unlimited)."""
+
+    KINDS = ("requests", "input-tokens", "output-tokens")
+
+    def __init__(self, config: EmulatorConfig, clock: VirtualClock) -> None:
+        self.clock = clock
+        now = clock.now()
+        limits = {
+            "requests": config.requests_per_minute,
+            "input-tokens": config.input_tokens_per_minute,
+            "output-tokens": config.output_tokens_per_minute,
+        }
+        self.buckets = {k: Bucket(v, float(v), now) for k, v in limits.items() if v}
+
+    @property
+    def active(self) -> bool:
+        return bool(self.buckets)
+
+    def check(self, input_tokens: int) -> tuple[float, str | None]:
+        """(seconds to wait, which limit) before a request of `input_tokens` may run; debits on success."""
+        now = self.clock.now()
+        wants = {"requests": 1.0, "input-tokens": float(input_tokens), "output-tokens": 1.0}
+        worst, which = 0.0, None
+        for kind, bucket in self.buckets.items():
+            bucket.refill(now)
+            wait = bucket.wait_for(wants[kind])
+            if wait > worst:
+                worst, which = wait, kind
+        if which is None:
+            for kind, bucket in self.buckets.items():
+                if kind != "output-tokens":
+                    bucket.level -= wants[kind]
+        return worst, which
+
+    def debit_output(self, tokens: int) -> None:
+        if "output-tokens" in self.buckets:
+            bucket = self.buckets["output-tokens"]
+            bucket.refill(self.clock.now())
+            bucket.level -= tokens
+
+    def headers(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        now = self.clock.now()
+        for kind, bucket in self.buckets.items():
+            bucket.refill(now)
+            remaining = max(0, int(bucket.level))
+            if kind != "requests":
+                remaining = int(round(remaining, -3)) if remaining >= 1000 else remaining
+            reset = now + (bucket.limit - max(bucket.level, 0)) * 60.0 / bucket.limit
+            out[f"anthropic-ratelimit-{kind}-limit"] = str(bucket.limit)
+            out[f"anthropic-ratelimit-{kind}-remaining"] = str(remaining)
+            out[f"anthropic-ratelimit-{kind}-reset"] = rfc3339(math.ceil(reset))
+        return out
+
+
+class EmulatorState:
+    def __init__(self, config: EmulatorConfig | None = None) -> None:
+        from emulator.batches import BatchStore
+
+        self.config = config or EmulatorConfig.from_env()
+        self.clock = VirtualClock(frozen=self.config.frozen_clock)
+        self.models: dict[str, dict[str, float]] = price_table()
+        self.accounting = Accounting()
+        self.cache = PromptCache()
+        self.faults = FaultPlan(self.config.seed)
+        env_rules = os.environ.get(ENV_PREFIX + "FAULTS")
+        if env_rules:
+            for rule in parse_rules(env_rules):
+                self.faults.add(rule)
+        self.limiter = RateLimiter(self.config, self.clock)
+        self.batches = BatchStore(self)
+        self._ids = itertools.count(1)
+        self._salt = secrets.token_hex(3)
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}_emu{next(self._ids):010d}{self._salt}"
+
+    def configure(self, values: Mapping[str, Any]) -> None:
+        """Change knobs at runtime (rate limits rebuild their buckets)."""
+        self.config.update(values)
+        self.clock.frozen = self.config.frozen_clock
+        self.limiter = RateLimiter(self.config, self.clock)
+
+    def reset(self, config: EmulatorConfig | None = None) -> None:
+        """Forget everything (accounting, cache, batches, faults, clock offset); keep the server running."""
+        from emulator.batches import BatchStore
+
+        if config is not None:
+            self.config = config
+        self.clock = VirtualClock(frozen=self.config.frozen_clock)
+        self.accounting.reset()
+        self.cache = PromptCache()
+        self.faults = FaultPlan(self.config.seed)
+        self.limiter = RateLimiter(self.config, self.clock)
+        self.batches = BatchStore(self)

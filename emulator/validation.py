@@ -1,0 +1,249 @@
+"""Request validation and the one error type the emulator raises.
+
+Every problem becomes an `ApiError`, which the server turns into the API's error body
+`{"type":"error","error":{"type","message","details"},"request_id"}` with the right status.
+Messages follow the API's `"<path>: <problem>"` style.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorType(StrEnum):
+    INVALID_REQUEST = "invalid_request_error"
+    AUTHENTICATION = "authentication_error"
+    PERMISSION = "permission_error"
+    NOT_FOUND = "not_found_error"
+    REQUEST_TOO_LARGE = "request_too_large"
+    RATE_LIMIT = "rate_limit_error"
+    API_ERROR = "api_error"
+    OVERLOADED = "overloaded_error"
+
+
+STATUS: dict[ErrorType, int] = {
+    ErrorType.INVALID_REQUEST: 400,
+    ErrorType.AUTHENTICATION: 401,
+    ErrorType.PERMISSION: 403,
+    ErrorType.NOT_FOUND: 404,
+    ErrorType.REQUEST_TOO_LARGE: 413,
+    ErrorType.RATE_LIMIT: 429,
+    ErrorType.API_ERROR: 500,
+    ErrorType.OVERLOADED: 529,
+}
+
+
+class ApiError(Exception):
+    """An error response: status, error type, message, optional `error.details.error_code`."""
+
+    def __init__(
+        self,
+        error_type: ErrorType,
+        message: str,
+        *,
+        status: int | None = None,
+        error_code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message
+        self.status = status if status is not None else STATUS[error_type]
+        self.error_code = error_code
+        self.headers = dict(headers or {})
+
+    def error_object(self) -> dict[str, Any]:
+        details = {"error_code": self.error_code} if self.error_code else None
+        return {"type": str(self.error_type), "message": self.message, "details": details}
+
+    def body(self, request_id: str | None) -> dict[str, Any]:
+        return {"type": "error", "error": self.error_object(), "request_id": request_id}
+
+
+def invalid(message: str, *, error_code: str | None = None) -> ApiError:
+    return ApiError(ErrorType.INVALID_REQUEST, message, error_code=error_code)
+
+
+CUSTOM_ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+REMOVED_PARAMS = ("temperature", "top_p", "top_k")
+ROLES = {"user", "assistant", "system"}
+MAX_CACHE_BREAKPOINTS = 4
+COMPACTION_BETA = "compact-2026-09-04"
+
+
+def validate_message_body(
+    body: Any,
+    *,
+    models: Mapping[str, Any],
+    batch: bool = False,
+    count_only: bool = False,
+    betas: frozenset[str] = frozenset(),
+    path: str = "",
+    legacy: bool = False,
+) -> None:
+    """Raise `ApiError` for the first problem in a Messages (or count_tokens) body.
+
+    `legacy` (anthropic-version 2023-06-01) still accepts temperature/top_p/top_k.
+    """
+    p = f"{path}." if path else ""
+    if not isinstance(body, dict):
+        raise invalid(f"{path or 'body'}: Input should be an object")
+    for name in () if legacy else REMOVED_PARAMS:
+        if name in body:
+            raise invalid(f"{p}{name}: Extra inputs are not permitted")
+    required = ("model", "messages") if count_only else ("model", "max_tokens", "messages")
+    for name in required:
+        if name not in body:
+            raise invalid(f"{p}{name}: Field required")
+    if not isinstance(body["model"], str) or not body["model"]:
+        raise invalid(f"{p}model: Input should be a valid string")
+    if not count_only:
+        _check_max_tokens(body["max_tokens"], batch=batch, p=p)
+        if batch and body.get("stream"):
+            raise invalid(f"{p}stream: streaming is not supported in batches")
+    if "compaction" in body and not count_only:
+        if COMPACTION_BETA not in betas:
+            raise invalid(f"{p}compaction: Extra inputs are not permitted")
+        _check_compaction_config(body["compaction"], p)
+    _check_system(body.get("system"), p)
+    _check_tools(body.get("tools"), p)
+    _check_messages(body["messages"], p)
+    _check_breakpoints(body, p)
+    if body["model"] not in models:
+        raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']}")
+
+
+def _check_max_tokens(value: Any, *, batch: bool, p: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise invalid(f"{p}max_tokens: Input should be a valid integer")
+    floor = 1 if batch else 0
+    if value < floor:
+        raise invalid(f"{p}max_tokens: Input should be greater than or equal to {floor}")
+
+
+def _check_compaction_config(value: Any, p: str) -> None:
+    if not isinstance(value, dict) or value.get("type") != "summarize":
+        raise invalid(f"{p}compaction.type: Input should be 'summarize'")
+    instructions = value.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise invalid(f"{p}compaction.instructions: Input should be a valid string")
+
+
+def _check_system(system: Any, p: str) -> None:
+    if system is None or isinstance(system, str):
+        return
+    if not isinstance(system, list):
+        raise invalid(f"{p}system: Input should be a valid string or list")
+    for i, block in enumerate(system):
+        if (
+            not isinstance(block, dict)
+            or block.get("type") != "text"
+            or not isinstance(block.get("text"), str)
+        ):
+            raise invalid(f"{p}system.{i}: Input should be a text block")
+
+
+def _check_tools(tools: Any, p: str) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise invalid(f"{p}tools: Input should be a valid list")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise invalid(f"{p}tools.{i}.name: Field required")
+        if tool.get("type", "custom") == "custom" and not isinstance(tool.get("input_schema"), dict):
+            raise invalid(f"{p}tools.{i}.input_schema: Field required")
+
+
+def _blocks(content: Any) -> list[Any]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _check_messages(messages: Any, p: str) -> None:
+    if not isinstance(messages, list):
+        raise invalid(f"{p}messages: Input should be a valid list")
+    pending: set[str] = set()
+    pending_at = -1
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise invalid(f"{p}messages.{i}: Input should be an object")
+        role = msg.get("role")
+        if role not in ROLES:
+            raise invalid(f"{p}messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
+        content = msg.get("content")
+        if not isinstance(content, str | list):
+            raise invalid(f"{p}messages.{i}.content: Field required")
+        answered: set[str] = set()
+        for j, block in enumerate(_blocks(content)):
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise invalid(f"{p}messages.{i}.content.{j}.type: Field required")
+            kind = block["type"]
+            if kind == "tool_use":
+                if role != "assistant":
+                    raise invalid(f"{p}messages.{i}.content.{j}: tool_use blocks belong to assistant turns")
+            elif kind == "tool_result":
+                if role != "user":
+                    raise invalid(f"{p}messages.{i}.content.{j}: tool_result blocks belong to user turns")
+                answered.add(str(block.get("tool_use_id")))
+            elif kind == "text" and not isinstance(block.get("text"), str):
+                raise invalid(f"{p}messages.{i}.content.{j}.text: Field required")
+            elif kind == "document" and role == "assistant":
+                raise invalid(
+                    f"{p}messages.{i}.content.{j}: document blocks are not allowed in assistant turns"
+                )
+        if pending:
+            missing = sorted(pending - answered)
+            if missing:
+                raise invalid(
+                    f"{p}messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
+                    f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
+                    f"`tool_result` block in the next message (messages.{pending_at})."
+                )
+            pending = set()
+        if role == "assistant":
+            pending = {str(b.get("id")) for b in _blocks(content) if b.get("type") == "tool_use"}
+            pending_at = i
+
+
+def iter_cache_controls(body: Mapping[str, Any]) -> list[Any]:
+    """Every block-level `cache_control` in tools -> system -> messages order."""
+    found: list[Any] = []
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict) and tool.get("cache_control"):
+            found.append(tool["cache_control"])
+    system = body.get("system")
+    if isinstance(system, list):
+        found.extend(b["cache_control"] for b in system if isinstance(b, dict) and b.get("cache_control"))
+    for msg in body.get("messages") or []:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list):
+            found.extend(
+                b["cache_control"] for b in content if isinstance(b, dict) and b.get("cache_control")
+            )
+    return found
+
+
+def _check_breakpoints(body: Mapping[str, Any], p: str) -> None:
+    controls = iter_cache_controls(body)
+    if body.get("cache_control"):
+        controls.append(body["cache_control"])
+    if len(controls) > MAX_CACHE_BREAKPOINTS:
+        raise invalid(
+            f"{p}A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {len(controls)}."
+        )
+    seen_5m = False
+    for cc in controls:
+        if not isinstance(cc, dict) or cc.get("type") != "ephemeral":
+            raise invalid(f"{p}cache_control.type: Input should be 'ephemeral'")
+        ttl = cc.get("ttl", "5m")
+        if ttl not in ("5m", "1h"):
+            raise invalid(f"{p}cache_control.ttl: Input should be '5m' or '1h'")
+        if ttl == "1h" and seen_5m:
+            raise invalid(
+                f"{p}cache_control: a ttl='1h' cache_control block must not come after a ttl='5m' one"
+            )
+        seen_5m = seen_5m or ttl == "5m"
