@@ -1,0 +1,183 @@
+"""Local-folder backend: one file per object under a root folder.
+
+- put: temp file in the same folder, fsync, `os.replace` (readers see the old or the new bytes).
+- put_if_absent: temp file, then `os.link(tmp, final)`, which fails when final exists: atomic
+  across threads and processes.
+- put_if_match / put / delete: hold an exclusive `flock` on a lock file beside the key across
+  read-compare-replace, so compare-and-swap is atomic across processes.
+- ETag: quoted md5 of the bytes (the same value S3 gives a single-part upload).
+Temp and lock files start with `.~` (a prefix `safe_key` refuses) and never show up in `list`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from checkpoints.keys import RESERVED_PREFIX, check_key, check_prefix
+from checkpoints.store import ObjectStore
+from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
+
+FSYNC = os.environ.get("DOCMILL_STORE_FSYNC", "1") not in ("0", "false", "no")
+
+
+def etag_of(data: bytes) -> str:
+    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+
+
+class LocalStore(ObjectStore):
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.uri = str(self.root)
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"store root {self.uri} is a file", hint="point DOCMILL_STORE at a folder")
+
+    # ---- paths ---------------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def _ensure_dir(self, path: Path) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as e:
+            raise StoreError(
+                f"cannot create folder for {path.relative_to(self.root)}: a parent is an object",
+                hint="an object key cannot also be a folder on the local backend; rename one of them",
+            ) from e
+
+    def _write_temp(self, path: Path, data: bytes) -> Path:
+        self._ensure_dir(path)
+        tmp = path.with_name(f"{RESERVED_PREFIX}tmp.{uuid.uuid4().hex}.{path.name}"[:255])
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                if FSYNC:
+                    os.fsync(fh.fileno())
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return tmp
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        self._ensure_dir(path)
+        lock = path.with_name(f"{RESERVED_PREFIX}lock.{path.name}"[:255])
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing drops the flock
+
+    # ---- operations ----------------------------------------------------------------------
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        path = self._path(key)
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as e:
+            raise NotFound(f"no object {key!r} in {self.uri}", key=key) from e
+        return data, etag_of(data)
+
+    def put(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        with self._locked(path):
+            tmp = self._write_temp(path, data)
+            os.replace(tmp, path)
+        return etag_of(data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        tmp = self._write_temp(path, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            _unlink(tmp)
+        return True
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        path = self._path(key)
+        with self._locked(path):
+            try:
+                current = etag_of(path.read_bytes())
+            except FileNotFoundError as e:
+                raise PreconditionFailed(
+                    f"{key!r} is gone; it was deleted since it was read", key=key, hint="read it again"
+                ) from e
+            if current != etag:
+                raise PreconditionFailed(
+                    f"{key!r} changed since it was read", key=key, hint="read it again and retry"
+                )
+            tmp = self._write_temp(path, data)
+            os.replace(tmp, path)
+        return etag_of(data)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        if not path.is_file():
+            return
+        with self._locked(path):
+            _unlink(path)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        check_prefix(prefix)
+        folder, _, name_prefix = prefix.rpartition("/")
+        base = self.root / folder if folder else self.root
+        return self._walk(base, f"{folder}/" if folder else "", name_prefix)
+
+    def list_children(self, prefix: str) -> Iterator[str]:
+        check_prefix(prefix)
+        folder = prefix.rstrip("/")
+        base = self.root / folder if folder else self.root
+        for name, is_dir in _sorted_entries(base, ""):
+            yield f"{name}/" if is_dir else name
+
+    def _walk(self, folder: Path, key_prefix: str, name_prefix: str) -> Iterator[str]:
+        """Depth-first, one folder level in memory at a time. Entries sort by `name` for files and
+        `name/` for folders, which is exactly the byte order of the full keys (S3's order)."""
+        for name, is_dir in _sorted_entries(folder, name_prefix):
+            if is_dir:
+                yield from self._walk(folder / name, f"{key_prefix}{name}/", "")
+            else:
+                yield key_prefix + name
+
+
+def _sorted_entries(folder: Path, name_prefix: str) -> list[tuple[str, bool]]:
+    try:
+        it = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    entries: list[tuple[bytes, bool]] = []
+    with it:
+        for entry in it:
+            name = entry.name
+            if name.startswith(RESERVED_PREFIX) or not name.startswith(name_prefix):
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if not is_dir and not entry.is_file(follow_symlinks=False):
+                continue
+            try:
+                raw = name.encode("utf-8")
+            except UnicodeEncodeError:  # undecodable file name: not one of ours
+                continue
+            entries.append((raw + b"/" if is_dir else raw, is_dir))
+    entries.sort()
+    return [((raw[:-1] if is_dir else raw).decode("utf-8"), is_dir) for raw, is_dir in entries]
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

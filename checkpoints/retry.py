@@ -1,0 +1,123 @@
+"""The one retry layer for transient object-store faults.
+
+botocore's own retries are switched off (`max_attempts=1`) so this tenacity policy is the only
+place a store call is repeated. `is_transient` is the one function that decides what may be
+retried: 5xx, throttling (503 SlowDown & co), connection errors, read/connect timeouts.
+Never a 4xx (bad request, access denied, not found) and never 412 (a lost precondition).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import botocore.exceptions as bexc
+import tenacity
+
+from docmill.errors import TransientStoreError
+
+T = TypeVar("T")
+
+# Error codes S3 and S3-compatible servers use for "slow down / try again", whatever the status.
+THROTTLING_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",  # 400 in S3: the socket idled; AWS documents it as retryable
+        "RequestTimeoutException",
+        "ConditionalRequestConflict",  # 409 while another conditional write is in flight; AWS: retry
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
+
+_TRANSIENT_BOTO = (
+    bexc.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError, proxy
+    bexc.ReadTimeoutError,
+    bexc.ResponseStreamingError,
+    bexc.IncompleteReadError,
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when repeating the same store call may succeed."""
+    if isinstance(exc, bexc.ClientError):
+        err = exc.response.get("Error", {}) or {}
+        code = str(err.get("Code", ""))
+        status = int((exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode", 0) or 0)
+        if status == 412 or code == "PreconditionFailed":
+            return False
+        return status >= 500 or status == 429 or code in THROTTLING_CODES
+    if isinstance(exc, _TRANSIENT_BOTO):
+        return True
+    if isinstance(exc, bexc.HTTPClientError):  # urllib3-level failures wrapped by botocore
+        return True
+    return isinstance(exc, ConnectionError | TimeoutError)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff with jitter. `initial_wait=0` means no waiting (tests)."""
+
+    attempts: int = 5
+    initial_wait: float = 0.2
+    max_wait: float = 5.0
+    jitter: float = 0.2
+
+    @classmethod
+    def from_env(cls) -> RetryPolicy:
+        """DOCMILL_STORE_RETRY_ATTEMPTS / DOCMILL_STORE_RETRY_WAIT override the defaults."""
+        attempts = int(os.environ.get("DOCMILL_STORE_RETRY_ATTEMPTS", cls.attempts))
+        wait = float(os.environ.get("DOCMILL_STORE_RETRY_WAIT", cls.initial_wait))
+        return cls(attempts=max(1, attempts), initial_wait=max(0.0, wait))
+
+    def wait(self) -> tenacity.wait.wait_base:
+        if self.initial_wait <= 0:
+            return tenacity.wait_none()
+        return tenacity.wait_exponential_jitter(
+            initial=self.initial_wait, max=self.max_wait, jitter=self.jitter
+        )
+
+
+def call_with_retry(policy: RetryPolicy, fn: Callable[[], T], *, what: str) -> T:
+    """Run `fn`, repeating it on transient faults; afterwards raise `TransientStoreError` from the
+    last fault. Non-transient errors propagate untouched on the first attempt.
+
+    `what` names the operation for the message (never credentials).
+    """
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(is_transient),
+        stop=tenacity.stop_after_attempt(policy.attempts),
+        wait=policy.wait(),
+        reraise=False,
+    )
+    try:
+        return retrying(fn)
+    except tenacity.RetryError as e:
+        last = e.last_attempt.exception()
+        raise TransientStoreError(
+            f"{what} failed after {policy.attempts} attempts: {describe(last)}",
+            hint="the store is overloaded or unreachable; check the endpoint and retry the run later "
+            "(it resumes from its checkpoint)",
+            attempts=policy.attempts,
+        ) from last
+
+
+def describe(exc: BaseException | None) -> str:
+    """A short, credential-free description of a store fault."""
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, bexc.ClientError):
+        err = exc.response.get("Error", {}) or {}
+        status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode", "?")
+        return f"{err.get('Code', 'error')} (HTTP {status})"
+    return type(exc).__name__

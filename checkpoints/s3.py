@@ -1,0 +1,230 @@
+"""S3 backend through boto3 (AWS, SeaweedFS, MinIO...).
+
+Conditional writes use S3's own preconditions: `IfNoneMatch="*"` (put-if-absent) and
+`IfMatch=etag` (compare-and-swap); both answer 412 when they lose. botocore's retries are off;
+`checkpoints.retry` is the one retry layer. Error messages name the bucket, key and S3 error code,
+never credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import boto3
+import botocore.exceptions as bexc
+from botocore.config import Config
+
+from checkpoints.keys import check_key, check_prefix
+from checkpoints.retry import RetryPolicy, call_with_retry, describe, is_transient
+from checkpoints.store import ObjectStore
+from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
+
+T = TypeVar("T")
+ENDPOINT_ENV = ("DOCMILL_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+_MISSING = {"NoSuchKey", "NotFound", "404"}
+
+
+def _code_status(e: bexc.ClientError) -> tuple[str, int]:
+    err = e.response.get("Error", {}) or {}
+    status = int((e.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode", 0) or 0)
+    return str(err.get("Code", "")), status
+
+
+def resolve_endpoint(endpoint_url: str | None) -> str | None:
+    if endpoint_url:
+        return endpoint_url
+    for name in ENDPOINT_ENV:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+class S3Store(ObjectStore):
+    def __init__(
+        self, uri: str, *, endpoint_url: str | None = None, retry: RetryPolicy | None = None
+    ) -> None:
+        parts = urlsplit(uri)
+        if parts.scheme != "s3" or not parts.netloc:
+            raise ConfigError(f"not an S3 URI: {uri!r}", hint="use s3://bucket/prefix")
+        self.bucket = parts.netloc
+        prefix = parts.path.strip("/")
+        if prefix:
+            check_prefix(prefix)
+        self.prefix = f"{prefix}/" if prefix else ""
+        self.uri = f"s3://{self.bucket}/{prefix}".rstrip("/")
+        self.endpoint_url = resolve_endpoint(endpoint_url)
+        self.retry = retry or RetryPolicy.from_env()
+        session = boto3.session.Session()  # own session: client creation is not thread-safe on the default
+        self.client: Any = session.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=session.region_name or "us-east-1",
+            config=Config(
+                retries={"max_attempts": 1, "mode": "standard"},  # tenacity is the one retry layer
+                connect_timeout=10,
+                read_timeout=60,
+                max_pool_connections=64,
+                s3={"addressing_style": "path"} if self.endpoint_url else None,
+            ),
+        )
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _k(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        return call_with_retry(self.retry, fn, what=f"S3 {what}")
+
+    def _fail(self, what: str, key: str, e: bexc.ClientError) -> StoreError:
+        code, status = _code_status(e)
+        hint = {
+            403: "check the AWS credentials and the bucket policy (s3:GetObject/PutObject/ListBucket)",
+            404: f"create the bucket {self.bucket!r} or fix the store URI",
+            501: "this S3 server lacks conditional writes (If-Match / If-None-Match); use a newer server",
+        }.get(status, "see the S3 error code")
+        return StoreError(
+            f"S3 {what} s3://{self.bucket}/{self.prefix}{key} failed: {describe(e)}",
+            hint=hint,
+            key=key,
+            code=code,
+            status=status,
+        )
+
+    # ---- operations ----------------------------------------------------------------------
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        k = self._k(key)
+
+        def go() -> tuple[bytes, str]:
+            resp = self.client.get_object(Bucket=self.bucket, Key=k)
+            return resp["Body"].read(), str(resp["ETag"])
+
+        try:
+            return self._call(f"get {key}", go)
+        except bexc.ClientError as e:
+            if _code_status(e)[0] in _MISSING:
+                raise NotFound(f"no object {key!r} in {self.uri}", key=key) from e
+            raise self._fail("get", key, e) from e
+
+    def put(self, key: str, data: bytes) -> str:
+        k = self._k(key)
+        try:
+            resp = self._call(
+                f"put {key}", lambda: self.client.put_object(Bucket=self.bucket, Key=k, Body=data)
+            )
+        except bexc.ClientError as e:
+            raise self._fail("put", key, e) from e
+        return str(resp["ETag"])
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        k = self._k(key)
+        try:
+            self._call(
+                f"put-if-absent {key}",
+                lambda: self.client.put_object(Bucket=self.bucket, Key=k, Body=data, IfNoneMatch="*"),
+            )
+        except bexc.ClientError as e:
+            code, status = _code_status(e)
+            if status == 412 or code == "PreconditionFailed":
+                return False
+            raise self._fail("put-if-absent", key, e) from e
+        return True
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        k = self._k(key)
+        faults = 0
+
+        def go() -> Any:
+            nonlocal faults
+            try:
+                return self.client.put_object(Bucket=self.bucket, Key=k, Body=data, IfMatch=etag)
+            except Exception as e:
+                if is_transient(e):
+                    faults += 1
+                raise
+
+        try:
+            resp = self._call(f"put-if-match {key}", go)
+        except bexc.ClientError as e:
+            code, status = _code_status(e)
+            if status in (412, 404) or code in ("PreconditionFailed", *_MISSING):
+                if faults and self._is_ours(k, data):
+                    # An earlier attempt landed but its answer was lost: that write was ours.
+                    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+                raise PreconditionFailed(
+                    f"{key!r} changed since it was read", key=key, hint="read it again and retry"
+                ) from e
+            raise self._fail("put-if-match", key, e) from e
+        return str(resp["ETag"])
+
+    def _is_ours(self, k: str, data: bytes) -> bool:
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=k)
+        except bexc.BotoCoreError:
+            return False
+        except bexc.ClientError:
+            return False
+        return str(head.get("ETag")) == f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+
+    def exists(self, key: str) -> bool:
+        k = self._k(key)
+        try:
+            self._call(f"head {key}", lambda: self.client.head_object(Bucket=self.bucket, Key=k))
+        except bexc.ClientError as e:
+            code, status = _code_status(e)
+            if status == 404 or code in _MISSING:
+                return False
+            raise self._fail("head", key, e) from e
+        return True
+
+    def delete(self, key: str) -> None:
+        k = self._k(key)
+        try:
+            self._call(f"delete {key}", lambda: self.client.delete_object(Bucket=self.bucket, Key=k))
+        except bexc.ClientError as e:
+            if _code_status(e)[0] in _MISSING:
+                return
+            raise self._fail("delete", key, e) from e
+
+    def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+            if delimiter:
+                kwargs["Delimiter"] = delimiter
+            if token:
+                kwargs["ContinuationToken"] = token
+            try:
+                page = self._call(f"list {prefix}", lambda kw=kwargs: self.client.list_objects_v2(**kw))  # type: ignore[misc]
+            except bexc.ClientError as e:
+                raise self._fail("list", prefix, e) from e
+            yield page
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+            if not token:
+                return
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        check_prefix(prefix)
+        return self._list(prefix)
+
+    def _list(self, prefix: str) -> Iterator[str]:
+        cut = len(self.prefix)
+        for page in self._pages(prefix, None):
+            for obj in page.get("Contents", []) or []:
+                yield obj["Key"][cut:]
+
+    def list_children(self, prefix: str) -> Iterator[str]:
+        check_prefix(prefix)
+        base = prefix if prefix == "" or prefix.endswith("/") else prefix + "/"
+        cut = len(self.prefix) + len(base)
+        for page in self._pages(base, "/"):
+            names = [p["Prefix"][cut:] for p in page.get("CommonPrefixes", []) or []]
+            names += [o["Key"][cut:] for o in page.get("Contents", []) or []]
+            yield from sorted(names, key=lambda n: n.encode("utf-8"))

@@ -1,0 +1,134 @@
+"""The object store: one interface, two backends (a local folder, S3), chosen by URI.
+
+Keys are relative, `/`-separated and already safe (`checkpoints.keys.safe_key`); every method
+refuses anything else with `UnsafeKey`. ETags are opaque strings: compare them, never parse them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+from checkpoints.retry import RetryPolicy
+from docmill.errors import ConfigError, NotFound
+
+
+def dumps_json(obj: Any) -> bytes:
+    """JSON bytes for the store: UTF-8, sorted keys (stable diffs and ETags)."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def loads_json(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8"))
+
+
+def gzip_json(obj: Any) -> bytes:
+    """Gzipped JSON; mtime=0 so equal data gives equal bytes."""
+    return gzip.compress(dumps_json(obj), compresslevel=6, mtime=0)
+
+
+def gunzip_json(data: bytes) -> Any:
+    return loads_json(gzip.decompress(data))
+
+
+class ObjectStore(ABC):
+    """get / put / put_if_absent / put_if_match / exists / list / delete over one root."""
+
+    uri: str
+
+    @abstractmethod
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        """The object's bytes and ETag; raises `NotFound`."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> str:
+        """Write (atomically replacing any old object); returns the new ETag."""
+
+    @abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Write only if no object exists: True = written, False = it was already there."""
+
+    @abstractmethod
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Compare-and-swap: write only if the object's ETag is still `etag`; returns the new ETag.
+        Raises `PreconditionFailed` when it changed or is gone."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys starting with `prefix` (a plain string prefix), sorted, streamed page by page."""
+
+    @abstractmethod
+    def list_children(self, prefix: str) -> Iterator[str]:
+        """Immediate children under a `/`-ending prefix: names, with a trailing `/` for folders."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object; a missing object is not an error."""
+
+    # ---- conveniences shared by both backends -------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        return self.get_with_etag(key)[0]
+
+    def get_json(self, key: str) -> Any:
+        return loads_json(self.get(key))
+
+    def get_json_or_none(self, key: str) -> Any:
+        try:
+            return self.get_json(key)
+        except NotFound:
+            return None
+
+    def put_json(self, key: str, obj: Any, *, if_absent: bool = False) -> bool:
+        """Write JSON; with `if_absent=True` returns False when the key was already written."""
+        data = dumps_json(obj)
+        if if_absent:
+            return self.put_if_absent(key, data)
+        self.put(key, data)
+        return True
+
+    def get_json_gz(self, key: str) -> Any:
+        return gunzip_json(self.get(key))
+
+    def put_json_gz(self, key: str, obj: Any, *, if_absent: bool = False) -> bool:
+        data = gzip_json(obj)
+        if if_absent:
+            return self.put_if_absent(key, data)
+        self.put(key, data)
+        return True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"
+
+
+def open_store(
+    uri: str | os.PathLike[str], *, endpoint_url: str | None = None, retry: RetryPolicy | None = None
+) -> ObjectStore:
+    """A store for a folder path, `file://...` or `s3://bucket/prefix`.
+
+    S3: the endpoint comes from `endpoint_url`, else DOCMILL_S3_ENDPOINT_URL, AWS_ENDPOINT_URL_S3 or
+    AWS_ENDPOINT_URL; credentials from the usual AWS chain. `retry` tunes the transient-fault policy.
+    """
+    text = os.fspath(uri)
+    if not text:
+        raise ConfigError("empty store URI", hint="set DOCMILL_STORE to a folder or s3://bucket/prefix")
+    if text.startswith("s3://"):
+        from checkpoints.s3 import S3Store
+
+        return S3Store(text, endpoint_url=endpoint_url, retry=retry)
+    if "://" in text and not text.startswith("file://"):
+        scheme = text.split("://", 1)[0]
+        raise ConfigError(
+            f"unsupported store scheme {scheme!r}",
+            hint="use a folder path, file://path or s3://bucket/prefix",
+        )
+    from checkpoints.local import LocalStore
+
+    return LocalStore(text.removeprefix("file://"))
