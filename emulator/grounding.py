@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 STOPWORDS = frozenset(
@@ -109,12 +109,13 @@ SQL_WORDS = ("select ", "insert ", "update ", "delete ", "where ")
 
 def tokens(text: str) -> list[str]:
     """Lowercase word tokens of a label or field name, synonyms folded, stopwords and digits dropped."""
-    out = []
-    for word in WORD.findall(text.replace("_", " ").lower()):
-        if word in STOPWORDS or word.isdigit():
-            continue
-        out.append(SYNONYMS.get(word, word))
-    return out
+    return list(_tokens(text))
+
+
+@lru_cache(maxsize=8192)
+def _tokens(text: str) -> tuple[str, ...]:
+    words = WORD.findall(text.replace("_", " ").lower())
+    return tuple(SYNONYMS.get(w, w) for w in words if w not in STOPWORDS and not w.isdigit())
 
 
 def strong(toks: list[str]) -> list[str]:
@@ -236,7 +237,9 @@ def read_prompt(body: dict[str, Any]) -> Prompt:
     docs = []
     for match in DOC_TAG.finditer(full):
         attr = ID_ATTR.search(match.group(1))
-        docs.append(Doc(attr.group(1) if attr else None, match.group(2)))
+        text = match.group(2)
+        text = text[2:] if text.startswith("\r\n") else text[1:] if text.startswith("\n") else text
+        docs.append(Doc(attr.group(1) if attr else None, text))
     if not docs:
         docs = [Doc(None, "\n".join(user_parts))]
     ids: list[str] = []
@@ -251,35 +254,37 @@ def read_prompt(body: dict[str, Any]) -> Prompt:
 
 
 def parse_number(text: str) -> float | None:
-    """The first amount in `text`: `1,234.50`, `1.234,50`, `(12.00)`, `-3`, `EUR 99`."""
+    """The first amount in `text`: `1,234.50`, `1.234,50`, `(12.00)`, `-3`, `EUR 99` (dates skipped)."""
     for raw in NUMBER.findall(DATE_RE.sub(" ", text)):
-        neg = raw.startswith("-") or (raw.startswith("(") and raw.endswith(")"))
-        digits = raw.strip("-() ")
-        if "," in digits and "." in digits:
-            if digits.rfind(",") > digits.rfind("."):
-                digits = digits.replace(".", "").replace(",", ".")
-            else:
-                digits = digits.replace(",", "")
-        elif "," in digits:
-            head, _, tail = digits.rpartition(",")
-            digits = head.replace(",", "") + ("." if len(tail) != 3 else "") + tail
-        elif digits.count(".") > 1:
-            digits = digits.replace(".", "")
-        try:
-            value = float(digits)
-        except ValueError:
-            continue
-        return -value if neg else value
+        value = _amount(raw)
+        if value is not None:
+            return value
     return None
 
 
 def numbers_in(text: str) -> list[float]:
-    out = []
-    for raw in NUMBER.findall(DATE_RE.sub(" ", text)):
-        value = parse_number(raw)
-        if value is not None:
-            out.append(value)
-    return out
+    found = (_amount(raw) for raw in NUMBER.findall(DATE_RE.sub(" ", text)))
+    return [value for value in found if value is not None]
+
+
+def _amount(raw: str) -> float | None:
+    neg = raw.startswith("-") or (raw.startswith("(") and raw.endswith(")"))
+    digits = raw.strip("-() ")
+    if "," in digits and "." in digits:
+        if digits.rfind(",") > digits.rfind("."):
+            digits = digits.replace(".", "").replace(",", ".")
+        else:
+            digits = digits.replace(",", "")
+    elif "," in digits:
+        head, _, tail = digits.rpartition(",")
+        digits = head.replace(",", "") + ("." if len(tail) != 3 else "") + tail
+    elif digits.count(".") > 1:
+        digits = digits.replace(".", "")
+    try:
+        value = float(digits)
+    except ValueError:
+        return None
+    return -value if neg else value
 
 
 def parse_date(text: str) -> date | None:
@@ -454,6 +459,9 @@ ROLE_BY_NAME: dict[str, tuple[Role, ...]] = {
     "canonical": (Role.VALUE,),
     "name": (Role.VALUE, Role.DESC),
     "key": (Role.KEY, Role.FIELD),
+    "type": (Role.FIELD,),
+    "kind": (Role.FIELD,),
+    "category": (Role.FIELD,),
     "key_value": (Role.KEY,),
     "description": (Role.DESC, Role.EXPLAIN),
     "item": (Role.DESC,),
@@ -478,6 +486,7 @@ ROLE_BY_NAME: dict[str, tuple[Role, ...]] = {
 }
 
 
+@lru_cache(maxsize=4096)
 def roles_of(name: str) -> tuple[Role, ...]:
     """Candidate roles for a field name, most specific first."""
     low = name.lower()
@@ -532,6 +541,7 @@ def finding_frames(prompt: Prompt) -> list[Frame]:
                 Role.EVIDENCE: line,
                 Role.EXPLAIN: f"{kind}: line {line.number} contains `{needle}`",
                 Role.CONFIDENCE: 0.9,
+                Role.FIELD: kind,
             }
             frames.append(Frame(doc, line, known, [kind, *SEVERITY_HINTS[kind]]))
     return frames[:50]

@@ -48,6 +48,7 @@ class Out:
 GENERIC = frozenset(
     {"value", "text", "raw", "val", "normalized", "parsed", "amount", "str", "string", "content"}
 )
+ALNUM = re.compile(r"[^\W_]+")
 CONSTRAINTS = re.compile(r"\{([^{}]{1,400})\}\s*$")
 FINDING_WORDS = frozenset(
     [
@@ -414,7 +415,7 @@ class Filler:
             if hit is not None:
                 return Out(hit, frame.line, True)
         if self._doc_words is None:
-            self._doc_words = {_norm(w) for doc in self.prompt.docs for w in doc.text.split()}
+            self._doc_words = {w for doc in self.prompt.docs for w in ALNUM.findall(doc.text.lower())}
         hit = next((m for m in members if _norm(m) and _norm(m) in self._doc_words), None)
         return Out(hit if hit is not None else members[0], None, hit is not None)
 

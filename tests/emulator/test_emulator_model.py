@@ -1,0 +1,407 @@
+"""The emulator's grounded model: schema-valid, verbatim evidence, ids from the prompt, deterministic."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from datetime import date
+from enum import StrEnum
+from typing import Any, Literal
+
+import jsonschema
+import pytest
+from anthropic.lib._parse._transform import to_json_output_format
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, Field
+
+from emulator.grounding import read_prompt
+from emulator.model import respond, summarize
+
+INVOICE = """ACME GmbH - Musterstrasse 1, Berlin
+Invoice number: INV-104
+Vendor: ACME GmbH
+Invoice date: 01.03.2026
+Due date: 2026-03-31
+Currency: EUR
+
+Items:
+- Widget A | 2 x 10.00 = 20.00
+- Widget B | 1 x 1,214.50 = 1,214.50
+
+Subtotal: 1,234.50
+Tax (19%): 234.56
+Total: 1,469.06
+"""
+
+
+class Currency(StrEnum):
+    USD = "USD"
+    EUR = "EUR"
+    GBP = "GBP"
+
+
+class Status(StrEnum):
+    OPEN = "open"
+    PAID = "paid"
+
+
+class Text(BaseModel):
+    value: str | None
+    evidence: str | None
+
+
+class Amount(BaseModel):
+    value: float | None
+    evidence: str | None = None
+    confidence: float = Field(ge=0, le=1)
+
+
+class LineItem(BaseModel):
+    description: str
+    quantity: float
+    unit_price: float
+    amount: float
+    evidence: str
+
+
+class Invoice(BaseModel):
+    doc_id: str
+    invoice_number: Text
+    vendor: Text
+    invoice_date: date | None
+    due_date: date | None = None
+    currency: Currency
+    status: Status
+    subtotal: Amount
+    tax: Amount | None
+    total: Amount
+    po_number: str | None = Field(None, description="Purchase order reference")
+    line_items: list[LineItem]
+    notes: str = Field(max_length=20)
+
+
+def structured(model: type[BaseModel], text: str, doc_id: str = "invoices/inv-001.txt") -> dict[str, Any]:
+    """A request body as `client.messages.parse(output_format=model)` puts it on the wire."""
+    return {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 2000,
+        "system": "Extract the fields. Quote evidence verbatim.",
+        "messages": [{"role": "user", "content": f'Document:\n<document id="{doc_id}">\n{text}</document>'}],
+        "output_config": {"format": to_json_output_format(model)},
+    }
+
+
+def answer_text(body: dict[str, Any]) -> str:
+    reply = respond(body)
+    assert reply["stop_reason"] == "end_turn"
+    assert [b["type"] for b in reply["content"]] == ["text"]
+    return str(reply["content"][0]["text"])
+
+
+def strings_under(obj: Any, names: set[str]) -> list[str]:
+    if isinstance(obj, dict):
+        found = [v for k, v in obj.items() if k in names and isinstance(v, str)]
+        return found + [s for v in obj.values() for s in strings_under(v, names)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in strings_under(v, names)]
+    return []
+
+
+def test_invoice_is_schema_valid_and_grounded() -> None:
+    invoice = Invoice.model_validate_json(answer_text(structured(Invoice, INVOICE)))
+
+    assert invoice.doc_id == "invoices/inv-001.txt"
+    assert invoice.invoice_number == Text(value="INV-104", evidence="Invoice number: INV-104")
+    assert invoice.vendor.value == "ACME GmbH"
+    assert invoice.invoice_date == date(2026, 3, 1)
+    assert invoice.due_date == date(2026, 3, 31)
+    assert invoice.currency is Currency.EUR
+    assert invoice.status is Status.OPEN  # no member in the text: the first one
+    assert (invoice.subtotal.value, invoice.total.value) == (1234.50, 1469.06)
+    assert invoice.tax is not None and invoice.tax.value == 234.56
+    assert invoice.total.evidence == "Total: 1,469.06"
+    assert invoice.total.confidence == 0.9
+    assert invoice.po_number is None  # nullable and not in the document
+    assert [(i.description, i.quantity, i.unit_price, i.amount) for i in invoice.line_items] == [
+        ("Widget A", 2, 10.0, 20.0),
+        ("Widget B", 1, 1214.5, 1214.5),
+    ]
+    assert len(invoice.notes) <= 20 and invoice.notes in INVOICE
+
+
+def test_every_evidence_string_is_verbatim_from_the_document() -> None:
+    output = json.loads(answer_text(structured(Invoice, INVOICE)))
+    quotes = strings_under(output, {"evidence", "description"})
+    assert len(quotes) >= 8
+    for quote in quotes:
+        assert quote in INVOICE
+
+
+def test_missing_values_are_null_or_defaults() -> None:
+    text = "Nothing useful here.\nJust prose about the weather."
+    invoice = Invoice.model_validate_json(answer_text(structured(Invoice, text)))
+    assert invoice.invoice_number == Text(value=None, evidence=None)
+    assert invoice.total.value is None and invoice.total.confidence == 0.3
+    assert invoice.tax is None
+    assert invoice.line_items == []
+    assert invoice.notes in text
+
+
+def test_same_body_same_answer_and_different_body_different_tool_id() -> None:
+    body = structured(Invoice, INVOICE)
+    assert respond(body) == respond(copy.deepcopy(body))
+
+    tool_body = tool_request(INVOICE, {"type": "tool", "name": "record_invoice"})
+    first, again = respond(tool_body), respond(copy.deepcopy(tool_body))
+    assert first == again
+    other = tool_request(INVOICE.replace("INV-104", "INV-105"), {"type": "tool", "name": "record_invoice"})
+    assert respond(other)["content"][0]["id"] != first["content"][0]["id"]
+
+
+RECORD_INVOICE = {
+    "name": "record_invoice",
+    "description": "Record the invoice fields.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "vendor": {"type": "string"},
+            "total": {"type": "number"},
+            "invoice_date": {"type": "string", "format": "date"},
+            "paid": {"type": "boolean"},
+            "currency": {"type": ["string", "null"], "enum": ["USD", "EUR", None]},
+        },
+        "required": ["vendor", "total", "invoice_date"],
+        "additionalProperties": False,
+    },
+}
+
+
+def tool_request(text: str, choice: dict[str, Any]) -> dict[str, Any]:
+    other = {
+        "name": "other_tool",
+        "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}}},
+    }
+    return {
+        "model": "claude-haiku-4-5",
+        "max_tokens": 500,
+        "tools": [RECORD_INVOICE, other],
+        "tool_choice": choice,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": f"<document id='d1'>{text}</document>"}]}
+        ],
+    }
+
+
+@pytest.mark.parametrize("choice", [{"type": "tool", "name": "record_invoice"}, {"type": "any"}])
+def test_forced_tool_use_is_valid_against_input_schema(choice: dict[str, Any]) -> None:
+    reply = respond(tool_request(INVOICE, choice))
+    assert reply["stop_reason"] == "tool_use"
+    (block,) = reply["content"]
+    assert block["type"] == "tool_use" and block["name"] == "record_invoice"
+    assert block["id"].startswith("toolu_")
+    jsonschema.validate(block["input"], RECORD_INVOICE["input_schema"])
+    assert block["input"]["vendor"] == "ACME GmbH"
+    assert block["input"]["total"] == 1469.06
+    assert block["input"]["invoice_date"] == "2026-03-01"
+    assert block["input"]["currency"] == "EUR"
+
+
+def test_plain_request_gets_short_deterministic_text() -> None:
+    body = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "Say hi to the team"}]}
+    reply = respond(body)
+    assert reply["stop_reason"] == "end_turn"
+    assert "Say hi to the team" in reply["content"][0]["text"]
+    assert reply == respond(copy.deepcopy(body))
+    auto = tool_request(INVOICE, {"type": "auto"})
+    assert respond(auto)["content"][0]["type"] == "text"
+
+
+class SourceValue(BaseModel):
+    doc_id: str
+    value: str
+    evidence: str | None
+
+
+class Conflict(BaseModel):
+    field: str
+    key: str
+    values: list[SourceValue]
+    explanation: str
+
+
+class Entity(BaseModel):
+    name: str
+    type: str
+    doc_ids: list[str]
+
+
+class Integration(BaseModel):
+    entities: list[Entity]
+    conflicts: list[Conflict]
+    sources: list[str]
+
+
+def per_file(doc_id: str, number: str, vendor: str, total: float) -> str:
+    output = {
+        "invoice_number": {"value": number, "evidence": f"Invoice number: {number}"},
+        "vendor": {"value": vendor, "evidence": f"Vendor: {vendor}"},
+        "total": {"value": total, "evidence": f"Total: {total:.2f}"},
+    }
+    return json.dumps({"doc_id": doc_id, "output": output})
+
+
+def test_integration_finds_planted_conflict_and_shared_entity() -> None:
+    lines = [
+        per_file("inv/a.txt", "INV-1", "ACME GmbH", 100.0),
+        per_file("inv/b.txt", "INV-1", "ACME GmbH", 120.0),
+        per_file("inv/c.txt", "INV-2", "Other Ltd", 5.0),
+    ]
+    body = structured(Integration, "")
+    body["messages"] = [{"role": "user", "content": "Per-file results, one per line:\n" + "\n".join(lines)}]
+    result = Integration.model_validate_json(answer_text(body))
+
+    assert result.sources == ["inv/a.txt", "inv/b.txt", "inv/c.txt"]
+    (conflict,) = result.conflicts
+    assert (conflict.field, conflict.key) == ("total", "INV-1")
+    assert [(v.doc_id, float(v.value)) for v in conflict.values] == [
+        ("inv/a.txt", 100.0),
+        ("inv/b.txt", 120.0),
+    ]
+    assert [v.evidence for v in conflict.values] == ["Total: 100.00", "Total: 120.00"]
+    vendors = [e for e in result.entities if e.type == "vendor"]
+    assert [(e.name, e.doc_ids) for e in vendors] == [("ACME GmbH", ["inv/a.txt", "inv/b.txt"])]
+
+
+def test_integration_reads_records_wrapped_in_document_tags() -> None:
+    docs = "".join(
+        f'<document id="{d}">{json.dumps({"invoice_number": "N-7", "total": t})}</document>\n'
+        for d, t in (("x.txt", 10), ("y.txt", 11))
+    )
+    body = structured(Integration, "")
+    body["messages"] = [{"role": "user", "content": docs}]
+    result = Integration.model_validate_json(answer_text(body))
+    assert [[v.doc_id for v in c.values] for c in result.conflicts] == [["x.txt", "y.txt"]]
+
+
+CODE = """import os
+import subprocess
+
+
+def login(user, password):
+    # TODO: hash this
+    query = "SELECT * FROM users WHERE name = '" + user + "'"
+    try:
+        return eval(query)
+    except:
+        print("failed")
+"""
+
+
+class Finding(BaseModel):
+    file: str
+    line_start: int
+    line_end: int
+    severity: Literal["low", "medium", "high"]
+    category: Literal["security", "bug", "style", "maintainability"]
+    code: str
+    message: str
+
+
+class Review(BaseModel):
+    findings: list[Finding]
+    summary: str
+
+
+def test_code_review_findings_quote_real_lines_with_line_numbers() -> None:
+    review = Review.model_validate_json(answer_text(structured(Review, CODE, doc_id="src/app.py")))
+    lines = CODE.split("\n")
+    assert len(review.findings) >= 5
+    for finding in review.findings:
+        assert finding.file == "src/app.py"
+        assert finding.line_start == finding.line_end
+        assert finding.code == lines[finding.line_start - 1].strip()
+    by_line = {f.line_start: f for f in review.findings}
+    assert by_line[9].code == "return eval(query)" and by_line[9].severity == "high"
+    assert by_line[6].category == "maintainability" and by_line[6].severity == "low"
+    assert 7 in by_line and 10 in by_line and 11 in by_line
+
+
+CONVERSATION: list[dict[str, Any]] = [
+    {"role": "user", "content": "Start the review.\nFACT: budget is 12 USD\nsome chatter"},
+    {"role": "assistant", "content": [{"type": "text", "text": "ok\nINV-104 total 99\nmore chatter"}]},
+    {"role": "user", "content": "DECISION: skip scanned PDFs\nunrelated\nvendor ACME confirmed"},
+]
+
+
+def test_summarize_keeps_exactly_the_requested_lines() -> None:
+    summary = summarize(CONVERSATION, "Be brief.\nKEEP LINES CONTAINING: INV-104 | ACME\n")
+    assert summary.split("\n") == [
+        "Summary of earlier conversation (3 messages):",
+        "FACT: budget is 12 USD",
+        "INV-104 total 99",
+        "DECISION: skip scanned PDFs",
+        "vendor ACME confirmed",
+        "[dropped 5 other lines]",
+    ]
+    assert summarize(CONVERSATION, "KEEP LINES CONTAINING: INV-104 | ACME") == summary.replace(
+        "Be brief.", ""
+    )
+
+
+def test_summarize_without_instructions_keeps_first_lines_and_is_capped() -> None:
+    summary = summarize(CONVERSATION, None)
+    assert "Start the review." in summary and "ok" in summary.split("\n")
+    assert "some chatter" not in summary
+    huge = [{"role": "user", "content": "\n".join(f"FACT: {i} " + "x" * 200 for i in range(2000))}]
+    capped = summarize(huge, None)
+    assert len(capped) <= 41_000 and capped.startswith("Summary of earlier conversation")
+    assert "FACT: 1999 " in capped and "FACT: 0 " not in capped
+
+
+LABELS = ["Invoice number", "Vendor", "Total", "Due date", "Reference", "Customer"]
+VALUE_TEXT = st.text(
+    alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF, blacklist_characters="<>:\r\x85"),
+    min_size=1,
+).filter(lambda s: s.strip() != "")
+
+
+class Loose(BaseModel):
+    invoice_number: Text
+    vendor: Text
+    customer: Text
+    reference_evidence: str | None
+    reference: str | None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(st.tuples(st.sampled_from(LABELS), VALUE_TEXT), max_size=12),
+    noise=st.lists(st.text(max_size=40), max_size=5),
+)
+def test_evidence_is_always_a_substring_of_the_document(
+    rows: list[tuple[str, str]], noise: list[str]
+) -> None:
+    text = "\n".join([*noise, *(f"{label}: {value}" for label, value in rows)])
+    doc_text = read_prompt(structured(Loose, text)).docs[0].text
+    output = Loose.model_validate_json(answer_text(structured(Loose, text)))
+    for quote in strings_under(output.model_dump(), {"evidence", "reference_evidence"}):
+        assert quote in doc_text
+    first = {label: value.strip() for label, value in reversed(rows)}
+    if "Vendor" in first:
+        assert output.vendor.value == first["Vendor"]
+        assert output.vendor.evidence is not None and first["Vendor"] in output.vendor.evidence
+
+
+def test_per_call_time_for_a_5kb_document() -> None:
+    text = (INVOICE * 40)[:5000]
+    body = structured(Invoice, text)
+    runs = 200
+    start = time.perf_counter()
+    for i in range(runs):
+        body["messages"][0]["content"] = f'<document id="d{i}">{text}</document>'
+        respond(body)
+    per_call_ms = (time.perf_counter() - start) / runs * 1000
+    print(f"respond() on a 5 KB invoice: {per_call_ms:.2f} ms per call")
+    assert per_call_ms < 25  # target < 5 ms; loose bound for loaded CI machines
