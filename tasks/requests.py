@@ -70,7 +70,8 @@ def file_params(settings: Any, *, max_tokens: int | None = None) -> dict[str, An
 
 def file_request(recipe: Any, doc: Any, text: str, *, model: str, max_tokens: int) -> dict[str, Any]:
     """Messages `create` params for one document of the per-file pass."""
-    system_text = f"{SYSTEM_RULES}\n\n{recipe.file_prompt}"
+    # The wrapper below is the only document tag in a request: tags the prompt mentions are made inert.
+    system_text = f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}"
     return {
         "model": model,
         "max_tokens": max_tokens,
