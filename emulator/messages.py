@@ -10,43 +10,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from emulator import compaction, tokens
+from emulator import compaction, model, tokens
 from emulator.faults import FaultRule, shape_response
 from emulator.validation import validate_message_body
 
 if TYPE_CHECKING:
     from emulator.state import EmulatorState
-
-
-class _PlaceholderModel:
-    """Stand-in until emulator/model.py lands (removed then)."""
-
-    @staticmethod
-    def respond(body: Mapping[str, Any]) -> dict[str, Any]:
-        fmt = (body.get("output_config") or {}).get("format")
-        choice = body.get("tool_choice") or {}
-        if choice.get("type") == "tool":
-            return {
-                "content": [{"type": "tool_use", "id": "toolu_emu", "name": choice["name"], "input": {}}],
-                "stop_reason": "tool_use",
-            }
-        if fmt:
-            props = fmt["schema"].get("properties", {})
-            value = {k: (0 if v.get("type") == "integer" else "x") for k, v in props.items()}
-            return {"content": [{"type": "text", "text": json.dumps(value)}], "stop_reason": "end_turn"}
-        return {"content": [{"type": "text", "text": "OK. " * 5}], "stop_reason": "end_turn"}
-
-    @staticmethod
-    def summarize(messages: list[Any], instructions: str | None) -> str:
-        return f"Summary of {len(messages)} messages. {instructions or ''}".strip()
-
-
-def _model() -> Any:
-    try:
-        from emulator import model  # type: ignore[attr-defined]
-    except ImportError:
-        return _PlaceholderModel
-    return model
 
 
 @dataclass
@@ -122,7 +91,7 @@ def answer(
     stop_sequence: str | None = None
     iterations: list[dict[str, Any]] | None = None
     if "compaction" in body:
-        content, summary = compaction.compaction_content(secret, body, _model().summarize)
+        content, summary = compaction.compaction_content(secret, body, model.summarize)
         stop_reason = "compaction"
         out_tokens = tokens.text_tokens(summary)
         iterations = [
@@ -144,7 +113,7 @@ def answer(
         }
         input_counted = input_total
     else:
-        result = _model().respond(compaction.expand_for_model(body))
+        result = model.respond(compaction.expand_for_model(body))
         content = [dict(b) for b in result["content"]]
         stop_reason = str(result.get("stop_reason") or "end_turn")
         if shape is not None:

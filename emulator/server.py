@@ -211,6 +211,9 @@ def _model_info(model_id: str) -> dict[str, Any]:
         "id": model_id,
         "display_name": model_id.replace("-", " ").title(),
         "created_at": "2026-01-01T00:00:00Z",
+        "lifecycle": "active",
+        "deprecated_at": None,
+        "retires_at": None,
     }
 
 
