@@ -1,0 +1,493 @@
+"""The per-file pass as Message Batches, with a crash-safe lifecycle and resume (invariant 2).
+
+Per batch, recorded under `runs/<run_id>/batches/` (checkpoints.batches):
+  items + intent (custom_ids, request hash, time, list mark)  -> `create` -> batch id -> poll with
+  backoff -> results streamed and routed by type -> ledger -> record `collected` (+ carry).
+Result types (RESULT_ROUTES): succeeded -> gate -> accept / needs_review / a follow-up request
+(repair with the validation errors, or a larger max_tokens) in a later round (or realtime with
+settings.batch.repairs_realtime); errored invalid_request_error & co -> failed, written to the
+ledger, never resent; errored api/overloaded/rate-limit/timeout, expired, canceled -> resent in a
+later round while settings.batch.resubmit_attempts allows.
+
+Resume = call `run_batches` again with the same run id: collected records give their carry, live
+ones are polled and collected, an intent without a batch id is reconciled first (batch_records),
+keys in the ledger cost no request, and only what is missing is submitted.
+
+Batch results stay downloadable for 29 days, so a crash while ingesting re-downloads them for
+free: no per-document response object is written for batch answers (one ledger put per document);
+only follow-ups keep their request in the record's carry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from enum import StrEnum
+from typing import Any
+
+import anthropic
+
+from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
+from checkpoints.costs import CostEntry
+from docmill.errors import ApiCallError, BatchError, InputError
+from docmill.prices import cost_usd
+from tasks import batch_records as api_records
+from tasks.batch_records import BatchBody, WorkItem, lifecycle, request_line
+from tasks.gate import Action, Verdict, check, decide, next_request
+from tasks.inventory import Document, load_text
+from tasks.outcome import DocOutcome, DocState, add_usage
+from tasks.requests import FILE_PASS, estimate_input_tokens, file_key, file_params, file_request
+from tasks.review import Pass, _from_original, _review_item, _skipped, _write
+
+Progress = Callable[[dict[str, Any]], None]
+COST_GROUP = 5000  # cost entries per cost-ledger object
+RETRYABLE_ERRORS = frozenset({"api_error", "overloaded_error", "rate_limit_error", "timeout_error"})
+
+
+class ResultType(StrEnum):
+    SUCCEEDED = "succeeded"
+    ERRORED = "errored"
+    EXPIRED = "expired"
+    CANCELED = "canceled"
+
+
+class BatchEngine:
+    """One driver of one run's batch pass. Single-threaded; the run's lease keeps it alone."""
+
+    def __init__(
+        self,
+        *,
+        recipe: Any,
+        run_id: str,
+        store: Any,
+        client: anthropic.Anthropic,
+        settings: Any,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        on_progress: Progress | None = None,
+        model_client: Any = None,
+    ) -> None:
+        self.p = Pass(recipe, run_id, store, model_client, settings)
+        self.recipe, self.run_id, self.settings = recipe, run_id, settings
+        self.api = api_records.BatchApi(client, settings, sleep=sleep)
+        self.records = BatchRecords(store, run_id)
+        self.clock, self.sleep = clock, sleep
+        self.on_progress = on_progress or (lambda _e: None)
+        self.model = str(settings.api.model)
+        self.max_tokens = int(settings.api.max_tokens)
+        self.params = file_params(settings)
+        self.pending: dict[str, WorkItem] = {}
+        self.live: dict[int, BatchRecord] = {}
+        self.live_ids: set[str] = set()
+        self.next_n = 1
+        self.round = 1
+        self.duplicates: list[Document] = []
+        self.stats: Counter[str] = Counter()
+
+    # ---- resume ----------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        records = self.records.load_all()
+        owned = {bid for r in records for bid in (*r.batch_ids, *r.canceled_ids)}
+        self.next_n = records[-1].n + 1 if records else 1
+        for rec in records:
+            self.round = max(self.round, rec.round)
+            if self.pending or rec.live or rec.phase is BatchPhase.NOT_CREATED:
+                items = [WorkItem.from_line(d) for d in self.records.items(rec.n)]
+                for item in items:
+                    self.pending.pop(item.custom_id, None)
+            if rec.phase is BatchPhase.INTENT:
+                rec = api_records.reconcile(self.api, self.records, rec, owned)
+                self.on_progress(_event("reconciled", rec))
+            if rec.phase is BatchPhase.NOT_CREATED:
+                self.pending.update((i.custom_id, i) for i in items)
+            elif rec.phase is BatchPhase.COLLECTED:
+                self.pending.update((d["custom_id"], WorkItem.from_line(d)) for d in rec.carry)
+            else:
+                self.live[rec.n] = rec
+                self.live_ids.update(i.custom_id for i in items)
+
+    # ---- submission ------------------------------------------------------------------------
+
+    def _request(
+        self, item: WorkItem, doc: Document | None = None, text: str | None = None
+    ) -> dict[str, Any]:
+        if item.request is not None:
+            return item.request
+        doc = doc or Document.model_validate(item.doc)
+        text = text if text is not None else load_text(doc, self.settings)
+        return file_request(self.recipe, doc, text, model=self.model, max_tokens=item.max_tokens)
+
+    def _add(
+        self, body: BatchBody, item: WorkItem, request: dict[str, Any]
+    ) -> tuple[BatchBody, DocOutcome | None]:
+        line = request_line(item.custom_id, request)
+        if not body.alone_fits(line):
+            why = f"request of {len(line)} bytes is larger than settings.batch.max_bytes"
+            return body, self._fail(item, "input:too_large_for_batch", why, permanent=True)
+        if not body.fits(line):
+            self._submit(body)
+            body = self._body()
+        body.add(item, line)
+        return body, None
+
+    def _body(self) -> BatchBody:
+        return BatchBody(self.settings.batch.max_requests, self.settings.batch.max_bytes)
+
+    def _submit(self, body: BatchBody) -> None:
+        if not body.items:
+            body.close()
+            return
+        n, self.next_n = self.next_n, self.next_n + 1
+        try:
+            rec = api_records.submit(
+                self.api, self.records, body, run_id=self.run_id, n=n, round=self.round, now=self.clock()
+            )
+        finally:
+            body.close()
+        self.stats["batches"] += 1
+        self.on_progress(_event("submitted", rec))
+        if rec.phase is BatchPhase.NOT_CREATED:
+            self.pending.update((i.custom_id, i) for i in body.items)
+            return
+        self.live[n] = rec
+        self.live_ids.update(body.custom_ids)
+
+    def _stream_docs(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
+        body = self._body()
+        for doc in docs:
+            if doc.status != "ok":
+                if doc.duplicate_of:
+                    self.duplicates.append(doc)
+                else:
+                    yield _skipped(doc)
+                continue
+            key = file_key(self.recipe, doc, self.model, self.params)
+            if key in self.live_ids or key in self.pending or key in body.custom_ids:
+                continue
+            stored = self.p.ledger.get(FILE_PASS, key)
+            self.stats["ledger_reads"] += 1
+            if stored is not None:
+                self.pending.pop(key, None)
+                yield self._from_ledger(doc, stored)
+                continue
+            item = WorkItem(custom_id=key, doc=doc.model_dump(mode="json"), max_tokens=self.max_tokens)
+            try:
+                request = self._request(item, doc)
+            except InputError as e:
+                yield self._fail(item, "input:unreadable", e.one_line(), permanent=False)
+                continue
+            body, failed = self._add(body, item, request)
+            if failed is not None:
+                yield failed
+        self._submit(body)
+
+    def _submit_pending(self) -> Iterator[DocOutcome]:
+        self.round += 1
+        body = self._body()
+        items, self.pending = list(self.pending.values()), {}
+        for item in items:
+            try:
+                request = self._request(item)
+            except InputError as e:
+                yield self._fail(item, "input:unreadable", e.one_line(), permanent=False)
+                continue
+            body, failed = self._add(body, item, request)
+            if failed is not None:
+                yield failed
+        self._submit(body)
+
+    # ---- following -------------------------------------------------------------------------
+
+    def _drive(self) -> Iterator[DocOutcome]:
+        interval = self.settings.batch.poll_seconds
+        while self.live or self.pending:
+            if not self.live:
+                yield from self._submit_pending()
+                interval = self.settings.batch.poll_seconds
+                continue
+            ended_any = False
+            for n in sorted(self.live):
+                lifecycle("polling")
+                rec, changed = api_records.poll(self.api, self.records, self.live[n], self.clock())
+                self.live[n] = rec
+                if changed:
+                    self.on_progress(_event("status", rec))
+                if rec.phase is BatchPhase.ENDED:
+                    ended_any = True
+                    yield from self._collect(rec)
+            if self.live and not ended_any:
+                self.sleep(interval)
+                interval = min(interval * 2, self.settings.batch.poll_max_seconds)
+
+    # ---- collection ------------------------------------------------------------------------
+
+    def _collect(self, rec: BatchRecord) -> Iterator[DocOutcome]:
+        items = {d["custom_id"]: WorkItem.from_line(d) for d in self.records.items(rec.n)}
+        done: set[str] = set()
+        retry: dict[str, str] = {}
+        carry: dict[str, WorkItem] = {}
+        costs: list[CostEntry] = []
+        counts: Counter[str] = Counter()
+        notes: list[str] = []
+        for bid in rec.batch_ids:
+            lines = api_records.results(self.api, bid)
+            if lines is None:
+                notes.append(
+                    f"results of {bid} are gone (archived after 29 days); its requests are resubmitted"
+                )
+                continue
+            for line in lines:
+                lifecycle("streaming_results")
+                cid = line.get("custom_id")
+                item = items.get(cid) if isinstance(cid, str) else None
+                if item is None or cid in done or cid in carry:
+                    counts["foreign" if item is None else "duplicate"] += 1
+                    continue
+                result = line.get("result") or {}
+                kind = str(result.get("type"))
+                counts[kind] += 1
+                route = RESULT_ROUTES.get(kind, _route_unknown)
+                outcome, follow, why = route(self, item, result, bid, costs)
+                if outcome is not None:
+                    done.add(item.custom_id)
+                    retry.pop(item.custom_id, None)
+                    yield outcome
+                elif follow is not None:
+                    carry[item.custom_id] = follow
+                    retry.pop(item.custom_id, None)
+                else:
+                    retry[item.custom_id] = why or kind
+        for cid in items:
+            if cid not in done and cid not in carry and cid not in retry:
+                retry[cid] = "no result"
+        for cid, why in retry.items():
+            item = items[cid]
+            item.rounds += 1
+            item.last_error = why
+            if item.rounds >= self.settings.batch.resubmit_attempts:
+                detail = f"no answer after {item.rounds} batch round(s); last: {why}"
+                yield self._fail(item, "batch_rounds_exhausted", detail, permanent=False)
+            else:
+                carry[cid] = item
+        self._record_costs(rec, costs)
+        outcome_counts = dict(counts) | {"carried": len(carry)}
+
+        def collected(r: BatchRecord) -> None:
+            r.phase = BatchPhase.COLLECTED
+            r.collected_at = self.clock()
+            r.carry = [i.to_line() for i in carry.values()]
+            r.outcome_counts = outcome_counts
+            r.notes.extend(notes)
+
+        rec = self.records.update(rec.n, collected)
+        del self.live[rec.n]
+        self.pending.update(carry)
+        self.on_progress(_event("collected", rec))
+
+    def _record_costs(self, rec: BatchRecord, costs: list[CostEntry]) -> None:
+        costs.sort(key=lambda e: (e.key, e.attempt, e.request_id or ""))
+        for i in range(0, len(costs), COST_GROUP):
+            self.p.costs.record(f"batch-{rec.n:05d}-{i // COST_GROUP:04d}", costs[i : i + COST_GROUP])
+
+    # ---- outcomes --------------------------------------------------------------------------
+
+    def _outcome(self, item: WorkItem, state: DocState, **kw: Any) -> DocOutcome:
+        return DocOutcome(
+            doc_id=item.doc_id, key=item.custom_id, pass_name=FILE_PASS, state=state,
+            attempts=item.attempts + item.rounds, model=kw.pop("model", self.model), usage=dict(item.usage),
+            cost_usd=item.cost_usd, request_ids=list(item.request_ids), **kw,
+        )  # fmt: skip
+
+    def _finish(self, item: WorkItem, outcome: DocOutcome, errors: list[str] | None = None) -> DocOutcome:
+        lifecycle("before_ledger_write")
+        outcome = _write(self.p, outcome)
+        self.stats["ledger_writes"] += 1
+        if outcome.state is DocState.NEEDS_REVIEW:
+            doc = Document.model_validate(item.doc)
+            self.p.queue.add(_review_item(self.p, doc, outcome, errors=errors))
+        return outcome
+
+    def _fail(self, item: WorkItem, failure_type: str, error: str, *, permanent: bool) -> DocOutcome:
+        outcome = self._outcome(item, DocState.FAILED, failure_type=failure_type, last_error=error)
+        return self._finish(item, outcome) if permanent else outcome
+
+    def _from_ledger(self, doc: Document, stored: dict[str, Any]) -> DocOutcome:
+        outcome = DocOutcome.from_record(stored, doc_id=doc.doc_id)
+        if outcome.state is DocState.NEEDS_REVIEW:
+            self.p.queue.add(_review_item(self.p, doc, outcome))
+        return outcome
+
+    def _gated(
+        self, item: WorkItem, message: dict[str, Any], model: str
+    ) -> tuple[DocOutcome | None, WorkItem | None]:
+        """Gate one answer: a terminal outcome, or the item with its follow-up request."""
+        doc = Document.model_validate(item.doc)
+        try:
+            text = load_text(doc, self.settings)
+        except InputError as e:
+            return self._fail(item, "input:unreadable", e.one_line(), permanent=False), None
+        while True:
+            verdict = check(self.recipe, text, message)
+            progress = item.progress()
+            progress.note(Action(item.action) if item.action else None, message.get("usage"))
+            item.take_progress(progress)
+            request = self._request(item, doc, text) if not verdict.ok else {}
+            estimate = estimate_input_tokens(request) + len(verdict.raw_text) // 4 if not verdict.ok else 0
+            decision = decide(verdict, progress, self.settings, next_input_tokens=estimate)
+            if decision.action in (Action.ACCEPT, Action.REVIEW):
+                return self._accept_or_review(item, verdict, decision.action, decision.reason, model), None
+            item.request = {**next_request(decision, request, verdict), "model": model}
+            item.action = decision.action.value
+            if not self.settings.batch.repairs_realtime or self.p.client is None:
+                return None, item
+            try:
+                result = self.p.client.call(
+                    item.request, key=item.custom_id, doc_id=item.doc_id, pass_name=FILE_PASS
+                )
+            except ApiCallError as e:
+                outcome = self._outcome(item, DocState.FAILED, failure_type=str(e.fields.get("failure_type")),
+                                        last_error=str(e.fields.get("last_error") or e.message))  # fmt: skip
+                return outcome, None
+            message, model = result.message, result.model
+            add_usage(item.usage, result.usage)
+            item.cost_usd += result.cost_usd
+            if result.request_id:
+                item.request_ids.append(str(result.request_id))
+
+    def _accept_or_review(
+        self, item: WorkItem, verdict: Verdict, action: Action, reason: str | None, model: str
+    ) -> DocOutcome:
+        accepted = action is Action.ACCEPT
+        outcome = self._outcome(
+            item,
+            DocState.SUCCEEDED if accepted else DocState.NEEDS_REVIEW,
+            reason=None if accepted else reason,
+            output=verdict.output,
+            raw_output=None if accepted else verdict.raw_text,
+            flags=verdict.flags,
+            last_error=None if accepted else "; ".join(verdict.errors)[:2000] or None,
+            model=model,
+        )
+        return self._finish(item, outcome, errors=verdict.errors)
+
+    # ---- the run ---------------------------------------------------------------------------
+
+    def run(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
+        self._load()
+        yield from self._stream_docs(docs)
+        yield from self._drive()
+        for doc in self.duplicates:
+            yield _from_original(self.p, doc, file_key(self.recipe, doc, self.model, self.params))
+
+
+# ---- routing by result type ------------------------------------------------------------------
+
+Routed = tuple[DocOutcome | None, WorkItem | None, str | None]
+
+
+def _route_succeeded(
+    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostEntry]
+) -> Routed:
+    message = result.get("message") or {}
+    usage = message.get("usage") or {}
+    model = str(message.get("model") or e.model)
+    add_usage(item.usage, usage)
+    item.cost_usd += cost_usd(model, usage, batch=True)
+    item.request_ids.append(bid)
+    costs.append(
+        CostEntry.from_usage(
+            run_id=e.run_id,
+            pass_name=FILE_PASS,
+            doc_id=item.doc_id,
+            key=item.custom_id,
+            attempt=item.attempts + 1,
+            model=model,
+            usage=usage,
+            request_id=bid,
+            batch=True,
+        )
+    )
+    outcome, follow = e._gated(item, message, model)
+    return outcome, follow, None
+
+
+def _route_errored(
+    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostEntry]
+) -> Routed:
+    error = ((result.get("error") or {}).get("error")) or {}
+    kind = str(error.get("type") or "api_error")
+    text = f"{kind}: {error.get('message') or ''}".strip()
+    if kind in RETRYABLE_ERRORS:
+        return None, None, text
+    return e._fail(item, f"api_error:{kind}", text, permanent=True), None, None
+
+
+def _route_unanswered(
+    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostEntry]
+) -> Routed:
+    return None, None, str(result.get("type"))
+
+
+def _route_unknown(
+    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostEntry]
+) -> Routed:
+    raise BatchError(
+        f"batch {bid} returned an unknown result type {result.get('type')!r} for {item.custom_id}",
+        hint="upgrade docmill; the API has a result type this version does not know",
+    )
+
+
+RESULT_ROUTES: dict[str, Callable[[BatchEngine, WorkItem, dict[str, Any], str, list[CostEntry]], Routed]] = {
+    ResultType.SUCCEEDED: _route_succeeded,
+    ResultType.ERRORED: _route_errored,
+    ResultType.EXPIRED: _route_unanswered,
+    ResultType.CANCELED: _route_unanswered,
+}
+
+
+def _event(kind: str, rec: BatchRecord) -> dict[str, Any]:
+    return {
+        "event": kind, "run_id": rec.run_id, "n": rec.n, "round": rec.round, "phase": rec.phase.value,
+        "batch_ids": list(rec.batch_ids), "status": rec.processing_status, "counts": dict(rec.request_counts),
+        "requests": rec.request_count, "outcomes": dict(rec.outcome_counts), "notes": list(rec.notes),
+    }  # fmt: skip
+
+
+# ---- public entry points ---------------------------------------------------------------------
+
+
+def run_batches(
+    docs: Iterable[Document],
+    *,
+    recipe: Any,
+    run_id: str,
+    store: Any,
+    client: anthropic.Anthropic,
+    settings: Any,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    on_progress: Progress | None = None,
+    model_client: Any = None,
+) -> Iterator[DocOutcome]:
+    """The per-file pass as batches: a generator of one terminal `DocOutcome` per document.
+
+    Nothing happens until it is iterated. Calling it again with the same run id resumes: batches
+    in flight are re-attached, keys in the ledger are skipped, only what is missing is submitted.
+    `model_client` (a tasks.realtime.ModelClient) is used for repairs when
+    settings.batch.repairs_realtime is set.
+    """
+    engine = BatchEngine(
+        recipe=recipe, run_id=run_id, store=store, client=client, settings=settings,
+        clock=clock, sleep=sleep, on_progress=on_progress, model_client=model_client,
+    )  # fmt: skip
+    yield from engine.run(docs)
+
+
+def cancel_batches(
+    run_id: str, store: Any, client: anthropic.Anthropic, settings: Any = None
+) -> dict[str, Any]:
+    """Cancel the run's in-flight batches (reconciling an intent without id first); returns what
+    the API said per batch. The next `run_batches` of the run collects what succeeded."""
+    return api_records.cancel_run(run_id, store, client, settings)

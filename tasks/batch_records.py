@@ -1,0 +1,463 @@
+"""A batch's records: what each of its requests carries (`WorkItem`), the spool that cuts
+requests into batch bodies (`BatchBody`), and the record's lifecycle against the API
+(`submit`: intent -> create -> id; `poll`; `results`; `reconcile` an intent without an id;
+`cancel_run`). Durable state itself lives in checkpoints.batches.
+
+A `WorkItem` is one line of `runs/<run_id>/batches/<n>.items.jsonl.gz`: the custom_id (= the
+document's idempotency key), the document, and, for follow-up rounds, the exact request to send
+(a repair or a larger-max_tokens retry) plus what was tried and spent so far. A first-round item
+stores no request: it is rebuilt from the document, byte for byte, by `tasks.requests.file_request`.
+
+`BatchBody` writes each request as one JSON line to a temporary file as it arrives and streams the
+`{"requests": [...]}` body from that file at `create` time, so a 256 MB batch costs a file, not
+256 MB (times Python's object overhead) of memory. It says when the next request would pass
+`max_requests` or `max_bytes`; the caller then submits and starts a new body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import IO, Any, TypeVar
+
+import anthropic
+from anthropic.types.messages import MessageBatch
+
+from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
+from docmill.errors import BatchError
+from tasks.gate import Progress
+from tasks.retrying import describe, is_retryable, wait_seconds
+
+T = TypeVar("T")
+LIST_PAGE = 20
+COUNT_KINDS = ("processing", "succeeded", "errored", "canceled", "expired")
+
+# Named lifecycle points, in order: before_create, after_create, polling, streaming_results,
+# before_ledger_write. `lifecycle(point)` does nothing unless a test sets HOOK (the crash tests
+# SIGKILL the process there).
+HOOK: Callable[[str], None] | None = None
+
+
+def lifecycle(point: str) -> None:
+    if HOOK is not None:
+        HOOK(point)
+
+
+PREFIX = b'{"requests":['
+SUFFIX = b"]}"
+READ_BLOCK = 1024 * 1024
+
+
+@dataclass
+class WorkItem:
+    """One document's request in a batch round, and everything tried for it so far."""
+
+    custom_id: str
+    doc: dict[str, Any]
+    max_tokens: int
+    request: dict[str, Any] | None = None  # None: the first-round request, rebuilt from `doc`
+    action: str | None = None  # the gate Action that produced `request` (repair, retry_larger)
+    rounds: int = 0  # batch rounds that ended without an answer (errored, expired, canceled)
+    attempts: int = 0  # answered attempts
+    repairs: int = 0
+    repair_tokens: int = 0
+    truncation_retries: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    request_ids: list[str] = field(default_factory=list)
+    last_error: str | None = None
+
+    @property
+    def doc_id(self) -> str:
+        return str(self.doc["doc_id"])
+
+    def progress(self) -> Progress:
+        """The gate's view of what was tried (shared repair policy)."""
+        return Progress(
+            max_tokens=int((self.request or {}).get("max_tokens") or self.max_tokens),
+            attempts=self.attempts,
+            repairs=self.repairs,
+            repair_tokens=self.repair_tokens,
+            truncation_retries=self.truncation_retries,
+        )
+
+    def take_progress(self, progress: Progress) -> None:
+        self.attempts = progress.attempts
+        self.repairs = progress.repairs
+        self.repair_tokens = progress.repair_tokens
+        self.truncation_retries = progress.truncation_retries
+
+    def to_line(self) -> dict[str, Any]:
+        """Compact dict: defaults left out (first-round items are just custom_id, doc, max_tokens)."""
+        out: dict[str, Any] = {}
+        defaults = _DEFAULTS
+        for name, value in asdict(self).items():
+            if name in ("custom_id", "doc", "max_tokens") or value != defaults.get(name):
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_line(cls, data: dict[str, Any]) -> WorkItem:
+        return cls(**data)
+
+
+_DEFAULTS: dict[str, Any] = {
+    "request": None,
+    "action": None,
+    "rounds": 0,
+    "attempts": 0,
+    "repairs": 0,
+    "repair_tokens": 0,
+    "truncation_retries": 0,
+    "usage": {},
+    "cost_usd": 0.0,
+    "request_ids": [],
+    "last_error": None,
+}
+
+
+def request_line(custom_id: str, params: dict[str, Any]) -> bytes:
+    """One request of a batch body, as compact JSON."""
+    return json.dumps(
+        {"custom_id": custom_id, "params": params}, ensure_ascii=False, separators=(",", ":")
+    ).encode()
+
+
+class BatchBody:
+    """Requests of one batch spooled to a temp file; the items kept (they are small)."""
+
+    def __init__(self, max_requests: int, max_bytes: int) -> None:
+        self.max_requests = max_requests
+        self.max_bytes = max_bytes
+        self.items: list[WorkItem] = []
+        self.custom_ids: set[str] = set()
+        self.size = len(PREFIX) + len(SUFFIX)
+        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="docmill-batch-")  # noqa: SIM115 (closed by close())
+        self._hash = hashlib.sha256(PREFIX)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def fits(self, line: bytes) -> bool:
+        """Would one more request of this size stay within both limits?"""
+        extra = len(line) + (1 if self.items else 0)
+        return len(self.items) < self.max_requests and self.size + extra <= self.max_bytes
+
+    def alone_fits(self, line: bytes) -> bool:
+        """Could this request go in a batch at all?"""
+        return len(PREFIX) + len(SUFFIX) + len(line) <= self.max_bytes
+
+    def add(self, item: WorkItem, line: bytes) -> None:
+        chunk = (b"," + line) if self.items else line
+        self._file.write(chunk)
+        self._hash.update(chunk)
+        self.size += len(chunk)
+        self.items.append(item)
+        self.custom_ids.add(item.custom_id)
+
+    def sha256(self) -> str:
+        h = self._hash.copy()
+        h.update(SUFFIX)
+        return h.hexdigest()
+
+    def chunks(self) -> Iterator[bytes]:
+        """The whole `create` body, streamed from the spool (a fresh iterator each call)."""
+        self._file.flush()
+        self._file.seek(0)
+        yield PREFIX
+        while True:
+            block = self._file.read(READ_BLOCK)
+            if not block:
+                break
+            yield block
+        yield SUFFIX
+
+    def close(self) -> None:
+        self._file.close()
+
+
+# ---- the record's lifecycle against the API ------------------------------------------------------
+
+
+class BatchApi:
+    """The batch endpoints with one retry layer for reads and cancels (SDK retries off).
+
+    `create` is never blindly re-sent: after an answer that may hide a created batch, the intent
+    is reconciled by listing first (invariant 2)."""
+
+    def __init__(self, client: anthropic.Anthropic, settings: Any, *, sleep: Callable[[float], None]) -> None:
+        self.client = client.with_options(max_retries=0)
+        self.settings = settings
+        self.sleep = sleep
+        self.attempts = int(settings.api.max_attempts)
+        self.cap = float(settings.api.backoff_max_seconds)
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        for n in range(1, self.attempts + 1):
+            try:
+                return fn(*args, **kw)
+            except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+                if not is_retryable(e) or n == self.attempts:
+                    raise BatchError(
+                        f"{what} failed after {n} attempt(s): {describe(e)}",
+                        hint="check the API key and network; `docmill resume RUN_ID` picks the run up again",
+                    ) from e
+                self.sleep(wait_seconds(e, n, self.cap))
+        raise AssertionError("unreachable")
+
+    def create(self, body: BatchBody) -> MessageBatch:
+        headers = {"Content-Type": "application/json"}
+        return self.client.post(
+            "/v1/messages/batches", cast_to=MessageBatch, content=body.chunks(), options={"headers": headers}
+        )
+
+    def retrieve(self, batch_id: str) -> MessageBatch:
+        return self.call(f"retrieve {batch_id}", self.client.messages.batches.retrieve, batch_id)
+
+    def cancel(self, batch_id: str) -> MessageBatch | None:
+        """Cancel; None when it had already ended (nothing left to cancel)."""
+        try:
+            return self.call(f"cancel {batch_id}", self.client.messages.batches.cancel, batch_id)
+        except BatchError as e:
+            cause = e.__cause__
+            if isinstance(cause, anthropic.BadRequestError):
+                return None
+            raise
+
+    def newest_id(self) -> str | None:
+        page = self.call("list batches", self.client.messages.batches.list, limit=1)
+        return page.data[0].id if page.data else None
+
+    def newest_first(self) -> Iterator[MessageBatch]:
+        after: str | None = None
+        while True:
+            kw: dict[str, Any] = {"limit": LIST_PAGE}
+            if after:
+                kw["after_id"] = after
+            page = self.call("list batches", self.client.messages.batches.list, **kw)
+            yield from page.data
+            if not page.has_more or not page.data:
+                return
+            after = page.data[-1].id
+
+
+def counts_of(batch: MessageBatch) -> dict[str, int]:
+    c = batch.request_counts
+    return {k: int(getattr(c, k, 0) or 0) for k in COUNT_KINDS}
+
+
+def submit(
+    api: BatchApi, records: BatchRecords, body: BatchBody, *, run_id: str, n: int, round: int, now: float
+) -> BatchRecord:
+    """Items, then the intent, then `create`, then the batch id. Returns the record: SUBMITTED, or
+    NOT_CREATED when the API refused or never created the batch (the caller resends its items)."""
+    records.write_items(n, (i.to_line() for i in body.items))
+    rec = BatchRecord(
+        run_id=run_id, n=n, round=round, request_count=len(body), request_bytes=body.size,
+        request_sha256=body.sha256(), intent_at=now, list_mark=api.newest_id(),
+    )  # fmt: skip
+    records.create(rec)
+    for attempt in range(1, api.attempts + 1):
+        lifecycle("before_create")
+        try:
+            batch = api.create(body)
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            if not is_retryable(e):
+                why = f"create refused: {describe(e)}"
+                records.update(n, partial(_not_created, why=why))
+                raise BatchError(
+                    f"batch {n} of run {run_id} was refused: {describe(e)}",
+                    hint="lower settings.batch.max_requests / max_bytes, or fix the request it names",
+                ) from e
+            api.sleep(wait_seconds(e, attempt, api.cap))
+            found = find_candidates(api, rec, set())
+            if found:  # the failed-looking create did create it
+                return _adopt(api, records, rec, found, cancel=False, why="create answered with an error")
+            continue
+        lifecycle("after_create")
+        created = [batch]
+        return records.update(n, partial(_submitted, batches=created, now=now))
+    return records.update(n, lambda r: _not_created(r, f"create kept failing ({api.attempts} attempts)"))
+
+
+def _submitted(r: BatchRecord, batches: list[MessageBatch], now: float) -> None:
+    r.batch_ids = [b.id for b in batches]
+    r.phase = BatchPhase.SUBMITTED
+    r.submitted_at = now
+    r.processing_status = batches[0].processing_status
+    r.request_counts = dict(sum((Counter(counts_of(b)) for b in batches), Counter()))
+
+
+def _not_created(r: BatchRecord, why: str) -> None:
+    r.phase = BatchPhase.NOT_CREATED
+    r.notes.append(why)
+
+
+def find_candidates(api: BatchApi, rec: BatchRecord, owned: set[str]) -> list[MessageBatch]:
+    """Batches listed after the intent's mark (newer than it), with its request count, not owned by
+    another record of the run: the batches its `create` may have made."""
+    out = []
+    for b in api.newest_first():
+        if rec.list_mark is not None and b.id == rec.list_mark:
+            break
+        if b.id in owned:
+            continue
+        if sum(counts_of(b).values()) == rec.request_count:
+            out.append(b)
+    return out
+
+
+def _adopt(
+    api: BatchApi,
+    records: BatchRecords,
+    rec: BatchRecord,
+    found: list[MessageBatch],
+    *,
+    cancel: bool,
+    why: str,
+) -> BatchRecord:
+    canceled = []
+    if cancel:
+        for b in found:
+            if b.processing_status != "ended" and api.cancel(b.id) is not None:
+                canceled.append(b.id)
+    note = f"{why}: adopted {', '.join(b.id for b in found)}" + (
+        f"; canceled {', '.join(canceled)}" if canceled else ""
+    )
+
+    def fn(r: BatchRecord) -> None:
+        _submitted(r, found, r.intent_at)
+        r.canceled_ids.extend(canceled)
+        r.notes.append(note + "; results checked by custom_id when they end")
+
+    return records.update(rec.n, fn)
+
+
+def reconcile(api: BatchApi, records: BatchRecords, rec: BatchRecord, owned: set[str]) -> BatchRecord:
+    """An intent without a batch id (a crash around `create`): list the batches made after its
+    mark, cancel the matching ones and adopt them (their results are matched by custom_id when they
+    end), or record that none was created so its requests are resent."""
+    found = find_candidates(api, rec, owned)
+    if not found:
+        mark = rec.list_mark or "the first batch"
+        return records.update(
+            rec.n, lambda r: _not_created(r, f"no batch was created after {mark}; requests resent")
+        )
+    owned.update(b.id for b in found)
+    return _adopt(api, records, rec, found, cancel=True, why="intent without batch id reconciled")
+
+
+def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> tuple[BatchRecord, bool]:
+    """Retrieve the record's batches; write status and counts when they change. Past
+    settings.batch.max_wait_seconds the batches are canceled (what ran is kept)."""
+    batches = [api.retrieve(bid) for bid in rec.batch_ids]
+    ended = all(b.processing_status == "ended" for b in batches)
+    status = (
+        "ended"
+        if ended
+        else ("canceling" if any(b.processing_status == "canceling" for b in batches) else "in_progress")
+    )
+    counts = dict(sum((Counter(counts_of(b)) for b in batches), Counter()))
+    overdue = (
+        not ended
+        and not rec.canceled_ids
+        and now - (rec.submitted_at or rec.intent_at) > api.settings.batch.max_wait_seconds
+    )
+    canceled = [
+        b.id for b in batches if overdue and b.processing_status == "in_progress" and api.cancel(b.id)
+    ]
+    if status == rec.processing_status and counts == rec.request_counts and not canceled and not ended:
+        return rec, False
+
+    def fn(r: BatchRecord) -> None:
+        r.processing_status, r.request_counts = status, counts
+        if canceled:
+            r.canceled_ids.extend(canceled)
+            r.notes.append(f"followed longer than max_wait_seconds; canceled {', '.join(canceled)}")
+        if ended and r.phase is BatchPhase.SUBMITTED:
+            r.phase, r.ended_at = BatchPhase.ENDED, now
+
+    return records.update(rec.n, fn), True
+
+
+def results(api: BatchApi, batch_id: str) -> Iterator[dict[str, Any]] | None:
+    """The result lines of an ended batch as dicts, or None when its results are gone (archived).
+    A stream broken by a transient fault is fetched again from the start (callers skip repeats)."""
+    if api.retrieve(batch_id).archived_at is not None:
+        return None
+    try:
+        first = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
+    except BatchError as e:
+        if isinstance(e.__cause__, anthropic.NotFoundError):
+            return None
+        raise
+    return _lines(api, batch_id, first)
+
+
+def _lines(api: BatchApi, batch_id: str, decoder: Any) -> Iterator[dict[str, Any]]:
+    for attempt in range(1, api.attempts + 1):
+        try:
+            for raw in decoder.http_response.iter_lines():
+                if raw.strip():
+                    yield json.loads(raw)
+            return
+        except (anthropic.APIConnectionError, OSError, ValueError) as e:
+            if attempt == api.attempts:
+                raise BatchError(
+                    f"results of {batch_id} kept breaking off: {e}", hint="resume the run"
+                ) from e
+            api.sleep(wait_seconds(e, attempt, api.cap))
+            decoder = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
+        except Exception as e:
+            if type(e).__module__.startswith("httpx") and attempt < api.attempts:
+                api.sleep(wait_seconds(e, attempt, api.cap))
+                decoder = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
+                continue
+            raise
+        finally:
+            decoder.close()
+
+
+def cancel_run(run_id: str, store: Any, client: anthropic.Anthropic, settings: Any = None) -> dict[str, Any]:
+    """Cancel every in-flight batch of a run (reconciling an intent without id first)."""
+    if settings is None:
+        from docmill.settings import get_settings
+
+        settings = get_settings()
+    api = BatchApi(client, settings, sleep=time.sleep)
+    records = BatchRecords(store, run_id)
+    all_records = records.load_all()
+    owned = {bid for r in all_records for bid in r.batch_ids}
+    out: dict[str, Any] = {"run_id": run_id, "batches": []}
+    for rec in all_records:
+        if rec.phase is BatchPhase.INTENT:
+            rec = reconcile(api, records, rec, owned)
+        if rec.phase not in (BatchPhase.SUBMITTED, BatchPhase.ENDED):
+            continue
+        seen = [api.cancel(bid) or api.retrieve(bid) for bid in rec.batch_ids]
+        asked = [b.id for b in seen if b.cancel_initiated_at is not None and b.id not in rec.canceled_ids]
+
+        def fn(r: BatchRecord, seen: list[MessageBatch] = seen, asked: list[str] = asked) -> None:
+            r.canceled_ids.extend(asked)
+            r.processing_status = (
+                "ended" if all(b.processing_status == "ended" for b in seen) else "canceling"
+            )
+            r.request_counts = dict(sum((Counter(counts_of(b)) for b in seen), Counter()))
+            r.notes.append("cancel requested by docmill cancel" if asked else "cancel: already ended")
+
+        rec = records.update(rec.n, fn)
+        out["batches"].append(
+            {
+                "n": rec.n,
+                "batch_ids": rec.batch_ids,
+                "status": rec.processing_status,
+                "counts": rec.request_counts,
+            }
+        )
+    return out
