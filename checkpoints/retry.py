@@ -1,6 +1,6 @@
 """The one retry layer for transient object-store faults.
 
-botocore's own retries are switched off (`max_attempts=1`) so this tenacity policy is the only
+botocore's own retries are switched off (`total_max_attempts=1`) so this tenacity policy is the only
 place a store call is repeated. `is_transient` is the one function that decides what may be
 retried: 5xx, throttling (503 SlowDown & co), connection errors, read/connect timeouts.
 Never a 4xx (bad request, access denied, not found) and never 412 (a lost precondition).

@@ -64,7 +64,7 @@ class S3Store(ObjectStore):
             endpoint_url=self.endpoint_url,
             region_name=session.region_name or "us-east-1",
             config=Config(
-                retries={"max_attempts": 1, "mode": "standard"},  # tenacity is the one retry layer
+                retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity: the one retry layer
                 connect_timeout=10,
                 read_timeout=60,
                 max_pool_connections=64,

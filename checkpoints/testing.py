@@ -81,7 +81,9 @@ class SeaweedServer:
             region_name="us-east-1",
             aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            config=Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}, connect_timeout=2),
+            config=Config(
+                retries={"total_max_attempts": 1}, s3={"addressing_style": "path"}, connect_timeout=2
+            ),
         )
 
     def start(self) -> SeaweedServer:
@@ -159,9 +161,9 @@ class SeaweedServer:
     def stop(self, *, remove: bool = True) -> None:
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
-            proc.terminate()
+            proc.terminate()  # weed takes 10-25 s to shut down cleanly; its data is throwaway
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)

@@ -8,11 +8,6 @@ from checkpoints.store import ObjectStore, open_store
 from docmill.errors import NotFound, PreconditionFailed, UnsafeKey
 
 
-@pytest.fixture
-def store(store_uri: str) -> ObjectStore:
-    return open_store(store_uri)
-
-
 def test_put_get_roundtrip_and_etag(store: ObjectStore) -> None:
     etag = store.put("a/b/c.json", b"hello")
     data, etag2 = store.get_with_etag("a/b/c.json")

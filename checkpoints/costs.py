@@ -1,0 +1,129 @@
+"""What every attempt cost: `runs/<run_id>/costs/<group_id>.json`, a JSON list of entries.
+
+A group (one chunk, one call, one batch collection) is written once (put-if-absent), so a resumed
+step that records the same group again does not count twice. USD comes from
+`docmill.prices.cost_usd`, the same function the emulator bills with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from checkpoints.keys import safe_segment
+from checkpoints.store import ObjectStore
+from docmill.prices import cost_usd
+
+TOKEN_KINDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "compaction_input_tokens",
+    "compaction_output_tokens",
+)
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+class CostEntry(BaseModel):
+    run_id: str
+    pass_name: str
+    doc_id: str
+    key: str
+    attempt: int = 0
+    model: str
+    request_id: str | None = None
+    batch: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    compaction_input_tokens: int = 0
+    compaction_output_tokens: int = 0
+    usd: float = 0.0
+
+    @classmethod
+    def from_usage(
+        cls,
+        *,
+        run_id: str,
+        pass_name: str,
+        doc_id: str,
+        key: str,
+        attempt: int,
+        model: str,
+        usage: Mapping[str, Any] | Any,
+        request_id: str | None = None,
+        batch: bool = False,
+    ) -> CostEntry:
+        """An entry from an API `usage` (object or dict), compaction iterations included."""
+        comp_in = comp_out = 0
+        for it in _field(usage, "iterations") or []:
+            if _field(it, "type") == "compaction":
+                comp_in += int(_field(it, "input_tokens") or 0)
+                comp_out += int(_field(it, "output_tokens") or 0)
+        return cls(
+            run_id=run_id,
+            pass_name=pass_name,
+            doc_id=doc_id,
+            key=key,
+            attempt=attempt,
+            model=model,
+            request_id=request_id,
+            batch=batch,
+            input_tokens=int(_field(usage, "input_tokens") or 0),
+            output_tokens=int(_field(usage, "output_tokens") or 0),
+            cache_creation_input_tokens=int(_field(usage, "cache_creation_input_tokens") or 0),
+            cache_read_input_tokens=int(_field(usage, "cache_read_input_tokens") or 0),
+            compaction_input_tokens=comp_in,
+            compaction_output_tokens=comp_out,
+            usd=cost_usd(model, usage, batch=batch),
+        )
+
+
+class CostLedger:
+    def __init__(self, store: ObjectStore, run_id: str) -> None:
+        self.store = store
+        self.run_id = safe_segment(run_id)
+        self.prefix = f"runs/{self.run_id}/costs/"
+
+    def record(self, group_id: str, entries: list[CostEntry]) -> bool:
+        """Write a group once; False if that group was already recorded (it is not counted twice)."""
+        key = f"{self.prefix}{safe_segment(group_id)}.json"
+        return self.store.put_json(key, [e.model_dump(mode="json") for e in entries], if_absent=True)
+
+    def entries(self) -> Iterator[CostEntry]:
+        for key in self.store.list(self.prefix):
+            if key.endswith(".json"):
+                for item in self.store.get_json_or_none(key) or []:
+                    yield CostEntry.model_validate(item)
+
+    def totals(self) -> dict[str, Any]:
+        """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries"} over every recorded entry."""
+        usd = 0.0
+        by_pass: dict[str, float] = {}
+        by_model: dict[str, float] = {}
+        by_doc: dict[str, float] = {}
+        tokens = dict.fromkeys(TOKEN_KINDS, 0)
+        count = 0
+        for e in self.entries():
+            count += 1
+            usd += e.usd
+            by_pass[e.pass_name] = by_pass.get(e.pass_name, 0.0) + e.usd
+            by_model[e.model] = by_model.get(e.model, 0.0) + e.usd
+            by_doc[e.doc_id] = by_doc.get(e.doc_id, 0.0) + e.usd
+            for kind in TOKEN_KINDS:
+                tokens[kind] += getattr(e, kind)
+        return {
+            "usd": usd,
+            "by_pass": by_pass,
+            "by_model": by_model,
+            "by_doc": by_doc,
+            "tokens": tokens,
+            "entries": count,
+        }

@@ -1,0 +1,138 @@
+"""One driver per run: `runs/<run_id>/lease.json` = {holder, expires_at}.
+
+acquire: put-if-absent, or compare-and-swap over an expired lease (or one we already hold).
+renew: compare-and-swap while we still hold it. release: delete only if we hold it.
+A second process is refused with `LeaseHeld` naming the holder and the expiry.
+The clock is injectable so tests can move time without sleeping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from checkpoints.keys import safe_segment
+from checkpoints.store import ObjectStore, dumps_json, loads_json
+from docmill.errors import LeaseHeld, NotFound, PreconditionFailed
+
+MAX_ATTEMPTS = 10
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+class Lease:
+    def __init__(
+        self,
+        store: ObjectStore,
+        run_id: str,
+        holder: str,
+        ttl_seconds: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if ttl_seconds <= 0:
+            raise ValueError("ttl_seconds must be positive")
+        self.store = store
+        self.run_id = safe_segment(run_id)
+        self.holder = holder
+        self.ttl = float(ttl_seconds)
+        self.clock = clock
+        self.key = f"runs/{self.run_id}/lease.json"
+        self.expires_at: float | None = None
+
+    def _record(self) -> dict[str, Any]:
+        now = self.clock()
+        return {"holder": self.holder, "acquired_at": now, "expires_at": now + self.ttl}
+
+    def _read(self) -> tuple[dict[str, Any], str] | None:
+        try:
+            data, etag = self.store.get_with_etag(self.key)
+        except NotFound:
+            return None
+        return loads_json(data), etag
+
+    def _held(self, current: dict[str, Any]) -> LeaseHeld:
+        until = float(current.get("expires_at", 0))
+        left = max(0.0, until - self.clock())
+        return LeaseHeld(
+            f"run {self.run_id} is driven by {current.get('holder')!r} until {_iso(until)} "
+            f"({left:.0f}s from now)",
+            hint="wait for that process to finish or its lease to expire (an expired lease is "
+            "taken over automatically), or stop that process",
+            run_id=self.run_id,
+            holder=current.get("holder"),
+            expires_at=until,
+        )
+
+    def acquire(self) -> Lease:
+        """Take the lease or raise `LeaseHeld`."""
+        for _ in range(MAX_ATTEMPTS):
+            record = self._record()
+            if self.store.put_if_absent(self.key, dumps_json(record)):
+                self.expires_at = record["expires_at"]
+                return self
+            found = self._read()
+            if found is None:
+                continue  # released meanwhile: try put-if-absent again
+            current, etag = found
+            mine = current.get("holder") == self.holder
+            if not mine and float(current.get("expires_at", 0)) > self.clock():
+                raise self._held(current)
+            try:
+                self.store.put_if_match(self.key, dumps_json(record), etag)
+            except PreconditionFailed:
+                continue  # someone else moved first: look again
+            self.expires_at = record["expires_at"]
+            return self
+        found = self._read()
+        raise self._held(found[0] if found else {"holder": "unknown", "expires_at": 0})
+
+    def renew(self) -> None:
+        """Extend our lease by ttl; `LeaseHeld` if it was taken over meanwhile."""
+        for _ in range(MAX_ATTEMPTS):
+            found = self._read()
+            if found is None or found[0].get("holder") != self.holder:
+                current = found[0] if found else {"holder": None, "expires_at": 0}
+                raise LeaseHeld(
+                    f"lost the lease of run {self.run_id}: now held by {current.get('holder')!r}",
+                    hint="another process took over after our lease expired; stop this one",
+                    run_id=self.run_id,
+                    holder=current.get("holder"),
+                )
+            record = self._record()
+            try:
+                self.store.put_if_match(self.key, dumps_json(record), found[1])
+            except PreconditionFailed:
+                continue
+            self.expires_at = record["expires_at"]
+            return
+        raise LeaseHeld(f"could not renew the lease of run {self.run_id}", run_id=self.run_id)
+
+    def release(self) -> None:
+        """Give the lease up if we hold it (a lease someone else holds is left alone)."""
+        found = self._read()
+        if found is None or found[0].get("holder") != self.holder:
+            return
+        current, etag = found
+        if float(current.get("expires_at", 0)) > self.clock():
+            self.store.delete(self.key)  # unexpired and ours: nobody else can have it
+        else:
+            # Expired: another process may be taking it over right now, so only a CAS is safe.
+            released = {"holder": self.holder, "acquired_at": current.get("acquired_at"), "expires_at": 0}
+            try:
+                self.store.put_if_match(self.key, dumps_json(released), etag)
+            except PreconditionFailed:
+                pass
+        self.expires_at = None
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()

@@ -1,0 +1,86 @@
+"""Written-once results and the raw response log.
+
+- `ResultsLedger`: `results/<pass>/<key>.json`, put-if-absent. A key with a result is never sent
+  to the API again; a second writer of the same key gets the first writer's record back.
+- `ResponseLog`: `responses/<pass>/<key>/<attempt>.json`, each raw API response persisted the
+  moment it arrives, before anything else happens (invariant 3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checkpoints.keys import safe_segment
+from checkpoints.store import ObjectStore
+from docmill.errors import NotFound, StoreError
+
+ATTEMPT_DIGITS = 6
+MAX_ATTEMPT_PROBES = 1000
+
+
+class ResultsLedger:
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    @staticmethod
+    def path(pass_name: str, key: str) -> str:
+        return f"results/{safe_segment(pass_name)}/{safe_segment(key)}.json"
+
+    def get(self, pass_name: str, key: str) -> dict[str, Any] | None:
+        record = self.store.get_json_or_none(self.path(pass_name, key))
+        return record if isinstance(record, dict) else None
+
+    def has(self, pass_name: str, key: str) -> bool:
+        return self.store.exists(self.path(pass_name, key))
+
+    def put(self, pass_name: str, key: str, record: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Write once. Returns (record in the store, written): the loser of a race gets the winner's."""
+        path = self.path(pass_name, key)
+        if self.store.put_json(path, record, if_absent=True):
+            return record, True
+        try:
+            stored = self.store.get_json(path)
+        except NotFound as e:  # only if someone deleted it in between: results are immutable
+            raise StoreError(f"result {path} vanished right after a conflicting write", key=path) from e
+        return stored, False
+
+
+class ResponseLog:
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    @staticmethod
+    def prefix(pass_name: str, key: str) -> str:
+        return f"responses/{safe_segment(pass_name)}/{safe_segment(key)}/"
+
+    def path(self, pass_name: str, key: str, attempt: int) -> str:
+        if attempt < 0:
+            raise ValueError("attempt must be >= 0")
+        return f"{self.prefix(pass_name, key)}{attempt:0{ATTEMPT_DIGITS}d}.json"
+
+    def put(self, pass_name: str, key: str, attempt: int, response: dict[str, Any]) -> int:
+        """Persist a response under `attempt`; never overwrites one already there (it was billed):
+        if that attempt number is taken (a resumed run re-counting), the next free number is used.
+        Returns the attempt number written."""
+        for n in range(attempt, attempt + MAX_ATTEMPT_PROBES):
+            if self.store.put_json(self.path(pass_name, key, n), response, if_absent=True):
+                return n
+        raise StoreError(f"no free attempt slot for {pass_name}/{key} near {attempt}", key=key)
+
+    def get(self, pass_name: str, key: str, attempt: int) -> dict[str, Any] | None:
+        data = self.store.get_json_or_none(self.path(pass_name, key, attempt))
+        return data if isinstance(data, dict) else None
+
+    def attempts(self, pass_name: str, key: str) -> list[int]:
+        prefix = self.prefix(pass_name, key)
+        out = []
+        for k in self.store.list(prefix):
+            name = k[len(prefix) :]
+            if name.endswith(".json") and name[:-5].isdigit():
+                out.append(int(name[:-5]))
+        return sorted(out)
+
+    def latest(self, pass_name: str, key: str) -> dict[str, Any] | None:
+        """The response of the highest attempt, or None."""
+        attempts = self.attempts(pass_name, key)
+        return self.get(pass_name, key, attempts[-1]) if attempts else None

@@ -1,0 +1,151 @@
+"""The run manifest: `runs/<run_id>/manifest.json`, the truth about a run.
+
+Written once by `create` (put-if-absent) and afterwards only by compare-and-swap (`update`):
+read with ETag, apply a function, put-if-match, and on a lost race read again and re-apply.
+The config snapshot goes through `redact` so no secret lands in the store.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from checkpoints.keys import safe_segment
+from checkpoints.store import ObjectStore, dumps_json, loads_json
+from docmill.errors import AlreadyExists, NotFound, PreconditionFailed
+
+MAX_CAS_ATTEMPTS = 32
+SECRET_MARKERS = ("key", "secret", "token", "password", "credential")
+REDACTED = "***"
+
+
+class Phase(StrEnum):
+    CREATED = "created"
+    INVENTORY = "inventory"
+    PER_FILE = "per_file"
+    INTEGRATION = "integration"
+    REPORT = "report"
+    DONE = "done"
+    FAILED = "failed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    CANCELED = "canceled"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunManifest(BaseModel):
+    run_id: str
+    created_at: datetime = Field(default_factory=_now)
+    updated_at: datetime = Field(default_factory=_now)
+    source: str = ""
+    recipe: str = ""
+    recipe_version: str = ""
+    mode: Literal["realtime", "batch"] = "realtime"
+    phase: Phase = Phase.CREATED
+    config: dict[str, Any] = Field(default_factory=dict)
+    counts: dict[str, int] = Field(default_factory=dict)
+    batches: list[dict[str, Any]] = Field(default_factory=list)
+    cost_usd: float = 0.0
+    budget_usd: float | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+def redact(config: Any) -> Any:
+    """A copy of `config` with every value whose key mentions key/secret/token/password/credential
+    dropped (recursively through dicts and lists)."""
+    if isinstance(config, dict):
+        return {
+            k: redact(v)
+            for k, v in config.items()
+            if not any(marker in str(k).lower() for marker in SECRET_MARKERS)
+        }
+    if isinstance(config, list):
+        return [redact(v) for v in config]
+    return config
+
+
+def manifest_key(run_id: str) -> str:
+    return f"runs/{safe_segment(run_id)}/manifest.json"
+
+
+class ManifestStore:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.sleep = sleep
+
+    def _stamp(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    def _encode(self, m: RunManifest) -> bytes:
+        return dumps_json(m.model_dump(mode="json"))
+
+    def create(self, m: RunManifest) -> RunManifest:
+        """Write a new run's manifest; `AlreadyExists` if that run id is taken."""
+        m = m.model_copy(update={"config": redact(m.config)})
+        if not self.store.put_if_absent(manifest_key(m.run_id), self._encode(m)):
+            raise AlreadyExists(
+                f"run {m.run_id!r} already exists",
+                hint="resume it (docmill resume RUN_ID) or pick another run id",
+                run_id=m.run_id,
+            )
+        return m
+
+    def load_with_etag(self, run_id: str) -> tuple[RunManifest, str]:
+        try:
+            data, etag = self.store.get_with_etag(manifest_key(run_id))
+        except NotFound as e:
+            raise NotFound(
+                f"no run {run_id!r} in {self.store.uri}",
+                hint="list runs with `docmill runs`; check DOCMILL_STORE",
+                run_id=run_id,
+            ) from e
+        return RunManifest.model_validate(loads_json(data)), etag
+
+    def load(self, run_id: str) -> RunManifest:
+        return self.load_with_etag(run_id)[0]
+
+    def update(self, run_id: str, fn: Callable[[RunManifest], RunManifest | None]) -> RunManifest:
+        """Apply `fn` by compare-and-swap; on a conflict read again and re-apply (bounded).
+
+        `fn` may mutate its argument and return None, or return a new manifest. It may run more
+        than once, so it must only depend on the manifest it is given.
+        """
+        for attempt in range(MAX_CAS_ATTEMPTS):
+            current, etag = self.load_with_etag(run_id)
+            result = fn(current)
+            new = current if result is None else result
+            new = new.model_copy(update={"updated_at": self._stamp(), "config": redact(new.config)})
+            try:
+                self.store.put_if_match(manifest_key(run_id), self._encode(new), etag)
+                return new
+            except PreconditionFailed:
+                self.sleep(random.uniform(0, min(0.005 * (attempt + 1), 0.1)))
+        raise PreconditionFailed(
+            f"manifest of run {run_id!r} kept changing: {MAX_CAS_ATTEMPTS} compare-and-swap attempts lost",
+            hint="another process is updating this run; check its lease (only one driver per run)",
+            run_id=run_id,
+            attempts=MAX_CAS_ATTEMPTS,
+        )
+
+    def list_runs(self) -> Iterator[str]:
+        """Run ids that have a manifest, sorted."""
+        for child in self.store.list_children("runs/"):
+            if child.endswith("/"):
+                run_id = child[:-1]
+                if self.store.exists(manifest_key(run_id)):
+                    yield run_id

@@ -1,0 +1,89 @@
+"""Notes and archives of long tasks.
+
+- `Scratchpad`: `runs/<run_id>/scratch/<task>.md`, a text file a task appends to or replaces;
+  exact facts live here, outside any summarized history. Appends are compare-and-swap, so two
+  writers never lose each other's lines.
+- `HistoryArchive`: `runs/<run_id>/history/<task>/<seq>.json.gz`, the full message history saved
+  (gzip JSON, write-once, sequence-numbered) before each compaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checkpoints.keys import safe_segment
+from checkpoints.store import ObjectStore, gunzip_json, gzip_json
+from docmill.errors import NotFound, PreconditionFailed, StoreError
+
+MAX_CAS_ATTEMPTS = 32
+SEQ_DIGITS = 6
+SUFFIX = ".json.gz"
+
+
+class Scratchpad:
+    def __init__(self, store: ObjectStore, run_id: str, task: str) -> None:
+        self.store = store
+        self.key = f"runs/{safe_segment(run_id)}/scratch/{safe_segment(task)}.md"
+
+    def read(self) -> str:
+        """The notes so far ("" when none)."""
+        try:
+            return self.store.get(self.key).decode("utf-8")
+        except NotFound:
+            return ""
+
+    def replace(self, text: str) -> None:
+        self.store.put(self.key, text.encode("utf-8"))
+
+    def append(self, text: str) -> str:
+        """Add text (a newline is put between notes); returns the whole pad."""
+        for _ in range(MAX_CAS_ATTEMPTS):
+            try:
+                data, etag = self.store.get_with_etag(self.key)
+            except NotFound:
+                if self.store.put_if_absent(self.key, text.encode("utf-8")):
+                    return text
+                continue
+            old = data.decode("utf-8")
+            new = f"{old}\n{text}" if old and not old.endswith("\n") else old + text
+            try:
+                self.store.put_if_match(self.key, new.encode("utf-8"), etag)
+                return new
+            except PreconditionFailed:
+                continue
+        raise PreconditionFailed(f"scratchpad {self.key} kept changing", key=self.key)
+
+
+class HistoryArchive:
+    def __init__(self, store: ObjectStore, run_id: str, task: str) -> None:
+        self.store = store
+        self.prefix = f"runs/{safe_segment(run_id)}/history/{safe_segment(task)}/"
+
+    def _key(self, seq: int) -> str:
+        return f"{self.prefix}{seq:0{SEQ_DIGITS}d}{SUFFIX}"
+
+    def seqs(self) -> list[int]:
+        out = []
+        for key in self.store.list(self.prefix):
+            name = key[len(self.prefix) :]
+            if name.endswith(SUFFIX) and name[: -len(SUFFIX)].isdigit():
+                out.append(int(name[: -len(SUFFIX)]))
+        return sorted(out)
+
+    def latest_seq(self) -> int | None:
+        seqs = self.seqs()
+        return seqs[-1] if seqs else None
+
+    def archive(self, messages: list[dict[str, Any]]) -> int:
+        """Save a history; returns its sequence number (0, 1, 2... per task)."""
+        latest = self.latest_seq()
+        seq = 0 if latest is None else latest + 1
+        data = gzip_json(messages)
+        for _ in range(MAX_CAS_ATTEMPTS):
+            if self.store.put_if_absent(self._key(seq), data):
+                return seq
+            seq += 1
+        raise StoreError(f"could not find a free history slot under {self.prefix}", key=self.prefix)
+
+    def load(self, seq: int) -> list[dict[str, Any]]:
+        return list(gunzip_json(self.store.get(self._key(seq))))
