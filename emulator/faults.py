@@ -8,7 +8,8 @@ says what happens. Rules come from `POST /_emulator/faults`, from `DOCMILL_EMULA
 
 Phases: `ERROR_KINDS` answer with an error status instead of a message (in a batch: an
 `errored` result); `LATENCY` delays; `CONNECTION_RESET` cuts the response mid-body;
-`RESPONSE_KINDS` change a successful answer (truncated, malformed, refusal, schema-invalid);
+`RESPONSE_KINDS` change a successful answer (truncated, malformed, refusal, schema-invalid,
+or for `stream: true` an `error` event mid-stream after the 200);
 `SLOW_BATCH` makes a batch that contains a matching request take `seconds` longer.
 """
 
@@ -38,6 +39,7 @@ class FaultKind(StrEnum):
     MALFORMED_JSON = "malformed_json"
     REFUSAL = "refusal"
     SCHEMA_INVALID = "schema_invalid"
+    STREAM_ERROR = "stream_error"
     SLOW_BATCH = "slow_batch"
 
 
@@ -51,7 +53,13 @@ ERROR_KINDS = frozenset(
     }
 )
 RESPONSE_KINDS = frozenset(
-    {FaultKind.TRUNCATE, FaultKind.MALFORMED_JSON, FaultKind.REFUSAL, FaultKind.SCHEMA_INVALID}
+    {
+        FaultKind.TRUNCATE,
+        FaultKind.MALFORMED_JSON,
+        FaultKind.REFUSAL,
+        FaultKind.SCHEMA_INVALID,
+        FaultKind.STREAM_ERROR,
+    }
 )
 MESSAGES_PATH = "/v1/messages"
 
@@ -95,9 +103,13 @@ class FaultRule:
             isinstance(body, dict) and "compaction" in body
         ):
             return False
+        if self.kind is FaultKind.STREAM_ERROR and not (isinstance(body, dict) and body.get("stream")):
+            return False
         return self.marker is None or self.marker in text
 
     def matches_item(self, custom_id: str, text: str) -> bool:
+        if self.kind is FaultKind.STREAM_ERROR:
+            return False
         if self.custom_id is not None:
             return self.custom_id == custom_id
         return self.marker is not None and self.path == MESSAGES_PATH and self.marker in text
@@ -310,6 +322,7 @@ SHAPERS: dict[FaultKind, Callable[[list[dict[str, Any]], str], Shaped]] = {
     FaultKind.MALFORMED_JSON: _malformed,
     FaultKind.REFUSAL: _refusal,
     FaultKind.SCHEMA_INVALID: _schema_invalid,
+    FaultKind.STREAM_ERROR: lambda content, stop_reason: (content, stop_reason, None),
 }
 
 

@@ -177,8 +177,12 @@ def _sse(event: str, data: Mapping[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def sse_events(message: Mapping[str, Any]) -> Iterator[bytes]:
-    """A finished Message as the SSE event sequence the SDK's stream accumulator expects."""
+def sse_events(message: Mapping[str, Any], *, fail: bool = False) -> Iterator[bytes]:
+    """A finished Message as the SSE event sequence the SDK's stream accumulator expects.
+
+    `fail` sends an `overloaded_error` event after the first content block starts (the SDK
+    raises `APIStatusError` with status 200 and does not retry).
+    """
     usage = dict(message["usage"])
     start = {**message, "content": [], "stop_reason": None, "stop_sequence": None, "stop_details": None}
     start["usage"] = {**usage, "output_tokens": 1 if usage.get("output_tokens") else 0}
@@ -215,7 +219,13 @@ def sse_events(message: Mapping[str, Any]) -> Iterator[bytes]:
             yield _sse(
                 "content_block_start", {"type": "content_block_start", "index": i, "content_block": block}
             )
+        if fail:
+            break
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": i})
+    if fail:
+        error = {"type": "overloaded_error", "message": "Overloaded", "details": None}
+        yield _sse("error", {"type": "error", "error": error})
+        return
     delta = {
         "stop_reason": message["stop_reason"],
         "stop_sequence": message["stop_sequence"],

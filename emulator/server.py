@@ -27,7 +27,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from emulator import messages, tokens
-from emulator.faults import FaultRule, error_for, rate_limit_error
+from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
 from emulator.state import EmulatorConfig, EmulatorState
 from emulator.validation import ApiError, ErrorType, invalid, validate_message_body
 
@@ -185,8 +185,9 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
         limiter.debit_output(ans.output_tokens)
         call.extra_headers.update(limiter.headers())
     if body.get("stream"):
+        fail = call.shape is not None and call.shape.kind is FaultKind.STREAM_ERROR
         return StreamingResponse(
-            _aiter(messages.sse_events(ans.message)),
+            _aiter(messages.sse_events(ans.message, fail=fail)),
             media_type="text/event-stream",
             headers={**call.extra_headers, "cache-control": "no-cache"},
         )

@@ -108,6 +108,7 @@ def validate_message_body(
         if COMPACTION_BETA not in betas:
             raise invalid(f"{p}compaction: Extra inputs are not permitted")
         _check_compaction_config(body["compaction"], p)
+    _check_thinking(body.get("thinking"), body.get("max_tokens"), p)
     _check_system(body.get("system"), p)
     _check_tools(body.get("tools"), p)
     _check_messages(body["messages"], p)
@@ -122,6 +123,16 @@ def _check_max_tokens(value: Any, *, batch: bool, p: str) -> None:
     floor = 1 if batch else 0
     if value < floor:
         raise invalid(f"{p}max_tokens: Input should be greater than or equal to {floor}")
+
+
+def _check_thinking(thinking: Any, max_tokens: Any, p: str) -> None:
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < 1024:
+        raise invalid(f"{p}thinking.budget_tokens: Input should be greater than or equal to 1024")
+    if isinstance(max_tokens, int) and budget >= max_tokens:
+        raise invalid(f"{p}thinking.budget_tokens: must be less than max_tokens")
 
 
 def _check_compaction_config(value: Any, p: str) -> None:

@@ -179,3 +179,18 @@ def test_async_client_batches(emulator: EmulatorServer) -> None:
         return kinds
 
     assert asyncio.run(run()) == ["succeeded", "succeeded"]
+
+
+def test_slow_batch_fault_and_batch_size_limit(emulator: EmulatorServer) -> None:
+    emulator.state.configure({"frozen_clock": True})
+    emulator.state.faults.add(kind="slow_batch", marker="SLOWDOC", seconds=3600)
+    client = sdk_client(emulator)
+    fast = client.messages.batches.create(requests=[_req("f1")])  # type: ignore[list-item]
+    slow = client.messages.batches.create(requests=[_req("s1", "a SLOWDOC here"), _req("s2")])  # type: ignore[list-item]
+    assert fast.processing_status == "ended" and slow.processing_status == "in_progress"
+    emulator.state.clock.advance(3601)
+    assert client.messages.batches.retrieve(slow.id).request_counts.succeeded == 2
+    emulator.state.configure({"max_batch_bytes": 2000})
+    with pytest.raises(anthropic.APIStatusError) as info:
+        client.messages.batches.create(requests=[_req(f"big{i}") for i in range(20)])  # type: ignore[misc]
+    assert info.value.status_code == 413

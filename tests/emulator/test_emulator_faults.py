@@ -234,3 +234,23 @@ def test_faults_from_env_and_cli_process() -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def test_mid_stream_error_event(emulator: EmulatorServer) -> None:
+    emulator.state.faults.add(kind="stream_error", count=1)
+    client = sdk_client(emulator, max_retries=2)
+    assert _ask(client).stop_reason == "end_turn"  # non-streaming requests are not targeted
+    with (
+        pytest.raises(anthropic.APIStatusError) as info,
+        client.messages.stream(model=MODEL, max_tokens=300, messages=[{"role": "user", "content": DOC}]) as s,
+    ):
+        s.get_final_message()
+    assert info.value.status_code == 200 and info.value.type == "overloaded_error"
+    assert emulator.state.accounting.received == 2  # the SDK does not retry a mid-stream error
+
+
+def test_request_too_large_is_413(emulator: EmulatorServer) -> None:
+    emulator.state.configure({"max_message_bytes": 1000})
+    with pytest.raises(anthropic.APIStatusError) as info:
+        _ask(sdk_client(emulator), "x" * 2000)
+    assert info.value.status_code == 413 and info.value.type == "request_too_large"

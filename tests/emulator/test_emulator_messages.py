@@ -134,6 +134,13 @@ def test_validation_errors(emulator: EmulatorServer) -> None:
         client.messages.create(model=MODEL, max_tokens=-1, messages=[{"role": "user", "content": "x"}])
     with pytest.raises(anthropic.BadRequestError, match="messages: Field required"):
         client.post("/v1/messages", body={"model": MODEL, "max_tokens": 5}, cast_to=object)
+    with pytest.raises(anthropic.BadRequestError, match="budget_tokens"):
+        client.messages.create(
+            model=MODEL,
+            max_tokens=2000,
+            thinking={"type": "enabled", "budget_tokens": 4000},
+            messages=[{"role": "user", "content": "x"}],
+        )
     cc = {"type": "ephemeral"}
     blocks = [{"type": "text", "text": f"part {i}", "cache_control": cc} for i in range(5)]
     with pytest.raises(anthropic.BadRequestError, match="maximum of 4"):
