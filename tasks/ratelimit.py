@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from docmill.errors import BudgetExhausted
+
 # Never pause longer than this on the word of a rate-limit header (a bad clock must not stall a run).
 MAX_HEADER_PAUSE = 120.0
 HEADER_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
@@ -106,3 +108,37 @@ class RateLimiter:
             except ValueError:
                 continue
             self.pause(min(at - self._wall(), MAX_HEADER_PAUSE))
+
+
+class Budget:
+    """The run's cost cap, process-wide: a request reserves its worst-case cost before it is sent
+    and settles to the billed cost after, so concurrent requests never overshoot the cap together.
+    `spent_usd` starts at what the run already spent (set it from the cost ledger on resume)."""
+
+    def __init__(self, cap_usd: float | None, spent_usd: float = 0.0) -> None:
+        self.cap_usd = cap_usd
+        self.spent_usd = spent_usd
+        self.reserved_usd = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self, worst_case_usd: float) -> float:
+        """Hold `worst_case_usd`; raises BudgetExhausted when it would cross the cap."""
+        with self._lock:
+            if (
+                self.cap_usd is not None
+                and self.spent_usd + self.reserved_usd + worst_case_usd > self.cap_usd
+            ):
+                raise BudgetExhausted(
+                    f"the next request (up to ${worst_case_usd:.4f}) would pass the run's cap of "
+                    f"${self.cap_usd:.2f} (spent ${self.spent_usd:.4f}, in flight ${self.reserved_usd:.4f})",
+                    hint="resume the run with a higher --max-cost-usd",
+                    spent_usd=self.spent_usd,
+                    cap_usd=self.cap_usd,
+                )
+            self.reserved_usd += worst_case_usd
+            return worst_case_usd
+
+    def settle(self, reserved_usd: float, actual_usd: float) -> None:
+        with self._lock:
+            self.reserved_usd = max(0.0, self.reserved_usd - reserved_usd)
+            self.spent_usd += actual_usd

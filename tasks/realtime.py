@@ -26,9 +26,9 @@ from pydantic import SecretStr
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 
 from docmill.errors import ApiCallError
-from docmill.prices import cost_usd
+from docmill.prices import CACHE_WRITE_5M, cost_usd, price_table
 from tasks.outcome import add_usage
-from tasks.ratelimit import RateLimiter
+from tasks.ratelimit import Budget, RateLimiter
 from tasks.requests import estimate_input_tokens
 from tasks.retrying import FailureKind, classify, describe, error_retry_after, is_retryable, wait_seconds
 
@@ -94,6 +94,7 @@ class ModelClient:
         sleep: Callable[[float], None] = time.sleep,
         wall: Callable[[], float] = time.time,
         rng: Callable[[], float] = random.random,
+        budget: Budget | None = None,
     ) -> None:
         api = settings.api
         key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
@@ -107,6 +108,8 @@ class ModelClient:
             api.requests_per_minute, api.input_tokens_per_minute, clock=clock, sleep=sleep, wall=wall
         )
         self._sleep, self._rng = sleep, rng
+        self.budget = budget or Budget(settings.cost.max_cost_usd)
+        self._prices = price_table()
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
 
     def __repr__(self) -> str:
@@ -121,26 +124,45 @@ class ModelClient:
         ladder.attempts += 1
         ladder.attempts_on_model += 1
         body = {**request, "model": ladder.model}
-        self.limiter.acquire(estimate_input_tokens(body))
-        with self.semaphore:
-            try:
-                raw = self._sdk.messages.with_raw_response.create(**body)
-            except anthropic.APIStatusError as e:
-                self.limiter.observe(e.response.headers)
-                if e.status_code == 429:
-                    self.limiter.pause(error_retry_after(e) or 0.0)
-                ladder.failed(e)
-                raise
-            except anthropic.APIConnectionError as e:
-                ladder.failed(e)
-                raise
-            message = raw.parse()
-            data = message.model_dump(mode="json")
-            data["_request_id"] = raw.request_id or getattr(message, "_request_id", None)
-            if on_response is not None:
-                on_response(ladder.attempts, data)
+        estimate = estimate_input_tokens(body)
+        self.limiter.acquire(estimate)
+        hold = self.budget.reserve(self._worst_case_usd(ladder.model, estimate, int(body["max_tokens"])))
+        billed = 0.0
+        try:
+            with self.semaphore:  # held until the answer is persisted: invariant 3
+                raw = self._post(body, ladder)
+                data = raw.parse().model_dump(mode="json")
+                data["_request_id"] = raw.request_id
+                billed = self._cost(ladder.model, data.get("usage"))
+                if on_response is not None:
+                    on_response(ladder.attempts, data)
+        finally:
+            self.budget.settle(hold, billed)
         self.limiter.observe(raw.headers)
         return data
+
+    def _post(self, body: dict[str, Any], ladder: _Ladder) -> Any:
+        try:
+            return self._sdk.messages.with_raw_response.create(**body)
+        except anthropic.APIStatusError as e:
+            self.limiter.observe(e.response.headers)
+            if e.status_code == 429:
+                self.limiter.pause(error_retry_after(e) or 0.0)
+            ladder.failed(e)
+            raise
+        except anthropic.APIConnectionError as e:
+            ladder.failed(e)
+            raise
+
+    def _cost(self, model: str, usage: Any) -> float:
+        return cost_usd(model, usage or {}) if model in self._prices else 0.0
+
+    def _worst_case_usd(self, model: str, input_tokens: int, max_tokens: int) -> float:
+        """What a request can cost at most (input as 5-minute cache writes, max_tokens of output)."""
+        price = self._prices.get(model)
+        if price is None:
+            return 0.0
+        return (input_tokens * price["input"] * CACHE_WRITE_5M + max_tokens * price["output"]) / 1e6
 
     def _wait(self, state: RetryCallState, ladder: _Ladder) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -191,7 +213,7 @@ class ModelClient:
             model=ladder.model,
             request_id=message.get("_request_id"),
             attempts=ladder.attempts,
-            cost_usd=cost_usd(ladder.model, message.get("usage") or {}),
+            cost_usd=self._cost(ladder.model, message.get("usage")),
             fell_back=ladder.fell_back,
             errors=ladder.errors,
         )

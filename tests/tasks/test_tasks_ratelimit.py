@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
-from tasks.ratelimit import RateLimiter
+from tasks.ratelimit import Budget, RateLimiter
 from tasks.realtime import ModelClient
 
 
@@ -94,3 +95,14 @@ def test_client_reacts_to_emulator_rate_limit_headers_without_a_429(emulator: An
     assert emulator.state.accounting.errors_by_status.get(429, 0) == 0
     assert len(client.limiter.waited) == 1 and client.limiter.waited[0] > 0
     assert len(emulator.state.accounting.billed) == 3
+
+
+def test_budget_reserves_worst_case_and_settles_to_actual() -> None:
+    budget = Budget(1.0)
+    a = budget.reserve(0.6)
+    with pytest.raises(BudgetExhausted):
+        budget.reserve(0.5)  # 0.6 in flight + 0.5 would pass the cap
+    budget.settle(a, 0.1)
+    assert budget.spent_usd == pytest.approx(0.1) and budget.reserved_usd == 0.0
+    budget.reserve(0.5)
+    assert Budget(None).reserve(1e9) == 1e9  # no cap

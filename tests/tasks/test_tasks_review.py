@@ -255,3 +255,19 @@ def test_skipped_and_broken_documents_fail_alone(h: Harness) -> None:
     assert out["empty.txt"].state is DocState.FAILED and out["empty.txt"].failure_type == "input:empty"
     assert out["gone.txt"].state is DocState.FAILED and out["gone.txt"].failure_type.startswith("input:")
     assert h.received == 1
+
+
+def test_budget_cap_stops_spending_before_it_is_exceeded(tmp_path: Path, emulator: Any) -> None:
+    h = Harness(tmp_path, emulator, concurrency=1, max_tokens=1000)
+    cap = 0.025  # worst case per call ~$0.0165 (1000 output tokens), billed ~$0.004: 2-3 calls fit
+    h.settings = Settings(api=h.settings.api.model_dump(), cost={"max_cost_usd": cap})
+    h.client = ModelClient(h.settings, base_url=emulator.base_url, api_key="test-key")
+    for n in range(1, 6):
+        h.write(f"inv-{n}.txt", invoice_text(n))
+    out = h.run()
+    states = [o.state for o in out.values()]
+    assert DocState.SUCCEEDED in states and DocState.FAILED in states
+    failed = [o for o in out.values() if o.state is DocState.FAILED]
+    assert all(o.failure_type == "budget" for o in failed)
+    assert all(ResultsLedger(h.store).get(FILE_PASS, o.key) is None for o in failed)  # a resume retries
+    assert sum(b.usd for b in h.billed) <= cap
