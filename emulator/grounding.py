@@ -159,15 +159,33 @@ class Doc:
 
     @cached_property
     def labels(self) -> list[Label]:
+        """`Label: value` lines, also `"key": "value",` (JSON) and `Label,value` (CSV); values unquoted."""
         out = []
         for line in self.lines:
-            head, sep, tail = line.text.partition(":")
-            if not sep or not tail.strip() or len(head) > 60 or "//" in tail[:2]:
+            text = line.text
+            comma, colon = text.find(","), text.find(":")
+            csv_like = (
+                0 < comma < 40 and (colon < 0 or comma < colon) and not any(c.isdigit() for c in text[:comma])
+            )
+            head, sep, tail = text.partition("," if csv_like else ":")
+            value = tail.strip()
+            if value.endswith(","):
+                value = value[:-1].rstrip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            if (
+                not sep
+                or not value
+                or value in "[{"
+                or len(head) > 60
+                or "//" in tail[:2]
+                or _code_like(head)
+            ):
                 continue
-            label = head.lstrip("-*• \t").strip()
+            label = head.strip(" \t-*•#\"'")
             toks = tokens(label)
             if toks:
-                out.append(Label(line, label, tail.strip(), frozenset(toks)))
+                out.append(Label(line, label, value, frozenset(toks)))
         return out
 
     @cached_property
@@ -185,6 +203,32 @@ class Doc:
             if len(rows) >= 50:
                 break
         return rows
+
+
+CODE_HEADS = (
+    "def ",
+    "class ",
+    "if ",
+    "elif ",
+    "for ",
+    "while ",
+    "with ",
+    "return",
+    "lambda",
+    "async ",
+    "else",
+)
+
+
+def _code_like(head: str) -> bool:
+    """A `head:` that is code (`def f(x`, `if a == b`), not a label."""
+    stripped = head.lstrip()
+    return (
+        any(c in head for c in "=[]{};<>`")
+        or head.count("(") != head.count(")")
+        or stripped.startswith(CODE_HEADS)
+        or len(head.split()) > 6
+    )
 
 
 @dataclass
@@ -365,7 +409,14 @@ def _records_in(obj: Any, default_id: str | None) -> list[tuple[str, dict[str, A
         doc_id = default_id
     flat: dict[str, Any] = {}
     _flatten(obj, "", flat)
-    return [(doc_id, flat)] if flat else []
+    found = [(doc_id, flat)] if flat else []
+    for key, value in obj.items():  # nested lists of objects (findings, line items) as sub-records
+        for item in value[:200] if isinstance(value, list) else []:
+            if isinstance(item, dict):
+                sub: dict[str, Any] = {"__sub": key}
+                _flatten(item, "", sub)
+                found.append((doc_id, sub))
+    return found
 
 
 def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
@@ -383,6 +434,8 @@ def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
                     out[name + ".__evidence"] = ev
             else:
                 _flatten(value, name + ".", out)
+        elif isinstance(value, str) and key in EVIDENCE_NAMES:
+            out["__evidence"] = value
         elif isinstance(value, str | int | float) and not isinstance(value, bool):
             out[name] = value
 
@@ -406,84 +459,31 @@ class Role(StrEnum):
     KEY = "key"
 
 
+# fmt: off
 EVIDENCE_NAMES = frozenset(
-    [
-        "evidence",
-        "quote",
-        "excerpt",
-        "source_text",
-        "snippet",
-        "code",
-        "code_snippet",
-        "quoted_code",
-        "source_line",
-        "line_text",
-    ]
+    ["evidence", "quote", "excerpt", "source_text", "snippet", "code", "code_snippet", "quoted_code", "source_line", "line_text", "quotes", "excerpts", "evidences", "snippets"]
 )
-ROLE_BY_NAME: dict[str, tuple[Role, ...]] = {
-    "doc_id": (Role.DOC_ID,),
-    "source_doc_id": (Role.DOC_ID,),
-    "document_id": (Role.DOC_ID,),
-    "document": (Role.DOC_ID,),
-    "source": (Role.DOC_ID,),
-    "doc": (Role.DOC_ID,),
-    "doc_ids": (Role.DOC_ID,),
-    "sources": (Role.DOC_ID,),
-    "source_doc_ids": (Role.DOC_ID,),
-    "documents": (Role.DOC_ID,),
-    "source_ids": (Role.DOC_ID,),
-    "docs": (Role.DOC_ID,),
-    "file": (Role.FILE, Role.DOC_ID),
-    "path": (Role.FILE, Role.DOC_ID),
-    "file_path": (Role.FILE, Role.DOC_ID),
-    "filename": (Role.FILE, Role.DOC_ID),
-    "filepath": (Role.FILE, Role.DOC_ID),
-    "line": (Role.LINE_START,),
-    "line_start": (Role.LINE_START,),
-    "start_line": (Role.LINE_START,),
-    "line_number": (Role.LINE_START,),
-    "lineno": (Role.LINE_START,),
-    "line_end": (Role.LINE_END,),
-    "end_line": (Role.LINE_END,),
-    "confidence": (Role.CONFIDENCE,),
-    "score": (Role.CONFIDENCE,),
-    "probability": (Role.CONFIDENCE,),
-    "field": (Role.FIELD,),
-    "field_name": (Role.FIELD,),
-    "attribute": (Role.FIELD,),
-    "property": (Role.FIELD,),
-    "value": (Role.VALUE, Role.DESC),
-    "values": (Role.VALUE,),
-    "canonical_value": (Role.VALUE,),
-    "entity": (Role.VALUE,),
-    "canonical": (Role.VALUE,),
-    "name": (Role.VALUE, Role.DESC),
-    "key": (Role.KEY, Role.FIELD),
-    "type": (Role.FIELD,),
-    "kind": (Role.FIELD,),
-    "category": (Role.FIELD,),
-    "key_value": (Role.KEY,),
-    "description": (Role.DESC, Role.EXPLAIN),
-    "item": (Role.DESC,),
-    "product": (Role.DESC,),
-    "service": (Role.DESC,),
-    "label": (Role.DESC,),
-    "title": (Role.EXPLAIN, Role.DESC),
-    "explanation": (Role.EXPLAIN,),
-    "reason": (Role.EXPLAIN,),
-    "rationale": (Role.EXPLAIN,),
-    "message": (Role.EXPLAIN,),
-    "summary": (Role.EXPLAIN,),
-    "note": (Role.EXPLAIN,),
-    "notes": (Role.EXPLAIN,),
-    "comment": (Role.EXPLAIN,),
-    "details": (Role.EXPLAIN,),
-    "issue": (Role.EXPLAIN,),
-    "problem": (Role.EXPLAIN,),
-    "suggestion": (Role.EXPLAIN,),
-    "recommendation": (Role.EXPLAIN,),
-    "fix": (Role.EXPLAIN,),
+_ROLE_WORDS = {
+    Role.DOC_ID: "doc_id source_doc_id document_id document source doc doc_ids sources source_doc_ids documents "
+                 "source_ids docs files file_ids",
+    Role.LINE_START: "line line_start start_line line_number lineno",
+    Role.LINE_END: "line_end end_line",
+    Role.CONFIDENCE: "confidence score probability",
+    Role.FIELD: "field field_name attribute property type kind category",
+    Role.VALUE: "values canonical_value entity canonical",
+    Role.KEY: "key_value",
+    Role.DESC: "item product service label",
+    Role.EXPLAIN: "explanation reason rationale message summary note notes comment details issue problem "
+                  "suggestion recommendation fix statement",
 }
+ROLE_BY_NAME: dict[str, tuple[Role, ...]] = {w: (role,) for role, words in _ROLE_WORDS.items() for w in words.split()}
+ROLE_BY_NAME.update({
+    "file": (Role.FILE, Role.DOC_ID), "path": (Role.FILE, Role.DOC_ID), "file_path": (Role.FILE, Role.DOC_ID),
+    "filename": (Role.FILE, Role.DOC_ID), "filepath": (Role.FILE, Role.DOC_ID),
+    "value": (Role.VALUE, Role.DESC), "name": (Role.VALUE, Role.DESC), "key": (Role.KEY, Role.FIELD),
+    "description": (Role.DESC, Role.EXPLAIN), "title": (Role.EXPLAIN, Role.DESC), "text": (Role.EXPLAIN, Role.DESC),
+})
+# fmt: on
 
 
 @lru_cache(maxsize=4096)
@@ -518,6 +518,7 @@ class Frame:
     hints: list[str] = field(default_factory=list)
     per_doc: list[Frame] = field(default_factory=list)
     top: bool = False
+    named: dict[str, Any] = field(default_factory=dict)
 
 
 SEVERITY_HINTS = {
@@ -550,14 +551,19 @@ def finding_frames(prompt: Prompt) -> list[Frame]:
 def row_frames(prompt: Prompt) -> list[Frame]:
     frames = []
     for doc in prompt.docs:
+        if doc.text.lstrip().startswith(("{", "[")):
+            frames.extend(_json_rows(doc))
+            continue
+        values = {lab.line.number: lab.value for lab in doc.labels}
         for line in doc.table_rows:
-            text = line.text.lstrip("-*•| \t")
+            text = values.get(line.number, line.text).lstrip("-*•| \t")
             if "|" in text:
                 desc = next((seg.strip() for seg in text.split("|") if seg.strip()), text)
             else:
                 match = NUMBER.search(DATE_RE.sub(" ", text))
                 desc = text[: match.start()].rstrip(" :,-=x×@\t") if match and match.start() > 0 else text
-            nums = line.numbers
+            rest = text.split("|", 1)[1] if "|" in text else text[len(desc) :]
+            nums = numbers_in(rest) or line.numbers
             qty, unit, amount = 1.0, None, nums[-1]
             low = line.text.lower()
             if len(nums) >= 3:
@@ -582,6 +588,33 @@ def row_frames(prompt: Prompt) -> list[Frame]:
     return frames[:50]
 
 
+def _json_rows(doc: Doc) -> list[Frame]:
+    """Line items of a JSON document: the objects of its first list of objects."""
+    try:
+        obj = json.loads(doc.text)
+    except ValueError:
+        return []
+    rows = (
+        next((v for v in obj.values() if isinstance(v, list) and v and isinstance(v[0], dict)), [])
+        if isinstance(obj, dict)
+        else obj
+    )
+    frames = []
+    for item in rows[:50] if isinstance(rows, list) else []:
+        if not isinstance(item, dict):
+            continue
+        named: dict[str, Any] = {}
+        _flatten(item, "", named)
+        first = next((v for v in named.values() if isinstance(v, str) and v), None)
+        quoted = json.dumps(first, ensure_ascii=False) if first else None
+        line = next((ln for ln in doc.lines if quoted and quoted in ln.text), None)
+        known: dict[Role, Any] = {Role.DESC: first, Role.CONFIDENCE: 0.9, Role.DOC_ID: doc.doc_id}
+        if line is not None:
+            known.update({Role.EVIDENCE: line, Role.LINE_START: line.number, Role.LINE_END: line.number})
+        frames.append(Frame(doc, line, known, named=named))
+    return frames
+
+
 def _norm(value: Any) -> str:
     if isinstance(value, int | float):
         return f"{float(value):.4f}"
@@ -591,12 +624,13 @@ def _norm(value: Any) -> str:
 def _by_doc(prompt: Prompt) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for doc_id, record in prompt.records:
-        out.setdefault(doc_id, record)
+        if "__sub" not in record:
+            out.setdefault(doc_id, record)
     return out
 
 
 def _evidence_for(prompt: Prompt, doc_id: str, record: dict[str, Any], name: str) -> Line | str | None:
-    ev = record.get(name + ".__evidence")
+    ev = record.get(name + ".__evidence", record.get("__evidence"))
     if isinstance(ev, str) and ev.strip() and ev in prompt.full_text:
         return ev
     value = str(record.get(name, ""))
@@ -621,7 +655,8 @@ def _member_frames(prompt: Prompt, items: list[tuple[str, dict[str, Any]]], name
         }
         if ev is not None:
             known[Role.EVIDENCE] = ev
-        frames.append(Frame(doc, ev if isinstance(ev, Line) else None, known))
+        named = {_leaf(k): v for k, v in record.items() if "__" not in k}
+        frames.append(Frame(doc, ev if isinstance(ev, Line) else None, known, named=named))
     return frames
 
 
@@ -642,28 +677,39 @@ def _group_frame(prompt: Prompt, members: list[tuple[str, dict[str, Any]]], name
     evidence = next((f.known[Role.EVIDENCE] for f in per_doc if Role.EVIDENCE in f.known), None)
     if evidence is not None:
         known[Role.EVIDENCE] = evidence
-    return Frame(per_doc[0].doc, per_doc[0].line, known, per_doc=per_doc)
+    named = {k: v for k, v in per_doc[0].named.items() if roles_of(k)[:1] != (Role.EXPLAIN,)}
+    named[_leaf(name)] = members[0][1].get(name)
+    return Frame(per_doc[0].doc, per_doc[0].line, known, per_doc=per_doc, named=named)
 
 
 def _is_meta(name: str) -> bool:
-    return name.endswith(".__evidence") or bool({Role.CONFIDENCE, Role.EVIDENCE} & set(roles_of(_leaf(name))))
+    # `state` is docmill's own bookkeeping in integration records, not something documents say
+    return (
+        "__" in name or name == "state" or bool({Role.CONFIDENCE, Role.EVIDENCE} & set(roles_of(_leaf(name))))
+    )
 
 
-def claim_frames(prompt: Prompt) -> list[Frame]:
-    """Values (of string fields) shared by two or more documents' records."""
-    records = _by_doc(prompt)
-    groups: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
-    for doc_id, record in records.items():
+def claim_frames(
+    prompt: Prompt, fields: set[str] | None = None, min_docs: int = 2, sub: bool = False
+) -> list[Frame]:
+    """String values shared by `min_docs`+ documents' records (or nested sub-records), per field."""
+    records = [(d, r) for d, r in prompt.records if "__sub" in r] if sub else list(_by_doc(prompt).items())
+    groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for doc_id, record in records:
         for name, value in record.items():
+            if fields is not None and _leaf(name) not in fields:
+                continue
             if isinstance(value, str) and value.strip() and not _is_meta(name):
-                groups.setdefault((name, _norm(value)), []).append((doc_id, record))
+                groups.setdefault((name, _norm(value)), {}).setdefault(doc_id, record)
     frames = []
-    for (name, _), members in groups.items():
-        if len(members) >= 2:
+    for (name, _), by_doc in groups.items():
+        members = list(by_doc.items())
+        if len(members) >= min_docs:
             value = members[0][1][name]
-            explain = f"{_leaf(name)} {value!s} appears in {len(members)} documents: " + ", ".join(
-                d for d, _ in members
+            shown = ", ".join(d for d, _ in members[:5]) + (
+                f" and {len(members) - 5} more" if len(members) > 5 else ""
             )
+            explain = f"{_leaf(name)} {value!s} appears in {len(members)} documents: {shown}"
             frames.append(_group_frame(prompt, members, name, explain))
     return frames[:50]
 
@@ -692,3 +738,18 @@ def conflict_frames(prompt: Prompt) -> list[Frame]:
                 frame.known[Role.KEY] = members[0][1][key]
                 frames.append(frame)
     return frames[:50]
+
+
+def code_names(doc: Doc, kind: str) -> list[str]:
+    """Top-level names a source file defines (`exports`) or the modules it uses (`imports`)."""
+    out: list[str] = []
+    for raw in doc.text.split("\n"):
+        words = raw.replace("(", " ").replace(":", " ").replace(",", " ").split()
+        if len(words) < 2 or raw[:1].isspace():
+            continue
+        if kind == "imports" and words[0] in ("import", "from", "require", "use", "#include"):
+            out.append(words[1].strip(";\"'<>"))
+        elif kind == "exports" and words[0] in ("def", "class", "function", "func", "fn", "pub", "export"):
+            skip = words[1] in ("def", "fn", "function", "class", "const", "async") and len(words) > 2
+            out.append(words[2] if skip else words[1])
+    return list(dict.fromkeys(out))[:50]

@@ -24,6 +24,7 @@ from emulator.grounding import (
     Role,
     block_text,
     claim_frames,
+    code_names,
     conflict_frames,
     finding_frames,
     parse_date,
@@ -133,6 +134,23 @@ ROW_WORDS = frozenset(
     ]
 )
 DEFERRED = (Role.EVIDENCE, Role.CONFIDENCE)
+ENTITY_WORDS = frozenset(
+    [
+        "entity",
+        "entities",
+        "vendor",
+        "vendors",
+        "party",
+        "parties",
+        "organization",
+        "organizations",
+        "company",
+        "companies",
+    ]
+)
+CLAIM_WORDS = CLAIM_WORDS | ENTITY_WORDS
+SUMMARY_WORDS = frozenset(["findings", "notes", "highlights", "summary", "observations", "insights"])
+GROUP_WORDS = frozenset(["name", "number", "category", "kind", "type", "vendor", "buyer"])
 
 
 def _norm(value: Any) -> str:
@@ -238,7 +256,9 @@ class Filler:
     def effective(name: str, parent: str) -> str:
         return parent if parent and name.lower() in GENERIC else name
 
-    def known(self, name: str, parent: str, frame: Frame) -> tuple[Role, Any] | None:
+    def known(self, name: str, parent: str, frame: Frame) -> tuple[Role | None, Any] | None:
+        if frame.named.get(name) is not None:
+            return None, frame.named[name]
         for role in roles_of(self.effective(name, parent)):
             if role in frame.known and frame.known[role] is not None:
                 return role, frame.known[role]
@@ -297,6 +317,10 @@ class Filler:
 
     def evidence(self, schema: dict[str, Any], src: Line | str | None, frame: Frame) -> Out:
         schema = self.resolve(schema)
+        if schema.get("type") == "array":
+            sources = [f.known.get(Role.EVIDENCE) for f in frame.per_doc] if frame.per_doc else [src]
+            texts = [self.as_text(x) for x in sources if x is not None]
+            return Out(list(dict.fromkeys(texts)), src, bool(texts))
         if src is None:
             if _nullable(schema):
                 return Out(None)
@@ -311,7 +335,10 @@ class Filler:
         return Out(self.gen(schema, "evidence", "", sub).value, src, src is not None)
 
     def string(self, schema: dict[str, Any], name: str, parent: str, frame: Frame) -> Out:
+        eff = self.effective(name, parent)
         fmt = schema.get("format")
+        if fmt is None and ("date" in tokens(eff) or "YYYY-MM-DD" in str(schema.get("description", ""))):
+            fmt = "iso-if-date"
         hit = self.known(name, parent, frame)
         if hit is not None:
             text = self.as_text(hit[1])
@@ -320,7 +347,6 @@ class Filler:
                     schema,
                     Out(self.as_date(text, fmt), hit[1] if hit[0] is Role.EVIDENCE else frame.line, True),
                 )
-        eff = self.effective(name, parent)
         roles = roles_of(eff)
         if Role.DOC_ID in roles and frame.top and self.prompt.ids:
             return Out(self.prompt.ids[0], None, True)
@@ -348,7 +374,7 @@ class Filler:
 
     @staticmethod
     def as_date(text: str, fmt: Any) -> str:
-        day = parse_date(text) if fmt in ("date", "date-time") else None
+        day = parse_date(text) if fmt in ("date", "date-time", "iso-if-date") else None
         if day is None:
             return text
         return day.isoformat() + ("T00:00:00Z" if fmt == "date-time" else "")
@@ -394,6 +420,9 @@ class Filler:
     def enum(self, schema: dict[str, Any], name: str, parent: str, frame: Frame) -> Out:
         members = schema["enum"]
         by_norm = {_norm(m): m for m in reversed(members)}
+        named = frame.named.get(name)
+        if named is not None and _norm(named) in by_norm:
+            return Out(by_norm[_norm(named)], frame.line, True)
         lab = self.label(
             self.effective(name, parent),
             schema,
@@ -432,7 +461,16 @@ class Filler:
         else:
             hit = self.known(name, parent, frame)
             eff = self.effective(name, parent)
-            if hit is not None:
+            words = set(tokens(eff))
+            if Role.EVIDENCE in roles_of(eff) and frame.per_doc:
+                return self.evidence(schema, None, frame)
+            if frame.top and eff in ("exports", "imports"):
+                values = [n for doc in self.prompt.docs for n in code_names(doc, eff)][:50]
+            elif frame.top and words & SUMMARY_WORDS and self.prompt.records:
+                frames = self.frames_for("conflicts") + self.frames_for("claims", None, 2)
+                frames += self.frames_for("sub_claims", None, 2)
+                values = [f.known[Role.EXPLAIN] for f in frames][:10]
+            elif hit is not None:
                 raw = hit[1] if isinstance(hit[1], list) else [hit[1]]
                 values = [
                     self.gen(items, eff, "", Frame(frame.doc, frame.line, {roles_of(eff)[0]: r})).value
@@ -451,23 +489,41 @@ class Filler:
         return Out(values, first, bool(values))
 
     def item_frames(self, name: str, items: dict[str, Any], frame: Frame) -> list[Frame]:
+        """One frame per array item: dispatch on the array's name and its item's fields."""
         if frame.per_doc:
             return frame.per_doc
         words = set(tokens(name))
-        roles = {r for prop in items.get("properties") or {} for r in roles_of(prop)[:1]}
+        props = list(items.get("properties") or {})
+        roles = {r for prop in props for r in roles_of(prop)[:1]}
+        across = bool(self.prompt.records) and self.prompt.docs[0].doc_id is None
         if words & FINDING_WORDS or Role.LINE_START in roles:
-            kind = "findings"
-        elif words & CONFLICT_WORDS:
-            kind = "conflicts"
-        elif words & CLAIM_WORDS:
-            kind = "claims"
-        elif words & ROW_WORDS or roles & {Role.QTY, Role.UNIT_PRICE}:
-            kind = "rows"
-        else:
-            return []
-        if kind not in self.frames:
-            self.frames[kind] = BUILDERS[kind](self.prompt)
-        return self.frames[kind]
+            if across:  # integration: group the per-file findings shared by several files
+                return self.frames_for("sub_claims", self.group_fields(props, sub=True), 2)
+            return self.frames_for("findings")
+        if words & CONFLICT_WORDS:
+            return self.frames_for("conflicts")
+        if words & CLAIM_WORDS:
+            fields = self.group_fields(props, sub=False)
+            return self.frames_for("claims", fields, 1 if fields and words & ENTITY_WORDS else 2)
+        if words & ROW_WORDS or roles & {Role.QTY, Role.UNIT_PRICE}:
+            return self.frames_for("rows")
+        return []
+
+    def frames_for(self, kind: str, fields: set[str] | None = None, min_docs: int = 2) -> list[Frame]:
+        key = f"{kind}:{sorted(fields or [])}:{min_docs}"
+        if key not in self.frames:
+            if kind == "claims" or kind == "sub_claims":
+                self.frames[key] = claim_frames(self.prompt, fields, min_docs, sub=kind == "sub_claims")
+            else:
+                self.frames[key] = BUILDERS[kind](self.prompt)
+        return self.frames[key]
+
+    def group_fields(self, props: list[str], *, sub: bool) -> set[str] | None:
+        """The record field an item groups by: one its schema names too, names and kinds first."""
+        fields = {k.rsplit(".", 1)[-1] for _, r in self.prompt.records if ("__sub" in r) == sub for k in r}
+        shared = [p for p in props if p in fields]
+        preferred = [p for p in shared if set(tokens(p)) & GROUP_WORDS]
+        return {(preferred or shared)[0]} if shared else None
 
     by_type = {
         "object": obj,
@@ -480,12 +536,7 @@ class Filler:
     }
 
 
-BUILDERS = {
-    "findings": finding_frames,
-    "conflicts": conflict_frames,
-    "claims": claim_frames,
-    "rows": row_frames,
-}
+BUILDERS = {"findings": finding_frames, "conflicts": conflict_frames, "rows": row_frames}
 
 
 def respond(body: dict[str, Any]) -> dict[str, Any]:
