@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from emulator import messages, tokens
 from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
-from emulator.state import EmulatorConfig, EmulatorState
+from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers
 from emulator.validation import ApiError, ErrorType, invalid, validate_message_body
 
 log = logging.getLogger("emulator")
@@ -148,6 +148,9 @@ def api_route(
             result = await handler(call)
         except ApiError as err:
             state.accounting.note_error(err.status)
+            if err.status == 429 and "anthropic-ratelimit-requests-limit" not in err.headers:
+                retry = float(err.headers.get("retry-after-ms", "1000")) / 1000.0
+                err.headers.update(exhausted_headers(state.clock.now(), retry))
             return error_response(err, request_id, call.extra_headers if call else None)
         except Exception as exc:  # a bug in the emulator or its model: still answer like the API
             log.exception("emulator handler failed on %s", path)
@@ -305,6 +308,7 @@ class EmulatorServer:
             loop="asyncio",
             http="h11",
             timeout_keep_alive=30,
+            timeout_graceful_shutdown=2,
             backlog=2048,
         )
         self._server = uvicorn.Server(config)

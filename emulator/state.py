@@ -181,6 +181,17 @@ class RateLimiter:
         return out
 
 
+def exhausted_headers(now: float, retry_after: float) -> dict[str, str]:
+    """Rate-limit headers for an injected 429 when no real bucket is configured."""
+    reset = rfc3339(math.ceil(now + retry_after))
+    out: dict[str, str] = {}
+    for kind, limit in (("requests", "50"), ("input-tokens", "30000"), ("output-tokens", "8000")):
+        out[f"anthropic-ratelimit-{kind}-limit"] = limit
+        out[f"anthropic-ratelimit-{kind}-remaining"] = "0" if kind == "requests" else limit
+        out[f"anthropic-ratelimit-{kind}-reset"] = reset
+    return out
+
+
 class EmulatorState:
     def __init__(self, config: EmulatorConfig | None = None) -> None:
         from emulator.batches import BatchStore

@@ -205,6 +205,13 @@ def _check_messages(messages: Any, p: str) -> None:
                 raise invalid(
                     f"{p}messages.{i}.content.{j}: document blocks are not allowed in assistant turns"
                 )
+        stray = sorted(answered - pending)
+        if stray:
+            raise invalid(
+                f"{p}messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"{', '.join(stray)}. Each `tool_result` block must have a corresponding `tool_use` "
+                "block in the previous message."
+            )
         if pending:
             missing = sorted(pending - answered)
             if missing:

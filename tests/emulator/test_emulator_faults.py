@@ -53,6 +53,9 @@ def test_error_faults_reach_sdk(
     assert err.request_id and err.request_id.startswith("req_")
     assert err.body["request_id"] == err.request_id  # type: ignore[index]
     assert err.response.headers["retry-after"] == "2" and err.response.headers["retry-after-ms"] == "2000"
+    if status == 429:
+        assert err.response.headers["anthropic-ratelimit-requests-remaining"] == "0"
+        assert err.response.headers["anthropic-ratelimit-requests-reset"].endswith("Z")
     assert _ask(client).stop_reason == "end_turn"  # count=1: the next request succeeds
     snap = emulator.state.accounting.snapshot()
     assert (

@@ -121,6 +121,12 @@ def test_forced_tool_use_then_tool_result_round_trip(emulator: EmulatorServer) -
             tools=[tool],
             messages=[*history, {"role": "user", "content": "next"}],  # type: ignore[list-item]
         )
+    stray = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_nope", "content": "ok"}],
+    }
+    with pytest.raises(anthropic.BadRequestError, match="unexpected `tool_use_id`"):
+        client.messages.create(model=MODEL, max_tokens=50, tools=[tool], messages=[*history, stray])  # type: ignore[list-item]
     answered = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "ok"}]}
     follow = client.messages.create(model=MODEL, max_tokens=50, tools=[tool], messages=[*history, answered])  # type: ignore[list-item]
     assert follow.stop_reason in ("end_turn", "max_tokens")
