@@ -2,4 +2,18 @@
 
 `emulator.server.EmulatorServer` runs it in-process; `emulator.cli.main` runs it standalone.
 Pipeline code (tasks/, checkpoints/) never imports this package.
+
+Key contracts (each covered by tests/emulator/):
+- One token counter (`tokens.count_tokens`) feeds count_tokens and `usage`; input_tokens +
+  cache_creation_input_tokens + cache_read_input_tokens == count_tokens(body).
+- Every billed request is in `state.accounting.billed` with usd from `docmill.prices.cost_usd`
+  (batch items at 50 %); errors are never billed; `accounting.received` counts every request.
+- Every /v1 response has a `request-id` header; error bodies repeat it as `request_id`.
+- Time is the virtual clock (`state.clock`): cache TTLs, batch progress, expiry, archive and
+  rate-limit refill all follow it; tests advance it instead of sleeping.
+- Faults are data (`faults.FaultRule`), consumed in order, seeded; see `faults` for the kinds.
+
+Modules: server (app + routes), messages (one request end to end + SSE), batches, compaction,
+caching, tokens, faults, validation, accounting, state (config, clock, rate limits), control
+(/_emulator/ endpoints), cli; model + grounding (the deterministic answers) are separate.
 """

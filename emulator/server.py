@@ -260,7 +260,22 @@ def create_app(state: EmulatorState | None = None) -> Starlette:
         r("/v1/models/{model_id}", get_model, ["GET"]),
         *control.routes(state),
     ]
-    app = Starlette(routes=routes)
+
+    async def not_routed(request: Request, exc: Exception) -> Response:
+        state.accounting.note_received(request.url.path)
+        status = getattr(exc, "status_code", 404)
+        request_id = state.new_id("req")
+        if status == 405:
+            err = ApiError(
+                ErrorType.INVALID_REQUEST, f"{request.method} is not allowed on {request.url.path}"
+            )
+            err.status = 405
+        else:
+            err = ApiError(ErrorType.NOT_FOUND, f"Not found: {request.method} {request.url.path}")
+        state.accounting.note_error(err.status)
+        return error_response(err, request_id)
+
+    app = Starlette(routes=routes, exception_handlers={404: not_routed, 405: not_routed})
     app.state.emulator = state
     return app
 

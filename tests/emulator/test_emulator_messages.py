@@ -254,3 +254,13 @@ def test_models_endpoint(emulator: EmulatorServer) -> None:
     ids = [m.id for m in client.models.list()]
     assert MODEL in ids
     assert client.models.retrieve(MODEL).id == MODEL
+
+
+def test_unknown_route_and_method_answer_like_the_api(emulator: EmulatorServer) -> None:
+    import httpx2
+
+    missing = httpx2.get(emulator.url("/v1/nothing"), headers={"x-api-key": "k"})
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    assert missing.headers["request-id"] == missing.json()["request_id"]
+    wrong = httpx2.get(emulator.url("/v1/messages"), headers={"x-api-key": "k"})
+    assert wrong.status_code == 405 and wrong.json()["type"] == "error"
