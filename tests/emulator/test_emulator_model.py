@@ -7,6 +7,8 @@ import json
 import time
 from datetime import date
 from enum import StrEnum
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import jsonschema
@@ -362,7 +364,7 @@ def test_summarize_without_instructions_keeps_first_lines_and_is_capped() -> Non
 
 LABELS = ["Invoice number", "Vendor", "Total", "Due date", "Reference", "Customer"]
 VALUE_TEXT = st.text(
-    alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF, blacklist_characters="<>:\r\x85"),
+    alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF, blacklist_characters="<>\r\x85"),
     min_size=1,
 ).filter(lambda s: s.strip() != "")
 
@@ -378,7 +380,7 @@ class Loose(BaseModel):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=st.lists(st.tuples(st.sampled_from(LABELS), VALUE_TEXT), max_size=12),
-    noise=st.lists(st.text(max_size=40), max_size=5),
+    noise=st.lists(st.text(alphabet=st.characters(blacklist_characters=":,<>"), max_size=40), max_size=5),
 )
 def test_evidence_is_always_a_substring_of_the_document(
     rows: list[tuple[str, str]], noise: list[str]
@@ -390,8 +392,12 @@ def test_evidence_is_always_a_substring_of_the_document(
         assert quote in doc_text
     first = {label: value.strip() for label, value in reversed(rows)}
     if "Vendor" in first:
-        assert output.vendor.value == first["Vendor"]
-        assert output.vendor.evidence is not None and first["Vendor"] in output.vendor.evidence
+        assert output.vendor.value is not None and output.vendor.evidence is not None
+        assert output.vendor.value in output.vendor.evidence
+        if first["Vendor"].replace(" ", "").isalnum():
+            assert output.vendor.value == first["Vendor"]
+    else:
+        assert output.vendor == Text(value=None, evidence=None)
 
 
 def test_per_call_time_for_a_5kb_document() -> None:
@@ -405,3 +411,72 @@ def test_per_call_time_for_a_5kb_document() -> None:
     per_call_ms = (time.perf_counter() - start) / runs * 1000
     print(f"respond() on a 5 KB invoice: {per_call_ms:.2f} ms per call")
     assert per_call_ms < 25  # target < 5 ms; loose bound for loaded CI machines
+
+
+def test_real_invoice_recipe_on_generated_corpus(tmp_path: Path) -> None:
+    """docmill's own request builders, recipe schemas and corpus generator, checked against its truth."""
+    from examples.make_invoices import main as make_invoices
+    from tasks.integrate import compact_records, integration_request
+    from tasks.recipes import load_recipe
+    from tasks.requests import file_request
+    from tasks.textract import extract_text
+
+    out = tmp_path / "invoices"
+    assert make_invoices(["--out", str(out), "--count", "30", "--seed", "3"]) == 0
+    truth = [json.loads(line) for line in (tmp_path / "invoices.truth.jsonl").read_text().splitlines()]
+    recipe = load_recipe("invoices")
+    outcomes = []
+    for rec in truth:
+        if rec["record"] != "document" or rec["expected_status"] != "ok":
+            continue
+        text = extract_text(rec["format"], (out / rec["doc_id"]).read_bytes())
+        doc = SimpleNamespace(doc_id=rec["doc_id"], doc_type=rec["format"])
+        body = file_request(recipe, doc, text, model="claude-sonnet-4-6", max_tokens=4000)
+        output = recipe.file_schema.model_validate_json(answer_text(body)).model_dump()
+        for name, want in rec["fields"].items():
+            assert output[name]["value"] == want, (rec["doc_id"], name)
+            assert output[name]["evidence"] in text
+        items = [
+            (i["description"], i["quantity"], i["unit_price"], i["amount"]) for i in output["line_items"]
+        ]
+        assert items == [
+            (i["description"], i["quantity"], i["unit_price"], i["amount"]) for i in rec["line_items"]
+        ]
+        assert all(i["evidence"] in text for i in output["line_items"])
+        outcomes.append({"doc_id": rec["doc_id"], "state": "succeeded", "output": output})
+    assert len(outcomes) >= 20
+
+    body = integration_request(recipe, compact_records(outcomes), model="claude-sonnet-4-6", max_tokens=8000)
+    result = recipe.integration_schema.model_validate_json(answer_text(body))
+    planted = {
+        (c["invoice_number"], c["field"], tuple(sorted((v["doc_id"], v["value"]) for v in c["values"])))
+        for c in truth
+        if c["record"] == "conflict"
+    }
+    found = {
+        (c.key, c.field, tuple(sorted((v.doc_id, float(v.value)) for v in c.values)))
+        for c in result.conflicts
+    }
+    assert planted and planted <= found
+    known = {o["doc_id"] for o in outcomes}
+    assert all(set(e.doc_ids) <= known for e in result.entities)
+    assert {d.invoice_number for d in result.duplicates} >= {p[0] for p in planted}
+
+
+def test_real_code_review_recipe_quotes_lines_of_example_codebase() -> None:
+    from tasks.recipes import load_recipe
+    from tasks.requests import file_request
+
+    recipe = load_recipe("code-review")
+    total = 0
+    for path in sorted((Path(__file__).parents[2] / "examples" / "codebase").glob("*.py")):
+        text = path.read_text()
+        doc = SimpleNamespace(doc_id=path.name, doc_type="py")
+        body = file_request(recipe, doc, text, model="claude-sonnet-4-6", max_tokens=4000)
+        review = recipe.file_schema.model_validate_json(answer_text(body))
+        lines = text.split("\n")
+        for finding in review.findings:
+            assert finding.file == path.name
+            assert finding.quote == lines[finding.line_start - 1].strip()
+        total += len(review.findings)
+    assert total >= 3
