@@ -22,6 +22,7 @@ from flows import pipeline
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
 
 CHUNK_WORKERS = int(os.environ.get("DOCMILL_CHUNK_WORKERS", "4"))
+RUNNER: Any = ThreadPoolTaskRunner(max_workers=CHUNK_WORKERS)  # always bounded
 
 
 @task(name="per-file-chunk", cache_policy=NONE, retries=0)
@@ -47,7 +48,7 @@ def prefect_map(fn: pipeline.ChunkFn, chunks: list[tuple[str, list[dict[str, Any
     results = []
     for i, f in enumerate(futures, 1):
         results.append(f.result())
-        update_progress_artifact(artifact_id=artifact, progress=100.0 * i / total)
+        update_progress_artifact(artifact_id=artifact, progress=100.0 * i / total)  # type: ignore[arg-type]
     return results
 
 
@@ -106,7 +107,7 @@ def _publish(summary: dict[str, Any]) -> None:
     get_run_logger().info("docmill run %s: %s, cost $%.4f", summary["run_id"], states, summary["cost_usd"])
 
 
-@flow(name="extract", task_runner=ThreadPoolTaskRunner(max_workers=CHUNK_WORKERS), log_prints=False)
+@flow(name="extract", task_runner=RUNNER, log_prints=False)
 def extract(
     source: str,
     recipe: str = "invoices",
@@ -136,7 +137,7 @@ def extract(
     return summary
 
 
-@flow(name="nightly", task_runner=ThreadPoolTaskRunner(max_workers=CHUNK_WORKERS))
+@flow(name="nightly", task_runner=RUNNER)
 def nightly(source: str, recipe: str = "invoices", store: str | None = None) -> dict[str, Any]:
     """Incremental: unchanged documents hit the ledger by content hash and cost nothing."""
     settings = _settings(store, {})
@@ -145,7 +146,7 @@ def nightly(source: str, recipe: str = "invoices", store: str | None = None) -> 
     return summary
 
 
-@flow(name="backfill", task_runner=ThreadPoolTaskRunner(max_workers=CHUNK_WORKERS))
+@flow(name="backfill", task_runner=RUNNER)
 def backfill(
     source: str,
     recipe: str = "invoices",
@@ -170,7 +171,7 @@ def backfill(
     return summary
 
 
-@flow(name="resume", task_runner=ThreadPoolTaskRunner(max_workers=CHUNK_WORKERS))
+@flow(name="resume", task_runner=RUNNER)
 def resume(run_id: str, store: str | None = None) -> dict[str, Any]:
     """Continue a run from its manifest: nothing in the ledger is sent again."""
     summary = resume_run(run_id, store=store, map_chunks=prefect_map, progress=False)
@@ -186,7 +187,6 @@ def resume_run(
     progress: bool = True,
 ) -> dict[str, Any]:
     from checkpoints.manifest import ManifestStore
-
     from checkpoints.store import open_store
 
     settings = _settings(store, {})

@@ -13,14 +13,15 @@ those, documents whose idempotency key is in the ledger cost no API call.
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
-
-from docmill.errors import ConfigError
+from docmill.errors import ConfigError, LeaseHeld
 from docmill.logs import bind_run, get_logger
 from flows.context import RunContext
 
@@ -78,7 +79,7 @@ def write_inventory(ctx: RunContext, source: str) -> list[str]:
     if existing:
         return sorted(k.rsplit("/", 1)[-1].removesuffix(".json") for k in existing)
     chunk: list[dict[str, Any]] = []
-    for doc in inventory(source, ctx.settings):
+    for doc in inventory(source, ctx.settings, doc_types=ctx.recipe.doc_types):
         chunk.append(doc.model_dump(mode="json"))
         if len(chunk) >= ctx.settings.chunk_size:
             ids.append(_put_chunk(ctx, len(ids), chunk))
@@ -142,9 +143,8 @@ def all_outcomes(ctx: RunContext) -> list[dict[str, Any]]:
 def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
     """Per-file pass over one chunk (realtime); outcomes written once per chunk."""
     from checkpoints.outcomes import OutcomeLog
-    from tasks.review import review_chunk
-
     from tasks.inventory import Document
+    from tasks.review import review_chunk
 
     outcomes = review_chunk(
         [Document.model_validate(d) for d in docs],
@@ -173,7 +173,6 @@ def per_file_pass(
     bar = Progress(total, "per-file pass", enabled=progress)
     if params.mode == "batch":
         from tasks.batch import run_batches
-
         from tasks.inventory import Document
 
         docs = [Document.model_validate(d) for _, chunk in pending for d in chunk]
@@ -186,7 +185,7 @@ def per_file_pass(
                 store=ctx.store,
                 client=ctx.sdk,
                 settings=ctx.settings,
-                realtime=ctx.client,
+                model_client=ctx.client,
             )
         }
         for cid, chunk in pending:
@@ -203,21 +202,72 @@ def per_file_pass(
     map_chunks(fn, pending)
 
 
+LEASE_TTL = 120.0
+
+
+def _holder_is_dead_here(holder: str | None) -> bool:
+    """A lease left by a crashed process on this machine can be taken over at once."""
+    import os
+    import socket
+
+    host, _, rest = (holder or "").partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+@contextmanager
+def hold_lease(ctx: RunContext) -> Iterator[None]:
+    """Hold the run's lease, renewed in the background; take over one left by a dead local process."""
+    from checkpoints.lease import Lease
+    from flows.context import holder_id
+
+    lease = Lease(ctx.store, ctx.run_id, holder_id(), ttl_seconds=LEASE_TTL)
+    try:
+        lease.acquire()
+    except LeaseHeld as e:
+        if not _holder_is_dead_here(getattr(e, "holder", None)):
+            raise
+        log.warning("taking over the lease of a dead process: %s", getattr(e, "holder", None))
+        ctx.store.delete(f"runs/{ctx.run_id}/lease.json")
+        lease.acquire()
+    stop = threading.Event()
+
+    def keep() -> None:
+        while not stop.wait(LEASE_TTL / 4):
+            try:
+                lease.renew()
+            except Exception as exc:  # logged; the next renew or the release says more
+                log.error("lease renewal failed: %s", exc)
+
+    keeper = threading.Thread(target=keep, name="docmill-lease", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join(timeout=5)
+        lease.release()
+
+
 def run(
     ctx: RunContext, params: RunParams, *, map_chunks: MapChunks = plain_map, progress: bool = True
 ) -> dict[str, Any]:
     """Drive one run to its end (or to the first phase that cannot finish) and return a summary."""
     from checkpoints.costs import CostLedger
-    from checkpoints.lease import Lease
-
     from tasks.integrate import integrate
     from tasks.report import export_rows, markdown, summarize, to_csv, to_jsonl, to_parquet
 
     bind_run(ctx.run_id)
     manifest = start_manifest(ctx, params)
-    from flows.context import holder_id
-
-    with Lease(ctx.store, ctx.run_id, holder_id(), ttl_seconds=600):
+    with hold_lease(ctx):
         set_phase(ctx, Phase.INVENTORY)
         chunk_ids = write_inventory(ctx, params.source)
         set_phase(ctx, Phase.PER_FILE, chunks=len(chunk_ids))
@@ -236,7 +286,7 @@ def run(
         set_phase(ctx, Phase.REPORT)
         costs = CostLedger(ctx.store, ctx.run_id).totals()
         manifest = ManifestStore(ctx.store).load(ctx.run_id)
-        report = markdown(manifest.model_dump(mode="json"), outcomes, integration, costs)
+        report = markdown({**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, integration, costs)
         base = f"runs/{ctx.run_id}"
         ctx.store.put(f"{base}/report.md", report.encode())
         rows = export_rows(outcomes)

@@ -124,7 +124,7 @@ def cited_ids(value: Any) -> Iterator[tuple[str, str]]:
 def drop_unknown(value: Any, known: set[str]) -> Any:
     """Remove citations of unknown doc ids (claims left with no source are flagged by the caller)."""
     if isinstance(value, dict):
-        out = {}
+        out: dict[str, Any] = {}
         for k, v in value.items():
             if k in ID_KEYS and isinstance(v, list):
                 out[k] = [i for i in v if not isinstance(i, str) or i in known]
@@ -243,10 +243,11 @@ def integrate(
     settings: Any,
 ) -> dict[str, Any]:
     """Run the integration pass once per distinct input (ledger-keyed) and return the record."""
+    from pydantic import ValidationError
+
     from checkpoints.costs import CostEntry, CostLedger
     from checkpoints.keys import content_hash, idempotency_key
     from checkpoints.ledger import ResponseLog, ResultsLedger
-    from pydantic import ValidationError
 
     ledger, responses, costs = ResultsLedger(store), ResponseLog(store), CostLedger(store, run_id)
     records = compact_records(outcomes)
@@ -270,7 +271,8 @@ def integrate(
         if cached is not None:
             parts.append(cached["output"])
             continue
-        attempt, output, errors = 0, None, []
+        attempt, errors = 0, []
+        output: dict[str, Any] | None = None
         while attempt < 1 + settings.gate.repair_attempts:
             message, result = _ask(client, request, key=key, responses=responses, attempt=attempt)
             costs.record(
