@@ -447,7 +447,7 @@ def test_real_invoice_recipe_on_generated_corpus(tmp_path: Path) -> None:
     assert len(outcomes) >= 20
 
     body = integration_request(recipe, compact_records(outcomes), model="claude-sonnet-4-6", max_tokens=8000)
-    result = recipe.integration_schema.model_validate_json(answer_text(body))
+    result: Any = recipe.integration_schema.model_validate_json(answer_text(body))
     planted = {
         (c["invoice_number"], c["field"], tuple(sorted((v["doc_id"], v["value"]) for v in c["values"])))
         for c in truth
@@ -473,7 +473,7 @@ def test_real_code_review_recipe_quotes_lines_of_example_codebase() -> None:
         text = path.read_text()
         doc = SimpleNamespace(doc_id=path.name, doc_type="py")
         body = file_request(recipe, doc, text, model="claude-sonnet-4-6", max_tokens=4000)
-        review = recipe.file_schema.model_validate_json(answer_text(body))
+        review: Any = recipe.file_schema.model_validate_json(answer_text(body))
         lines = text.split("\n")
         for finding in review.findings:
             assert finding.file == path.name
