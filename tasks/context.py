@@ -121,6 +121,7 @@ class ConversationTask:
         self.model, self.tools, self.budget_tokens = model, tools, budget_tokens
         self.system = _blocks(system)
         self.max_tokens, self.pass_name = max_tokens, pass_name
+        self.compaction_max_tokens = max_tokens
         self.keep_tokens = int(budget_tokens * keep_recent_fraction)
         self.scratch = scratch if scratch is not None else Scratchpad(store, run_id, task_id)
         self.archive = HistoryArchive(store, run_id, task_id)
@@ -261,11 +262,14 @@ class ConversationTask:
         cuts = cmp.choose_cut(self.messages, sizes, self.keep_tokens)
         instructions = cmp.contract(self.pinned.keep_terms())
         base = self.params([], **extra)
-        base["max_tokens"] = self.max_tokens
+        base["max_tokens"] = self.compaction_max_tokens
         chosen = None
         for cut in cuts:
             candidate = {**base, "messages": self.messages[: cut + 1]}
-            if self.count(candidate) + len(instructions) // 3 + self.max_tokens <= self.budget_tokens:
+            if (
+                self.count(candidate) + len(instructions) // 3 + self.compaction_max_tokens
+                <= self.budget_tokens
+            ):
                 chosen = cut
                 break
         if chosen is None:

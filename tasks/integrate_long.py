@@ -301,7 +301,7 @@ def integrate_many(
     else:
         reply = task.send(
             FINAL_ASK,
-            max_tokens=settings.api.max_tokens,
+            max_tokens=min(settings.api.max_tokens, budget // 3),
             output_config={"format": {"type": "json_schema", "schema": schema}},
         )
         final = {"content": reply.get("content") or []}
