@@ -11,10 +11,10 @@ Used by the realtime per-file pass and by the batch pass (same request, same key
 
 from __future__ import annotations
 
-import copy
 import html
 import json
 import re
+import threading
 from typing import Any
 
 from anthropic import transform_schema
@@ -45,6 +45,8 @@ REPAIR_INSTRUCTION = (
 # Bump when the layout above changes: it is hashed into every key.
 TEMPLATE_VERSION = "1"
 
+TEMPLATE_HASH = content_hash([TEMPLATE_VERSION, SYSTEM_RULES, INSTRUCTION, REPAIR_INSTRUCTION])
+
 _TAG = re.compile(r"<(/?)(document)", re.IGNORECASE)
 
 
@@ -59,8 +61,21 @@ def wrap_document(doc_id: str, doc_type: str, text: str) -> str:
     return f"<document {attrs}>\n{neutralize(text)}\n</document>"
 
 
-def _schema(recipe: Any) -> dict[str, Any]:
-    return transform_schema(recipe.file_schema)
+_RECIPE_PARTS: dict[int, tuple[Any, str, str, dict[str, Any]]] = {}
+_PARTS_LOCK = threading.Lock()
+
+
+def recipe_parts(recipe: Any) -> tuple[str, str, dict[str, Any]]:
+    """(prompt hash, schema hash, wire schema) of a recipe, computed once per recipe object
+    (JSON-schema generation costs milliseconds; a chunk asks for it per document).
+    Treat the returned schema as read-only: requests share it."""
+    hit = _RECIPE_PARTS.get(id(recipe))
+    if hit is not None and hit[0] is recipe:
+        return hit[1], hit[2], hit[3]
+    parts = (recipe.prompt_hash(), recipe.schema_hash(), transform_schema(recipe.file_schema))
+    with _PARTS_LOCK:
+        _RECIPE_PARTS[id(recipe)] = (recipe, *parts)
+    return parts
 
 
 def file_params(settings: Any, *, max_tokens: int | None = None) -> dict[str, Any]:
@@ -85,7 +100,7 @@ def file_request(recipe: Any, doc: Any, text: str, *, model: str, max_tokens: in
                 ],
             }
         ],
-        "output_config": {"format": {"type": "json_schema", "schema": _schema(recipe)}},
+        "output_config": {"format": {"type": "json_schema", "schema": recipe_parts(recipe)[2]}},
     }
 
 
@@ -97,16 +112,11 @@ def file_key(recipe: Any, doc: Any, model: str, params: dict[str, Any]) -> str:
     """
     all_params = {
         **params,
-        "template": content_hash([TEMPLATE_VERSION, SYSTEM_RULES, INSTRUCTION, REPAIR_INSTRUCTION]),
+        "template": TEMPLATE_HASH,
     }
+    prompt_hash, schema_hash, _ = recipe_parts(recipe)
     return idempotency_key(
-        FILE_PASS,
-        str(recipe.version),
-        recipe.prompt_hash(),
-        recipe.schema_hash(),
-        model,
-        doc.sha256,
-        all_params,
+        FILE_PASS, str(recipe.version), prompt_hash, schema_hash, model, doc.sha256, all_params
     )
 
 
@@ -117,10 +127,10 @@ def with_max_tokens(request: dict[str, Any], max_tokens: int) -> dict[str, Any]:
 
 def repair_request(request: dict[str, Any], bad_text: str, errors: list[str]) -> dict[str, Any]:
     """Re-ask: the original turns, the assistant's bad answer, then a user turn listing the errors."""
-    out = copy.deepcopy(request)
     listed = "\n".join(f"- {e}" for e in errors) or "- (unknown error)"
+    out = dict(request)  # shallow: the shared parts (system, schema) are never mutated
     out["messages"] = [
-        *out["messages"],
+        *request["messages"],
         {"role": "assistant", "content": [{"type": "text", "text": bad_text or "{}"}]},
         {"role": "user", "content": [{"type": "text", "text": REPAIR_INSTRUCTION.format(errors=listed)}]},
     ]
