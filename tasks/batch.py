@@ -210,10 +210,9 @@ class BatchEngine:
             ended_any = False
             for n in sorted(self.live):
                 lifecycle("polling")
-                rec, changed = api_records.poll(self.api, self.records, self.live[n], self.clock())
+                rec = api_records.poll(self.api, self.records, self.live[n], self.clock())
                 self.live[n] = rec
-                if changed:
-                    self.on_progress(_event("status", rec))
+                self.on_progress(_event("status", rec))
                 if rec.phase is BatchPhase.ENDED:
                     ended_any = True
                     yield from self._collect(rec)

@@ -20,7 +20,6 @@ import hashlib
 import json
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -252,6 +251,15 @@ def counts_of(batch: MessageBatch) -> dict[str, int]:
     return {k: int(getattr(c, k, 0) or 0) for k in COUNT_KINDS}
 
 
+def total_counts(batches: list[MessageBatch]) -> dict[str, int]:
+    """Request counts summed over batches, every kind present (zeros included)."""
+    out = dict.fromkeys(COUNT_KINDS, 0)
+    for b in batches:
+        for k, v in counts_of(b).items():
+            out[k] += v
+    return out
+
+
 def submit(
     api: BatchApi, records: BatchRecords, body: BatchBody, *, run_id: str, n: int, round: int, now: float
 ) -> BatchRecord:
@@ -291,7 +299,7 @@ def _submitted(r: BatchRecord, batches: list[MessageBatch], now: float) -> None:
     r.phase = BatchPhase.SUBMITTED
     r.submitted_at = now
     r.processing_status = batches[0].processing_status
-    r.request_counts = dict(sum((Counter(counts_of(b)) for b in batches), Counter()))
+    r.request_counts = total_counts(batches)
 
 
 def _not_created(r: BatchRecord, why: str) -> None:
@@ -353,7 +361,7 @@ def reconcile(api: BatchApi, records: BatchRecords, rec: BatchRecord, owned: set
     return _adopt(api, records, rec, found, cancel=True, why="intent without batch id reconciled")
 
 
-def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> tuple[BatchRecord, bool]:
+def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> BatchRecord:
     """Retrieve the record's batches; write status and counts when they change. Past
     settings.batch.max_wait_seconds the batches are canceled (what ran is kept)."""
     batches = [api.retrieve(bid) for bid in rec.batch_ids]
@@ -363,7 +371,7 @@ def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> 
         if ended
         else ("canceling" if any(b.processing_status == "canceling" for b in batches) else "in_progress")
     )
-    counts = dict(sum((Counter(counts_of(b)) for b in batches), Counter()))
+    counts = total_counts(batches)
     overdue = (
         not ended
         and not rec.canceled_ids
@@ -373,7 +381,7 @@ def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> 
         b.id for b in batches if overdue and b.processing_status == "in_progress" and api.cancel(b.id)
     ]
     if status == rec.processing_status and counts == rec.request_counts and not canceled and not ended:
-        return rec, False
+        return rec
 
     def fn(r: BatchRecord) -> None:
         r.processing_status, r.request_counts = status, counts
@@ -383,14 +391,12 @@ def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> 
         if ended and r.phase is BatchPhase.SUBMITTED:
             r.phase, r.ended_at = BatchPhase.ENDED, now
 
-    return records.update(rec.n, fn), True
+    return records.update(rec.n, fn)
 
 
 def results(api: BatchApi, batch_id: str) -> Iterator[dict[str, Any]] | None:
     """The result lines of an ended batch as dicts, or None when its results are gone (archived).
     A stream broken by a transient fault is fetched again from the start (callers skip repeats)."""
-    if api.retrieve(batch_id).archived_at is not None:
-        return None
     try:
         first = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
     except BatchError as e:
@@ -448,7 +454,7 @@ def cancel_run(run_id: str, store: Any, client: anthropic.Anthropic, settings: A
             r.processing_status = (
                 "ended" if all(b.processing_status == "ended" for b in seen) else "canceling"
             )
-            r.request_counts = dict(sum((Counter(counts_of(b)) for b in seen), Counter()))
+            r.request_counts = total_counts(seen)
             r.notes.append("cancel requested by docmill cancel" if asked else "cancel: already ended")
 
         rec = records.update(rec.n, fn)
