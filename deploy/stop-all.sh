@@ -9,21 +9,24 @@ STATE_ARG=${1:?usage: deploy/stop-all.sh STATE_DIR}
 [ -d "$STATE_ARG" ] || exit 0
 STATE=$(cd "$STATE_ARG" && pwd)
 
-# Each service was started with setsid, so its pid is also its process-group id.
-stop_group() {
-  local pidfile=$1 pid
-  [ -f "$pidfile" ] || return 0
-  pid=$(cat "$pidfile")
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
-}
-
-for f in "$STATE"/worker-*.pid; do [ -e "$f" ] && stop_group "$f"; done
-for name in prefect-server s3 emulator; do stop_group "$STATE/$name.pid"; done
+# Each service was started with setsid, so its pid is also its process-group id. Signal every
+# group at once (workers take their flow runs with them), give them 5 s, then SIGKILL the rest.
+PIDS=()
+for f in "$STATE"/worker-*.pid "$STATE"/prefect-server.pid "$STATE"/s3.pid "$STATE"/emulator.pid; do
+  [ -f "$f" ] || continue
+  pid=$(cat "$f")
+  rm -f "$f"
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || continue
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+  PIDS+=("$pid")
+done
+for _ in $(seq 1 50); do
+  alive=0
+  for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+  [ $alive = 0 ] && break
+  sleep 0.1
+done
+for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
 
 DATA=$STATE/postgres/data
 if [ -f "$DATA/postmaster.pid" ]; then

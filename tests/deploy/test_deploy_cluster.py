@@ -1,0 +1,262 @@
+"""The multi-worker deployment, end to end on loopback: PostgreSQL, a Prefect server on it,
+SeaweedFS, two process workers, all started by the deploy/ scripts, flows deployed with
+`prefect deploy` from a prefect.yaml, and the global chunk limit checked from Prefect's own
+concurrency events."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fixtures.cluster import (
+    REPO,
+    Cluster,
+    concurrency_windows,
+    create_flow_run,
+    emulator_accounting,
+    list_keys,
+    make_state_dir,
+    max_overlap,
+    prefect_cli,
+    read_artifacts,
+    s3_client,
+    start_cluster,
+    wait_for_flow_runs,
+    workers_of_flow_runs,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+CHUNK_LIMIT = 1
+LIMIT_NAME = "docmill-chunks"
+BUCKET = "docmill"
+STORE = f"s3://{BUCKET}/store"
+CORPUS = f"s3://{BUCKET}/corpus"
+# The deployment's default is mode=batch; "realtime" runs the backfill's chunks as Prefect tasks
+# under the global limit, which this test measures.
+BACKFILL_MODE = "realtime"
+SHARDS = 3
+GENERATE = [
+    "--count",
+    "30",
+    "--seed",
+    "11",
+]  # part-0 and part-1: the backfill, one per worker; part-2: new for the nightly run
+# The flow runs inherit the workers' environment (deploy/env.example lists these settings).
+WORKER_ENV = {
+    "DOCMILL_STORE": STORE,
+    "DOCMILL_CHUNK_SIZE": "4",
+    "DOCMILL_API__CONCURRENCY": "2",
+    "DOCMILL_BATCH__POLL_SECONDS": "0.5",
+    "DOCMILL_BATCH__POLL_MAX_SECONDS": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    state = make_state_dir()
+    c = start_cluster(
+        state,
+        workers=("w1", "w2"),
+        worker_limit=1,
+        chunk_limit=CHUNK_LIMIT,
+        bucket=BUCKET,
+        worker_env=WORKER_ENV,
+        emulator_args=["--latency-ms", "40", "--seed", "1"],
+    )
+    print(f"\ncluster timings: {c.timings}")
+    try:
+        yield c
+    finally:
+        c.stop()
+        print(f"\ncluster stop: {c.timings['stop_s']}s")
+
+
+def _probe_yaml(cluster: Cluster) -> Path:
+    """deploy/prefect.yaml's pull steps and pool, with one deployment of the probe flow."""
+    spec = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
+    pool = spec["deployments"][0]["work_pool"]
+    spec["deployments"] = [
+        {"name": "probe", "entrypoint": "tests/deploy/probe_flow.py:probe", "work_pool": pool}
+    ]
+    path = cluster.state / "probe-prefect.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_deploy_cluster_probe_runs_on_both_workers_and_gcl_caps_chunks(cluster: Cluster) -> None:
+    since = datetime.now(UTC).isoformat()
+    t0 = time.monotonic()
+    prefect_cli(
+        cluster, "deploy", "--all", "--prefect-file", str(_probe_yaml(cluster)), DOCMILL_REPO_DIR=str(REPO)
+    )
+    deploy_s = time.monotonic() - t0
+
+    out_dir = cluster.state / "probe"
+    out_dir.mkdir()
+    t1 = time.monotonic()
+    ids = [
+        create_flow_run(
+            cluster, "probe/probe", {"label": label, "out_dir": str(out_dir), "chunks": 2, "seconds": 1.5}
+        )
+        for label in ("a", "b")
+    ]
+    runs = wait_for_flow_runs(cluster, ids, timeout=120)
+    runs_s = time.monotonic() - t1
+    print(f"\nprobe: deploy {deploy_s:.1f}s, two runs {runs_s:.1f}s")
+
+    assert {r["state"]["type"] for r in runs.values()} == {"COMPLETED"}, runs
+    records = [json.loads((out_dir / f"{label}.json").read_text()) for label in ("a", "b")]
+    # The pull step put each run in the repository checkout, on two different workers.
+    assert {r["cwd"] for r in records} == {str(REPO)}
+    assert {r["worker_pid"] for r in records} == set(cluster.workers.values())
+    assert set(workers_of_flow_runs(cluster, since).values()) == set(cluster.workers)
+
+    # Four chunks wanted to run at once (two per run); the global limit let one run at a time.
+    held = [(w["start"], w["end"]) for r in records for w in r["windows"]]
+    assert max_overlap(held) == CHUNK_LIMIT
+    # Prefect's concurrency events show the same windows; the test for docmill's flows relies on them.
+    t2 = time.monotonic()
+    events = concurrency_windows(cluster, LIMIT_NAME, since, expected=4)
+    print(f"events stored after {time.monotonic() - t2:.1f}s")
+    assert len(events) == 4
+    assert max_overlap(events, release_slack=0.25) == CHUNK_LIMIT
+
+    artifacts = read_artifacts(cluster, ids)
+    assert {a["key"] for a in artifacts} == {"probe-a", "probe-b"}
+
+
+def _upload_corpus(cluster: Cluster) -> dict[int, set[str]]:
+    """Generate invoices and upload them into SHARDS prefixes, split by content hash so a planted
+    duplicate stays in its original's shard. Returns the content hashes of each shard."""
+    local = cluster.state / "corpus"
+    subprocess.run(
+        [sys.executable, str(REPO / "examples" / "make_invoices.py"), "--out", str(local), *GENERATE],
+        check=True,
+        capture_output=True,
+    )
+    s3 = s3_client(cluster)
+    shards: dict[int, set[str]] = {i: set() for i in range(SHARDS)}
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        shard = int(digest[:8], 16) % SHARDS
+        shards[shard].add(digest)
+        key = f"corpus/part-{shard}/{path.relative_to(local).as_posix()}"
+        s3.put_object(Bucket=BUCKET, Key=key, Body=data)
+    return shards
+
+
+def _get_json(cluster: Cluster, key: str) -> dict[str, object]:
+    return dict(json.loads(s3_client(cluster).get_object(Bucket=BUCKET, Key=key)["Body"].read()))
+
+
+def _cost_entries(cluster: Cluster, run_id: str) -> list[dict[str, object]]:
+    s3 = s3_client(cluster)
+    entries: list[dict[str, object]] = []
+    for key in list_keys(s3, BUCKET, f"store/runs/{run_id}/costs/"):
+        entries.extend(json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()))
+    return entries
+
+
+def test_deploy_cluster_backfill_on_two_workers_then_nightly(cluster: Cluster) -> None:
+    assert cluster.emulator_url
+    since = datetime.now(UTC).isoformat()
+    shards = _upload_corpus(cluster)
+    assert all(shards.values()), "every shard needs documents; change GENERATE"
+    t0 = time.monotonic()
+    prefect_cli(
+        cluster,
+        "deploy",
+        "--all",
+        "--prefect-file",
+        "deploy/prefect.yaml",
+        DOCMILL_REPO_DIR=str(REPO),
+        DOCMILL_NIGHTLY_SOURCE=CORPUS,
+    )
+    deploy_s = time.monotonic() - t0
+
+    # The backfill, split across both workers: one run per shard, running at the same time.
+    t1 = time.monotonic()
+    backfill_ids = [
+        create_flow_run(
+            cluster,
+            "backfill/backfill",
+            {"source": f"{CORPUS}/part-{i}", "mode": BACKFILL_MODE, "chunk_size": 4},
+        )
+        for i in (0, 1)
+    ]
+    runs = wait_for_flow_runs(cluster, backfill_ids, timeout=150)
+    backfill_s = time.monotonic() - t1
+    assert {r["state"]["type"] for r in runs.values()} == {"COMPLETED"}, runs
+    after_backfill = emulator_accounting(cluster.emulator_url)
+
+    # The nightly deployment over the whole corpus: only part-2 is new.
+    t2 = time.monotonic()
+    nightly_id = create_flow_run(cluster, "nightly/nightly", {})
+    nightly = wait_for_flow_runs(cluster, [nightly_id], timeout=150)[nightly_id]
+    nightly_s = time.monotonic() - t2
+    assert nightly["state"]["type"] == "COMPLETED", nightly
+    assert nightly["parameters"]["source"] == CORPUS
+    print(f"\ndocmill: deploy {deploy_s:.1f}s, backfill {backfill_s:.1f}s, nightly {nightly_s:.1f}s")
+
+    all_ids = [*backfill_ids, nightly_id]
+    ran_on = workers_of_flow_runs(cluster, since)
+    assert {ran_on[i] for i in backfill_ids} == set(cluster.workers), ran_on
+
+    # Results in the bucket: a finished manifest, a report and exports for each of the three runs.
+    s3 = s3_client(cluster)
+    run_ids = sorted({k.split("/")[2] for k in list_keys(s3, BUCKET, "store/runs/")})
+    assert len(run_ids) == 3, run_ids
+    for run_id in run_ids:
+        keys = set(list_keys(s3, BUCKET, f"store/runs/{run_id}/"))
+        assert f"store/runs/{run_id}/report.md" in keys
+        assert f"store/runs/{run_id}/exports/results.jsonl" in keys
+    assert list_keys(s3, BUCKET, "store/results/file/")
+
+    # Artifacts in Prefect: a progress bar and the run summary for each flow run.
+    artifacts = read_artifacts(cluster, all_ids)
+    for flow_run_id in all_ids:
+        mine = [a for a in artifacts if a["flow_run_id"] == flow_run_id]
+        assert any(a["key"] == "docmill-run-summary" for a in mine), mine
+        assert any(a["type"] == "progress" for a in mine), mine
+
+    # No document processed twice: every billed request is in exactly one run's cost ledger, no
+    # request body was billed twice, and each per-file key was sent (first attempt) once overall.
+    final = emulator_accounting(cluster.emulator_url)
+    billed = final["billed"]
+    assert len({b["body_sha256"] for b in billed}) == len(billed)
+    entries = [e for run_id in run_ids for e in _cost_entries(cluster, run_id)]
+    assert sorted(str(e["request_id"]) for e in entries) == sorted(str(b["request_id"]) for b in billed)
+    first_sends = Counter(e["key"] for e in entries if e["pass_name"] == "file" and e["attempt"] == 1)
+    assert first_sends and max(first_sends.values()) == 1, first_sends
+    # The nightly run paid only for part-2 documents; part-0/1 came from the backfill's ledger.
+    manifests = {r: _get_json(cluster, f"store/runs/{r}/manifest.json") for r in run_ids}
+    assert all(m["phase"] == "done" for m in manifests.values()), manifests
+    (nightly_run,) = [r for r, m in manifests.items() if m["source"] == CORPUS]
+    nightly_docs = [
+        str(e["doc_id"]) for e in entries if e["run_id"] == nightly_run and e["pass_name"] == "file"
+    ]
+    assert nightly_docs and all(d.startswith("part-2/") for d in nightly_docs), nightly_docs
+    assert len(billed) > len(after_backfill["billed"])
+
+    # The global limit held across both workers: chunk windows from Prefect's concurrency events.
+    expected = sum(
+        len(list_keys(s3, BUCKET, f"store/runs/{r}/inventory/"))
+        for r, m in manifests.items()
+        if m["mode"] == "realtime"
+    )
+    chunks = concurrency_windows(cluster, LIMIT_NAME, since, expected=expected)
+    assert len(chunks) == expected > 1
+    assert chunks
+    assert max_overlap(chunks, release_slack=0.05) <= CHUNK_LIMIT
