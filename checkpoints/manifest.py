@@ -8,6 +8,7 @@ The config snapshot goes through `redact` so no secret lands in the store.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -21,8 +22,10 @@ from checkpoints.store import ObjectStore, dumps_json, loads_json
 from docmill.errors import AlreadyExists, NotFound, PreconditionFailed
 
 MAX_CAS_ATTEMPTS = 32
-SECRET_MARKERS = ("key", "secret", "token", "password", "credential")
-REDACTED = "***"
+# A config key is secret when one of its words (split on _ - . and camelCase) contains one of
+# these, or is/ends with key or token. Word-based so counts such as `max_tokens` survive.
+SECRET_MARKERS = ("secret", "password", "passwd", "credential")
+SECRET_SUFFIXES = ("key", "token")
 
 
 class Phase(StrEnum):
@@ -58,15 +61,20 @@ class RunManifest(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
+def is_secret_name(name: str) -> bool:
+    """True for names like api_key, anthropic_api_key, aws_secret_access_key, auth_token, password,
+    s3_credentials, apiKey, SECRETKEY; False for max_tokens, keyword, budget_tokens."""
+    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
+    return any(
+        any(m in w for m in SECRET_MARKERS) or any(w.endswith(s) for s in SECRET_SUFFIXES) for w in words if w
+    )
+
+
 def redact(config: Any) -> Any:
-    """A copy of `config` with every value whose key mentions key/secret/token/password/credential
-    dropped (recursively through dicts and lists)."""
+    """A copy of `config` without any value whose key names a secret (`is_secret_name`),
+    recursively through dicts and lists."""
     if isinstance(config, dict):
-        return {
-            k: redact(v)
-            for k, v in config.items()
-            if not any(marker in str(k).lower() for marker in SECRET_MARKERS)
-        }
+        return {k: redact(v) for k, v in config.items() if not is_secret_name(str(k))}
     if isinstance(config, list):
         return [redact(v) for v in config]
     return config

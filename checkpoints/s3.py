@@ -58,6 +58,7 @@ class S3Store(ObjectStore):
         self.uri = f"s3://{self.bucket}/{prefix}".rstrip("/")
         self.endpoint_url = resolve_endpoint(endpoint_url)
         self.retry = retry or RetryPolicy.from_env()
+        self.page_size = 1000  # keys per ListObjectsV2 page (S3's maximum)
         session = boto3.session.Session()  # own session: client creation is not thread-safe on the default
         self.client: Any = session.client(
             "s3",
@@ -194,7 +195,11 @@ class S3Store(ObjectStore):
     def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+            kwargs: dict[str, Any] = {
+                "Bucket": self.bucket,
+                "Prefix": self.prefix + prefix,
+                "MaxKeys": self.page_size,
+            }
             if delimiter:
                 kwargs["Delimiter"] = delimiter
             if token:
