@@ -145,9 +145,11 @@ class ModelClient:
         try:
             return self._sdk.messages.with_raw_response.create(**body)
         except anthropic.APIStatusError as e:
-            self.limiter.observe(e.response.headers)
-            if e.status_code == 429:
-                self.limiter.pause(error_retry_after(e) or 0.0)
+            asked = error_retry_after(e) if e.status_code == 429 else None
+            if asked is not None:  # the server's exact word wins over its whole-second reset headers
+                self.limiter.pause(asked)
+            else:
+                self.limiter.observe(e.response.headers)
             ladder.failed(e)
             raise
         except anthropic.APIConnectionError as e:
