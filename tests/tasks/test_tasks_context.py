@@ -169,7 +169,7 @@ def test_pinned_fact_lost_raises_and_keeps_the_old_checkpoint(emulator: Any, tmp
         for i in range(20):
             before, exchanges = store.get(key) if store.exists(key) else None, task.exchanges
             task.send(turn(i))
-    assert "CONFLICT invoice_number=INV-7" in str(info.value.missing)
+    assert "CONFLICT invoice_number=INV-7" in str(info.value.fields["missing"])
     assert store.get(key) == before and task.exchanges == exchanges
     assert not task.compactions and task.block_digest is None
     assert make_task(emulator, store).exchanges == exchanges

@@ -27,7 +27,7 @@ PLANTED = 8
 
 def make_results(n: int) -> list[dict[str, Any]]:
     """n small compact results; PLANTED conflicting pairs far apart; a few failed documents."""
-    out = []
+    out: list[dict[str, Any]] = []
     for i in range(1, n + 1):
         doc = f"doc-{i:05d}"
         if i % 997 == 0:
