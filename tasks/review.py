@@ -22,6 +22,7 @@ from checkpoints.review_queue import ReviewQueue
 from docmill.errors import ApiCallError, BudgetExhausted, InputError
 from docmill.prices import cost_usd
 from tasks.gate import Action, Decision, Progress, Verdict, check, decide, next_request
+from tasks.inventory import load_text
 from tasks.outcome import DocOutcome, DocState, add_usage
 from tasks.requests import FILE_PASS, estimate_input_tokens, file_key, file_params, file_request
 
@@ -276,8 +277,6 @@ def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
         if outcome.state is DocState.NEEDS_REVIEW:
             p.queue.add(_review_item(p, doc, outcome))
         return outcome
-    from tasks.inventory import load_text
-
     text = load_text(doc)
     max_tokens = int(p.settings.api.max_tokens)
     request = file_request(p.recipe, doc, text, model=p.model, max_tokens=max_tokens)
@@ -301,6 +300,8 @@ def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
             message = tries.call(request, action.value)
     except ApiCallError as e:
         return _api_failure(p, doc, key, tries, e)
+    except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
+        return _unfinished(doc, tries, "budget", e.one_line())
 
 
 def _next(p: Pass, verdict: Verdict, progress: Progress, request: dict[str, Any]) -> Decision:
@@ -328,22 +329,27 @@ def _finish(p: Pass, doc: Any, key: str, tries: Attempts, verdict: Verdict, deci
 def _api_failure(p: Pass, doc: Any, key: str, tries: Attempts, e: ApiCallError) -> DocOutcome:
     tries.transport_attempts += int(getattr(e, "attempts", 0) or 0)
     failure_type = str(getattr(e, "failure_type", "transport_exhausted"))
-    last = tries.last_verdict
-    outcome = tries.outcome(
-        doc.doc_id,
-        state=DocState.FAILED,
-        failure_type=failure_type,
-        last_error=str(getattr(e, "last_error", None) or e.message),
-        output=last.output if last else None,
-        raw_output=last.raw_text if last else None,
-        flags=last.flags if last else [],
-    )
+    outcome = _unfinished(doc, tries, failure_type, str(getattr(e, "last_error", None) or e.message))
     request_id = getattr(e, "request_id", None)
     if request_id:
         outcome.request_ids.append(str(request_id))
     if getattr(e, "status", None) in PERMANENT_STATUSES:
         outcome = _write(p, outcome)
     return outcome
+
+
+def _unfinished(doc: Any, tries: Attempts, failure_type: str, error: str) -> DocOutcome:
+    """A failed outcome that keeps every attempt's usage and the last (partial) output."""
+    last = tries.last_verdict
+    return tries.outcome(
+        doc.doc_id,
+        state=DocState.FAILED,
+        failure_type=failure_type,
+        last_error=error,
+        output=last.output if last else None,
+        raw_output=last.raw_text if last else None,
+        flags=last.flags if last else [],
+    )
 
 
 def _write(p: Pass, outcome: DocOutcome) -> DocOutcome:

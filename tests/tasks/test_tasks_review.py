@@ -14,9 +14,10 @@ from checkpoints.store import open_store
 from docmill.settings import Settings
 from tasks.inventory import Document, inventory
 from tasks.outcome import DocState
+from tasks.ratelimit import Budget
 from tasks.realtime import ModelClient
 from tasks.recipes import load_recipe
-from tasks.requests import FILE_PASS, file_key, file_params, file_request
+from tasks.requests import FILE_PASS, estimate_input_tokens, file_key, file_params, file_request
 from tasks.review import review_chunk
 
 RECIPE = load_recipe("invoices")
@@ -271,3 +272,18 @@ def test_budget_cap_stops_spending_before_it_is_exceeded(tmp_path: Path, emulato
     assert all(o.failure_type == "budget" for o in failed)
     assert all(ResultsLedger(h.store).get(FILE_PASS, o.key) is None for o in failed)  # a resume retries
     assert sum(b.usd for b in h.billed) <= cap
+
+
+def test_budget_stopping_a_repair_keeps_the_spent_attempt(tmp_path: Path, emulator: Any) -> None:
+    h = Harness(tmp_path, emulator)
+    h.write("bad.txt", invoice_text(2) + "Reference: PLANTED-FAULT\n")
+    emulator.state.faults.add(kind="schema_invalid", marker="PLANTED-FAULT")
+    (doc,) = h.docs()
+    req = file_request(RECIPE, doc, invoice_text(2) + "Reference: PLANTED-FAULT\n", model=PRIMARY,
+                       max_tokens=h.settings.api.max_tokens)  # fmt: skip
+    first_worst = h.client._worst_case_usd(PRIMARY, estimate_input_tokens(req), req["max_tokens"])
+    h.client.budget = Budget(first_worst * 1.01)  # the first call fits, its repair does not
+    out = h.run()["bad.txt"]
+    assert out.state is DocState.FAILED and out.failure_type == "budget" and h.received == 1
+    assert out.usage["output_tokens"] == h.billed[0].output_tokens and out.raw_output
+    assert ResultsLedger(h.store).get(FILE_PASS, out.key) is None
