@@ -9,9 +9,10 @@
 # reuses the data folder and the running server. Prints the env file on stdout; logs go to stderr.
 #
 # Environment (all optional):
-#   DOCMILL_PG_HOST      listen address (default 127.0.0.1; set the machine's LAN address for workers
-#                        elsewhere, and set DOCMILL_PG_PASSWORD then)
-#   DOCMILL_PG_PASSWORD  password of the `prefect` role (scram-sha-256); unset = trust on loopback only
+#   DOCMILL_PG_HOST      listen address (default 127.0.0.1). Keep loopback: only the Prefect server,
+#                        on this same machine, talks to the database; workers talk to the Prefect API.
+#   DOCMILL_PG_PASSWORD  password of the `prefect` role (scram-sha-256 on TCP); unset = trust, which
+#                        lets any local user in: set it on shared machines
 #   DOCMILL_PG_FAST=1    fsync/synchronous_commit off: throwaway test clusters only
 set -euo pipefail
 
