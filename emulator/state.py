@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import secrets
 import time
@@ -177,13 +176,13 @@ class RateLimiter:
             reset = now + (bucket.limit - max(bucket.level, 0)) * 60.0 / bucket.limit
             out[f"anthropic-ratelimit-{kind}-limit"] = str(bucket.limit)
             out[f"anthropic-ratelimit-{kind}-remaining"] = str(remaining)
-            out[f"anthropic-ratelimit-{kind}-reset"] = rfc3339(math.ceil(reset))
+            out[f"anthropic-ratelimit-{kind}-reset"] = rfc3339(reset)
         return out
 
 
 def exhausted_headers(now: float, retry_after: float) -> dict[str, str]:
     """Rate-limit headers for an injected 429 when no real bucket is configured."""
-    reset = rfc3339(math.ceil(now + retry_after))
+    reset = rfc3339(now + retry_after)
     out: dict[str, str] = {}
     for kind, limit in (("requests", "50"), ("input-tokens", "30000"), ("output-tokens", "8000")):
         out[f"anthropic-ratelimit-{kind}-limit"] = limit
