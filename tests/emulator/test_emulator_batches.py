@@ -194,3 +194,36 @@ def test_slow_batch_fault_and_batch_size_limit(emulator: EmulatorServer) -> None
     with pytest.raises(anthropic.APIStatusError) as info:
         client.messages.batches.create(requests=[_req(f"big{i}") for i in range(20)])  # type: ignore[misc]
     assert info.value.status_code == 413
+
+
+def test_results_stream_in_bounded_chunks(emulator: EmulatorServer) -> None:
+    client = sdk_client(emulator)
+    batch = client.messages.batches.create(requests=[_req(f"k{i}") for i in range(1000)])  # type: ignore[misc]
+    store = emulator.state.batches
+
+    async def sizes() -> list[int]:
+        return [len(chunk) async for chunk in store.result_lines(store.get(batch.id))]
+
+    chunks = asyncio.run(sizes())
+    assert len(chunks) == 4  # 250 lines a chunk: the JSONL is never built whole
+    assert max(chunks) < sum(chunks) / 3
+
+
+def test_control_endpoints_drive_clock_config_and_reset(emulator: EmulatorServer) -> None:
+    client = sdk_client(emulator)
+    assert (
+        httpx2.post(emulator.url("/_emulator/config"), json={"batch_seconds_per_request": 60.0}).status_code
+        == 200
+    )
+    assert httpx2.post(emulator.url("/_emulator/config"), json={"no_such_knob": 1}).status_code == 400
+    batch = client.messages.batches.create(requests=[_req("t1")])  # type: ignore[list-item]
+    assert batch.processing_status == "in_progress"
+    before = httpx2.get(emulator.url("/_emulator/clock")).json()["now"]
+    after = httpx2.post(emulator.url("/_emulator/clock/advance"), json={"seconds": 61}).json()["now"]
+    assert after - before >= 61
+    assert client.messages.batches.retrieve(batch.id).processing_status == "ended"
+    assert httpx2.post(emulator.url("/_emulator/reset")).json() == {"ok": True}
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.batches.retrieve(batch.id)
+    acct = httpx2.get(emulator.url("/_emulator/accounting")).json()
+    assert (acct["received"], acct["billed_count"], acct["errors_by_status"]) == (1, 0, {"404": 1})
