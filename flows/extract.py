@@ -185,11 +185,12 @@ def resume_run(
     store: str | None = None,
     map_chunks: pipeline.MapChunks = pipeline.plain_map,
     progress: bool = True,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     from checkpoints.manifest import ManifestStore
     from checkpoints.store import open_store
 
-    settings = _settings(store, {})
+    settings = settings or _settings(store, {})
     m = ManifestStore(open_store(settings.store, endpoint_url=settings.s3_endpoint_url)).load(run_id)
     return run_extract(
         m.source,

@@ -1,0 +1,78 @@
+"""The flows on a real Prefect engine (a temporary server per test session)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from docmill.settings import get_settings
+from tests.flows.helpers import make_corpus
+
+
+@pytest.fixture
+def env_for(monkeypatch: pytest.MonkeyPatch, emulator: Any, tmp_path: Path) -> str:
+    store = str(tmp_path / "store")
+    monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
+    monkeypatch.setenv("DOCMILL_STORE", store)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    get_settings.cache_clear()
+    yield store
+    get_settings.cache_clear()
+
+
+def _task_runs(flow_run_id: Any) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            return await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+            )
+
+    return asyncio.run(read())
+
+
+def test_extract_flow_runs_chunks_not_documents(
+    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
+) -> None:
+    from flows.extract import extract
+
+    corpus, truth = make_corpus(tmp_path, count=24, seed=2)
+    state = extract(str(corpus), "invoices", chunk_size=10, return_state=True)
+    summary = state.result()
+    assert summary["phase"] == "done"
+    docs = [t for t in truth if t["record"] == "document"]
+    assert summary["documents"] == len(docs)
+    runs = _task_runs(state.state_details.flow_run_id)
+    chunk_runs = [r for r in runs if r.name.startswith("per-file-chunk")]
+    assert len(chunk_runs) == -(-len(docs) // 10)  # one Prefect task per chunk, never per document
+    assert all(r.state.is_completed() for r in chunk_runs)
+
+
+def test_nightly_second_run_sends_only_new_and_changed(
+    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
+) -> None:
+    from flows.extract import nightly
+
+    corpus, truth = make_corpus(tmp_path, count=12, seed=4)
+    first = nightly(str(corpus), "invoices")
+    billed_first = {r.body_sha256 for r in emulator.state.accounting.billed}
+    ok_docs = [t for t in truth if t["record"] == "document" and t["expected_status"] == "ok"]
+    changed = corpus / ok_docs[0]["doc_id"]
+    changed.write_text(changed.read_text().replace("Bill to", "Billed to"))
+    shutil.copy(corpus / ok_docs[1]["doc_id"], corpus / "inbox-new.txt")
+    (corpus / "brand-new.txt").write_text(
+        "Invoice number: INV-9999\nVendor: Fresh Co\nInvoice date: 2026-11-01\nCurrency: EUR\nTotal: 10.00\n"
+    )
+    emulator.state.accounting.reset()
+    second = nightly(str(corpus), "invoices")
+    assert second["run_id"] != first["run_id"]
+    file_calls = [r for r in emulator.state.accounting.billed if r.body_sha256 not in billed_first]
+    # changed doc + brand-new doc (the copy has known content) + one integration call over the new set
+    assert len(file_calls) == 3, [r.body_sha256[:8] for r in file_calls]
+    assert second["from_ledger"] >= first["states"]["succeeded"] - 1
