@@ -32,6 +32,7 @@ import anthropic
 from docmill.errors import ContextError, PinnedFactLost, PreconditionFailed
 from tasks import compaction as cmp
 from tasks.pinned import PinnedFacts
+from tasks.requests import estimate_input_tokens
 
 CHECKPOINT_VERSION = 1
 CRASH_ENV = "DOCMILL_CRASH_AT"
@@ -62,7 +63,8 @@ class Transport:
         self.model_client = None if isinstance(client, anthropic.Anthropic) else client
         self.sdk: anthropic.Anthropic = client if self.model_client is None else client._sdk
 
-    def __call__(self, fn: Callable[[], T]) -> T:
+    def __call__(self, fn: Callable[[], T], *, pace_tokens: int = 0) -> T:
+        """Run one API call with the transport retries; `pace_tokens` > 0 goes through the pacer."""
         mc = self.model_client
         if mc is None:
             return fn()
@@ -72,6 +74,8 @@ class Transport:
         attempt = 0
         while True:
             attempt += 1
+            if pace_tokens:
+                mc.limiter.acquire(pace_tokens)
             try:
                 with mc.semaphore:
                     return fn()
@@ -243,9 +247,10 @@ class ConversationTask:
     def create(self, betas: list[str] | None, **body: Any) -> Any:
         """One Messages call through the transport layer; beta namespace when `betas` is given."""
         sdk = self.transport.sdk
+        pace = estimate_input_tokens(body)
         if betas:
-            return self.transport(lambda: sdk.beta.messages.create(betas=betas, **body))
-        return self.transport(lambda: sdk.messages.create(**body))
+            return self.transport(lambda: sdk.beta.messages.create(betas=betas, **body), pace_tokens=pace)
+        return self.transport(lambda: sdk.messages.create(**body), pace_tokens=pace)
 
     # ---- compaction --------------------------------------------------------------------------
 

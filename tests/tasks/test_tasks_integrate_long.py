@@ -136,7 +136,7 @@ def _child(tmp_path: Path, base_url: str, run_id: str, crash: str | None) -> int
         env["DOCMILL_CRASH_AT"] = crash
     code = "from tests.tasks.test_tasks_integrate_long import child; child()"
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path), base_url, "900", "8000", run_id],
+        [sys.executable, "-c", code, str(tmp_path), base_url, "500", "8000", run_id],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -153,7 +153,7 @@ _BASELINE: dict[str, Any] = {}
 def _baseline(emulator: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The uninterrupted run's output (same input, same emulator), computed once per session."""
     if "out" not in _BASELINE:
-        _BASELINE["out"] = run(str(tmp_path_factory.mktemp("baseline")), emulator.base_url, 900, 8000, "r")
+        _BASELINE["out"] = run(str(tmp_path_factory.mktemp("baseline")), emulator.base_url, 500, 8000, "r")
     return _BASELINE["out"]
 
 
@@ -171,5 +171,5 @@ def test_sigkill_then_resume_gives_the_same_output(
     assert not (tmp_path / "runs/r/tasks/integration/output.json").exists()
     checkpoint = json.loads((tmp_path / "runs/r/tasks/integration/checkpoint.json").read_text())
     assert 0 < checkpoint["exchanges"] < expected["context"]["exchanges"]
-    got = run(str(tmp_path), emulator.base_url, 900, 8000, "r")  # resume in this process
+    got = run(str(tmp_path), emulator.base_url, 500, 8000, "r")  # resume in this process
     assert got == expected
