@@ -86,7 +86,8 @@ def answer(
     secret = state.config.compaction_secret
     compaction.check_blocks(secret, body)
     model_name = str(body["model"])
-    input_total = tokens.count_tokens(body)
+    segs = tokens.segments(body)
+    input_total = tokens.total(segs)
     stop_details: dict[str, Any] | None = None
     stop_sequence: str | None = None
     iterations: list[dict[str, Any]] | None = None
@@ -128,7 +129,7 @@ def answer(
         cache = state.cache.apply(
             scope=api_key,
             model=model_name,
-            segments=tokens.segments(body),
+            segments=segs,
             total_tokens=input_total,
             top_level=body.get("cache_control"),
             now=state.clock.now(),

@@ -25,9 +25,15 @@ IMAGE_TOKENS = 1_000
 class Segment:
     """One cacheable unit of the prompt: a tool, a system block or a message content block."""
 
-    key: str
+    label: str
+    value: Any
     tokens: int
     cache_control: Mapping[str, Any] | None
+
+    @property
+    def key(self) -> str:
+        """Canonical text of the segment (without cache_control), hashed into cache prefixes."""
+        return self.label + ":" + _canon(self.value)
 
 
 def text_tokens(text: str) -> int:
@@ -85,24 +91,21 @@ def segments(body: Mapping[str, Any]) -> list[Segment]:
     out: list[Segment] = []
     for tool in body.get("tools") or []:
         if isinstance(tool, Mapping):
-            out.append(
-                Segment(
-                    "tool:" + _canon(_strip_cc(tool)),
-                    text_tokens(_canon(_strip_cc(tool))) + BLOCK_OVERHEAD,
-                    tool.get("cache_control"),
-                )
-            )
+            plain_tool = _strip_cc(tool)
+            tool_tokens = text_tokens(_canon(plain_tool)) + BLOCK_OVERHEAD
+            out.append(Segment("tool", plain_tool, tool_tokens, tool.get("cache_control")))
     fmt = (
         (body.get("output_config") or {}).get("format")
         if isinstance(body.get("output_config"), Mapping)
         else None
     )
     if fmt:
-        out.append(Segment("format:" + _canon(fmt), text_tokens(_canon(fmt)) + BLOCK_OVERHEAD, None))
+        out.append(Segment("format", fmt, text_tokens(_canon(fmt)) + BLOCK_OVERHEAD, None))
     system = body.get("system")
     for block in _as_blocks(system) if system else []:
         cc = block.get("cache_control") if isinstance(block, Mapping) else None
-        out.append(Segment("system:" + _canon(_strip_cc(block)), block_tokens(block) + BLOCK_OVERHEAD, cc))
+        plain = _strip_cc(block) if isinstance(block, Mapping) else block
+        out.append(Segment("system", plain, block_tokens(block) + BLOCK_OVERHEAD, cc))
     for msg in body.get("messages") or []:
         if not isinstance(msg, Mapping):
             continue
@@ -111,15 +114,19 @@ def segments(body: Mapping[str, Any]) -> list[Segment]:
             cc = block.get("cache_control") if isinstance(block, Mapping) else None
             plain = _strip_cc(block) if isinstance(block, Mapping) else block
             extra = MESSAGE_OVERHEAD if i == 0 else 0
-            out.append(
-                Segment(f"{role}:{i}:" + _canon(plain), block_tokens(block) + BLOCK_OVERHEAD + extra, cc)
-            )
+            tokens = block_tokens(block) + BLOCK_OVERHEAD + extra
+            out.append(Segment(f"{role}:{i}", plain, tokens, cc))
     return out
+
+
+def total(segs: Iterable[Segment]) -> int:
+    """Input tokens of a request already cut into segments."""
+    return REQUEST_OVERHEAD + sum(s.tokens for s in segs)
 
 
 def count_tokens(body: Mapping[str, Any]) -> int:
     """Input tokens of a Messages request body (system + tools + schema + messages)."""
-    return REQUEST_OVERHEAD + sum(s.tokens for s in segments(body))
+    return total(segments(body))
 
 
 def output_tokens(content: Iterable[Any]) -> int:
