@@ -325,9 +325,8 @@ def test_intent_without_batch_id_is_reconciled_across_list_pages(
             "max_tokens": 16,
             "messages": [{"role": "user", "content": "hi"}],
         }
-        other.messages.batches.create(  # type: ignore[misc]
-            requests=[{"custom_id": f"other-{i}-{j}", "params": request} for j in range(2)]
-        )
+        reqs: Any = [{"custom_id": f"other-{i}-{j}", "params": request} for j in range(2)]
+        other.messages.batches.create(requests=reqs)
     calls_before = emulator.state.accounting.received_by_path.get("/v1/messages/batches", 0)
     outcomes = rig.run(docs)
     assert emulator.state.accounting.received_by_path["/v1/messages/batches"] - calls_before >= 2  # paged
