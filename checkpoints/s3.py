@@ -79,7 +79,13 @@ class S3Store(ObjectStore):
         return self.prefix + check_key(key)
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        return call_with_retry(self.retry, fn, what=f"S3 {what}")
+        try:
+            return call_with_retry(self.retry, fn, what=f"S3 {what}")
+        except (bexc.NoCredentialsError, bexc.PartialCredentialsError) as e:
+            raise StoreError(
+                f"S3 {what}: no usable AWS credentials for {self.uri}",
+                hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role)",
+            ) from e
 
     def _fail(self, what: str, key: str, e: bexc.ClientError) -> StoreError:
         code, status = _code_status(e)

@@ -193,3 +193,17 @@ def client_error(status: int, code: str) -> bexc.ClientError:
 )
 def test_is_transient(exc: BaseException, transient: bool) -> None:
     assert is_transient(exc) is transient
+
+
+def test_missing_credentials_is_a_clear_store_error(
+    s3_store_uri: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = open_store(s3_store_uri, retry=NO_WAIT)
+    with pytest.raises(StoreError) as info:
+        store.put("x", b"1")
+    assert "AWS_ACCESS_KEY_ID" in info.value.hint
