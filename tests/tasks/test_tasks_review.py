@@ -9,6 +9,7 @@ import pytest
 
 from checkpoints.costs import CostLedger
 from checkpoints.ledger import ResponseLog, ResultsLedger
+from checkpoints.outcomes import OutcomeLog
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import Settings
@@ -287,3 +288,33 @@ def test_budget_stopping_a_repair_keeps_the_spent_attempt(tmp_path: Path, emulat
     assert out.state is DocState.FAILED and out.failure_type == "budget" and h.received == 1
     assert out.usage["output_tokens"] == h.billed[0].output_tokens and out.raw_output
     assert ResultsLedger(h.store).get(FILE_PASS, out.key) is None
+
+
+@pytest.mark.s3
+def test_review_chunk_on_s3_store_is_written_once(tmp_path: Path, emulator: Any, s3_store_uri: str) -> None:
+    h = Harness(tmp_path, emulator)
+    h.store = open_store(s3_store_uri)
+    for n in (1, 2):
+        h.write(f"inv-{n}.txt", invoice_text(n))
+    h.write("bad.txt", invoice_text(3) + "Reference: PLANTED-FAULT\n")
+    emulator.state.faults.add(kind="refusal", marker="PLANTED-FAULT")
+    first = h.run()
+    assert [o.state for o in first.values()] == [
+        DocState.NEEDS_REVIEW,
+        DocState.SUCCEEDED,
+        DocState.SUCCEEDED,
+    ]
+    h.run(run_id="run2")
+    assert h.received == 3
+    assert [i["doc_id"] for i in ReviewQueue(h.store, "run2").list()] == ["bad.txt"]
+
+
+def test_outcome_log_round_trip(tmp_path: Path) -> None:
+    log = OutcomeLog(open_store(tmp_path), "run1")
+    assert log.chunks_done() == set() and list(log.all()) == []
+    log.write_chunk("c0001", [{"doc_id": "a"}, {"doc_id": "b"}])
+    log.write_chunk("c0002", [{"doc_id": "c"}])
+    log.write_chunk("c0001", [{"doc_id": "a"}, {"doc_id": "b2"}])  # a rewrite replaces
+    assert log.chunks_done() == {"c0001", "c0002"}
+    assert [o["doc_id"] for o in log.all()] == ["a", "b2", "c"]
+    assert log.read_chunk("c0002") == [{"doc_id": "c"}] and log.read_chunk("nope") is None
