@@ -225,3 +225,12 @@ def test_retry_policy_is_one_function() -> None:
     assert backoff_seconds(10, cap=30, rng=lambda: 0.0) == 30
     assert backoff_seconds(3, cap=0, rng=lambda: 0.5) == 0
     assert not is_retryable(ValueError("not an API error"))
+
+
+def test_timeout_is_retried_by_the_one_layer(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="latency", latency_ms=1500, count=1)
+    client = make_client(emulator, fake, timeout_seconds=0.3)
+    result = call(client)
+    assert result.attempts == 2 and client.sleeps == [0.0]
+    assert "timed out" in result.errors[0]
