@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-tpm", type=int, help="rate limit: output tokens per minute")
     p.add_argument("--batch-seconds-per-request", type=float, help="virtual seconds each batch item takes")
     p.add_argument("--batch-base-seconds", type=float, help="virtual seconds before a batch starts finishing")
+    p.add_argument(
+        "--clock-speed", type=float, help="virtual seconds per real second (e.g. 3600: an hour a second)"
+    )
     p.add_argument("--cache-min-tokens", type=int, help="shortest cacheable prompt prefix (default 1024)")
     p.add_argument("--no-auth", action="store_true", help="accept requests without an API key")
     return p
@@ -73,6 +76,7 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
         "batch_seconds_per_request": args.batch_seconds_per_request,
         "batch_base_seconds": args.batch_base_seconds,
         "cache_min_tokens": args.cache_min_tokens,
+        "clock_speed": args.clock_speed,
     }
     config.update({k: v for k, v in overrides.items() if v is not None})
     if args.no_auth:

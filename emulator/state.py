@@ -45,6 +45,7 @@ class EmulatorConfig:
     max_batch_bytes: int = 256 * 1024 * 1024
     max_message_bytes: int = 32 * 1024 * 1024
     frozen_clock: bool = False
+    clock_speed: float = 1.0
     compaction_secret: str = "docmill-emulator-compaction"
 
     def min_cache_tokens(self, model: str) -> int:
@@ -85,17 +86,31 @@ class EmulatorConfig:
 
 
 class VirtualClock:
-    """Wall time plus an offset tests can advance; optionally frozen (time moves only on advance)."""
+    """Wall time plus an offset tests can advance; optionally frozen (time moves only on
+    advance) or sped up (`speed` virtual seconds per real second, for demos of long batches)."""
 
-    def __init__(self, frozen: bool = False, start: float | None = None) -> None:
-        self.frozen = frozen
+    def __init__(self, frozen: bool = False, start: float | None = None, speed: float = 1.0) -> None:
         self._base = time.time() if start is None else start
         self._real0 = time.monotonic()
+        self._frozen = frozen
+        self._speed = speed
         self.offset = 0.0
 
+    def _elapsed(self) -> float:
+        return 0.0 if self._frozen else (time.monotonic() - self._real0) * self._speed
+
     def now(self) -> float:
-        elapsed = 0.0 if self.frozen else time.monotonic() - self._real0
-        return self._base + elapsed + self.offset
+        return self._base + self._elapsed() + self.offset
+
+    def set_rate(self, *, frozen: bool, speed: float) -> None:
+        """Change how time flows from now on, without a jump."""
+        self._base += self._elapsed()
+        self._real0 = time.monotonic()
+        self._frozen, self._speed = frozen, speed
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
 
     def advance(self, seconds: float) -> float:
         self.offset += seconds
@@ -196,7 +211,7 @@ class EmulatorState:
         from emulator.batches import BatchStore
 
         self.config = config or EmulatorConfig.from_env()
-        self.clock = VirtualClock(frozen=self.config.frozen_clock)
+        self.clock = VirtualClock(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
         self.models: dict[str, dict[str, float]] = price_table()
         self.accounting = Accounting()
         self.cache = PromptCache()
@@ -216,7 +231,7 @@ class EmulatorState:
     def configure(self, values: Mapping[str, Any]) -> None:
         """Change knobs at runtime (rate limits rebuild their buckets)."""
         self.config.update(values)
-        self.clock.frozen = self.config.frozen_clock
+        self.clock.set_rate(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
         self.limiter = RateLimiter(self.config, self.clock)
 
     def reset(self, config: EmulatorConfig | None = None) -> None:
@@ -225,7 +240,7 @@ class EmulatorState:
 
         if config is not None:
             self.config = config
-        self.clock = VirtualClock(frozen=self.config.frozen_clock)
+        self.clock = VirtualClock(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
         self.accounting.reset()
         self.cache = PromptCache()
         self.faults = FaultPlan(self.config.seed)

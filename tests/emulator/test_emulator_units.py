@@ -115,3 +115,21 @@ def test_cli_help_and_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--port" in out and "fault rules" in out and "DOCMILL_EMULATOR_" in out
     assert cli.main(["--fault", '{"kind": "nope"}']) == 2
     assert "bad option" in capsys.readouterr().err
+
+
+def test_virtual_clock_speed_and_freeze_change_without_jumps() -> None:
+    from emulator.state import VirtualClock
+
+    clock = VirtualClock(frozen=True, start=1000.0)
+    assert clock.now() == 1000.0
+    clock.advance(5)
+    assert clock.now() == 1005.0
+    clock.set_rate(frozen=False, speed=3600.0)
+    t0 = clock.now()
+    import time
+
+    time.sleep(0.01)
+    assert clock.now() - t0 >= 36.0  # an hour a second
+    clock.set_rate(frozen=True, speed=1.0)
+    t1 = clock.now()
+    assert clock.now() == t1 and t1 >= t0 + 36.0
