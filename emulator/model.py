@@ -50,6 +50,7 @@ GENERIC = frozenset(
     {"value", "text", "raw", "val", "normalized", "parsed", "amount", "str", "string", "content"}
 )
 ALNUM = re.compile(r"[^\W_]+")
+PATTERN = re.compile(r"[{,] ?pattern: (.+?)(?:, \w+: .*)?\}\s*$")
 CONSTRAINTS = re.compile(r"\{([^{}]{1,400})\}\s*$")
 FINDING_WORDS = frozenset(
     [
@@ -167,6 +168,14 @@ def _constraints(schema: dict[str, Any]) -> dict[str, float]:
         except ValueError:
             continue
     return out
+
+
+def _pattern(schema: dict[str, Any]) -> re.Pattern[str] | None:
+    match = PATTERN.search(str(schema.get("description") or ""))
+    try:
+        return re.compile(match.group(1)) if match else None
+    except re.error:
+        return None
 
 
 def _nullable(schema: dict[str, Any]) -> bool:
@@ -379,11 +388,18 @@ class Filler:
             return text
         return day.isoformat() + ("T00:00:00Z" if fmt == "date-time" else "")
 
-    @staticmethod
-    def limit(schema: dict[str, Any], out: Out) -> Out:
+    def limit(self, schema: dict[str, Any], out: Out) -> Out:
+        """Honour `maxLength` and `pattern` (moved into the description by transform_schema)."""
         cap = _constraints(schema).get("maxLength")
         if cap is not None and isinstance(out.value, str):
             out.value = out.value[: int(cap)]
+        pattern = _pattern(schema)
+        if pattern is not None and isinstance(out.value, str) and not pattern.fullmatch(out.value):
+            loose = re.compile(pattern.pattern.lstrip("^").rstrip("$"))
+            for line in (line for doc in self.prompt.docs for line in doc.lines):
+                match = loose.search(line.text)
+                if match and match.group(0) and pattern.fullmatch(match.group(0)):
+                    return Out(match.group(0), line, True)
         return out
 
     def number(self, schema: dict[str, Any], name: str, parent: str, frame: Frame) -> Out:
