@@ -19,6 +19,7 @@ import fnmatch
 import json
 import math
 import random
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
@@ -177,18 +178,21 @@ class FaultPlan:
         self.seed = seed
         self.rng = random.Random(seed)
         self.rules: list[FaultRule] = list(rules or [])
+        self._lock = threading.Lock()  # tests add rules from their own thread while the server runs
 
     def add(self, rule: FaultRule | Mapping[str, Any] | None = None, /, **kw: Any) -> FaultRule:
         if rule is None:
             rule = FaultRule.from_dict(kw)
         elif not isinstance(rule, FaultRule):
             rule = FaultRule.from_dict(rule)
-        self.rules.append(rule)
+        with self._lock:
+            self.rules.append(rule)
         return rule
 
     def clear(self) -> None:
-        self.rules.clear()
-        self.rng = random.Random(self.seed)
+        with self._lock:
+            self.rules.clear()
+            self.rng = random.Random(self.seed)
 
     def _fire(self, rule: FaultRule) -> bool:
         if rule.count is not None and rule.count <= 0:
@@ -201,6 +205,10 @@ class FaultPlan:
         return True
 
     def _collect(self, candidates: list[FaultRule]) -> FaultHits:
+        with self._lock:
+            return self._collect_locked(candidates)
+
+    def _collect_locked(self, candidates: list[FaultRule]) -> FaultHits:
         hits = FaultHits()
         for rule in candidates:
             kind = rule.kind
