@@ -15,57 +15,6 @@ from enum import StrEnum
 from functools import cached_property, lru_cache
 from typing import Any
 
-STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "of",
-        "for",
-        "to",
-        "in",
-        "on",
-        "at",
-        "by",
-        "and",
-        "or",
-        "is",
-        "are",
-        "be",
-        "this",
-        "that",
-        "its",
-        "per",
-    ]
-)
-WEAK = frozenset(["name", "value", "text", "amount", "str", "string", "field", "raw"])
-SYNONYMS = {
-    "no": "number",
-    "num": "number",
-    "nr": "number",
-    "#": "number",
-    "id": "number",
-    "ref": "number",
-    "supplier": "vendor",
-    "seller": "vendor",
-    "issuer": "vendor",
-    "from": "vendor",
-    "merchant": "vendor",
-    "customer": "buyer",
-    "client": "buyer",
-    "bill": "buyer",
-    "billed": "buyer",
-    "vat": "tax",
-    "gst": "tax",
-    "sum": "total",
-    "grand": "total",
-    "due": "due",
-    "issued": "invoice",
-    "qty": "quantity",
-    "cur": "currency",
-    "ccy": "currency",
-    "dated": "date",
-}
 DOC_TAG = re.compile(r"<document\b([^>]*)>(.*?)</document>", re.DOTALL)
 ID_ATTR = re.compile(r"""\b(?:id|name|path|doc_id)\s*=\s*["']([^"']{1,300})["']""")
 JSON_ID = re.compile(r""""(?:doc_id|source_doc_id|document_id)"\s*:\s*"([^"\\]{1,300})\"""")
@@ -74,37 +23,32 @@ DATE_RE = re.compile(
     r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}[./-]\d{1,2}[./-]\d{2,4}\b|\b\d{4}/\d{1,2}/\d{1,2}\b"
 )
 WORD = re.compile(r"[a-z0-9#]+")
+SQL_WORDS = ("select ", "insert ", "update ", "delete ", "where ")
+# fmt: off
+STOPWORDS = frozenset({
+    "a", "an", "the", "of", "for", "to", "in", "on", "at", "by", "and", "or", "is", "are", "be", "this", "that",
+    "its", "per",
+})
+WEAK = frozenset({"name", "value", "text", "amount", "str", "string", "field", "raw"})  # matched only alone
+SYNONYMS = {
+    "no": "number", "num": "number", "nr": "number", "#": "number", "id": "number", "ref": "number",
+    "supplier": "vendor", "seller": "vendor", "issuer": "vendor", "from": "vendor", "merchant": "vendor",
+    "customer": "buyer", "client": "buyer", "bill": "buyer", "billed": "buyer", "vat": "tax", "gst": "tax",
+    "sum": "total", "grand": "total", "issued": "invoice", "qty": "quantity", "cur": "currency",
+    "ccy": "currency", "dated": "date",
+}
 DATE_FORMATS = (
-    "%Y-%m-%d",
-    "%d.%m.%Y",
-    "%d/%m/%Y",
-    "%m/%d/%Y",
-    "%Y/%m/%d",
-    "%d %B %Y",
-    "%d %b %Y",
-    "%B %d, %Y",
-    "%b %d, %Y",
-    "%B %d %Y",
-    "%d-%m-%Y",
-    "%Y%m%d",
+    "%Y-%m-%d", "%d.%m.%Y", "%d/%m/%Y", "%m/%d/%Y", "%Y/%m/%d", "%d %B %Y", "%d %b %Y", "%B %d, %Y",
+    "%b %d, %Y", "%B %d %Y", "%d-%m-%Y", "%Y%m%d",
 )
 NOTABLE = (  # (needle, kind); checked in order on lowercased lines
-    ("eval(", "security"),
-    ("exec(", "security"),
-    ("password", "security"),
-    ("secret", "security"),
-    ("shell=true", "security"),
-    ("pickle.load", "security"),
-    ("md5", "security"),
-    ("except:", "error-handling"),
-    ("except exception: pass", "error-handling"),
-    ("todo", "maintainability"),
-    ("fixme", "maintainability"),
-    ("xxx", "maintainability"),
-    ("print(", "style"),
-    ("== none", "style"),
+    ("eval(", "security"), ("exec(", "security"), ("password", "security"), ("secret", "security"),
+    ("shell=true", "security"), ("pickle.load", "security"), ("md5", "security"),
+    ("except:", "error-handling"), ("except exception: pass", "error-handling"),
+    ("todo", "maintainability"), ("fixme", "maintainability"), ("xxx", "maintainability"),
+    ("print(", "style"), ("== none", "style"),
 )
-SQL_WORDS = ("select ", "insert ", "update ", "delete ", "where ")
+# fmt: on
 
 
 def tokens(text: str) -> list[str]:

@@ -46,112 +46,40 @@ class Out:
     found: bool = False
 
 
-GENERIC = frozenset(
-    {"value", "text", "raw", "val", "normalized", "parsed", "amount", "str", "string", "content"}
-)
 ALNUM = re.compile(r"[^\W_]+")
 PATTERN = re.compile(r"[{,] ?pattern: (.+?)(?:, \w+: .*)?\}\s*$")
 CONSTRAINTS = re.compile(r"\{([^{}]{1,400})\}\s*$")
-FINDING_WORDS = frozenset(
-    [
-        "finding",
-        "findings",
-        "issue",
-        "issues",
-        "problem",
-        "problems",
-        "comment",
-        "comments",
-        "warning",
-        "warnings",
-        "vulnerability",
-        "vulnerabilities",
-        "smell",
-        "smells",
-        "defect",
-        "defects",
-    ]
-)
-CONFLICT_WORDS = frozenset(
-    [
-        "conflict",
-        "conflicts",
-        "discrepancy",
-        "discrepancies",
-        "mismatch",
-        "mismatches",
-        "inconsistency",
-        "inconsistencies",
-        "contradiction",
-        "contradictions",
-        "disagreement",
-        "disagreements",
-    ]
-)
-CLAIM_WORDS = frozenset(
-    [
-        "entity",
-        "entities",
-        "claim",
-        "claims",
-        "fact",
-        "facts",
-        "group",
-        "groups",
-        "match",
-        "matches",
-        "duplicate",
-        "duplicates",
-        "link",
-        "links",
-        "relation",
-        "relations",
-        "cluster",
-        "clusters",
-        "agreement",
-        "agreements",
-        "shared",
-        "common",
-    ]
-)
-ROW_WORDS = frozenset(
-    [
-        "item",
-        "items",
-        "line",
-        "lines",
-        "row",
-        "rows",
-        "position",
-        "positions",
-        "product",
-        "products",
-        "entry",
-        "entries",
-        "charge",
-        "charges",
-        "service",
-        "services",
-    ]
-)
 DEFERRED = (Role.EVIDENCE, Role.CONFIDENCE)
-ENTITY_WORDS = frozenset(
-    [
-        "entity",
-        "entities",
-        "vendor",
-        "vendors",
-        "party",
-        "parties",
-        "organization",
-        "organizations",
-        "company",
-        "companies",
-    ]
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Field names that defer to their parent's name (`total: {value, evidence}` -> value is the total).
+GENERIC = _words("amount content normalized parsed raw str string text val value")
+# Words in an array's name that choose how its items are built.
+FINDING_WORDS = _words(
+    "finding findings issue issues problem problems comment comments warning warnings vulnerability "
+    "vulnerabilities smell smells defect defects"
 )
-CLAIM_WORDS = CLAIM_WORDS | ENTITY_WORDS
-SUMMARY_WORDS = frozenset(["findings", "notes", "highlights", "summary", "observations", "insights"])
-GROUP_WORDS = frozenset(["name", "number", "category", "kind", "type", "vendor", "buyer"])
+CONFLICT_WORDS = _words(
+    "conflict conflicts discrepancy discrepancies mismatch mismatches inconsistency inconsistencies "
+    "contradiction contradictions disagreement disagreements"
+)
+ENTITY_WORDS = _words(
+    "entity entities vendor vendors party parties organization organizations company companies"
+)
+CLAIM_WORDS = ENTITY_WORDS | _words(
+    "claim claims fact facts group groups match matches duplicate duplicates link links relation relations "
+    "cluster clusters agreement agreements shared common"
+)
+ROW_WORDS = _words(
+    "item items line lines row rows position positions product products entry entries charge charges "
+    "service services"
+)
+SUMMARY_WORDS = _words("findings notes highlights summary observations insights")
+GROUP_WORDS = _words("name number category kind type vendor buyer")
 
 
 def _norm(value: Any) -> str:
