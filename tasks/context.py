@@ -126,6 +126,8 @@ class ConversationTask:
         self.system = _blocks(system)
         self.max_tokens, self.pass_name = max_tokens, pass_name
         self.compaction_max_tokens = max_tokens
+        # lines kept for KEEP terms repeat what is pinned anyway: bound them by the budget
+        self.keep_terms_limit = max(5, min(200, budget_tokens // 800))
         self.keep_tokens = int(budget_tokens * keep_recent_fraction)
         self.scratch = scratch if scratch is not None else Scratchpad(store, run_id, task_id)
         self.archive = HistoryArchive(store, run_id, task_id)
@@ -200,10 +202,12 @@ class ConversationTask:
 
     # ---- requests ----------------------------------------------------------------------------
 
-    def params(self, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    def params(
+        self, messages: list[dict[str, Any]], *, with_pinned: bool = True, **extra: Any
+    ) -> dict[str, Any]:
         """The full request for `messages`: static system, pinned block last, tools, extras."""
         system = [dict(b) for b in self.system]
-        if len(self.pinned):
+        if with_pinned and len(self.pinned):
             system.append({"type": "text", "text": self.pinned.render()})
         out: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "system": system}
         if self.tools:
@@ -265,8 +269,8 @@ class ConversationTask:
         crash_point("compaction_archived")
         sizes = [cmp.estimate_tokens(m) for m in self.messages]
         cuts = cmp.choose_cut(self.messages, sizes, self.keep_tokens)
-        instructions = cmp.contract(self.pinned.keep_terms())
-        base = self.params([], **extra)
+        instructions = cmp.contract(self.pinned.keep_terms(limit=self.keep_terms_limit))
+        base = self.params([], with_pinned=False, **extra)  # the pinned block is not summarized
         base["max_tokens"] = self.compaction_max_tokens
         chosen = None
         for cut in cuts:
@@ -279,8 +283,9 @@ class ConversationTask:
                 break
         if chosen is None:
             raise ContextError(
-                f"task {self.task_id}: no summarizable range fits in {self.budget_tokens} tokens",
-                hint="raise budget_tokens or lower max_tokens",
+                f"task {self.task_id}: no summarizable range fits in {self.budget_tokens} tokens "
+                f"({self._pinned_note()})",
+                hint="raise budget_tokens, lower max_tokens or send smaller turns",
             )
         request = {**base, "messages": self.messages[: chosen + 1]}
         done = cmp.compact(self.create, request, instructions)
@@ -330,7 +335,11 @@ class ConversationTask:
         `self.state` / `self.pinned` is saved atomically with the exchange.
         """
         pending = {"role": "user", "content": _blocks(content)}
-        extra = {"output_config": output_config, "tool_choice": tool_choice, "stop_sequences": stop_sequences}
+        extra: dict[str, Any] = {
+            "output_config": output_config,
+            "tool_choice": tool_choice,
+            "stop_sequences": stop_sequences,
+        }
         saved = self.max_tokens
         if max_tokens is not None:
             self.max_tokens = max_tokens
@@ -341,7 +350,7 @@ class ConversationTask:
                 if rounds >= MAX_COMPACTIONS_PER_TURN:
                     raise ContextError(
                         f"task {self.task_id}: still {self.count(params)} tokens after {rounds} compactions "
-                        f"(budget {self.budget_tokens})",
+                        f"(budget {self.budget_tokens}; {self._pinned_note()})",
                         hint="raise budget_tokens, shrink the pinned facts or send smaller turns",
                     )
                 self.compact(pending, extra)
@@ -370,6 +379,9 @@ class ConversationTask:
         self.checkpoint()
         crash_point("exchange_checkpointed")
         return data
+
+    def _pinned_note(self) -> str:
+        return f"the pinned facts alone take about {len(self.pinned.render()) // 4} tokens"
 
     def _record_cost(self, suffix: str, model: str, usage: dict[str, Any], request_id: str | None) -> None:
         from checkpoints.costs import CostEntry, CostLedger

@@ -173,3 +173,54 @@ def test_sigkill_then_resume_gives_the_same_output(
     assert 0 < checkpoint["exchanges"] < expected["context"]["exchanges"]
     got = run(str(tmp_path), emulator.base_url, 500, 8000, "r")  # resume in this process
     assert got == expected
+
+
+def _tv(value: Any, evidence: str | None) -> dict[str, Any]:
+    return {"value": value, "evidence": evidence}
+
+
+def test_gated_outcomes_keep_conflict_evidence_and_review_gaps(emulator: Any, tmp_path: Path) -> None:
+    """Input shaped like the gate's outcomes (nested `{value, evidence}` fields)."""
+    outcomes = []
+    for i in range(300):
+        inv, total = f"INV-{i % 250:04d}", 10.0 + i
+        outcomes.append(
+            {
+                "doc_id": f"d{i}",
+                "state": "succeeded" if i % 50 else "needs_review",
+                "reason": None if i % 50 else "low confidence",
+                "output": {
+                    "doc_kind": "invoice",
+                    "invoice_number": _tv(inv, f"Invoice number: {inv}"),
+                    "invoice_date": _tv("2024-01-01", "Date: 2024-01-01"),
+                    "due_date": _tv(None, None),
+                    "vendor_name": _tv(f"V{i % 7}", f"Vendor: V{i % 7}"),
+                    "currency": _tv("EUR", "EUR"),
+                    "subtotal": _tv(None, None),
+                    "tax": _tv(None, None),
+                    "total": _tv(total, f"Total: {total}"),
+                    "line_items": [],
+                },
+            }
+        )
+    settings = Settings(store=str(tmp_path))
+    record = integrate_many(
+        outcomes,
+        recipe=load_recipe("invoices"),
+        run_id="g",
+        store=open_store(str(tmp_path)),
+        client=ModelClient(settings, base_url=emulator.base_url, api_key="test-key", sleep=lambda _s: None),
+        settings=settings,
+        budget_tokens=8000,
+    )
+    assert record["context"]["compactions"] >= 2
+    assert max(_billed_inputs(emulator)) <= 8000
+    totals = [c for c in record["output"]["conflicts"] if c["field"] == "total"]
+    assert len(totals) == 50
+    assert totals[0]["values"] == [
+        {"value": "10.0", "doc_id": "d0", "evidence": "Total: 10.0"},
+        {"value": "260.0", "doc_id": "d250", "evidence": "Total: 260.0"},
+    ]
+    reviews = {g["doc_id"]: g["reason"] for g in record["output"]["coverage_gaps"] if g["doc_id"]}
+    assert reviews == {f"d{i}": "needs_review: low confidence" for i in range(0, 300, 50)}
+    assert {g["field"] for g in record["checks"]["coverage_gaps"]} == {"due_date", "subtotal", "tax", "line_items"}
