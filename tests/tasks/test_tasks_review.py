@@ -318,3 +318,49 @@ def test_outcome_log_round_trip(tmp_path: Path) -> None:
     assert log.chunks_done() == {"c0001", "c0002"}
     assert [o["doc_id"] for o in log.all()] == ["a", "b2", "c"]
     assert log.read_chunk("c0002") == [{"doc_id": "c"}] and log.read_chunk("nope") is None
+
+
+CRASH_SCRIPT = """
+import sys
+from checkpoints.store import open_store
+from docmill.settings import Settings
+from tasks.inventory import inventory
+from tasks.realtime import ModelClient
+from tasks.recipes import load_recipe
+from tasks.review import review_chunk
+src, store, base_url = sys.argv[1:4]
+settings = Settings(api={"concurrency": 4})
+recipe = load_recipe("invoices")
+docs = list(inventory(src, settings, doc_types=recipe.doc_types))
+client = ModelClient(settings, base_url=base_url, api_key="test-key")
+review_chunk(docs, recipe=recipe, run_id="run1", store=open_store(store), client=client, settings=settings)
+"""
+
+
+def test_sigkill_mid_chunk_resends_at_most_the_requests_in_flight(tmp_path: Path, emulator: Any) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    h = Harness(tmp_path, emulator, concurrency=4)
+    for n in range(1, 31):
+        h.write(f"inv-{n:02d}.txt", invoice_text(n))
+    emulator.state.configure({"latency_ms": 60.0})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASH_SCRIPT, str(h.src), str(tmp_path / "store"), emulator.base_url],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    deadline = time.monotonic() + 60
+    while len(h.billed) < 10 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    billed_at_crash = len(h.billed)
+    assert 10 <= billed_at_crash < 30, "the crash must land mid-chunk"
+    out = h.run()
+    assert all(o.state is DocState.SUCCEEDED for o in out.values())
+    resent = len(h.billed) - 30
+    assert 0 <= resent <= 4  # invariant 3: at most the requests in flight (concurrency) are paid twice
