@@ -34,6 +34,16 @@ from tasks.retrying import FailureKind, classify, describe, error_retry_after, i
 
 OnResponse = Callable[[int, dict[str, Any]], None]
 
+DEFAULT_HINT = "the API refused this request; it is not retried"
+STATUS_HINTS = {
+    400: "the request itself is invalid; fix the recipe or parameters, it will not be retried",
+    401: "the API key was rejected; check ANTHROPIC_API_KEY and resume",
+    402: "billing problem on the account; fix it and resume",
+    403: "the key may not use this model or feature; check the workspace and resume",
+    404: "unknown model or endpoint; check DOCMILL_API__MODEL / the base URL and resume",
+    413: "the document is too large for one request; lower inventory.max_document_bytes",
+}
+
 
 @dataclass
 class CallResult:
@@ -232,9 +242,9 @@ class ModelClient:
         last = describe(exc) if exc is not None else "no attempt was made"
         status = getattr(exc, "status_code", None)
         hint = (
-            "the request itself is wrong; fix it, it will not be retried"
+            STATUS_HINTS.get(status or 0, DEFAULT_HINT)
             if failure_type.startswith("api_error:")
-            else "the API kept failing; a resume of the run retries this document"
+            else ("the API kept failing; a resume of the run retries this document")
         )
         return ApiCallError(
             f"{pass_name} call for {doc_id} failed after {ladder.attempts} attempt(s): {last}",
