@@ -7,6 +7,7 @@ nested quantifiers), because batches push 100k requests through it.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from dataclasses import dataclass, field
@@ -227,7 +228,7 @@ def read_prompt(body: dict[str, Any]) -> Prompt:
         attr = ID_ATTR.search(match.group(1))
         text = match.group(2)
         text = text[2:] if text.startswith("\r\n") else text[1:] if text.startswith("\n") else text
-        docs.append(Doc(attr.group(1) if attr else None, text))
+        docs.append(Doc(html.unescape(attr.group(1)) if attr else None, text))
     if not docs:
         docs = [Doc(None, "\n".join(user_parts))]
     ids: list[str] = []

@@ -525,3 +525,14 @@ def test_real_code_review_recipe_quotes_lines_of_example_codebase() -> None:
             assert finding.quote == lines[finding.line_start - 1].strip()
         total += len(review.findings)
     assert total >= 3
+
+
+def test_doc_id_from_the_real_wrapper_is_unescaped() -> None:
+    from tasks.requests import wrap_document
+
+    doc_id = "R&D/it's <new>.txt"
+    body = structured(Invoice, "")
+    body["messages"] = [{"role": "user", "content": wrap_document(doc_id, "txt", INVOICE)}]
+    invoice = Invoice.model_validate_json(answer_text(body))
+    assert invoice.doc_id == doc_id
+    assert invoice.invoice_number.evidence == "Invoice number: INV-104"
