@@ -234,3 +234,16 @@ def test_timeout_is_retried_by_the_one_layer(emulator: Any) -> None:
     result = call(client)
     assert result.attempts == 2 and client.sleeps == [0.0]
     assert "timed out" in result.errors[0]
+
+
+def test_retry_after_header_forms() -> None:
+    from email.utils import formatdate
+
+    from tasks.retrying import retry_after_seconds
+
+    assert retry_after_seconds({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert retry_after_seconds({"retry-after": "7"}) == 7.0
+    date = formatdate(1_000_030.0, usegmt=True)
+    assert retry_after_seconds({"retry-after": date}, now=lambda: 1_000_000.0) == 30.0
+    assert retry_after_seconds({"retry-after": "soon"}) is None
+    assert retry_after_seconds({}) is None
