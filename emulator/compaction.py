@@ -125,12 +125,24 @@ def expand_for_model(body: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, "messages": messages}
 
 
+REPLY_SHAPING: dict[str, Callable[[Mapping[str, Any]], bool]] = {
+    "output_config.format": lambda b: bool((b.get("output_config") or {}).get("format")),
+    "tool_choice": lambda b: (b.get("tool_choice") or {}).get("type") in ("any", "tool"),
+    "stop_sequences": lambda b: bool(b.get("stop_sequences")),
+}
+
+
 def check_compaction_request(body: Mapping[str, Any]) -> None:
     messages = body.get("messages") or []
     if not any(m.get("content") for m in messages if m.get("role") in ("user", "assistant")):
         raise invalid("messages: there is nothing to summarize", error_code="compaction_nothing_to_summarize")
     if "context_management" in body:
         raise invalid("compaction: cannot be combined with context_management")
+    for name, shaped in REPLY_SHAPING.items():
+        if shaped(body):
+            raise invalid(
+                f"{name}: not allowed in a compaction request (nothing is sampled after the summary)"
+            )
     last = messages[-1]
     if last.get("role") == "assistant":
         content = last.get("content")

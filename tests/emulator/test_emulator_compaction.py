@@ -113,3 +113,27 @@ def test_compaction_unavailable_fault_and_no_beta(emulator: EmulatorServer) -> N
             model=MODEL, max_tokens=50, messages=HISTORY, compaction={"type": "summarize"}
         )
     assert len(emulator.state.accounting.billed) == 2  # errors are not billed
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
+        {"stop_sequences": ["END"]},
+        {
+            "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "tool", "name": "t"},
+        },
+    ],
+)
+def test_reply_shaping_params_are_rejected_in_compaction(emulator: EmulatorServer, extra: dict) -> None:
+    client = sdk_client(emulator)
+    with pytest.raises(anthropic.BadRequestError, match="compaction request"):
+        client.beta.messages.create(
+            model=MODEL,
+            max_tokens=100,
+            betas=[BETA],
+            messages=HISTORY,
+            compaction={"type": "summarize"},
+            extra_body=extra,
+        )
