@@ -7,6 +7,7 @@ step that records the same group again does not count twice. USD comes from
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -46,6 +47,7 @@ class CostEntry(BaseModel):
     compaction_input_tokens: int = 0
     compaction_output_tokens: int = 0
     usd: float = 0.0
+    at: float | None = None  # unix time the answer was accounted (report throughput charts)
 
     @classmethod
     def from_usage(
@@ -83,6 +85,7 @@ class CostEntry(BaseModel):
             compaction_input_tokens=comp_in,
             compaction_output_tokens=comp_out,
             usd=cost_usd(model, usage, batch=batch),
+            at=time.time(),
         )
 
 
