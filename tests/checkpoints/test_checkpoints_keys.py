@@ -32,7 +32,7 @@ inputs = st.tuples(
 
 
 @given(inputs)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_idempotency_key_shape_and_purity(args: tuple) -> None:
     key = idempotency_key(*args)
     assert IDEMPOTENCY_KEY_RE.match(key), key
@@ -42,7 +42,7 @@ def test_idempotency_key_shape_and_purity(args: tuple) -> None:
 
 
 @given(inputs, inputs)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_distinct_inputs_distinct_keys(a: tuple, b: tuple) -> None:
     if a != b:
         assert idempotency_key(*a) != idempotency_key(*b)
@@ -111,7 +111,7 @@ def test_unsafe_names_are_refused_clearly(name: str, why: str) -> None:
 
 
 @given(st.text(max_size=60))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_safe_key_output_is_always_safe(name: str) -> None:
     try:
         key = safe_key(name)
