@@ -345,8 +345,9 @@ class Filler:
         found = value is not None
         limits = _constraints(schema)
         value = value if value is not None else 0.0
-        value = max(value, limits.get("minimum", limits.get("exclusiveMinimum", value)))
-        value = min(value, limits.get("maximum", limits.get("exclusiveMaximum", value)))
+        step = 1 if schema.get("type") == "integer" else 0.01
+        value = max(value, limits.get("minimum", limits.get("exclusiveMinimum", value - step) + step))
+        value = min(value, limits.get("maximum", limits.get("exclusiveMaximum", value + step) - step))
         if schema.get("type") == "integer":
             return Out(round(value), line, found)
         return Out(value, line, found)
