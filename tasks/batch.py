@@ -21,10 +21,11 @@ only follow-ups keep their request in the record's carry.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import anthropic
 
@@ -42,7 +43,14 @@ from tasks.review import Pass, _from_original, _review_item, _skipped, _write
 
 Progress = Callable[[dict[str, Any]], None]
 COST_GROUP = 5000  # cost entries per cost-ledger object
+STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads/writes, document reads)
+WINDOW = 256  # documents or results in flight in that pool
 RETRYABLE_ERRORS = frozenset({"api_error", "overloaded_error", "rate_limit_error", "timeout_error"})
+
+
+Routed = tuple[DocOutcome | None, "WorkItem | None", str | None]
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class ResultType(StrEnum):
@@ -119,10 +127,7 @@ class BatchEngine:
         text = text if text is not None else load_text(doc, self.settings)
         return file_request(self.recipe, doc, text, model=self.model, max_tokens=item.max_tokens)
 
-    def _add(
-        self, body: BatchBody, item: WorkItem, request: dict[str, Any]
-    ) -> tuple[BatchBody, DocOutcome | None]:
-        line = request_line(item.custom_id, request)
+    def _add(self, body: BatchBody, item: WorkItem, line: bytes) -> tuple[BatchBody, DocOutcome | None]:
         if not body.alone_fits(line):
             why = f"request of {len(line)} bytes is larger than settings.batch.max_bytes"
             return body, self._fail(item, "input:too_large_for_batch", why, permanent=True)
@@ -154,33 +159,41 @@ class BatchEngine:
         self.live[n] = rec
         self.live_ids.update(body.custom_ids)
 
+    def _prepare(self, doc: Document) -> tuple[Document, str | None, Any]:
+        """Worker-side part of streaming one document: key, ledger lookup, request (I/O overlaps)."""
+        if doc.status != "ok":
+            return doc, None, None
+        key = file_key(self.recipe, doc, self.model, self.params)
+        if key in self.live_ids or key in self.pending:
+            return doc, key, None
+        stored = self.p.ledger.get(FILE_PASS, key)
+        if stored is not None:
+            return doc, key, stored
+        item = WorkItem(custom_id=key, doc=doc.model_dump(mode="json"), max_tokens=self.max_tokens)
+        try:
+            return doc, key, (item, request_line(key, self._request(item, doc)))
+        except InputError as e:
+            return doc, key, (item, e)
+
     def _stream_docs(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
         body = self._body()
-        for doc in docs:
-            if doc.status != "ok":
+        for doc, key, got in ordered_map(self.pool, self._prepare, docs, WINDOW):
+            if key is None:
                 if doc.duplicate_of:
                     self.duplicates.append(doc)
                 else:
                     yield _skipped(doc)
-                continue
-            key = file_key(self.recipe, doc, self.model, self.params)
-            if key in self.live_ids or key in self.pending or key in body.custom_ids:
-                continue
-            stored = self.p.ledger.get(FILE_PASS, key)
-            self.stats["ledger_reads"] += 1
-            if stored is not None:
+            elif isinstance(got, dict):
                 self.pending.pop(key, None)
-                yield self._from_ledger(doc, stored)
-                continue
-            item = WorkItem(custom_id=key, doc=doc.model_dump(mode="json"), max_tokens=self.max_tokens)
-            try:
-                request = self._request(item, doc)
-            except InputError as e:
-                yield self._fail(item, "input:unreadable", e.one_line(), permanent=False)
-                continue
-            body, failed = self._add(body, item, request)
-            if failed is not None:
-                yield failed
+                yield self._from_ledger(doc, got)
+            elif got is not None and key not in body.custom_ids:
+                item, line = got
+                if isinstance(line, InputError):
+                    yield self._fail(item, "input:unreadable", line.one_line(), permanent=False)
+                    continue
+                body, failed = self._add(body, item, line)
+                if failed is not None:
+                    yield failed
         self._submit(body)
 
     def _submit_pending(self) -> Iterator[DocOutcome]:
@@ -189,11 +202,11 @@ class BatchEngine:
         items, self.pending = list(self.pending.values()), {}
         for item in items:
             try:
-                request = self._request(item)
+                line = request_line(item.custom_id, self._request(item))
             except InputError as e:
                 yield self._fail(item, "input:unreadable", e.one_line(), permanent=False)
                 continue
-            body, failed = self._add(body, item, request)
+            body, failed = self._add(body, item, line)
             if failed is not None:
                 yield failed
         self._submit(body)
@@ -230,6 +243,7 @@ class BatchEngine:
         costs: list[CostEntry] = []
         counts: Counter[str] = Counter()
         notes: list[str] = []
+        answered: set[str] = set()
         for bid in rec.batch_ids:
             lines = api_records.results(self.api, bid)
             if lines is None:
@@ -237,27 +251,31 @@ class BatchEngine:
                     f"results of {bid} are gone (archived after 29 days); its requests are resubmitted"
                 )
                 continue
+            inflight: deque[tuple[WorkItem, Future[Routed]]] = deque()
             for line in lines:
                 lifecycle("streaming_results")
                 cid = line.get("custom_id")
                 item = items.get(cid) if isinstance(cid, str) else None
-                if item is None or cid in done or cid in carry:
+                if item is None or cid in done or cid in carry or cid in answered:
                     counts["foreign" if item is None else "duplicate"] += 1
                     continue
                 result = line.get("result") or {}
                 kind = str(result.get("type"))
                 counts[kind] += 1
+                if kind == ResultType.SUCCEEDED:  # gate + ledger write in the pool (I/O overlaps)
+                    answered.add(item.custom_id)
+                    inflight.append(
+                        (item, self.pool.submit(_route_succeeded, self, item, result, bid, costs))
+                    )
+                    if len(inflight) >= WINDOW:
+                        yield from self._settle(inflight.popleft(), done, carry, retry)
+                    continue
                 route = RESULT_ROUTES.get(kind, _route_unknown)
-                outcome, follow, why = route(self, item, result, bid, costs)
-                if outcome is not None:
-                    done.add(item.custom_id)
-                    retry.pop(item.custom_id, None)
-                    yield outcome
-                elif follow is not None:
-                    carry[item.custom_id] = follow
-                    retry.pop(item.custom_id, None)
-                else:
-                    retry[item.custom_id] = why or kind
+                yield from self._settle(
+                    (item, _done(route(self, item, result, bid, costs))), done, carry, retry
+                )
+            while inflight:
+                yield from self._settle(inflight.popleft(), done, carry, retry)
         for cid in items:
             if cid not in done and cid not in carry and cid not in retry:
                 retry[cid] = "no result"
@@ -285,6 +303,25 @@ class BatchEngine:
         self.pending.update(carry)
         self.on_progress(_event("collected", rec))
 
+    def _settle(
+        self,
+        pair: tuple[WorkItem, Future[Routed]],
+        done: set[str],
+        carry: dict[str, WorkItem],
+        retry: dict[str, str],
+    ) -> Iterator[DocOutcome]:
+        item, future = pair
+        outcome, follow, why = future.result()
+        if outcome is not None:
+            done.add(item.custom_id)
+            retry.pop(item.custom_id, None)
+            yield outcome
+        elif follow is not None:
+            carry[item.custom_id] = follow
+            retry.pop(item.custom_id, None)
+        else:
+            retry[item.custom_id] = why or "no answer"
+
     def _record_costs(self, rec: BatchRecord, costs: list[CostEntry]) -> None:
         costs.sort(key=lambda e: (e.key, e.attempt, e.request_id or ""))
         for i in range(0, len(costs), COST_GROUP):
@@ -302,7 +339,6 @@ class BatchEngine:
     def _finish(self, item: WorkItem, outcome: DocOutcome, errors: list[str] | None = None) -> DocOutcome:
         lifecycle("before_ledger_write")
         outcome = _write(self.p, outcome)
-        self.stats["ledger_writes"] += 1
         if outcome.state is DocState.NEEDS_REVIEW:
             doc = Document.model_validate(item.doc)
             self.p.queue.add(_review_item(self.p, doc, outcome, errors=errors))
@@ -374,16 +410,32 @@ class BatchEngine:
     # ---- the run ---------------------------------------------------------------------------
 
     def run(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
-        self._load()
-        yield from self._stream_docs(docs)
-        yield from self._drive()
-        for doc in self.duplicates:
-            yield _from_original(self.p, doc, file_key(self.recipe, doc, self.model, self.params))
+        with ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="docmill-batch") as self.pool:
+            self._load()
+            yield from self._stream_docs(docs)
+            yield from self._drive()
+            for doc in self.duplicates:
+                yield _from_original(self.p, doc, file_key(self.recipe, doc, self.model, self.params))
 
 
 # ---- routing by result type ------------------------------------------------------------------
 
-Routed = tuple[DocOutcome | None, WorkItem | None, str | None]
+
+def _done(routed: Routed) -> Future[Routed]:
+    f: Future[Routed] = Future()
+    f.set_result(routed)
+    return f
+
+
+def ordered_map(pool: Executor, fn: Callable[[T], R], items: Iterable[T], window: int) -> Iterator[R]:
+    """`fn` over `items` in `pool`, results in input order, at most `window` in flight."""
+    queue: deque[Future[R]] = deque()
+    for x in items:
+        queue.append(pool.submit(fn, x))
+        if len(queue) >= window:
+            yield queue.popleft().result()
+    while queue:
+        yield queue.popleft().result()
 
 
 def _route_succeeded(

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Backfill N documents through Message Batches against the emulator and print the numbers.
+
+    .venv/bin/python bench/batch_scale.py --docs 100000
+
+- The corpus comes from examples/make_invoices.py (a subprocess, so its memory is not counted).
+- The emulator runs as its own process with a fast virtual clock (--clock-speed), so batch
+  processing does not wait on wall time; its memory is not counted either.
+- This process is the docmill process: inventory -> run_batches -> outcomes, with the real SDK
+  over loopback HTTP and a local object store.
+
+Prints: wall time of submission (inventory, request building, spooling, create calls), wait for
+processing, results ingestion rate (results streamed, gated and written to the ledger per second),
+peak RSS of this process, and store operations per document by kind. Targets: peak RSS < 500 MB,
+ingestion >= 2,000 documents/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import anthropic  # noqa: E402
+
+from checkpoints.store import ObjectStore, open_store  # noqa: E402
+from docmill.settings import Settings  # noqa: E402
+from tasks.batch import run_batches  # noqa: E402
+from tasks.inventory import inventory  # noqa: E402
+from tasks.recipes import load_recipe  # noqa: E402
+
+
+class CountingStore(ObjectStore):
+    """Delegates to a real store and counts every operation by kind."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner, self.uri, self.ops = inner, inner.uri, Counter[str]()
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        self.ops["get"] += 1
+        return self.inner.get_with_etag(key)
+
+    def put(self, key: str, data: bytes) -> str:
+        self.ops["put"] += 1
+        return self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self.ops["put_if_absent"] += 1
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self.ops["put_if_match"] += 1
+        return self.inner.put_if_match(key, data, etag)
+
+    def exists(self, key: str) -> bool:
+        self.ops["exists"] += 1
+        return self.inner.exists(key)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        self.ops["list"] += 1
+        return self.inner.list(prefix)
+
+    def list_children(self, prefix: str) -> Iterator[str]:
+        self.ops["list"] += 1
+        return self.inner.list_children(prefix)
+
+    def delete(self, key: str) -> None:
+        self.ops["delete"] += 1
+        self.inner.delete(key)
+
+
+def start_emulator(clock_speed: float) -> tuple[subprocess.Popen[str], str]:
+    cmd = [sys.executable, "-m", "emulator.cli", "--port", "0", "--clock-speed", str(clock_speed)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise SystemExit(f"emulator did not start: {line!r}")
+    return proc, line.split("listening on ", 1)[1].split()[0]
+
+
+def emulator_json(base_url: str, path: str) -> Any:
+    with urllib.request.urlopen(base_url.rstrip("/") + path, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--docs", type=int, default=100_000, help="documents in the corpus")
+    p.add_argument("--workdir", type=Path, help="where corpus and store go (default: a temp dir)")
+    p.add_argument("--max-requests", type=int, default=100_000, help="settings.batch.max_requests")
+    p.add_argument("--clock-speed", type=float, default=100_000.0, help="emulator virtual s per real s")
+    args = p.parse_args(argv)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="docmill-bench-"))
+    corpus, store_dir = work / "corpus", work / "store"
+
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "make_invoices.py"), "--out", str(corpus), "--count", str(args.docs)],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    corpus_s = time.perf_counter() - t0
+    emu, base_url = start_emulator(args.clock_speed)
+    try:
+        settings = Settings(
+            store=str(store_dir),
+            batch={"max_requests": args.max_requests, "poll_seconds": 0.2, "poll_max_seconds": 1.0},  # type: ignore[arg-type]
+        )
+        store = CountingStore(open_store(store_dir))
+        client = anthropic.Anthropic(api_key="bench-key", base_url=base_url, max_retries=0, timeout=3600)
+        recipe = load_recipe("invoices")
+        marks: dict[str, float] = {}
+        ingest_s = 0.0
+        ended_at: dict[int, float] = {}
+
+        def progress(e: dict[str, Any]) -> None:
+            nonlocal ingest_s
+            now = time.perf_counter()
+            if e["event"] == "submitted":
+                marks["submitted"] = now
+            elif e["event"] == "status" and e["status"] == "ended":
+                ended_at.setdefault(e["n"], now)
+            elif e["event"] == "collected":
+                ingest_s += now - ended_at.get(e["n"], now)
+                marks["collected"] = now
+
+        start = time.perf_counter()
+        states: Counter[str] = Counter()
+        docs = inventory(str(corpus), settings, doc_types=recipe.doc_types)
+        for outcome in run_batches(
+            docs,
+            recipe=recipe,
+            run_id="bench",
+            store=store,
+            client=client,
+            settings=settings,
+            on_progress=progress,
+        ):
+            states[outcome.state.value] += 1
+        total_s = time.perf_counter() - start
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        billed = emulator_json(base_url, "/_emulator/accounting")
+    finally:
+        emu.terminate()
+        emu.wait(timeout=30)
+
+    n = sum(states.values())
+    ingested = states["succeeded"] + states["needs_review"]
+    report = {
+        "documents": n,
+        "outcomes": dict(states),
+        "corpus_generation_s": round(corpus_s, 1),
+        "submission_wall_s": round(marks.get("submitted", start) - start, 1),
+        "processing_wait_s": round(total_s - (marks.get("submitted", start) - start) - ingest_s, 1),
+        "ingestion_s": round(ingest_s, 1),
+        "ingestion_docs_per_s": round(ingested / ingest_s) if ingest_s else None,
+        "total_wall_s": round(total_s, 1),
+        "peak_rss_mb": round(rss_mb),
+        "store_ops_per_doc": {k: round(v / n, 3) for k, v in sorted(store.ops.items())},
+        "store_ops_total_per_doc": round(sum(store.ops.values()) / n, 3),
+        "billed_requests": billed["billed_count"],
+        "batches_created": billed["received_by_path"].get("/v1/messages/batches", 0),
+        "fsync": os.environ.get("DOCMILL_STORE_FSYNC", "1"),
+    }
+    print(json.dumps(report, indent=2))
+    ok = rss_mb < 500 and (report["ingestion_docs_per_s"] or 0) >= 2000
+    print("targets met" if ok else "targets NOT met: peak RSS < 500 MB, ingestion >= 2,000 docs/s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
