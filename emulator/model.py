@@ -346,8 +346,14 @@ class Filler:
         limits = _constraints(schema)
         value = value if value is not None else 0.0
         step = 1 if schema.get("type") == "integer" else 0.01
-        value = max(value, limits.get("minimum", limits.get("exclusiveMinimum", value - step) + step))
-        value = min(value, limits.get("maximum", limits.get("exclusiveMaximum", value + step) - step))
+        low = limits.get(
+            "minimum", limits["exclusiveMinimum"] + step if "exclusiveMinimum" in limits else None
+        )
+        high = limits.get(
+            "maximum", limits["exclusiveMaximum"] - step if "exclusiveMaximum" in limits else None
+        )
+        value = value if low is None else max(value, low)
+        value = value if high is None else min(value, high)
         if schema.get("type") == "integer":
             return Out(round(value), line, found)
         return Out(value, line, found)
