@@ -21,8 +21,7 @@ from docmill.settings import Settings, get_settings
 from flows import pipeline
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
 
-CHUNK_WORKERS = int(os.environ.get("DOCMILL_CHUNK_WORKERS", "4"))
-RUNNER: Any = ThreadPoolTaskRunner(max_workers=CHUNK_WORKERS)  # always bounded
+RUNNER: Any = ThreadPoolTaskRunner(max_workers=pipeline.CHUNK_WORKERS)  # always bounded
 
 
 @task(name="per-file-chunk", cache_policy=NONE, retries=0)
@@ -172,9 +171,11 @@ def backfill(
 
 
 @flow(name="resume", task_runner=RUNNER)
-def resume(run_id: str, store: str | None = None) -> dict[str, Any]:
+def resume(run_id: str, store: str | None = None, max_cost_usd: float | None = None) -> dict[str, Any]:
     """Continue a run from its manifest: nothing in the ledger is sent again."""
-    summary = resume_run(run_id, store=store, map_chunks=prefect_map, progress=False)
+    summary = resume_run(
+        run_id, store=store, map_chunks=prefect_map, progress=False, max_cost_usd=max_cost_usd
+    )
     _publish(summary)
     return summary
 
@@ -186,12 +187,19 @@ def resume_run(
     map_chunks: pipeline.MapChunks = pipeline.plain_map,
     progress: bool = True,
     settings: Settings | None = None,
+    max_cost_usd: float | None = None,
 ) -> dict[str, Any]:
+    """Continue a run; its cost cap is `max_cost_usd` if given, else the one it was started with."""
     from checkpoints.manifest import ManifestStore
     from checkpoints.store import open_store
 
     settings = settings or _settings(store, {})
     m = ManifestStore(open_store(settings.store, endpoint_url=settings.s3_endpoint_url)).load(run_id)
+    cap = max_cost_usd if max_cost_usd is not None else m.budget_usd
+    if cap != settings.cost.max_cost_usd:
+        settings = settings.model_copy(
+            update={"cost": settings.cost.model_copy(update={"max_cost_usd": cap})}
+        )
     return run_extract(
         m.source,
         m.recipe,

@@ -12,6 +12,7 @@ those, documents whose idempotency key is in the ledger cost no API call.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
-from docmill.errors import ConfigError, LeaseHeld
+from docmill.errors import BudgetExhausted, ConfigError, LeaseHeld
 from docmill.logs import bind_run, get_logger
 from flows.context import RunContext
 
@@ -42,8 +43,17 @@ def chunk_id(n: int) -> str:
     return f"{n:06d}"
 
 
+CHUNK_WORKERS = int(os.environ.get("DOCMILL_CHUNK_WORKERS", "4"))
+
+
 def plain_map(fn: ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
-    return [fn(cid, docs) for cid, docs in chunks]
+    """Chunks on a bounded thread pool (the Prefect flows use a bounded task runner instead).
+    Several chunks in flight keep the request pipe full across chunk boundaries; the model
+    client's semaphore bounds the requests in flight for the whole process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=CHUNK_WORKERS, thread_name_prefix="docmill-chunk") as pool:
+        return list(pool.map(lambda c: fn(*c), chunks))
 
 
 class Progress:
@@ -74,23 +84,34 @@ def write_inventory(ctx: RunContext, source: str) -> list[str]:
     """Inventory the source once per run, in chunk files; a resume reads them back."""
     from tasks.inventory import inventory
 
-    ids: list[str] = []
-    existing = list(ctx.store.list(f"runs/{ctx.run_id}/inventory/"))
-    if existing:
-        return sorted(k.rsplit("/", 1)[-1].removesuffix(".json") for k in existing)
+    done_key = f"runs/{ctx.run_id}/inventory-done.json"
+    if ctx.store.exists(done_key):
+        return list(ctx.store.get_json(done_key)["chunks"])
+    ids: list[str] = []  # a crash mid-inventory redoes it: chunk files are deterministic, put overwrites
     chunk: list[dict[str, Any]] = []
+    dups: list[dict[str, Any]] = []
+    size = ctx.settings.chunk_size
     for doc in inventory(source, ctx.settings, doc_types=ctx.recipe.doc_types):
-        chunk.append(doc.model_dump(mode="json"))
-        if len(chunk) >= ctx.settings.chunk_size:
-            ids.append(_put_chunk(ctx, len(ids), chunk))
+        record = doc.model_dump(mode="json")
+        (dups if doc.duplicate_of else chunk).append(record)
+        if len(chunk) >= size:
+            ids.append(_put_chunk(ctx, chunk_id(len(ids)), chunk))
             chunk = []
+        if len(dups) >= size:
+            ids.append(_put_chunk(ctx, DUP_PREFIX + chunk_id(len(ids)), dups))
+            dups = []
     if chunk:
-        ids.append(_put_chunk(ctx, len(ids), chunk))
+        ids.append(_put_chunk(ctx, chunk_id(len(ids)), chunk))
+    if dups:
+        ids.append(_put_chunk(ctx, DUP_PREFIX + chunk_id(len(ids)), dups))
+    ctx.store.put_json(done_key, {"chunks": ids})
     return ids
 
 
-def _put_chunk(ctx: RunContext, n: int, docs: list[dict[str, Any]]) -> str:
-    cid = chunk_id(n)
+DUP_PREFIX = "dup-"  # duplicate-content documents: resolved from their original after the first wave
+
+
+def _put_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> str:
     ctx.store.put_json(f"runs/{ctx.run_id}/inventory/{cid}.json", docs)
     return cid
 
@@ -122,6 +143,9 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
             f"run {ctx.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
             hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
         )
+    elif m.budget_usd != ctx.settings.cost.max_cost_usd:
+        cap = ctx.settings.cost.max_cost_usd
+        m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"budget_usd": cap}))
     return m
 
 
@@ -155,11 +179,28 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
         settings=ctx.settings,
     )
     records = [o.model_dump(mode="json") for o in outcomes]
+    if any(r.get("failure_type") == "budget" for r in records):
+        # not written: a resume redoes this chunk (finished documents are free ledger hits)
+        raise budget_stop(ctx, "during the per-file pass")
     OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
     counts: dict[str, int] = {}
     for r in records:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     return counts
+
+
+def budget_stop(ctx: RunContext, where: str) -> BudgetExhausted:
+    from checkpoints.costs import CostLedger
+
+    spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+    cap = ctx.settings.cost.max_cost_usd
+    return BudgetExhausted(
+        f"run {ctx.run_id} stopped {where}: the next request would pass its cap of ${cap or 0:.4f} "
+        f"(spent ${spent:.4f}); requests in flight were finished and everything is kept",
+        hint=f"`docmill resume {ctx.run_id} --max-cost-usd <higher>` finishes it",
+        spent_usd=spent,
+        cap_usd=cap,
+    )
 
 
 def per_file_pass(
@@ -172,9 +213,16 @@ def per_file_pass(
     total = sum(len(d) for _, d in pending)
     bar = Progress(total, "per-file pass", enabled=progress)
     if params.mode == "batch":
+        from checkpoints.costs import CostLedger
         from tasks.batch import run_batches
+        from tasks.budget import affordable_chunks
         from tasks.inventory import Document
 
+        spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+        wanted = len(pending)
+        pending, _ = affordable_chunks(
+            pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
+        )
         docs = [Document.model_validate(d) for _, chunk in pending for d in chunk]
         outcomes = {
             o.doc_id: o
@@ -190,8 +238,12 @@ def per_file_pass(
         }
         for cid, chunk in pending:
             records = [outcomes[d["doc_id"]].model_dump(mode="json") for d in chunk]
+            if any(r.get("failure_type") == "budget" for r in records):
+                raise budget_stop(ctx, "during the batch pass")
             OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
             bar.add(len(chunk))
+        if len(pending) < wanted:
+            raise budget_stop(ctx, "before submitting a batch")
         return
 
     def fn(cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
@@ -199,7 +251,9 @@ def per_file_pass(
         bar.add(len(docs))
         return counts
 
-    map_chunks(fn, pending)
+    # Originals first, then the duplicates that take their results from the ledger.
+    map_chunks(fn, [c for c in pending if not c[0].startswith(DUP_PREFIX)])
+    map_chunks(fn, [c for c in pending if c[0].startswith(DUP_PREFIX)])
 
 
 LEASE_TTL = 120.0
@@ -262,47 +316,57 @@ def run(
 ) -> dict[str, Any]:
     """Drive one run to its end (or to the first phase that cannot finish) and return a summary."""
     from checkpoints.costs import CostLedger
-    from tasks.integrate import integrate
-    from tasks.report import export_rows, markdown, summarize, to_csv, to_jsonl, to_parquet
 
     bind_run(ctx.run_id)
-    manifest = start_manifest(ctx, params)
+    start_manifest(ctx, params)
     with hold_lease(ctx):
-        set_phase(ctx, Phase.INVENTORY)
-        chunk_ids = write_inventory(ctx, params.source)
-        set_phase(ctx, Phase.PER_FILE, chunks=len(chunk_ids))
-        per_file_pass(ctx, params, chunk_ids, map_chunks, progress)
-        outcomes = all_outcomes(ctx)
-        summary = summarize(outcomes)
-        set_phase(ctx, Phase.INTEGRATION, documents=summary["documents"], **summary["states"])
-        integration = integrate(
-            outcomes,
-            recipe=ctx.recipe,
-            run_id=ctx.run_id,
-            store=ctx.store,
-            client=ctx.client,
-            settings=ctx.settings,
-        )
-        set_phase(ctx, Phase.REPORT)
-        costs = CostLedger(ctx.store, ctx.run_id).totals()
-        manifest = ManifestStore(ctx.store).load(ctx.run_id)
-        report = markdown({**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, integration, costs)
-        base = f"runs/{ctx.run_id}"
-        ctx.store.put(f"{base}/report.md", report.encode())
-        rows = export_rows(outcomes)
-        ctx.store.put(f"{base}/exports/results.jsonl", to_jsonl(outcomes))
-        ctx.store.put(f"{base}/exports/results.csv", to_csv(rows))
-        parquet = to_parquet(rows)
-        if parquet is not None:
-            ctx.store.put(f"{base}/exports/results.parquet", parquet)
+        try:
+            return _drive(ctx, params, map_chunks, progress)
+        except BudgetExhausted:
+            spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+            set_phase(ctx, Phase.BUDGET_EXHAUSTED)
+            ManifestStore(ctx.store).update(ctx.run_id, lambda m: m.model_copy(update={"cost_usd": spent}))
+            raise
 
-        def finish(m: RunManifest) -> RunManifest:
-            m.phase = Phase.DONE
-            m.cost_usd = float(costs.get("usd", 0.0))
-            m.counts.update({"documents": summary["documents"], **summary["states"]})
-            return m
 
-        manifest = ManifestStore(ctx.store).update(ctx.run_id, finish)
+def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
+    from checkpoints.costs import CostLedger
+    from tasks.integrate import integrate
+    from tasks.report import summarize, write_report
+
+    budget = getattr(ctx.client, "budget", None)
+    if budget is not None:  # a resumed run has spent what its cost ledger says
+        budget.spent_usd = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+    set_phase(ctx, Phase.INVENTORY)
+    chunk_ids = write_inventory(ctx, params.source)
+    set_phase(ctx, Phase.PER_FILE, chunks=len(chunk_ids))
+    per_file_pass(ctx, params, chunk_ids, map_chunks, progress)
+    outcomes = all_outcomes(ctx)
+    summary = summarize(outcomes)
+    set_phase(ctx, Phase.INTEGRATION, documents=summary["documents"], **summary["states"])
+    integration = integrate(
+        outcomes,
+        recipe=ctx.recipe,
+        run_id=ctx.run_id,
+        store=ctx.store,
+        client=ctx.client,
+        settings=ctx.settings,
+    )
+    set_phase(ctx, Phase.REPORT)
+    costs = CostLedger(ctx.store, ctx.run_id).totals()
+    manifest = ManifestStore(ctx.store).load(ctx.run_id)
+    base = f"runs/{ctx.run_id}"
+    write_report(
+        ctx.store, {**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, integration, costs
+    )
+
+    def finish(m: RunManifest) -> RunManifest:
+        m.phase = Phase.DONE
+        m.cost_usd = float(costs.get("usd", 0.0))
+        m.counts.update({"documents": summary["documents"], **summary["states"]})
+        return m
+
+    manifest = ManifestStore(ctx.store).update(ctx.run_id, finish)
     return {
         "run_id": ctx.run_id,
         "phase": str(manifest.phase),

@@ -1,0 +1,141 @@
+"""Realtime throughput: docmill vs a plain asyncio loop making the same SDK calls.
+
+Both talk to the same emulator (a separate process) at 0 ms and 200 ms emulated latency, with
+the same concurrency, in one run, so the ratio is measured side by side on the same machine.
+docmill also checkpoints everything (responses, ledger, costs, outcomes) to a local store and
+runs the integration pass and report; the plain loop only sends requests.
+
+    .venv/bin/python bench/realtime.py [--docs 200] [--concurrency 16]
+
+Target: docmill >= 0.8x the plain loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_emulator(latency_ms: float) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emulator.cli", "--port", str(port), "--latency-ms", str(latency_ms)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("emulator did not start")
+
+
+def plain_loop(corpus: Path, url: str, concurrency: int) -> float:
+    import anthropic
+
+    from docmill.settings import Settings
+    from tasks.inventory import inventory, load_text
+    from tasks.recipes import load_recipe
+    from tasks.requests import file_request
+
+    settings = Settings()
+    recipe = load_recipe("invoices")
+    docs = [d for d in inventory(str(corpus), settings, doc_types=recipe.doc_types) if d.status == "ok"]
+    requests = [
+        file_request(recipe, d, load_text(d), model=settings.api.model, max_tokens=settings.api.max_tokens)
+        for d in docs
+    ]
+
+    async def main() -> None:
+        client = anthropic.AsyncAnthropic(api_key="bench", base_url=url, max_retries=2)
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(req: dict) -> None:
+            async with sem:
+                await client.messages.create(**req)
+
+        await asyncio.gather(*(one(r) for r in requests))
+        await client.close()
+
+    start = time.perf_counter()
+    asyncio.run(main())
+    return len(requests) / (time.perf_counter() - start)
+
+
+def docmill_run(corpus: Path, url: str, concurrency: int, store: Path) -> tuple[float, float]:
+    from docmill.settings import ApiSettings, Settings
+    from flows.extract import run_extract
+
+    settings = Settings(store=str(store), api=ApiSettings(base_url=url, concurrency=concurrency))
+    start = time.perf_counter()
+    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    total = time.perf_counter() - start
+    ok = summary["states"]["succeeded"] + summary["states"]["needs_review"] - summary["from_ledger"]
+    return ok / total, total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--latencies", default="0,200")
+    a = ap.parse_args()
+    os.environ.pop("ANTHROPIC_API_KEY", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus"
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "examples/make_invoices.py"),
+                "--out",
+                str(corpus),
+                "--count",
+                str(a.docs),
+                "--seed",
+                "1",
+                "--truth",
+                str(Path(tmp) / "t.jsonl"),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        print(
+            f"{'latency':>8} {'plain docs/s':>13} {'docmill docs/s':>15} {'ratio':>6}  (docs={a.docs}, "
+            f"concurrency={a.concurrency})"
+        )
+        for i, latency in enumerate(float(x) for x in a.latencies.split(",")):
+            proc, url = start_emulator(latency)
+            try:
+                plain_loop(corpus, url, a.concurrency)  # warm the emulator's model and caches
+                plain = plain_loop(corpus, url, a.concurrency)
+                dm, _ = docmill_run(corpus, url, a.concurrency, Path(tmp) / f"store-{i}")
+            finally:
+                proc.kill()
+                proc.wait()
+            print(f"{latency:>6.0f}ms {plain:>13.1f} {dm:>15.1f} {dm / plain:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
