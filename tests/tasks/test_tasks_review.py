@@ -100,7 +100,7 @@ def test_chunk_succeeds_then_second_run_makes_zero_calls(h: Harness) -> None:
         h.write(f"inv-{n}.txt", invoice_text(n))
     first = h.run()
     assert [o.state for o in first.values()] == [DocState.SUCCEEDED] * 3
-    assert first["inv-2.txt"].output["total"]["value"] == 2.0
+    assert first["inv-2.txt"].output["total"]["value"] == pytest.approx(2.0)
     assert h.received == 3 and len(h.billed) == 3
     costs = list(CostLedger(h.store, "run1").entries())
     assert len(costs) == 3 and sum(c.usd for c in costs) == pytest.approx(sum(b.usd for b in h.billed))
@@ -213,7 +213,7 @@ def test_crash_recovery_gates_a_persisted_response_without_a_new_call(h: Harness
     assert h.received == 1 and ResultsLedger(h.store).get(FILE_PASS, key) is None
     out = h.run()["inv.txt"]
     assert h.received == 1  # no second call
-    assert out.state is DocState.SUCCEEDED and out.output["total"]["value"] == 6.0
+    assert out.state is DocState.SUCCEEDED and out.output["total"]["value"] == pytest.approx(6.0)
     assert out.usage["output_tokens"] == h.billed[0].output_tokens
     assert ResultsLedger(h.store).get(FILE_PASS, key)["state"] == "succeeded"
 
@@ -229,7 +229,10 @@ def test_document_text_stays_data(h: Harness) -> None:
     doc = h.run()["evil.txt"]
     assert doc.state is DocState.SUCCEEDED
     # the total sits after the planted closing tag: the model saw the whole document as one piece of data
-    assert doc.output["total"]["value"] == 666.0 and doc.output["total"]["evidence"] == "Total: 666.00"
+    assert (
+        doc.output["total"]["value"] == pytest.approx(666.0)
+        and doc.output["total"]["evidence"] == "Total: 666.00"
+    )
 
 
 def test_duplicates_and_same_content_take_the_original_result(h: Harness) -> None:
