@@ -115,7 +115,9 @@ def summarize(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
         "states": {s: states.get(s, 0) for s in STATES},
         "reasons": dict(reasons.most_common()),
         "from_ledger": sum(1 for o in outcomes if o.get("from_ledger")),
-        "cost_usd": round(sum(float(o.get("cost_usd") or 0.0) for o in outcomes if not o.get("from_ledger")), 6),
+        "cost_usd": round(
+            sum(float(o.get("cost_usd") or 0.0) for o in outcomes if not o.get("from_ledger")), 6
+        ),
     }
 
 
@@ -124,6 +126,7 @@ def markdown(
     outcomes: list[dict[str, Any]],
     integration: dict[str, Any] | None,
     costs: dict[str, Any] | None = None,
+    review: list[dict[str, Any]] | None = None,
 ) -> str:
     s = summarize(outcomes)
     lines = [
@@ -142,10 +145,23 @@ def markdown(
         f"Reused from the ledger without an API call: {s['from_ledger']}.",
     ]
     if costs:
-        lines += ["", "## Cost", "", f"Total: ${costs.get('usd', 0.0):.4f}", ""]
+        lines += [
+            "",
+            "## Cost",
+            "",
+            f"Total: ${costs.get('usd', 0.0):.4f} over {costs.get('entries', 0)} billed answers "
+            "(every attempt, retries and repairs included).",
+            "",
+        ]
         for group in ("by_pass", "by_model"):
             for k, v in sorted((costs.get(group) or {}).items()):
                 lines.append(f"- {group[3:]} `{k}`: ${v:.4f}")
+        tokens = costs.get("tokens") or {}
+        if tokens:
+            lines.append("- tokens: " + ", ".join(f"{k} {v:,}" for k, v in tokens.items() if v))
+        top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
+        if top:
+            lines.append("- most expensive documents: " + ", ".join(f"`{d}` ${u:.4f}" for d, u in top))
     if s["reasons"]:
         lines += [
             "",
@@ -179,5 +195,113 @@ def markdown(
             lines += ["", "## Key findings (integration pass)", "", *[f"- {f}" for f in findings]]
         if checks.get("flags"):
             lines += ["", "## Integration flags", "", *[f"- {json.dumps(f)}" for f in checks["flags"]]]
+    if review is not None:
+        lines += ["", f"## Review queue ({len(review)})", ""]
+        lines += [
+            f"- `{r.get('doc_id')}`: {r.get('reason')}"
+            + (f" — {str((r.get('errors') or [''])[0])[:160]}" if r.get("errors") else "")
+            for r in review
+        ] or ["Empty."]
     lines.append("")
     return "\n".join(lines)
+
+
+def conflict_items(
+    run_id: str, conflicts: list[dict[str, Any]], outcomes: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One review item per document involved in a cross-document conflict (reason "conflict")."""
+    by_doc = {o["doc_id"]: o for o in outcomes}
+    items: dict[str, dict[str, Any]] = {}
+    for c in conflicts:
+        for v in c.get("values") or []:
+            doc_id = v.get("doc_id")
+            if not doc_id:
+                continue
+            o = by_doc.get(doc_id, {})
+            item = items.setdefault(
+                doc_id,
+                {
+                    "doc_id": doc_id,
+                    "run_id": run_id,
+                    "pass_name": "integration",
+                    "reason": "conflict",
+                    "errors": [],
+                    "conflicts": [],
+                    "raw_output": o.get("raw_output"),
+                    "output": o.get("output"),
+                    "model": o.get("model"),
+                    "attempts": o.get("attempts", 0),
+                    "tried": [],
+                },
+            )
+            others = "; ".join(f"{x.get('value')!r} in {x.get('doc_id')}" for x in c["values"] if x is not v)
+            item["errors"].append(
+                f"{c.get('key_field')} {c.get('key')!r}: field {c.get('field')} is {v.get('value')!r} here, {others}"
+            )
+            item["conflicts"].append(c)
+    return list(items.values())
+
+
+def queue_conflicts(
+    store: Any, run_id: str, conflicts: list[dict[str, Any]], outcomes: list[dict[str, Any]]
+) -> int:
+    """Add conflict items to the run's review queue; an existing item keeps its reason and gains
+    "conflict" (its errors and conflicts are merged). Returns the number of items written."""
+    from checkpoints.review_queue import ReviewQueue
+
+    queue = ReviewQueue(store, run_id)
+    n = 0
+    for item in conflict_items(run_id, conflicts, outcomes):
+        old = queue.get(item["doc_id"])
+        if old and old.get("pass_name") != "integration":
+            reasons = [r for r in str(old.get("reason") or "").split(";") if r and r != "conflict"]
+            item = {
+                **old,
+                "reason": ";".join([*reasons, "conflict"]),
+                "errors": [*(e for e in old.get("errors") or [] if e not in item["errors"]), *item["errors"]],
+                "conflicts": item["conflicts"],
+            }
+        queue.add(item)
+        n += 1
+    return n
+
+
+def write_report(
+    store: Any,
+    manifest: dict[str, Any],
+    outcomes: list[dict[str, Any]],
+    integration: dict[str, Any] | None,
+    costs: dict[str, Any] | None = None,
+) -> dict[str, str]:
+    """Everything a finished (or stopped) run leaves for people: conflict review items,
+    report.md, report.html and the exports. Returns the keys written."""
+    from checkpoints.costs import CostLedger
+    from checkpoints.review_queue import ReviewQueue
+    from tasks.report_html import html_report
+
+    run_id = str(manifest["run_id"])
+    base = f"runs/{run_id}"
+    conflicts = ((integration or {}).get("checks") or {}).get("conflicts") or []
+    queue_conflicts(store, run_id, conflicts, outcomes)
+    ledger = CostLedger(store, run_id)
+    entries = [e.model_dump(mode="json") for e in ledger.entries()]
+    costs = costs if costs is not None else ledger.totals()
+    review = list(ReviewQueue(store, run_id).list())
+    keys = {
+        "report.md": f"{base}/report.md",
+        "report.html": f"{base}/report.html",
+        "jsonl": f"{base}/exports/results.jsonl",
+        "csv": f"{base}/exports/results.csv",
+    }
+    store.put(keys["report.md"], markdown(manifest, outcomes, integration, costs, review).encode())
+    store.put(
+        keys["report.html"], html_report(manifest, outcomes, integration, costs, review, entries).encode()
+    )
+    rows = export_rows(outcomes)
+    store.put(keys["jsonl"], to_jsonl(outcomes))
+    store.put(keys["csv"], to_csv(rows))
+    parquet = to_parquet(rows)
+    if parquet is not None:
+        keys["parquet"] = f"{base}/exports/results.parquet"
+        store.put(keys["parquet"], parquet)
+    return keys

@@ -1,0 +1,109 @@
+"""Cost estimates without calling the model: `docmill estimate` and the batch-mode budget check.
+
+How a document is estimated (say so wherever a number is shown — it is an estimate):
+  input tokens  = characters of the exact per-file request body / 4 (tasks.requests.estimate_input_tokens)
+  output tokens = typical: the size of the recipe's output schema / 4 (the answer mirrors it),
+                  capped at max_tokens; worst case: max_tokens
+  USD           = tokens x the price table (docmill.prices); batch = 50 %; prompt caching ignored
+                  (the shared system prompt may make realtime input up to ~10 % cheaper after the first)
+Repairs are not included (at most settings.gate.repair_attempts per document, typically none).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from docmill.prices import BATCH_DISCOUNT, CACHE_WRITE_5M, price_table
+from tasks.requests import estimate_input_tokens, file_request, recipe_parts
+
+METHOD = (
+    "estimate, no model call: input = request characters / 4, output = recipe schema size / 4 "
+    "(worst case: max_tokens), priced with the docmill price table; batch = 50 %, caching and repairs ignored"
+)
+
+
+@dataclass
+class Estimate:
+    model: str
+    documents: int = 0
+    skipped: int = 0
+    input_tokens: int = 0
+    typical_output_tokens: int = 0
+    max_output_tokens: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
+
+    def usd(self, *, batch: bool, worst: bool = False) -> float:
+        p = price_table()[self.model]
+        out = self.max_output_tokens if worst else self.typical_output_tokens
+        usd = (self.input_tokens * p["input"] + out * p["output"]) / 1e6
+        return usd * (BATCH_DISCOUNT if batch else 1.0)
+
+    def lines(self) -> list[str]:
+        rows = [
+            f"docmill estimate ({METHOD})",
+            f"  documents to send: {self.documents} ({self.skipped} skipped by inventory); model {self.model}",
+            f"  input tokens ~{self.input_tokens:,}; output tokens ~{self.typical_output_tokens:,} "
+            f"(at most {self.max_output_tokens:,})",
+            f"  realtime: ~${self.usd(batch=False):.4f} (worst case ${self.usd(batch=False, worst=True):.4f})",
+            f"  batch:    ~${self.usd(batch=True):.4f} (worst case ${self.usd(batch=True, worst=True):.4f})",
+        ]
+        if self.by_type:
+            rows.append("  by type: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_type.items())))
+        return rows
+
+
+def typical_output_tokens(recipe: Any, max_tokens: int) -> int:
+    return min(max_tokens, max(64, len(json.dumps(recipe_parts(recipe)[2])) // 4))
+
+
+def request_of(recipe: Any, doc: Any, settings: Any) -> dict[str, Any] | None:
+    """The per-file request of a document, or None when it would not be sent (skipped, unreadable)."""
+    from tasks.inventory import load_text
+
+    if doc.status != "ok" or doc.duplicate_of:
+        return None
+    try:
+        text = load_text(doc)
+    except Exception:
+        return None
+    return file_request(recipe, doc, text, model=settings.api.model, max_tokens=settings.api.max_tokens)
+
+
+def estimate_docs(docs: Iterable[Any], recipe: Any, settings: Any) -> Estimate:
+    est = Estimate(model=settings.api.model)
+    max_tokens = int(settings.api.max_tokens)
+    typical = typical_output_tokens(recipe, max_tokens)
+    for doc in docs:
+        request = request_of(recipe, doc, settings)
+        if request is None:
+            est.skipped += 1
+            continue
+        est.documents += 1
+        est.input_tokens += estimate_input_tokens(request)
+        est.typical_output_tokens += typical
+        est.max_output_tokens += max_tokens
+        est.by_type[str(doc.doc_type)] = est.by_type.get(str(doc.doc_type), 0) + 1
+    return est
+
+
+def estimate_source(source: str, recipe_name: str, settings: Any) -> Estimate:
+    from tasks.inventory import inventory
+    from tasks.recipes import load_recipe
+
+    recipe = load_recipe(recipe_name)
+    return estimate_docs(inventory(source, settings, doc_types=recipe.doc_types), recipe, settings)
+
+
+def worst_case_usd(request: dict[str, Any], *, batch: bool) -> float:
+    """What one request can cost at most: input as 5-minute cache writes, max_tokens of output
+    (the same bound tasks.realtime.ModelClient reserves before a realtime request)."""
+    p = price_table().get(str(request["model"]))
+    if p is None:
+        return 0.0
+    usd = (
+        estimate_input_tokens(request) * p["input"] * CACHE_WRITE_5M + request["max_tokens"] * p["output"]
+    ) / 1e6
+    return usd * (BATCH_DISCOUNT if batch else 1.0)
