@@ -315,6 +315,8 @@ class Unusual(BaseModel):
     code: str = Field(pattern=r"^[A-Z]{3}-\d+$")
     flag: bool
     level: Literal[1, 2, 3]
+    count: int = Field(gt=3)
+    below: float = Field(lt=-1)
 
 
 def test_unusual_schemas_validate_and_constraints_from_descriptions_hold() -> None:
@@ -330,6 +332,7 @@ def test_unusual_schemas_validate_and_constraints_from_descriptions_hold() -> No
         "ABC-12",
     )
     assert 10 <= parsed.score <= 20 and parsed.tags and len(parsed.nums) <= 2
+    assert parsed.count > 3 and parsed.below < -1
 
 
 CODE = """import os
