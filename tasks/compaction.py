@@ -166,6 +166,8 @@ class Compacted:
     usage: dict[str, Any]
     request_id: str | None
     notes: list[str] = field(default_factory=list)
+    billed_before: list[tuple[str, dict[str, Any], str | None]] = field(default_factory=list)
+    """(model, usage, request_id) of billed calls that gave no usable result (a null block)."""
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -197,6 +199,7 @@ def compact_api(create: Create, params: Mapping[str, Any], instructions: str) ->
         raise CompactionUnavailable(
             f"no usable compaction block (stop_reason={data.get('stop_reason')!r}, blocks={len(blocks)})",
             request_id=getattr(message, "_request_id", None),
+            billed=(str(data.get("model")), data.get("usage") or {}, getattr(message, "_request_id", None)),
         )
     raw = blocks[0]
     block = {k: raw.get(k) for k in BLOCK_FIELDS}
@@ -261,14 +264,17 @@ def compact(
 ) -> Compacted:
     """Compact with the API; on `CompactionUnavailable`, with a client-side summary."""
     notes: list[str] = []
+    billed: list[tuple[str, dict[str, Any], str | None]] = []
     order = [Strategy.API, Strategy.CLIENT] if allow_api else [Strategy.CLIENT]
     for strategy in order:
         try:
             done = STRATEGIES[strategy](create, params, instructions)
         except CompactionUnavailable as e:
             notes.append(f"{strategy}: {e.message}")
+            if e.fields.get("billed"):
+                billed.append(e.fields["billed"])
             continue
-        done.notes = notes
+        done.notes, done.billed_before = notes, billed
         return done
     raise ContextError("every compaction strategy failed: " + "; ".join(notes))
 

@@ -85,6 +85,11 @@ class Transport:
                 mc._backoff(wait_seconds(e, attempt, api.backoff_max_seconds, mc._rng))
 
 
+def safe_group(name: str) -> str:
+    """A cost group id made of safe key characters only."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:200]
+
+
 def _hash(value: Any) -> str:
     return hashlib.sha256(cmp.canonical(value)).hexdigest()
 
@@ -289,8 +294,11 @@ class ConversationTask:
             )
         request = {**base, "messages": self.messages[: chosen + 1]}
         done = cmp.compact(self.create, request, instructions)
+        n = len(self.compactions) + 1
+        for model, usage, request_id in done.billed_before:  # e.g. a null block, then the fallback
+            self._record_cost(f"c{n:04d}", model, usage, request_id)
+        self._record_cost(f"c{n:04d}", done.model, done.usage, done.request_id)
         crash_point("compaction_returned")
-        self._record_cost(f"c{len(self.compactions) + 1:04d}", done.model, done.usage, done.request_id)
         new_messages = [done.head, *self.messages[chosen + 1 :]]
         probe = self.params([*new_messages, pending], **extra)
         missing = self.pinned.missing_from(self.sent_text(probe))
@@ -397,4 +405,6 @@ class ConversationTask:
             usage=usage,
             batch=False,
         )
-        CostLedger(self.store, self.run_id).record(f"{self.task_id}-{suffix}", [entry])
+        # one group per API call: a call repeated after a crash is billed again, so it is recorded again
+        group = f"{self.task_id}-{suffix}-{request_id or 'unknown'}"
+        CostLedger(self.store, self.run_id).record(safe_group(group), [entry])

@@ -164,6 +164,7 @@ def test_a_null_or_unexpected_block_falls_back_to_a_client_summary(
     }
     done = cmp.compact(create, params, cmp.contract(["x"]))
     assert done.strategy is cmp.Strategy.CLIENT and done.digest is None
+    assert [u["iterations"][0]["input_tokens"] for _m, u, _r in done.billed_before] == [50]
     assert done.head["content"][0]["text"] == f"{cmp.CLIENT_SUMMARY_MARK}\nFACT: kept"
     assert calls[0]["betas"] == [cmp.COMPACTION_BETA] and "tool_choice" not in calls[0]
     assert calls[1]["betas"] is None and calls[1]["tool_choice"] == {"type": "none"}

@@ -166,6 +166,7 @@ def test_sigkill_then_resume_gives_the_same_output(
 ) -> None:
     expected = _baseline(emulator, tmp_path_factory)
     assert expected["context"]["compactions"] >= 2
+    billed_before = len(emulator.state.accounting.billed)
 
     assert _child(tmp_path, emulator.base_url, "r", crash) == -9  # SIGKILLed at the crash point
     assert not (tmp_path / "runs/r/tasks/integration/output.json").exists()
@@ -173,6 +174,11 @@ def test_sigkill_then_resume_gives_the_same_output(
     assert 0 < checkpoint["exchanges"] < expected["context"]["exchanges"]
     got = run(str(tmp_path), emulator.base_url, 500, 8000, "r")  # resume in this process
     assert got == expected
+    # every billed call is costed once, including the one repeated after the crash
+    costs = list(CostLedger(open_store(str(tmp_path)), "r").entries())
+    assert (
+        len(costs) == len(emulator.state.accounting.billed) - billed_before > expected["context"]["exchanges"]
+    )
 
 
 def _tv(value: Any, evidence: str | None) -> dict[str, Any]:
@@ -223,4 +229,9 @@ def test_gated_outcomes_keep_conflict_evidence_and_review_gaps(emulator: Any, tm
     ]
     reviews = {g["doc_id"]: g["reason"] for g in record["output"]["coverage_gaps"] if g["doc_id"]}
     assert reviews == {f"d{i}": "needs_review: low confidence" for i in range(0, 300, 50)}
-    assert {g["field"] for g in record["checks"]["coverage_gaps"]} == {"due_date", "subtotal", "tax", "line_items"}
+    assert {g["field"] for g in record["checks"]["coverage_gaps"]} == {
+        "due_date",
+        "subtotal",
+        "tax",
+        "line_items",
+    }
