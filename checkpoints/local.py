@@ -53,7 +53,7 @@ class LocalStore(ObjectStore):
 
     def _write_temp(self, path: Path, data: bytes) -> Path:
         self._ensure_dir(path)
-        tmp = path.with_name(f"{RESERVED_PREFIX}tmp.{uuid.uuid4().hex}.{path.name}"[:255])
+        tmp = _sidecar(path, f"tmp.{uuid.uuid4().hex}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -69,7 +69,7 @@ class LocalStore(ObjectStore):
     @contextlib.contextmanager
     def _locked(self, path: Path) -> Iterator[None]:
         self._ensure_dir(path)
-        lock = path.with_name(f"{RESERVED_PREFIX}lock.{path.name}"[:255])
+        lock = _sidecar(path, "lock")
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -176,6 +176,14 @@ def _sorted_entries(folder: Path, name_prefix: str) -> list[tuple[str, bool]]:
             entries.append((raw + b"/" if is_dir else raw, is_dir))
     entries.sort()
     return [((raw[:-1] if is_dir else raw).decode("utf-8"), is_dir) for raw, is_dir in entries]
+
+
+def _sidecar(path: Path, tag: str) -> Path:
+    """`.~<tag>.<name>` beside `path`; a name too long for that is replaced by its hash."""
+    name = f"{RESERVED_PREFIX}{tag}.{path.name}"
+    if len(name.encode("utf-8")) > 255:
+        name = f"{RESERVED_PREFIX}{tag}.{hashlib.sha256(path.name.encode('utf-8')).hexdigest()}"
+    return path.with_name(name)
 
 
 def _unlink(path: Path) -> None:

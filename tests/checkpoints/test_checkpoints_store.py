@@ -91,3 +91,12 @@ def test_local_list_is_byte_ordered_like_aws(tmp_path) -> None:
     for k in keys:
         store.put(k, b"x")
     assert list(store.list()) == sorted(keys, key=str.encode) == ["a-c", "a.d/x", "a/b", "a0"]
+
+
+def test_longest_unicode_segment_works(store: ObjectStore) -> None:
+    key = "long/" + "é" * 127  # 254 bytes: the longest segment safe_key allows
+    store.put(key, b"1")
+    etag = store.get_with_etag(key)[1]
+    store.put_if_match(key, b"2", etag)
+    assert store.put_if_absent(key, b"3") is False
+    assert list(store.list("long/")) == [key]
