@@ -110,6 +110,11 @@ def split_document(text: str, max_tokens: int, *, chars_per_token: float = CHARS
     return [Chunk(i, a, b, text[a:b]) for i, (a, b) in enumerate(spans)]
 
 
+def is_long(text: str, settings: Any, *, chars_per_token: float = CHARS_PER_TOKEN) -> bool:
+    """Whether a document exceeds `settings.context.document_budget_tokens` and needs `extract_long`."""
+    return len(text) / chars_per_token > settings.context.document_budget_tokens
+
+
 def locate(text: str, chunks: list[Chunk], chunk_index: int, excerpt: str) -> dict[str, int] | None:
     """Absolute provenance of an excerpt: searched in its chunk first, then anywhere in the text."""
     if not excerpt:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from checkpoints.store import open_store
 from docmill.settings import Settings
-from tasks.longdoc import extract_long, split_document
+from tasks.longdoc import extract_long, is_long, split_document
 from tasks.realtime import ModelClient
 from tasks.recipes import load_recipe
 
@@ -68,6 +68,7 @@ def test_a_2mb_document_is_split_extracted_and_merged_with_offsets(emulator: Any
     text = make_doc()
     assert len(text) >= 2_000_000
     s = Settings(store=str(tmp_path))
+    assert is_long(text, s) and not is_long(text[:100_000], s)
     client = ModelClient(s, base_url=emulator.base_url, api_key="test-key", sleep=lambda _s: None)
     result = extract_long(
         text,
