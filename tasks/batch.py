@@ -38,8 +38,9 @@ from tasks.batch_records import BatchBody, WorkItem, lifecycle, request_line
 from tasks.gate import Action, Verdict, check, decide, next_request
 from tasks.inventory import Document, load_text
 from tasks.outcome import DocOutcome, DocState, add_usage
+from tasks.realtime import ModelClient
 from tasks.requests import FILE_PASS, estimate_input_tokens, file_key, file_params, file_request
-from tasks.review import Pass, _from_original, _review_item, _skipped, _write
+from tasks.review import Pass, _from_original, _review_item, _skipped, _write, record_cost
 
 Progress = Callable[[dict[str, Any]], None]
 COST_GROUP = 5000  # cost entries per cost-ledger object
@@ -76,6 +77,8 @@ class BatchEngine:
         on_progress: Progress | None = None,
         model_client: Any = None,
     ) -> None:
+        if model_client is None and settings.batch.repairs_realtime:
+            model_client = ModelClient(settings, base_url=str(client.base_url), api_key=client.api_key)
         self.p = Pass(recipe, run_id, store, model_client, settings)
         self.recipe, self.run_id, self.settings = recipe, run_id, settings
         self.api = api_records.BatchApi(client, settings, sleep=sleep)
@@ -375,21 +378,44 @@ class BatchEngine:
                 return self._accept_or_review(item, verdict, decision.action, decision.reason, model), None
             item.request = {**next_request(decision, request, verdict), "model": model}
             item.action = decision.action.value
-            if not self.settings.batch.repairs_realtime or self.p.client is None:
+            if not self.settings.batch.repairs_realtime:
                 return None, item
             try:
-                result = self.p.client.call(
-                    item.request, key=item.custom_id, doc_id=item.doc_id, pass_name=FILE_PASS
-                )
+                message, model = self._realtime(item)
             except ApiCallError as e:
-                outcome = self._outcome(item, DocState.FAILED, failure_type=str(e.fields.get("failure_type")),
-                                        last_error=str(e.fields.get("last_error") or e.message))  # fmt: skip
-                return outcome, None
-            message, model = result.message, result.model
-            add_usage(item.usage, result.usage)
-            item.cost_usd += result.cost_usd
-            if result.request_id:
-                item.request_ids.append(str(result.request_id))
+                failure = str(e.fields.get("failure_type") or "transport_exhausted")
+                last = str(e.fields.get("last_error") or e.message)
+                return self._outcome(item, DocState.FAILED, failure_type=failure, last_error=last), None
+
+    def _realtime(self, item: WorkItem) -> tuple[dict[str, Any], str]:
+        """Send a follow-up realtime (settings.batch.repairs_realtime). The answer is persisted the
+        moment it arrives (invariant 3) under its attempt number; a resume reuses it, never resends."""
+        assert item.request is not None
+        n, key, request = item.attempts + 1, item.custom_id, item.request
+        message = self.p.responses.get(FILE_PASS, key, n)
+        if message is None:
+
+            def persist(_transport_attempt: int, answer: dict[str, Any]) -> None:
+                answer["_docmill"] = {
+                    "attempt": n, "purpose": item.action, "max_tokens": request["max_tokens"],
+                    "model": answer.get("model") or request["model"],
+                }  # fmt: skip
+                self.p.responses.put(FILE_PASS, key, n, answer)
+
+            result = self.p.client.call(
+                request, key=key, doc_id=item.doc_id, pass_name=FILE_PASS, on_response=persist
+            )
+            message = result.message
+        model = str((message.get("_docmill") or {}).get("model") or message.get("model") or request["model"])
+        usage = message.get("usage") or {}
+        usd = cost_usd(model, usage)
+        add_usage(item.usage, usage)
+        item.cost_usd += usd
+        request_id = message.get("_request_id")
+        if request_id:
+            item.request_ids.append(str(request_id))
+        record_cost(self.p, item.doc_id, key, n, model, request_id, usage, usd)
+        return message, model
 
     def _accept_or_review(
         self, item: WorkItem, verdict: Verdict, action: Action, reason: str | None, model: str

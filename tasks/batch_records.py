@@ -291,7 +291,11 @@ def submit(
         lifecycle("after_create")
         created = [batch]
         return records.update(n, partial(_submitted, batches=created, now=now))
-    return records.update(n, lambda r: _not_created(r, f"create kept failing ({api.attempts} attempts)"))
+    records.update(n, lambda r: _not_created(r, f"create kept failing ({api.attempts} attempts)"))
+    raise BatchError(
+        f"batch {n} of run {run_id} could not be created after {api.attempts} attempts",
+        hint="the API is failing; `docmill resume RUN_ID` later resends these requests",
+    )
 
 
 def _submitted(r: BatchRecord, batches: list[MessageBatch], now: float) -> None:

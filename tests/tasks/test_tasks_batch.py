@@ -266,16 +266,34 @@ def test_repairs_beyond_the_budget_go_to_review(emulator: Any, tmp_path: Path, c
     assert item is not None and item["reason"] == "validation_failed"
 
 
-def test_repairs_can_go_realtime(emulator: Any, tmp_path: Path, corpus: Path) -> None:
+def test_repairs_can_go_realtime_and_a_crash_does_not_resend_them(
+    emulator: Any, tmp_path: Path, corpus: Path
+) -> None:
     rig = Rig(emulator, tmp_path, corpus, repairs_realtime=True)
     key = rig.key(rig.ok_docs()[2])
     emulator.state.faults.add(kind="schema_invalid", custom_id=key, count=1)
-    client = ModelClient(rig.settings, base_url=emulator.base_url, api_key="test-key")
-    outcomes = by_key(rig.run(model_client=client))
+    writes = 0
+
+    def crash_at_first_ledger_write_after_the_repair(point: str) -> None:
+        nonlocal writes
+        realtime = [r for r in emulator.state.accounting.billed if not r.batch]
+        writes += point == "before_ledger_write" and bool(realtime)
+        if writes == 1:
+            raise Abort
+
+    batch_records.HOOK = crash_at_first_ledger_write_after_the_repair
+    try:
+        with pytest.raises(Abort):
+            rig.run(model_client=ModelClient(rig.settings, base_url=emulator.base_url, api_key="test-key"))
+    finally:
+        batch_records.HOOK = None
+    outcomes = by_key(rig.run())  # resume; the engine builds its own ModelClient
     assert outcomes[key].state is DocState.SUCCEEDED and outcomes[key].attempts == 2
     assert len(rig.records().load_all()) == 1  # no second batch round
     realtime = [r for r in emulator.state.accounting.billed if not r.batch]
-    assert len(realtime) == 1
+    assert len(realtime) == 1  # the persisted realtime answer was reused, not resent
+    assert set(rig.billed().values()) == {1}
+    assert {e.batch for e in CostLedger(rig.store, rig.run_id).entries() if e.key == key} == {True, False}
 
 
 def test_archived_results_are_reported_and_resubmitted(emulator: Any, tmp_path: Path, corpus: Path) -> None:
