@@ -86,8 +86,13 @@ class _Formatter(logging.Formatter):
         )
 
 
-def configure(fmt: str = "text", level: int = logging.WARNING, stream: Any = None) -> None:
-    """Route the `docmill` logger to a stream in the chosen format (idempotent)."""
+def configure(fmt: str = "text", level: int | str | None = None, stream: Any = None) -> None:
+    """Route the `docmill` logger to a stream in the chosen format (idempotent).
+
+    `fmt` is "json" (one object per line) or "text"; the level defaults to DOCMILL_LOG_LEVEL
+    (e.g. INFO for one line per API call), else WARNING."""
+    if level is None:
+        level = os.environ.get("DOCMILL_LOG_LEVEL", "WARNING").upper()
     logger = logging.getLogger("docmill")
     for h in list(logger.handlers):
         if getattr(h, "_docmill", False):

@@ -75,7 +75,11 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_resume(a: argparse.Namespace) -> int:
     from flows.extract import resume, resume_run
 
-    summary = resume_run(a.run_id, store=a.store) if a.no_prefect else resume(a.run_id, store=a.store)
+    cap = a.max_cost_usd
+    if a.no_prefect:
+        summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap)
+    else:
+        summary = resume(a.run_id, store=a.store, max_cost_usd=cap)
     print(_summary_line(summary))
     return EXIT_OK
 
@@ -85,45 +89,126 @@ def _store(a: argparse.Namespace) -> Any:
     from docmill.settings import get_settings
 
     s = get_settings()
-    return open_store(a.store or s.store, endpoint_url=s.s3_endpoint_url)
+    return open_store(getattr(a, "store", None) or s.store, endpoint_url=s.s3_endpoint_url)
+
+
+def _run_id(a: argparse.Namespace, store: Any) -> str | None:
+    from checkpoints.manifest import ManifestStore
+
+    return a.run_id or max(ManifestStore(store).list_runs(), default=None)
 
 
 def cmd_status(a: argparse.Namespace) -> int:
-    from checkpoints.manifest import ManifestStore
+    from tasks.report_status import run_status, status_text
 
-    ms = ManifestStore(_store(a))
-    run_id = a.run_id or max(ms.list_runs(), default=None)
+    store = _store(a)
+    run_id = _run_id(a, store)
     if run_id is None:
         print("docmill: no runs in this store yet")
         return EXIT_OK
-    m = ms.load(run_id)
-    print(json.dumps(m.model_dump(mode="json", exclude={"config"}), indent=2, sort_keys=True))
+    st = run_status(store, run_id)
+    if a.json:
+        print(
+            json.dumps(
+                st["manifest"] | {"status": {k: v for k, v in st.items() if k != "manifest"}},
+                indent=2,
+                sort_keys=True,
+            )
+        )
+    else:
+        print(status_text(st))
     return EXIT_OK
 
 
 def cmd_runs(a: argparse.Namespace) -> int:
-    from checkpoints.manifest import ManifestStore
+    from tasks.report_status import runs_table
 
-    ms = ManifestStore(_store(a))
-    for run_id in sorted(ms.list_runs()):
-        m = ms.load(run_id)
-        counts = " ".join(f"{k}={v}" for k, v in sorted(m.counts.items()))
-        print(f"{run_id}  {m.phase!s:<16} {m.recipe:<12} ${m.cost_usd:.4f}  {counts}")
+    lines = runs_table(_store(a))
+    print("\n".join(lines) if len(lines) > 1 else "docmill: no runs in this store yet")
     return EXIT_OK
 
 
 def cmd_review(a: argparse.Namespace) -> int:
     from checkpoints.review_queue import ReviewQueue
+    from docmill.errors import InputError
 
     q = ReviewQueue(_store(a), a.run_id)
     if a.action == "list":
-        for item in q.list():
-            print(f"{item.get('doc_id')}\t{item.get('reason')}")
+        items = list(q.list())
+        for item in items:
+            first = str((item.get("errors") or [""])[0])[:100]
+            print(
+                f"{item.get('doc_id')}\t{item.get('reason')}\t{item.get('attempts', 0)} attempt(s)\t{first}"
+            )
+        print(f"{len(items)} item(s) to review in run {a.run_id}", file=sys.stderr)
     elif a.action == "show":
-        print(json.dumps(q.get(a.doc_id), indent=2, sort_keys=True))
+        if not a.doc_id:
+            raise InputError(
+                "`docmill review show` needs a document id", hint="see `docmill review list RUN_ID`"
+            )
+        shown = q.get(a.doc_id)
+        if shown is None:
+            raise InputError(
+                f"no review item for {a.doc_id!r} in run {a.run_id}", hint="see `docmill review list RUN_ID`"
+            )
+        print(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
     else:
-        for item in q.list():
-            print(json.dumps(item, sort_keys=True))
+        lines = "".join(json.dumps(item, sort_keys=True, ensure_ascii=False) + "\n" for item in q.list())
+        if a.out:
+            with open(a.out, "w", encoding="utf-8") as f:
+                f.write(lines)
+        else:
+            sys.stdout.write(lines)
+    return EXIT_OK
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    """Write report.md, report.html and the exports again from the store (any phase)."""
+    from checkpoints.manifest import ManifestStore
+    from checkpoints.outcomes import OutcomeLog
+    from tasks.report import write_report
+
+    store = _store(a)
+    run_id = _run_id(a, store)
+    if run_id is None:
+        print("docmill: no runs in this store yet")
+        return EXIT_OK
+    m = ManifestStore(store).load(run_id)
+    outcomes = sorted(OutcomeLog(store, run_id).all(), key=lambda o: o["doc_id"])
+    integration = store.get_json_or_none(f"runs/{run_id}/integration.json")
+    keys = write_report(store, m.model_dump(mode="json"), outcomes, integration)
+    root = store.uri.rstrip("/")
+    print("\n".join(f"{name}: {root}/{key}" for name, key in keys.items()))
+    return EXIT_OK
+
+
+def cmd_estimate(a: argparse.Namespace) -> int:
+    from flows.extract import _settings
+    from tasks.estimate import estimate_source
+
+    settings = _settings(getattr(a, "store", None), {"api.model": a.model, "api.max_tokens": a.max_tokens})
+    print("\n".join(estimate_source(a.source, a.recipe, settings).lines()))
+    return EXIT_OK
+
+
+def cmd_eval(a: argparse.Namespace) -> int:
+    from checkpoints.outcomes import OutcomeLog
+    from docmill.errors import InputError
+    from tasks.evaluate import doc_types, eval_lines, evaluate, load_labels, queue_sample, stratified_sample
+
+    if not a.labels and not a.sample:
+        raise InputError("nothing to do", hint="give --labels FILE.jsonl and/or --sample N")
+    store = _store(a)
+    outcomes = list(OutcomeLog(store, a.run_id).all())
+    if not outcomes:
+        raise InputError(f"run {a.run_id} has no outcomes yet", hint="see `docmill runs`")
+    types = doc_types(store, a.run_id)
+    if a.labels:
+        print("\n".join(eval_lines(evaluate(outcomes, load_labels(a.labels), types))))
+    if a.sample:
+        picked = stratified_sample(outcomes, types, a.sample, seed=a.seed)
+        added = queue_sample(store, a.run_id, picked, types)
+        print(f'sample: {added} succeeded document(s) added to the review queue (reason "sample")')
     return EXIT_OK
 
 
@@ -157,18 +242,39 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("run_id")
     rs.add_argument("--store", dest="store", default=argparse.SUPPRESS)
     rs.add_argument("--no-prefect", action="store_true")
+    rs.add_argument("--max-cost-usd", type=float, help="a new cost cap (default: the run's own)")
     rs.set_defaults(fn=cmd_resume)
 
-    s = sub.add_parser("status", help="phase, counts and cost of a run (default: the newest)")
+    s = sub.add_parser("status", help="phase, counts, batches, cost and ETA of a run (default: the newest)")
     s.add_argument("run_id", nargs="?")
+    s.add_argument("--json", action="store_true", help="the manifest and status as JSON")
     s.set_defaults(fn=cmd_status)
     sub.add_parser("runs", help="list runs in the store").set_defaults(fn=cmd_runs)
 
     rv = sub.add_parser("review", help="the human review queue of a run")
     rv.add_argument("action", choices=["list", "show", "export"])
     rv.add_argument("run_id")
-    rv.add_argument("doc_id", nargs="?")
+    rv.add_argument("doc_id", nargs="?", help="for show")
+    rv.add_argument("--out", help="for export: write JSONL here instead of stdout")
     rv.set_defaults(fn=cmd_review)
+
+    rp = sub.add_parser("report", help="write report.md, report.html and exports again")
+    rp.add_argument("run_id", nargs="?")
+    rp.set_defaults(fn=cmd_report)
+
+    es = sub.add_parser("estimate", help="estimate the cost of a source, realtime vs batch (no model call)")
+    es.add_argument("source")
+    es.add_argument("--recipe", default="invoices")
+    es.add_argument("--model", help="price this model instead of the configured one")
+    es.add_argument("--max-tokens", type=int, help="max_tokens per request (worst case)")
+    es.set_defaults(fn=cmd_estimate)
+
+    ev = sub.add_parser("eval", help="per-field accuracy against labels; sample succeeded docs for review")
+    ev.add_argument("run_id")
+    ev.add_argument("--labels", help='JSONL: {"record": "document", "doc_id": ..., "fields": {...}} per line')
+    ev.add_argument("--sample", type=int, default=0, help="add N succeeded documents (stratified) to review")
+    ev.add_argument("--seed", type=int, default=0, help="random seed of the sample")
+    ev.set_defaults(fn=cmd_eval)
 
     e = sub.add_parser(
         "emulator", help="run the offline API emulator (see `docmill emulator --help`)", add_help=False

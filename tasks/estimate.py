@@ -2,10 +2,11 @@
 
 How a document is estimated (say so wherever a number is shown — it is an estimate):
   input tokens  = characters of the exact per-file request body / 4 (tasks.requests.estimate_input_tokens)
-  output tokens = typical: the size of the recipe's output schema / 4 (the answer mirrors it),
-                  capped at max_tokens; worst case: max_tokens
-  USD           = tokens x the price table (docmill.prices); batch = 50 %; prompt caching ignored
-                  (the shared system prompt may make realtime input up to ~10 % cheaper after the first)
+  output tokens = typical: the size of the recipe's output schema / 8 (the answer mirrors the
+                  schema's fields with values and evidence), capped at max_tokens; worst case: max_tokens
+  USD           = tokens x the price table (docmill.prices); batch = 50 %. Realtime: the shared
+                  system prompt is written to the cache once (1.25x) and read after (0.1x); batch:
+                  no cache hits assumed (they are best effort there).
 Repairs are not included (at most settings.gate.repair_attempts per document, typically none).
 """
 
@@ -16,12 +17,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from docmill.prices import BATCH_DISCOUNT, CACHE_WRITE_5M, price_table
+from docmill.prices import BATCH_DISCOUNT, CACHE_READ, CACHE_WRITE_5M, price_table
 from tasks.requests import estimate_input_tokens, file_request, recipe_parts
 
 METHOD = (
-    "estimate, no model call: input = request characters / 4, output = recipe schema size / 4 "
-    "(worst case: max_tokens), priced with the docmill price table; batch = 50 %, caching and repairs ignored"
+    "an estimate, no model call: input = request characters / 4, output = recipe schema size / 8 "
+    "(worst case: max_tokens), priced with the docmill price table; realtime reads the system prompt "
+    "from the cache after the first request, batch = 50 % without cache hits; repairs not included"
 )
 
 
@@ -31,6 +33,7 @@ class Estimate:
     documents: int = 0
     skipped: int = 0
     input_tokens: int = 0
+    cached_tokens: int = 0  # of input_tokens: the system prompt of every request after the first
     typical_output_tokens: int = 0
     max_output_tokens: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
@@ -38,8 +41,10 @@ class Estimate:
     def usd(self, *, batch: bool, worst: bool = False) -> float:
         p = price_table()[self.model]
         out = self.max_output_tokens if worst else self.typical_output_tokens
-        usd = (self.input_tokens * p["input"] + out * p["output"]) / 1e6
-        return usd * (BATCH_DISCOUNT if batch else 1.0)
+        if batch:
+            return (self.input_tokens * p["input"] + out * p["output"]) / 1e6 * BATCH_DISCOUNT
+        fresh = self.input_tokens - self.cached_tokens
+        return (fresh * p["input"] + self.cached_tokens * p["input"] * CACHE_READ + out * p["output"]) / 1e6
 
     def lines(self) -> list[str]:
         rows = [
@@ -56,7 +61,7 @@ class Estimate:
 
 
 def typical_output_tokens(recipe: Any, max_tokens: int) -> int:
-    return min(max_tokens, max(64, len(json.dumps(recipe_parts(recipe)[2])) // 4))
+    return min(max_tokens, max(64, len(json.dumps(recipe_parts(recipe)[2])) // 8))
 
 
 def request_of(recipe: Any, doc: Any, settings: Any) -> dict[str, Any] | None:
@@ -81,6 +86,8 @@ def estimate_docs(docs: Iterable[Any], recipe: Any, settings: Any) -> Estimate:
         if request is None:
             est.skipped += 1
             continue
+        if est.documents:
+            est.cached_tokens += max(1, len(json.dumps(request["system"], ensure_ascii=False)) // 4)
         est.documents += 1
         est.input_tokens += estimate_input_tokens(request)
         est.typical_output_tokens += typical

@@ -12,6 +12,7 @@ never with a second call. Any unexpected error of one document becomes its faile
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,15 +21,17 @@ from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.ledger import ResponseLog, ResultsLedger
 from checkpoints.review_queue import ReviewQueue
 from docmill.errors import ApiCallError, BudgetExhausted, InputError
+from docmill.logs import get_logger
 from docmill.prices import cost_usd
 from tasks.gate import Action, Decision, Progress, Verdict, check, decide, next_request
 from tasks.inventory import load_text
 from tasks.outcome import DocOutcome, DocState, add_usage
-from tasks.requests import FILE_PASS, estimate_input_tokens, file_key, file_params, file_request
+from tasks.requests import FILE_PASS, estimate_input_tokens, file_key, file_params, file_request, recipe_parts
 
 # 4xx answers that depend only on the request: written to the ledger, never re-sent.
 # (401/403/404/402 depend on the account or config: a resume after fixing it retries them.)
 PERMANENT_STATUSES = frozenset({400, 413, 422})
+log = get_logger("review")
 
 
 @dataclass
@@ -114,12 +117,14 @@ class Attempts:
             self.n = self.p.responses.put(FILE_PASS, self.key, self.n + 1, message)
             message["_docmill"]["attempt"] = self.n
 
+        started = time.monotonic()
         result = self.p.client.call(
             request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response
         )
         self.transport_attempts += result.attempts
         self.model = result.model
         self._account(result.message, purpose, request["max_tokens"])
+        log_call(self.p, self.doc_id, result, purpose, time.monotonic() - started)
         return result.message
 
     def _account(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> None:
@@ -162,6 +167,32 @@ class Attempts:
             request_ids=list(self.request_ids),
             **kw,
         )
+
+
+def prompt_version(recipe: Any) -> str:
+    """Recipe version and a short hash of its prompts, as log lines show it."""
+    return f"{recipe.version}/{recipe_parts(recipe)[0][:8]}"
+
+
+def log_call(p: Pass, doc_id: str, result: Any, purpose: str, seconds: float) -> None:
+    """One structured line per answered API call (docmill.logs masks secrets)."""
+    log.info(
+        "%s call answered (%s)",
+        FILE_PASS,
+        purpose,
+        extra={
+            "run_id": p.run_id,
+            "doc_id": doc_id,
+            "request_id": result.request_id,
+            "model": result.model,
+            "prompt_version": prompt_version(p.recipe),
+            "stop_reason": result.message.get("stop_reason"),
+            "usage": result.usage,
+            "latency_ms": round(seconds * 1000, 1),
+            "attempt": result.attempts,
+            "cost_usd": round(result.cost_usd, 6),
+        },
+    )
 
 
 def record_cost(
@@ -329,6 +360,20 @@ def _finish(p: Pass, doc: Any, key: str, tries: Attempts, verdict: Verdict, deci
 def _api_failure(p: Pass, doc: Any, key: str, tries: Attempts, e: ApiCallError) -> DocOutcome:
     tries.transport_attempts += int(getattr(e, "attempts", 0) or 0)
     failure_type = str(getattr(e, "failure_type", "transport_exhausted"))
+    log.warning(
+        "%s call failed: %s",
+        FILE_PASS,
+        e.message,
+        extra={
+            "run_id": p.run_id,
+            "doc_id": doc.doc_id,
+            "request_id": getattr(e, "request_id", None),
+            "model": getattr(e, "model", None),
+            "prompt_version": prompt_version(p.recipe),
+            "status": getattr(e, "status", None),
+            "attempt": getattr(e, "attempts", None),
+        },
+    )
     outcome = _unfinished(doc, tries, failure_type, str(getattr(e, "last_error", None) or e.message))
     request_id = getattr(e, "request_id", None)
     if request_id:

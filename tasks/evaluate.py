@@ -1,0 +1,221 @@
+"""`docmill eval`: per-field accuracy against labels, overall and per document group, and a
+stratified random sample of succeeded documents for the review queue.
+
+Labels file (JSONL): one record per labelled document, the format of the example generator's
+ground truth (`examples/make_invoices.py --truth FILE`):
+
+    {"record": "document", "doc_id": "2026-04/inv-001001.txt", "fields": {"total": 980.96, ...}}
+
+Lines whose `record` is not "document", or without `fields`, are ignored. A labelled field counts
+as correct when the document's output value equals the label (numbers within 0.005, strings after
+trimming whitespace); a document that failed or has no output counts every labelled field wrong.
+
+Groups, so that a good overall number cannot hide a bad segment: `type` (the inventory's doc
+type), `folder` (the source folder of the document id) and `format` (its file extension).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from docmill.errors import InputError
+
+GROUPS = ("type", "folder", "format")
+SAMPLE_REASON = "sample"
+
+
+def load_labels(path: str) -> dict[str, dict[str, Any]]:
+    """doc_id -> labelled fields, from a JSONL labels file."""
+    labels: dict[str, dict[str, Any]] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot read labels file {path!r}: {e}", hint="give a JSONL file") from e
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"{path}:{n} is not JSON", hint="one JSON object per line") from e
+        if (
+            rec.get("record", "document") == "document"
+            and isinstance(rec.get("fields"), dict)
+            and rec.get("doc_id")
+        ):
+            labels[str(rec["doc_id"])] = rec["fields"]
+    if not labels:
+        raise InputError(
+            f"no labelled documents in {path}",
+            hint='each line needs {"record": "document", "doc_id": ..., "fields": {...}}',
+        )
+    return labels
+
+
+def _value(v: Any) -> Any:
+    return v.get("value") if isinstance(v, dict) and "value" in v else v
+
+
+def matches(got: Any, expected: Any) -> bool:
+    got = _value(got)
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return got == expected
+    if isinstance(expected, int | float) and expected is not None:
+        try:
+            return abs(float(got) - float(expected)) <= 0.005
+        except (TypeError, ValueError):
+            return False
+    if isinstance(expected, str) and isinstance(got, str):
+        return got.strip() == expected.strip()
+    return bool(got == expected)
+
+
+def groups_of(doc_id: str, doc_type: str | None) -> dict[str, str]:
+    folder = doc_id.rsplit("/", 1)[0] if "/" in doc_id else "."
+    name = doc_id.rsplit("/", 1)[-1]
+    return {
+        "type": doc_type or "?",
+        "folder": folder,
+        "format": name.rsplit(".", 1)[-1].lower() if "." in name else "-",
+    }
+
+
+@dataclass
+class Tally:
+    correct: int = 0
+    total: int = 0
+    docs: set[str] = field(default_factory=set)
+
+    def add(self, doc_id: str, ok: bool) -> None:
+        self.total += 1
+        self.correct += ok
+        self.docs.add(doc_id)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+
+def doc_types(store: Any, run_id: str) -> dict[str, str]:
+    """doc_id -> doc type, from the run's inventory chunks."""
+    out: dict[str, str] = {}
+    for key in store.list(f"runs/{run_id}/inventory/"):
+        for d in store.get_json_or_none(key) or []:
+            out[d["doc_id"]] = d.get("doc_type")
+    return out
+
+
+def evaluate(
+    outcomes: list[dict[str, Any]], labels: dict[str, dict[str, Any]], types: dict[str, str]
+) -> dict[str, Any]:
+    """{"overall": {field: Tally}, "by_group": {group: {value: {field: Tally}}}, "missing": [...]}"""
+    by_doc = {o["doc_id"]: o for o in outcomes}
+    overall: dict[str, Tally] = defaultdict(Tally)
+    by_group: dict[str, dict[str, dict[str, Tally]]] = {
+        g: defaultdict(lambda: defaultdict(Tally)) for g in GROUPS
+    }
+    missing = sorted(d for d in labels if d not in by_doc)
+    for doc_id, fields in labels.items():
+        o = by_doc.get(doc_id)
+        if o is None:
+            continue
+        output = o.get("output") or {} if o.get("state") != "failed" else {}
+        g = groups_of(doc_id, types.get(doc_id))
+        for name, expected in fields.items():
+            ok = matches(output.get(name), expected)
+            overall[name].add(doc_id, ok)
+            overall["*all fields*"].add(doc_id, ok)
+            for group in GROUPS:
+                by_group[group][g[group]][name].add(doc_id, ok)
+                by_group[group][g[group]]["*all fields*"].add(doc_id, ok)
+    return {"overall": dict(overall), "by_group": by_group, "missing": missing}
+
+
+def eval_lines(result: dict[str, Any]) -> list[str]:
+    overall: dict[str, Tally] = result["overall"]
+    lines = ["per-field accuracy, overall:"]
+    for name, t in sorted(overall.items()):
+        lines.append(f"  {name:<22} {t.accuracy:7.1%}  ({t.correct}/{t.total})")
+    for group in GROUPS:
+        segments = result["by_group"][group]
+        lines.append(f"by {group}:")
+        for seg, fields in sorted(segments.items()):
+            allf = fields["*all fields*"]
+            worst = sorted(((t.accuracy, n) for n, t in fields.items() if n != "*all fields*"))[:2]
+            low = ", ".join(f"{n} {a:.0%}" for a, n in worst if a < 1.0)
+            lines.append(
+                f"  {seg:<22} {allf.accuracy:7.1%}  ({allf.correct}/{allf.total} fields, {len(allf.docs)} docs)"
+                + (f"  lowest: {low}" if low else "")
+            )
+    if result["missing"]:
+        lines.append(
+            f"labelled documents not in this run: {len(result['missing'])} (e.g. {result['missing'][0]})"
+        )
+    return lines
+
+
+def stratified_sample(
+    outcomes: list[dict[str, Any]], types: dict[str, str], n: int, *, seed: int = 0
+) -> list[dict[str, Any]]:
+    """`n` succeeded documents drawn at random, spread over (type, folder) strata in proportion to
+    their size, every stratum getting at least one while `n` allows."""
+    strata: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for o in sorted(outcomes, key=lambda o: o["doc_id"]):
+        if o.get("state") == "succeeded":
+            g = groups_of(o["doc_id"], types.get(o["doc_id"]))
+            strata[(g["type"], g["folder"])].append(o)
+    rng = random.Random(seed)
+    total = sum(len(v) for v in strata.values())
+    n = min(n, total)
+    if n <= 0:
+        return []
+    keys = sorted(strata, key=lambda k: -len(strata[k]))
+    quota = {k: 0 for k in keys}
+    for k in keys[:n]:
+        quota[k] = 1
+    left = n - sum(quota.values())
+    while left > 0:  # largest remaining share first
+        k = max(keys, key=lambda k: (len(strata[k]) / total * n - quota[k], len(strata[k]) - quota[k]))
+        if quota[k] >= len(strata[k]):
+            break
+        quota[k] += 1
+        left -= 1
+    picked: list[dict[str, Any]] = []
+    for k in keys:
+        picked += rng.sample(strata[k], quota[k])
+    return picked
+
+
+def queue_sample(store: Any, run_id: str, picked: list[dict[str, Any]], types: dict[str, str]) -> int:
+    """Add sampled documents to the review queue (reason "sample"); an existing item is kept."""
+    from checkpoints.review_queue import ReviewQueue
+
+    queue = ReviewQueue(store, run_id)
+    added = 0
+    for o in picked:
+        if queue.get(o["doc_id"]) is not None:
+            continue
+        g = groups_of(o["doc_id"], types.get(o["doc_id"]))
+        queue.add(
+            {
+                "doc_id": o["doc_id"],
+                "run_id": run_id,
+                "pass_name": o.get("pass_name", "file"),
+                "reason": SAMPLE_REASON,
+                "errors": [
+                    f"random spot check of a succeeded document (stratum type={g['type']}, folder={g['folder']})"
+                ],
+                "raw_output": o.get("raw_output"),
+                "output": o.get("output"),
+                "model": o.get("model"),
+                "attempts": o.get("attempts", 0),
+                "tried": [],
+            }
+        )
+        added += 1
+    return added

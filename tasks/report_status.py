@@ -1,0 +1,124 @@
+"""`docmill status`: where a run is, read from the store only (no API call, no lease).
+
+Counts come from the per-chunk outcome files written so far (so they move during the per-file
+pass), cost from the cost ledger, batches from the batch records, and the ETA from throughput so
+far: documents with an outcome divided by the time between the first and the last billed answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from checkpoints.manifest import ManifestStore
+
+STATES = ("succeeded", "needs_review", "failed")
+
+
+def _inventory_size(store: Any, run_id: str) -> int | None:
+    """Documents inventoried, once the inventory is complete (None before)."""
+    done = store.get_json_or_none(f"runs/{run_id}/inventory-done.json")
+    if not done:
+        return None
+    return sum(len(store.get_json_or_none(f"runs/{run_id}/inventory/{c}.json") or []) for c in done["chunks"])
+
+
+def run_status(store: Any, run_id: str, *, now: float | None = None) -> dict[str, Any]:
+    """Everything `docmill status` shows, as a dict (also the `--json` output)."""
+    from checkpoints.batches import BatchRecords
+    from checkpoints.costs import CostLedger
+    from checkpoints.outcomes import OutcomeLog
+    from checkpoints.review_queue import ReviewQueue
+
+    now = time.time() if now is None else now
+    m = ManifestStore(store).load(run_id)
+    states = Counter(o.get("state") for o in OutcomeLog(store, run_id).all())
+    done = sum(states.values())
+    total = _inventory_size(store, run_id)
+    ledger = CostLedger(store, run_id)
+    entries = list(ledger.entries())
+    usd = sum(e.usd for e in entries)
+    times = sorted(e.at for e in entries if e.at is not None)
+    batches = BatchRecords(store, run_id).load_all() if m.mode == "batch" else []
+    live = [b for b in batches if b.live]
+    rate = None
+    if len(times) >= 2 and times[-1] > times[0] and done:
+        rate = done / (times[-1] - times[0])
+    eta = None
+    if total is not None and rate and m.phase not in ("done", "failed", "canceled", "budget_exhausted"):
+        eta = max(total - done, 0) / rate
+    return {
+        "run_id": m.run_id,
+        "phase": str(m.phase),
+        "source": m.source,
+        "recipe": m.recipe,
+        "mode": m.mode,
+        "created_at": m.created_at.isoformat(),
+        "updated_at": m.updated_at.isoformat(),
+        "documents": total,
+        "done": done,
+        "states": {s: states.get(s, 0) for s in STATES},
+        "review_queue": len(ReviewQueue(store, run_id)),
+        "batches_in_flight": [{"n": b.n, "phase": str(b.phase), "requests": b.request_count} for b in live],
+        "batches": len(batches),
+        "cost_usd": round(usd, 6),
+        "budget_usd": m.budget_usd,
+        "billed_answers": len(entries),
+        "docs_per_second": rate,
+        "eta_seconds": eta,
+        "manifest": m.model_dump(mode="json", exclude={"config"}),
+    }
+
+
+def _duration(seconds: float) -> str:
+    total = round(seconds)
+    h, rest = divmod(total, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def status_text(st: dict[str, Any]) -> str:
+    """The human-readable `docmill status`."""
+    total = st["documents"]
+    pct = f" ({100 * st['done'] / total:.0f}%)" if total else ""
+    states = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in st["states"].items())
+    budget = f" of ${st['budget_usd']:.2f} budget" if st["budget_usd"] is not None else " (no budget cap)"
+    if st["eta_seconds"] is not None:
+        eta = f"~{_duration(st['eta_seconds'])} left at {st['docs_per_second']:.2f} docs/s"
+    elif st["phase"] == "done":
+        eta = "finished"
+    else:
+        eta = "unknown (no throughput yet)"
+    lines = [
+        f"run        {st['run_id']}  ({st['recipe']}, {st['mode']}, source {st['source']})",
+        f"phase      {st['phase']}"
+        + ("  -> `docmill resume RUN_ID --max-cost-usd N`" if st["phase"] == "budget_exhausted" else ""),
+        f"documents  {st['done']}/{total if total is not None else '?'} with an outcome{pct}: {states}",
+        f"review     {st['review_queue']} item(s) in the review queue",
+        f"batches    {len(st['batches_in_flight'])} in flight of {st['batches']}"
+        + "".join(
+            f"\n             #{b['n']} {b['phase']} ({b['requests']} requests)"
+            for b in st["batches_in_flight"]
+        ),
+        f"cost       ${st['cost_usd']:.4f} so far{budget} ({st['billed_answers']} billed answers)",
+        f"eta        {eta}",
+        f"updated    {st['updated_at']}",
+    ]
+    return "\n".join(lines)
+
+
+def runs_table(store: Any) -> list[str]:
+    """One line per run, oldest first: id, phase, recipe, mode, documents, cost."""
+    ms = ManifestStore(store)
+    lines = [
+        f"{'RUN':<24} {'PHASE':<17} {'RECIPE':<12} {'MODE':<9} {'DOCS':>6} {'REVIEW':>6} {'FAILED':>6} {'COST':>10}"
+    ]
+    for run_id in sorted(ms.list_runs()):
+        m = ms.load(run_id)
+        c = m.counts
+        lines.append(
+            f"{run_id:<24} {m.phase!s:<17} {m.recipe:<12} {m.mode:<9} {c.get('documents', 0):>6} "
+            f"{c.get('needs_review', 0):>6} {c.get('failed', 0):>6} {'$' + format(m.cost_usd, '.4f'):>10}"
+        )
+    return lines
