@@ -233,6 +233,16 @@ def _text_of(message: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in message.get("content", []) if b.get("type") == "text")
 
 
+def _long_task(recipe: Any, records: list[dict[str, Any]], settings: Any) -> bool | None:
+    """True when the results do not fit one request's budget and the recipe's integration schema
+    has the sections the long task keeps exact (conflicts, entities, ...); None otherwise."""
+    fields = set(getattr(recipe.integration_schema, "model_fields", {}))
+    if not {"conflicts", "entities", "duplicates", "coverage_gaps"} <= fields:
+        return None
+    tokens = sum(len(json.dumps(r, ensure_ascii=False)) for r in records) // 4
+    return True if tokens > settings.context.budget_tokens // 2 else None
+
+
 def integrate(
     outcomes: list[dict[str, Any]],
     *,
@@ -256,7 +266,24 @@ def integrate(
     max_tokens = settings.api.max_tokens
     parts: list[dict[str, Any]] = []
     flags: list[dict[str, Any]] = []
-    for i, part in enumerate(slices(records) if records else []):
+    long = _long_task(recipe, records, settings)
+    if long is not None:
+        key = idempotency_key(
+            PASS, recipe.version, recipe.prompt_hash(), recipe.schema_hash(), model,
+            content_hash(records), {"long": True, "budget": settings.context.budget_tokens},
+        )  # fmt: skip
+        cached = ledger.get(PASS, key)
+        if cached is None:
+            from tasks.integrate_long import integrate_many
+
+            record = integrate_many(records, recipe=recipe, run_id=run_id, store=store, client=client,
+                                    settings=settings)  # fmt: skip
+            cached, _ = ledger.put(PASS, key, {"key": key, "pass_name": PASS, "output": record["output"],
+                                               "model": model, "context": record.get("context"),
+                                               "flags": record["checks"].get("flags", [])})  # fmt: skip
+        parts.append(cached["output"])
+        flags.extend(cached.get("flags") or [])
+    for i, part in enumerate(slices(records) if records and long is None else []):
         request = integration_request(recipe, part, model=model, max_tokens=max_tokens)
         key = idempotency_key(
             PASS,

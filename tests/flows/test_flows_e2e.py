@@ -125,3 +125,23 @@ def test_resume_after_a_crash_sends_nothing_twice(tmp_path: Path, emulator: Any)
     assert len(hashes) == len(set(hashes)), "a request was billed twice"
     check_against_truth(open_store(settings.store), "crashy-run", truth)
     assert summary["phase"] == "done"
+
+
+def test_integration_over_budget_runs_as_a_long_task(tmp_path: Path, emulator: Any) -> None:
+    from docmill.settings import ContextSettings
+
+    corpus, truth = make_corpus(tmp_path, count=60, seed=8)
+    settings = settings_for(emulator, str(tmp_path / "store")).model_copy(
+        update={"context": ContextSettings(budget_tokens=6000)}
+    )
+    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    store = open_store(settings.store)
+    check_conflicts(store, summary["run_id"], truth)
+    ledger_records = [k for k in store.list("results/integration/")]
+    assert len(ledger_records) == 1
+    record = store.get_json(ledger_records[0])
+    assert record["context"]["compactions"] >= 1  # the history outgrew its budget and was compacted
+    billed = len(emulator.state.accounting.billed)
+    again = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    assert len(emulator.state.accounting.billed) == billed
+    assert again["conflicts"] == summary["conflicts"]
