@@ -60,8 +60,8 @@ def cost_usd(model: str, usage: Mapping[str, Any] | Any, *, batch: bool = False)
         raise ConfigError(f"no price for model {model!r}", hint="add it with DOCMILL_PRICES")
     p = table[model]
     per_in, per_out = p["input"] / 1e6, p["output"] / 1e6
-    cache_creation = usage.get("cache_creation") if isinstance(usage, Mapping) else getattr(
-        usage, "cache_creation", None
+    cache_creation = (
+        usage.get("cache_creation") if isinstance(usage, Mapping) else getattr(usage, "cache_creation", None)
     )
     w1h = _get(cache_creation, "ephemeral_1h_input_tokens") if cache_creation else 0
     w_total = _get(usage, "cache_creation_input_tokens")

@@ -45,7 +45,9 @@ class GateSettings(BaseModel):
 
     repair_attempts: int = Field(2, ge=0, description="Re-asks with the validation errors per document.")
     repair_token_budget: int = Field(20_000, ge=0, description="Output+input tokens repairs may spend.")
-    truncation_max_tokens: int = Field(8192, ge=1, description="max_tokens for the one retry after truncation.")
+    truncation_max_tokens: int = Field(
+        8192, ge=1, description="max_tokens for the one retry after truncation."
+    )
 
 
 class BatchSettings(BaseModel):
