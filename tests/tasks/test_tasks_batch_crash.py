@@ -2,8 +2,8 @@
 emulator's accounting that no request was billed twice, every document ended in one terminal
 state, and the outputs equal an uninterrupted run's.
 
-The engine runs in a subprocess (this module's `main`); the emulator runs in the test process, so
-it survives the kill. The subprocess's sleep advances the emulator's virtual clock (batches take
+The engine runs in a forked child process; the emulator runs in the test process, so it survives
+the kill. The subprocess's sleep advances the emulator's virtual clock (batches take
 virtual time), so a resumed run moves the clock on too. The kill point is named by env var
 DOCMILL_TEST_KILL_AT (and DOCMILL_TEST_KILL_NTH: which occurrence).
 """
@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
+import time
+import traceback
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,67 +25,28 @@ import pytest
 from checkpoints.batches import BatchRecords
 from checkpoints.store import open_store
 
-ROOT = Path(__file__).resolve().parents[2]
 POINTS = ["before_create", "after_create", "polling", "streaming_results", "before_ledger_write"]
 BATCH = {"max_requests": 3, "poll_seconds": 30.0, "poll_max_seconds": 60.0}
 EMULATOR = {"batch_seconds_per_request": 10.0}
 
 
-def main() -> None:
-    """Subprocess entry: run the batch pass once; SIGKILL ourselves at the named point."""
-    import httpx2
-
-    from checkpoints.store import open_store
+def engine_run(
+    emulator_url: str,
+    store: Path,
+    corpus: Path,
+    out: Path,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> None:
+    """One run of the batch pass over `corpus`; outcomes written as JSON lines to `out`."""
     from docmill.settings import Settings
-    from tasks import batch_records
     from tasks.batch import run_batches
     from tasks.inventory import inventory
     from tasks.recipes import load_recipe
     from tests.fixtures.emulator import sdk_client
-
-    args = json.loads(sys.argv[1])
-    control = httpx2.Client(base_url=args["base_url"])
-    kill_at, nth = os.environ.get("DOCMILL_TEST_KILL_AT"), int(os.environ.get("DOCMILL_TEST_KILL_NTH", "1"))
-    seen: Counter[str] = Counter()
-
-    def hook(point: str) -> None:
-        seen[point] += 1
-        if point == kill_at and seen[point] == nth:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    batch_records.HOOK = hook
-
-    def advance(seconds: float) -> None:
-        control.post("/_emulator/clock/advance", json={"seconds": seconds}).raise_for_status()
 
     class _Emu:
-        base_url = args["base_url"]
-
-    settings = Settings(store=args["store"], batch=BATCH)  # type: ignore[arg-type]
-    recipe = load_recipe("invoices")
-    outcomes = run_batches(
-        inventory(args["corpus"], settings, doc_types=recipe.doc_types),
-        recipe=recipe,
-        run_id="crash-run",
-        store=open_store(args["store"]),
-        client=sdk_client(_Emu()),  # type: ignore[arg-type]
-        settings=settings,
-        clock=lambda: float(control.get("/_emulator/clock").json()["now"]),
-        sleep=advance,
-    )
-    with open(args["out"], "w") as fh:
-        for o in outcomes:
-            fh.write(o.model_dump_json() + "\n")
-
-
-def run_here(emulator: Any, store: Path, corpus: Path, out: Path) -> None:
-    """The same run in the test process (the resume, and the uninterrupted reference)."""
-    from checkpoints.store import open_store
-    from docmill.settings import Settings
-    from tasks.batch import run_batches
-    from tasks.inventory import inventory
-    from tasks.recipes import load_recipe
-    from tests.fixtures.emulator import sdk_client
+        base_url = emulator_url
 
     settings = Settings(store=str(store), batch=BATCH)  # type: ignore[arg-type]
     recipe = load_recipe("invoices")
@@ -93,28 +55,78 @@ def run_here(emulator: Any, store: Path, corpus: Path, out: Path) -> None:
         recipe=recipe,
         run_id="crash-run",
         store=open_store(store),
-        client=sdk_client(emulator),
+        client=sdk_client(_Emu()),  # type: ignore[arg-type]
         settings=settings,
-        clock=emulator.state.clock.now,
-        sleep=emulator.state.clock.advance,
+        clock=clock,
+        sleep=sleep,
     )
     with open(out, "w") as fh:
         for o in outcomes:
             fh.write(o.model_dump_json() + "\n")
 
 
-def run_engine(emulator: Any, store: Path, corpus: Path, out: Path, kill: tuple[str, int] | None) -> int:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCMILL_TEST_KILL")}
-    if kill:
-        env["DOCMILL_TEST_KILL_AT"], env["DOCMILL_TEST_KILL_NTH"] = kill[0], str(kill[1])
-    args = {"base_url": emulator.base_url, "store": str(store), "corpus": str(corpus), "out": str(out)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.tasks.test_tasks_batch_crash", json.dumps(args)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(f"engine failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc.returncode
+def _child(emulator_url: str, store: Path, corpus: Path, out: Path) -> None:
+    """In the forked child: SIGKILL ourselves at the point DOCMILL_TEST_KILL_AT names (its
+    DOCMILL_TEST_KILL_NTH occurrence). The emulator lives in the parent; clock and sleep go over HTTP."""
+    import httpx2
+
+    from tasks import batch_records
+
+    control = httpx2.Client(base_url=emulator_url)
+    kill_at, nth = os.environ["DOCMILL_TEST_KILL_AT"], int(os.environ["DOCMILL_TEST_KILL_NTH"])
+    seen: Counter[str] = Counter()
+
+    def hook(point: str) -> None:
+        seen[point] += 1
+        if point == kill_at and seen[point] == nth:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def advance(seconds: float) -> None:
+        control.post("/_emulator/clock/advance", json={"seconds": seconds}).raise_for_status()
+
+    batch_records.HOOK = hook
+    engine_run(
+        emulator_url,
+        store,
+        corpus,
+        out,
+        lambda: float(control.get("/_emulator/clock").json()["now"]),
+        advance,
+    )
+
+
+def run_killed(emulator: Any, store: Path, corpus: Path, out: Path, point: str, nth: int) -> None:
+    """Run the engine in a forked child (modules already imported: no interpreter start-up) and
+    assert it died of SIGKILL at the named point."""
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.environ["DOCMILL_TEST_KILL_AT"], os.environ["DOCMILL_TEST_KILL_NTH"] = point, str(nth)
+            _child(emulator.base_url, store, corpus, out)
+        except BaseException:
+            traceback.print_exc()
+            code = 3
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError(f"engine child hung at {point}")
+        time.sleep(0.05)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
+        f"the engine was not killed at {point} (status {status}): the point was never reached"
+    )
+
+
+def run_here(emulator: Any, store: Path, corpus: Path, out: Path) -> None:
+    """The same run in the test process (the resume, and the uninterrupted reference)."""
+    engine_run(emulator.base_url, store, corpus, out, emulator.state.clock.now, emulator.state.clock.advance)
 
 
 def setup_faults(emulator: Any, corpus: Path) -> None:
@@ -185,7 +197,7 @@ def test_sigkill_at_each_lifecycle_point_then_resume(
     assert max(ref["billed"].values()) == 1
     setup_faults(emulator, corpus)
     store, out = tmp_path / "store", tmp_path / "out.jsonl"
-    assert run_engine(emulator, store, corpus, out, (point, 2)) == -signal.SIGKILL
+    run_killed(emulator, store, corpus, out, point, 2)
     run_here(emulator, store, corpus, out)  # resume: same run id, the clock moves on
     got = summary(emulator, store, out)
     assert max(got["billed"].values()) == 1, "a request was billed twice"
@@ -198,8 +210,3 @@ def test_sigkill_at_each_lifecycle_point_then_resume(
     assert any("reconciled" in n or "no batch was created" in n for n in notes) == (
         point in ("before_create", "after_create")
     )
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    main()
