@@ -1,0 +1,185 @@
+"""Cost: the run's cost ledger equals the emulator's own accounting to the cent, across
+transport retries (429, 529 and a fallback), repairs, batches and a budget stop + resume."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoints.costs import CostLedger
+from checkpoints.manifest import ManifestStore
+from checkpoints.store import open_store
+from docmill.errors import BudgetExhausted
+from docmill.settings import ApiSettings, BatchSettings, CostSettings, Settings
+from flows.extract import resume_run, run_extract
+from tests.flows.helpers import make_corpus
+
+
+def fast_settings(emulator: Any, store: str, max_tokens: int = 4096, **kw: Any) -> Settings:
+    api = ApiSettings(
+        base_url=emulator.base_url, backoff_max_seconds=0.02, max_tokens=max_tokens, concurrency=4
+    )
+    batch = BatchSettings(poll_seconds=0.02, poll_max_seconds=0.05)
+    return Settings(store=store, api=api, batch=batch, **kw)
+
+
+def plant(corpus: Path, truth: list[dict[str, Any]], marker: str, skip: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    """Append a marker to one plain-text invoice (no duplicate, no conflict) and return its doc id."""
+    busy = {t.get("duplicate_of") for t in truth} | {
+        v["doc_id"] for t in truth if t["record"] == "conflict" for v in t["values"]
+    }
+    for t in truth:
+        if (
+            t["record"] == "document"
+            and t["expected_status"] == "ok"
+            and t["doc_id"].endswith((".txt", ".md"))
+            and not t.get("duplicate_of")
+            and t["doc_id"] not in busy | skip
+        ):
+            path = corpus / t["doc_id"]
+            path.write_text(path.read_text() + f"\nNote: {marker}\n")
+            return str(t["doc_id"])
+    raise AssertionError("no plain-text invoice to plant a marker in")
+
+
+def assert_ledger_matches_emulator(store: Any, run_id: str, emulator: Any) -> dict[str, Any]:
+    billed = emulator.state.accounting.billed
+    totals = CostLedger(store, run_id).totals()
+    assert totals["entries"] == len(billed)  # one entry per billed answer, none lost, none twice
+    assert totals["usd"] == pytest.approx(emulator.state.accounting.total_usd(), abs=1e-9)
+    assert round(totals["usd"], 2) == round(emulator.state.accounting.total_usd(), 2)
+    by_model: dict[str, float] = defaultdict(float)
+    for b in billed:
+        by_model[b.model] += b.usd
+    assert totals["by_model"] == pytest.approx(dict(by_model), abs=1e-9)
+    assert {e.request_id for e in CostLedger(store, run_id).entries() if not e.batch} == {
+        b.request_id for b in billed if not b.batch
+    }
+    return totals
+
+
+def test_cost_matches_emulator_across_retries_fallback_and_repairs(tmp_path: Path, emulator: Any) -> None:
+    corpus, truth = make_corpus(tmp_path, count=20, seed=9)
+    repaired = plant(corpus, truth, "PLANTED-SCHEMA")
+    fell_back = plant(corpus, truth, "PLANTED-OVERLOAD", {repaired})
+    faults = emulator.state.faults
+    faults.add(kind="rate_limit", count=2, retry_after=0.02)
+    faults.add(kind="overloaded", count=2)
+    faults.add(kind="overloaded", marker="PLANTED-OVERLOAD", count=3)  # 3 in a row: the fallback answers
+    faults.add(kind="schema_invalid", marker="PLANTED-SCHEMA", count=1)  # one repair
+    settings = fast_settings(emulator, str(tmp_path / "store"))
+
+    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+
+    store = open_store(settings.store)
+    assert emulator.state.accounting.errors_by_status[429] == 2
+    assert emulator.state.accounting.errors_by_status[529] == 5
+    totals = assert_ledger_matches_emulator(store, summary["run_id"], emulator)
+    assert summary["cost_usd"] == pytest.approx(totals["usd"], abs=1e-9)
+    assert set(totals["by_pass"]) == {"file", "integration"}
+    assert "claude-haiku-4-5" in totals["by_model"]  # the fallback's answer is priced at its own rate
+    entries = list(CostLedger(store, summary["run_id"]).entries())
+    assert len([e for e in entries if e.doc_id == repaired]) == 2  # first answer + repair, both billed
+    assert {e.model for e in entries if e.doc_id == fell_back} == {"claude-haiku-4-5"}
+    assert all(e.at is not None for e in entries)
+    assert ManifestStore(store).load(summary["run_id"]).cost_usd == pytest.approx(totals["usd"])
+    report = store.get(f"runs/{summary['run_id']}/report.md").decode()
+    assert f"${totals['usd']:.4f}" in report
+
+
+def test_batch_mode_cost_matches_emulator(tmp_path: Path, emulator: Any) -> None:
+    corpus, truth = make_corpus(tmp_path, count=20, seed=9)
+    repaired = plant(corpus, truth, "PLANTED-SCHEMA")
+    emulator.state.faults.add(kind="schema_invalid", marker="PLANTED-SCHEMA", count=1)
+    settings = fast_settings(emulator, str(tmp_path / "store"))
+
+    summary = run_extract(str(corpus), "invoices", mode="batch", settings=settings, progress=False)
+
+    store = open_store(settings.store)
+    billed = emulator.state.accounting.billed
+    assert any(b.batch for b in billed) and summary["phase"] == "done"
+    totals = assert_ledger_matches_emulator(store, summary["run_id"], emulator)
+    entries = list(CostLedger(store, summary["run_id"]).entries())
+    assert any(e.batch for e in entries)
+    assert len([e for e in entries if e.doc_id == repaired]) == 2  # the repair round is billed too
+    assert summary["cost_usd"] == pytest.approx(totals["usd"], abs=1e-9)
+
+
+def test_budget_stops_the_run_and_a_higher_budget_finishes_it(tmp_path: Path, emulator: Any) -> None:
+    corpus, truth = make_corpus(tmp_path, count=30, seed=3)
+    store_dir = str(tmp_path / "store")
+    cap = 0.08  # a request reserves up to ~$0.021 (1,024 output tokens); the whole run costs ~$0.17
+    settings = fast_settings(emulator, store_dir, 1024, cost=CostSettings(max_cost_usd=cap), chunk_size=5)
+    with pytest.raises(BudgetExhausted) as stopped:
+        run_extract(str(corpus), "invoices", run_id="capped", settings=settings, progress=False)
+    assert "resume capped --max-cost-usd" in stopped.value.one_line()
+    store = open_store(store_dir)
+    m = ManifestStore(store).load("capped")
+    assert m.phase == "budget_exhausted" and m.budget_usd == cap
+    spent = CostLedger(store, "capped").totals()["usd"]
+    assert 0 < spent <= cap  # stopped before the limit, not after
+    assert emulator.state.accounting.total_usd() == pytest.approx(spent, abs=1e-9)
+    first_calls = len(emulator.state.accounting.billed)
+
+    # The same cap again (the run's own, kept in the manifest): it may use what in-flight
+    # reservations held back, but it stops again below the cap.
+    with pytest.raises(BudgetExhausted):
+        resume_run("capped", settings=fast_settings(emulator, store_dir, 1024), progress=False)
+    assert len(emulator.state.accounting.billed) >= first_calls
+    assert CostLedger(store, "capped").totals()["usd"] <= cap
+    assert ManifestStore(store).load("capped").phase == "budget_exhausted"
+
+    done = resume_run(
+        "capped", settings=fast_settings(emulator, store_dir, 1024), max_cost_usd=5.0, progress=False
+    )
+    assert done["phase"] == "done"
+    n = len([t for t in truth if t["record"] == "document"])
+    assert done["documents"] == n
+    assert ManifestStore(store).load("capped").budget_usd == 5.0
+    totals = assert_ledger_matches_emulator(store, "capped", emulator)
+    assert done["cost_usd"] == pytest.approx(totals["usd"], abs=1e-9)
+    # nothing answered before the stop was paid for twice
+    bodies = [b.body_sha256 for b in emulator.state.accounting.billed]
+    assert len(bodies) == len(set(bodies))
+
+
+def test_batch_budget_is_reserved_before_submitting(tmp_path: Path, emulator: Any) -> None:
+    corpus, _ = make_corpus(tmp_path, count=12, seed=9)
+    store_dir = str(tmp_path / "store")
+    settings = fast_settings(emulator, store_dir, cost=CostSettings(max_cost_usd=0.001), chunk_size=4)
+    with pytest.raises(BudgetExhausted):
+        run_extract(str(corpus), "invoices", mode="batch", run_id="b", settings=settings, progress=False)
+    assert emulator.state.accounting.received_by_path.get("/v1/messages/batches", 0) == 0
+    assert ManifestStore(open_store(store_dir)).load("b").phase == "budget_exhausted"
+    done = resume_run("b", settings=fast_settings(emulator, store_dir), max_cost_usd=5.0, progress=False)
+    assert done["phase"] == "done"
+    assert_ledger_matches_emulator(open_store(store_dir), "b", emulator)
+    json.dumps(done)  # the summary stays plain data
+
+
+def test_cli_budget_exit_4_one_line_then_resume_finishes(
+    tmp_path: Path, emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from docmill.settings import get_settings
+    from flows.cli import main
+
+    monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
+    monkeypatch.setenv("DOCMILL_API__MAX_TOKENS", "1024")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("DOCMILL_RAISE_ERRORS", raising=False)
+    get_settings.cache_clear()
+    store = str(tmp_path / "store")
+    corpus, _ = make_corpus(tmp_path, count=12, seed=9)
+    args = ["--store", store, "run", str(corpus), "--no-prefect", "--run-id", "r1", "--max-cost-usd", "0.03"]
+    assert main(args) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "docmill resume r1 --max-cost-usd" in err[0] and "Traceback" not in err[0]
+    assert main(["--store", store, "status", "r1"]) == 0
+    assert "budget_exhausted" in capsys.readouterr().out
+    assert main(["--store", store, "resume", "r1", "--no-prefect", "--max-cost-usd", "5"]) == 0
+    assert " r1 done" in capsys.readouterr().out
+    get_settings.cache_clear()
