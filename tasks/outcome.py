@@ -39,6 +39,7 @@ class DocOutcome(BaseModel):
     usage: dict[str, int] = Field(default_factory=dict)
     cost_usd: float = 0.0
     request_ids: list[str] = Field(default_factory=list)
+    provenance: dict[str, Any] | None = None  # long documents: chunks and per-field offsets
     from_ledger: bool = False
 
     def to_record(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from docmill.logs import get_logger
 from docmill.prices import cost_usd
 from tasks.gate import Action, Decision, Progress, Verdict, check, decide, next_request
 from tasks.inventory import load_text
+from tasks.longdoc import extract_long, is_long
 from tasks.outcome import DocOutcome, DocState, add_usage
 from tasks.requests import FILE_PASS, estimate_input_tokens, file_key, file_params, file_request, recipe_parts
 
@@ -309,6 +310,8 @@ def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
             p.queue.add(_review_item(p, doc, outcome))
         return outcome
     text = load_text(doc)
+    if is_long(text, p.settings):
+        return _review_long(p, doc, key, text)
     max_tokens = int(p.settings.api.max_tokens)
     request = file_request(p.recipe, doc, text, model=p.model, max_tokens=max_tokens)
     tries = Attempts(p, doc.doc_id, key, model=p.model)
@@ -338,6 +341,42 @@ def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
 def _next(p: Pass, verdict: Verdict, progress: Progress, request: dict[str, Any]) -> Decision:
     estimate = estimate_input_tokens(request) + len(verdict.raw_text) // 4 if not verdict.ok else 0
     return decide(verdict, progress, p.settings, next_input_tokens=estimate)
+
+
+def _review_long(p: Pass, doc: Any, key: str, text: str) -> DocOutcome:
+    """A document above the per-file budget: split on structure, extracted chunk by chunk in one
+    conversation task (tasks.longdoc), merged with provenance, then gated like any answer."""
+    from pydantic import ValidationError
+
+    from tasks.gate import evidence_flags
+
+    result = extract_long(
+        text, doc_id=doc.doc_id, doc_type=doc.doc_type, recipe=p.recipe, run_id=p.run_id, store=p.store,
+        client=p.client, settings=p.settings,
+    )  # fmt: skip
+    errors: list[str] = []
+    flags: list[dict[str, Any]] = []
+    output: dict[str, Any] | None = None
+    try:
+        output = p.recipe.file_schema.model_validate(result["output"]).model_dump(mode="json")
+        flags = evidence_flags(p.recipe, output, text)
+    except ValidationError as e:
+        errors = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:20]]
+    if result["failed_chunks"]:
+        errors.append(f"chunks without a valid answer: {result['failed_chunks']}")
+    ok = not errors and not flags
+    outcome = DocOutcome(
+        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS,
+        state=DocState.SUCCEEDED if ok else DocState.NEEDS_REVIEW,
+        reason=None if ok else ("validation_failed" if errors else "evidence_not_found"),
+        output=output if output is not None else result["output"], flags=flags,
+        last_error="; ".join(errors)[:2000] or None, model=p.model, attempts=len(result["chunks"]),
+        provenance={"chunks": result["chunks"], "fields": result["provenance"]},
+    )  # fmt: skip
+    outcome = _write(p, outcome)
+    if outcome.state is DocState.NEEDS_REVIEW:
+        p.queue.add(_review_item(p, doc, outcome, errors=errors))
+    return outcome
 
 
 def _finish(p: Pass, doc: Any, key: str, tries: Attempts, verdict: Verdict, decision: Decision) -> DocOutcome:
