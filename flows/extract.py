@@ -82,8 +82,6 @@ def run_extract(
     from tasks.recipes import load_recipe
 
     settings = settings or _settings(store, {})
-    if mode == "auto":
-        mode = "realtime"  # decided after inventory in a later version; see README
     rec = load_recipe(recipe)
     st = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
     with api_endpoint(settings, quiet=not progress) as endpoint:

@@ -91,7 +91,9 @@ def write_inventory(ctx: RunContext, source: str) -> list[str]:
     chunk: list[dict[str, Any]] = []
     dups: list[dict[str, Any]] = []
     size = ctx.settings.chunk_size
+    count = 0
     for doc in inventory(source, ctx.settings, doc_types=ctx.recipe.doc_types):
+        count += 1
         record = doc.model_dump(mode="json")
         (dups if doc.duplicate_of else chunk).append(record)
         if len(chunk) >= size:
@@ -104,7 +106,7 @@ def write_inventory(ctx: RunContext, source: str) -> list[str]:
         ids.append(_put_chunk(ctx, chunk_id(len(ids)), chunk))
     if dups:
         ids.append(_put_chunk(ctx, DUP_PREFIX + chunk_id(len(ids)), dups))
-    ctx.store.put_json(done_key, {"chunks": ids})
+    ctx.store.put_json(done_key, {"chunks": ids, "documents": count})
     return ids
 
 
@@ -114,6 +116,17 @@ DUP_PREFIX = "dup-"  # duplicate-content documents: resolved from their original
 def _put_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> str:
     ctx.store.put_json(f"runs/{ctx.run_id}/inventory/{cid}.json", docs)
     return cid
+
+
+def choose_mode(ctx: RunContext, params: RunParams) -> str:
+    """--mode auto: the Batch API (half price, slower) from settings.batch.auto_threshold documents."""
+    if params.mode != "auto":
+        return params.mode
+    n = int(ctx.store.get_json(f"runs/{ctx.run_id}/inventory-done.json").get("documents", 0))
+    mode = "batch" if n >= ctx.settings.batch.auto_threshold else "realtime"
+    ManifestStore(ctx.store).update(ctx.run_id, lambda m: m.model_copy(update={"mode": mode}))
+    log.info("mode auto: %d documents -> %s", n, mode)
+    return mode
 
 
 def load_chunk(ctx: RunContext, cid: str) -> list[dict[str, Any]]:
@@ -133,7 +146,7 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
             source=params.source,
             recipe=params.recipe,
             recipe_version=ctx.recipe.version,
-            mode=params.mode,
+            mode="realtime" if params.mode == "auto" else params.mode,  # auto is decided after inventory
             config=config,
             budget_usd=ctx.settings.cost.max_cost_usd,
         )
@@ -339,6 +352,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         budget.spent_usd = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
     set_phase(ctx, Phase.INVENTORY)
     chunk_ids = write_inventory(ctx, params.source)
+    params.mode = choose_mode(ctx, params)
     set_phase(ctx, Phase.PER_FILE, chunks=len(chunk_ids))
     per_file_pass(ctx, params, chunk_ids, map_chunks, progress)
     outcomes = all_outcomes(ctx)

@@ -145,3 +145,23 @@ def test_integration_over_budget_runs_as_a_long_task(tmp_path: Path, emulator: A
     again = run_extract(str(corpus), "invoices", settings=settings, progress=False)
     assert len(emulator.state.accounting.billed) == billed
     assert again["conflicts"] == summary["conflicts"]
+
+
+def test_auto_mode_takes_batches_above_threshold(tmp_path: Path, emulator: Any) -> None:
+    from docmill.settings import BatchSettings
+
+    corpus, truth = make_corpus(tmp_path, count=24, seed=12)
+    settings = settings_for(emulator, str(tmp_path / "store")).model_copy(
+        update={"batch": BatchSettings(auto_threshold=10, poll_seconds=0.05, poll_max_seconds=0.2)}
+    )
+    summary = run_extract(str(corpus), "invoices", settings=settings, mode="auto", progress=False)
+    store = open_store(settings.store)
+    assert store.get_json(f"runs/{summary['run_id']}/manifest.json")["mode"] == "batch"
+    check_against_truth(store, summary["run_id"], truth)
+    check_conflicts(store, summary["run_id"], truth)
+    billed = emulator.state.accounting.billed
+    batch_items = [r for r in billed if r.batch]
+    ok = [t for t in truth if t["record"] == "document" and t["expected_status"] == "ok"]
+    assert len(batch_items) == len(ok)  # one billed batch request per document, at the batch discount
+    assert len({r.custom_id for r in batch_items}) == len(batch_items)
+    assert summary["cost_usd"] == pytest.approx(emulator.state.accounting.total_usd(), abs=0.005)
