@@ -21,7 +21,7 @@ from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.ledger import ResponseLog, ResultsLedger
 from checkpoints.review_queue import ReviewQueue
 from docmill.errors import ApiCallError, BudgetExhausted, InputError
-from docmill.logs import get_logger
+from docmill.logs import get_logger, redact
 from docmill.prices import cost_usd
 from tasks.gate import Action, Decision, Progress, Verdict, check, decide, next_request
 from tasks.inventory import load_text
@@ -413,7 +413,8 @@ def _api_failure(p: Pass, doc: Any, key: str, tries: Attempts, e: ApiCallError) 
             "attempt": getattr(e, "attempts", None),
         },
     )
-    outcome = _unfinished(doc, tries, failure_type, str(getattr(e, "last_error", None) or e.message))
+    # an API error may echo request data (headers, keys): mask secrets before it is stored
+    outcome = _unfinished(doc, tries, failure_type, redact(str(getattr(e, "last_error", None) or e.message)))
     request_id = getattr(e, "request_id", None)
     if request_id:
         outcome.request_ids.append(str(request_id))
