@@ -206,7 +206,10 @@ def cmd_eval(a: argparse.Namespace) -> int:
     if a.labels:
         print("\n".join(eval_lines(evaluate(outcomes, load_labels(a.labels), types))))
     if a.sample:
-        picked = stratified_sample(outcomes, types, a.sample, seed=a.seed)
+        from checkpoints.review_queue import ReviewQueue
+
+        queued = {str(i.get("doc_id")) for i in ReviewQueue(store, a.run_id).list()}
+        picked = stratified_sample(outcomes, types, a.sample, seed=a.seed, exclude=queued)
         added = queue_sample(store, a.run_id, picked, types)
         print(f'sample: {added} succeeded document(s) added to the review queue (reason "sample")')
     return EXIT_OK

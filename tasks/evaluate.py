@@ -160,13 +160,19 @@ def eval_lines(result: dict[str, Any]) -> list[str]:
 
 
 def stratified_sample(
-    outcomes: list[dict[str, Any]], types: dict[str, str], n: int, *, seed: int = 0
+    outcomes: list[dict[str, Any]],
+    types: dict[str, str],
+    n: int,
+    *,
+    seed: int = 0,
+    exclude: set[str] | frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """`n` succeeded documents drawn at random, spread over (type, folder) strata in proportion to
-    their size, every stratum getting at least one while `n` allows."""
+    their size, every stratum getting at least one while `n` allows. Documents in `exclude`
+    (already in the review queue) are not drawn."""
     strata: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for o in sorted(outcomes, key=lambda o: o["doc_id"]):
-        if o.get("state") == "succeeded":
+        if o.get("state") == "succeeded" and o["doc_id"] not in exclude:
             g = groups_of(o["doc_id"], types.get(o["doc_id"]))
             strata[(g["type"], g["folder"])].append(o)
     rng = random.Random(seed)

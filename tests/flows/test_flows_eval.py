@@ -1,0 +1,73 @@
+"""`docmill eval`: per-field accuracy against the generator's ground truth, overall and per group,
+so one bad segment shows even when the overall number looks good; a stratified sample of
+succeeded documents joins the review queue."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoints.review_queue import ReviewQueue
+from checkpoints.store import open_store
+from docmill.settings import get_settings
+from flows.cli import main
+from flows.extract import run_extract
+from tasks.evaluate import groups_of, stratified_sample
+from tests.flows.helpers import make_corpus, settings_for
+
+
+def test_eval_shows_a_bad_segment_and_samples_for_review(
+    tmp_path: Path, emulator: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus, truth = make_corpus(tmp_path, count=30, seed=3)
+    settings = settings_for(emulator, str(tmp_path / "store"))
+    run_id = run_extract(str(corpus), "invoices", settings=settings, progress=False)["run_id"]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps(t) + "\n" for t in truth))
+    get_settings.cache_clear()
+
+    assert main(["--store", settings.store, "eval", run_id, "--labels", str(labels)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\*all fields\*\s+100\.0%", out)  # the emulator extracts the truth exactly
+
+    # Labels that disagree on one folder (a bad segment): overall stays high, the folder shows it.
+    docs = [t for t in truth if t["record"] == "document" and t["fields"]]
+    folder = Counter(groups_of(t["doc_id"], None)["folder"] for t in docs).most_common()[-1][0]
+    bad = [
+        {**t, "fields": {**t["fields"], "total": t["fields"]["total"] + 1}}
+        if t in docs and groups_of(t["doc_id"], None)["folder"] == folder
+        else t
+        for t in truth
+    ]
+    labels.write_text("".join(json.dumps(t) + "\n" for t in bad))
+    assert main(["--store", settings.store, "eval", run_id, "--labels", str(labels)]) == 0
+    out = capsys.readouterr().out
+    overall = float(re.search(r"\*all fields\*\s+([0-9.]+)%", out).group(1))  # type: ignore[union-attr]
+    seg = re.search(rf"^\s+{re.escape(folder)}\s+([0-9.]+)%.*lowest: total 0%", out, re.M)
+    assert seg, out
+    assert overall > 90.0 and float(seg.group(1)) < overall
+    assert re.search(r"^\s+total\s+[0-9.]+%", out, re.M)
+
+    assert main(["--store", settings.store, "eval", run_id, "--sample", "5", "--seed", "7"]) == 0
+    assert "5 succeeded document(s) added" in capsys.readouterr().out
+    store = open_store(settings.store)
+    sampled = [i for i in ReviewQueue(store, run_id).list() if i["reason"] == "sample"]
+    assert len(sampled) == 5 and all(i["output"] for i in sampled)
+    assert len({groups_of(i["doc_id"], None)["folder"] for i in sampled}) >= 4  # spread over strata
+    assert main(["--store", settings.store, "eval", run_id]) == 2  # nothing asked: one-line error
+
+
+def test_stratified_sample_gives_every_stratum_a_document_before_doubling() -> None:
+    outcomes = [{"doc_id": f"big/{i}.txt", "state": "succeeded"} for i in range(50)]
+    outcomes += [{"doc_id": f"small{k}/{i}.txt", "state": "succeeded"} for k in range(3) for i in range(2)]
+    outcomes += [{"doc_id": "failed/x.txt", "state": "failed"}]
+    picked = stratified_sample(outcomes, {}, 6, seed=1)
+    folders = Counter(o["doc_id"].split("/")[0] for o in picked)
+    assert folders == {"big": 3, "small0": 1, "small1": 1, "small2": 1}
+    assert stratified_sample(outcomes, {}, 6, seed=1) == picked  # seeded
+    assert len(stratified_sample(outcomes, {}, 1000)) == 56  # never more than there are
