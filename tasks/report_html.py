@@ -60,6 +60,10 @@ def completion_times(entries: list[dict[str, Any]]) -> list[float]:
     return sorted(last.values())
 
 
+def _secs(x: float) -> str:
+    return f"{x:.1f}s" if x < 60 else (f"{x / 60:.1f}m" if x < 3600 else f"{x / 3600:.1f}h")
+
+
 def throughput_svg(times: list[float], width: int = 1000, height: int = 220) -> str:
     """Cumulative documents answered over time, with the per-interval rate as bars."""
     if len(times) < 2 or times[-1] <= times[0]:
@@ -85,7 +89,7 @@ def throughput_svg(times: list[float], width: int = 1000, height: int = 220) -> 
     rate = n / span if span else 0.0
     ticks = "".join(
         f'<text x="{left + f * w:.1f}" y="{height - 12}" font-size="11" text-anchor="middle" fill="#5b6478">'
-        f"+{span * f:.0f}s</text>"
+        f"+{_secs(span * f)}</text>"
         for f in (0, 0.25, 0.5, 0.75, 1)
     )
     return (

@@ -1,8 +1,9 @@
 """`docmill status`: where a run is, read from the store only (no API call, no lease).
 
-Counts come from the per-chunk outcome files written so far (so they move during the per-file
-pass), cost from the cost ledger, batches from the batch records, and the ETA from throughput so
-far: documents with an outcome divided by the time between the first and the last billed answer.
+Final states come from the per-chunk outcome files written so far, progress also from the cost
+ledger (a document is processed once it has an answer, before its chunk is written), cost from
+the cost ledger, batches from the batch records, and the ETA from throughput so far: documents
+answered divided by the time since the first billed answer.
 """
 
 from __future__ import annotations
@@ -42,12 +43,16 @@ def run_status(store: Any, run_id: str, *, now: float | None = None) -> dict[str
     times = sorted(e.at for e in entries if e.at is not None)
     batches = BatchRecords(store, run_id).load_all() if m.mode == "batch" else []
     live = [b for b in batches if b.live]
+    answered = len({e.doc_id for e in entries if e.pass_name == "file"})
+    progress = max(done, answered)  # outcome files are written per chunk; answers show up at once
+    running = str(m.phase) not in ("done", "failed", "canceled", "budget_exhausted")
     rate = None
-    if len(times) >= 2 and times[-1] > times[0] and done:
-        rate = done / (times[-1] - times[0])
+    if times and answered:
+        span = (max(now, times[-1]) if running else times[-1]) - times[0]
+        rate = answered / span if span > 0 else None
     eta = None
-    if total is not None and rate and m.phase not in ("done", "failed", "canceled", "budget_exhausted"):
-        eta = max(total - done, 0) / rate
+    if total is not None and rate and running:
+        eta = max(total - progress, 0) / rate
     return {
         "run_id": m.run_id,
         "phase": str(m.phase),
@@ -58,6 +63,8 @@ def run_status(store: Any, run_id: str, *, now: float | None = None) -> dict[str
         "updated_at": m.updated_at.isoformat(),
         "documents": total,
         "done": done,
+        "answered": answered,
+        "progress": progress,
         "states": {s: states.get(s, 0) for s in STATES},
         "review_queue": len(ReviewQueue(store, run_id)),
         "batches_in_flight": [{"n": b.n, "phase": str(b.phase), "requests": b.request_count} for b in live],
@@ -81,7 +88,7 @@ def _duration(seconds: float) -> str:
 def status_text(st: dict[str, Any]) -> str:
     """The human-readable `docmill status`."""
     total = st["documents"]
-    pct = f" ({100 * st['done'] / total:.0f}%)" if total else ""
+    pct = f" ({100 * st['progress'] / total:.0f}%)" if total else ""
     states = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in st["states"].items())
     budget = f" of ${st['budget_usd']:.2f} budget" if st["budget_usd"] is not None else " (no budget cap)"
     if st["eta_seconds"] is not None:
@@ -94,7 +101,9 @@ def status_text(st: dict[str, Any]) -> str:
         f"run        {st['run_id']}  ({st['recipe']}, {st['mode']}, source {st['source']})",
         f"phase      {st['phase']}"
         + ("  -> `docmill resume RUN_ID --max-cost-usd N`" if st["phase"] == "budget_exhausted" else ""),
-        f"documents  {st['done']}/{total if total is not None else '?'} with an outcome{pct}: {states}",
+        f"documents  {st['progress']}/{total if total is not None else '?'} processed{pct}; "
+        + ("final outcomes: " if st["phase"] == "done" else "final outcomes so far: ")
+        + states,
         f"review     {st['review_queue']} item(s) in the review queue",
         f"batches    {len(st['batches_in_flight'])} in flight of {st['batches']}"
         + "".join(

@@ -206,7 +206,7 @@ def test_status_runs_and_estimate_read_well(
     assert main(["--store", sd, "status", run_id]) == 0
     text = capsys.readouterr().out
     n = s["documents"]
-    assert "phase      done" in text and f"{n}/{n} with an outcome" in text
+    assert "phase      done" in text and f"{n}/{n} processed (100%)" in text
     assert f"{s['states']['succeeded']} succeeded" in text and f"${s['cost_usd']:.4f} so far" in text
     assert main(["--store", sd, "status", run_id, "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
