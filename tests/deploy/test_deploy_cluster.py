@@ -36,8 +36,6 @@ from tests.fixtures.cluster import (
     workers_of_flow_runs,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-
 CHUNK_LIMIT = 2
 LIMIT_NAME = "docmill-chunks"
 BUCKET = "docmill"
@@ -64,8 +62,9 @@ WORKER_ENV = {
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     state = make_state_dir()
+    failed_before = request.session.testsfailed
     c = start_cluster(
         state,
         workers=("w1", "w2"),
@@ -79,8 +78,9 @@ def cluster() -> Iterator[Cluster]:
     try:
         yield c
     finally:
-        c.stop()
-        print(f"\ncluster stop: {c.timings['stop_s']}s")
+        keep = request.session.testsfailed > failed_before
+        c.stop(keep=keep)
+        print(f"\ncluster stop: {c.timings['stop_s']}s" + (f"; logs kept in {state}" if keep else ""))
 
 
 def _probe_yaml(cluster: Cluster) -> Path:
@@ -95,6 +95,8 @@ def _probe_yaml(cluster: Cluster) -> Path:
     return path
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_deploy_cluster_probe_runs_on_both_workers_and_gcl_caps_chunks(cluster: Cluster) -> None:
     since = datetime.now(UTC).isoformat()
     t0 = time.monotonic()
@@ -170,6 +172,8 @@ def _cost_entries(cluster: Cluster, run_id: str) -> list[dict[str, object]]:
     return entries
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_deploy_cluster_backfill_on_two_workers_then_nightly(cluster: Cluster) -> None:
     assert cluster.emulator_url
     since = datetime.now(UTC).isoformat()
@@ -261,3 +265,48 @@ def test_deploy_cluster_backfill_on_two_workers_then_nightly(cluster: Cluster) -
     assert len(chunks) == expected > CHUNK_LIMIT
     assert chunks
     assert max_overlap(chunks, release_slack=0.05) <= CHUNK_LIMIT
+
+
+# Fast checks of the deploy/ files themselves (no services).
+
+
+def test_deploy_cluster_prefect_yaml_matches_the_flows() -> None:
+    import inspect
+
+    from flows import extract
+
+    spec = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
+    deployments = {d["name"]: d for d in spec["deployments"]}
+    assert set(deployments) == {"nightly", "backfill"}
+    for d in deployments.values():
+        path, func = d["entrypoint"].split(":")
+        assert (REPO / path).is_file()
+        flow_obj = getattr(extract, func)
+        params = inspect.signature(flow_obj.fn).parameters
+        assert set(d["parameters"]) <= set(params), d["parameters"]
+        assert d["work_pool"]["name"] == "docmill"
+    (schedule,) = deployments["nightly"]["schedules"]
+    assert schedule["cron"] == "0 2 * * *" and schedule["timezone"]
+    assert not deployments["backfill"]["schedules"]
+    assert deployments["backfill"]["parameters"]["mode"] == "batch"
+    (step,) = spec["pull"]
+    assert step["prefect.deployments.steps.set_working_directory"]["directory"] == "{{ $DOCMILL_REPO_DIR }}"
+
+
+def test_deploy_cluster_iam_policy_is_least_privilege() -> None:
+    policy = json.loads((REPO / "deploy" / "iam-policy.json").read_text())
+    allowed = {a for st in policy["Statement"] if st["Effect"] == "Allow" for a in st["Action"]}
+    assert allowed == {"s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
+    for st in policy["Statement"]:
+        resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+        assert all(r.startswith("arn:aws:s3:::DOCMILL_BUCKET") for r in resources), st
+        assert "*" not in st["Action"]
+    (deny,) = [st for st in policy["Statement"] if st["Effect"] == "Deny"]
+    assert deny["Condition"]["Null"] == {"s3:if-none-match": "true", "s3:if-match": "true"}
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "deploy").glob("*.sh")))
+def test_deploy_cluster_scripts_parse(script: str) -> None:
+    path = REPO / "deploy" / script
+    assert path.stat().st_mode & 0o111, f"{script} is not executable"
+    subprocess.run(["bash", "-n", str(path)], check=True)
