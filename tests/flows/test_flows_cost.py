@@ -16,7 +16,7 @@ from checkpoints.store import open_store
 from docmill.errors import BudgetExhausted
 from docmill.settings import ApiSettings, BatchSettings, CostSettings, Settings
 from flows.extract import resume_run, run_extract
-from tests.flows.helpers import make_corpus
+from tests.flows.helpers import make_corpus, outcomes_of
 
 
 def fast_settings(emulator: Any, store: str, max_tokens: int = 4096, **kw: Any) -> Settings:
@@ -183,3 +183,42 @@ def test_cli_budget_exit_4_one_line_then_resume_finishes(
     assert main(["--store", store, "resume", "r1", "--no-prefect", "--max-cost-usd", "5"]) == 0
     assert " r1 done" in capsys.readouterr().out
     get_settings.cache_clear()
+
+
+def long_invoice(pages: int = 40) -> str:
+    out = [
+        "INVOICE",
+        "Vendor: Zeta Widgets GmbH",
+        "Invoice number: INV-LONG-0001",
+        "Invoice date: 2026-03-01",
+    ]
+    for p in range(pages):
+        out += [f"# Delivery log page {p}", ""]
+        out += [f"Line {k} of page {p}: pallet inspected and logged without remarks." for k in range(30)]
+        out.append("\f")
+    out += ["Currency: EUR", "Subtotal: 100.00", "Tax: 19.00", "Total: 119.00", "Due date: 2026-03-31"]
+    return "\n".join(out)
+
+
+def test_long_document_with_compaction_costs_match_emulator(tmp_path: Path, emulator: Any) -> None:
+    from docmill.settings import ContextSettings
+
+    corpus, _ = make_corpus(tmp_path, count=12, seed=9)
+    # at the corpus root: in a subfolder the long-document task id is not a safe key yet (UnsafeKey)
+    (corpus / "inv-long.txt").write_text(long_invoice())
+    settings = fast_settings(
+        emulator,
+        str(tmp_path / "store"),
+        1024,
+        context=ContextSettings(budget_tokens=8000, document_budget_tokens=2000),
+    )
+
+    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+
+    store = open_store(settings.store)
+    assert outcomes_of(store, summary["run_id"])["inv-long.txt"]["state"] == "succeeded"
+    totals = assert_ledger_matches_emulator(store, summary["run_id"], emulator)
+    long_entries = [e for e in CostLedger(store, summary["run_id"]).entries() if "inv-long" in e.doc_id]
+    assert len(long_entries) > 3  # the long document went chunk by chunk
+    assert sum(e.compaction_input_tokens for e in long_entries) > 0  # its history was compacted, and billed
+    assert summary["cost_usd"] == pytest.approx(totals["usd"], abs=1e-9)
