@@ -73,9 +73,19 @@ class BatchRecord(BaseModel):
         return self.phase in LIVE_PHASES
 
 
-def _gzip_lines(items: Iterable[dict[str, Any]]) -> bytes:
-    lines = b"".join(json.dumps(i, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for i in items)
-    return gzip.compress(lines, compresslevel=3, mtime=0)
+def encode_item(item: dict[str, Any]) -> bytes:
+    """One item as a compact JSON line (no newline); key order kept, so `custom_id` can lead."""
+    return json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+_CID_PREFIX = b'{"custom_id":"'
+
+
+def item_custom_id(line: bytes) -> str:
+    """The custom_id of an encoded item, without parsing the rest when it leads the line."""
+    if line.startswith(_CID_PREFIX):
+        return line[len(_CID_PREFIX) : line.index(b'"', len(_CID_PREFIX))].decode()
+    return str(json.loads(line)["custom_id"])
 
 
 class BatchRecords:
@@ -114,6 +124,11 @@ class BatchRecords:
 
     def items(self, n: int) -> Iterator[dict[str, Any]]:
         """The items of batch `n`, in submission order."""
+        for line in self.item_lines(n):
+            yield json.loads(line)
+
+    def item_lines(self, n: int) -> Iterator[bytes]:
+        """The encoded items of batch `n` (parse them with json.loads when needed)."""
         try:
             data = gzip.decompress(self.store.get(self.items_key(n)))
         except NotFound as e:
@@ -123,13 +138,15 @@ class BatchRecords:
             ) from e
         for line in data.splitlines():
             if line:
-                yield json.loads(line)
+                yield line
 
     # ---- writing -------------------------------------------------------------------------
 
-    def write_items(self, n: int, items: Iterable[dict[str, Any]]) -> None:
-        """Write batch `n`'s items. Plain put: until the record's intent exists nothing refers to them."""
-        self.store.put(self.items_key(n), _gzip_lines(items))
+    def write_items(self, n: int, lines: Iterable[bytes]) -> None:
+        """Write batch `n`'s encoded items (`encode_item`). Plain put: until the record's intent
+        exists nothing refers to them."""
+        data = gzip.compress(b"".join(line + b"\n" for line in lines), compresslevel=3, mtime=0)
+        self.store.put(self.items_key(n), data)
 
     def create(self, record: BatchRecord) -> None:
         """Record the intent (put-if-absent); raises `AlreadyExists` if `n` is taken."""

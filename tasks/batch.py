@@ -20,6 +20,7 @@ only follow-ups keep their request in the record's carry.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 
 import anthropic
 
-from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
+from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
 from checkpoints.costs import CostEntry
 from docmill.errors import ApiCallError, BatchError, InputError
 from docmill.prices import cost_usd
@@ -50,8 +51,18 @@ RETRYABLE_ERRORS = frozenset({"api_error", "overloaded_error", "rate_limit_error
 
 
 Routed = tuple[DocOutcome | None, "WorkItem | None", str | None]
+CostRow = tuple[str, int, str, str, dict[str, Any], str]  # key, attempt, doc_id, model, usage, batch id
+
+
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def decode_item(raw: dict[str, bytes], cid: Any) -> WorkItem | None:
+    """The WorkItem of `cid`, decoded from its encoded line each time (never cached: 100k decoded
+    items cost far more memory than their lines; only carried items are kept)."""
+    line = raw.get(cid) if isinstance(cid, str) else None
+    return None if line is None else WorkItem.from_line(json.loads(line))
 
 
 class ResultType(StrEnum):
@@ -105,19 +116,21 @@ class BatchEngine:
         for rec in records:
             self.round = max(self.round, rec.round)
             if self.pending or rec.live or rec.phase is BatchPhase.NOT_CREATED:
-                items = [WorkItem.from_line(d) for d in self.records.items(rec.n)]
-                for item in items:
-                    self.pending.pop(item.custom_id, None)
+                cids = [item_custom_id(line) for line in self.records.item_lines(rec.n)]
+                for cid in cids:
+                    self.pending.pop(cid, None)
             if rec.phase is BatchPhase.INTENT:
                 rec = api_records.reconcile(self.api, self.records, rec, owned)
                 self.on_progress(_event("reconciled", rec))
             if rec.phase is BatchPhase.NOT_CREATED:
-                self.pending.update((i.custom_id, i) for i in items)
+                self.pending.update(
+                    (d["custom_id"], WorkItem.from_line(d)) for d in self.records.items(rec.n)
+                )
             elif rec.phase is BatchPhase.COLLECTED:
                 self.pending.update((d["custom_id"], WorkItem.from_line(d)) for d in rec.carry)
             else:
                 self.live[rec.n] = rec
-                self.live_ids.update(i.custom_id for i in items)
+                self.live_ids.update(cids)
 
     # ---- submission ------------------------------------------------------------------------
 
@@ -144,7 +157,7 @@ class BatchEngine:
         return BatchBody(self.settings.batch.max_requests, self.settings.batch.max_bytes)
 
     def _submit(self, body: BatchBody) -> None:
-        if not body.items:
+        if not len(body):
             body.close()
             return
         n, self.next_n = self.next_n, self.next_n + 1
@@ -157,7 +170,7 @@ class BatchEngine:
         self.stats["batches"] += 1
         self.on_progress(_event("submitted", rec))
         if rec.phase is BatchPhase.NOT_CREATED:
-            self.pending.update((i.custom_id, i) for i in body.items)
+            self.pending.update((i.custom_id, i) for i in body.items())
             return
         self.live[n] = rec
         self.live_ids.update(body.custom_ids)
@@ -239,11 +252,11 @@ class BatchEngine:
     # ---- collection ------------------------------------------------------------------------
 
     def _collect(self, rec: BatchRecord) -> Iterator[DocOutcome]:
-        items = {d["custom_id"]: WorkItem.from_line(d) for d in self.records.items(rec.n)}
+        raw = {item_custom_id(line): line for line in self.records.item_lines(rec.n)}
         done: set[str] = set()
         retry: dict[str, str] = {}
         carry: dict[str, WorkItem] = {}
-        costs: list[CostEntry] = []
+        costs: list[CostRow] = []
         counts: Counter[str] = Counter()
         notes: list[str] = []
         answered: set[str] = set()
@@ -258,10 +271,11 @@ class BatchEngine:
             for line in lines:
                 lifecycle("streaming_results")
                 cid = line.get("custom_id")
-                item = items.get(cid) if isinstance(cid, str) else None
-                if item is None or cid in done or cid in carry or cid in answered:
-                    counts["foreign" if item is None else "duplicate"] += 1
+                if cid not in raw or cid in done or cid in carry or cid in answered:
+                    counts["foreign" if cid not in raw else "duplicate"] += 1
                     continue
+                item = decode_item(raw, cid)
+                assert item is not None
                 result = line.get("result") or {}
                 kind = str(result.get("type"))
                 counts[kind] += 1
@@ -279,11 +293,12 @@ class BatchEngine:
                 )
             while inflight:
                 yield from self._settle(inflight.popleft(), done, carry, retry)
-        for cid in items:
+        for cid in raw:
             if cid not in done and cid not in carry and cid not in retry:
                 retry[cid] = "no result"
         for cid, why in retry.items():
-            item = items[cid]
+            item = decode_item(raw, cid)
+            assert item is not None
             item.rounds += 1
             item.last_error = why
             if item.rounds >= self.settings.batch.resubmit_attempts:
@@ -325,10 +340,26 @@ class BatchEngine:
         else:
             retry[item.custom_id] = why or "no answer"
 
-    def _record_costs(self, rec: BatchRecord, costs: list[CostEntry]) -> None:
-        costs.sort(key=lambda e: (e.key, e.attempt, e.request_id or ""))
+    def _record_costs(self, rec: BatchRecord, costs: list[CostRow]) -> None:
+        """One cost object per COST_GROUP entries, grouped in custom_id order (a re-collection after
+        a crash makes the same groups, and a group is written once)."""
+        costs.sort(key=lambda row: (row[0], row[1], row[5]))
         for i in range(0, len(costs), COST_GROUP):
-            self.p.costs.record(f"batch-{rec.n:05d}-{i // COST_GROUP:04d}", costs[i : i + COST_GROUP])
+            entries = [
+                CostEntry.from_usage(
+                    run_id=self.run_id,
+                    pass_name=FILE_PASS,
+                    doc_id=doc_id,
+                    key=key,
+                    attempt=attempt,
+                    model=model,
+                    usage=usage,
+                    request_id=bid,
+                    batch=True,
+                )
+                for key, attempt, doc_id, model, usage, bid in costs[i : i + COST_GROUP]
+            ]
+            self.p.costs.record(f"batch-{rec.n:05d}-{i // COST_GROUP:04d}", entries)
 
     # ---- outcomes --------------------------------------------------------------------------
 
@@ -465,7 +496,7 @@ def ordered_map(pool: Executor, fn: Callable[[T], R], items: Iterable[T], window
 
 
 def _route_succeeded(
-    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostEntry]
+    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
 ) -> Routed:
     message = result.get("message") or {}
     usage = message.get("usage") or {}
@@ -473,25 +504,13 @@ def _route_succeeded(
     add_usage(item.usage, usage)
     item.cost_usd += cost_usd(model, usage, batch=True)
     item.request_ids.append(bid)
-    costs.append(
-        CostEntry.from_usage(
-            run_id=e.run_id,
-            pass_name=FILE_PASS,
-            doc_id=item.doc_id,
-            key=item.custom_id,
-            attempt=item.attempts + 1,
-            model=model,
-            usage=usage,
-            request_id=bid,
-            batch=True,
-        )
-    )
+    costs.append((item.custom_id, item.attempts + 1, item.doc_id, model, usage, bid))
     outcome, follow = e._gated(item, message, model)
     return outcome, follow, None
 
 
 def _route_errored(
-    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostEntry]
+    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
 ) -> Routed:
     error = ((result.get("error") or {}).get("error")) or {}
     kind = str(error.get("type") or "api_error")
@@ -502,13 +521,13 @@ def _route_errored(
 
 
 def _route_unanswered(
-    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostEntry]
+    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
 ) -> Routed:
     return None, None, str(result.get("type"))
 
 
 def _route_unknown(
-    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostEntry]
+    e: BatchEngine, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
 ) -> Routed:
     raise BatchError(
         f"batch {bid} returned an unknown result type {result.get('type')!r} for {item.custom_id}",
@@ -516,7 +535,7 @@ def _route_unknown(
     )
 
 
-RESULT_ROUTES: dict[str, Callable[[BatchEngine, WorkItem, dict[str, Any], str, list[CostEntry]], Routed]] = {
+RESULT_ROUTES: dict[str, Callable[[BatchEngine, WorkItem, dict[str, Any], str, list[CostRow]], Routed]] = {
     ResultType.SUCCEEDED: _route_succeeded,
     ResultType.ERRORED: _route_errored,
     ResultType.EXPIRED: _route_unanswered,

@@ -28,7 +28,7 @@ from typing import IO, Any, TypeVar
 import anthropic
 from anthropic.types.messages import MessageBatch
 
-from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
+from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, encode_item
 from docmill.errors import BatchError
 from tasks.gate import Progress
 from tasks.retrying import describe, is_retryable, wait_seconds
@@ -134,30 +134,33 @@ class BatchBody:
     def __init__(self, max_requests: int, max_bytes: int) -> None:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
-        self.items: list[WorkItem] = []
+        self.lines: list[bytes] = []  # encoded items (small), not WorkItem objects
         self.custom_ids: set[str] = set()
         self.size = len(PREFIX) + len(SUFFIX)
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="docmill-batch-")  # noqa: SIM115 (closed by close())
         self._hash = hashlib.sha256(PREFIX)
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.lines)
+
+    def items(self) -> list[WorkItem]:
+        return [WorkItem.from_line(json.loads(line)) for line in self.lines]
 
     def fits(self, line: bytes) -> bool:
         """Would one more request of this size stay within both limits?"""
-        extra = len(line) + (1 if self.items else 0)
-        return len(self.items) < self.max_requests and self.size + extra <= self.max_bytes
+        extra = len(line) + (1 if self.lines else 0)
+        return len(self.lines) < self.max_requests and self.size + extra <= self.max_bytes
 
     def alone_fits(self, line: bytes) -> bool:
         """Could this request go in a batch at all?"""
         return len(PREFIX) + len(SUFFIX) + len(line) <= self.max_bytes
 
     def add(self, item: WorkItem, line: bytes) -> None:
-        chunk = (b"," + line) if self.items else line
+        chunk = (b"," + line) if self.lines else line
         self._file.write(chunk)
         self._hash.update(chunk)
         self.size += len(chunk)
-        self.items.append(item)
+        self.lines.append(encode_item(item.to_line()))
         self.custom_ids.add(item.custom_id)
 
     def sha256(self) -> str:
@@ -265,7 +268,7 @@ def submit(
 ) -> BatchRecord:
     """Items, then the intent, then `create`, then the batch id. Returns the record: SUBMITTED, or
     NOT_CREATED when the API refused or never created the batch (the caller resends its items)."""
-    records.write_items(n, (i.to_line() for i in body.items))
+    records.write_items(n, body.lines)
     rec = BatchRecord(
         run_id=run_id, n=n, round=round, request_count=len(body), request_bytes=body.size,
         request_sha256=body.sha256(), intent_at=now, list_mark=api.newest_id(),
