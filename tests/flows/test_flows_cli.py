@@ -33,6 +33,8 @@ def test_run_prints_summary_and_status_reads_it(
     n = len([t for t in truth if t["record"] == "document"])
     assert f"of {n} documents" in out and "report:" in out
     assert main(["--store", offline_env, "status"]) == 0
+    assert "done" in capsys.readouterr().out
+    assert main(["--store", offline_env, "status", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["phase"] == "done" and status["counts"]["documents"] == n
     assert main(["--store", offline_env, "runs"]) == 0
