@@ -355,3 +355,21 @@ def test_intent_without_batch_id_is_reconciled_across_list_pages(
     ours = {rig.key(d) for d in docs}
     assert {k: v for k, v in rig.billed().items() if k in ours} == dict.fromkeys(ours, 1)
     assert len(rig.records().load_all()) == 11
+
+
+def test_a_batch_past_max_wait_is_canceled_and_its_requests_resent(
+    emulator: Any, tmp_path: Path, corpus: Path
+) -> None:
+    emulator.state.configure({"batch_seconds_per_request": 1000.0})
+    rig = Rig(emulator, tmp_path, corpus, max_wait_seconds=500, poll_seconds=200, poll_max_seconds=200)
+
+    def faster(event: dict[str, Any]) -> None:
+        if event["event"] == "collected":
+            emulator.state.configure({"batch_seconds_per_request": 0.0})
+
+    outcomes = rig.run(rig.ok_docs()[:2], on_progress=faster)
+    first = rig.records().load(1)
+    assert first.canceled_ids == first.batch_ids and any("max_wait" in n for n in first.notes)
+    assert first.request_counts["canceled"] == 2
+    assert all(o.state is DocState.SUCCEEDED for o in outcomes)
+    assert set(rig.sent().values()) == {2} and set(rig.billed().values()) == {1}
