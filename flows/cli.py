@@ -38,6 +38,15 @@ def _summary_line(s: dict[str, Any]) -> str:
     )
 
 
+def _finish(summary: dict[str, Any]) -> int:
+    """Print a run's summary; a Prefect flow returns a budget stop as a summary (exit 4)."""
+    if summary.get("phase") == "budget_exhausted":
+        print(f"docmill: {summary['message']}", file=sys.stderr)
+        return EXIT_BUDGET
+    print(_summary_line(summary))
+    return EXIT_OK
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     from flows.extract import _settings, extract, run_extract
 
@@ -68,8 +77,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             model=a.model,
             progress=True,
         )
-    print(_summary_line(summary))
-    return EXIT_OK
+    return _finish(summary)
 
 
 def cmd_resume(a: argparse.Namespace) -> int:
@@ -80,8 +88,7 @@ def cmd_resume(a: argparse.Namespace) -> int:
         summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap)
     else:
         summary = resume(a.run_id, store=a.store, max_cost_usd=cap)
-    print(_summary_line(summary))
-    return EXIT_OK
+    return _finish(summary)
 
 
 def _store(a: argparse.Namespace) -> Any:

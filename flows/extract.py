@@ -92,7 +92,21 @@ def run_extract(
         )
 
 
+def _budget_guard(call: Any) -> dict[str, Any]:
+    """A budget stop is an expected end of a flow run, not a crash: return it as a summary
+    (phase budget_exhausted, the one-line message) so Prefect logs no traceback."""
+    from docmill.errors import BudgetExhausted
+
+    try:
+        return dict(call())
+    except BudgetExhausted as e:
+        return {"run_id": getattr(e, "run_id", None), "phase": "budget_exhausted", "message": e.one_line()}
+
+
 def _publish(summary: dict[str, Any]) -> None:
+    if summary.get("phase") == "budget_exhausted":
+        get_run_logger().info("docmill: %s", summary["message"])
+        return
     states = summary["states"]
     md = (
         f"# docmill run `{summary['run_id']}`\n\n| state | documents |\n|---|---|\n"
@@ -127,8 +141,16 @@ def extract(
             "api.model": model,
         },
     )
-    summary = run_extract(
-        source, recipe, mode=mode, run_id=run_id, settings=settings, map_chunks=prefect_map, progress=progress
+    summary = _budget_guard(
+        lambda: run_extract(
+            source,
+            recipe,
+            mode=mode,
+            run_id=run_id,
+            settings=settings,
+            map_chunks=prefect_map,
+            progress=progress,
+        )
     )
     _publish(summary)
     return summary
@@ -138,7 +160,9 @@ def extract(
 def nightly(source: str, recipe: str = "invoices", store: str | None = None) -> dict[str, Any]:
     """Incremental: unchanged documents hit the ledger by content hash and cost nothing."""
     settings = _settings(store, {})
-    summary = run_extract(source, recipe, settings=settings, map_chunks=prefect_map, progress=False)
+    summary = _budget_guard(
+        lambda: run_extract(source, recipe, settings=settings, map_chunks=prefect_map, progress=False)
+    )
     _publish(summary)
     return summary
 
@@ -155,14 +179,16 @@ def backfill(
 ) -> dict[str, Any]:
     """A large source, batch mode by default, resumable by run id."""
     settings = _settings(store, {"chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd})
-    summary = run_extract(
-        source,
-        recipe,
-        mode=mode,
-        run_id=run_id or new_run_id(),
-        settings=settings,
-        map_chunks=prefect_map,
-        progress=False,
+    summary = _budget_guard(
+        lambda: run_extract(
+            source,
+            recipe,
+            mode=mode,
+            run_id=run_id or new_run_id(),
+            settings=settings,
+            map_chunks=prefect_map,
+            progress=False,
+        )
     )
     _publish(summary)
     return summary
@@ -171,8 +197,10 @@ def backfill(
 @flow(name="resume", task_runner=RUNNER)
 def resume(run_id: str, store: str | None = None, max_cost_usd: float | None = None) -> dict[str, Any]:
     """Continue a run from its manifest: nothing in the ledger is sent again."""
-    summary = resume_run(
-        run_id, store=store, map_chunks=prefect_map, progress=False, max_cost_usd=max_cost_usd
+    summary = _budget_guard(
+        lambda: resume_run(
+            run_id, store=store, map_chunks=prefect_map, progress=False, max_cost_usd=max_cost_usd
+        )
     )
     _publish(summary)
     return summary

@@ -193,8 +193,9 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
     )
     records = [o.model_dump(mode="json") for o in outcomes]
     if any(r.get("failure_type") == "budget" for r in records):
-        # not written: a resume redoes this chunk (finished documents are free ledger hits)
-        raise budget_stop(ctx, "during the per-file pass")
+        # not written: a resume redoes this chunk (finished documents are free ledger hits);
+        # returned, not raised, so a Prefect chunk task ends quietly and the driver stops the run
+        return {"budget": 1}
     OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
     counts: dict[str, int] = {}
     for r in records:
@@ -213,6 +214,7 @@ def budget_stop(ctx: RunContext, where: str) -> BudgetExhausted:
         hint=f"`docmill resume {ctx.run_id} --max-cost-usd <higher>` finishes it",
         spent_usd=spent,
         cap_usd=cap,
+        run_id=ctx.run_id,
     )
 
 
@@ -265,8 +267,13 @@ def per_file_pass(
         return counts
 
     # Originals first, then the duplicates that take their results from the ledger.
-    map_chunks(fn, [c for c in pending if not c[0].startswith(DUP_PREFIX)])
-    map_chunks(fn, [c for c in pending if c[0].startswith(DUP_PREFIX)])
+    # A budget stop ends the pass before the duplicates' wave (their originals may have no result yet).
+    for wave in (
+        [c for c in pending if not c[0].startswith(DUP_PREFIX)],
+        [c for c in pending if c[0].startswith(DUP_PREFIX)],
+    ):
+        if any(c.get("budget") for c in map_chunks(fn, wave)):
+            raise budget_stop(ctx, "during the per-file pass")
 
 
 LEASE_TTL = 120.0

@@ -142,6 +142,10 @@ def test_budget_stops_the_run_and_a_higher_budget_finishes_it(tmp_path: Path, em
     assert ManifestStore(store).load("capped").budget_usd == 5.0
     totals = assert_ledger_matches_emulator(store, "capped", emulator)
     assert done["cost_usd"] == pytest.approx(totals["usd"], abs=1e-9)
+    outcomes = outcomes_of(store, "capped")
+    assert all(o.get("failure_type") != "budget" for o in outcomes.values())
+    for dup in (t for t in truth if t["record"] == "duplicate"):  # resolved after their originals
+        assert outcomes[dup["doc_id"]]["state"] == outcomes[dup["duplicate_of"]]["state"]
     # nothing answered before the stop was paid for twice
     bodies = [b.body_sha256 for b in emulator.state.accounting.billed]
     assert len(bodies) == len(set(bodies))
@@ -176,7 +180,8 @@ def test_cli_budget_exit_4_one_line_then_resume_finishes(
     corpus, _ = make_corpus(tmp_path, count=12, seed=9)
     args = ["--store", store, "run", str(corpus), "--no-prefect", "--run-id", "r1", "--max-cost-usd", "0.03"]
     assert main(args) == 4
-    err = capsys.readouterr().err.strip().splitlines()
+    lines = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in lines if not line.startswith("per-file pass [")]  # the progress bar
     assert len(err) == 1 and "docmill resume r1 --max-cost-usd" in err[0] and "Traceback" not in err[0]
     assert main(["--store", store, "status", "r1"]) == 0
     assert "budget_exhausted" in capsys.readouterr().out
