@@ -47,7 +47,8 @@ def affordable_chunks(
     for cid, chunk in pending:
         cost = chunk_worst_case_usd([Document.model_validate(d) for d in chunk], recipe, settings, ledger)
         if spent_usd + reserved + cost > cap:
-            break
+            # duplicates wait for the resume that sends their originals
+            return [c for c in out if not any(d.get("duplicate_of") for d in c[1])], reserved
         reserved += cost
         out.append((cid, chunk))
     return out, reserved

@@ -152,16 +152,37 @@ def test_budget_stops_the_run_and_a_higher_budget_finishes_it(tmp_path: Path, em
 
 
 def test_batch_budget_is_reserved_before_submitting(tmp_path: Path, emulator: Any) -> None:
-    corpus, _ = make_corpus(tmp_path, count=12, seed=9)
+    corpus, truth = make_corpus(tmp_path, count=30, seed=3)
     store_dir = str(tmp_path / "store")
-    settings = fast_settings(emulator, store_dir, cost=CostSettings(max_cost_usd=0.001), chunk_size=4)
+    store = open_store(store_dir)
+    tiny = fast_settings(emulator, store_dir, 1024, cost=CostSettings(max_cost_usd=0.001), chunk_size=5)
+    with pytest.raises(BudgetExhausted):  # not even one chunk fits: nothing is submitted
+        run_extract(str(corpus), "invoices", mode="batch", run_id="b", settings=tiny, progress=False)
+    assert emulator.state.accounting.received == 0
+    assert ManifestStore(store).load("b").phase == "budget_exhausted"
+
+    cap = 0.12  # a chunk of 5 reserves ~$0.05 at the batch rate: two chunks fit
     with pytest.raises(BudgetExhausted):
-        run_extract(str(corpus), "invoices", mode="batch", run_id="b", settings=settings, progress=False)
-    assert emulator.state.accounting.received_by_path.get("/v1/messages/batches", 0) == 0
-    assert ManifestStore(open_store(store_dir)).load("b").phase == "budget_exhausted"
-    done = resume_run("b", settings=fast_settings(emulator, store_dir), max_cost_usd=5.0, progress=False)
+        resume_run(
+            "b",
+            settings=fast_settings(emulator, store_dir, 1024, chunk_size=5),
+            max_cost_usd=cap,
+            progress=False,
+        )
+    billed = emulator.state.accounting.billed
+    assert billed and all(b.batch for b in billed)
+    assert 0 < CostLedger(store, "b").totals()["usd"] <= cap
+
+    done = resume_run(
+        "b", settings=fast_settings(emulator, store_dir, 1024, chunk_size=5), max_cost_usd=5.0, progress=False
+    )
     assert done["phase"] == "done"
-    assert_ledger_matches_emulator(open_store(store_dir), "b", emulator)
+    assert_ledger_matches_emulator(store, "b", emulator)
+    outcomes = outcomes_of(store, "b")
+    for dup in (t for t in truth if t["record"] == "duplicate"):
+        assert outcomes[dup["doc_id"]]["state"] == outcomes[dup["duplicate_of"]]["state"]
+    bodies = [(b.custom_id, b.body_sha256) for b in emulator.state.accounting.billed]
+    assert len(bodies) == len(set(bodies))  # nothing paid twice
     json.dumps(done)  # the summary stays plain data
 
 
