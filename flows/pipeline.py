@@ -343,9 +343,15 @@ def run(
         try:
             return _drive(ctx, params, map_chunks, progress)
         except BudgetExhausted:
+            from tasks.report import write_report
+
             spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
             set_phase(ctx, Phase.BUDGET_EXHAUSTED)
-            ManifestStore(ctx.store).update(ctx.run_id, lambda m: m.model_copy(update={"cost_usd": spent}))
+            m = ManifestStore(ctx.store).update(ctx.run_id, lambda m: m.model_copy(update={"cost_usd": spent}))
+            try:  # the report of what is done so far; a resume writes it again at the end
+                write_report(ctx.store, m.model_dump(mode="json"), all_outcomes(ctx), None)
+            except Exception as e:  # the budget stop is what the user must see
+                log.error("report after the budget stop failed: %s", e)
             raise
 
 

@@ -120,6 +120,7 @@ def test_budget_stops_the_run_and_a_higher_budget_finishes_it(tmp_path: Path, em
     store = open_store(store_dir)
     m = ManifestStore(store).load("capped")
     assert m.phase == "budget_exhausted" and m.budget_usd == cap
+    assert 'id="phase">budget_exhausted<' in store.get("runs/capped/report.html").decode()  # report so far
     spent = CostLedger(store, "capped").totals()["usd"]
     assert 0 < spent <= cap  # stopped before the limit, not after
     assert emulator.state.accounting.total_usd() == pytest.approx(spent, abs=1e-9)
