@@ -213,6 +213,10 @@ def test_status_runs_and_estimate_read_well(
     assert st["phase"] == "done" and st["status"]["documents"] == n and st["counts"]["documents"] == n
     assert main(["--store", sd, "runs"]) == 0
     assert run_id in capsys.readouterr().out
+    assert main(["--store", sd, "report", run_id]) == 0  # written again from the store
+    assert f"report.html: {Path(sd).resolve()}/runs/{run_id}/report.html" in capsys.readouterr().out.replace(
+        "file://", ""
+    )
     corpus = finished_run["tmp"] / "corpus"
     assert main(["--store", sd, "estimate", str(corpus)]) == 0
     est = capsys.readouterr().out
