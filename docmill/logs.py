@@ -40,9 +40,14 @@ _EXTRA_FIELDS = (
 )
 
 
+_process_run_id: str | None = None  # threads of a pool do not inherit the context: fall back to this
+
+
 def bind_run(run_id: str | None) -> None:
-    """Tag every later log line of this context with the run id."""
+    """Tag every later log line of this context (and of threads it starts) with the run id."""
+    global _process_run_id
     _run_id.set(run_id)
+    _process_run_id = run_id
 
 
 def redact(text: str) -> str:
@@ -69,7 +74,7 @@ class _Formatter(logging.Formatter):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + "Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "run_id": getattr(record, "run_id", None) or _run_id.get(),
+            "run_id": getattr(record, "run_id", None) or _run_id.get() or _process_run_id,
             "msg": record.getMessage(),
         }
         for name in _EXTRA_FIELDS:
