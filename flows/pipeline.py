@@ -347,7 +347,9 @@ def run(
 
             spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
             set_phase(ctx, Phase.BUDGET_EXHAUSTED)
-            m = ManifestStore(ctx.store).update(ctx.run_id, lambda m: m.model_copy(update={"cost_usd": spent}))
+            m = ManifestStore(ctx.store).update(
+                ctx.run_id, lambda m: m.model_copy(update={"cost_usd": spent})
+            )
             try:  # the report of what is done so far; a resume writes it again at the end
                 write_report(ctx.store, m.model_dump(mode="json"), all_outcomes(ctx), None)
             except Exception as e:  # the budget stop is what the user must see
