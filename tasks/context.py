@@ -122,9 +122,11 @@ class ConversationTask:
         max_tokens: int = 1024,
         keep_recent_fraction: float = 0.25,
         pass_name: str = "context",
+        doc_id: str | None = None,
     ) -> None:
         from checkpoints.scratch import HistoryArchive, Scratchpad
 
+        self.doc_id = doc_id or f"*{task_id}*"  # whom the cost entries are attributed to
         self.task_id, self.run_id, self.store = task_id, run_id, store
         self.transport = Transport(client)
         self.model, self.tools, self.budget_tokens = model, tools, budget_tokens
@@ -397,7 +399,7 @@ class ConversationTask:
         entry = CostEntry.from_usage(
             run_id=self.run_id,
             pass_name=self.pass_name,
-            doc_id=f"*{self.task_id}*",
+            doc_id=self.doc_id,
             key=f"{self.task_id}-{suffix}",
             attempt=1,
             model=model,

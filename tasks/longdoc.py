@@ -14,6 +14,7 @@ offsets into the original text.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -188,7 +189,7 @@ def extract_long(
 
     chunks = split_document(text, settings.context.document_budget_tokens)
     task = ConversationTask(
-        f"longdoc-{doc_id}",
+        "longdoc-" + hashlib.sha256(doc_id.encode()).hexdigest()[:24],  # doc ids may hold '/'; keys may not
         run_id,
         store,
         client,
@@ -198,6 +199,7 @@ def extract_long(
         budget_tokens=budget_tokens or settings.context.budget_tokens,
         max_tokens=settings.api.max_tokens,
         pass_name=PASS,
+        doc_id=doc_id,
     )
     fmt = {"format": {"type": "json_schema", "schema": transform_schema(recipe.file_schema)}}
     task.state.setdefault("outputs", {})
