@@ -23,8 +23,6 @@ from checkpoints.keys import RESERVED_PREFIX, check_key, check_prefix
 from checkpoints.store import ObjectStore
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
-FSYNC = os.environ.get("DOCMILL_STORE_FSYNC", "1") not in ("0", "false", "no")
-
 
 def etag_of(data: bytes) -> str:
     return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
@@ -59,7 +57,7 @@ class LocalStore(ObjectStore):
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
-                if FSYNC:
+                if _fsync():
                     os.fsync(fh.fileno())
         except BaseException:
             _unlink(tmp)
@@ -189,3 +187,9 @@ def _sidecar(path: Path, tag: str) -> Path:
 def _unlink(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def _fsync() -> bool:
+    from docmill.settings import get_settings
+
+    return get_settings().store_io.fsync

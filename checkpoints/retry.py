@@ -8,7 +8,6 @@ Never a 4xx (bad request, access denied, not found) and never 412 (a lost precon
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -75,10 +74,11 @@ class RetryPolicy:
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
-        """DOCMILL_STORE_RETRY_ATTEMPTS / DOCMILL_STORE_RETRY_WAIT override the defaults."""
-        attempts = int(os.environ.get("DOCMILL_STORE_RETRY_ATTEMPTS", cls.attempts))
-        wait = float(os.environ.get("DOCMILL_STORE_RETRY_WAIT", cls.initial_wait))
-        return cls(attempts=max(1, attempts), initial_wait=max(0.0, wait))
+        """From settings (DOCMILL_STORE_IO__RETRY_ATTEMPTS, DOCMILL_STORE_IO__RETRY_WAIT_SECONDS)."""
+        from docmill.settings import get_settings
+
+        io = get_settings().store_io
+        return cls(attempts=io.retry_attempts, initial_wait=io.retry_wait_seconds)
 
     def wait(self) -> tenacity.wait.wait_base:
         if self.initial_wait <= 0:

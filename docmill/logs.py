@@ -97,7 +97,9 @@ def configure(fmt: str = "text", level: int | str | None = None, stream: Any = N
     `fmt` is "json" (one object per line) or "text"; the level defaults to DOCMILL_LOG_LEVEL
     (e.g. INFO for one line per API call), else WARNING."""
     if level is None:
-        level = os.environ.get("DOCMILL_LOG_LEVEL", "WARNING").upper()
+        from docmill.settings import get_settings
+
+        level = get_settings().log_level.upper()
     logger = logging.getLogger("docmill")
     for h in list(logger.handlers):
         if getattr(h, "_docmill", False):

@@ -8,8 +8,6 @@ table with DOCMILL_PRICES='{"model-id": {"input": 3.0, "output": 15.0}}'.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,13 +31,10 @@ BATCH_DISCOUNT = 0.5
 
 
 def price_table() -> dict[str, dict[str, float]]:
+    from docmill.settings import get_settings
+
     table = {k: dict(v) for k, v in DEFAULT_PRICES.items()}
-    extra = os.environ.get("DOCMILL_PRICES")
-    if extra:
-        try:
-            table.update(json.loads(extra))
-        except (ValueError, TypeError) as e:
-            raise ConfigError("DOCMILL_PRICES is not a JSON object of model -> prices") from e
+    table.update({k: dict(v) for k, v in get_settings().prices.items()})
     return table
 
 

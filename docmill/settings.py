@@ -88,6 +88,27 @@ class InventorySettings(BaseModel):
     exclude: list[str] = Field(default_factory=list, description="Glob patterns to skip.")
 
 
+class StoreSettings(BaseModel):
+    """How the object store behaves."""
+
+    retry_attempts: int = Field(
+        5, ge=1, description="Attempts per store call on transient faults (5xx, SlowDown)."
+    )
+    retry_wait_seconds: float = Field(
+        0.2, ge=0, description="First backoff wait; grows exponentially with jitter."
+    )
+    fsync: bool = Field(True, description="Local backend: fsync each object before it is renamed into place.")
+
+
+class ReviewSettings(BaseModel):
+    """The human review queue."""
+
+    sample_size: int = Field(
+        0, ge=0, description="Succeeded documents sampled into the review queue by eval."
+    )
+    sample_seed: int = Field(0, description="Seed of that stratified sample.")
+
+
 class Settings(BaseSettings):
     """Every docmill setting. Env prefix DOCMILL_, nested with `__`."""
 
@@ -104,13 +125,26 @@ class Settings(BaseSettings):
     )
     log_format: Literal["json", "text"] = Field("text", description="Log line format.")
     raise_errors: bool = Field(False, description="Show tracebacks instead of one-line errors.")
+    log_level: str = Field(
+        "WARNING", description="Level of docmill's own log lines (INFO: one per API call)."
+    )
     chunk_size: int = Field(50, ge=1, le=1000, description="Documents per Prefect task.")
+    chunk_workers: int = Field(4, ge=1, le=64, description="Chunks in flight at once in one process.")
+    chunk_limit_name: str | None = Field(
+        None, description="Prefect global concurrency limit held per chunk (strict); None: no limit."
+    )
+    prices: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description='Extra or overriding model prices, USD/MTok: {"model": {"input": 3, "output": 15}}.',
+    )
     api: ApiSettings = Field(default_factory=ApiSettings)
     gate: GateSettings = Field(default_factory=GateSettings)
     batch: BatchSettings = Field(default_factory=BatchSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
     inventory: InventorySettings = Field(default_factory=InventorySettings)
+    store_io: StoreSettings = Field(default_factory=StoreSettings)
+    review: ReviewSettings = Field(default_factory=ReviewSettings)
 
 
 @lru_cache(maxsize=1)

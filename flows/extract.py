@@ -8,7 +8,6 @@ Prefect. Set DOCMILL_CHUNK_LIMIT_NAME to hold a Prefect global concurrency limit
 
 from __future__ import annotations
 
-import os
 from contextlib import nullcontext
 from typing import Any
 
@@ -26,7 +25,7 @@ RUNNER: Any = ThreadPoolTaskRunner(max_workers=pipeline.CHUNK_WORKERS)  # always
 
 @task(name="per-file-chunk", cache_policy=NONE, retries=0)
 def chunk_task(fn: Any, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
-    limit = os.environ.get("DOCMILL_CHUNK_LIMIT_NAME")
+    limit = get_settings().chunk_limit_name
     if limit:
         from prefect.concurrency.sync import concurrency
 

@@ -24,6 +24,7 @@ from typing import Any
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
 from docmill.errors import BudgetExhausted, ConfigError, LeaseHeld
 from docmill.logs import bind_run, get_logger
+from docmill.settings import Settings
 from flows.context import RunContext
 
 log = get_logger("pipeline")
@@ -43,7 +44,7 @@ def chunk_id(n: int) -> str:
     return f"{n:06d}"
 
 
-CHUNK_WORKERS = int(os.environ.get("DOCMILL_CHUNK_WORKERS", "4"))
+CHUNK_WORKERS = Settings().chunk_workers  # read once: the Prefect task runner is built at import
 
 
 def plain_map(fn: ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
@@ -281,7 +282,6 @@ LEASE_TTL = 120.0
 
 def _holder_is_dead_here(holder: str | None) -> bool:
     """A lease left by a crashed process on this machine can be taken over at once."""
-    import os
     import socket
 
     host, _, rest = (holder or "").partition(":")
