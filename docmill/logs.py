@@ -43,6 +43,11 @@ _EXTRA_FIELDS = (
 _process_run_id: str | None = None  # threads of a pool do not inherit the context: fall back to this
 
 
+def current_run() -> str | None:
+    """The run id bound to this context or process, if any."""
+    return _run_id.get() or _process_run_id
+
+
 def bind_run(run_id: str | None) -> None:
     """Tag every later log line of this context (and of threads it starts) with the run id."""
     global _process_run_id
@@ -107,6 +112,7 @@ def configure(fmt: str = "text", level: int | str | None = None, stream: Any = N
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(_Formatter(fmt))
     handler._docmill = True  # type: ignore[attr-defined]
+    handler.setLevel(level)  # the stream keeps its level when a flow lowers the logger's for Prefect
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False

@@ -8,6 +8,7 @@ Prefect. Set DOCMILL_CHUNK_LIMIT_NAME to hold a Prefect global concurrency limit
 
 from __future__ import annotations
 
+import logging
 from contextlib import nullcontext
 from typing import Any
 
@@ -16,6 +17,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from docmill.logs import current_run, redact
 from docmill.settings import Settings, get_settings
 from flows import pipeline
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
@@ -91,15 +93,39 @@ def run_extract(
         )
 
 
+class _ToPrefect(logging.Handler):
+    """docmill's own log lines, forwarded to the flow run's logger with the docmill run id."""
+
+    def __init__(self, target: Any) -> None:
+        super().__init__(level=logging.INFO)
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            run = getattr(record, "run_id", None) or current_run() or "-"
+            self.target.log(record.levelno, "[docmill run %s] %s", run, redact(record.getMessage()))
+        except Exception:  # logging must never break a run
+            self.handleError(record)
+
+
 def _budget_guard(call: Any) -> dict[str, Any]:
-    """A budget stop is an expected end of a flow run, not a crash: return it as a summary
-    (phase budget_exhausted, the one-line message) so Prefect logs no traceback."""
+    """Run the chain inside a flow: docmill's log lines go to Prefect's run logger, and a budget
+    stop is an expected end (phase budget_exhausted, one line), not a crash with a traceback."""
     from docmill.errors import BudgetExhausted
 
+    source = logging.getLogger("docmill")
+    handler = _ToPrefect(get_run_logger())
+    source.addHandler(handler)
+    level = source.level
+    if level == logging.NOTSET or level > logging.INFO:
+        source.setLevel(logging.INFO)
     try:
         return dict(call())
     except BudgetExhausted as e:
         return {"run_id": getattr(e, "run_id", None), "phase": "budget_exhausted", "message": e.one_line()}
+    finally:
+        source.removeHandler(handler)
+        source.setLevel(level)
 
 
 def _publish(summary: dict[str, Any]) -> None:

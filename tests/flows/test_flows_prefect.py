@@ -80,3 +80,36 @@ def test_nightly_second_run_sends_only_new_and_changed(
     # changed doc + brand-new doc (the copy has known content) + one integration call over the new set
     assert len(file_calls) == 3, [r.body_sha256[:8] for r in file_calls]
     assert second["from_ledger"] >= first["states"]["succeeded"] - 1
+
+
+def test_flow_logs_reach_prefect_with_the_docmill_run_id(
+    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    from flows.extract import extract
+
+    corpus, _ = make_corpus(tmp_path, count=6, seed=6)
+    # A 400 for one document makes a WARNING line (the test session runs Prefect at WARNING).
+    (corpus / "rejected.txt").write_text("Invoice number: INV-4000\nVendor: REJECT-ME Ltd\nTotal: 1.00\n")
+    emulator.state.faults.add(kind="invalid_request", marker="REJECT-ME")
+    state = extract(str(corpus), "invoices", return_state=True)
+    run_id = state.result()["run_id"]
+
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            flt = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id]))
+            return await client.read_logs(log_filter=flt)
+
+    for _ in range(40):  # logs are shipped to the API in batches
+        messages = [log.message for log in asyncio.run(read())]
+        if any(f"[docmill run {run_id}]" in m for m in messages):
+            break
+        import time
+
+        time.sleep(0.25)
+    docmill_lines = [m for m in messages if m.startswith("[docmill run ")]
+    assert docmill_lines, messages
+    assert all(f"[docmill run {run_id}]" in m for m in docmill_lines)
+    assert any("rejected.txt" in m or "400" in m for m in docmill_lines), docmill_lines
