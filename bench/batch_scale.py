@@ -132,18 +132,20 @@ def main(argv: list[str] | None = None) -> int:
         client = anthropic.Anthropic(api_key="bench-key", base_url=base_url, max_retries=0, timeout=3600)
         recipe = load_recipe("invoices")
         marks: dict[str, float] = {}
-        ingest_s = 0.0
+        ingest_s = ingest_cpu_s = 0.0
 
         def hook(point: str) -> None:  # lifecycle points: when submission ends, when ingesting starts
             if point == "polling":
                 marks.setdefault("polling", time.perf_counter())
             elif point == "streaming_results" and "ingest_start" not in marks:
                 marks["ingest_start"] = time.perf_counter()
+                marks["ingest_cpu_start"] = time.process_time()
 
         def progress(e: dict[str, Any]) -> None:
-            nonlocal ingest_s
+            nonlocal ingest_s, ingest_cpu_s
             if e["event"] == "collected" and "ingest_start" in marks:
                 ingest_s += time.perf_counter() - marks.pop("ingest_start")
+                ingest_cpu_s += time.process_time() - marks.pop("ingest_cpu_start")
 
         batch_records.HOOK = hook
         start = time.perf_counter()
@@ -176,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         "processing_wait_s": round(total_s - (marks.get("polling", start) - start) - ingest_s, 1),
         "ingestion_s": round(ingest_s, 1),
         "ingestion_docs_per_s": round(ingested / ingest_s) if ingest_s else None,
+        "ingestion_cpu_s": round(ingest_cpu_s, 1),
+        "ingestion_docs_per_cpu_s": round(ingested / ingest_cpu_s) if ingest_cpu_s else None,
+        "load_average": [round(x, 1) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
         "total_wall_s": round(total_s, 1),
         "peak_rss_mb": round(rss_mb),
         "store_ops_per_doc": {k: round(v / n, 3) for k, v in sorted(store.ops.items())},
@@ -186,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         "fsync": os.environ.get("DOCMILL_STORE_FSYNC", "1"),
     }
     print(json.dumps(report, indent=2))
-    ok = rss_mb < 500 and (report["ingestion_docs_per_s"] or 0) >= 2000
-    print("targets met" if ok else "targets NOT met: peak RSS < 500 MB, ingestion >= 2,000 docs/s")
+    rss_ok, rate_ok = rss_mb < 500, (report["ingestion_docs_per_s"] or 0) >= 2000
+    print(
+        f"peak RSS < 500 MB: {'met' if rss_ok else 'NOT met'}; ingestion >= 2,000 docs/s: {'met' if rate_ok else 'NOT met'}"
+    )
     return 0
 
 
