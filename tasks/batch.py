@@ -105,7 +105,6 @@ class BatchEngine:
         self.next_n = 1
         self.round = 1
         self.duplicates: list[Document] = []
-        self.stats: Counter[str] = Counter()
 
     # ---- resume ----------------------------------------------------------------------------
 
@@ -167,7 +166,6 @@ class BatchEngine:
             )
         finally:
             body.close()
-        self.stats["batches"] += 1
         self.on_progress(_event("submitted", rec))
         if rec.phase is BatchPhase.NOT_CREATED:
             self.pending.update((i.custom_id, i) for i in body.items())
@@ -569,8 +567,13 @@ def run_batches(
 ) -> Iterator[DocOutcome]:
     """The per-file pass as batches: a generator of one terminal `DocOutcome` per document.
 
-    Nothing happens until it is iterated. Calling it again with the same run id resumes: batches
-    in flight are re-attached, keys in the ledger are skipped, only what is missing is submitted.
+    Nothing happens until it is iterated; outcomes come as documents become terminal (ledger hits
+    and skipped documents while streaming, the rest as their batches are collected, duplicates of
+    another document's content last). Calling it again with the same run id resumes: batches in
+    flight are re-attached, keys in the ledger are skipped, only what is missing is submitted.
+    `on_progress(event)` gets {"event": "submitted" | "status" (every poll) | "collected" |
+    "reconciled", "run_id", "n", "round", "phase", "batch_ids", "status", "counts" (the API's
+    request counts), "requests", "outcomes" (per result type, "carried"), "notes"}.
     `model_client` (a tasks.realtime.ModelClient) is used for repairs when
     settings.batch.repairs_realtime is set.
     """
