@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from checkpoints.batches import BatchPhase, BatchRecords
 from checkpoints.costs import CostLedger
@@ -21,6 +23,7 @@ from checkpoints.store import open_store
 from docmill.settings import Settings
 from tasks import batch_records
 from tasks.batch import cancel_batches, run_batches
+from tasks.batch_records import BatchBody, WorkItem, request_line
 from tasks.inventory import Document, inventory
 from tasks.outcome import DocOutcome, DocState
 from tasks.realtime import ModelClient
@@ -373,3 +376,43 @@ def test_a_batch_past_max_wait_is_canceled_and_its_requests_resent(
     assert first.request_counts["canceled"] == 2
     assert all(o.state is DocState.SUCCEEDED for o in outcomes)
     assert set(rig.sent().values()) == {2} and set(rig.billed().values()) == {1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=400), min_size=1, max_size=40),
+    max_requests=st.integers(min_value=1, max_value=8),
+    max_bytes=st.integers(min_value=300, max_value=3000),
+)
+def test_batch_bodies_respect_both_limits_and_stream_valid_json(
+    sizes: list[int], max_requests: int, max_bytes: int
+) -> None:
+    import hashlib
+    import json
+
+    from checkpoints.batches import item_custom_id
+
+    bodies, body, skipped = [], BatchBody(max_requests, max_bytes), 0
+    for i, size in enumerate(sizes):
+        item = WorkItem(custom_id=f"k_{i}", doc={"doc_id": f"d{i}", "pad": "é" * (i % 3)}, max_tokens=8)
+        line = request_line(item.custom_id, {"model": "m", "text": "x" * size})
+        if not body.alone_fits(line):
+            skipped += 1
+            continue
+        if not body.fits(line):
+            bodies.append(body)
+            body = BatchBody(max_requests, max_bytes)
+        body.add(item, line)
+    bodies.append(body)
+    seen = []
+    for b in bodies:
+        data = b"".join(b.chunks())
+        assert data == b"".join(b.chunks())  # a fresh stream each time (create can be retried)
+        assert len(data) == b.size <= max_bytes and len(b) <= max_requests
+        assert hashlib.sha256(data).hexdigest() == b.sha256()
+        requests = json.loads(data)["requests"]
+        assert [r["custom_id"] for r in requests] == [item_custom_id(x) for x in b.lines]
+        assert [WorkItem.from_line(json.loads(x)) for x in b.lines] == b.items()
+        seen += [r["custom_id"] for r in requests]
+        b.close()
+    assert len(seen) + skipped == len(sizes) and len(set(seen)) == len(seen)
