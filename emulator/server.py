@@ -110,6 +110,13 @@ def api_route(
     state: EmulatorState, handler: Handler, *, json_body: bool = False
 ) -> Callable[[Request], Awaitable[Any]]:
     async def endpoint(request: Request) -> Any:
+        state.in_flight += 1
+        try:
+            return await _endpoint(request)
+        finally:
+            state.in_flight -= 1
+
+    async def _endpoint(request: Request) -> Any:
         path = request.url.path
         state.accounting.note_received(path)
         request_id = state.new_id("req")

@@ -223,6 +223,7 @@ class EmulatorState:
         self.limiter = RateLimiter(self.config, self.clock)
         self.batches = BatchStore(self)
         self._ids = itertools.count(1)
+        self.in_flight = 0  # API requests being answered now (a test waits for 0 before a reset)
         self._salt = secrets.token_hex(3)
 
     def new_id(self, prefix: str) -> str:
@@ -233,6 +234,16 @@ class EmulatorState:
         self.config.update(values)
         self.clock.set_rate(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
         self.limiter = RateLimiter(self.config, self.clock)
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until no API request is being answered (one a client gave up on still finishes
+        and is billed, as on the real API); True when drained."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self.in_flight
 
     def reset(self, config: EmulatorConfig | None = None) -> None:
         """Forget everything (accounting, cache, batches, faults, clock offset); keep the server running."""

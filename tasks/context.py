@@ -61,28 +61,14 @@ class Transport:
 
     def __init__(self, client: Any) -> None:
         self.model_client = None if isinstance(client, anthropic.Anthropic) else client
-        self.sdk: anthropic.Anthropic = client if self.model_client is None else client._sdk
+        self.sdk: anthropic.Anthropic = client if self.model_client is None else client.sdk
 
-    def __call__(self, fn: Callable[[], T], *, pace_tokens: int = 0) -> T:
-        """Run one API call with the transport retries; `pace_tokens` > 0 goes through the pacer."""
-        mc = self.model_client
-        if mc is None:
+    def __call__(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
+                 max_tokens: int = 0) -> T:  # fmt: skip
+        """Run one API call with the transport retries (and the run's cost cap when `model` is given)."""
+        if self.model_client is None:
             return fn()
-        from tasks.retrying import is_retryable, wait_seconds
-
-        api = mc.settings.api
-        attempt = 0
-        while True:
-            attempt += 1
-            if pace_tokens:
-                mc.limiter.acquire(pace_tokens)
-            try:
-                with mc.semaphore:
-                    return fn()
-            except Exception as e:
-                if not is_retryable(e) or attempt >= api.max_attempts:
-                    raise
-                mc._backoff(wait_seconds(e, attempt, api.backoff_max_seconds, mc._rng))
+        return self.model_client.run(fn, pace_tokens=pace_tokens, model=model, max_tokens=max_tokens)
 
 
 def safe_group(name: str) -> str:
@@ -259,9 +245,10 @@ class ConversationTask:
         """One Messages call through the transport layer; beta namespace when `betas` is given."""
         sdk = self.transport.sdk
         pace = estimate_input_tokens(body)
+        cap = {"pace_tokens": pace, "model": body["model"], "max_tokens": int(body.get("max_tokens") or 0)}
         if betas:
-            return self.transport(lambda: sdk.beta.messages.create(betas=betas, **body), pace_tokens=pace)
-        return self.transport(lambda: sdk.messages.create(**body), pace_tokens=pace)
+            return self.transport(lambda: sdk.beta.messages.create(betas=betas, **body), **cap)
+        return self.transport(lambda: sdk.messages.create(**body), **cap)
 
     # ---- compaction --------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anthropic
 from pydantic import SecretStr
@@ -33,6 +33,7 @@ from tasks.requests import estimate_input_tokens
 from tasks.retrying import FailureKind, classify, describe, error_retry_after, is_retryable, wait_seconds
 
 OnResponse = Callable[[int, dict[str, Any]], None]
+T = TypeVar("T")
 
 DEFAULT_HINT = "the API refused this request; it is not retried"
 STATUS_HINTS = {
@@ -128,6 +129,48 @@ class ModelClient:
     def close(self) -> None:
         self._sdk.close()
 
+    @property
+    def sdk(self) -> anthropic.Anthropic:
+        """The SDK client (max_retries=0): only call it through `run` or `call`."""
+        return self._sdk
+
+    def run(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
+            max_tokens: int = 0) -> T:  # fmt: skip
+        """Any other SDK call (count_tokens, beta compaction, ...) through this client's one
+        transport layer: the same retry predicate and waits, the pacer, the concurrency bound,
+        and, when `model` is given, the run's cost cap (worst case reserved, then settled to the
+        billed usage, compaction iterations included)."""
+        api = self.settings.api
+        attempts = [0]
+
+        def once() -> T:
+            attempts[0] += 1
+            if pace_tokens:
+                self.limiter.acquire(pace_tokens)
+            hold = self.budget.reserve(self._worst_case_usd(model, pace_tokens, max_tokens)) if model else 0.0
+            billed = 0.0
+            try:
+                with self.semaphore:
+                    result = fn()
+                usage = getattr(result, "usage", None)
+                if model and usage is not None:
+                    billed = self._cost(
+                        model, usage.model_dump(mode="json") if hasattr(usage, "model_dump") else usage
+                    )
+                return result
+            finally:
+                if model:
+                    self.budget.settle(hold, billed)
+
+        retrying = Retrying(
+            retry=retry_if_exception(is_retryable),
+            stop=lambda _s: attempts[0] >= api.max_attempts,
+            wait=lambda st: self._wait_any(st, attempts[0]),
+            sleep=self._backoff,
+            reraise=True,
+        )
+        return retrying(once)
+
     # ---- one HTTP attempt ----------------------------------------------------------------------
 
     def _send(self, request: dict[str, Any], ladder: _Ladder, on_response: OnResponse | None) -> Any:
@@ -182,6 +225,14 @@ class ModelClient:
             return 0.0
         return wait_seconds(
             exc, max(ladder.attempts_on_model, 1), self.settings.api.backoff_max_seconds, self._rng
+        )
+
+    def _wait_any(self, state: RetryCallState, attempt: int) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        return (
+            0.0
+            if exc is None
+            else wait_seconds(exc, attempt, self.settings.api.backoff_max_seconds, self._rng)
         )
 
     def _backoff(self, seconds: float) -> None:
