@@ -119,26 +119,31 @@ class Budget:
         self.cap_usd = cap_usd
         self.spent_usd = spent_usd
         self.reserved_usd = 0.0
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
 
     def reserve(self, worst_case_usd: float) -> float:
-        """Hold `worst_case_usd`; raises BudgetExhausted when it would cross the cap."""
-        with self._lock:
-            if (
+        """Hold `worst_case_usd`. When only other requests' reservations stand in the way, wait for
+        them to settle (most cost less than their worst case); raise BudgetExhausted once what is
+        already spent leaves no room for this request."""
+        with self._changed:
+            while (
                 self.cap_usd is not None
                 and self.spent_usd + self.reserved_usd + worst_case_usd > self.cap_usd
             ):
-                raise BudgetExhausted(
-                    f"the next request (up to ${worst_case_usd:.4f}) would pass the run's cap of "
-                    f"${self.cap_usd:.2f} (spent ${self.spent_usd:.4f}, in flight ${self.reserved_usd:.4f})",
-                    hint="resume the run with a higher --max-cost-usd",
-                    spent_usd=self.spent_usd,
-                    cap_usd=self.cap_usd,
-                )
+                if self.reserved_usd <= 0 or self.spent_usd + worst_case_usd > self.cap_usd:
+                    raise BudgetExhausted(
+                        f"the next request (up to ${worst_case_usd:.4f}) would pass the run's cap of "
+                        f"${self.cap_usd:.2f} (spent ${self.spent_usd:.4f}, in flight ${self.reserved_usd:.4f})",
+                        hint="resume the run with a higher --max-cost-usd",
+                        spent_usd=self.spent_usd,
+                        cap_usd=self.cap_usd,
+                    )
+                self._changed.wait(timeout=1.0)
             self.reserved_usd += worst_case_usd
             return worst_case_usd
 
     def settle(self, reserved_usd: float, actual_usd: float) -> None:
-        with self._lock:
+        with self._changed:
             self.reserved_usd = max(0.0, self.reserved_usd - reserved_usd)
             self.spent_usd += actual_usd
+            self._changed.notify_all()

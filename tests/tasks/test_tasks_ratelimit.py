@@ -98,11 +98,17 @@ def test_client_reacts_to_emulator_rate_limit_headers_without_a_429(emulator: An
 
 
 def test_budget_reserves_worst_case_and_settles_to_actual() -> None:
+    import threading
+
     budget = Budget(1.0)
     a = budget.reserve(0.6)
+    # 0.6 in flight + 0.5 would pass the cap, but only in-flight work stands in the way: it waits
+    settle = threading.Timer(0.2, lambda: budget.settle(a, 0.1))
+    settle.start()
+    b = budget.reserve(0.5)
+    settle.join()
+    assert budget.spent_usd == pytest.approx(0.1) and budget.reserved_usd == pytest.approx(0.5)
+    budget.settle(b, 0.85)
     with pytest.raises(BudgetExhausted):
-        budget.reserve(0.5)  # 0.6 in flight + 0.5 would pass the cap
-    budget.settle(a, 0.1)
-    assert budget.spent_usd == pytest.approx(0.1) and budget.reserved_usd == 0.0
-    budget.reserve(0.5)
+        budget.reserve(0.1)  # what is spent (0.95) leaves no room: refused at once
     assert Budget(None).reserve(1e9) == 1e9  # no cap
