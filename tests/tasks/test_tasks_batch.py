@@ -56,12 +56,15 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Rig:
     """One run: store, settings, recipe, SDK client, and the emulator's clock as the engine's."""
 
-    def __init__(self, emulator: Any, tmp_path: Path, corpus: Path, **batch: Any) -> None:
+    def __init__(
+        self, emulator: Any, tmp_path: Path, corpus: Path, store_uri: str | None = None, **batch: Any
+    ) -> None:
         self.em = emulator
         self.corpus = corpus
         batch = {"poll_seconds": 60.0, "poll_max_seconds": 600.0, **batch}
-        self.settings = Settings(store=str(tmp_path / "store"), batch=batch)  # type: ignore[arg-type]
-        self.store = open_store(tmp_path / "store")
+        uri = store_uri or str(tmp_path / "store")
+        self.settings = Settings(store=uri, batch=batch)  # type: ignore[arg-type]
+        self.store = open_store(uri)
         self.recipe = load_recipe("invoices")
         self.client = sdk_client(emulator)
         self.events: list[dict[str, Any]] = []
@@ -416,3 +419,27 @@ def test_batch_bodies_respect_both_limits_and_stream_valid_json(
         seen += [r["custom_id"] for r in requests]
         b.close()
     assert len(seen) + skipped == len(sizes) and len(set(seen)) == len(seen)
+
+
+def test_records_and_ledger_on_s3_survive_a_crash_after_create(
+    emulator: Any, tmp_path: Path, corpus: Path, s3_store_uri: str
+) -> None:
+    rig = Rig(emulator, tmp_path, corpus, store_uri=s3_store_uri, max_requests=3)
+    docs = rig.ok_docs()[:7]
+
+    def crash_after_second_create(point: str) -> None:
+        if point == "after_create" and len(emulator.state.batches.batches) == 2:
+            raise Abort
+
+    batch_records.HOOK = crash_after_second_create
+    try:
+        with pytest.raises(Abort):
+            rig.run(docs)
+    finally:
+        batch_records.HOOK = None
+    assert rig.records().load(2).phase is BatchPhase.INTENT
+    outcomes = rig.run(docs)
+    assert all(o.state is DocState.SUCCEEDED for o in outcomes) and len(outcomes) == 7
+    assert [r.phase for r in rig.records().load_all()] == [BatchPhase.COLLECTED] * 3
+    assert set(rig.billed().values()) == {1} and len(rig.billed()) == 7
+    assert all(ResultsLedger(rig.store).has(FILE_PASS, rig.key(d)) for d in docs)
