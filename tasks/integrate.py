@@ -225,6 +225,7 @@ def _ask(client: Any, request: dict[str, Any], *, key: str, responses: Any, atte
         doc_id="*integration*",
         pass_name=PASS,
         on_response=lambda n, msg: responses.put(PASS, key, attempt + n, msg),
+        purpose="repair" if attempt else "first",
     )
     return result.message, result
 

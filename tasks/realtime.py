@@ -26,12 +26,14 @@ from pydantic import SecretStr
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 
 from docmill.errors import ApiCallError
+from docmill.logs import get_logger
 from docmill.prices import CACHE_WRITE_5M, cost_usd, price_table
 from tasks.outcome import add_usage
 from tasks.ratelimit import Budget, RateLimiter
 from tasks.requests import estimate_input_tokens
 from tasks.retrying import FailureKind, classify, describe, error_retry_after, is_retryable, wait_seconds
 
+log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], None]
 T = TypeVar("T")
 
@@ -249,9 +251,13 @@ class ModelClient:
         doc_id: str,
         pass_name: str,
         on_response: OnResponse | None = None,
+        purpose: str = "call",
+        prompt_version: str | None = None,
     ) -> CallResult:
-        """Send one Messages request; `on_response(attempt, message)` runs the moment it answers."""
+        """Send one Messages request; `on_response(attempt, message)` runs the moment it answers.
+        Every answered call leaves one structured log line (docmill.api, INFO)."""
         api = self.settings.api
+        started = time.monotonic()
         ladder = _Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
@@ -270,6 +276,17 @@ class ModelClient:
             kind = f"api_error:{status}" if status is not None else "transport_exhausted"
             raise self._error(e, ladder, key, doc_id, pass_name, kind) from e
         usage = add_usage({}, message.get("usage"))
+        log.info(
+            "%s call answered (%s)",
+            pass_name,
+            purpose,
+            extra={
+                "doc_id": doc_id, "request_id": message.get("_request_id"), "model": ladder.model,
+                "prompt_version": prompt_version, "stop_reason": message.get("stop_reason"), "usage": usage,
+                "latency_ms": round((time.monotonic() - started) * 1000, 1), "attempt": ladder.attempts,
+                "cost_usd": round(self._cost(ladder.model, message.get("usage")), 6),
+            },
+        )  # fmt: skip
         return CallResult(
             message=message,
             usage=usage,

@@ -12,7 +12,6 @@ never with a second call. Any unexpected error of one document becomes its faile
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,14 +117,13 @@ class Attempts:
             self.n = self.p.responses.put(FILE_PASS, self.key, self.n + 1, message)
             message["_docmill"]["attempt"] = self.n
 
-        started = time.monotonic()
         result = self.p.client.call(
-            request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response
-        )
+            request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response,
+            purpose=purpose, prompt_version=prompt_version(self.p.recipe),
+        )  # fmt: skip
         self.transport_attempts += result.attempts
         self.model = result.model
         self._account(result.message, purpose, request["max_tokens"])
-        log_call(self.p, self.doc_id, result, purpose, time.monotonic() - started)
         return result.message
 
     def _account(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> None:
@@ -173,27 +171,6 @@ class Attempts:
 def prompt_version(recipe: Any) -> str:
     """Recipe version and a short hash of its prompts, as log lines show it."""
     return f"{recipe.version}/{recipe_parts(recipe)[0][:8]}"
-
-
-def log_call(p: Pass, doc_id: str, result: Any, purpose: str, seconds: float) -> None:
-    """One structured line per answered API call (docmill.logs masks secrets)."""
-    log.info(
-        "%s call answered (%s)",
-        FILE_PASS,
-        purpose,
-        extra={
-            "run_id": p.run_id,
-            "doc_id": doc_id,
-            "request_id": result.request_id,
-            "model": result.model,
-            "prompt_version": prompt_version(p.recipe),
-            "stop_reason": result.message.get("stop_reason"),
-            "usage": result.usage,
-            "latency_ms": round(seconds * 1000, 1),
-            "attempt": result.attempts,
-            "cost_usd": round(result.cost_usd, 6),
-        },
-    )
 
 
 def record_cost(

@@ -72,6 +72,8 @@ def test_logs_carry_call_context_and_no_api_key(
     answered = [r for r in lines if r["msg"].startswith("file call answered")]
     billed = [b for b in emulator.state.accounting.billed if b.path == "/v1/messages"]
     assert len(answered) == len([b for b in billed if b.usage.get("output_tokens")]) - 1  # - integration
+    integration = [r for r in lines if r["msg"].startswith("integration call answered")]
+    assert len(integration) == 1 and integration[0]["request_id"].startswith("req_")
     for r in answered:
         assert r["run_id"] == "logged" and r["doc_id"] and r["request_id"].startswith("req_")
         assert r["model"] and r["prompt_version"].startswith("1/") and r["stop_reason"] == "end_turn"
