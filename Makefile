@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(BIN)/docmill run examples/corpus/invoices --recipe invoices --store ./docmill-store
 
 test: $(STAMP)
-	$(BIN)/ruff check .
+	$(BIN)/ruff check --no-cache .
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)

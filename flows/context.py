@@ -74,6 +74,7 @@ class RunContext:
 def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[Any, Any]:
     """The realtime ModelClient (one transport retry layer) and the raw SDK client for batches."""
     import anthropic
+
     from tasks.realtime import ModelClient
 
     client = ModelClient(settings, base_url=endpoint.base_url, api_key=endpoint.api_key)
