@@ -191,16 +191,19 @@ class BatchEngine:
 
     def _stream_docs(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
         body = self._body()
+        streamed: set[str] = set()  # a second document with a key already seen waits for its result
         for doc, key, got in ordered_map(self.pool, self._prepare, docs, WINDOW):
-            if key is None:
-                if doc.duplicate_of:
+            if key is None or key in streamed:
+                if doc.duplicate_of or key is not None:
                     self.duplicates.append(doc)
                 else:
                     yield _skipped(doc)
-            elif isinstance(got, dict):
+                continue
+            streamed.add(key)
+            if isinstance(got, dict):
                 self.pending.pop(key, None)
                 yield self._from_ledger(doc, got)
-            elif got is not None and key not in body.custom_ids:
+            elif got is not None:
                 item, line = got
                 if isinstance(line, InputError):
                     yield self._fail(item, "input:unreadable", line.one_line(), permanent=False)

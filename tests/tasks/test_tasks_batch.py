@@ -443,3 +443,19 @@ def test_records_and_ledger_on_s3_survive_a_crash_after_create(
     assert [r.phase for r in rig.records().load_all()] == [BatchPhase.COLLECTED] * 3
     assert set(rig.billed().values()) == {1} and len(rig.billed()) == 7
     assert all(ResultsLedger(rig.store).has(FILE_PASS, rig.key(d)) for d in docs)
+
+
+def test_every_document_gets_an_outcome_even_when_two_share_a_key(
+    emulator: Any, tmp_path: Path, corpus: Path
+) -> None:
+    rig = Rig(emulator, tmp_path, corpus, max_requests=2)
+    docs = rig.ok_docs()[:3]
+    twin = docs[0].model_copy(update={"doc_id": "renamed/" + docs[0].doc_id})  # same content, same key
+    outcomes = rig.run([*docs, twin])
+    by_doc = {o.doc_id: o for o in outcomes}
+    assert set(by_doc) == {d.doc_id for d in [*docs, twin]}
+    assert (
+        by_doc[twin.doc_id].state is DocState.SUCCEEDED
+        and by_doc[twin.doc_id].output == by_doc[docs[0].doc_id].output
+    )
+    assert rig.sent()[rig.key(docs[0])] == 1
