@@ -317,7 +317,9 @@ class EmulatorServer:
         return self.base_url + path
 
     def start(self) -> EmulatorServer:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio then sets TCP_NODELAY on accepted connections; without it
+        # every keep-alive request waited ~44 ms for a delayed ACK (Nagle).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self._port))
         sock.listen(2048)
