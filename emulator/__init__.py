@@ -15,5 +15,8 @@ Key contracts (each covered by tests/emulator/):
 
 Modules: server (app + routes), messages (one request end to end + SSE), batches, compaction,
 caching, tokens, faults, validation, accounting, state (config, clock, rate limits), control
-(/_emulator/ endpoints), cli; model + grounding (the deterministic answers) are separate.
+(/_emulator/ endpoints), cli. The deterministic answers: model (respond, summarize), grounding
+(reading a request's documents and labelled lines), schema_fill + schema_hints (a JSON schema filled
+with grounded values), item_frames, line_items, source_code, claims, records, roles, frames, values,
+words, summary (the compaction summary).
 """
