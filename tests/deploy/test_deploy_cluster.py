@@ -187,6 +187,13 @@ def test_deploy_cluster_backfill_on_two_workers_then_nightly(cluster: Cluster) -
         DOCMILL_NIGHTLY_SOURCE=CORPUS,
     )
     deploy_s = time.monotonic() - t0
+    with cluster.api() as api:
+        nightly_dep = api.get("/deployments/name/nightly/nightly").json()
+        backfill_dep = api.get("/deployments/name/backfill/backfill").json()
+    (schedule,) = nightly_dep["schedules"]
+    assert schedule["schedule"]["cron"] == "0 2 * * *" and schedule["active"]
+    assert nightly_dep["parameters"]["source"] == CORPUS
+    assert backfill_dep["schedules"] == [] and backfill_dep["work_pool_name"] == "docmill"
 
     # The backfill, split across both workers: one run per shard, running at the same time. Shard 0
     # takes the deployment's default (Message Batches); shard 1 runs realtime, where chunks are
