@@ -127,15 +127,11 @@ class Attempts:
         return result.message
 
     def _account(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> None:
-        usage = message.get("usage") or {}
         model = str((message.get("_docmill") or {}).get("model") or self.model)
-        usd = cost_usd(model, usage)
-        add_usage(self.usage, usage)
-        self.cost += usd
+        self.cost += account_attempt(
+            self.p, self.doc_id, self.key, self.n, model, message, self.usage, self.request_ids
+        )
         request_id = message.get("_request_id")
-        if request_id:
-            self.request_ids.append(str(request_id))
-        record_cost(self.p, self.doc_id, self.key, self.n, model, request_id, usage, usd)
         self.log.append(
             {
                 "attempt": self.n,
@@ -173,6 +169,22 @@ def prompt_version(recipe: Any) -> str:
     return f"{recipe.version}/{recipe_parts(recipe)[0][:8]}"
 
 
+def account_attempt(
+    p: Pass, doc_id: str, key: str, attempt: int, model: str, message: dict[str, Any],
+    usage_total: dict[str, int], request_ids: list[str],
+) -> float:  # fmt: skip
+    """Account one answered realtime attempt: its usage added to `usage_total`, its request id to
+    `request_ids`, its cost entry written; returns its cost in USD."""
+    usage = message.get("usage") or {}
+    usd = cost_usd(model, usage)
+    add_usage(usage_total, usage)
+    request_id = message.get("_request_id")
+    if request_id:
+        request_ids.append(str(request_id))
+    record_cost(p, doc_id, key, attempt, model, request_id, usage, usd)
+    return usd
+
+
 def record_cost(
     p: Pass,
     doc_id: str,
@@ -184,18 +196,19 @@ def record_cost(
     usd: float,
 ) -> None:
     """One cost entry per answered attempt, group id `<key>-<attempt>` (written once)."""
-    entry = CostEntry.from_usage(
-        run_id=p.run_id,
-        pass_name=FILE_PASS,
-        doc_id=doc_id,
-        key=key,
-        attempt=attempt,
-        model=model,
-        request_id=request_id,
-        usage=usage,
-        batch=False,
-    )
+    entry = file_cost_entry(p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False)
     p.costs.record(f"{key}-{attempt}", [entry])
+
+
+def file_cost_entry(
+    run_id: str, doc_id: str, key: str, attempt: int, model: str, request_id: Any, usage: dict[str, Any],
+    *, batch: bool,
+) -> CostEntry:  # fmt: skip
+    """The cost entry of one answered per-file attempt, realtime or (`batch=True`) batch-priced."""
+    return CostEntry.from_usage(
+        run_id=run_id, pass_name=FILE_PASS, doc_id=doc_id, key=key, attempt=attempt, model=model,
+        request_id=request_id, usage=usage, batch=batch,
+    )  # fmt: skip
 
 
 def review_chunk(
@@ -237,9 +250,9 @@ def _key_or_none(p: Pass, doc: Any) -> str | None:
 def _guarded(p: Pass, doc: Any, key: str | None, *, duplicate: bool = False) -> DocOutcome:
     try:
         if key is None:
-            return _skipped(doc)
+            return skipped_outcome(doc)
         if duplicate:
-            return _from_original(p, doc, key)
+            return outcome_from_original(p, doc, key)
         return _review_one(p, doc, key)
     except BudgetExhausted as e:
         return _failed(doc, key, "budget", e.one_line())
@@ -256,14 +269,16 @@ def _failed(doc: Any, key: str | None, failure_type: str, error: str, **kw: Any)
     )  # fmt: skip
 
 
-def _skipped(doc: Any) -> DocOutcome:
+def skipped_outcome(doc: Any) -> DocOutcome:
+    """The failed outcome of a document the inventory skipped ("input:<skip reason>", no call)."""
     reason = getattr(doc.skip_reason, "value", doc.skip_reason) or "skipped"
     detail = getattr(doc, "skip_detail", None)
     return _failed(doc, None, f"input:{reason}", detail or f"document skipped by inventory: {reason}")
 
 
-def _from_original(p: Pass, doc: Any, key: str) -> DocOutcome:
-    """A duplicate-content document takes the ledger result of its original (no second call)."""
+def outcome_from_original(p: Pass, doc: Any, key: str) -> DocOutcome:
+    """A duplicate-content document takes the ledger result of its original (no second call),
+    marked `duplicate_of:<original>`; failed when the original has no result in the ledger."""
     original = doc.duplicate_of or "an earlier document with the same content"
     record = p.ledger.get(FILE_PASS, key)
     if record is None:
@@ -274,18 +289,19 @@ def _from_original(p: Pass, doc: Any, key: str) -> DocOutcome:
     outcome = DocOutcome.from_record(record, doc_id=doc.doc_id)
     mark = f"duplicate_of:{original}"
     outcome.reason = mark if not outcome.reason else f"{outcome.reason};{mark}"
-    if outcome.state is DocState.NEEDS_REVIEW:
-        p.queue.add(_review_item(p, doc, outcome))
-    return outcome
+    return enqueue_review(p, doc, outcome)
+
+
+def outcome_from_ledger(p: Pass, doc: Any, record: dict[str, Any]) -> DocOutcome:
+    """The stored outcome of a ledger hit (no call: invariant 1), queued again for review when it
+    needs review (the queue is per run)."""
+    return enqueue_review(p, doc, DocOutcome.from_record(record, doc_id=doc.doc_id))
 
 
 def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
     record = p.ledger.get(FILE_PASS, key)
     if record is not None:
-        outcome = DocOutcome.from_record(record, doc_id=doc.doc_id)
-        if outcome.state is DocState.NEEDS_REVIEW:
-            p.queue.add(_review_item(p, doc, outcome))
-        return outcome
+        return outcome_from_ledger(p, doc, record)
     text = load_text(doc)
     if is_long(text, p.settings):
         return _review_long(p, doc, key, text)
@@ -302,7 +318,7 @@ def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
             verdict = check(p.recipe, text, message)
             progress.note(action, message.get("usage"))
             tries.note_verdict(verdict)
-            decision = _next(p, verdict, progress, request)
+            decision = decide_next(p.settings, verdict, progress, request)
             if decision.action in (Action.ACCEPT, Action.REVIEW):
                 return _finish(p, doc, key, tries, verdict, decision)
             request = {**next_request(decision, request, verdict), "model": tries.model}
@@ -315,9 +331,11 @@ def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
         return _unfinished(doc, tries, "budget", e.one_line())
 
 
-def _next(p: Pass, verdict: Verdict, progress: Progress, request: dict[str, Any]) -> Decision:
+def decide_next(settings: Any, verdict: Verdict, progress: Progress, request: dict[str, Any]) -> Decision:
+    """The repair policy's next step for one answer; `request` is the one that would be followed up
+    (its size and the answer's estimate the next call's input; unused when the verdict is ok)."""
     estimate = estimate_input_tokens(request) + len(verdict.raw_text) // 4 if not verdict.ok else 0
-    return decide(verdict, progress, p.settings, next_input_tokens=estimate)
+    return decide(verdict, progress, settings, next_input_tokens=estimate)
 
 
 def _review_long(p: Pass, doc: Any, key: str, text: str) -> DocOutcome:
@@ -350,27 +368,26 @@ def _review_long(p: Pass, doc: Any, key: str, text: str) -> DocOutcome:
         last_error="; ".join(errors)[:2000] or None, model=p.model, attempts=len(result["chunks"]),
         provenance={"chunks": result["chunks"], "fields": result["provenance"]},
     )  # fmt: skip
-    outcome = _write(p, outcome)
-    if outcome.state is DocState.NEEDS_REVIEW:
-        p.queue.add(_review_item(p, doc, outcome, errors=errors))
-    return outcome
+    return enqueue_review(p, doc, write_outcome(p, outcome), errors=errors)
 
 
 def _finish(p: Pass, doc: Any, key: str, tries: Attempts, verdict: Verdict, decision: Decision) -> DocOutcome:
-    accepted = decision.action is Action.ACCEPT
-    outcome = tries.outcome(
-        doc.doc_id,
-        state=DocState.SUCCEEDED if accepted else DocState.NEEDS_REVIEW,
-        reason=None if accepted else decision.reason,
-        output=verdict.output,
-        raw_output=None if accepted else verdict.raw_text,
-        flags=verdict.flags,
-        last_error=None if accepted else "; ".join(verdict.errors)[:2000] or None,
-    )
-    outcome = _write(p, outcome)
-    if outcome.state is DocState.NEEDS_REVIEW:
-        p.queue.add(_review_item(p, doc, outcome, tries=tries.log, errors=verdict.errors))
-    return outcome
+    outcome = tries.outcome(doc.doc_id, **gated_fields(verdict, decision.action, decision.reason))
+    return enqueue_review(p, doc, write_outcome(p, outcome), tries=tries.log, errors=verdict.errors)
+
+
+def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[str, Any]:
+    """The outcome fields of a gated answer the policy settled on: succeeded for ACCEPT, else
+    needs_review with the reason, the raw answer and the validation errors."""
+    accepted = action is Action.ACCEPT
+    return {
+        "state": DocState.SUCCEEDED if accepted else DocState.NEEDS_REVIEW,
+        "reason": None if accepted else reason,
+        "output": verdict.output,
+        "raw_output": None if accepted else verdict.raw_text,
+        "flags": verdict.flags,
+        "last_error": None if accepted else "; ".join(verdict.errors)[:2000] or None,
+    }
 
 
 def _api_failure(p: Pass, doc: Any, key: str, tries: Attempts, e: ApiCallError) -> DocOutcome:
@@ -396,7 +413,7 @@ def _api_failure(p: Pass, doc: Any, key: str, tries: Attempts, e: ApiCallError) 
     if request_id:
         outcome.request_ids.append(str(request_id))
     if getattr(e, "status", None) in PERMANENT_STATUSES:
-        outcome = _write(p, outcome)
+        outcome = write_outcome(p, outcome)
     return outcome
 
 
@@ -414,18 +431,31 @@ def _unfinished(doc: Any, tries: Attempts, failure_type: str, error: str) -> Doc
     )
 
 
-def _write(p: Pass, outcome: DocOutcome) -> DocOutcome:
-    """Put-if-absent into the ledger; a loser of a race takes the winner's record."""
+def write_outcome(p: Pass, outcome: DocOutcome) -> DocOutcome:
+    """Put-if-absent into the results ledger; returns the outcome, or, when another writer won the
+    race for the key, the winner's record (the ledger holds one result per key, written once)."""
     stored, written = p.ledger.put(FILE_PASS, str(outcome.key), outcome.to_record())
     if written:
         return outcome
     return DocOutcome.from_record(stored, doc_id=outcome.doc_id)
 
 
-def _review_item(
+def enqueue_review(
+    p: Pass, doc: Any, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
+    errors: list[str] | None = None,
+) -> DocOutcome:  # fmt: skip
+    """Add a needs_review outcome to the run's review queue (others pass through); returns it."""
+    if outcome.state is DocState.NEEDS_REVIEW:
+        p.queue.add(review_item(p, doc, outcome, tries=tries, errors=errors))
+    return outcome
+
+
+def review_item(
     p: Pass, doc: Any, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
     errors: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
+    """The review-queue entry of one outcome: what a reviewer needs (errors default to the outcome's
+    last error; `tries` is the per-attempt log of the realtime pass)."""
     return {
         "doc_id": doc.doc_id,
         "run_id": p.run_id,

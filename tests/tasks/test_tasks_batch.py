@@ -23,7 +23,8 @@ from checkpoints.store import open_store
 from docmill.settings import Settings
 from tasks import batch_records
 from tasks.batch import cancel_batches, run_batches
-from tasks.batch_records import BatchBody, WorkItem, request_line
+from tasks.batch_records import WorkItem
+from tasks.batch_spool import BatchBody, request_line
 from tasks.inventory import Document, inventory
 from tasks.outcome import DocOutcome, DocState
 from tasks.realtime import ModelClient
