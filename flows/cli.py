@@ -295,13 +295,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["emulator"]:  # the emulator has its own parser and --help
+        from emulator.cli import main as emulator_main
+
+        return int(emulator_main(argv[1:]) or 0)
     _quiet_prefect()
     from docmill.errors import BudgetExhausted, ConfigError, DocmillError, InputError, LeaseHeld
     from docmill.logs import configure, redact
     from docmill.settings import get_settings
 
     args = build_parser().parse_args(argv)
-    raise_errors = os.environ.get("DOCMILL_RAISE_ERRORS", "").lower() in ("1", "true", "yes")
+    try:
+        raise_errors = get_settings().raise_errors
+    except Exception as e:  # invalid settings: say which, in one line
+        errors = getattr(e, "errors", lambda: [])()
+        what = "; ".join(f"DOCMILL_{'__'.join(map(str, x['loc'])).upper()}: {x['msg']}" for x in errors[:3])
+        print(f"docmill: ConfigError: invalid setting {redact(what or str(e))}", file=sys.stderr)
+        return EXIT_INPUT
     try:
         settings = get_settings()
         configure(settings.log_format)

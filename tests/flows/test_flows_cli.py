@@ -70,3 +70,23 @@ def test_api_key_never_printed(
     for path in Path(offline_env).rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_emulator_subcommand_takes_its_own_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["emulator", "--port", "0", "--help"])
+    assert e.value.code == 0
+    assert "--latency-ms" in capsys.readouterr().out
+
+
+def test_invalid_setting_is_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DOCMILL_API__CONCURRENCY", "lots")
+    get_settings.cache_clear()
+    try:
+        assert main(["runs"]) == 2
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "DOCMILL_API__CONCURRENCY" in err[0]
