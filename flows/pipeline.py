@@ -239,25 +239,31 @@ def per_file_pass(
         pending, _ = affordable_chunks(
             pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
         )
-        docs = [Document.model_validate(d) for _, chunk in pending for d in chunk]
-        outcomes = {
-            o.doc_id: o
-            for o in run_batches(
-                docs,
-                recipe=ctx.recipe,
-                run_id=ctx.run_id,
-                store=ctx.store,
-                client=ctx.sdk,
-                settings=ctx.settings,
-                model_client=ctx.client,
-            )
-        }
-        for cid, chunk in pending:
-            records = [outcomes[d["doc_id"]].model_dump(mode="json") for d in chunk]
+        docs = (Document.model_validate(d) for _, chunk in pending for d in chunk)
+        chunk_of = {d["doc_id"]: cid for cid, chunk in pending for d in chunk}
+        sizes = {cid: len(chunk) for cid, chunk in pending}
+        order = {cid: [d["doc_id"] for d in chunk] for cid, chunk in pending}
+        buffered: dict[str, dict[str, dict[str, Any]]] = {}
+        stopped = False
+        outcomes = run_batches(
+            docs, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.sdk,
+            settings=ctx.settings, model_client=ctx.client,
+        )  # fmt: skip
+        for o in outcomes:  # results arrive in any order: a chunk is written once all of it is in
+            cid = chunk_of[o.doc_id]
+            got = buffered.setdefault(cid, {})
+            got[o.doc_id] = o.model_dump(mode="json")
+            if len(got) < sizes[cid]:
+                continue
+            records = [got[doc_id] for doc_id in order[cid]]
+            del buffered[cid]
             if any(r.get("failure_type") == "budget" for r in records):
-                raise budget_stop(ctx, "during the batch pass")
+                stopped = True  # not written: a resume redoes it; what is in flight still finishes
+                continue
             OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
-            bar.add(len(chunk))
+            bar.add(len(records))
+        if stopped:
+            raise budget_stop(ctx, "during the batch pass")
         if len(pending) < wanted:
             raise budget_stop(ctx, "before submitting a batch")
         return
