@@ -33,11 +33,11 @@ from tasks import batch_api
 from tasks.batch_records import WorkItem, decode_item, lifecycle
 from tasks.batch_results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
 from tasks.batch_spool import BatchBody, request_line
+from tasks.file_outcomes import Pass, outcome_from_original, skipped_outcome
 from tasks.inventory import Document
 from tasks.outcome import DocOutcome
 from tasks.realtime import ModelClient
 from tasks.requests import FILE_PASS, file_key, file_params
-from tasks.review import Pass, outcome_from_original, skipped_outcome
 
 Progress = Callable[[dict[str, Any]], None]
 STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads/writes, document reads)

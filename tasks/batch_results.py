@@ -5,7 +5,8 @@ or a larger max_tokens) for a later round (or realtime with settings.batch.repai
 errored invalid_request_error & co -> failed, written to the ledger, never resent; errored
 api/overloaded/rate-limit/timeout, expired, canceled -> resent in a later round (the engine counts
 rounds against settings.batch.resubmit_attempts). The gate, the ledger write and the review queue
-are the realtime pass's own (tasks.review), so both modes settle a document the same way.
+are the realtime pass's own (tasks.gate, tasks.file_outcomes), so both modes settle a document the
+same way.
 """
 
 from __future__ import annotations
@@ -17,11 +18,7 @@ from typing import Any
 from docmill.errors import ApiCallError, BatchError, InputError
 from docmill.prices import cost_usd
 from tasks.batch_records import WorkItem, lifecycle
-from tasks.gate import Action, check, next_request
-from tasks.inventory import Document, load_text
-from tasks.outcome import DocOutcome, DocState, add_usage
-from tasks.requests import FILE_PASS, file_request
-from tasks.review import (
+from tasks.file_outcomes import (
     Pass,
     account_attempt,
     decide_next,
@@ -31,6 +28,10 @@ from tasks.review import (
     outcome_from_ledger,
     write_outcome,
 )
+from tasks.gate import Action, check, next_request
+from tasks.inventory import Document, load_text
+from tasks.outcome import DocOutcome, DocState, add_usage
+from tasks.requests import FILE_PASS, file_request
 
 COST_GROUP = 5000  # cost entries per cost-ledger object
 RETRYABLE_ERRORS = frozenset({"api_error", "overloaded_error", "rate_limit_error", "timeout_error"})
