@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         "billed_requests": billed["billed_count"],
         "batch_records": len(list(store.inner.list("runs/bench/batches/"))) // 2,
         "billed_twice": billed["billed_count"] - len({b["custom_id"] for b in billed["billed"]}),
-        "fsync": os.environ.get("DOCMILL_STORE_FSYNC", "1"),
+        "fsync": os.environ.get("DOCMILL_STORE_IO__FSYNC", "true"),
     }
     print(json.dumps(report, indent=2))
     rss_ok, rate_ok = rss_mb < 500, (report["ingestion_docs_per_s"] or 0) >= 2000
