@@ -22,6 +22,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check --no-cache .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)

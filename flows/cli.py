@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raise_errors = get_settings().raise_errors
     except Exception as e:  # invalid settings: say which, in one line
-        errors = getattr(e, "errors", lambda: [])()
+        errors: list[Any] = getattr(e, "errors", lambda: [])()
         what = "; ".join(f"DOCMILL_{'__'.join(map(str, x['loc'])).upper()}: {x['msg']}" for x in errors[:3])
         print(f"docmill: ConfigError: invalid setting {redact(what or str(e))}", file=sys.stderr)
         return EXIT_INPUT
