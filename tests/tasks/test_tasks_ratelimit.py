@@ -11,25 +11,7 @@ from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
 from tasks.ratelimit import Budget, RateLimiter
 from tasks.realtime import ModelClient
-
-
-class FakeTime:
-    def __init__(self, emulator: Any = None) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-        self.emulator = emulator
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-        if self.emulator is not None:
-            self.emulator.state.clock.advance(seconds)
-
-    def wall(self) -> float:
-        return self.emulator.state.clock.now() if self.emulator is not None else self.now
+from tests.fixtures.clock import FakeTime
 
 
 def limiter(fake: FakeTime, rpm: int = 60, tpm: int = 6000) -> RateLimiter:

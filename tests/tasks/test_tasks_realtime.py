@@ -12,30 +12,10 @@ from docmill.errors import ApiCallError
 from docmill.settings import Settings
 from tasks.realtime import ModelClient
 from tasks.retrying import backoff_seconds, is_retryable
+from tests.fixtures.clock import FakeTime
 
 PRIMARY = "claude-sonnet-4-6"
 FALLBACK = "claude-haiku-4-5"
-
-
-class FakeTime:
-    """A clock that only moves when something sleeps; every sleep is recorded."""
-
-    def __init__(self, emulator: Any = None) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-        self.emulator = emulator
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-        if self.emulator is not None:
-            self.emulator.state.clock.advance(seconds)
-
-    def wall(self) -> float:
-        return self.emulator.state.clock.now() if self.emulator is not None else self.now
 
 
 def make_settings(**api: Any) -> Settings:
