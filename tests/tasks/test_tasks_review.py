@@ -20,22 +20,10 @@ from tasks.realtime import ModelClient
 from tasks.recipes import load_recipe
 from tasks.requests import FILE_PASS, estimate_input_tokens, file_key, file_params, file_request
 from tasks.review import review_chunk
+from tests.fixtures.clock import FakeTime
 
 RECIPE = load_recipe("invoices")
 PRIMARY, FALLBACK = "claude-sonnet-4-6", "claude-haiku-4-5"
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 def invoice_text(n: int, vendor: str = "ACME Corp") -> str:
