@@ -113,3 +113,33 @@ def test_flow_logs_reach_prefect_with_the_docmill_run_id(
     assert docmill_lines, messages
     assert all(f"[docmill run {run_id}]" in m for m in docmill_lines)
     assert any("rejected.txt" in m or "400" in m for m in docmill_lines), docmill_lines
+
+
+def test_resume_flow_sends_nothing_already_in_the_ledger(
+    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
+) -> None:
+    from flows.extract import resume, run_extract
+
+    corpus, truth = make_corpus(tmp_path, count=20, seed=14)
+
+    def die_after_one_chunk(fn: Any, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
+        fn(*chunks[0])
+        raise RuntimeError("worker lost")
+
+    settings = get_settings().model_copy(update={"chunk_size": 6})
+    with pytest.raises(RuntimeError):
+        run_extract(
+            str(corpus),
+            "invoices",
+            settings=settings,
+            run_id="prefect-resume",
+            progress=False,
+            map_chunks=die_after_one_chunk,
+        )
+    paid_before = {r.body_sha256 for r in emulator.state.accounting.billed}
+    assert paid_before
+    summary = resume("prefect-resume")
+    hashes = [r.body_sha256 for r in emulator.state.accounting.billed]
+    assert len(hashes) == len(set(hashes))  # nothing sent twice
+    assert summary["phase"] == "done"
+    assert summary["documents"] == len([t for t in truth if t["record"] == "document"])
