@@ -14,14 +14,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 from checkpoints.keys import RESERVED_PREFIX, check_key, check_prefix
 from checkpoints.store import ObjectStore
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
+
+_TMP_IDS = itertools.count()  # with the pid, a temp name no other writer uses (O_EXCL checks anyway)
 
 
 def etag_of(data: bytes) -> str:
@@ -32,6 +34,7 @@ class LocalStore(ObjectStore):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser().absolute()
         self.uri = str(self.root)
+        self._dirs: set[Path] = set()  # folders this store made or found, so a write skips mkdir
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"store root {self.uri} is a file", hint="point DOCMILL_STORE at a folder")
 
@@ -41,27 +44,38 @@ class LocalStore(ObjectStore):
         return self.root / check_key(key)
 
     def _ensure_dir(self, path: Path) -> None:
+        parent = path.parent
+        if parent in self._dirs:  # made earlier by this store; a write that finds it gone makes it again
+            return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as e:
             raise StoreError(
                 f"cannot create folder for {path.relative_to(self.root)}: a parent is an object",
                 hint="an object key cannot also be a folder on the local backend; rename one of them",
             ) from e
+        self._dirs.add(parent)
 
     def _write_temp(self, path: Path, data: bytes) -> Path:
         self._ensure_dir(path)
-        tmp = _sidecar(path, f"tmp.{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        tmp = _sidecar(path, f"tmp.{os.getpid()}.{next(_TMP_IDS)}")
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                if _fsync():
-                    os.fsync(fh.fileno())
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:  # the folder went away under us: make it again, once
+            self._dirs.discard(path.parent)
+            self._ensure_dir(path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if _fsync():
+                os.fsync(fd)
         except BaseException:
+            os.close(fd)
             _unlink(tmp)
             raise
+        os.close(fd)
         return tmp
 
     @contextlib.contextmanager
