@@ -20,6 +20,15 @@ from typing import Any
 EXIT_OK, EXIT_INPUT, EXIT_RUN, EXIT_BUDGET, EXIT_LEASE, EXIT_INTERRUPT = 0, 2, 3, 4, 5, 130
 
 
+def _quiet_prefect_services() -> None:
+    """Prefect's background queues warn while they flush at exit ("Still processing items");
+    that is not news to someone running docmill, so only their errors are shown."""
+    import logging
+
+    for name in ("EventsWorker", "APILogWorker"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def _quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -49,6 +58,8 @@ def _finish(summary: dict[str, Any]) -> int:
 
 def cmd_run(a: argparse.Namespace) -> int:
     from flows.extract import _settings, extract, run_extract
+
+    _quiet_prefect_services()
 
     if not os.path.exists(a.source) and not a.source.startswith("s3://"):
         from docmill.errors import InputError
@@ -83,6 +94,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_resume(a: argparse.Namespace) -> int:
     from flows.extract import resume, resume_run
 
+    _quiet_prefect_services()
     cap = a.max_cost_usd
     if a.no_prefect:
         summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap)
