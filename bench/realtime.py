@@ -139,8 +139,8 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )
         print(
-            f"{'latency':>8} {'plain docs/s':>13} {'docmill docs/s':>15} {'ratio':>6}  (docs={a.docs}, "
-            f"concurrency={a.concurrency})"
+            f"{'latency':>8} {'plain docs/s':>13} {'docmill per-file':>17} {'ratio':>6} "
+            f"{'docmill whole run':>18} {'ratio':>6}  (docs={a.docs}, concurrency={a.concurrency})"
         )
         for i, latency in enumerate(float(x) for x in a.latencies.split(",")):
             proc, url = start_emulator(latency)
