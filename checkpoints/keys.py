@@ -7,6 +7,7 @@ or a resume is the same key.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -83,12 +84,19 @@ def _refuse(name: str, why: str, hint: str) -> UnsafeKey:
 def safe_key(name: str) -> str:
     """An object key made from a (document) name, or `UnsafeKey`.
 
+    Pure, and called on every store operation: answers are cached (errors are not).
+
     Backslashes become `/`, repeated `/` and `.` segments collapse. Refused: empty names, absolute
     paths (`/x`, `C:\\x`), `..` segments, control and bidi-override characters, the reserved `.~`
     prefix, and over-long segments. Unicode letters are kept as they are.
     """
     if not isinstance(name, str):
         raise _refuse(repr(name), "not a string", "pass the document name as text")
+    return _safe_key(name)
+
+
+@functools.lru_cache(maxsize=65536)
+def _safe_key(name: str) -> str:
     for ch in name:
         if unicodedata.category(ch) in _BAD_CATEGORIES or ch in _BIDI_CONTROLS:
             raise _refuse(name, f"contains control character U+{ord(ch):04X}", "rename the document")
