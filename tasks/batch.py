@@ -23,13 +23,14 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any, TypeVar
 
 import anthropic
 
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
 from docmill.errors import InputError
-from tasks import batch_api
+from tasks import batch_api, batch_ingest
 from tasks.batch_records import WorkItem, decode_item, lifecycle
 from tasks.batch_results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
 from tasks.batch_spool import BatchBody, request_line
@@ -40,7 +41,8 @@ from tasks.realtime import ModelClient
 from tasks.requests import FILE_PASS, file_key, file_params
 
 Progress = Callable[[dict[str, Any]], None]
-STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads/writes, document reads)
+STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads, document reads)
+INGEST_WORKERS = 4  # threads writing gated results to the ledger (more contend on one folder)
 WINDOW = 256  # documents or results in flight in that pool
 
 T = TypeVar("T")
@@ -192,6 +194,8 @@ class BatchEngine:
 
     def _drive(self) -> Iterator[DocOutcome]:
         interval = self.settings.batch.poll_seconds
+        if sum(r.request_count for r in self.live.values()) >= batch_ingest.MIN_RESULTS:
+            self.gates.start()  # its processes start while the batches run
         while self.live or self.pending:
             if not self.live:
                 yield from self._submit_pending()
@@ -222,6 +226,7 @@ class BatchEngine:
         notes: list[str] = []
         answered: set[str] = set()
         route = self.router.route  # by result type: batch_results.RESULT_ROUTES
+        gate_remotely = len(raw) >= batch_ingest.MIN_RESULTS
         for bid in rec.batch_ids:
             lines = batch_api.results(self.api, bid)
             if lines is None:
@@ -230,6 +235,7 @@ class BatchEngine:
                 )
                 continue
             inflight: deque[tuple[WorkItem, Future[Routed]]] = deque()
+            chunk: list[tuple[WorkItem, dict[str, Any]]] = []
             for line in lines:
                 lifecycle("streaming_results")
                 cid = line.get("custom_id")
@@ -241,15 +247,19 @@ class BatchEngine:
                 result = line.get("result") or {}
                 kind = str(result.get("type"))
                 counts[kind] += 1
-                if kind == ResultType.SUCCEEDED:  # gate + ledger write in the pool (I/O overlaps)
+                if kind == ResultType.SUCCEEDED:  # gate in worker processes, ledger write in the pool
                     answered.add(item.custom_id)
-                    inflight.append((item, self.pool.submit(route, kind, item, result, bid, costs)))
-                    if len(inflight) >= WINDOW:
+                    chunk.append((item, result))
+                    if len(chunk) >= batch_ingest.CHUNK or not gate_remotely:
+                        self._send(chunk, inflight, bid, costs, gate_remotely)
+                        chunk = []
+                    while len(inflight) >= WINDOW:
                         yield from self._settle(inflight.popleft(), done, carry, retry)
                     continue
                 yield from self._settle(
                     (item, _done(route(kind, item, result, bid, costs))), done, carry, retry
                 )
+            self._send(chunk, inflight, bid, costs, gate_remotely)
             while inflight:
                 yield from self._settle(inflight.popleft(), done, carry, retry)
         for cid in raw:
@@ -280,6 +290,26 @@ class BatchEngine:
         self.pending.update(carry)
         self.on_progress(_event("collected", rec))
 
+    def _send(
+        self,
+        chunk: list[tuple[WorkItem, dict[str, Any]]],
+        inflight: deque[tuple[WorkItem, Future[Routed]]],
+        bid: str,
+        costs: list[CostRow],
+        gate_remotely: bool,
+    ) -> None:
+        """Route succeeded results in the pool, their answers gated as one chunk in a worker process."""
+        if not chunk:
+            return
+        route = self.router.route
+        if gate_remotely:
+            pairs = [(item.doc, (result.get("message") or {})) for item, result in chunk]
+            future = self.gates.submit(pairs)
+            for i, (item, _result) in enumerate(chunk):
+                self.router.prechecked[item.custom_id] = partial(self.gates.result, future, i, *pairs[i])
+        for item, result in chunk:
+            inflight.append((item, self.ingest.submit(route, ResultType.SUCCEEDED, item, result, bid, costs)))
+
     def _settle(
         self,
         pair: tuple[WorkItem, Future[Routed]],
@@ -302,12 +332,20 @@ class BatchEngine:
     # ---- the run ---------------------------------------------------------------------------
 
     def run(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
-        with ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="docmill-batch") as self.pool:
-            self._load()
-            yield from self._stream_docs(docs)
-            yield from self._drive()
-            for doc in self.duplicates:
-                yield outcome_from_original(self.p, doc, file_key(self.recipe, doc, self.model, self.params))
+        self.gates = batch_ingest.Prechecker(self.recipe, self.settings)
+        try:
+            with (
+                ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="docmill-batch") as self.pool,
+                ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="docmill-ingest") as self.ingest,
+            ):
+                self._load()
+                yield from self._stream_docs(docs)
+                yield from self._drive()
+                for doc in self.duplicates:
+                    key = file_key(self.recipe, doc, self.model, self.params)
+                    yield outcome_from_original(self.p, doc, key)
+        finally:
+            self.gates.close()
 
 
 def _done(routed: Routed) -> Future[Routed]:

@@ -28,7 +28,7 @@ from tasks.file_outcomes import (
     outcome_from_ledger,
     write_outcome,
 )
-from tasks.gate import Action, check, next_request
+from tasks.gate import Action, Verdict, check, next_request
 from tasks.inventory import Document, load_text
 from tasks.outcome import DocOutcome, DocState, add_usage
 from tasks.requests import FILE_PASS, file_request
@@ -54,6 +54,8 @@ class ResultRouter:
     def __init__(self, p: Pass) -> None:
         self.p = p
         self.model = str(p.settings.api.model)
+        # custom_id -> the verdict of its answer gated elsewhere (tasks.batch_ingest), taken once
+        self.prechecked: dict[str, Callable[[], tuple[str, Any]]] = {}
 
     def request(self, item: WorkItem, doc: Document | None = None, text: str | None = None) -> dict[str, Any]:
         """The request an item sends: its follow-up request, or the first one rebuilt from the document."""
@@ -98,12 +100,23 @@ class ResultRouter:
     ) -> tuple[DocOutcome | None, WorkItem | None]:
         """Gate one answer: a terminal outcome, or the item with its follow-up request."""
         doc = Document.model_validate(item.doc)
-        try:
-            text = load_text(doc, self.p.settings)
-        except InputError as e:
-            return self.fail(item, "input:unreadable", e.one_line(), permanent=False), None
+        text: str | None = None
+        verdict: Verdict | None = None
+        pre = self.prechecked.pop(item.custom_id, None)  # gated in a worker process (batch_ingest)
+        if pre is not None:
+            kind, got = pre()
+            if kind != "verdict":
+                return self.fail(item, "input:unreadable", str(got), permanent=False), None
+            verdict = got
         while True:
-            verdict = check(self.p.recipe, text, message)
+            if verdict is None or (not verdict.ok and text is None):
+                try:
+                    text = load_text(doc, self.p.settings) if text is None else text
+                except InputError as e:
+                    return self.fail(item, "input:unreadable", e.one_line(), permanent=False), None
+            if verdict is None:
+                assert text is not None
+                verdict = check(self.p.recipe, text, message)
             progress = item.progress()
             progress.note(Action(item.action) if item.action else None, message.get("usage"))
             item.take_progress(progress)
@@ -123,6 +136,7 @@ class ResultRouter:
                 failure = str(e.fields.get("failure_type") or "transport_exhausted")
                 last = str(e.fields.get("last_error") or e.message)
                 return self.outcome(item, DocState.FAILED, failure_type=failure, last_error=last), None
+            verdict = None
 
     def _realtime(self, item: WorkItem) -> tuple[dict[str, Any], str]:
         """Send a follow-up realtime (settings.batch.repairs_realtime). The answer is persisted the
