@@ -42,7 +42,7 @@ from tasks.requests import FILE_PASS, file_key, file_params
 
 Progress = Callable[[dict[str, Any]], None]
 STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads, document reads)
-INGEST_WORKERS = 4  # threads writing gated results to the ledger (more contend on one folder)
+INGEST_WORKERS = 2  # threads writing gated results to the ledger (more contend on one folder)
 WINDOW = 256  # documents or results in flight in that pool
 
 T = TypeVar("T")
