@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import pickle
 import threading
+from collections import Counter
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
@@ -26,6 +27,7 @@ from tasks.inventory import Document, load_text
 
 PROCESSES = 2  # worker processes gating answers
 CHUNK = 128  # answers per task sent to a worker (amortizes pickling and wake-ups)
+STATS: Counter[str] = Counter()  # chunks handed to the worker processes (for tests and benches)
 MIN_RESULTS = 1000  # a batch with fewer requests is gated in-process (no pool start-up cost)
 
 # per answer: ("verdict", Verdict) or ("unreadable", InputError.one_line())
@@ -92,7 +94,9 @@ class Prechecker:
         self.start()
         if self.pool is not None:
             try:
-                return self.pool.submit(_gate_chunk, chunk)
+                future = self.pool.submit(_gate_chunk, chunk)
+                STATS["chunks_in_workers"] += 1
+                return future
             except Exception:  # broken, shut down, cannot start: gate in-process from now on
                 self.close()
                 self.usable = False

@@ -1,0 +1,50 @@
+"""Batch answers gated in worker processes give exactly what gating in-process gives: the same
+terminal states, outputs and repairs, and nothing billed twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tasks import batch_ingest
+from tasks.outcome import DocState
+from tests.tasks.test_tasks_batch import Rig, by_key, make_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("ingest") / "corpus", 24, seed=21)
+
+
+def _run(emulator: Any, tmp_path: Path, corpus: Path, name: str) -> tuple[Rig, dict[str, Any]]:
+    rig = Rig(emulator, tmp_path / name, corpus)
+    rig.run_id = name
+    repaired = rig.key(rig.ok_docs()[3])
+    emulator.state.faults.add(kind="schema_invalid", custom_id=repaired, count=1)
+    return rig, by_key(rig.run())
+
+
+def test_worker_processes_gate_like_the_main_process(
+    emulator: Any, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batch_ingest, "MIN_RESULTS", 10**9)
+    batch_ingest.STATS.clear()
+    _, local = _run(emulator, tmp_path, corpus, "in-process")
+    assert batch_ingest.STATS["chunks_in_workers"] == 0
+    monkeypatch.setattr(batch_ingest, "MIN_RESULTS", 0)  # every batch goes to the worker processes
+    remote_rig, remote = _run(emulator, tmp_path, corpus, "workers")
+    assert batch_ingest.STATS["chunks_in_workers"] >= 1  # the worker path really ran
+
+    assert local.keys() == remote.keys() and len(local) > 10
+    for key, mine in local.items():
+        theirs = remote[key]
+        assert (theirs.state, theirs.output, theirs.reason, theirs.attempts) == (
+            mine.state, mine.output, mine.reason, mine.attempts,
+        ), key  # fmt: skip
+    repaired = remote_rig.key(remote_rig.ok_docs()[3])
+    assert remote[repaired].state is DocState.SUCCEEDED and remote[repaired].attempts == 2
+    billed = [r for r in emulator.state.accounting.billed if r.custom_id]
+    per_run = len(billed) // 2
+    assert len(billed) == 2 * per_run  # the same requests in both runs, each billed once per run
