@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore
-from docmill.prices import cost_usd
+from docmill.prices import cost_usd, usage_field
 
 TOKEN_KINDS = (
     "input_tokens",
@@ -27,8 +27,7 @@ TOKEN_KINDS = (
 )
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+_field = usage_field
 
 
 class CostEntry(BaseModel):

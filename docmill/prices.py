@@ -38,9 +38,13 @@ def price_table() -> dict[str, dict[str, float]]:
     return table
 
 
+def usage_field(usage: Mapping[str, Any] | Any, name: str) -> Any:
+    """A field of an API usage (or iteration) given as the SDK object or its dict."""
+    return usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
+
+
 def _get(usage: Mapping[str, Any] | Any, name: str) -> int:
-    value = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
-    return int(value or 0)
+    return int(usage_field(usage, name) or 0)
 
 
 def cost_usd(model: str, usage: Mapping[str, Any] | Any, *, batch: bool = False) -> float:
@@ -55,9 +59,7 @@ def cost_usd(model: str, usage: Mapping[str, Any] | Any, *, batch: bool = False)
         raise ConfigError(f"no price for model {model!r}", hint="add it with DOCMILL_PRICES")
     p = table[model]
     per_in, per_out = p["input"] / 1e6, p["output"] / 1e6
-    cache_creation = (
-        usage.get("cache_creation") if isinstance(usage, Mapping) else getattr(usage, "cache_creation", None)
-    )
+    cache_creation = usage_field(usage, "cache_creation")
     w1h = _get(cache_creation, "ephemeral_1h_input_tokens") if cache_creation else 0
     w_total = _get(usage, "cache_creation_input_tokens")
     w5m = max(w_total - w1h, 0)
@@ -68,9 +70,9 @@ def cost_usd(model: str, usage: Mapping[str, Any] | Any, *, batch: bool = False)
         + w1h * per_in * CACHE_WRITE_1H
         + _get(usage, "cache_read_input_tokens") * per_in * CACHE_READ
     )
-    iterations = usage.get("iterations") if isinstance(usage, Mapping) else getattr(usage, "iterations", None)
+    iterations = usage_field(usage, "iterations")
     for it in iterations or []:
-        kind = it.get("type") if isinstance(it, Mapping) else getattr(it, "type", None)
+        kind = usage_field(it, "type")
         if kind == "compaction":
             usd += _get(it, "input_tokens") * per_in + _get(it, "output_tokens") * per_out
             usd += _get(it, "cache_read_input_tokens") * per_in * CACHE_READ

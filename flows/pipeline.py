@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -414,7 +414,3 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         "review_queue": f"{ctx.store.uri.rstrip('/')}/review/{ctx.run_id}/",
         "exports": f"{ctx.store.uri.rstrip('/')}/{base}/exports/",
     }
-
-
-def documents_in(chunks: Iterable[list[dict[str, Any]]]) -> int:
-    return sum(len(c) for c in chunks)

@@ -48,3 +48,25 @@ def outcomes_of(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
 
 def value(field: Any) -> Any:
     return field.get("value") if isinstance(field, dict) else field
+
+
+def plant(
+    corpus: Path, truth: list[dict[str, Any]], marker: str, skip: frozenset[str] | set[str] = frozenset()
+) -> str:
+    """Append a marker line to one plain-text invoice that is neither a duplicate nor part of a planted
+    conflict (so faults aimed at the marker touch exactly one document); return its doc id."""
+    busy = {t.get("duplicate_of") for t in truth} | {
+        v["doc_id"] for t in truth if t["record"] == "conflict" for v in t["values"]
+    }
+    for t in truth:
+        if (
+            t["record"] == "document"
+            and t["expected_status"] == "ok"
+            and t["doc_id"].endswith((".txt", ".md"))
+            and not t.get("duplicate_of")
+            and t["doc_id"] not in busy | set(skip)
+        ):
+            path = corpus / t["doc_id"]
+            path.write_text(path.read_text() + f"\nNote: {marker}\n")
+            return str(t["doc_id"])
+    raise AssertionError("no plain-text invoice to plant a marker in")

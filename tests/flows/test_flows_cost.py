@@ -16,7 +16,7 @@ from checkpoints.store import open_store
 from docmill.errors import BudgetExhausted
 from docmill.settings import ApiSettings, BatchSettings, CostSettings, Settings
 from flows.extract import resume_run, run_extract
-from tests.flows.helpers import make_corpus, outcomes_of
+from tests.flows.helpers import make_corpus, outcomes_of, plant
 
 
 def fast_settings(emulator: Any, store: str, max_tokens: int = 4096, **kw: Any) -> Settings:
@@ -25,25 +25,6 @@ def fast_settings(emulator: Any, store: str, max_tokens: int = 4096, **kw: Any) 
     )
     batch = BatchSettings(poll_seconds=0.02, poll_max_seconds=0.05)
     return Settings(store=store, api=api, batch=batch, **kw)
-
-
-def plant(corpus: Path, truth: list[dict[str, Any]], marker: str, skip: set[str] = frozenset()) -> str:  # type: ignore[assignment]
-    """Append a marker to one plain-text invoice (no duplicate, no conflict) and return its doc id."""
-    busy = {t.get("duplicate_of") for t in truth} | {
-        v["doc_id"] for t in truth if t["record"] == "conflict" for v in t["values"]
-    }
-    for t in truth:
-        if (
-            t["record"] == "document"
-            and t["expected_status"] == "ok"
-            and t["doc_id"].endswith((".txt", ".md"))
-            and not t.get("duplicate_of")
-            and t["doc_id"] not in busy | skip
-        ):
-            path = corpus / t["doc_id"]
-            path.write_text(path.read_text() + f"\nNote: {marker}\n")
-            return str(t["doc_id"])
-    raise AssertionError("no plain-text invoice to plant a marker in")
 
 
 def assert_ledger_matches_emulator(store: Any, run_id: str, emulator: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from checkpoints.store import open_store
 from docmill.settings import ApiSettings, Settings, get_settings
 from flows.cli import main
 from flows.extract import run_extract
-from tests.flows.helpers import make_corpus, outcomes_of, value
+from tests.flows.helpers import make_corpus, outcomes_of, plant, value
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -57,20 +57,6 @@ def chromium() -> str:
     if not path:
         pytest.fail("apt-get installed chromium but no `chromium` is on PATH")
     return path
-
-
-def plant(corpus: Path, truth: list[dict[str, Any]], marker: str, skip: set[str]) -> str:
-    for t in truth:
-        if (
-            t["record"] == "document"
-            and t["expected_status"] == "ok"
-            and t["doc_id"].endswith((".txt", ".md"))
-            and t["doc_id"] not in skip
-        ):
-            path = corpus / t["doc_id"]
-            path.write_text(path.read_text() + f"\nNote: {marker}\n")
-            return str(t["doc_id"])
-    raise AssertionError("no plain-text invoice to plant a marker in")
 
 
 @pytest.fixture(scope="module")

@@ -11,23 +11,9 @@ import pytest
 
 from docmill.settings import get_settings
 from flows.cli import main
-from tests.flows.helpers import make_corpus
+from tests.flows.helpers import make_corpus, plant
 
 SECRET = "sk-ant-api03-RECOGNISABLE-FAKE-KEY-0123456789abcdef"
-
-
-def plant(corpus: Path, truth: list[dict[str, Any]], marker: str, skip: set[str]) -> str:
-    for t in truth:
-        if (
-            t["record"] == "document"
-            and t["expected_status"] == "ok"
-            and t["doc_id"].endswith((".txt", ".md"))
-            and t["doc_id"] not in skip
-        ):
-            path = corpus / t["doc_id"]
-            path.write_text(path.read_text() + f"\nNote: {marker}\n")
-            return str(t["doc_id"])
-    raise AssertionError("no plain-text invoice to plant a marker in")
 
 
 @pytest.mark.parametrize("fmt", ["json", "text"])
