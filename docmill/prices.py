@@ -30,12 +30,21 @@ CACHE_READ = 0.1
 BATCH_DISCOUNT = 0.5
 
 
+_built: tuple[object, dict[str, dict[str, float]]] | None = None
+
+
 def price_table() -> dict[str, dict[str, float]]:
+    """Defaults overlaid with the settings' `prices`; built once per settings object (every
+    priced response asks for it). Treat the result as read-only."""
+    global _built
     from docmill.settings import get_settings
 
-    table = {k: dict(v) for k, v in DEFAULT_PRICES.items()}
-    table.update({k: dict(v) for k, v in get_settings().prices.items()})
-    return table
+    settings = get_settings()
+    if _built is None or _built[0] is not settings:
+        table = {k: dict(v) for k, v in DEFAULT_PRICES.items()}
+        table.update({k: dict(v) for k, v in settings.prices.items()})
+        _built = (settings, table)
+    return _built[1]
 
 
 def usage_field(usage: Mapping[str, Any] | Any, name: str) -> Any:
