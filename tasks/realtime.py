@@ -94,6 +94,19 @@ class _Ladder:
             self.consecutive_overloads = 0
 
 
+def _message_dict(raw: Any) -> dict[str, Any]:
+    """The answer as the JSON the API sent: what the response log keeps (and ~0.3 ms cheaper per
+    call than building the SDK's Message model and dumping it back)."""
+    data = raw.json()
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise anthropic.APIResponseValidationError(
+            response=raw.http_response,
+            body=data,
+            message="the API answered with something that is not a Message",
+        )
+    return data
+
+
 class ModelClient:
     """One per process; share it between threads."""
 
@@ -186,7 +199,7 @@ class ModelClient:
         try:
             with self.semaphore:  # held until the answer is persisted: invariant 3
                 raw = self._post(body, ladder)
-                data = raw.parse().model_dump(mode="json")
+                data = _message_dict(raw)
                 data["_request_id"] = raw.request_id
                 billed = self._cost(ladder.model, data.get("usage"))
                 if on_response is not None:
