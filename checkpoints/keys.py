@@ -97,9 +97,11 @@ def safe_key(name: str) -> str:
 
 @functools.lru_cache(maxsize=65536)
 def _safe_key(name: str) -> str:
-    for ch in name:
-        if unicodedata.category(ch) in _BAD_CATEGORIES or ch in _BIDI_CONTROLS:
-            raise _refuse(name, f"contains control character U+{ord(ch):04X}", "rename the document")
+    # printable ASCII has no control or bidi characters: skip the per-character check (hot path)
+    if not (name.isascii() and name.isprintable()):
+        for ch in name:
+            if unicodedata.category(ch) in _BAD_CATEGORIES or ch in _BIDI_CONTROLS:
+                raise _refuse(name, f"contains control character U+{ord(ch):04X}", "rename the document")
     text = name.replace("\\", "/")
     if text.startswith("/") or re.match(r"^[A-Za-z]:(/|$)", text):
         raise _refuse(name, "absolute path", "use a path relative to the source root")

@@ -2,7 +2,8 @@
 
 - put: temp file in the same folder, fsync, `os.replace` (readers see the old or the new bytes).
 - put_if_absent: temp file, then `os.link(tmp, final)`, which fails when final exists: atomic
-  across threads and processes.
+  across threads and processes. On Linux the temp file is unnamed (O_TMPFILE, linked through
+  /proc/self/fd): no temp name to create and unlink, nothing left behind by a crashed writer.
 - put_if_match / put / delete: hold an exclusive `flock` on a lock file beside the key across
   read-compare-replace, so compare-and-swap is atomic across processes.
 - ETag: quoted md5 of the bytes (the same value S3 gives a single-part upload).
@@ -12,6 +13,7 @@ Temp and lock files start with `.~` (a prefix `safe_key` refuses) and never show
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import itertools
@@ -23,6 +25,8 @@ from checkpoints.keys import RESERVED_PREFIX, check_key, check_prefix
 from checkpoints.store import ObjectStore
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
+# Unnamed temp files (Linux O_TMPFILE, linked into place through /proc); off where unsupported.
+_ANONYMOUS = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
 _TMP_IDS = itertools.count()  # with the pid, a temp name no other writer uses (O_EXCL checks anyway)
 
 
@@ -66,17 +70,39 @@ class LocalStore(ObjectStore):
             self._ensure_dir(path)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if _fsync():
-                os.fsync(fd)
+            _write_all(fd, data)
         except BaseException:
             os.close(fd)
             _unlink(tmp)
             raise
         os.close(fd)
         return tmp
+
+    def _write_anonymous(self, path: Path, data: bytes) -> int | None:
+        """An unnamed file (O_TMPFILE) in `path`'s folder holding `data`, synced; its descriptor,
+        or None where the platform or file system has no unnamed files. Two fewer directory
+        operations than a named temp file, and a crashed writer leaves nothing behind."""
+        global _ANONYMOUS
+        if not _ANONYMOUS:
+            return None
+        self._ensure_dir(path)
+        try:
+            fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, 0o644)
+        except FileNotFoundError:  # the folder went away under us: make it again, once
+            self._dirs.discard(path.parent)
+            self._ensure_dir(path)
+            fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, 0o644)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+            _ANONYMOUS = False  # this file system has no unnamed files: named temp files from now on
+            return None
+        try:
+            _write_all(fd, data)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     @contextlib.contextmanager
     def _locked(self, path: Path) -> Iterator[None]:
@@ -108,6 +134,17 @@ class LocalStore(ObjectStore):
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
+        fd = self._write_anonymous(path, data)
+        if fd is not None:
+            try:
+                # linkat(AT_SYMLINK_FOLLOW) is needed to follow the /proc link; os.link uses it only
+                # when given a dir fd, which linkat ignores for an absolute source path.
+                os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
+            except FileExistsError:
+                return False
+            finally:
+                os.close(fd)
+            return True
         tmp = self._write_temp(path, data)
         try:
             os.link(tmp, path)
@@ -196,6 +233,14 @@ def _sidecar(path: Path, tag: str) -> Path:
     if len(name.encode("utf-8")) > 255:
         name = f"{RESERVED_PREFIX}{tag}.{hashlib.sha256(path.name.encode('utf-8')).hexdigest()}"
     return path.with_name(name)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    if _fsync():
+        os.fsync(fd)
 
 
 def _unlink(path: Path) -> None:

@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from checkpoints.ledger import ResultsLedger
 from checkpoints.manifest import ManifestStore, RunManifest
 from checkpoints.store import ObjectStore, open_store
@@ -118,3 +120,32 @@ def test_local_manifest_cas_across_processes(tmp_path: Path) -> None:
     barrier = ctx.Barrier(8)
     _run_procs(_proc_increment, lambda i: (str(tmp_path), barrier, 5), 8)
     assert ManifestStore(open_store(tmp_path)).load("rp").counts["n"] == 40
+
+
+@pytest.mark.parametrize("anonymous", [True, False], ids=["unnamed-temp", "named-temp"])
+def test_local_put_if_absent_both_temp_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, anonymous: bool
+) -> None:
+    """Linux uses unnamed temp files (O_TMPFILE); elsewhere, or where a file system refuses them,
+    named temp files. Both keep write-once under contention and leave no temp file behind."""
+    import checkpoints.local as local
+
+    if anonymous and not local._ANONYMOUS:
+        pytest.skip("this platform has no O_TMPFILE")  # CI is Linux: the branch below checks it ran
+    monkeypatch.setattr(local, "_ANONYMOUS", anonymous)
+    store = open_store(str(tmp_path))
+    opened: list[int] = []
+    real_open = local.os.open
+
+    def spy(path: Any, flags: int, *a: Any) -> int:
+        opened.append(flags)
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(local.os, "open", spy)
+    results = _race(WRITERS, lambda i: store.put_if_absent("race/one.json", f"writer-{i}".encode()))
+    assert results.count(True) == 1
+    assert store.get("race/one.json") == f"writer-{results.index(True)}".encode()
+    assert sorted(p.name for p in (tmp_path / "race").iterdir()) == ["one.json"]
+    tmpfile = getattr(local.os, "O_TMPFILE", 0)
+    used_unnamed = [f for f in opened if tmpfile and f & tmpfile == tmpfile]
+    assert len(used_unnamed) == (WRITERS if anonymous else 0)
