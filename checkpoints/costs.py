@@ -1,8 +1,10 @@
 """What every attempt cost: `runs/<run_id>/costs/<group_id>.json`, a JSON list of entries.
 
-A group (one chunk, one call, one batch collection) is written once (put-if-absent), so a resumed
-step that records the same group again does not count twice. USD comes from
-`docmill.prices.cost_usd`, the same function the emulator bills with.
+A group (one chunk of the realtime per-file pass, one call, one batch collection) is written once
+(put-if-absent), so a resumed step that records the same group again does not count twice.
+Realtime per-file attempts are also unique by identity (key, attempt: one response-log slot, one
+billed answer): a resumed chunk may record an attempt a flushed group already holds, and readers
+count it once. USD comes from `docmill.prices.cost_usd`, the same function the emulator bills with.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ TOKEN_KINDS = (
 
 
 _field = usage_field
+# The pass whose realtime attempts are response-log slots (tasks.requests.FILE_PASS): for it,
+# (key, attempt) names exactly one billed answer, however many groups record it.
+SLOT_PASS = "file"
 
 
 class CostEntry(BaseModel):
@@ -48,6 +53,14 @@ class CostEntry(BaseModel):
     usd: float = 0.0
     at: float | None = None  # unix time the answer was accounted (report throughput charts)
 
+    @property
+    def identity(self) -> str | None:
+        """The billed answer this entry stands for, when that is knowable: a realtime per-file
+        attempt (one response-log slot). Entries of other passes and of batches are never merged."""
+        if self.pass_name == SLOT_PASS and not self.batch and self.attempt > 0:
+            return f"{self.key}/{self.attempt}"
+        return None
+
     @classmethod
     def from_usage(
         cls,
@@ -61,6 +74,7 @@ class CostEntry(BaseModel):
         usage: Mapping[str, Any] | Any,
         request_id: str | None = None,
         batch: bool = False,
+        at: float | None = None,
     ) -> CostEntry:
         """An entry from an API `usage` (object or dict), compaction iterations included."""
         comp_in = comp_out = 0
@@ -84,7 +98,7 @@ class CostEntry(BaseModel):
             compaction_input_tokens=comp_in,
             compaction_output_tokens=comp_out,
             usd=cost_usd(model, usage, batch=batch),
-            at=time.time(),
+            at=time.time() if at is None else at,
         )
 
 
@@ -100,10 +114,18 @@ class CostLedger:
         return self.store.put_json(key, [e.model_dump(mode="json") for e in entries], if_absent=True)
 
     def entries(self) -> Iterator[CostEntry]:
+        """Every recorded entry; an answer recorded in two groups (see `identity`) once."""
+        seen: set[str] = set()
         for key in self.store.list(self.prefix):
             if key.endswith(".json"):
                 for item in self.store.get_json_or_none(key) or []:
-                    yield CostEntry.model_validate(item)
+                    entry = CostEntry.model_validate(item)
+                    identity = entry.identity
+                    if identity is not None:
+                        if identity in seen:
+                            continue
+                        seen.add(identity)
+                    yield entry
 
     def totals(self) -> dict[str, Any]:
         """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries"} over every recorded entry."""

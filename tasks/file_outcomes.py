@@ -6,11 +6,13 @@ the results-ledger write (put-if-absent, `write_outcome`), the review queue (`en
 `review_item`), the outcomes that need no call (`skipped_outcome`, `outcome_from_original`,
 `outcome_from_ledger`, `failed_outcome`), the gate's settled fields and the repair policy's next step
 (`gated_fields`, `decide_next`), and per-attempt accounting (`account_attempt`, `record_cost`,
-`file_cost_entry`, `prompt_version`).
+`flush_costs`, `recount_attempts`, `file_cost_entry`, `prompt_version`).
 """
 
 from __future__ import annotations
 
+import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,12 @@ class Pass:
     responses: ResponseLog = field(init=False)
     costs: CostLedger = field(init=False)
     queue: ReviewQueue = field(init=False)
+    # Realtime chunks collect their cost entries and write them as one group (`flush_costs`): one
+    # object per chunk instead of one per answer. Entries a crash kept from being written are
+    # recounted from the response log when the chunk runs again (`recount_attempts`).
+    buffer_costs: bool = False
+    pending_costs: list[CostEntry] = field(init=False, default_factory=list)
+    _costs_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.ledger = ResultsLedger(self.store)
@@ -177,19 +185,51 @@ def record_cost(
     usage: dict[str, Any],
     usd: float,
 ) -> None:
-    """One cost entry per answered attempt, group id `<key>-<attempt>` (written once)."""
+    """One cost entry per answered attempt: kept for the chunk's group when the pass buffers costs,
+    else written at once as group `<key>-<attempt>` (written once)."""
     entry = file_cost_entry(p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False)
+    if p.buffer_costs:
+        with p._costs_lock:
+            p.pending_costs.append(entry)
+        return
     p.costs.record(f"{key}-{attempt}", [entry])
+
+
+def flush_costs(p: Pass) -> None:
+    """Write the buffered cost entries as one new group. An attempt that a resumed chunk records
+    again is counted once by the cost ledger (same identity), so a fresh group id is safe."""
+    with p._costs_lock:
+        entries, p.pending_costs = p.pending_costs, []
+    if entries:
+        p.costs.record(f"file-{uuid.uuid4().hex[:20]}", entries)
+
+
+def recount_attempts(p: Pass, doc_id: str, key: str) -> None:
+    """Buffer again the cost entries of every persisted attempt of `key`: for a result this run
+    wrote in a chunk that a crash stopped before its costs were written (the ledger counts an
+    attempt once, so recounting one that was written is harmless)."""
+    for n in p.responses.attempts(FILE_PASS, key):
+        message = p.responses.get(FILE_PASS, key, n)
+        if not message:
+            continue
+        meta = message.get("_docmill") or {}
+        model = str(meta.get("model") or message.get("model") or p.model)
+        entry = file_cost_entry(
+            p.run_id, doc_id, key, n, model, message.get("_request_id"), message.get("usage") or {},
+            batch=False, at=meta.get("at"),
+        )  # fmt: skip
+        with p._costs_lock:
+            p.pending_costs.append(entry)
 
 
 def file_cost_entry(
     run_id: str, doc_id: str, key: str, attempt: int, model: str, request_id: Any, usage: dict[str, Any],
-    *, batch: bool,
+    *, batch: bool, at: float | None = None,
 ) -> CostEntry:  # fmt: skip
     """The cost entry of one answered per-file attempt, realtime or (`batch=True`) batch-priced."""
     return CostEntry.from_usage(
         run_id=run_id, pass_name=FILE_PASS, doc_id=doc_id, key=key, attempt=attempt, model=model,
-        request_id=request_id, usage=usage, batch=batch,
+        request_id=request_id, usage=usage, batch=batch, at=at,
     )  # fmt: skip
 
 

@@ -40,6 +40,7 @@ class DocOutcome(BaseModel):
     cost_usd: float = 0.0
     request_ids: list[str] = Field(default_factory=list)
     provenance: dict[str, Any] | None = None  # long documents: chunks and per-field offsets
+    origin_run: str | None = None  # the run whose API calls produced this result (realtime pass)
     from_ledger: bool = False
 
     def to_record(self) -> dict[str, Any]:

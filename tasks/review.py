@@ -6,6 +6,8 @@ For each document, in a thread pool as wide as the client's concurrency:
   persisted response -> gated without a call (crash recovery: invariant 3)
   otherwise          -> call -> persist response -> gate -> repair policy -> ledger (put-if-absent)
                         -> a cost entry per attempt -> a review item for needs_review.
+The chunk's cost entries are written as one group at its end (also when it stops early); a chunk
+run again after a crash recounts the attempts behind results this run already wrote.
 Documents sharing a key (duplicate content) are resolved after the first one, from the ledger,
 never with a second call. Any unexpected error of one document becomes its failed outcome.
 The state and outcome bookkeeping it shares with batch mode live in tasks.file_outcomes.
@@ -13,6 +15,7 @@ The state and outcome bookkeeping it shares with batch mode live in tasks.file_o
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,10 +27,12 @@ from tasks.file_outcomes import (
     decide_next,
     enqueue_review,
     failed_outcome,
+    flush_costs,
     gated_fields,
     outcome_from_ledger,
     outcome_from_original,
     prompt_version,
+    recount_attempts,
     skipped_outcome,
     write_outcome,
 )
@@ -93,6 +98,7 @@ class Attempts:
                 "purpose": purpose,
                 "model": message.get("model") or request["model"],
                 "max_tokens": request["max_tokens"],
+                "at": time.time(),
             }
             # before anything else (invariant 3); the log never overwrites, it may pick a later slot
             self.n = self.p.responses.put(FILE_PASS, self.key, self.n + 1, message)
@@ -141,6 +147,7 @@ class Attempts:
             usage=dict(self.usage),
             cost_usd=self.cost,
             request_ids=list(self.request_ids),
+            origin_run=self.p.run_id,
             **kw,
         )
 
@@ -149,7 +156,14 @@ def review_chunk(
     docs: list[Any], *, recipe: Any, run_id: str, store: Any, client: Any, settings: Any
 ) -> list[DocOutcome]:
     """One terminal `DocOutcome` per document, in the order given."""
-    p = Pass(recipe, run_id, store, client, settings)
+    p = Pass(recipe, run_id, store, client, settings, buffer_costs=True)
+    try:
+        return _review_all(p, docs, client)
+    finally:
+        flush_costs(p)  # one cost group per chunk, also when a document raised or the budget ran out
+
+
+def _review_all(p: Pass, docs: list[Any], client: Any) -> list[DocOutcome]:
     first: dict[str, int] = {}  # key -> index of the document that may call
     now: list[int] = []
     later: list[int] = []
@@ -201,6 +215,8 @@ def _guarded(p: Pass, doc: Any, key: str | None, *, duplicate: bool = False) -> 
 def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
     record = p.ledger.get(FILE_PASS, key)
     if record is not None:
+        if record.get("origin_run") == p.run_id:  # this run wrote it: a chunk run again after a crash
+            recount_attempts(p, doc.doc_id, key)
         return outcome_from_ledger(p, doc, record)
     text = load_text(doc)
     if is_long(text, p.settings):

@@ -355,3 +355,40 @@ def test_sigkill_mid_chunk_resends_at_most_the_requests_in_flight(tmp_path: Path
     assert all(o.state is DocState.SUCCEEDED for o in out.values())
     resent = len(h.billed) - 30
     assert 0 <= resent <= 4  # invariant 3: at most the requests in flight (concurrency) are paid twice
+    # Costs: the killed chunk never wrote its cost group. Every answer the response log kept is
+    # still costed exactly once (results it wrote are recounted from the log on the rerun), at the
+    # emulator's price; answers lost in flight were never seen, so they cannot be costed.
+    log = ResponseLog(h.store)
+    slots = sorted((str(o.key), n) for o in out.values() for n in log.attempts(FILE_PASS, str(o.key)))
+    entries = list(CostLedger(h.store, "run1").entries())
+    assert sorted((e.key, e.attempt) for e in entries) == slots and len(slots) == 30
+    bill = {r.request_id: r.usd for r in h.billed}
+    assert all(e.request_id in bill for e in entries)
+    assert sum(e.usd for e in entries) == pytest.approx(
+        sum(bill[str(e.request_id)] for e in entries), abs=1e-9
+    )
+    assert any(o.from_ledger for o in out.values()), "the kill must land after some results were written"
+
+
+def test_a_chunk_run_again_in_its_run_counts_each_answer_once(tmp_path: Path, emulator: Any) -> None:
+    """One cost group per chunk; a chunk run again in the same run (a resume, a task retry) recounts
+    the answers behind the results it wrote, and the cost ledger counts each answer once."""
+    from checkpoints.costs import SLOT_PASS
+
+    assert SLOT_PASS == FILE_PASS  # the ledger's identity rule names the realtime per-file pass
+    h = Harness(tmp_path, emulator)
+    for n in range(1, 6):
+        h.write(f"inv-{n}.txt", invoice_text(n))
+    h.run()
+    assert len(list(h.store.list("runs/run1/costs/"))) == 1  # one object for the chunk, not one per answer
+    first = sorted((e.key, e.attempt, e.usd) for e in CostLedger(h.store, "run1").entries())
+    out = h.run()
+    assert all(o.from_ledger for o in out.values()) and len(h.billed) == 5
+    assert len(list(h.store.list("runs/run1/costs/"))) == 2  # the rerun wrote its recount
+    again = sorted((e.key, e.attempt, e.usd) for e in CostLedger(h.store, "run1").entries())
+    assert again == first and len(first) == 5
+    assert CostLedger(h.store, "run1").totals()["usd"] == pytest.approx(
+        sum(r.usd for r in h.billed), abs=1e-9
+    )
+    h.run(run_id="run2")  # another run's ledger hits are free: nothing recounted for it
+    assert list(CostLedger(h.store, "run2").entries()) == []
