@@ -11,7 +11,7 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +69,7 @@ class RunContext:
     client: Any = None
     sdk: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    on_progress: Callable[[int, int], None] | None = None  # per-file pass: (documents done, total)
 
 
 def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[Any, Any]:

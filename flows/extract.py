@@ -9,6 +9,7 @@ Prefect. Set DOCMILL_CHUNK_LIMIT_NAME to hold a Prefect global concurrency limit
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import nullcontext
 from typing import Any
 
@@ -17,11 +18,12 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from docmill.logs import current_run, redact
+from docmill.logs import current_run, get_logger, redact
 from docmill.settings import Settings, get_settings
 from flows import pipeline
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
 
+log = get_logger("flows")
 RUNNER: Any = ThreadPoolTaskRunner(max_workers=pipeline.CHUNK_WORKERS)  # always bounded
 
 
@@ -39,17 +41,39 @@ def chunk_task(fn: Any, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def prefect_map(fn: pipeline.ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
-    """Chunks as Prefect task runs on the flow's bounded runner, with a progress artifact."""
-    if not chunks:
-        return []
-    total = len(chunks)
-    artifact = create_progress_artifact(progress=0.0, description="docmill per-file chunks done")
+    """Chunks as Prefect task runs on the flow's bounded runner."""
     futures = [chunk_task.submit(fn, cid, docs) for cid, docs in chunks]
-    results = []
-    for i, f in enumerate(futures, 1):
-        results.append(f.result())
-        update_progress_artifact(artifact_id=artifact, progress=100.0 * i / total)  # type: ignore[arg-type]
-    return results
+    return [f.result() for f in futures]
+
+
+class ProgressArtifact:
+    """The per-file pass as a Prefect progress artifact of the flow run: documents done of the
+    documents left at its start, realtime and batch alike. Made when the pass starts, updated at
+    most every `every` seconds (the Prefect API is not a progress bar) and when it ends."""
+
+    def __init__(self, every: float = 5.0, clock: Any = time.monotonic) -> None:
+        self.every, self.clock = every, clock
+        self.artifact_id: Any = None
+        self.last = float("-inf")
+
+    def __call__(self, done: int, total: int) -> None:
+        try:
+            if self.artifact_id is None:
+                self.artifact_id = create_progress_artifact(
+                    progress=0.0, key="docmill-progress",
+                    description=f"docmill per-file pass: documents done of {total}",
+                )  # fmt: skip
+            now = self.clock()
+            if done < total and now - self.last < self.every:
+                return
+            self.last = now
+            update_progress_artifact(
+                artifact_id=self.artifact_id,
+                progress=100.0 * done / total if total else 100.0,
+                description=f"docmill per-file pass: {done} of {total} documents done",
+            )  # type: ignore[arg-type]
+        except Exception as e:  # progress reporting must never break a run
+            log.warning("could not update the Prefect progress artifact: %s", e)
 
 
 def _settings(store: str | None, overrides: dict[str, Any]) -> Settings:
@@ -77,8 +101,10 @@ def run_extract(
     settings: Settings | None = None,
     map_chunks: pipeline.MapChunks = pipeline.plain_map,
     progress: bool = True,
+    on_progress: pipeline.OnProgress | None = None,
 ) -> dict[str, Any]:
-    """The chain without Prefect bookkeeping (used by the flows and by fast tests)."""
+    """The chain without Prefect bookkeeping (used by the flows and by fast tests); `on_progress`
+    hears (documents done, total) of the per-file pass."""
     from checkpoints.store import open_store
     from tasks.recipes import load_recipe
 
@@ -87,7 +113,9 @@ def run_extract(
     st = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
     with api_endpoint(settings, quiet=not progress) as endpoint:
         client, sdk = make_clients(settings, endpoint)
-        ctx = RunContext(settings, st, rec, run_id or new_run_id(), endpoint, client, sdk)
+        ctx = RunContext(
+            settings, st, rec, run_id or new_run_id(), endpoint, client, sdk, on_progress=on_progress
+        )
         return pipeline.run(
             ctx, pipeline.RunParams(source, recipe, mode, run_id), map_chunks=map_chunks, progress=progress
         )
@@ -175,6 +203,7 @@ def extract(
             settings=settings,
             map_chunks=prefect_map,
             progress=progress,
+            on_progress=ProgressArtifact(),
         )
     )
     _publish(summary)
@@ -186,7 +215,14 @@ def nightly(source: str, recipe: str = "invoices", store: str | None = None) -> 
     """Incremental: unchanged documents hit the ledger by content hash and cost nothing."""
     settings = _settings(store, {})
     summary = _budget_guard(
-        lambda: run_extract(source, recipe, settings=settings, map_chunks=prefect_map, progress=False)
+        lambda: run_extract(
+            source,
+            recipe,
+            settings=settings,
+            map_chunks=prefect_map,
+            progress=False,
+            on_progress=ProgressArtifact(),
+        )
     )
     _publish(summary)
     return summary
@@ -213,6 +249,7 @@ def backfill(
             settings=settings,
             map_chunks=prefect_map,
             progress=False,
+            on_progress=ProgressArtifact(),
         )
     )
     _publish(summary)
@@ -224,7 +261,12 @@ def resume(run_id: str, store: str | None = None, max_cost_usd: float | None = N
     """Continue a run from its manifest: nothing in the ledger is sent again."""
     summary = _budget_guard(
         lambda: resume_run(
-            run_id, store=store, map_chunks=prefect_map, progress=False, max_cost_usd=max_cost_usd
+            run_id,
+            store=store,
+            map_chunks=prefect_map,
+            progress=False,
+            max_cost_usd=max_cost_usd,
+            on_progress=ProgressArtifact(),
         )
     )
     _publish(summary)
@@ -239,6 +281,7 @@ def resume_run(
     progress: bool = True,
     settings: Settings | None = None,
     max_cost_usd: float | None = None,
+    on_progress: pipeline.OnProgress | None = None,
 ) -> dict[str, Any]:
     """Continue a run; its cost cap is `max_cost_usd` if given, else the one it was started with."""
     from checkpoints.manifest import ManifestStore
@@ -259,4 +302,5 @@ def resume_run(
         settings=settings,
         map_chunks=map_chunks,
         progress=progress,
+        on_progress=on_progress,
     )

@@ -57,16 +57,32 @@ def plain_map(fn: ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> li
         return list(pool.map(lambda c: fn(*c), chunks))
 
 
-class Progress:
-    """One line on stderr, rewritten in place on a terminal, every few percent elsewhere."""
+OnProgress = Callable[[int, int], None]  # (documents done, total): e.g. a Prefect progress artifact
 
-    def __init__(self, total: int, label: str, enabled: bool = True) -> None:
+
+class Progress:
+    """One line on stderr, rewritten in place on a terminal, every few percent elsewhere; and the
+    same count handed to `listener` (called at the start and after every step, from any thread)."""
+
+    def __init__(
+        self, total: int, label: str, enabled: bool = True, listener: OnProgress | None = None
+    ) -> None:
         self.total, self.label, self.done, self.enabled = total, label, 0, enabled
         self.started = time.monotonic()
         self._last = -1
+        self._lock = threading.Lock()  # chunks finish on several threads
+        self.listener = listener
+        if listener is not None:
+            listener(0, total)
 
     def add(self, n: int) -> None:
-        self.done += n
+        with self._lock:
+            self.done += n
+            if self.listener is not None:
+                self.listener(self.done, self.total)
+            self._print()
+
+    def _print(self) -> None:
         if not self.enabled or not self.total:
             return
         pct = int(100 * self.done / self.total)
@@ -227,7 +243,7 @@ def per_file_pass(
     done = OutcomeLog(ctx.store, ctx.run_id).chunks_done()
     pending = [(cid, load_chunk(ctx, cid)) for cid in chunk_ids if cid not in done]
     total = sum(len(d) for _, d in pending)
-    bar = Progress(total, "per-file pass", enabled=progress)
+    bar = Progress(total, "per-file pass", enabled=progress, listener=ctx.on_progress)
     if params.mode == "batch":
         from checkpoints.costs import CostLedger
         from tasks.batch import run_batches

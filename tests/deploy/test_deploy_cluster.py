@@ -233,14 +233,13 @@ def test_deploy_cluster_backfill_on_two_workers_then_nightly(cluster: Cluster) -
         assert f"store/runs/{run_id}/exports/results.jsonl" in keys
     assert list_keys(s3, BUCKET, "store/results/file/")
 
-    # Artifacts in Prefect: the run summary for each flow run, a progress bar for each run whose
-    # chunks are Prefect tasks (the batch-mode run reports no progress artifact yet).
+    # Artifacts in Prefect: the run summary and a finished per-file progress bar (documents) for
+    # each flow run, batch-mode backfill shard included.
     artifacts = read_artifacts(cluster, all_ids)
     for flow_run_id in all_ids:
         mine = [a for a in artifacts if a["flow_run_id"] == flow_run_id]
         assert any(a["key"] == "docmill-run-summary" for a in mine), mine
-        if flow_run_id != backfill_ids[0]:
-            assert any(a["type"] == "progress" for a in mine), mine
+        assert [a["data"] for a in mine if a["type"] == "progress"] == [100.0], mine
 
     # No document processed twice: no request body and no batch custom_id was billed twice, every
     # billed request is in exactly one run's cost ledger, and each per-file key was sent (first

@@ -143,3 +143,59 @@ def test_resume_flow_sends_nothing_already_in_the_ledger(
     assert len(hashes) == len(set(hashes))  # nothing sent twice
     assert summary["phase"] == "done"
     assert summary["documents"] == len([t for t in truth if t["record"] == "document"])
+
+
+def _artifacts(flow_run_id: Any) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+            )
+
+    return asyncio.run(read())
+
+
+@pytest.mark.parametrize("mode", ["realtime", "batch"])
+def test_flow_run_shows_per_file_progress_in_documents(
+    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any, mode: str
+) -> None:
+    """Realtime and batch runs alike leave one progress artifact on their flow run, counting
+    documents (not chunks), at 100% when the per-file pass is done."""
+    from flows.extract import extract
+
+    corpus, _ = make_corpus(tmp_path, count=12, seed=4)
+    state = extract(str(corpus), "invoices", mode=mode, chunk_size=5, return_state=True)
+    summary = state.result()
+    assert summary["phase"] == "done"
+    progress = [a for a in _artifacts(state.state_details.flow_run_id) if a.type == "progress"]
+    assert len(progress) == 1, progress
+    assert progress[0].data == pytest.approx(100.0)
+    assert progress[0].key == "docmill-progress"
+    assert f"{summary['documents']} of {summary['documents']} documents" in (progress[0].description or "")
+
+
+def test_progress_artifact_is_throttled_and_never_breaks_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.extract as fx
+    from tests.fixtures.clock import FakeTime
+
+    calls: list[tuple[str, Any]] = []
+    monkeypatch.setattr(fx, "create_progress_artifact", lambda **kw: calls.append(("create", kw)) or "a1")
+    monkeypatch.setattr(fx, "update_progress_artifact", lambda **kw: calls.append(("update", kw["progress"])))
+    fake = FakeTime()
+    art = fx.ProgressArtifact(every=5.0, clock=fake.clock)
+    for done in range(0, 10):
+        art(done, 10)
+        fake.sleep(1.0)
+    art(10, 10)
+    updates = [p for kind, p in calls if kind == "update"]
+    assert [kind for kind, _ in calls].count("create") == 1
+    assert updates == [0.0, 50.0, 100.0]  # at the start, every 5 s, and at the end
+
+    def broken(**kw: Any) -> None:
+        raise RuntimeError("Prefect API down")
+
+    monkeypatch.setattr(fx, "update_progress_artifact", broken)
+    fx.ProgressArtifact()(10, 10)  # logged, not raised
