@@ -82,7 +82,6 @@ class LocalStore(ObjectStore):
         """An unnamed file (O_TMPFILE) in `path`'s folder holding `data`, synced; its descriptor,
         or None where the platform or file system has no unnamed files. Two fewer directory
         operations than a named temp file, and a crashed writer leaves nothing behind."""
-        global _ANONYMOUS
         if not _ANONYMOUS:
             return None
         self._ensure_dir(path)
@@ -95,7 +94,7 @@ class LocalStore(ObjectStore):
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
-            _ANONYMOUS = False  # this file system has no unnamed files: named temp files from now on
+            _no_anonymous()  # this file system has no unnamed files
             return None
         try:
             _write_all(fd, data)
@@ -140,11 +139,18 @@ class LocalStore(ObjectStore):
                 # linkat(AT_SYMLINK_FOLLOW) is needed to follow the /proc link; os.link uses it only
                 # when given a dir fd, which linkat ignores for an absolute source path.
                 os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
+                return True
             except FileExistsError:
                 return False
+            except OSError as e:
+                if e.errno == errno.ENOENT and not path.parent.is_dir():
+                    self._dirs.discard(path.parent)  # the folder went away: the named path remakes it
+                elif e.errno in (errno.EXDEV, errno.EPERM, errno.EACCES, errno.ENOENT, errno.EINVAL):
+                    _no_anonymous()  # a sandbox that will not link through /proc
+                else:
+                    raise
             finally:
                 os.close(fd)
-            return True
         tmp = self._write_temp(path, data)
         try:
             os.link(tmp, path)
@@ -233,6 +239,12 @@ def _sidecar(path: Path, tag: str) -> Path:
     if len(name.encode("utf-8")) > 255:
         name = f"{RESERVED_PREFIX}{tag}.{hashlib.sha256(path.name.encode('utf-8')).hexdigest()}"
     return path.with_name(name)
+
+
+def _no_anonymous() -> None:
+    """Named temp files from now on (this process)."""
+    global _ANONYMOUS
+    _ANONYMOUS = False
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -149,3 +149,34 @@ def test_local_put_if_absent_both_temp_paths(
     tmpfile = getattr(local.os, "O_TMPFILE", 0)
     used_unnamed = [f for f in opened if tmpfile and f & tmpfile == tmpfile]
     assert len(used_unnamed) == (WRITERS if anonymous else 0)
+
+
+def test_local_put_if_absent_falls_back_when_proc_links_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox may refuse to link an unnamed file through /proc: that write, and every later
+    one, goes through a named temp file instead; nothing is lost or written twice."""
+    import errno
+
+    import checkpoints.local as local
+
+    if not local._ANONYMOUS:
+        pytest.skip("this platform has no O_TMPFILE")
+    monkeypatch.setattr(local, "_ANONYMOUS", True)
+    real_link = local.os.link
+    refused: list[str] = []
+
+    def link(src: Any, dst: Any, **kw: Any) -> None:
+        if str(src).startswith("/proc/"):
+            refused.append(str(dst))
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        real_link(src, dst, **kw)
+
+    monkeypatch.setattr(local.os, "link", link)
+    store = open_store(str(tmp_path))
+    assert store.put_if_absent("a/one.json", b"1") is True
+    assert store.put_if_absent("a/one.json", b"2") is False
+    assert store.put_if_absent("a/two.json", b"3") is True
+    assert store.get("a/one.json") == b"1" and store.get("a/two.json") == b"3"
+    assert len(refused) == 1 and local._ANONYMOUS is False  # tried once, then named temp files
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["one.json", "two.json"]
