@@ -16,9 +16,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import sys
 import threading
+import types
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from docmill.errors import InputError
@@ -63,6 +67,24 @@ def _gate_chunk(chunk: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Gate
     return [gate_one(_recipe, _settings, doc, message) for doc, message in chunk]
 
 
+@contextmanager
+def _script_hidden() -> Iterator[None]:
+    """Start processes without handing them the running script. A spawned child imports the
+    parent's `__main__` again; a user's script that drives docmill without an
+    `if __name__ == "__main__":` guard would then run a second docmill run in every worker (new
+    batches, billed again). The workers need docmill's modules only. A recipe defined in that
+    script does not unpickle in a worker, which then fails and the chunk is gated in-process."""
+    main = sys.modules.get("__main__")
+    if main is None or not (getattr(main, "__file__", None) or getattr(main, "__spec__", None)):
+        yield  # interactive: nothing to run again
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 class Prechecker:
     """A lazily started process pool gating chunks of answers; `close()` stops it."""
 
@@ -84,8 +106,9 @@ class Prechecker:
             self.pool = ProcessPoolExecutor(
                 PROCESSES, mp_context=ctx, initializer=_init, initargs=(self.recipe, self.settings)
             )
-            for _ in range(PROCESSES):
-                self.pool.submit(_gate_chunk, [])
+            with _script_hidden():  # every worker starts here (spawned on submit, one per submit)
+                for _ in range(PROCESSES):
+                    self.pool.submit(_gate_chunk, [])
         except Exception:  # cannot start processes here: gate in-process
             self.close()
             self.usable = False

@@ -48,3 +48,43 @@ def test_worker_processes_gate_like_the_main_process(
     billed = [r for r in emulator.state.accounting.billed if r.custom_id]
     per_run = len(billed) // 2
     assert len(billed) == 2 * per_run  # the same requests in both runs, each billed once per run
+
+
+UNGUARDED_SCRIPT = """
+# A user's script with no `if __name__ == "__main__":` guard, as people write them.
+import os
+import sys
+
+sys.path.insert(0, os.environ["DOCMILL_ROOT"])
+with open(os.environ["MARKER"], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+
+from docmill.settings import Settings
+from tasks import batch_ingest
+from tasks.recipes import load_recipe
+
+checker = batch_ingest.Prechecker(load_recipe("invoices"), Settings())
+checker.start()
+checker.submit([]).result()
+print("chunks in workers:", batch_ingest.STATS["chunks_in_workers"], flush=True)
+checker.close()
+"""
+
+
+def test_worker_processes_do_not_run_an_unguarded_script_again(tmp_path: Path) -> None:
+    """Spawned workers import `__main__` again. Without care, a driving script with no main guard
+    would run once more in every worker: a second docmill run, batches billed twice."""
+    import os
+    import subprocess
+    import sys
+
+    script, marker = tmp_path / "job.py", tmp_path / "ran.txt"
+    script.write_text(UNGUARDED_SCRIPT)
+    root = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        env={**os.environ, "DOCMILL_ROOT": root, "MARKER": str(marker), "PYTHONPATH": root},
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert "chunks in workers: 1" in out.stdout, out.stdout + out.stderr  # the worker path ran
+    assert len(marker.read_text().splitlines()) == 1  # the script ran once: in its own process
