@@ -64,6 +64,10 @@ class LeaseHeld(DocmillError):
     """Another process drives this run and its lease has not expired."""
 
 
+class RunOverlap(LeaseHeld):
+    """Another live run of the same recipe and model covers the same documents."""
+
+
 class ApiCallError(DocmillError):
     """A call to the model failed for good (non-retryable 4xx, or retries exhausted)."""
 

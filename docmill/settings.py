@@ -130,6 +130,11 @@ class Settings(BaseSettings):
     )
     chunk_size: int = Field(50, ge=1, le=1000, description="Documents per Prefect task.")
     chunk_workers: int = Field(4, ge=1, le=64, description="Chunks in flight at once in one process.")
+    allow_overlapping_runs: bool = Field(
+        False,
+        description="Start a run even while another live run of the same recipe and model covers "
+        "the same source (documents both are sending may then be paid for twice).",
+    )
     chunk_limit_name: str | None = Field(
         None, description="Prefect global concurrency limit held per chunk (strict); None: no limit."
     )

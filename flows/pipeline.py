@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
-from docmill.errors import BudgetExhausted, ConfigError, LeaseHeld
+from docmill.errors import BudgetExhausted, ConfigError, LeaseHeld, RunOverlap
 from docmill.logs import bind_run, get_logger
 from docmill.settings import Settings
 from flows.context import RunContext
@@ -353,6 +353,69 @@ def hold_lease(ctx: RunContext) -> Iterator[None]:
         lease.release()
 
 
+def _source_id(source: str) -> str:
+    """A source as runs compare them: an s3:// prefix as given, a folder as an absolute path."""
+    if "://" in source and not source.startswith("file://"):
+        return source
+    return os.path.abspath(os.path.expanduser(source.removeprefix("file://")))
+
+
+def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked: bool) -> None:
+    """Raise `RunOverlap` if another live run of the same recipe and model covers the same
+    documents. Stale markers (a run whose lease is gone or whose local holder died) are removed.
+    With `marked` (both runs may have marked themselves at once) only the later of the two stops."""
+    from checkpoints.active import sources_overlap
+
+    now = time.time()
+    for run_id, other in runs.items():
+        if run_id == ctx.run_id or (other.get("recipe"), other.get("model")) != (
+            mine["recipe"],
+            mine["model"],
+        ):
+            continue
+        if not sources_overlap(str(other.get("source") or ""), mine["source"]):
+            continue
+        lease = runs.lease(run_id, now)
+        if lease is None or _holder_is_dead_here(lease.get("holder")):
+            runs.unmark(run_id)
+            continue
+        if marked and (float(other.get("started_at") or 0), run_id) > (mine["started_at"], ctx.run_id):
+            continue  # it started after us: it stops, we go on
+        raise RunOverlap(
+            f"run {run_id} ({other['recipe']}, {other['model']}, {other['source']}) is in progress over "
+            f"the same documents; a second run would pay for them twice",
+            hint="wait for it (`docmill status " + run_id + "`), or set DOCMILL_ALLOW_OVERLAPPING_RUNS=true",
+            run_id=run_id,
+            holder=lease.get("holder"),
+        )
+
+
+@contextmanager
+def announced(ctx: RunContext, params: RunParams) -> Iterator[None]:
+    """While the run is driven, mark it active (`active/<run_id>.json`), after making sure no other
+    live run of the same recipe and model covers the same source: a nightly run started while the
+    last backfill still has batches in flight would otherwise pay for their documents twice.
+    Best effort across machines (two runs starting in the same instant both see each other after
+    marking, and the later one stops). DOCMILL_ALLOW_OVERLAPPING_RUNS=true skips the check."""
+    from checkpoints.active import ActiveRuns
+
+    if ctx.settings.allow_overlapping_runs:
+        yield
+        return
+    runs = ActiveRuns(ctx.store)
+    mine = {
+        "recipe": params.recipe, "model": ctx.settings.api.model, "source": _source_id(params.source),
+        "started_at": time.time(),
+    }  # fmt: skip
+    _refuse_overlap(ctx, runs, mine, marked=False)
+    runs.mark(ctx.run_id, mine)
+    try:
+        _refuse_overlap(ctx, runs, mine, marked=True)
+        yield
+    finally:
+        runs.unmark(ctx.run_id)
+
+
 def run(
     ctx: RunContext, params: RunParams, *, map_chunks: MapChunks = plain_map, progress: bool = True
 ) -> dict[str, Any]:
@@ -360,8 +423,8 @@ def run(
     from checkpoints.costs import CostLedger
 
     bind_run(ctx.run_id)
-    start_manifest(ctx, params)
-    with hold_lease(ctx):
+    with hold_lease(ctx), announced(ctx, params):
+        start_manifest(ctx, params)
         try:
             return _drive(ctx, params, map_chunks, progress)
         except BudgetExhausted:

@@ -1,0 +1,126 @@
+"""Two live runs over the same documents: the second is refused before it pays for anything."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoints.active import ActiveRuns, sources_overlap
+from checkpoints.lease import Lease
+from checkpoints.manifest import ManifestStore
+from checkpoints.store import open_store
+from docmill.errors import NotFound, RunOverlap
+from docmill.settings import Settings
+from flows.extract import run_extract
+from tests.flows.helpers import make_corpus, settings_for
+
+ELSEWHERE = "another-host:4242:abc123"  # a driver on another machine: alive while its lease is
+
+
+def _live_run(store: Any, run_id: str, settings: Settings, source: Path, *, clock: Any = time.time) -> None:
+    """What a run driven by another process leaves in the store: its lease and its marker."""
+    Lease(store, run_id, ELSEWHERE, ttl_seconds=600, clock=clock).acquire()
+    info = {"recipe": "invoices", "model": settings.api.model, "source": str(source), "started_at": clock()}
+    ActiveRuns(store).mark(run_id, info)
+
+
+def _billed(emulator: Any) -> int:
+    return len(emulator.state.accounting.billed)
+
+
+@pytest.fixture
+def rig(tmp_path: Path, emulator: Any) -> tuple[Path, Settings, Any]:
+    corpus, _ = make_corpus(tmp_path, count=8, seed=6)
+    settings = settings_for(emulator, str(tmp_path / "store"))
+    return corpus, settings, open_store(settings.store)
+
+
+@pytest.mark.parametrize("live_source", ["same", "parent"])
+def test_a_run_over_documents_a_live_run_covers_is_refused(
+    rig: tuple[Path, Settings, Any], emulator: Any, live_source: str
+) -> None:
+    corpus, settings, store = rig
+    _live_run(store, "nightly-a", settings, corpus if live_source == "same" else corpus.parent)
+    billed = _billed(emulator)
+    with pytest.raises(RunOverlap) as e:
+        run_extract(str(corpus), "invoices", settings=settings, run_id="nightly-b", progress=False)
+    assert "nightly-a" in e.value.one_line() and "twice" in e.value.one_line()
+    assert _billed(emulator) == billed  # refused before anything was sent
+    with pytest.raises(NotFound):
+        ManifestStore(store).load("nightly-b")  # no half-started run left behind
+    assert [run_id for run_id, _ in ActiveRuns(store).items()] == ["nightly-a"]
+
+
+def test_runs_that_cannot_share_documents_go_ahead(rig: tuple[Path, Settings, Any], tmp_path: Path) -> None:
+    corpus, settings, store = rig
+    _live_run(store, "other-folder", settings, tmp_path / "elsewhere")
+    other_model = settings.model_copy(
+        update={"api": settings.api.model_copy(update={"model": "claude-haiku-4-5"})}
+    )
+    _live_run(store, "other-model", other_model, corpus)
+    summary = run_extract(str(corpus), "invoices", settings=settings, run_id="mine", progress=False)
+    assert summary["phase"] == "done"
+    # finished: its marker is gone, the others' stay
+    assert sorted(run_id for run_id, _ in ActiveRuns(store).items()) == ["other-folder", "other-model"]
+
+
+def test_a_crashed_run_does_not_block_and_its_marker_is_cleared(rig: tuple[Path, Settings, Any]) -> None:
+    corpus, settings, store = rig
+    _live_run(store, "crashed", settings, corpus, clock=lambda: time.time() - 3600)  # lease expired
+    summary = run_extract(str(corpus), "invoices", settings=settings, run_id="next", progress=False)
+    assert summary["phase"] == "done"
+    assert list(ActiveRuns(store).items()) == []
+
+
+def test_overlap_can_be_allowed(rig: tuple[Path, Settings, Any]) -> None:
+    corpus, settings, store = rig
+    _live_run(store, "live", settings, corpus)
+    allowed = settings.model_copy(update={"allow_overlapping_runs": True})
+    assert run_extract(str(corpus), "invoices", settings=allowed, progress=False)["phase"] == "done"
+
+
+def test_two_runs_that_marked_themselves_at_once_the_later_stops(rig: tuple[Path, Settings, Any]) -> None:
+    from flows.context import Endpoint, RunContext
+    from flows.pipeline import _refuse_overlap
+
+    corpus, settings, store = rig
+    runs = ActiveRuns(store)
+    now = time.time()
+    _live_run(store, "a", settings, corpus, clock=lambda: now)
+    ctx = RunContext(settings, store, None, "b", Endpoint(None, "", True))
+    mine = {"recipe": "invoices", "model": settings.api.model, "source": str(corpus)}
+    _refuse_overlap(ctx, runs, {**mine, "started_at": now - 1}, marked=True)  # b was first: goes on
+    with pytest.raises(RunOverlap):
+        _refuse_overlap(ctx, runs, {**mine, "started_at": now + 1}, marked=True)  # b was later: stops
+
+
+def test_sources_overlap_by_containment_only() -> None:
+    assert sources_overlap("/data/invoices", "/data/invoices/")
+    assert sources_overlap("/data", "/data/invoices/2026")
+    assert sources_overlap("s3://b/in/", "s3://b/in/part-1")
+    assert not sources_overlap("/data/invoices", "/data/invoices-2")
+    assert not sources_overlap("s3://b/in/part-0", "s3://b/in/part-1")
+
+
+def test_cli_exit_5_and_one_line(
+    rig: tuple[Path, Settings, Any], monkeypatch: pytest.MonkeyPatch, emulator: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from docmill.settings import get_settings
+    from flows.cli import main
+
+    corpus, settings, store = rig
+    _live_run(store, "live", settings, corpus)
+    monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("DOCMILL_RAISE_ERRORS", raising=False)
+    get_settings.cache_clear()
+    try:
+        assert main(["--store", settings.store, "run", str(corpus), "--no-prefect"]) == 5
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run live" in err[0] and "DOCMILL_ALLOW_OVERLAPPING_RUNS" in err[0]
