@@ -96,13 +96,19 @@ class _Ladder:
 
 def _message_dict(raw: Any) -> dict[str, Any]:
     """The answer as the JSON the API sent: what the response log keeps (and ~0.3 ms cheaper per
-    call than building the SDK's Message model and dumping it back)."""
-    data = raw.json()
+    call than building the SDK's Message model and dumping it back). A 200 that is not a Message
+    (a proxy's page, a wrong base URL) raises `APIResponseValidationError`, never retried."""
+    try:
+        data = raw.json()
+    except ValueError:
+        data = None
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        kind = raw.http_response.headers.get("content-type") or "no content type"
         raise anthropic.APIResponseValidationError(
             response=raw.http_response,
-            body=data,
-            message="the API answered with something that is not a Message",
+            body=None,
+            message=f"the endpoint answered {raw.http_response.status_code} with something that is not a "
+            f"Message ({kind}, {len(raw.http_response.content)} bytes)",
         )
     return data
 
@@ -288,6 +294,8 @@ class ModelClient:
             status = getattr(e, "status_code", None)
             kind = f"api_error:{status}" if status is not None else "transport_exhausted"
             raise self._error(e, ladder, key, doc_id, pass_name, kind) from e
+        except anthropic.APIResponseValidationError as e:
+            raise self._error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message") from e
         usage = add_usage({}, message.get("usage"))
         log.info(
             "%s call answered (%s)",
@@ -322,11 +330,13 @@ class ModelClient:
     ) -> ApiCallError:
         last = describe(exc) if exc is not None else "no attempt was made"
         status = getattr(exc, "status_code", None)
-        hint = (
-            STATUS_HINTS.get(status or 0, DEFAULT_HINT)
-            if failure_type.startswith("api_error:")
-            else ("the API kept failing; a resume of the run retries this document")
-        )
+        if isinstance(exc, anthropic.APIResponseValidationError):
+            last, status = str(exc), None  # a 200 whose body is not a Message
+            hint = "check the base URL (DOCMILL_API__BASE_URL) and any proxy in between, then resume"
+        elif failure_type.startswith("api_error:"):
+            hint = STATUS_HINTS.get(status or 0, DEFAULT_HINT)
+        else:
+            hint = "the API kept failing; a resume of the run retries this document"
         return ApiCallError(
             f"{pass_name} call for {doc_id} failed after {ladder.attempts} attempt(s): {last}",
             hint=hint,

@@ -227,3 +227,42 @@ def test_retry_after_header_forms() -> None:
     assert retry_after_seconds({"retry-after": date}, now=lambda: 1_000_000.0) == 30.0
     assert retry_after_seconds({"retry-after": "soon"}) is None
     assert retry_after_seconds({}) is None
+
+
+def test_a_200_that_is_not_a_message_is_a_clear_failure_not_retried(tmp_path: Any) -> None:
+    """A wrong base URL or a proxy's page answers 200 with HTML: one attempt, an ApiCallError that
+    says what came back and what to check (a real HTTP server, the real SDK)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hits: list[str] = []
+
+    class Portal(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            hits.append(self.path)
+            body = b"<html><body>Please sign in to the network</body></html>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Portal)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        fake = FakeTime()
+        client = ModelClient(
+            make_settings(), base_url=f"http://127.0.0.1:{server.server_port}", api_key="test-key",
+            clock=fake.clock, sleep=fake.sleep,
+        )  # fmt: skip
+        with pytest.raises(ApiCallError) as e:
+            call(client)
+    finally:
+        server.shutdown()
+    assert hits == ["/v1/messages"] and fake.sleeps == []  # sent once, never retried
+    err = e.value
+    assert err.failure_type == "api_error:not_a_message"
+    assert "not a Message (text/html" in err.one_line() and "DOCMILL_API__BASE_URL" in err.one_line()
