@@ -1,9 +1,10 @@
 """`docmill status`: where a run is, read from the store only (no API call, no lease).
 
 Final states come from the per-chunk outcome files written so far, progress also from the cost
-ledger (a document is processed once it has an answer, before its chunk is written), cost from
+ledger (a document is processed once it has an answer: batch answers are costed as each batch is
+collected, before their chunks are written; realtime answers when their chunk ends), cost from
 the cost ledger, batches from the batch records, and the ETA from throughput so far: documents
-answered divided by the time since the first billed answer.
+answered divided by the time between billed answers (each entry keeps the time its answer came).
 """
 
 from __future__ import annotations
