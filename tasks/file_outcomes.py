@@ -12,7 +12,9 @@ the results-ledger write (put-if-absent, `write_outcome`), the review queue (`en
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,8 @@ from docmill.prices import cost_usd
 from tasks.gate import Action, Decision, Progress, Verdict, decide
 from tasks.outcome import DocOutcome, DocState, add_usage
 from tasks.requests import FILE_PASS, estimate_input_tokens, file_key, file_params, recipe_parts
+
+COST_FLUSH_SECONDS = 15.0  # buffered realtime cost entries are written at least this often
 
 
 @dataclass
@@ -38,14 +42,19 @@ class Pass:
     responses: ResponseLog = field(init=False)
     costs: CostLedger = field(init=False)
     queue: ReviewQueue = field(init=False)
-    # Realtime chunks collect their cost entries and write them as one group (`flush_costs`): one
-    # object per chunk instead of one per answer. Entries a crash kept from being written are
-    # recounted from the response log when the chunk runs again (`recount_attempts`).
+    # Realtime chunks collect their cost entries and write them as one group (`flush_costs`) when the
+    # chunk ends, or sooner once `cost_flush_seconds` passed: one object per chunk (or per 15 s)
+    # instead of one per answer. Entries a crash kept from being written are recounted from the
+    # response log when the chunk runs again (`recount_attempts`).
     buffer_costs: bool = False
+    cost_flush_seconds: float = COST_FLUSH_SECONDS  # a long chunk still shows its spending to `status`
+    clock: Callable[[], float] = time.monotonic
     pending_costs: list[CostEntry] = field(init=False, default_factory=list)
+    flushed_at: float = field(init=False, default=0.0)
     _costs_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        self.flushed_at = self.clock()
         self.ledger = ResultsLedger(self.store)
         self.responses = ResponseLog(self.store)
         self.costs = CostLedger(self.store, self.run_id)
@@ -191,6 +200,8 @@ def record_cost(
     if p.buffer_costs:
         with p._costs_lock:
             p.pending_costs.append(entry)
+        if p.clock() - p.flushed_at >= p.cost_flush_seconds:
+            flush_costs(p)
         return
     p.costs.record(f"{key}-{attempt}", [entry])
 
@@ -200,6 +211,7 @@ def flush_costs(p: Pass) -> None:
     again is counted once by the cost ledger (same identity), so a fresh group id is safe."""
     with p._costs_lock:
         entries, p.pending_costs = p.pending_costs, []
+        p.flushed_at = p.clock()
     if entries:
         p.costs.record(f"file-{uuid.uuid4().hex[:20]}", entries)
 

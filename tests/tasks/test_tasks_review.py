@@ -392,3 +392,31 @@ def test_a_chunk_run_again_in_its_run_counts_each_answer_once(tmp_path: Path, em
     )
     h.run(run_id="run2")  # another run's ledger hits are free: nothing recounted for it
     assert list(CostLedger(h.store, "run2").entries()) == []
+
+
+def test_buffered_costs_of_a_long_chunk_are_written_every_so_often(tmp_path: Path) -> None:
+    """A long realtime chunk does not hide its spending from `status` until it ends."""
+    from tasks.file_outcomes import Pass, flush_costs, record_cost
+
+    fake = FakeTime()
+    store = open_store(tmp_path)
+    p = Pass(
+        RECIPE, "run1", store, None, Settings(), buffer_costs=True, cost_flush_seconds=15, clock=fake.clock
+    )
+    usage = {"input_tokens": 100, "output_tokens": 10}
+    record_cost(p, "a.txt", "file_a", 1, PRIMARY, "req_1", usage, 0.0)
+    fake.sleep(10)
+    record_cost(p, "b.txt", "file_b", 1, PRIMARY, "req_2", usage, 0.0)
+    assert list(store.list("runs/run1/costs/")) == []  # 10 s: still buffered
+    fake.sleep(6)
+    record_cost(p, "c.txt", "file_c", 1, PRIMARY, "req_3", usage, 0.0)  # 16 s since the last write
+    assert [e.key for e in CostLedger(store, "run1").entries()] == ["file_a", "file_b", "file_c"]
+    record_cost(p, "d.txt", "file_d", 1, PRIMARY, "req_4", usage, 0.0)
+    flush_costs(p)  # the chunk's end
+    assert len(list(store.list("runs/run1/costs/"))) == 2
+    assert sorted(e.key for e in CostLedger(store, "run1").entries()) == [
+        "file_a",
+        "file_b",
+        "file_c",
+        "file_d",
+    ]
