@@ -124,3 +124,13 @@ def test_cli_exit_5_and_one_line(
         get_settings.cache_clear()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "run live" in err[0] and "DOCMILL_ALLOW_OVERLAPPING_RUNS" in err[0]
+
+
+def test_a_relative_source_is_compared_as_the_folder_it_names(
+    rig: tuple[Path, Settings, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus, settings, store = rig
+    _live_run(store, "absolute", settings, corpus)
+    monkeypatch.chdir(corpus.parent)
+    with pytest.raises(RunOverlap):
+        run_extract(f"./{corpus.name}/", "invoices", settings=settings, run_id="relative", progress=False)
