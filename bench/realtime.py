@@ -1,6 +1,6 @@
 """Realtime throughput: docmill vs a plain asyncio loop making the same SDK calls.
 
-All talk to the same emulator (a separate process) at 0 ms and 200 ms emulated latency, with the
+All talk to the same emulator (a separate process) at 0, 50 and 200 ms emulated latency, with the
 same concurrency, in one run, so ratios are measured side by side on the same machine. Each
 measurement is repeated `--repeat` times, interleaved, and the median is printed.
 
@@ -138,7 +138,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=300)
     ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--latencies", default="0,200")
+    ap.add_argument("--latencies", default="0,50,200")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement; medians printed")
     a = ap.parse_args()
     os.environ.pop("ANTHROPIC_API_KEY", None)
