@@ -16,6 +16,18 @@ from typing import Any
 from checkpoints.manifest import ManifestStore
 
 STATES = ("succeeded", "needs_review", "failed")
+FINISHED = ("done", "canceled")
+
+
+def driver_state(store: Any, run_id: str, phase: str, now: float) -> str:
+    """ "running" while a process holds the run's lease, "stopped" when an unfinished run has none
+    (it crashed, was killed, or stopped on its budget or an error: `docmill resume` continues it),
+    "finished" when it is done or canceled."""
+    from checkpoints.active import ActiveRuns
+
+    if phase in FINISHED:
+        return "finished"
+    return "running" if ActiveRuns(store).lease(run_id, now) is not None else "stopped"
 
 
 def _inventory_size(store: Any, run_id: str) -> int | None:
@@ -46,7 +58,8 @@ def run_status(store: Any, run_id: str, *, now: float | None = None) -> dict[str
     live = [b for b in batches if b.live]
     answered = len({e.doc_id for e in entries if e.pass_name == "file"})
     progress = max(done, answered)  # outcome files are written per chunk; answers show up at once
-    running = str(m.phase) not in ("done", "failed", "canceled", "budget_exhausted")
+    driver = driver_state(store, run_id, str(m.phase), now)
+    running = driver == "running"
     rate = None
     if times and answered:
         span = (max(now, times[-1]) if running else times[-1]) - times[0]
@@ -57,6 +70,7 @@ def run_status(store: Any, run_id: str, *, now: float | None = None) -> dict[str
     return {
         "run_id": m.run_id,
         "phase": str(m.phase),
+        "driver": driver,
         "source": m.source,
         "recipe": m.recipe,
         "mode": m.mode,
@@ -101,7 +115,13 @@ def status_text(st: dict[str, Any]) -> str:
     lines = [
         f"run        {st['run_id']}  ({st['recipe']}, {st['mode']}, source {st['source']})",
         f"phase      {st['phase']}"
-        + ("  -> `docmill resume RUN_ID --max-cost-usd N`" if st["phase"] == "budget_exhausted" else ""),
+        + (
+            "  -> `docmill resume RUN_ID --max-cost-usd N`"
+            if st["phase"] == "budget_exhausted"
+            else "  (stopped: no process drives it; `docmill resume RUN_ID` continues it)"
+            if st["driver"] == "stopped"
+            else ""
+        ),
         f"documents  {st['progress']}/{total if total is not None else '?'} processed{pct}; "
         + ("final outcomes: " if st["phase"] == "done" else "final outcomes so far: ")
         + states,
@@ -118,17 +138,21 @@ def status_text(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def runs_table(store: Any) -> list[str]:
-    """One line per run, oldest first: id, phase, recipe, mode, documents, cost."""
+def runs_table(store: Any, *, now: float | None = None) -> list[str]:
+    """One line per run, oldest first: id, phase, driver (running / stopped / finished), recipe,
+    mode, documents, cost."""
+    now = time.time() if now is None else now
     ms = ManifestStore(store)
     lines = [
-        f"{'RUN':<24} {'PHASE':<17} {'RECIPE':<12} {'MODE':<9} {'DOCS':>6} {'REVIEW':>6} {'FAILED':>6} {'COST':>10}"
+        f"{'RUN':<24} {'PHASE':<17} {'DRIVER':<8} {'RECIPE':<12} {'MODE':<9} {'DOCS':>6} {'REVIEW':>6} "
+        f"{'FAILED':>6} {'COST':>10}"
     ]
     for run_id in sorted(ms.list_runs()):
         m = ms.load(run_id)
         c = m.counts
+        driver = driver_state(store, run_id, str(m.phase), now)
         lines.append(
-            f"{run_id:<24} {m.phase!s:<17} {m.recipe:<12} {m.mode:<9} {c.get('documents', 0):>6} "
+            f"{run_id:<24} {m.phase!s:<17} {driver:<8} {m.recipe:<12} {m.mode:<9} {c.get('documents', 0):>6} "
             f"{c.get('needs_review', 0):>6} {c.get('failed', 0):>6} {'$' + format(m.cost_usd, '.4f'):>10}"
         )
     return lines

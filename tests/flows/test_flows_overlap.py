@@ -134,3 +134,44 @@ def test_a_relative_source_is_compared_as_the_folder_it_names(
     monkeypatch.chdir(corpus.parent)
     with pytest.raises(RunOverlap):
         run_extract(f"./{corpus.name}/", "invoices", settings=settings, run_id="relative", progress=False)
+
+
+def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, Settings, Any]) -> None:
+    """A run whose process died keeps its unfinished phase; status and runs say nobody drives it
+    (and how to continue) instead of showing an ETA forever."""
+    from flows.extract import resume_run
+    from tasks.report_status import run_status, runs_table, status_text
+
+    corpus, settings, store = rig
+    settings = settings.model_copy(update={"chunk_size": 3})
+
+    def crash_after_one(fn: Any, chunks: list[Any]) -> list[Any]:
+        fn(*chunks[0])
+        raise KeyboardInterrupt  # the process goes away mid-pass
+
+    with pytest.raises(KeyboardInterrupt):
+        run_extract(
+            str(corpus),
+            "invoices",
+            settings=settings,
+            run_id="r1",
+            progress=False,
+            map_chunks=crash_after_one,
+        )
+    st = run_status(store, "r1")
+    assert (st["phase"], st["driver"], st["eta_seconds"]) == ("per_file", "stopped", None)
+    assert "docmill resume RUN_ID" in status_text(st)
+    row = next(line for line in runs_table(store) if line.startswith("r1 "))
+    assert row.split()[1:3] == ["per_file", "stopped"]
+
+    Lease(store, "r1", ELSEWHERE, ttl_seconds=600).acquire()  # a process on another machine took it
+    assert run_status(store, "r1")["driver"] == "running"
+    assert "docmill resume" not in status_text(run_status(store, "r1"))
+    store.delete("runs/r1/lease.json")
+
+    assert resume_run("r1", settings=settings, progress=False)["phase"] == "done"
+    assert run_status(store, "r1")["driver"] == "finished"
+    assert next(line for line in runs_table(store) if line.startswith("r1 ")).split()[1:3] == [
+        "done",
+        "finished",
+    ]
