@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -171,6 +172,16 @@ def _publish(summary: dict[str, Any]) -> None:
     get_run_logger().info("docmill run %s: %s, cost $%.4f", summary["run_id"], states, summary["cost_usd"])
 
 
+def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> dict[str, Any]:
+    """The chain inside a flow: chunks as Prefect tasks, progress as an artifact, a budget stop as an
+    expected end, and the summary published as an artifact."""
+    summary = _budget_guard(
+        lambda: chain(*args, map_chunks=prefect_map, on_progress=ProgressArtifact(), **kw)
+    )
+    _publish(summary)
+    return summary
+
+
 @flow(name="extract", task_runner=RUNNER, log_prints=False)
 def extract(
     source: str,
@@ -194,38 +205,15 @@ def extract(
             "api.model": model,
         },
     )
-    summary = _budget_guard(
-        lambda: run_extract(
-            source,
-            recipe,
-            mode=mode,
-            run_id=run_id,
-            settings=settings,
-            map_chunks=prefect_map,
-            progress=progress,
-            on_progress=ProgressArtifact(),
-        )
+    return _in_flow(
+        run_extract, source, recipe, mode=mode, run_id=run_id, settings=settings, progress=progress
     )
-    _publish(summary)
-    return summary
 
 
 @flow(name="nightly", task_runner=RUNNER)
 def nightly(source: str, recipe: str = "invoices", store: str | None = None) -> dict[str, Any]:
     """Incremental: unchanged documents hit the ledger by content hash and cost nothing."""
-    settings = _settings(store, {})
-    summary = _budget_guard(
-        lambda: run_extract(
-            source,
-            recipe,
-            settings=settings,
-            map_chunks=prefect_map,
-            progress=False,
-            on_progress=ProgressArtifact(),
-        )
-    )
-    _publish(summary)
-    return summary
+    return _in_flow(run_extract, source, recipe, settings=_settings(store, {}), progress=False)
 
 
 @flow(name="backfill", task_runner=RUNNER)
@@ -240,37 +228,14 @@ def backfill(
 ) -> dict[str, Any]:
     """A large source, batch mode by default, resumable by run id."""
     settings = _settings(store, {"chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd})
-    summary = _budget_guard(
-        lambda: run_extract(
-            source,
-            recipe,
-            mode=mode,
-            run_id=run_id or new_run_id(),
-            settings=settings,
-            map_chunks=prefect_map,
-            progress=False,
-            on_progress=ProgressArtifact(),
-        )
-    )
-    _publish(summary)
-    return summary
+    run_id = run_id or new_run_id()
+    return _in_flow(run_extract, source, recipe, mode=mode, run_id=run_id, settings=settings, progress=False)
 
 
 @flow(name="resume", task_runner=RUNNER)
 def resume(run_id: str, store: str | None = None, max_cost_usd: float | None = None) -> dict[str, Any]:
     """Continue a run from its manifest: nothing in the ledger is sent again."""
-    summary = _budget_guard(
-        lambda: resume_run(
-            run_id,
-            store=store,
-            map_chunks=prefect_map,
-            progress=False,
-            max_cost_usd=max_cost_usd,
-            on_progress=ProgressArtifact(),
-        )
-    )
-    _publish(summary)
-    return summary
+    return _in_flow(resume_run, run_id, store=store, progress=False, max_cost_usd=max_cost_usd)
 
 
 def resume_run(
