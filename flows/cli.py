@@ -22,11 +22,29 @@ EXIT_OK, EXIT_INPUT, EXIT_RUN, EXIT_BUDGET, EXIT_LEASE, EXIT_INTERRUPT = 0, 2, 3
 
 def _quiet_prefect_services() -> None:
     """Prefect's background queues warn while they flush at exit ("Still processing items");
-    that is not news to someone running docmill, so only their errors are shown."""
+    that is not news to someone running docmill, so only their errors are shown. A docmill error
+    that ends a flow run (another run holds it, a bad source, ...) is printed by `main` in one
+    line, so Prefect's console traceback of it is dropped (it still reaches the Prefect API)."""
     import logging
 
     for name in ("EventsWorker", "APILogWorker"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    if os.environ.get("DOCMILL_RAISE_ERRORS", "").lower() in ("1", "true", "yes"):
+        return
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for name in ("", "prefect", "prefect.flow_runs", "prefect.task_runs"):  # "" is the root logger
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, PrefectConsoleHandler) and _one_line_errors not in handler.filters:
+                handler.addFilter(_one_line_errors)
+
+
+def _one_line_errors(record: Any) -> bool:
+    """False for a log record carrying a docmill error (the CLI prints it in one line)."""
+    from docmill.errors import DocmillError
+
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, DocmillError)
 
 
 def _quiet_prefect() -> None:

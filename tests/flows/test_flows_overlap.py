@@ -175,3 +175,27 @@ def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, 
         "done",
         "finished",
     ]
+
+
+def test_cli_through_prefect_says_it_in_one_line_too(
+    prefect_engine: None, rig: tuple[Path, Settings, Any], emulator: Any
+) -> None:
+    """The flow run fails with the docmill error; Prefect's console traceback of it is dropped
+    (the CLI in its own process, with its real stderr, on the test session's Prefect server)."""
+    import os
+    import subprocess
+    import sys
+
+    corpus, settings, store = rig
+    _live_run(store, "live", settings, corpus)
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "DOCMILL_RAISE_ERRORS")}
+    env["DOCMILL_API__BASE_URL"] = emulator.base_url
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "--store", str(settings.store), "run", str(corpus)],
+        cwd=root, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 5, out.stderr
+    assert "Traceback" not in out.stderr and "Encountered exception" not in out.stderr, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert [line for line in lines if "RunOverlap" in line] == [lines[-1]]
