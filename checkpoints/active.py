@@ -2,7 +2,7 @@
 
 A run marks itself while it is driven and unmarks itself when it stops, so a new run can see which
 runs are in flight without reading every manifest. A marker outlives a crashed run; readers judge
-a marker by its run's lease (`runs/<run_id>/lease.json`), never by the marker alone.
+a marker by its run's lease (`checkpoints.lease.live_lease`), never by the marker alone.
 """
 
 from __future__ import annotations
@@ -37,13 +37,6 @@ class ActiveRuns:
                 info = self.store.get_json_or_none(key)
                 if isinstance(info, dict) and info.get("run_id"):
                     yield str(info["run_id"]), info
-
-    def lease(self, run_id: str, now: float) -> dict[str, Any] | None:
-        """The run's lease if it is held and unexpired (its driver is alive, as far as we know)."""
-        lease = self.store.get_json_or_none(f"runs/{safe_segment(run_id)}/lease.json")
-        if isinstance(lease, dict) and float(lease.get("expires_at") or 0) > now:
-            return lease
-        return None
 
 
 def sources_overlap(a: str, b: str) -> bool:

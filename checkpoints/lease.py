@@ -8,6 +8,8 @@ The clock is injectable so tests can move time without sleeping.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,6 +21,31 @@ from checkpoints.store import ObjectStore, dumps_json, loads_json
 from docmill.errors import LeaseHeld, NotFound, PreconditionFailed
 
 MAX_ATTEMPTS = 10
+
+
+def live_lease(store: ObjectStore, run_id: str, now: float) -> dict[str, Any] | None:
+    """The run's lease if it is held, unexpired, and not left by a dead process on this machine
+    (its driver is alive, as far as anyone can tell); else None."""
+    lease = store.get_json_or_none(f"runs/{safe_segment(run_id)}/lease.json")
+    if not isinstance(lease, dict) or float(lease.get("expires_at") or 0) <= now:
+        return None
+    return None if holder_is_dead_here(lease.get("holder")) else lease
+
+
+def holder_is_dead_here(holder: str | None) -> bool:
+    """Whether a lease holder ("host:pid:nonce") is a process of this machine that no longer runs:
+    its lease can be taken over at once instead of after its expiry."""
+    host, _, rest = (holder or "").partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _iso(ts: float) -> str:

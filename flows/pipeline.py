@@ -302,34 +302,17 @@ def per_file_pass(
 LEASE_TTL = 120.0
 
 
-def _holder_is_dead_here(holder: str | None) -> bool:
-    """A lease left by a crashed process on this machine can be taken over at once."""
-    import socket
-
-    host, _, rest = (holder or "").partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
 @contextmanager
 def hold_lease(ctx: RunContext) -> Iterator[None]:
     """Hold the run's lease, renewed in the background; take over one left by a dead local process."""
-    from checkpoints.lease import Lease
+    from checkpoints.lease import Lease, holder_is_dead_here
     from flows.context import holder_id
 
     lease = Lease(ctx.store, ctx.run_id, holder_id(), ttl_seconds=LEASE_TTL)
     try:
         lease.acquire()
     except LeaseHeld as e:
-        if not _holder_is_dead_here(getattr(e, "holder", None)):
+        if not holder_is_dead_here(getattr(e, "holder", None)):
             raise
         log.warning("taking over the lease of a dead process: %s", getattr(e, "holder", None))
         ctx.store.delete(f"runs/{ctx.run_id}/lease.json")
@@ -365,6 +348,7 @@ def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked:
     documents. Stale markers (a run whose lease is gone or whose local holder died) are removed.
     With `marked` (both runs may have marked themselves at once) only the later of the two stops."""
     from checkpoints.active import sources_overlap
+    from checkpoints.lease import live_lease
 
     now = time.time()
     for run_id, other in runs.items():
@@ -375,8 +359,8 @@ def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked:
             continue
         if not sources_overlap(str(other.get("source") or ""), mine["source"]):
             continue
-        lease = runs.lease(run_id, now)
-        if lease is None or _holder_is_dead_here(lease.get("holder")):
+        lease = live_lease(ctx.store, run_id, now)
+        if lease is None:
             runs.unmark(run_id)
             continue
         if marked and (float(other.get("started_at") or 0), run_id) > (mine["started_at"], ctx.run_id):

@@ -23,11 +23,11 @@ def driver_state(store: Any, run_id: str, phase: str, now: float) -> str:
     """ "running" while a process holds the run's lease, "stopped" when an unfinished run has none
     (it crashed, was killed, or stopped on its budget or an error: `docmill resume` continues it),
     "finished" when it is done or canceled."""
-    from checkpoints.active import ActiveRuns
+    from checkpoints.lease import live_lease
 
     if phase in FINISHED:
         return "finished"
-    return "running" if ActiveRuns(store).lease(run_id, now) is not None else "stopped"
+    return "running" if live_lease(store, run_id, now) is not None else "stopped"
 
 
 def _inventory_size(store: Any, run_id: str) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,31 @@ def test_concurrent_takeover_of_expired_lease_has_one_winner(store: ObjectStore,
         won = list(pool.map(take, range(10)))
     assert won.count(True) == 1
     assert store.get_json("runs/run1/lease.json")["holder"] == f"p{won.index(True)}"
+
+
+def test_live_lease_sees_a_running_driver_only(tmp_path: Path) -> None:
+    """What `status`, `runs` and the overlap check ask: does a live process drive this run?"""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from checkpoints.lease import Lease, live_lease
+    from checkpoints.store import open_store
+
+    store = open_store(str(tmp_path))
+    now = time.time()
+    assert live_lease(store, "none", now) is None
+    Lease(store, "elsewhere", "other-host:1:ab", ttl_seconds=60).acquire()
+    assert live_lease(store, "elsewhere", now)["holder"] == "other-host:1:ab"
+    assert live_lease(store, "elsewhere", now + 120) is None  # expired
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = f"{socket.gethostname()}:{gone.stdout.strip()}:cd"
+    Lease(store, "crashed-here", dead, ttl_seconds=60).acquire()
+    assert live_lease(store, "crashed-here", now) is None  # its process on this machine is gone
+    Lease(
+        store, "alive-here", f"{socket.gethostname()}:{__import__('os').getpid()}:ef", ttl_seconds=60
+    ).acquire()
+    assert live_lease(store, "alive-here", now) is not None
