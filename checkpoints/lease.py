@@ -23,10 +23,14 @@ from docmill.errors import LeaseHeld, NotFound, PreconditionFailed
 MAX_ATTEMPTS = 10
 
 
+def lease_key(run_id: str) -> str:
+    return f"runs/{safe_segment(run_id)}/lease.json"
+
+
 def live_lease(store: ObjectStore, run_id: str, now: float) -> dict[str, Any] | None:
     """The run's lease if it is held, unexpired, and not left by a dead process on this machine
     (its driver is alive, as far as anyone can tell); else None."""
-    lease = store.get_json_or_none(f"runs/{safe_segment(run_id)}/lease.json")
+    lease = store.get_json_or_none(lease_key(run_id))
     if not isinstance(lease, dict) or float(lease.get("expires_at") or 0) <= now:
         return None
     return None if holder_is_dead_here(lease.get("holder")) else lease
@@ -68,7 +72,7 @@ class Lease:
         self.holder = holder
         self.ttl = float(ttl_seconds)
         self.clock = clock
-        self.key = f"runs/{self.run_id}/lease.json"
+        self.key = lease_key(run_id)
         self.expires_at: float | None = None
 
     def _record(self) -> dict[str, Any]:

@@ -315,7 +315,7 @@ def hold_lease(ctx: RunContext) -> Iterator[None]:
         if not holder_is_dead_here(getattr(e, "holder", None)):
             raise
         log.warning("taking over the lease of a dead process: %s", getattr(e, "holder", None))
-        ctx.store.delete(f"runs/{ctx.run_id}/lease.json")
+        ctx.store.delete(lease.key)
         lease.acquire()
     stop = threading.Event()
 
