@@ -21,6 +21,7 @@ from tasks.batch_records import WorkItem, lifecycle
 from tasks.file_outcomes import (
     Pass,
     account_attempt,
+    answered_model,
     decide_next,
     enqueue_review,
     file_cost_entry,
@@ -157,7 +158,7 @@ class ResultRouter:
                 request, key=key, doc_id=item.doc_id, pass_name=FILE_PASS, on_response=persist
             )
             message = result.message
-        model = str((message.get("_docmill") or {}).get("model") or message.get("model") or request["model"])
+        model = answered_model(message, request["model"])
         item.cost_usd += account_attempt(
             self.p, item.doc_id, key, n, model, message, item.usage, item.request_ids
         )

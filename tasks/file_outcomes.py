@@ -6,7 +6,7 @@ the results-ledger write (put-if-absent, `write_outcome`), the review queue (`en
 `review_item`), the outcomes that need no call (`skipped_outcome`, `outcome_from_original`,
 `outcome_from_ledger`, `failed_outcome`), the gate's settled fields and the repair policy's next step
 (`gated_fields`, `decide_next`), and per-attempt accounting (`account_attempt`, `record_cost`,
-`flush_costs`, `recount_attempts`, `file_cost_entry`, `prompt_version`).
+`flush_costs`, `recount_attempts`, `answered_model`, `file_cost_entry`, `prompt_version`).
 """
 
 from __future__ import annotations
@@ -175,13 +175,18 @@ def account_attempt(
     """Account one answered realtime attempt: its usage added to `usage_total`, its request id to
     `request_ids`, its cost entry written; returns its cost in USD."""
     usage = message.get("usage") or {}
-    usd = cost_usd(model, usage)
     add_usage(usage_total, usage)
     request_id = message.get("_request_id")
     if request_id:
         request_ids.append(str(request_id))
-    record_cost(p, doc_id, key, attempt, model, request_id, usage, usd)
-    return usd
+    at = (message.get("_docmill") or {}).get("at")  # when it was answered, if the log kept it
+    record_cost(p, doc_id, key, attempt, model, request_id, usage, at=at)
+    return cost_usd(model, usage)
+
+
+def answered_model(message: dict[str, Any], default: str) -> str:
+    """The model that answered a persisted message: docmill's meta, else the API's field."""
+    return str((message.get("_docmill") or {}).get("model") or message.get("model") or default)
 
 
 def record_cost(
@@ -192,11 +197,12 @@ def record_cost(
     model: str,
     request_id: Any,
     usage: dict[str, Any],
-    usd: float,
+    *,
+    at: float | None = None,
 ) -> None:
     """One cost entry per answered attempt: kept for the chunk's group when the pass buffers costs,
     else written at once as group `<key>-<attempt>` (written once)."""
-    entry = file_cost_entry(p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False)
+    entry = file_cost_entry(p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False, at=at)
     if p.buffer_costs:
         with p._costs_lock:
             p.pending_costs.append(entry)
@@ -222,16 +228,8 @@ def recount_attempts(p: Pass, doc_id: str, key: str) -> None:
     attempt once, so recounting one that was written is harmless)."""
     for n in p.responses.attempts(FILE_PASS, key):
         message = p.responses.get(FILE_PASS, key, n)
-        if not message:
-            continue
-        meta = message.get("_docmill") or {}
-        model = str(meta.get("model") or message.get("model") or p.model)
-        entry = file_cost_entry(
-            p.run_id, doc_id, key, n, model, message.get("_request_id"), message.get("usage") or {},
-            batch=False, at=meta.get("at"),
-        )  # fmt: skip
-        with p._costs_lock:
-            p.pending_costs.append(entry)
+        if message:
+            account_attempt(p, doc_id, key, n, answered_model(message, p.model), message, {}, [])
 
 
 def file_cost_entry(

@@ -24,6 +24,7 @@ from docmill.logs import get_logger, redact
 from tasks.file_outcomes import (
     Pass,
     account_attempt,
+    answered_model,
     decide_next,
     enqueue_review,
     failed_outcome,
@@ -73,7 +74,7 @@ class Attempts:
                 continue
             meta = message.get("_docmill") or {}
             self.n = n
-            self.model = str(meta.get("model") or message.get("model") or self.model)
+            self.model = answered_model(message, self.model)
             purpose = str(meta.get("purpose") or "first")
             if purpose == Action.REPAIR.value:
                 progress.repairs += 1
@@ -114,7 +115,7 @@ class Attempts:
         return result.message
 
     def _account(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> None:
-        model = str((message.get("_docmill") or {}).get("model") or self.model)
+        model = answered_model(message, self.model)
         self.cost += account_attempt(
             self.p, self.doc_id, self.key, self.n, model, message, self.usage, self.request_ids
         )

@@ -404,14 +404,14 @@ def test_buffered_costs_of_a_long_chunk_are_written_every_so_often(tmp_path: Pat
         RECIPE, "run1", store, None, Settings(), buffer_costs=True, cost_flush_seconds=15, clock=fake.clock
     )
     usage = {"input_tokens": 100, "output_tokens": 10}
-    record_cost(p, "a.txt", "file_a", 1, PRIMARY, "req_1", usage, 0.0)
+    record_cost(p, "a.txt", "file_a", 1, PRIMARY, "req_1", usage)
     fake.sleep(10)
-    record_cost(p, "b.txt", "file_b", 1, PRIMARY, "req_2", usage, 0.0)
+    record_cost(p, "b.txt", "file_b", 1, PRIMARY, "req_2", usage)
     assert list(store.list("runs/run1/costs/")) == []  # 10 s: still buffered
     fake.sleep(6)
-    record_cost(p, "c.txt", "file_c", 1, PRIMARY, "req_3", usage, 0.0)  # 16 s since the last write
+    record_cost(p, "c.txt", "file_c", 1, PRIMARY, "req_3", usage)  # 16 s since the last write
     assert [e.key for e in CostLedger(store, "run1").entries()] == ["file_a", "file_b", "file_c"]
-    record_cost(p, "d.txt", "file_d", 1, PRIMARY, "req_4", usage, 0.0)
+    record_cost(p, "d.txt", "file_d", 1, PRIMARY, "req_4", usage)
     flush_costs(p)  # the chunk's end
     assert len(list(store.list("runs/run1/costs/"))) == 2
     assert sorted(e.key for e in CostLedger(store, "run1").entries()) == [
