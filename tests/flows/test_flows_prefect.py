@@ -24,15 +24,18 @@ def env_for(monkeypatch: pytest.MonkeyPatch, emulator: Any, tmp_path: Path) -> s
     get_settings.cache_clear()
 
 
-def _task_runs(flow_run_id: Any) -> list[Any]:
+def _of_flow_run(what: str, flow_run_id: Any) -> list[Any]:
+    """The task runs or artifacts of one flow run, read from the Prefect API."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas import filters
 
     async def read() -> list[Any]:
         async with get_client() as client:
-            return await client.read_task_runs(
-                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-            )
+            if what == "task_runs":
+                ids = filters.FlowRunFilterId(any_=[flow_run_id])
+                return await client.read_task_runs(flow_run_filter=filters.FlowRunFilter(id=ids))
+            run = filters.ArtifactFilterFlowRunId(any_=[flow_run_id])
+            return await client.read_artifacts(artifact_filter=filters.ArtifactFilter(flow_run_id=run))
 
     return asyncio.run(read())
 
@@ -48,7 +51,7 @@ def test_extract_flow_runs_chunks_not_documents(
     assert summary["phase"] == "done"
     docs = [t for t in truth if t["record"] == "document"]
     assert summary["documents"] == len(docs)
-    runs = _task_runs(state.state_details.flow_run_id)
+    runs = _of_flow_run("task_runs", state.state_details.flow_run_id)
     chunk_runs = [r for r in runs if r.name.startswith("per-file-chunk")]
     from checkpoints.store import open_store
 
@@ -145,19 +148,6 @@ def test_resume_flow_sends_nothing_already_in_the_ledger(
     assert summary["documents"] == len([t for t in truth if t["record"] == "document"])
 
 
-def _artifacts(flow_run_id: Any) -> list[Any]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-    async def read() -> list[Any]:
-        async with get_client() as client:
-            return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
-            )
-
-    return asyncio.run(read())
-
-
 @pytest.mark.parametrize("mode", ["realtime", "batch"])
 def test_flow_run_shows_per_file_progress_in_documents(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any, mode: str
@@ -170,7 +160,7 @@ def test_flow_run_shows_per_file_progress_in_documents(
     state = extract(str(corpus), "invoices", mode=mode, chunk_size=5, return_state=True)
     summary = state.result()
     assert summary["phase"] == "done"
-    progress = [a for a in _artifacts(state.state_details.flow_run_id) if a.type == "progress"]
+    progress = [a for a in _of_flow_run("artifacts", state.state_details.flow_run_id) if a.type == "progress"]
     assert len(progress) == 1, progress
     assert progress[0].data == pytest.approx(100.0)
     assert progress[0].key == "docmill-progress"
