@@ -60,15 +60,20 @@ class LocalStore(ObjectStore):
             ) from e
         self._dirs.add(parent)
 
-    def _write_temp(self, path: Path, data: bytes) -> Path:
+    def _open_in_folder(self, path: Path, target: Path, flags: int) -> int:
+        """`os.open(target, flags)` for a file in `path`'s folder, making the folder first (and once
+        more if it went away under us)."""
         self._ensure_dir(path)
-        tmp = _sidecar(path, f"tmp.{os.getpid()}.{next(_TMP_IDS)}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileNotFoundError:  # the folder went away under us: make it again, once
+            return os.open(target, flags, 0o644)
+        except FileNotFoundError:
             self._dirs.discard(path.parent)
             self._ensure_dir(path)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            return os.open(target, flags, 0o644)
+
+    def _write_temp(self, path: Path, data: bytes) -> Path:
+        tmp = _sidecar(path, f"tmp.{os.getpid()}.{next(_TMP_IDS)}")
+        fd = self._open_in_folder(path, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             _write_all(fd, data)
         except BaseException:
@@ -84,13 +89,8 @@ class LocalStore(ObjectStore):
         operations than a named temp file, and a crashed writer leaves nothing behind."""
         if not _ANONYMOUS:
             return None
-        self._ensure_dir(path)
         try:
-            fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, 0o644)
-        except FileNotFoundError:  # the folder went away under us: make it again, once
-            self._dirs.discard(path.parent)
-            self._ensure_dir(path)
-            fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, 0o644)
+            fd = self._open_in_folder(path, path.parent, os.O_TMPFILE | os.O_WRONLY)
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
