@@ -39,8 +39,8 @@ import anthropic  # noqa: E402
 
 from checkpoints.store import ObjectStore, open_store  # noqa: E402
 from docmill.settings import Settings  # noqa: E402
-from tasks import batch_records  # noqa: E402
-from tasks.batch import run_batches  # noqa: E402
+from tasks.batch import lifecycle as batch_lifecycle  # noqa: E402
+from tasks.batch.engine import run_batches  # noqa: E402
 from tasks.inventory import inventory  # noqa: E402
 from tasks.recipes import load_recipe  # noqa: E402
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 ingest_s += time.perf_counter() - marks.pop("ingest_start")
                 ingest_cpu_s += time.process_time() - marks.pop("ingest_cpu_start")
 
-        batch_records.HOOK = hook
+        batch_lifecycle.HOOK = hook
         start = time.perf_counter()
         states: Counter[str] = Counter()
         docs = inventory(str(corpus), settings, doc_types=recipe.doc_types)

@@ -70,8 +70,8 @@ def plain_loop(corpus: Path, url: str, concurrency: int, store: Path | None = No
     from checkpoints.store import open_store
     from docmill.settings import Settings
     from tasks.inventory import inventory, load_text
+    from tasks.per_file.requests import file_request
     from tasks.recipes import load_recipe
-    from tasks.requests import file_request
 
     settings = Settings()
     recipe = load_recipe("invoices")

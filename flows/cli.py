@@ -136,7 +136,7 @@ def _run_id(a: argparse.Namespace, store: Any) -> str | None:
 
 
 def cmd_status(a: argparse.Namespace) -> int:
-    from tasks.report_status import run_status, status_text
+    from tasks.reporting.status import run_status, status_text
 
     store = _store(a)
     run_id = _run_id(a, store)
@@ -158,7 +158,7 @@ def cmd_status(a: argparse.Namespace) -> int:
 
 
 def cmd_runs(a: argparse.Namespace) -> int:
-    from tasks.report_status import runs_table
+    from tasks.reporting.status import runs_table
 
     lines = runs_table(_store(a))
     print("\n".join(lines) if len(lines) > 1 else "docmill: no runs in this store yet")
@@ -203,7 +203,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     """Write report.md, report.html and the exports again from the store (any phase)."""
     from checkpoints.manifest import ManifestStore
     from checkpoints.outcomes import OutcomeLog
-    from tasks.report import write_report
+    from tasks.reporting.report import write_report
 
     store = _store(a)
     run_id = _run_id(a, store)

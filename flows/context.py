@@ -76,7 +76,7 @@ def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[Any, Any]:
     """The realtime ModelClient (one transport retry layer) and the raw SDK client for batches."""
     import anthropic
 
-    from tasks.realtime import ModelClient
+    from tasks.api.client import ModelClient
 
     client = ModelClient(settings, base_url=endpoint.base_url, api_key=endpoint.api_key)
     sdk = anthropic.Anthropic(

@@ -198,7 +198,7 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
     """Per-file pass over one chunk (realtime); outcomes written once per chunk."""
     from checkpoints.outcomes import OutcomeLog
     from tasks.inventory import Document
-    from tasks.review import review_chunk
+    from tasks.per_file.realtime import review_chunk
 
     outcomes = review_chunk(
         [Document.model_validate(d) for d in docs],
@@ -246,8 +246,8 @@ def per_file_pass(
     bar = Progress(total, "per-file pass", enabled=progress, listener=ctx.on_progress)
     if params.mode == "batch":
         from checkpoints.costs import CostLedger
-        from tasks.batch import run_batches
-        from tasks.budget import affordable_chunks
+        from tasks.batch.budget import affordable_chunks
+        from tasks.batch.engine import run_batches
         from tasks.inventory import Document
 
         spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
@@ -412,7 +412,7 @@ def run(
         try:
             return _drive(ctx, params, map_chunks, progress)
         except BudgetExhausted:
-            from tasks.report import write_report
+            from tasks.reporting.report import write_report
 
             spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
             set_phase(ctx, Phase.BUDGET_EXHAUSTED)
@@ -428,8 +428,8 @@ def run(
 
 def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
     from checkpoints.costs import CostLedger
-    from tasks.integrate import integrate
-    from tasks.report import summarize, write_report
+    from tasks.integration.run import integrate
+    from tasks.reporting.report import summarize, write_report
 
     budget = getattr(ctx.client, "budget", None)
     if budget is not None:  # a resumed run has spent what its cost ledger says

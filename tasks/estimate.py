@@ -1,7 +1,7 @@
 """Cost estimates without calling the model: `docmill estimate` and the batch-mode budget check.
 
 How a document is estimated (say so wherever a number is shown — it is an estimate):
-  input tokens  = characters of the exact per-file request body / 4 (tasks.requests.estimate_input_tokens)
+  input tokens  = characters of the exact per-file request body / 4 (tasks.per_file.requests.estimate_input_tokens)
   output tokens = typical: the size of the recipe's output schema / 8 (the answer mirrors the
                   schema's fields with values and evidence), capped at max_tokens; worst case: max_tokens
   USD           = tokens x the price table (docmill.prices); batch = 50 %. Realtime: the shared
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from docmill.prices import BATCH_DISCOUNT, CACHE_READ, CACHE_WRITE_5M, price_table
-from tasks.requests import estimate_input_tokens, file_request, recipe_parts
+from tasks.api.usage import estimate_input_tokens
+from tasks.per_file.requests import file_request, recipe_parts
 
 METHOD = (
     "an estimate, no model call: input = request characters / 4, output = recipe schema size / 8 "
@@ -106,7 +107,7 @@ def estimate_source(source: str, recipe_name: str, settings: Any) -> Estimate:
 
 def worst_case_usd(request: dict[str, Any], *, batch: bool) -> float:
     """What one request can cost at most: input as 5-minute cache writes, max_tokens of output
-    (the same bound tasks.realtime.ModelClient reserves before a realtime request)."""
+    (the same bound tasks.api.client.ModelClient reserves before a realtime request)."""
     p = price_table().get(str(request["model"]))
     if p is None:
         return 0.0

@@ -464,9 +464,9 @@ def test_per_call_time_for_a_5kb_document() -> None:
 def test_real_invoice_recipe_on_generated_corpus(tmp_path: Path) -> None:
     """docmill's own request builders, recipe schemas and corpus generator, checked against its truth."""
     from examples.make_invoices import main as make_invoices
-    from tasks.integrate import compact_records, integration_request
+    from tasks.integration.run import compact_records, integration_request
+    from tasks.per_file.requests import file_request
     from tasks.recipes import load_recipe
-    from tasks.requests import file_request
     from tasks.textract import extract_text
 
     out = tmp_path / "invoices"
@@ -512,8 +512,8 @@ def test_real_invoice_recipe_on_generated_corpus(tmp_path: Path) -> None:
 
 
 def test_real_code_review_recipe_quotes_lines_of_example_codebase() -> None:
+    from tasks.per_file.requests import file_request
     from tasks.recipes import load_recipe
-    from tasks.requests import file_request
 
     recipe = load_recipe("code-review")
     total = 0
@@ -531,7 +531,7 @@ def test_real_code_review_recipe_quotes_lines_of_example_codebase() -> None:
 
 
 def test_doc_id_from_the_real_wrapper_is_unescaped() -> None:
-    from tasks.requests import wrap_document
+    from tasks.per_file.requests import wrap_document
 
     doc_id = "R&D/it's <new>.txt"
     body = structured(Invoice, "")

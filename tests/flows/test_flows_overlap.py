@@ -140,7 +140,7 @@ def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, 
     """A run whose process died keeps its unfinished phase; status and runs say nobody drives it
     (and how to continue) instead of showing an ETA forever."""
     from flows.extract import resume_run
-    from tasks.report_status import run_status, runs_table, status_text
+    from tasks.reporting.status import run_status, runs_table, status_text
 
     corpus, settings, store = rig
     settings = settings.model_copy(update={"chunk_size": 3})

@@ -1,0 +1,352 @@
+"""`ModelClient`: the realtime Messages call with one transport retry layer (tenacity, invariant 6),
+bounded concurrency, client-side pacing and the overload degradation ladder.
+
+- The SDK client is built with `max_retries=0`; tenacity (policy in tasks.api.retrying) re-sends.
+- A semaphore of `settings.api.concurrency` bounds requests in flight across all threads. It is
+  held until `on_response` has persisted the answer, so a crash re-sends at most that many
+  requests (invariant 3).
+- Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model,
+  the request goes to `settings.api.fallback_model`; the result says which model answered. When
+  the fallback's attempts are spent too, `ApiCallError(failure_type="transport_exhausted")`.
+- Errors leave as `docmill.errors.ApiCallError` (never a tenacity RetryError) with status,
+  request_id, attempts, model, failure_type ("api_error:<status>" or "transport_exhausted").
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anthropic
+from pydantic import SecretStr
+from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
+
+from docmill.errors import ApiCallError
+from docmill.logs import get_logger
+from docmill.prices import CACHE_WRITE_5M, cost_usd, price_table
+from tasks.api.pacing import Budget, RateLimiter
+from tasks.api.retrying import FailureKind, classify, describe, error_retry_after, is_retryable, wait_seconds
+from tasks.api.usage import add_usage, estimate_input_tokens
+
+log = get_logger("api")
+OnResponse = Callable[[int, dict[str, Any]], None]
+T = TypeVar("T")
+
+DEFAULT_HINT = "the API refused this request; it is not retried"
+STATUS_HINTS = {
+    400: "the request itself is invalid; fix the recipe or parameters, it will not be retried",
+    401: "the API key was rejected; check ANTHROPIC_API_KEY and resume",
+    402: "billing problem on the account; fix it and resume",
+    403: "the key may not use this model or feature; check the workspace and resume",
+    404: "unknown model or endpoint; check DOCMILL_API__MODEL / the base URL and resume",
+    413: "the document is too large for one request; lower inventory.max_document_bytes",
+}
+
+
+@dataclass
+class CallResult:
+    message: dict[str, Any]
+    usage: dict[str, int]
+    model: str
+    request_id: str | None
+    attempts: int
+    cost_usd: float
+    fell_back: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Ladder:
+    """Per-call state of the retry loop and the degradation ladder."""
+
+    model: str
+    fallback: str | None
+    overloads_before_fallback: int
+    attempts: int = 0
+    attempts_on_model: int = 0
+    consecutive_overloads: int = 0
+    fell_back: bool = False
+    errors: list[str] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+
+    def failed(self, exc: BaseException) -> None:
+        self.errors.append(describe(exc))
+        rid = getattr(exc, "request_id", None)
+        if rid:
+            self.request_ids.append(rid)
+        if classify(exc) is FailureKind.OVERLOADED:
+            self.consecutive_overloads += 1
+        else:
+            self.consecutive_overloads = 0
+        if (
+            not self.fell_back
+            and self.fallback
+            and self.fallback != self.model
+            and self.consecutive_overloads >= self.overloads_before_fallback
+        ):
+            self.model, self.fell_back = self.fallback, True
+            self.attempts_on_model = 0
+            self.consecutive_overloads = 0
+
+
+def _message_dict(raw: Any) -> dict[str, Any]:
+    """The answer as the JSON the API sent: what the response log keeps (and ~0.3 ms cheaper per
+    call than building the SDK's Message model and dumping it back). A 200 that is not a Message
+    (a proxy's page, a wrong base URL) raises `APIResponseValidationError`, never retried."""
+    try:
+        data = raw.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        kind = raw.http_response.headers.get("content-type") or "no content type"
+        raise anthropic.APIResponseValidationError(
+            response=raw.http_response,
+            body=None,
+            message=f"the endpoint answered {raw.http_response.status_code} with something that is not a "
+            f"Message ({kind}, {len(raw.http_response.content)} bytes)",
+        )
+    return data
+
+
+class ModelClient:
+    """One per process; share it between threads."""
+
+    def __init__(
+        self,
+        settings: Any,
+        *,
+        base_url: str | None = None,
+        api_key: str | SecretStr | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        wall: Callable[[], float] = time.time,
+        rng: Callable[[], float] = random.random,
+        budget: Budget | None = None,
+    ) -> None:
+        api = settings.api
+        key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
+        self.settings = settings
+        self._sdk = anthropic.Anthropic(
+            api_key=key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds
+        )
+        self.semaphore = threading.BoundedSemaphore(api.concurrency)
+        self.concurrency = api.concurrency
+        self.limiter = RateLimiter(
+            api.requests_per_minute, api.input_tokens_per_minute, clock=clock, sleep=sleep, wall=wall
+        )
+        self._sleep, self._rng = sleep, rng
+        self.budget = budget or Budget(settings.cost.max_cost_usd)
+        self._prices = price_table()
+        self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
+
+    def __repr__(self) -> str:
+        return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
+
+    def close(self) -> None:
+        self._sdk.close()
+
+    @property
+    def sdk(self) -> anthropic.Anthropic:
+        """The SDK client (max_retries=0): only call it through `run` or `call`."""
+        return self._sdk
+
+    def run(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
+            max_tokens: int = 0) -> T:  # fmt: skip
+        """Any other SDK call (count_tokens, beta compaction, ...) through this client's one
+        transport layer: the same retry predicate and waits, the pacer, the concurrency bound,
+        and, when `model` is given, the run's cost cap (worst case reserved, then settled to the
+        billed usage, compaction iterations included)."""
+        api = self.settings.api
+        attempts = [0]
+
+        def once() -> T:
+            attempts[0] += 1
+            if pace_tokens:
+                self.limiter.acquire(pace_tokens)
+            hold = self.budget.reserve(self._worst_case_usd(model, pace_tokens, max_tokens)) if model else 0.0
+            billed = 0.0
+            try:
+                with self.semaphore:
+                    result = fn()
+                usage = getattr(result, "usage", None)
+                if model and usage is not None:
+                    billed = self._cost(
+                        model, usage.model_dump(mode="json") if hasattr(usage, "model_dump") else usage
+                    )
+                return result
+            finally:
+                if model:
+                    self.budget.settle(hold, billed)
+
+        retrying = Retrying(
+            retry=retry_if_exception(is_retryable),
+            stop=lambda _s: attempts[0] >= api.max_attempts,
+            wait=lambda st: self._wait_any(st, attempts[0]),
+            sleep=self._backoff,
+            reraise=True,
+        )
+        return retrying(once)
+
+    # ---- one HTTP attempt ----------------------------------------------------------------------
+
+    def _send(self, request: dict[str, Any], ladder: _Ladder, on_response: OnResponse | None) -> Any:
+        ladder.attempts += 1
+        ladder.attempts_on_model += 1
+        body = {**request, "model": ladder.model}
+        estimate = estimate_input_tokens(body)
+        self.limiter.acquire(estimate)
+        hold = self.budget.reserve(self._worst_case_usd(ladder.model, estimate, int(body["max_tokens"])))
+        billed = 0.0
+        try:
+            with self.semaphore:  # held until the answer is persisted: invariant 3
+                raw = self._post(body, ladder)
+                data = _message_dict(raw)
+                data["_request_id"] = raw.request_id
+                billed = self._cost(ladder.model, data.get("usage"))
+                if on_response is not None:
+                    on_response(ladder.attempts, data)
+        finally:
+            self.budget.settle(hold, billed)
+        self.limiter.observe(raw.headers)
+        return data
+
+    def _post(self, body: dict[str, Any], ladder: _Ladder) -> Any:
+        try:
+            return self._sdk.messages.with_raw_response.create(**body)
+        except anthropic.APIStatusError as e:
+            asked = error_retry_after(e) if e.status_code == 429 else None
+            if asked is not None:  # the server's exact word wins over its whole-second reset headers
+                self.limiter.pause(asked)
+            else:
+                self.limiter.observe(e.response.headers)
+            ladder.failed(e)
+            raise
+        except anthropic.APIConnectionError as e:
+            ladder.failed(e)
+            raise
+
+    def _cost(self, model: str, usage: Any) -> float:
+        return cost_usd(model, usage or {}) if model in self._prices else 0.0
+
+    def _worst_case_usd(self, model: str, input_tokens: int, max_tokens: int) -> float:
+        """What a request can cost at most (input as 5-minute cache writes, max_tokens of output)."""
+        price = self._prices.get(model)
+        if price is None:
+            return 0.0
+        return (input_tokens * price["input"] * CACHE_WRITE_5M + max_tokens * price["output"]) / 1e6
+
+    def _wait(self, state: RetryCallState, ladder: _Ladder) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if exc is None:
+            return 0.0
+        return wait_seconds(
+            exc, max(ladder.attempts_on_model, 1), self.settings.api.backoff_max_seconds, self._rng
+        )
+
+    def _wait_any(self, state: RetryCallState, attempt: int) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        return (
+            0.0
+            if exc is None
+            else wait_seconds(exc, attempt, self.settings.api.backoff_max_seconds, self._rng)
+        )
+
+    def _backoff(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self._sleep(seconds)
+
+    # ---- the call ------------------------------------------------------------------------------
+
+    def call(
+        self,
+        request: dict[str, Any],
+        *,
+        key: str,
+        doc_id: str,
+        pass_name: str,
+        on_response: OnResponse | None = None,
+        purpose: str = "call",
+        prompt_version: str | None = None,
+    ) -> CallResult:
+        """Send one Messages request; `on_response(attempt, message)` runs the moment it answers.
+        Every answered call leaves one structured log line (docmill.api, INFO)."""
+        api = self.settings.api
+        started = time.monotonic()
+        ladder = _Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
+        retrying = Retrying(
+            retry=retry_if_exception(is_retryable),
+            stop=lambda _s: ladder.attempts_on_model >= api.max_attempts,
+            wait=lambda s: self._wait(s, ladder),
+            sleep=self._backoff,
+            reraise=False,
+        )
+        try:
+            message = retrying(self._send, request, ladder, on_response)
+        except RetryError as e:
+            last = e.last_attempt.exception()
+            raise self._error(last, ladder, key, doc_id, pass_name, "transport_exhausted") from last
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            status = getattr(e, "status_code", None)
+            kind = f"api_error:{status}" if status is not None else "transport_exhausted"
+            raise self._error(e, ladder, key, doc_id, pass_name, kind) from e
+        except anthropic.APIResponseValidationError as e:
+            raise self._error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message") from e
+        usage = add_usage({}, message.get("usage"))
+        log.info(
+            "%s call answered (%s)",
+            pass_name,
+            purpose,
+            extra={
+                "doc_id": doc_id, "request_id": message.get("_request_id"), "model": ladder.model,
+                "prompt_version": prompt_version, "stop_reason": message.get("stop_reason"), "usage": usage,
+                "latency_ms": round((time.monotonic() - started) * 1000, 1), "attempt": ladder.attempts,
+                "cost_usd": round(self._cost(ladder.model, message.get("usage")), 6),
+            },
+        )  # fmt: skip
+        return CallResult(
+            message=message,
+            usage=usage,
+            model=ladder.model,
+            request_id=message.get("_request_id"),
+            attempts=ladder.attempts,
+            cost_usd=self._cost(ladder.model, message.get("usage")),
+            fell_back=ladder.fell_back,
+            errors=ladder.errors,
+        )
+
+    def _error(
+        self,
+        exc: BaseException | None,
+        ladder: _Ladder,
+        key: str,
+        doc_id: str,
+        pass_name: str,
+        failure_type: str,
+    ) -> ApiCallError:
+        last = describe(exc) if exc is not None else "no attempt was made"
+        status = getattr(exc, "status_code", None)
+        if isinstance(exc, anthropic.APIResponseValidationError):
+            last, status = str(exc), None  # a 200 whose body is not a Message
+            hint = "check the base URL (DOCMILL_API__BASE_URL) and any proxy in between, then resume"
+        elif failure_type.startswith("api_error:"):
+            hint = STATUS_HINTS.get(status or 0, DEFAULT_HINT)
+        else:
+            hint = "the API kept failing; a resume of the run retries this document"
+        return ApiCallError(
+            f"{pass_name} call for {doc_id} failed after {ladder.attempts} attempt(s): {last}",
+            hint=hint,
+            status=status,
+            request_id=getattr(exc, "request_id", None),
+            attempts=ladder.attempts,
+            model=ladder.model,
+            doc_id=doc_id,
+            key=key,
+            failure_type=failure_type,
+            last_error=last,
+            errors=list(ladder.errors),
+            fell_back=ladder.fell_back,
+        )

@@ -1,0 +1,123 @@
+"""The transport retry layer (invariant 6): the one place that decides what is retried and how long
+to wait. Validation repair is a separate layer (tasks.per_file.gate); the SDK's own retries are off
+(`max_retries=0`), so tenacity here is the only loop that re-sends a request.
+
+Retried, like the SDK's `_should_retry`: the `x-should-retry` header first (true/false wins),
+then 408, 409, 429, any 5xx (incl. 529 overloaded), a mid-stream `overloaded_error`, connection
+errors and timeouts. Every other 4xx is final. Waits: `retry-after-ms` / `retry-after` exactly when
+the server sends them, else exponential backoff with jitter capped at `backoff_max_seconds`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+import anthropic
+
+OVERLOADED = 529
+RETRY_STATUSES = frozenset({408, 409, 429})
+
+
+class FailureKind(StrEnum):
+    """How one transport attempt failed."""
+
+    RATE_LIMITED = "rate_limited"
+    OVERLOADED = "overloaded"
+    SERVER = "server"
+    CONNECTION = "connection"
+    FINAL = "final"  # a 4xx (or x-should-retry: false): never retried
+    UNKNOWN = "unknown"  # not an API error at all: a bug, propagates
+
+
+def classify(exc: BaseException) -> FailureKind:
+    """What kind of transport failure `exc` is."""
+    if isinstance(exc, anthropic.APIStatusError):
+        if exc.status_code == OVERLOADED or getattr(exc, "type", None) == "overloaded_error":
+            return FailureKind.OVERLOADED
+        if exc.status_code == 429:
+            return FailureKind.RATE_LIMITED
+        if exc.status_code >= 500:
+            return FailureKind.SERVER
+        return FailureKind.FINAL
+    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+        return FailureKind.CONNECTION
+    return FailureKind.UNKNOWN
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """THE retry decision for one failed API attempt."""
+    if isinstance(exc, anthropic.APIStatusError):
+        header = exc.response.headers.get("x-should-retry")
+        if header == "true":
+            return True
+        if header == "false":
+            return False
+        status = exc.status_code
+        if status in RETRY_STATUSES or status >= 500:
+            return True
+        return status == 200 and getattr(exc, "type", None) == "overloaded_error"
+    return isinstance(exc, anthropic.APIConnectionError)
+
+
+def retry_after_seconds(headers: Any, *, now: Callable[[], float] = time.time) -> float | None:
+    """Seconds the server asked us to wait (`retry-after-ms`, then `retry-after` seconds or date)."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    parsed = email.utils.parsedate_tz(value)
+    if parsed is None:
+        return None
+    return max(0.0, float(email.utils.mktime_tz(parsed)) - now())
+
+
+def error_retry_after(exc: BaseException) -> float | None:
+    """`retry-after` of an API error, if it carries one."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return retry_after_seconds(exc.response.headers)
+    return None
+
+
+def backoff_seconds(retry_number: int, cap: float, rng: Callable[[], float] = random.random) -> float:
+    """Exponential backoff with jitter: 0.5 s * 2**(n-1), minus up to 25 %, capped at `cap`."""
+    base = min(0.5 * 2.0 ** max(retry_number - 1, 0), cap)
+    return max(0.0, base * (1.0 - 0.25 * rng()))
+
+
+def wait_seconds(
+    exc: BaseException, retry_number: int, cap: float, rng: Callable[[], float] = random.random
+) -> float:
+    """How long to wait before retry number `retry_number` (1-based) after `exc`."""
+    asked = error_retry_after(exc)
+    if asked is not None and asked > 0:
+        return asked
+    return backoff_seconds(retry_number, cap, rng)
+
+
+def describe(exc: BaseException) -> str:
+    """One line about a failed attempt, without secrets (status, type, server message)."""
+    if isinstance(exc, anthropic.APIStatusError):
+        kind = getattr(exc, "type", None) or "error"
+        msg = getattr(exc, "api_message", None) or exc.message
+        return f"HTTP {exc.status_code} {kind}: {str(msg)[:300]}"
+    if isinstance(exc, anthropic.APITimeoutError):
+        return "request timed out"
+    if isinstance(exc, anthropic.APIConnectionError):
+        return f"connection error: {type(exc.__cause__ or exc).__name__}"
+    return f"{type(exc).__name__}: {str(exc)[:300]}"

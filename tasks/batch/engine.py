@@ -1,0 +1,417 @@
+"""The per-file pass as Message Batches, with a crash-safe lifecycle and resume (invariant 2).
+
+Per batch, recorded under `runs/<run_id>/batches/` (checkpoints.batches):
+  items + intent (custom_ids, request hash, time, list mark)  -> `create` -> batch id -> poll with
+  backoff -> results streamed and routed by type -> ledger -> record `collected` (+ carry).
+The modules: this one drives the run (stream documents into batches, follow them, collect them);
+tasks.batch.spool cuts requests into batch bodies; tasks.batch.lifecycle is a record's lifecycle against
+the API; tasks.batch.results routes each result by type (RESULT_ROUTES) to an outcome or a
+follow-up; tasks.batch.items is the item list's `WorkItem`.
+
+Resume = call `run_batches` again with the same run id: collected records give their carry, live
+ones are polled and collected, an intent without a batch id is reconciled first (batch_api),
+keys in the ledger cost no request, and only what is missing is submitted.
+
+Batch results stay downloadable for 29 days, so a crash while ingesting re-downloads them for
+free: no per-document response object is written for batch answers (one ledger put per document);
+only follow-ups keep their request in the record's carry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+import anthropic
+
+from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
+from docmill.errors import InputError
+from tasks.api.client import ModelClient
+from tasks.batch import ingest, lifecycle
+from tasks.batch.items import WorkItem, decode_item
+from tasks.batch.lifecycle import crash_point
+from tasks.batch.results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
+from tasks.batch.spool import BatchBody, request_line
+from tasks.inventory import Document
+from tasks.per_file.accounting import Pass, outcome_from_original, skipped_outcome
+from tasks.per_file.outcome import DocOutcome
+from tasks.per_file.requests import FILE_PASS, file_key, file_params
+
+Progress = Callable[[dict[str, Any]], None]
+STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads, document reads)
+INGEST_WORKERS = 2  # threads writing gated results to the ledger (more contend on one folder)
+WINDOW = 256  # documents or results in flight in that pool
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class BatchEngine:
+    """One driver of one run's batch pass. Single-threaded; the run's lease keeps it alone."""
+
+    def __init__(
+        self,
+        p: Pass,
+        client: anthropic.Anthropic,
+        *,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        on_progress: Progress | None,
+    ) -> None:
+        self.p, self.recipe, self.run_id, self.settings = p, p.recipe, p.run_id, p.settings
+        self.router = ResultRouter(p)
+        self.api = lifecycle.BatchApi(client, p.settings, sleep=sleep)
+        self.records = BatchRecords(p.store, p.run_id)
+        self.clock, self.sleep = clock, sleep
+        self.on_progress = on_progress or (lambda _e: None)
+        self.model = str(p.settings.api.model)
+        self.max_tokens = int(p.settings.api.max_tokens)
+        self.params = file_params(p.settings)
+        self.pending: dict[str, WorkItem] = {}
+        self.live: dict[int, BatchRecord] = {}
+        self.live_ids: set[str] = set()
+        self.next_n = 1
+        self.round = 1
+        self.duplicates: list[Document] = []
+
+    # ---- resume ----------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        records = self.records.load_all()
+        owned = {bid for r in records for bid in (*r.batch_ids, *r.canceled_ids)}
+        self.next_n = records[-1].n + 1 if records else 1
+        for rec in records:
+            self.round = max(self.round, rec.round)
+            if self.pending or rec.live or rec.phase is BatchPhase.NOT_CREATED:
+                cids = [item_custom_id(line) for line in self.records.item_lines(rec.n)]
+                for cid in cids:
+                    self.pending.pop(cid, None)
+            if rec.phase is BatchPhase.INTENT:
+                rec = lifecycle.reconcile(self.api, self.records, rec, owned)
+                self.on_progress(_event("reconciled", rec))
+            if rec.phase is BatchPhase.NOT_CREATED:
+                self.pending.update(
+                    (d["custom_id"], WorkItem.from_line(d)) for d in self.records.items(rec.n)
+                )
+            elif rec.phase is BatchPhase.COLLECTED:
+                self.pending.update((d["custom_id"], WorkItem.from_line(d)) for d in rec.carry)
+            else:
+                self.live[rec.n] = rec
+                self.live_ids.update(cids)
+
+    # ---- submission ------------------------------------------------------------------------
+
+    def _line(self, item: WorkItem, doc: Document | None = None) -> bytes | InputError:
+        """The item's request line, or why its document could not be read."""
+        try:
+            return request_line(item.custom_id, self.router.request(item, doc))
+        except InputError as e:
+            return e
+
+    def _add(
+        self, body: BatchBody, item: WorkItem, line: bytes | InputError
+    ) -> tuple[BatchBody, DocOutcome | None]:
+        """Spool one request (submitting the body first when it is full), or its failed outcome."""
+        if isinstance(line, InputError):
+            return body, self.router.fail(item, "input:unreadable", line.one_line(), permanent=False)
+        if not body.alone_fits(line):
+            why = f"request of {len(line)} bytes is larger than settings.batch.max_bytes"
+            return body, self.router.fail(item, "input:too_large_for_batch", why, permanent=True)
+        if not body.fits(line):
+            self._submit(body)
+            body = self._body()
+        body.add(item, line)
+        return body, None
+
+    def _body(self) -> BatchBody:
+        return BatchBody(self.settings.batch.max_requests, self.settings.batch.max_bytes)
+
+    def _submit(self, body: BatchBody) -> None:
+        if not len(body):
+            body.close()
+            return
+        n, self.next_n = self.next_n, self.next_n + 1
+        try:
+            rec = lifecycle.submit(
+                self.api, self.records, body, run_id=self.run_id, n=n, round=self.round, now=self.clock()
+            )
+        finally:
+            body.close()
+        self.on_progress(_event("submitted", rec))
+        if rec.phase is BatchPhase.NOT_CREATED:
+            self.pending.update((i.custom_id, i) for i in body.items())
+            return
+        self.live[n] = rec
+        self.live_ids.update(body.custom_ids)
+
+    def _prepare(self, doc: Document) -> tuple[Document, str | None, Any]:
+        """Worker-side part of streaming one document: key, ledger lookup, request (I/O overlaps)."""
+        if doc.status != "ok":
+            return doc, None, None
+        key = file_key(self.recipe, doc, self.model, self.params)
+        if key in self.live_ids or key in self.pending:
+            return doc, key, None
+        stored = self.p.ledger.get(FILE_PASS, key)
+        if stored is not None:
+            return doc, key, stored
+        item = WorkItem(custom_id=key, doc=doc.model_dump(mode="json"), max_tokens=self.max_tokens)
+        return doc, key, (item, self._line(item, doc))
+
+    def _stream_docs(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
+        body = self._body()
+        streamed: set[str] = set()  # a second document with a key already seen waits for its result
+        for doc, key, got in ordered_map(self.pool, self._prepare, docs, WINDOW):
+            if key is None or key in streamed:
+                if doc.duplicate_of or key is not None:
+                    self.duplicates.append(doc)
+                else:
+                    yield skipped_outcome(doc)
+                continue
+            streamed.add(key)
+            if isinstance(got, dict):
+                self.pending.pop(key, None)
+                yield self.router.from_ledger(doc, got)
+            elif got is not None:
+                body, failed = self._add(body, *got)
+                if failed is not None:
+                    yield failed
+        self._submit(body)
+
+    def _submit_pending(self) -> Iterator[DocOutcome]:
+        self.round += 1
+        body = self._body()
+        items, self.pending = list(self.pending.values()), {}
+        for item in items:
+            body, failed = self._add(body, item, self._line(item))
+            if failed is not None:
+                yield failed
+        self._submit(body)
+
+    # ---- following -------------------------------------------------------------------------
+
+    def _drive(self) -> Iterator[DocOutcome]:
+        interval = self.settings.batch.poll_seconds
+        if sum(r.request_count for r in self.live.values()) >= ingest.MIN_RESULTS:
+            self.gates.start()  # its processes start while the batches run
+        while self.live or self.pending:
+            if not self.live:
+                yield from self._submit_pending()
+                interval = self.settings.batch.poll_seconds
+                continue
+            ended_any = False
+            for n in sorted(self.live):
+                crash_point("polling")
+                rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
+                self.live[n] = rec
+                self.on_progress(_event("status", rec))
+                if rec.phase is BatchPhase.ENDED:
+                    ended_any = True
+                    yield from self._collect(rec)
+            if self.live and not ended_any:
+                self.sleep(interval)
+                interval = min(interval * 2, self.settings.batch.poll_max_seconds)
+
+    # ---- collection ------------------------------------------------------------------------
+
+    def _collect(self, rec: BatchRecord) -> Iterator[DocOutcome]:
+        raw = {item_custom_id(line): line for line in self.records.item_lines(rec.n)}
+        done: set[str] = set()
+        retry: dict[str, str] = {}
+        carry: dict[str, WorkItem] = {}
+        costs: list[CostRow] = []
+        counts: Counter[str] = Counter()
+        notes: list[str] = []
+        answered: set[str] = set()
+        route = self.router.route  # by result type: batch_results.RESULT_ROUTES
+        gate_remotely = len(raw) >= ingest.MIN_RESULTS
+        for bid in rec.batch_ids:
+            lines = lifecycle.results(self.api, bid)
+            if lines is None:
+                notes.append(
+                    f"results of {bid} are gone (archived after 29 days); its requests are resubmitted"
+                )
+                continue
+            inflight: deque[tuple[WorkItem, Future[Routed]]] = deque()
+            chunk: list[tuple[WorkItem, dict[str, Any]]] = []
+            for line in lines:
+                crash_point("streaming_results")
+                cid = line.get("custom_id")
+                if cid not in raw or cid in done or cid in carry or cid in answered:
+                    counts["foreign" if cid not in raw else "duplicate"] += 1
+                    continue
+                item = decode_item(raw, cid)
+                assert item is not None
+                result = line.get("result") or {}
+                kind = str(result.get("type"))
+                counts[kind] += 1
+                if kind == ResultType.SUCCEEDED:  # gate in worker processes, ledger write in the pool
+                    answered.add(item.custom_id)
+                    chunk.append((item, result))
+                    if len(chunk) >= ingest.CHUNK or not gate_remotely:
+                        self._send(chunk, inflight, bid, costs, gate_remotely)
+                        chunk = []
+                    while len(inflight) >= WINDOW:
+                        yield from self._settle(inflight.popleft(), done, carry, retry)
+                    continue
+                yield from self._settle(
+                    (item, _done(route(kind, item, result, bid, costs))), done, carry, retry
+                )
+            self._send(chunk, inflight, bid, costs, gate_remotely)
+            while inflight:
+                yield from self._settle(inflight.popleft(), done, carry, retry)
+        for cid in raw:
+            if cid not in done and cid not in carry and cid not in retry:
+                retry[cid] = "no result"
+        for cid, why in retry.items():
+            item = decode_item(raw, cid)
+            assert item is not None
+            item.rounds += 1
+            item.last_error = why
+            if item.rounds >= self.settings.batch.resubmit_attempts:
+                detail = f"no answer after {item.rounds} batch round(s); last: {why}"
+                yield self.router.fail(item, "batch_rounds_exhausted", detail, permanent=False)
+            else:
+                carry[cid] = item
+        record_batch_costs(self.p, rec.n, costs)
+        outcome_counts = dict(counts) | {"carried": len(carry)}
+
+        def collected(r: BatchRecord) -> None:
+            r.phase = BatchPhase.COLLECTED
+            r.collected_at = self.clock()
+            r.carry = [i.to_line() for i in carry.values()]
+            r.outcome_counts = outcome_counts
+            r.notes.extend(notes)
+
+        rec = self.records.update(rec.n, collected)
+        del self.live[rec.n]
+        self.pending.update(carry)
+        self.on_progress(_event("collected", rec))
+
+    def _send(
+        self,
+        chunk: list[tuple[WorkItem, dict[str, Any]]],
+        inflight: deque[tuple[WorkItem, Future[Routed]]],
+        bid: str,
+        costs: list[CostRow],
+        gate_remotely: bool,
+    ) -> None:
+        """Route succeeded results in the pool, their answers gated as one chunk in a worker process."""
+        if not chunk:
+            return
+        route = self.router.route
+        if gate_remotely:
+            pairs = [(item.doc, (result.get("message") or {})) for item, result in chunk]
+            future = self.gates.submit(pairs)
+            for i, (item, _result) in enumerate(chunk):
+                self.router.prechecked[item.custom_id] = partial(self.gates.result, future, i, *pairs[i])
+        for item, result in chunk:
+            inflight.append((item, self.ingest.submit(route, ResultType.SUCCEEDED, item, result, bid, costs)))
+
+    def _settle(
+        self,
+        pair: tuple[WorkItem, Future[Routed]],
+        done: set[str],
+        carry: dict[str, WorkItem],
+        retry: dict[str, str],
+    ) -> Iterator[DocOutcome]:
+        item, future = pair
+        outcome, follow, why = future.result()
+        if outcome is not None:
+            done.add(item.custom_id)
+            retry.pop(item.custom_id, None)
+            yield outcome
+        elif follow is not None:
+            carry[item.custom_id] = follow
+            retry.pop(item.custom_id, None)
+        else:
+            retry[item.custom_id] = why or "no answer"
+
+    # ---- the run ---------------------------------------------------------------------------
+
+    def run(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
+        self.gates = ingest.Prechecker(self.recipe, self.settings)
+        try:
+            with (
+                ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="docmill-batch") as self.pool,
+                ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="docmill-ingest") as self.ingest,
+            ):
+                self._load()
+                yield from self._stream_docs(docs)
+                yield from self._drive()
+                for doc in self.duplicates:
+                    key = file_key(self.recipe, doc, self.model, self.params)
+                    yield outcome_from_original(self.p, doc, key)
+        finally:
+            self.gates.close()
+
+
+def _done(routed: Routed) -> Future[Routed]:
+    f: Future[Routed] = Future()
+    f.set_result(routed)
+    return f
+
+
+def ordered_map(pool: Executor, fn: Callable[[T], R], items: Iterable[T], window: int) -> Iterator[R]:
+    """`fn` over `items` in `pool`, results in input order, at most `window` in flight."""
+    queue: deque[Future[R]] = deque()
+    for x in items:
+        queue.append(pool.submit(fn, x))
+        if len(queue) >= window:
+            yield queue.popleft().result()
+    while queue:
+        yield queue.popleft().result()
+
+
+def _event(kind: str, rec: BatchRecord) -> dict[str, Any]:
+    return {
+        "event": kind, "run_id": rec.run_id, "n": rec.n, "round": rec.round, "phase": rec.phase.value,
+        "batch_ids": list(rec.batch_ids), "status": rec.processing_status, "counts": dict(rec.request_counts),
+        "requests": rec.request_count, "outcomes": dict(rec.outcome_counts), "notes": list(rec.notes),
+    }  # fmt: skip
+
+
+# ---- public entry points ---------------------------------------------------------------------
+
+
+def run_batches(
+    docs: Iterable[Document],
+    *,
+    recipe: Any,
+    run_id: str,
+    store: Any,
+    client: anthropic.Anthropic,
+    settings: Any,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    on_progress: Progress | None = None,
+    model_client: Any = None,
+) -> Iterator[DocOutcome]:
+    """The per-file pass as batches: a generator of one terminal `DocOutcome` per document.
+
+    Nothing happens until it is iterated; outcomes come as documents become terminal (ledger hits
+    and skipped documents while streaming, the rest as their batches are collected, duplicates of
+    another document's content last). Calling it again with the same run id resumes: batches in
+    flight are re-attached, keys in the ledger are skipped, only what is missing is submitted.
+    `on_progress(event)` gets {"event": "submitted" | "status" (every poll) | "collected" |
+    "reconciled", "run_id", "n", "round", "phase", "batch_ids", "status", "counts" (the API's
+    request counts), "requests", "outcomes" (per result type, "carried"), "notes"}.
+    `model_client` (a tasks.api.client.ModelClient) is used for repairs when
+    settings.batch.repairs_realtime is set.
+    """
+    if model_client is None and settings.batch.repairs_realtime:
+        model_client = ModelClient(settings, base_url=str(client.base_url), api_key=client.api_key)
+    p = Pass(recipe, run_id, store, model_client, settings)
+    engine = BatchEngine(p, client, clock=clock, sleep=sleep, on_progress=on_progress)
+    yield from engine.run(docs)
+
+
+def cancel_batches(
+    run_id: str, store: Any, client: anthropic.Anthropic, settings: Any = None
+) -> dict[str, Any]:
+    """Cancel the run's in-flight batches (reconciling an intent without id first); returns what
+    the API said per batch. The next `run_batches` of the run collects what succeeded."""
+    return lifecycle.cancel_run(run_id, store, client, settings)

@@ -1,0 +1,142 @@
+"""Gating batch answers in worker processes, so ingesting results uses more than one core.
+
+Gating an answer (read the document again, check its sha256, extract its text, parse the JSON,
+validate it, look up every evidence excerpt) is pure CPU and needs nothing but the recipe, the
+settings, the document and the message. `Prechecker` sends chunks of (document, message) to a small
+pool of processes ('spawn': the engine has threads alive, and a forkserver started before an
+`os.fork` is unusable in the child) and gives back, per answer, the
+gate's `Verdict` or why the document could not be read. Everything with an effect (the repair
+policy, the ledger write, the review queue, costs, batch records, lifecycle points) stays in the
+engine's process, exactly as without the pool; a chunk that cannot be gated remotely (the pool
+broke, the recipe does not pickle) is gated in-process instead.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import sys
+import threading
+import types
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from docmill.errors import InputError
+from tasks.inventory import Document, load_text
+from tasks.per_file.gate import check
+
+PROCESSES = 2  # worker processes gating answers
+CHUNK = 128  # answers per task sent to a worker (amortizes pickling and wake-ups)
+STATS: Counter[str] = Counter()  # chunks handed to the worker processes (for tests and benches)
+MIN_RESULTS = 1000  # a batch with fewer requests is gated in-process (no pool start-up cost)
+
+# per answer: ("verdict", Verdict) or ("unreadable", InputError.one_line())
+Gated = tuple[str, Any]
+
+_recipe: Any = None
+_settings: Any = None
+
+
+def _init(recipe: Any, settings: Any) -> None:
+    global _recipe, _settings
+    _recipe, _settings = recipe, settings
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # a worker outlives a SIGKILLed engine otherwise (blocked on its queue)
+        threading.Thread(target=_exit_with, args=(parent,), name="docmill-parent-watch", daemon=True).start()
+
+
+def _exit_with(parent: Any) -> None:
+    parent.join()  # returns when the engine's process is gone
+    os._exit(0)
+
+
+def gate_one(recipe: Any, settings: Any, doc: dict[str, Any], message: dict[str, Any]) -> Gated:
+    """The gate's verdict on one answer for its document, or why the document could not be read."""
+    try:
+        text = load_text(Document.model_validate(doc), settings)
+    except InputError as e:
+        return "unreadable", e.one_line()
+    return "verdict", check(recipe, text, message)
+
+
+def _gate_chunk(chunk: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Gated]:
+    return [gate_one(_recipe, _settings, doc, message) for doc, message in chunk]
+
+
+@contextmanager
+def _script_hidden() -> Iterator[None]:
+    """Start processes without handing them the running script. A spawned child imports the
+    parent's `__main__` again; a user's script that drives docmill without an
+    `if __name__ == "__main__":` guard would then run a second docmill run in every worker (new
+    batches, billed again). The workers need docmill's modules only. A recipe defined in that
+    script does not unpickle in a worker, which then fails and the chunk is gated in-process."""
+    main = sys.modules.get("__main__")
+    if main is None or not (getattr(main, "__file__", None) or getattr(main, "__spec__", None)):
+        yield  # interactive: nothing to run again
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+class Prechecker:
+    """A lazily started process pool gating chunks of answers; `close()` stops it."""
+
+    def __init__(self, recipe: Any, settings: Any) -> None:
+        self.recipe, self.settings = recipe, settings
+        self.pool: ProcessPoolExecutor | None = None
+        self.usable = True
+        try:
+            pickle.dumps((recipe, settings))
+        except Exception:  # a recipe built in a test function, say: gate in-process
+            self.usable = False
+
+    def start(self) -> None:
+        """Start the worker processes now (their interpreters start while the batches run)."""
+        if not self.usable or self.pool is not None:
+            return
+        try:
+            ctx = multiprocessing.get_context("spawn")
+            self.pool = ProcessPoolExecutor(
+                PROCESSES, mp_context=ctx, initializer=_init, initargs=(self.recipe, self.settings)
+            )
+            with _script_hidden():  # every worker starts here (spawned on submit, one per submit)
+                for _ in range(PROCESSES):
+                    self.pool.submit(_gate_chunk, [])
+        except Exception:  # cannot start processes here: gate in-process
+            self.close()
+            self.usable = False
+
+    def submit(self, chunk: list[tuple[dict[str, Any], dict[str, Any]]]) -> Future[list[Gated]]:
+        self.start()
+        if self.pool is not None:
+            try:
+                future = self.pool.submit(_gate_chunk, chunk)
+                STATS["chunks_in_workers"] += 1
+                return future
+            except Exception:  # broken, shut down, cannot start: gate in-process from now on
+                self.close()
+                self.usable = False
+        done: Future[list[Gated]] = Future()
+        done.set_result([gate_one(self.recipe, self.settings, doc, message) for doc, message in chunk])
+        return done
+
+    def result(
+        self, future: Future[list[Gated]], i: int, doc: dict[str, Any], message: dict[str, Any]
+    ) -> Gated:
+        """Answer `i` of a chunk; gated in-process if the worker died."""
+        try:
+            return future.result()[i]
+        except Exception:
+            return gate_one(self.recipe, self.settings, doc, message)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None

@@ -1,0 +1,91 @@
+"""What a batch record's item list holds: one `WorkItem` per request.
+
+A `WorkItem` is one line of `runs/<run_id>/batches/<n>.items.jsonl.gz` (checkpoints.batches): the
+custom_id (= the document's idempotency key), the document, and, for follow-up rounds, the exact
+request to send (a repair or a larger-max_tokens retry) plus what was tried and spent so far. A
+first-round item stores no request: it is rebuilt from the document, byte for byte, by
+`tasks.per_file.requests.file_request`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tasks.per_file.gate import Progress
+
+
+@dataclass
+class WorkItem:
+    """One document's request in a batch round, and everything tried for it so far."""
+
+    custom_id: str
+    doc: dict[str, Any]
+    max_tokens: int
+    request: dict[str, Any] | None = None  # None: the first-round request, rebuilt from `doc`
+    action: str | None = None  # the gate Action that produced `request` (repair, retry_larger)
+    rounds: int = 0  # batch rounds that ended without an answer (errored, expired, canceled)
+    attempts: int = 0  # answered attempts
+    repairs: int = 0
+    repair_tokens: int = 0
+    truncation_retries: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    request_ids: list[str] = field(default_factory=list)
+    last_error: str | None = None
+
+    @property
+    def doc_id(self) -> str:
+        return str(self.doc["doc_id"])
+
+    def progress(self) -> Progress:
+        """The gate's view of what was tried (shared repair policy)."""
+        return Progress(
+            max_tokens=int((self.request or {}).get("max_tokens") or self.max_tokens),
+            attempts=self.attempts,
+            repairs=self.repairs,
+            repair_tokens=self.repair_tokens,
+            truncation_retries=self.truncation_retries,
+        )
+
+    def take_progress(self, progress: Progress) -> None:
+        self.attempts = progress.attempts
+        self.repairs = progress.repairs
+        self.repair_tokens = progress.repair_tokens
+        self.truncation_retries = progress.truncation_retries
+
+    def to_line(self) -> dict[str, Any]:
+        """Compact dict: defaults left out (first-round items are just custom_id, doc, max_tokens)."""
+        out: dict[str, Any] = {}
+        defaults = _DEFAULTS
+        for name, value in asdict(self).items():
+            if name in ("custom_id", "doc", "max_tokens") or value != defaults.get(name):
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_line(cls, data: dict[str, Any]) -> WorkItem:
+        return cls(**data)
+
+
+_DEFAULTS: dict[str, Any] = {
+    "request": None,
+    "action": None,
+    "rounds": 0,
+    "attempts": 0,
+    "repairs": 0,
+    "repair_tokens": 0,
+    "truncation_retries": 0,
+    "usage": {},
+    "cost_usd": 0.0,
+    "request_ids": [],
+    "last_error": None,
+}
+
+
+def decode_item(raw: dict[str, bytes], cid: Any) -> WorkItem | None:
+    """The WorkItem of `cid`, decoded from its encoded line each time (never cached: 100k decoded
+    items cost far more memory than their lines; only carried items are kept)."""
+    line = raw.get(cid) if isinstance(cid, str) else None
+    return None if line is None else WorkItem.from_line(json.loads(line))

@@ -1,0 +1,323 @@
+"""A batch record's lifecycle against the Message Batches API: `submit` (items -> intent ->
+`create` -> batch id), `poll`, `results`, `reconcile` an intent without an id, `cancel_run`.
+Durable state itself lives in checkpoints.batches.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, TypeVar
+
+import anthropic
+from anthropic.types.messages import MessageBatch
+
+from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
+from docmill.errors import BatchError
+from tasks.api.retrying import describe, is_retryable, wait_seconds
+from tasks.batch.spool import BatchBody
+
+T = TypeVar("T")
+LIST_PAGE = 20
+COUNT_KINDS = ("processing", "succeeded", "errored", "canceled", "expired")
+
+# Named lifecycle points, in order: before_create, after_create, polling, streaming_results,
+# before_ledger_write. `crash_point(point)` does nothing unless a test sets HOOK (the crash tests
+# SIGKILL the process there).
+HOOK: Callable[[str], None] | None = None
+
+
+def crash_point(point: str) -> None:
+    if HOOK is not None:
+        HOOK(point)
+
+
+class BatchApi:
+    """The batch endpoints with one retry layer for reads and cancels (SDK retries off).
+
+    `create` is never blindly re-sent: after an answer that may hide a created batch, the intent
+    is reconciled by listing first (invariant 2)."""
+
+    def __init__(self, client: anthropic.Anthropic, settings: Any, *, sleep: Callable[[float], None]) -> None:
+        self.client = client.with_options(max_retries=0)
+        self.settings = settings
+        self.sleep = sleep
+        self.attempts = int(settings.api.max_attempts)
+        self.cap = float(settings.api.backoff_max_seconds)
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        for n in range(1, self.attempts + 1):
+            try:
+                return fn(*args, **kw)
+            except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+                if not is_retryable(e) or n == self.attempts:
+                    raise BatchError(
+                        f"{what} failed after {n} attempt(s): {describe(e)}",
+                        hint="check the API key and network; `docmill resume RUN_ID` picks the run up again",
+                    ) from e
+                self.sleep(wait_seconds(e, n, self.cap))
+        raise AssertionError("unreachable")
+
+    def create(self, body: BatchBody) -> MessageBatch:
+        headers = {"Content-Type": "application/json"}
+        return self.client.post(
+            "/v1/messages/batches", cast_to=MessageBatch, content=body.chunks(), options={"headers": headers}
+        )
+
+    def retrieve(self, batch_id: str) -> MessageBatch:
+        return self.call(f"retrieve {batch_id}", self.client.messages.batches.retrieve, batch_id)
+
+    def cancel(self, batch_id: str) -> MessageBatch | None:
+        """Cancel; None when it had already ended (nothing left to cancel)."""
+        try:
+            return self.call(f"cancel {batch_id}", self.client.messages.batches.cancel, batch_id)
+        except BatchError as e:
+            cause = e.__cause__
+            if isinstance(cause, anthropic.BadRequestError):
+                return None
+            raise
+
+    def newest_id(self) -> str | None:
+        page = self.call("list batches", self.client.messages.batches.list, limit=1)
+        return page.data[0].id if page.data else None
+
+    def newest_first(self) -> Iterator[MessageBatch]:
+        after: str | None = None
+        while True:
+            kw: dict[str, Any] = {"limit": LIST_PAGE}
+            if after:
+                kw["after_id"] = after
+            page = self.call("list batches", self.client.messages.batches.list, **kw)
+            yield from page.data
+            if not page.has_more or not page.data:
+                return
+            after = page.data[-1].id
+
+
+def counts_of(batch: MessageBatch) -> dict[str, int]:
+    c = batch.request_counts
+    return {k: int(getattr(c, k, 0) or 0) for k in COUNT_KINDS}
+
+
+def total_counts(batches: list[MessageBatch]) -> dict[str, int]:
+    """Request counts summed over batches, every kind present (zeros included)."""
+    out = dict.fromkeys(COUNT_KINDS, 0)
+    for b in batches:
+        for k, v in counts_of(b).items():
+            out[k] += v
+    return out
+
+
+def submit(
+    api: BatchApi, records: BatchRecords, body: BatchBody, *, run_id: str, n: int, round: int, now: float
+) -> BatchRecord:
+    """Items, then the intent, then `create`, then the batch id. Returns the record: SUBMITTED, or
+    NOT_CREATED when the API refused or never created the batch (the caller resends its items)."""
+    records.write_items(n, body.lines)
+    rec = BatchRecord(
+        run_id=run_id, n=n, round=round, request_count=len(body), request_bytes=body.size,
+        request_sha256=body.sha256(), intent_at=now, list_mark=api.newest_id(),
+    )  # fmt: skip
+    records.create(rec)
+    for attempt in range(1, api.attempts + 1):
+        crash_point("before_create")
+        try:
+            batch = api.create(body)
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            if not is_retryable(e):
+                why = f"create refused: {describe(e)}"
+                records.update(n, partial(_not_created, why=why))
+                raise BatchError(
+                    f"batch {n} of run {run_id} was refused: {describe(e)}",
+                    hint="lower settings.batch.max_requests / max_bytes, or fix the request it names",
+                ) from e
+            api.sleep(wait_seconds(e, attempt, api.cap))
+            found = find_candidates(api, rec, set())
+            if found:  # the failed-looking create did create it
+                return _adopt(api, records, rec, found, cancel=False, why="create answered with an error")
+            continue
+        crash_point("after_create")
+        created = [batch]
+        return records.update(n, partial(_submitted, batches=created, now=now))
+    records.update(n, lambda r: _not_created(r, f"create kept failing ({api.attempts} attempts)"))
+    raise BatchError(
+        f"batch {n} of run {run_id} could not be created after {api.attempts} attempts",
+        hint="the API is failing; `docmill resume RUN_ID` later resends these requests",
+    )
+
+
+def _submitted(r: BatchRecord, batches: list[MessageBatch], now: float) -> None:
+    r.batch_ids = [b.id for b in batches]
+    r.phase = BatchPhase.SUBMITTED
+    r.submitted_at = now
+    r.processing_status = batches[0].processing_status
+    r.request_counts = total_counts(batches)
+
+
+def _not_created(r: BatchRecord, why: str) -> None:
+    r.phase = BatchPhase.NOT_CREATED
+    r.notes.append(why)
+
+
+def find_candidates(api: BatchApi, rec: BatchRecord, owned: set[str]) -> list[MessageBatch]:
+    """Batches listed after the intent's mark (newer than it), with its request count, not owned by
+    another record of the run: the batches its `create` may have made."""
+    out = []
+    for b in api.newest_first():
+        if rec.list_mark is not None and b.id == rec.list_mark:
+            break
+        if b.id in owned:
+            continue
+        if sum(counts_of(b).values()) == rec.request_count:
+            out.append(b)
+    return out
+
+
+def _adopt(
+    api: BatchApi,
+    records: BatchRecords,
+    rec: BatchRecord,
+    found: list[MessageBatch],
+    *,
+    cancel: bool,
+    why: str,
+) -> BatchRecord:
+    canceled = []
+    if cancel:
+        for b in found:
+            if b.processing_status != "ended" and api.cancel(b.id) is not None:
+                canceled.append(b.id)
+    note = f"{why}: adopted {', '.join(b.id for b in found)}" + (
+        f"; canceled {', '.join(canceled)}" if canceled else ""
+    )
+
+    def fn(r: BatchRecord) -> None:
+        _submitted(r, found, r.intent_at)
+        r.canceled_ids.extend(canceled)
+        r.notes.append(note + "; results checked by custom_id when they end")
+
+    return records.update(rec.n, fn)
+
+
+def reconcile(api: BatchApi, records: BatchRecords, rec: BatchRecord, owned: set[str]) -> BatchRecord:
+    """An intent without a batch id (a crash around `create`): list the batches made after its
+    mark, cancel the matching ones and adopt them (their results are matched by custom_id when they
+    end), or record that none was created so its requests are resent."""
+    found = find_candidates(api, rec, owned)
+    if not found:
+        mark = rec.list_mark or "the first batch"
+        return records.update(
+            rec.n, lambda r: _not_created(r, f"no batch was created after {mark}; requests resent")
+        )
+    owned.update(b.id for b in found)
+    return _adopt(api, records, rec, found, cancel=True, why="intent without batch id reconciled")
+
+
+def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> BatchRecord:
+    """Retrieve the record's batches; write status and counts when they change. Past
+    settings.batch.max_wait_seconds the batches are canceled (what ran is kept)."""
+    batches = [api.retrieve(bid) for bid in rec.batch_ids]
+    ended = all(b.processing_status == "ended" for b in batches)
+    status = (
+        "ended"
+        if ended
+        else ("canceling" if any(b.processing_status == "canceling" for b in batches) else "in_progress")
+    )
+    counts = total_counts(batches)
+    overdue = (
+        not ended
+        and not rec.canceled_ids
+        and now - (rec.submitted_at or rec.intent_at) > api.settings.batch.max_wait_seconds
+    )
+    canceled = [
+        b.id for b in batches if overdue and b.processing_status == "in_progress" and api.cancel(b.id)
+    ]
+    if status == rec.processing_status and counts == rec.request_counts and not canceled and not ended:
+        return rec
+
+    def fn(r: BatchRecord) -> None:
+        r.processing_status, r.request_counts = status, counts
+        if canceled:
+            r.canceled_ids.extend(canceled)
+            r.notes.append(f"followed longer than max_wait_seconds; canceled {', '.join(canceled)}")
+        if ended and r.phase is BatchPhase.SUBMITTED:
+            r.phase, r.ended_at = BatchPhase.ENDED, now
+
+    return records.update(rec.n, fn)
+
+
+def results(api: BatchApi, batch_id: str) -> Iterator[dict[str, Any]] | None:
+    """The result lines of an ended batch as dicts, or None when its results are gone (archived).
+    A stream broken by a transient fault is fetched again from the start (callers skip repeats)."""
+    try:
+        first = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
+    except BatchError as e:
+        if isinstance(e.__cause__, anthropic.NotFoundError):
+            return None
+        raise
+    return _lines(api, batch_id, first)
+
+
+def _lines(api: BatchApi, batch_id: str, decoder: Any) -> Iterator[dict[str, Any]]:
+    for attempt in range(1, api.attempts + 1):
+        try:
+            for raw in decoder.http_response.iter_lines():
+                if raw.strip():
+                    yield json.loads(raw)
+            return
+        except (anthropic.APIConnectionError, OSError, ValueError) as e:
+            if attempt == api.attempts:
+                raise BatchError(
+                    f"results of {batch_id} kept breaking off: {e}", hint="resume the run"
+                ) from e
+            api.sleep(wait_seconds(e, attempt, api.cap))
+            decoder = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
+        except Exception as e:
+            if type(e).__module__.startswith("httpx") and attempt < api.attempts:
+                api.sleep(wait_seconds(e, attempt, api.cap))
+                decoder = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
+                continue
+            raise
+        finally:
+            decoder.close()
+
+
+def cancel_run(run_id: str, store: Any, client: anthropic.Anthropic, settings: Any = None) -> dict[str, Any]:
+    """Cancel every in-flight batch of a run (reconciling an intent without id first)."""
+    if settings is None:
+        from docmill.settings import get_settings
+
+        settings = get_settings()
+    api = BatchApi(client, settings, sleep=time.sleep)
+    records = BatchRecords(store, run_id)
+    all_records = records.load_all()
+    owned = {bid for r in all_records for bid in r.batch_ids}
+    out: dict[str, Any] = {"run_id": run_id, "batches": []}
+    for rec in all_records:
+        if rec.phase is BatchPhase.INTENT:
+            rec = reconcile(api, records, rec, owned)
+        if rec.phase not in (BatchPhase.SUBMITTED, BatchPhase.ENDED):
+            continue
+        seen = [api.cancel(bid) or api.retrieve(bid) for bid in rec.batch_ids]
+        asked = [b.id for b in seen if b.cancel_initiated_at is not None and b.id not in rec.canceled_ids]
+
+        def fn(r: BatchRecord, seen: list[MessageBatch] = seen, asked: list[str] = asked) -> None:
+            r.canceled_ids.extend(asked)
+            r.processing_status = (
+                "ended" if all(b.processing_status == "ended" for b in seen) else "canceling"
+            )
+            r.request_counts = total_counts(seen)
+            r.notes.append("cancel requested by docmill cancel" if asked else "cancel: already ended")
+
+        rec = records.update(rec.n, fn)
+        out["batches"].append(
+            {
+                "n": rec.n,
+                "batch_ids": rec.batch_ids,
+                "status": rec.processing_status,
+                "counts": rec.request_counts,
+            }
+        )
+    return out

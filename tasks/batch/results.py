@@ -1,0 +1,230 @@
+"""Batch results routed by type (RESULT_ROUTES), and what turns an answer into an outcome.
+
+succeeded -> gate -> accept / needs_review / a follow-up request (repair with the validation errors,
+or a larger max_tokens) for a later round (or realtime with settings.batch.repairs_realtime);
+errored invalid_request_error & co -> failed, written to the ledger, never resent; errored
+api/overloaded/rate-limit/timeout, expired, canceled -> resent in a later round (the engine counts
+rounds against settings.batch.resubmit_attempts). The gate, the ledger write and the review queue
+are the realtime pass's own (tasks.per_file.gate, tasks.per_file.accounting), so both modes settle a document the
+same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+from docmill.errors import ApiCallError, BatchError, InputError
+from docmill.prices import cost_usd
+from tasks.api.usage import add_usage
+from tasks.batch.items import WorkItem
+from tasks.batch.lifecycle import crash_point
+from tasks.inventory import Document, load_text
+from tasks.per_file.accounting import (
+    Pass,
+    account_attempt,
+    answered_model,
+    decide_next,
+    enqueue_review,
+    file_cost_entry,
+    gated_fields,
+    outcome_from_ledger,
+    write_outcome,
+)
+from tasks.per_file.gate import Action, Verdict, check, next_request
+from tasks.per_file.outcome import DocOutcome, DocState
+from tasks.per_file.requests import FILE_PASS, file_request
+
+COST_GROUP = 5000  # cost entries per cost-ledger object
+RETRYABLE_ERRORS = frozenset({"api_error", "overloaded_error", "rate_limit_error", "timeout_error"})
+
+# a terminal outcome, or the item with its follow-up request, or (neither) why it is resent
+Routed = tuple[DocOutcome | None, WorkItem | None, str | None]
+CostRow = tuple[str, int, str, str, dict[str, Any], str]  # key, attempt, doc_id, model, usage, batch id
+
+
+class ResultType(StrEnum):
+    SUCCEEDED = "succeeded"
+    ERRORED = "errored"
+    EXPIRED = "expired"
+    CANCELED = "canceled"
+
+
+class ResultRouter:
+    """Turns a batch request's result into a terminal outcome or a follow-up item."""
+
+    def __init__(self, p: Pass) -> None:
+        self.p = p
+        self.model = str(p.settings.api.model)
+        # custom_id -> the verdict of its answer gated elsewhere (tasks.batch.ingest), taken once
+        self.prechecked: dict[str, Callable[[], tuple[str, Any]]] = {}
+
+    def request(self, item: WorkItem, doc: Document | None = None, text: str | None = None) -> dict[str, Any]:
+        """The request an item sends: its follow-up request, or the first one rebuilt from the document."""
+        if item.request is not None:
+            return item.request
+        doc = doc or Document.model_validate(item.doc)
+        text = text if text is not None else load_text(doc, self.p.settings)
+        return file_request(self.p.recipe, doc, text, model=self.model, max_tokens=item.max_tokens)
+
+    def route(
+        self, kind: str, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
+    ) -> Routed:
+        return RESULT_ROUTES.get(kind, _route_unknown)(self, item, result, bid, costs)
+
+    # ---- outcomes --------------------------------------------------------------------------
+
+    def outcome(self, item: WorkItem, state: DocState, **kw: Any) -> DocOutcome:
+        return DocOutcome(
+            doc_id=item.doc_id, key=item.custom_id, pass_name=FILE_PASS, state=state,
+            attempts=item.attempts + item.rounds, model=kw.pop("model", self.model), usage=dict(item.usage),
+            cost_usd=item.cost_usd, request_ids=list(item.request_ids), **kw,
+        )  # fmt: skip
+
+    def finish(self, item: WorkItem, outcome: DocOutcome, errors: list[str] | None = None) -> DocOutcome:
+        """Write a terminal outcome to the ledger (and the review queue when it needs review)."""
+        crash_point("before_ledger_write")
+        outcome = write_outcome(self.p, outcome)
+        if outcome.state is DocState.NEEDS_REVIEW:  # the document is decoded only when needed
+            enqueue_review(self.p, Document.model_validate(item.doc), outcome, errors=errors)
+        return outcome
+
+    def fail(self, item: WorkItem, failure_type: str, error: str, *, permanent: bool) -> DocOutcome:
+        """A failed outcome; written to the ledger only when `permanent` (never retried)."""
+        outcome = self.outcome(item, DocState.FAILED, failure_type=failure_type, last_error=error)
+        return self.finish(item, outcome) if permanent else outcome
+
+    def from_ledger(self, doc: Document, stored: dict[str, Any]) -> DocOutcome:
+        return outcome_from_ledger(self.p, doc, stored)
+
+    def gated(
+        self, item: WorkItem, message: dict[str, Any], model: str
+    ) -> tuple[DocOutcome | None, WorkItem | None]:
+        """Gate one answer: a terminal outcome, or the item with its follow-up request."""
+        doc = Document.model_validate(item.doc)
+        text: str | None = None
+        verdict: Verdict | None = None
+        pre = self.prechecked.pop(item.custom_id, None)  # gated in a worker process (batch_ingest)
+        if pre is not None:
+            kind, got = pre()
+            if kind != "verdict":
+                return self.fail(item, "input:unreadable", str(got), permanent=False), None
+            verdict = got
+        while True:
+            if verdict is None or (not verdict.ok and text is None):
+                try:
+                    text = load_text(doc, self.p.settings) if text is None else text
+                except InputError as e:
+                    return self.fail(item, "input:unreadable", e.one_line(), permanent=False), None
+            if verdict is None:
+                assert text is not None
+                verdict = check(self.p.recipe, text, message)
+            progress = item.progress()
+            progress.note(Action(item.action) if item.action else None, message.get("usage"))
+            item.take_progress(progress)
+            request = self.request(item, doc, text) if not verdict.ok else {}
+            decision = decide_next(self.p.settings, verdict, progress, request)
+            if decision.action in (Action.ACCEPT, Action.REVIEW):
+                fields = gated_fields(verdict, decision.action, decision.reason)
+                outcome = self.outcome(item, fields.pop("state"), model=model, **fields)
+                return self.finish(item, outcome, errors=verdict.errors), None
+            item.request = {**next_request(decision, request, verdict), "model": model}
+            item.action = decision.action.value
+            if not self.p.settings.batch.repairs_realtime:
+                return None, item
+            try:
+                message, model = self._realtime(item)
+            except ApiCallError as e:
+                failure = str(e.fields.get("failure_type") or "transport_exhausted")
+                last = str(e.fields.get("last_error") or e.message)
+                return self.outcome(item, DocState.FAILED, failure_type=failure, last_error=last), None
+            verdict = None
+
+    def _realtime(self, item: WorkItem) -> tuple[dict[str, Any], str]:
+        """Send a follow-up realtime (settings.batch.repairs_realtime). The answer is persisted the
+        moment it arrives (invariant 3) under its attempt number; a resume reuses it, never resends."""
+        assert item.request is not None
+        n, key, request = item.attempts + 1, item.custom_id, item.request
+        message = self.p.responses.get(FILE_PASS, key, n)
+        if message is None:
+
+            def persist(_transport_attempt: int, answer: dict[str, Any]) -> None:
+                answer["_docmill"] = {
+                    "attempt": n, "purpose": item.action, "max_tokens": request["max_tokens"],
+                    "model": answer.get("model") or request["model"],
+                }  # fmt: skip
+                self.p.responses.put(FILE_PASS, key, n, answer)
+
+            result = self.p.client.call(
+                request, key=key, doc_id=item.doc_id, pass_name=FILE_PASS, on_response=persist
+            )
+            message = result.message
+        model = answered_model(message, request["model"])
+        item.cost_usd += account_attempt(
+            self.p, item.doc_id, key, n, model, message, item.usage, item.request_ids
+        )
+        return message, model
+
+
+# ---- routing by result type ------------------------------------------------------------------
+
+
+def _route_succeeded(
+    r: ResultRouter, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
+) -> Routed:
+    message = result.get("message") or {}
+    usage = message.get("usage") or {}
+    model = str(message.get("model") or r.model)
+    add_usage(item.usage, usage)
+    item.cost_usd += cost_usd(model, usage, batch=True)
+    item.request_ids.append(bid)
+    costs.append((item.custom_id, item.attempts + 1, item.doc_id, model, usage, bid))
+    outcome, follow = r.gated(item, message, model)
+    return outcome, follow, None
+
+
+def _route_errored(
+    r: ResultRouter, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
+) -> Routed:
+    error = ((result.get("error") or {}).get("error")) or {}
+    kind = str(error.get("type") or "api_error")
+    text = f"{kind}: {error.get('message') or ''}".strip()
+    if kind in RETRYABLE_ERRORS:
+        return None, None, text
+    return r.fail(item, f"api_error:{kind}", text, permanent=True), None, None
+
+
+def _route_unanswered(
+    r: ResultRouter, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
+) -> Routed:
+    return None, None, str(result.get("type"))
+
+
+def _route_unknown(
+    r: ResultRouter, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
+) -> Routed:
+    raise BatchError(
+        f"batch {bid} returned an unknown result type {result.get('type')!r} for {item.custom_id}",
+        hint="upgrade docmill; the API has a result type this version does not know",
+    )
+
+
+RESULT_ROUTES: dict[str, Callable[[ResultRouter, WorkItem, dict[str, Any], str, list[CostRow]], Routed]] = {
+    ResultType.SUCCEEDED: _route_succeeded,
+    ResultType.ERRORED: _route_errored,
+    ResultType.EXPIRED: _route_unanswered,
+    ResultType.CANCELED: _route_unanswered,
+}
+
+
+def record_batch_costs(p: Pass, n: int, costs: list[CostRow]) -> None:
+    """One cost object per COST_GROUP entries of batch `n`, grouped in custom_id order (a
+    re-collection after a crash makes the same groups, and a group is written once)."""
+    costs.sort(key=lambda row: (row[0], row[1], row[5]))
+    for i in range(0, len(costs), COST_GROUP):
+        entries = [
+            file_cost_entry(p.run_id, doc_id, key, attempt, model, bid, usage, batch=True)
+            for key, attempt, doc_id, model, usage, bid in costs[i : i + COST_GROUP]
+        ]
+        p.costs.record(f"batch-{n:05d}-{i // COST_GROUP:04d}", entries)

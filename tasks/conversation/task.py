@@ -1,0 +1,399 @@
+"""Long tasks inside a token budget (invariant 7): `ConversationTask`.
+
+Every `send()`:
+1. builds the full request: system + the pinned-facts block (last system block, outside any
+   summarized range) + tools + history + the new user turn;
+2. preflight: counts it with `count_tokens` (GA, or beta when a compaction block is in the
+   history), cached by a hash of the exact request; if count + max_tokens exceeds the budget it
+   archives the history (`HistoryArchive`), compacts (tasks.conversation.compaction), verifies every pinned
+   fact is in what the next request sends (else `PinnedFactLost`, old checkpoint kept),
+   checkpoints the compacted state, and counts again — the API never says "too long";
+3. refuses to send a tampered or misplaced compaction block;
+4. sends, appends the exchange, costs it (`usage.iterations` for compactions) in the
+   `CostLedger`, and checkpoints history + pinned + seq with compare-and-swap at
+   `runs/<run_id>/tasks/<task_id>/checkpoint.json`; the pinned block is mirrored in the scratchpad.
+
+A task built over an existing checkpoint resumes from it; callers drive their turns from
+`task.exchanges` so a resumed run sends the same turns as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anthropic
+
+from docmill.errors import ContextError, PinnedFactLost, PreconditionFailed
+from tasks.api.usage import estimate_input_tokens
+from tasks.conversation import compaction as cmp
+from tasks.conversation.pinned import PinnedFacts
+
+CHECKPOINT_VERSION = 1
+CRASH_ENV = "DOCMILL_CRASH_AT"
+MAX_COMPACTIONS_PER_TURN = 3
+COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
+T = TypeVar("T")
+_crash_hits: Counter[str] = Counter()
+
+
+def crash_point(name: str) -> None:
+    """Test hook: SIGKILL this process at `name` when DOCMILL_CRASH_AT is `name` or `name#n`."""
+    spec = os.environ.get(CRASH_ENV)
+    if not spec:
+        return
+    want, _, nth = spec.partition("#")
+    if want != name:
+        return
+    _crash_hits[name] += 1
+    if _crash_hits[name] >= int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Transport:
+    """The SDK behind a `tasks.api.client.ModelClient` (its retry policy, one layer) or a bare SDK
+    client (its own `max_retries` is then the one layer)."""
+
+    def __init__(self, client: Any) -> None:
+        self.model_client = None if isinstance(client, anthropic.Anthropic) else client
+        self.sdk: anthropic.Anthropic = client if self.model_client is None else client.sdk
+
+    def __call__(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
+                 max_tokens: int = 0) -> T:  # fmt: skip
+        """Run one API call with the transport retries (and the run's cost cap when `model` is given)."""
+        if self.model_client is None:
+            return fn()
+        return self.model_client.run(fn, pace_tokens=pace_tokens, model=model, max_tokens=max_tokens)
+
+
+def safe_group(name: str) -> str:
+    """A cost group id made of safe key characters only."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:200]
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(cmp.canonical(value)).hexdigest()
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _dump_block(block: Any) -> dict[str, Any]:
+    data = block.model_dump(mode="json", exclude_none=True) if hasattr(block, "model_dump") else dict(block)
+    return dict(data)
+
+
+class ConversationTask:
+    """One long multi-turn task with a token budget, pinned facts and checkpoints."""
+
+    def __init__(
+        self,
+        task_id: str,
+        run_id: str,
+        store: Any,
+        client: Any,
+        *,
+        model: str,
+        system: str | list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        budget_tokens: int,
+        pinned: PinnedFacts | None = None,
+        scratch: Any = None,
+        max_tokens: int = 1024,
+        keep_recent_fraction: float = 0.25,
+        pass_name: str = "context",
+        doc_id: str | None = None,
+    ) -> None:
+        from checkpoints.scratch import HistoryArchive, Scratchpad
+
+        self.doc_id = doc_id or f"*{task_id}*"  # whom the cost entries are attributed to
+        self.task_id, self.run_id, self.store = task_id, run_id, store
+        self.transport = Transport(client)
+        self.model, self.tools, self.budget_tokens = model, tools, budget_tokens
+        self.system = _blocks(system)
+        self.max_tokens, self.pass_name = max_tokens, pass_name
+        self.compaction_max_tokens = max_tokens
+        # lines kept for KEEP terms repeat what is pinned anyway: bound them by the budget
+        self.keep_terms_limit = max(5, min(200, budget_tokens // 800))
+        self.keep_tokens = int(budget_tokens * keep_recent_fraction)
+        self.scratch = scratch if scratch is not None else Scratchpad(store, run_id, task_id)
+        self.archive = HistoryArchive(store, run_id, task_id)
+        self.key = f"runs/{run_id}/tasks/{task_id}/checkpoint.json"
+        self.pinned = pinned if pinned is not None else PinnedFacts()
+        self.messages: list[dict[str, Any]] = []
+        self.exchanges = 0
+        self.compactions: list[dict[str, Any]] = []
+        self.block_digest: str | None = None
+        self.state: dict[str, Any] = {}  # caller-owned JSON state, checkpointed with the history
+        self.counts_sent = 0
+        self._count_cache: dict[str, int] = {}
+        self._etag: str | None = None
+        self._load()
+
+    # ---- checkpoint --------------------------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "version": CHECKPOINT_VERSION,
+            "task_id": self.task_id,
+            "run_id": self.run_id,
+            "exchanges": self.exchanges,
+            "messages": self.messages,
+            "pinned": self.pinned.to_json(),
+            "block_sha256": self.block_digest,
+            "compactions": self.compactions,
+            "state": self.state,
+        }
+
+    def _load(self) -> None:
+        from docmill.errors import NotFound
+
+        try:
+            data, self._etag = self.store.get_with_etag(self.key)
+        except NotFound:
+            return
+        snap = json.loads(data)
+        if snap.get("version") != CHECKPOINT_VERSION:
+            raise ContextError(
+                f"checkpoint {self.key} has version {snap.get('version')!r}", hint="start a new run id"
+            )
+        self.exchanges = int(snap["exchanges"])
+        self.messages = list(snap["messages"])
+        self.pinned = type(self.pinned).from_json(snap["pinned"])
+        self.block_digest = snap.get("block_sha256")
+        self.compactions = list(snap.get("compactions") or [])
+        self.state = dict(snap.get("state") or {})
+        cmp.check_block(self.messages, self.block_digest)
+
+    @property
+    def resumed(self) -> bool:
+        return self._etag is not None
+
+    def checkpoint(self) -> None:
+        """Write the state with compare-and-swap; a lost race means two drivers: stop."""
+        data = json.dumps(self._snapshot(), ensure_ascii=False, separators=(",", ":")).encode()
+        if self._etag is None:
+            if not self.store.put_if_absent(self.key, data):
+                raise ContextError(
+                    f"{self.key} appeared while this task ran", hint="another process drives this task"
+                )
+            _, self._etag = self.store.get_with_etag(self.key)
+        else:
+            try:
+                self._etag = self.store.put_if_match(self.key, data, self._etag)
+            except PreconditionFailed as e:
+                raise ContextError(
+                    f"{self.key} changed under this task", hint="another process drives this task"
+                ) from e
+        self.scratch.replace(self.pinned.render())
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    def params(
+        self, messages: list[dict[str, Any]], *, with_pinned: bool = True, **extra: Any
+    ) -> dict[str, Any]:
+        """The full request for `messages`: static system, pinned block last, tools, extras."""
+        system = [dict(b) for b in self.system]
+        if with_pinned and len(self.pinned):
+            system.append({"type": "text", "text": self.pinned.render()})
+        out: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "system": system}
+        if self.tools:
+            out["tools"] = self.tools
+        out["messages"] = messages
+        out.update({k: v for k, v in extra.items() if v is not None})
+        return out
+
+    def count(self, params: dict[str, Any]) -> int:
+        """Input tokens of a request, via count_tokens, cached per identical request."""
+        body = {k: params[k] for k in COUNT_FIELDS if k in params}
+        key = _hash(body)
+        if key not in self._count_cache:
+            result: Any
+            if cmp.compaction_blocks(body["messages"]):
+                result = self.transport(
+                    lambda: self.transport.sdk.beta.messages.count_tokens(betas=[cmp.COMPACTION_BETA], **body)
+                )
+            else:
+                result = self.transport(lambda: self.transport.sdk.messages.count_tokens(**body))
+            self.counts_sent += 1
+            self._count_cache[key] = int(result.input_tokens)
+        return self._count_cache[key]
+
+    def fits(self, params: dict[str, Any]) -> bool:
+        return self.count(params) + int(params["max_tokens"]) <= self.budget_tokens
+
+    def sent_text(self, params: dict[str, Any]) -> str:
+        """Everything a request sends outside the summarized range (system + non-summary blocks)."""
+        parts = [b.get("text", "") for b in params.get("system") or []]
+        for msg in params["messages"]:
+            for block in _blocks(msg.get("content")):
+                if block.get("type") == "compaction":
+                    continue
+                text = str(block.get("text", ""))
+                if text.startswith(cmp.CLIENT_SUMMARY_MARK):
+                    continue
+                parts.append(text if block.get("type") == "text" else json.dumps(block, ensure_ascii=False))
+        return "\n".join(parts)
+
+    def create(self, betas: list[str] | None, **body: Any) -> Any:
+        """One Messages call through the transport layer; beta namespace when `betas` is given."""
+        sdk = self.transport.sdk
+        pace = estimate_input_tokens(body)
+        cap = {"pace_tokens": pace, "model": body["model"], "max_tokens": int(body.get("max_tokens") or 0)}
+        if betas:
+            return self.transport(lambda: sdk.beta.messages.create(betas=betas, **body), **cap)
+        return self.transport(lambda: sdk.messages.create(**body), **cap)
+
+    # ---- compaction --------------------------------------------------------------------------
+
+    def compact(self, pending: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Archive, summarize the oldest range, verify pinned facts, checkpoint the new history."""
+        if len(self.messages) < 2:
+            raise ContextError(
+                f"task {self.task_id}: one turn alone exceeds the budget of {self.budget_tokens} tokens",
+                hint="raise budget_tokens or send smaller turns",
+            )
+        seq = self.archive.archive(self.messages)
+        crash_point("compaction_archived")
+        sizes = [cmp.estimate_tokens(m) for m in self.messages]
+        cuts = cmp.choose_cut(self.messages, sizes, self.keep_tokens)
+        instructions = cmp.contract(self.pinned.keep_terms(limit=self.keep_terms_limit))
+        base = self.params([], with_pinned=False, **extra)  # the pinned block is not summarized
+        base["max_tokens"] = self.compaction_max_tokens
+        chosen = None
+        for cut in cuts:
+            candidate = {**base, "messages": self.messages[: cut + 1]}
+            if (
+                self.count(candidate) + len(instructions) // 3 + self.compaction_max_tokens
+                <= self.budget_tokens
+            ):
+                chosen = cut
+                break
+        if chosen is None:
+            raise ContextError(
+                f"task {self.task_id}: no summarizable range fits in {self.budget_tokens} tokens "
+                f"({self._pinned_note()})",
+                hint="raise budget_tokens, lower max_tokens or send smaller turns",
+            )
+        request = {**base, "messages": self.messages[: chosen + 1]}
+        done = cmp.compact(self.create, request, instructions)
+        n = len(self.compactions) + 1
+        for model, usage, request_id in done.billed_before:  # e.g. a null block, then the fallback
+            self._record_cost(f"c{n:04d}", model, usage, request_id)
+        self._record_cost(f"c{n:04d}", done.model, done.usage, done.request_id)
+        crash_point("compaction_returned")
+        new_messages = [done.head, *self.messages[chosen + 1 :]]
+        probe = self.params([*new_messages, pending], **extra)
+        missing = self.pinned.missing_from(self.sent_text(probe))
+        if missing:
+            raise PinnedFactLost(
+                f"task {self.task_id}: {len(missing)} pinned fact(s) would be missing after compaction "
+                f"{len(self.compactions) + 1}: {missing[:3]}",
+                hint="the last checkpoint is kept; fix the pinned block so it stays outside the summary",
+                missing=missing,
+                task_id=self.task_id,
+            )
+        self.messages = new_messages
+        self.block_digest = done.digest
+        self.compactions.append(
+            {
+                "n": len(self.compactions) + 1,
+                "strategy": str(done.strategy),
+                "archive_seq": seq,
+                "at_exchange": self.exchanges,
+                "summarized_messages": chosen + 1,
+                "notes": done.notes,
+            }
+        )
+        self.checkpoint()
+        crash_point("compaction_checkpointed")
+
+    # ---- the exchange ------------------------------------------------------------------------
+
+    def send(
+        self,
+        content: str | list[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        output_config: dict[str, Any] | None = None,
+        tool_choice: dict[str, Any] | None = None,
+        stop_sequences: list[str] | None = None,
+        on_reply: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """One exchange within budget; returns the assistant message (dict).
+
+        `on_reply(message)` runs before the exchange is checkpointed, so state it writes to
+        `self.state` / `self.pinned` is saved atomically with the exchange.
+        """
+        pending = {"role": "user", "content": _blocks(content)}
+        extra: dict[str, Any] = {
+            "output_config": output_config,
+            "tool_choice": tool_choice,
+            "stop_sequences": stop_sequences,
+        }
+        saved = self.max_tokens
+        if max_tokens is not None:
+            self.max_tokens = max_tokens
+        try:
+            params = self.params([*self.messages, pending], **extra)
+            rounds = 0
+            while not self.fits(params):
+                if rounds >= MAX_COMPACTIONS_PER_TURN:
+                    raise ContextError(
+                        f"task {self.task_id}: still {self.count(params)} tokens after {rounds} compactions "
+                        f"(budget {self.budget_tokens}; {self._pinned_note()})",
+                        hint="raise budget_tokens, shrink the pinned facts or send smaller turns",
+                    )
+                self.compact(pending, extra)
+                rounds += 1
+                params = self.params([*self.messages, pending], **extra)
+            cmp.check_block(params["messages"], self.block_digest)
+            reply = self.create([cmp.COMPACTION_BETA] if self.block_digest else None, **params)
+        finally:
+            self.max_tokens = saved
+        data = reply.model_dump(mode="json")
+        self._record_cost(
+            f"x{self.exchanges + 1:06d}",
+            str(data.get("model")),
+            data.get("usage") or {},
+            getattr(reply, "_request_id", None),
+        )
+        crash_point("exchange_returned")
+        self.messages = [
+            *self.messages,
+            pending,
+            {"role": "assistant", "content": [_dump_block(b) for b in reply.content]},
+        ]
+        self.exchanges += 1
+        if on_reply is not None:
+            on_reply(data)
+        self.checkpoint()
+        crash_point("exchange_checkpointed")
+        return data
+
+    def _pinned_note(self) -> str:
+        return f"the pinned facts alone take about {len(self.pinned.render()) // 4} tokens"
+
+    def _record_cost(self, suffix: str, model: str, usage: dict[str, Any], request_id: str | None) -> None:
+        from checkpoints.costs import CostEntry, CostLedger
+
+        entry = CostEntry.from_usage(
+            run_id=self.run_id,
+            pass_name=self.pass_name,
+            doc_id=self.doc_id,
+            key=f"{self.task_id}-{suffix}",
+            attempt=1,
+            model=model,
+            request_id=request_id,
+            usage=usage,
+            batch=False,
+        )
+        # one group per API call: a call repeated after a crash is billed again, so it is recorded again
+        group = f"{self.task_id}-{suffix}-{request_id or 'unknown'}"
+        CostLedger(self.store, self.run_id).record(safe_group(group), [entry])

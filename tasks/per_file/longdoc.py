@@ -1,0 +1,235 @@
+"""A document longer than the per-file budget: split on structure, extract chunk by chunk, merge.
+
+`split_document` cuts at the coarsest structure that makes every chunk fit: pages (form feed),
+then markdown headings, then blank-line paragraphs, then lines, then a hard cut. Chunks are
+contiguous slices of the original text (`text[chunk.start:chunk.end] == chunk.text`, and they
+cover the whole text), so every offset maps back into the document.
+
+`extract_long` sends the chunks one by one through one `ConversationTask` (the task compacts
+when its history crosses the budget; values found so far are pinned facts) and merges the
+per-chunk answers: a `{value, evidence}` field takes the first chunk that states it, lists are
+concatenated, and every evidence excerpt gets its provenance `{chunk, start, end}` as absolute
+offsets into the original text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from tasks.conversation.pinned import PinnedFacts, dumps
+from tasks.conversation.task import ConversationTask
+from tasks.per_file.requests import INSTRUCTION, SYSTEM_RULES, neutralize, wrap_document
+
+PASS = "file_long"
+CHARS_PER_TOKEN = 3.5
+_HEADING = re.compile(r"(?m)^#{1,6}[ \t]")
+_PARAGRAPH = re.compile(r"\n[ \t]*\n+")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    start: int
+    end: int
+    text: str
+
+
+class Level(Enum):
+    PAGE = "page"
+    HEADING = "heading"
+    PARAGRAPH = "paragraph"
+    LINE = "line"
+    HARD = "hard"
+
+
+def _after(pattern: str) -> Callable[[str], list[int]]:
+    def cuts(text: str) -> list[int]:
+        out, i = [], text.find(pattern)
+        while i != -1:
+            out.append(i + len(pattern))
+            i = text.find(pattern, i + len(pattern))
+        return out
+
+    return cuts
+
+
+def _headings(text: str) -> list[int]:
+    return [m.start() for m in _HEADING.finditer(text) if m.start() > 0]
+
+
+def _paragraphs(text: str) -> list[int]:
+    return [m.end() for m in _PARAGRAPH.finditer(text)]
+
+
+BOUNDARIES: dict[Level, Callable[[str], list[int]]] = {
+    Level.PAGE: _after("\f"),
+    Level.HEADING: _headings,
+    Level.PARAGRAPH: _paragraphs,
+    Level.LINE: _after("\n"),
+}
+ORDER = [Level.PAGE, Level.HEADING, Level.PARAGRAPH, Level.LINE, Level.HARD]
+
+
+def _spans(text: str, start: int, end: int, limit: int, depth: int) -> list[tuple[int, int]]:
+    """Spans of text[start:end], each at most `limit` chars, cut at level ORDER[depth] or finer."""
+    if end - start <= limit:
+        return [(start, end)]
+    level = ORDER[depth]
+    if level is Level.HARD:
+        return [(i, min(i + limit, end)) for i in range(start, end, limit)]
+    piece = text[start:end]
+    cuts = [start + c for c in BOUNDARIES[level](piece) if 0 < c < len(piece)]
+    pieces = list(zip([start, *cuts], [*cuts, end], strict=True))
+    out: list[tuple[int, int]] = []
+    cur_start = cur_end = start
+    for a, b in pieces:
+        if b - a > limit:
+            if cur_end > cur_start:
+                out.append((cur_start, cur_end))
+            out.extend(_spans(text, a, b, limit, depth + 1))
+            cur_start = cur_end = b
+        elif b - cur_start > limit:
+            out.append((cur_start, cur_end))
+            cur_start, cur_end = a, b
+        else:
+            cur_end = b
+    if cur_end > cur_start:
+        out.append((cur_start, cur_end))
+    return out
+
+
+def split_document(text: str, max_tokens: int, *, chars_per_token: float = CHARS_PER_TOKEN) -> list[Chunk]:
+    """Contiguous chunks of at most `max_tokens` (estimated) each, cut on structure."""
+    limit = max(1, int(max_tokens * chars_per_token))
+    spans = _spans(text, 0, len(text), limit, 0) if text else [(0, 0)]
+    return [Chunk(i, a, b, text[a:b]) for i, (a, b) in enumerate(spans)]
+
+
+def is_long(text: str, settings: Any, *, chars_per_token: float = CHARS_PER_TOKEN) -> bool:
+    """Whether a document exceeds `settings.context.document_budget_tokens` and needs `extract_long`."""
+    return len(text) / chars_per_token > settings.context.document_budget_tokens
+
+
+def locate(text: str, chunks: list[Chunk], chunk_index: int, excerpt: str) -> dict[str, int] | None:
+    """Absolute provenance of an excerpt: searched in its chunk first, then anywhere in the text."""
+    if not excerpt:
+        return None
+    chunk = chunks[chunk_index]
+    pos = chunk.text.find(excerpt)
+    if pos != -1:
+        return {"chunk": chunk.index, "start": chunk.start + pos, "end": chunk.start + pos + len(excerpt)}
+    pos = text.find(excerpt)
+    if pos == -1:
+        return None
+    owner = next(c for c in chunks if c.start <= pos < max(c.end, c.start + 1))
+    return {"chunk": owner.index, "start": pos, "end": pos + len(excerpt)}
+
+
+def _is_value(node: Any) -> bool:
+    return isinstance(node, dict) and "value" in node and "evidence" in node
+
+
+def merge_chunks(
+    text: str, chunks: list[Chunk], outputs: list[dict[str, Any] | None]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(merged output, provenance by field path) from per-chunk outputs in chunk order."""
+    merged: dict[str, Any] = {}
+    provenance: dict[str, Any] = {}
+    for i, out in enumerate(outputs):
+        for field, node in (out or {}).items():
+            if _is_value(node):
+                if merged.get(field, {}).get("value") is None and node.get("value") is not None:
+                    merged[field] = node
+                    where = locate(text, chunks, i, str(node.get("evidence") or ""))
+                    provenance[field] = where or {"chunk": i, "start": None, "end": None}
+                else:
+                    merged.setdefault(field, node)
+            elif isinstance(node, list):
+                items = merged.setdefault(field, [])
+                for item in node:
+                    excerpt = item.get("evidence") if isinstance(item, dict) else None
+                    provenance[f"{field}[{len(items)}]"] = locate(text, chunks, i, str(excerpt or "")) or {
+                        "chunk": i,
+                        "start": None,
+                        "end": None,
+                    }
+                    items.append(item)
+            elif field not in merged or merged[field] in (None, "other"):
+                merged[field] = node
+    return merged, provenance
+
+
+def _pin_found(pinned: PinnedFacts, index: int, out: dict[str, Any]) -> None:
+    for field, node in out.items():
+        if _is_value(node) and node.get("value") is not None and f"field:{field}" not in pinned:
+            value = dumps(node["value"])
+            pinned.set(f"field:{field}", f"{field} = {value} (chunk {index})", terms=[str(node["value"])])
+
+
+def extract_long(
+    text: str,
+    *,
+    doc_id: str,
+    doc_type: str = "txt",
+    recipe: Any,
+    run_id: str,
+    store: Any,
+    client: Any,
+    settings: Any,
+    budget_tokens: int | None = None,
+) -> dict[str, Any]:
+    """Extract a long document chunk by chunk in one conversation; merged output with provenance."""
+    from anthropic import transform_schema
+
+    chunks = split_document(text, settings.context.document_budget_tokens)
+    task = ConversationTask(
+        "longdoc-" + hashlib.sha256(doc_id.encode()).hexdigest()[:24],  # doc ids may hold '/'; keys may not
+        run_id,
+        store,
+        client,
+        model=settings.api.model,
+        system=f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}\n\nThe document arrives in chunks, one per turn; "
+        "extract what each chunk states. The <pinned_facts> block lists values already found.",
+        budget_tokens=budget_tokens or settings.context.budget_tokens,
+        max_tokens=settings.api.max_tokens,
+        pass_name=PASS,
+        doc_id=doc_id,
+    )
+    fmt = {"format": {"type": "json_schema", "schema": transform_schema(recipe.file_schema)}}
+    task.state.setdefault("outputs", {})
+    for chunk in chunks[task.exchanges :]:
+        label = f"{doc_id}#chunk-{chunk.index}"
+        turn = (
+            f"Chunk {chunk.index + 1} of {len(chunks)} (characters {chunk.start}-{chunk.end}).\n"
+            + wrap_document(label, doc_type, chunk.text)
+            + "\n"
+            + INSTRUCTION
+        )
+
+        def keep(message: dict[str, Any], index: int = chunk.index) -> None:
+            body = "".join(b.get("text", "") for b in message.get("content") or [] if b.get("type") == "text")
+            try:
+                out = json.loads(body)
+            except ValueError:
+                out = None
+            task.state["outputs"][str(index)] = out if isinstance(out, dict) else None
+            if isinstance(out, dict):
+                _pin_found(task.pinned, index, out)
+
+        task.send(turn, output_config=fmt, on_reply=keep)
+    outputs = [task.state["outputs"].get(str(c.index)) for c in chunks]
+    merged, provenance = merge_chunks(text, chunks, outputs)
+    return {
+        "doc_id": doc_id,
+        "output": merged,
+        "provenance": provenance,
+        "chunks": [{"index": c.index, "start": c.start, "end": c.end} for c in chunks],
+        "failed_chunks": [c.index for c, o in zip(chunks, outputs, strict=True) if o is None],
+        "compactions": len(task.compactions),
+    }

@@ -1,0 +1,327 @@
+"""The per-file pass over one chunk of documents, realtime (issue #4, invariants 1, 3, 5).
+
+For each document, in a thread pool as wide as the client's concurrency:
+  skipped            -> failed "input:<skip reason>" (no call)
+  ledger hit         -> the stored outcome (from_ledger=True, no call: invariant 1)
+  persisted response -> gated without a call (crash recovery: invariant 3)
+  otherwise          -> call -> persist response -> gate -> repair policy -> ledger (put-if-absent)
+                        -> a cost entry per attempt -> a review item for needs_review.
+The chunk's cost entries are written as one group at its end (also when it stops early); a chunk
+run again after a crash recounts the attempts behind results this run already wrote.
+Documents sharing a key (duplicate content) are resolved after the first one, from the ledger,
+never with a second call. Any unexpected error of one document becomes its failed outcome.
+The state and outcome bookkeeping it shares with batch mode live in tasks.per_file.accounting.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from docmill.errors import ApiCallError, BudgetExhausted, InputError
+from docmill.logs import get_logger, redact
+from tasks.inventory import load_text
+from tasks.per_file.accounting import (
+    Pass,
+    account_attempt,
+    answered_model,
+    decide_next,
+    enqueue_review,
+    failed_outcome,
+    flush_costs,
+    gated_fields,
+    outcome_from_ledger,
+    outcome_from_original,
+    prompt_version,
+    recount_attempts,
+    skipped_outcome,
+    write_outcome,
+)
+from tasks.per_file.gate import Action, Decision, Progress, Verdict, check, next_request
+from tasks.per_file.longdoc import extract_long, is_long
+from tasks.per_file.outcome import DocOutcome, DocState
+from tasks.per_file.requests import FILE_PASS, file_request
+
+# 4xx answers that depend only on the request: written to the ledger, never re-sent.
+# (401/403/404/402 depend on the account or config: a resume after fixing it retries them.)
+PERMANENT_STATUSES = frozenset({400, 413, 422})
+log = get_logger("review")
+
+
+class Attempts:
+    """The answered attempts of one document: numbering, persistence, usage, cost, log."""
+
+    def __init__(self, p: Pass, doc_id: str, key: str, *, model: str) -> None:
+        self.p, self.doc_id, self.key, self.model = p, doc_id, key, model
+        self.n = 0  # answered attempts (ResponseLog numbering)
+        self.transport_attempts = 0  # HTTP attempts, failed ones included
+        self.usage: dict[str, int] = {}
+        self.cost = 0.0
+        self.request_ids: list[str] = []
+        self.log: list[dict[str, Any]] = []
+        self.last_verdict: Verdict | None = None
+
+    def recovered(self, progress: Progress) -> dict[str, Any] | None:
+        """The last persisted response of this key, if a crash left responses without a result.
+        Every persisted attempt is accounted (cost entries are written once, so none twice)."""
+        numbers = self.p.responses.attempts(FILE_PASS, self.key)
+        latest: dict[str, Any] | None = None
+        purpose = "first"
+        for n in numbers:
+            message = self.p.responses.get(FILE_PASS, self.key, n)
+            if not message:
+                continue
+            meta = message.get("_docmill") or {}
+            self.n = n
+            self.model = answered_model(message, self.model)
+            purpose = str(meta.get("purpose") or "first")
+            if purpose == Action.REPAIR.value:
+                progress.repairs += 1
+                progress.repair_tokens += sum(
+                    int((message.get("usage") or {}).get(f) or 0) for f in ("input_tokens", "output_tokens")
+                )
+            elif purpose == Action.RETRY_LARGER.value:
+                progress.truncation_retries += 1
+            progress.max_tokens = int(meta.get("max_tokens") or progress.max_tokens)
+            self._account(message, f"recovered:{purpose}", meta.get("max_tokens"))
+            latest = message
+        if latest is None:
+            return None
+        progress.attempts = max(self.n - 1, 0)
+        self.transport_attempts = self.n
+        return latest
+
+    def call(self, request: dict[str, Any], purpose: str) -> dict[str, Any]:
+        def on_response(_transport_attempt: int, message: dict[str, Any]) -> None:
+            message["_docmill"] = {
+                "attempt": self.n + 1,
+                "purpose": purpose,
+                "model": message.get("model") or request["model"],
+                "max_tokens": request["max_tokens"],
+                "at": time.time(),
+            }
+            # before anything else (invariant 3); the log never overwrites, it may pick a later slot
+            self.n = self.p.responses.put(FILE_PASS, self.key, self.n + 1, message)
+            message["_docmill"]["attempt"] = self.n
+
+        result = self.p.client.call(
+            request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response,
+            purpose=purpose, prompt_version=prompt_version(self.p.recipe),
+        )  # fmt: skip
+        self.transport_attempts += result.attempts
+        self.model = result.model
+        self._account(result.message, purpose, request["max_tokens"])
+        return result.message
+
+    def _account(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> None:
+        model = answered_model(message, self.model)
+        self.cost += account_attempt(
+            self.p, self.doc_id, self.key, self.n, model, message, self.usage, self.request_ids
+        )
+        request_id = message.get("_request_id")
+        self.log.append(
+            {
+                "attempt": self.n,
+                "purpose": purpose,
+                "model": model,
+                "max_tokens": max_tokens,
+                "stop_reason": message.get("stop_reason"),
+                "request_id": request_id,
+            }
+        )
+
+    def note_verdict(self, verdict: Verdict) -> None:
+        self.last_verdict = verdict
+        if self.log:
+            self.log[-1]["problem"] = verdict.problem.value
+            self.log[-1]["errors"] = verdict.errors[:20]
+
+    def outcome(self, doc_id: str, *, state: DocState, **kw: Any) -> DocOutcome:
+        return DocOutcome(
+            doc_id=doc_id,
+            key=self.key,
+            pass_name=FILE_PASS,
+            state=state,
+            attempts=max(self.transport_attempts, self.n),
+            model=self.model,
+            usage=dict(self.usage),
+            cost_usd=self.cost,
+            request_ids=list(self.request_ids),
+            origin_run=self.p.run_id,
+            **kw,
+        )
+
+
+def review_chunk(
+    docs: list[Any], *, recipe: Any, run_id: str, store: Any, client: Any, settings: Any
+) -> list[DocOutcome]:
+    """One terminal `DocOutcome` per document, in the order given."""
+    p = Pass(recipe, run_id, store, client, settings, buffer_costs=True)
+    try:
+        return _review_all(p, docs, client)
+    finally:
+        flush_costs(p)  # one cost group per chunk, also when a document raised or the budget ran out
+
+
+def _review_all(p: Pass, docs: list[Any], client: Any) -> list[DocOutcome]:
+    first: dict[str, int] = {}  # key -> index of the document that may call
+    now: list[int] = []
+    later: list[int] = []
+    keys: dict[int, str | None] = {}
+    for i, doc in enumerate(docs):
+        keys[i] = _key_or_none(p, doc)
+        k = keys[i]
+        if k is None:
+            now.append(i)
+        elif doc.duplicate_of or k in first:
+            later.append(i)
+        else:
+            first[k] = i
+            now.append(i)
+    out: dict[int, DocOutcome] = {}
+    workers = max(1, min(int(getattr(client, "concurrency", 1)), len(now)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="docmill-review") as pool:
+        for i, outcome in zip(now, pool.map(lambda i: _guarded(p, docs[i], keys[i]), now), strict=True):
+            out[i] = outcome
+    for i in later:
+        out[i] = _guarded(p, docs[i], keys[i], duplicate=True)
+    return [out[i] for i in range(len(docs))]
+
+
+def _key_or_none(p: Pass, doc: Any) -> str | None:
+    """A document's key, or None when it will never be called (skipped, not a duplicate)."""
+    if doc.status != "ok" and not doc.duplicate_of:
+        return None
+    return p.key(doc)
+
+
+def _guarded(p: Pass, doc: Any, key: str | None, *, duplicate: bool = False) -> DocOutcome:
+    try:
+        if key is None:
+            return skipped_outcome(doc)
+        if duplicate:
+            return outcome_from_original(p, doc, key)
+        return _review_one(p, doc, key)
+    except BudgetExhausted as e:
+        return failed_outcome(doc, key, "budget", e.one_line())
+    except InputError as e:
+        return failed_outcome(doc, key, "input:unreadable", e.one_line())
+    except Exception as e:  # one broken document never sinks the chunk
+        return failed_outcome(
+            doc, key, f"unexpected:{type(e).__name__}", f"{type(e).__name__}: {str(e)[:500]}"
+        )
+
+
+def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
+    record = p.ledger.get(FILE_PASS, key)
+    if record is not None:
+        if record.get("origin_run") == p.run_id:  # this run wrote it: a chunk run again after a crash
+            recount_attempts(p, doc.doc_id, key)
+        return outcome_from_ledger(p, doc, record)
+    text = load_text(doc)
+    if is_long(text, p.settings):
+        return _review_long(p, doc, key, text)
+    max_tokens = int(p.settings.api.max_tokens)
+    request = file_request(p.recipe, doc, text, model=p.model, max_tokens=max_tokens)
+    tries = Attempts(p, doc.doc_id, key, model=p.model)
+    progress = Progress(max_tokens=max_tokens)
+    action: Action | None = None
+    try:
+        message = tries.recovered(progress)
+        if message is None:
+            message = tries.call(request, "first")
+        while True:
+            verdict = check(p.recipe, text, message)
+            progress.note(action, message.get("usage"))
+            tries.note_verdict(verdict)
+            decision = decide_next(p.settings, verdict, progress, request)
+            if decision.action in (Action.ACCEPT, Action.REVIEW):
+                return _finish(p, doc, key, tries, verdict, decision)
+            request = {**next_request(decision, request, verdict), "model": tries.model}
+            action = decision.action
+            progress.max_tokens = int(request["max_tokens"])
+            message = tries.call(request, action.value)
+    except ApiCallError as e:
+        return _api_failure(p, doc, key, tries, e)
+    except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
+        return _unfinished(doc, tries, "budget", e.one_line())
+
+
+def _review_long(p: Pass, doc: Any, key: str, text: str) -> DocOutcome:
+    """A document above the per-file budget: split on structure, extracted chunk by chunk in one
+    conversation task (tasks.per_file.longdoc), merged with provenance, then gated like any answer."""
+    from pydantic import ValidationError
+
+    from tasks.per_file.gate import evidence_flags
+
+    result = extract_long(
+        text, doc_id=doc.doc_id, doc_type=doc.doc_type, recipe=p.recipe, run_id=p.run_id, store=p.store,
+        client=p.client, settings=p.settings,
+    )  # fmt: skip
+    errors: list[str] = []
+    flags: list[dict[str, Any]] = []
+    output: dict[str, Any] | None = None
+    try:
+        output = p.recipe.file_schema.model_validate(result["output"]).model_dump(mode="json")
+        flags = evidence_flags(p.recipe, output, text)
+    except ValidationError as e:
+        errors = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:20]]
+    if result["failed_chunks"]:
+        errors.append(f"chunks without a valid answer: {result['failed_chunks']}")
+    ok = not errors and not flags
+    outcome = DocOutcome(
+        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS,
+        state=DocState.SUCCEEDED if ok else DocState.NEEDS_REVIEW,
+        reason=None if ok else ("validation_failed" if errors else "evidence_not_found"),
+        output=output if output is not None else result["output"], flags=flags,
+        last_error="; ".join(errors)[:2000] or None, model=p.model, attempts=len(result["chunks"]),
+        provenance={"chunks": result["chunks"], "fields": result["provenance"]},
+    )  # fmt: skip
+    return enqueue_review(p, doc, write_outcome(p, outcome), errors=errors)
+
+
+def _finish(p: Pass, doc: Any, key: str, tries: Attempts, verdict: Verdict, decision: Decision) -> DocOutcome:
+    outcome = tries.outcome(doc.doc_id, **gated_fields(verdict, decision.action, decision.reason))
+    return enqueue_review(p, doc, write_outcome(p, outcome), tries=tries.log, errors=verdict.errors)
+
+
+def _api_failure(p: Pass, doc: Any, key: str, tries: Attempts, e: ApiCallError) -> DocOutcome:
+    tries.transport_attempts += int(getattr(e, "attempts", 0) or 0)
+    failure_type = str(getattr(e, "failure_type", "transport_exhausted"))
+    log.warning(
+        "%s call failed: %s",
+        FILE_PASS,
+        e.message,
+        extra={
+            "run_id": p.run_id,
+            "doc_id": doc.doc_id,
+            "request_id": getattr(e, "request_id", None),
+            "model": getattr(e, "model", None),
+            "prompt_version": prompt_version(p.recipe),
+            "status": getattr(e, "status", None),
+            "attempt": getattr(e, "attempts", None),
+        },
+    )
+    # an API error may echo request data (headers, keys): mask secrets before it is stored
+    outcome = _unfinished(doc, tries, failure_type, redact(str(getattr(e, "last_error", None) or e.message)))
+    request_id = getattr(e, "request_id", None)
+    if request_id:
+        outcome.request_ids.append(str(request_id))
+    if getattr(e, "status", None) in PERMANENT_STATUSES:
+        outcome = write_outcome(p, outcome)
+    return outcome
+
+
+def _unfinished(doc: Any, tries: Attempts, failure_type: str, error: str) -> DocOutcome:
+    """A failed outcome that keeps every attempt's usage and the last (partial) output."""
+    last = tries.last_verdict
+    return tries.outcome(
+        doc.doc_id,
+        state=DocState.FAILED,
+        failure_type=failure_type,
+        last_error=error,
+        output=last.output if last else None,
+        raw_output=last.raw_text if last else None,
+        flags=last.flags if last else [],
+    )

@@ -1,0 +1,268 @@
+"""ModelClient against the real emulator through the real SDK; only time is faked."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from docmill.errors import ApiCallError
+from docmill.settings import Settings
+from tasks.api.client import ModelClient
+from tasks.api.retrying import backoff_seconds, is_retryable
+from tests.fixtures.clock import FakeTime
+
+PRIMARY = "claude-sonnet-4-6"
+FALLBACK = "claude-haiku-4-5"
+
+
+def make_settings(**api: Any) -> Settings:
+    values: dict[str, Any] = {"backoff_max_seconds": 0.0, "fallback_model": FALLBACK, "max_attempts": 5}
+    values.update(api)
+    return Settings(api=values)
+
+
+def make_client(emulator: Any, fake: FakeTime, **api: Any) -> ModelClient:
+    return ModelClient(
+        make_settings(**api),
+        base_url=emulator.base_url,
+        api_key="test-key",
+        clock=fake.clock,
+        sleep=fake.sleep,
+        wall=fake.wall,
+    )
+
+
+def request(text: str = "Vendor: ACME Corp\nTotal: 12.50", model: str = PRIMARY) -> dict[str, Any]:
+    return {
+        "model": model,
+        "max_tokens": 200,
+        "messages": [{"role": "user", "content": f'<document id="a.txt">\n{text}\n</document>\nSummarize.'}],
+    }
+
+
+def received(emulator: Any) -> int:
+    return int(emulator.state.accounting.received_by_path["/v1/messages"])
+
+
+def call(client: ModelClient, req: dict[str, Any] | None = None, **kw: Any) -> Any:
+    return client.call(req or request(), key="k", doc_id="a.txt", pass_name="file", **kw)
+
+
+def test_success_reports_usage_cost_and_persists_before_returning(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    client = make_client(emulator, fake)
+    seen: list[tuple[int, dict[str, Any]]] = []
+    result = call(client, on_response=lambda n, m: seen.append((n, m)))
+    assert result.attempts == 1 and received(emulator) == 1
+    assert seen and seen[0][0] == 1 and seen[0][1]["id"] == result.message["id"]
+    assert result.usage["input_tokens"] > 0 and result.cost_usd > 0
+    assert result.request_id and result.request_id.startswith("req_")
+    assert result.model == PRIMARY and not result.fell_back
+    assert emulator.state.accounting.billed[0].usd == pytest.approx(result.cost_usd)
+
+
+def test_400_is_never_retried(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="invalid_request")
+    client = make_client(emulator, fake)
+    with pytest.raises(ApiCallError) as info:
+        call(client)
+    err = info.value
+    assert received(emulator) == 1
+    assert err.attempts == 1 and err.status == 400 and err.failure_type == "api_error:400"
+    assert err.request_id and fake.sleeps == []
+    assert not isinstance(err.__cause__, ApiCallError)  # wrapped from the SDK error, not a RetryError
+
+
+def test_429_waits_exactly_retry_after(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="rate_limit", retry_after=7, count=1)
+    client = make_client(emulator, fake)
+    result = call(client)
+    assert result.attempts == 2 and received(emulator) == 2
+    assert fake.sleeps == [7.0]  # the transport wait; the limiter's shared pause had already elapsed
+    assert client.sleeps == [7.0]
+
+
+def test_429_pauses_other_callers_until_retry_after(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="rate_limit", retry_after=7, count=1)
+    client = make_client(emulator, fake, max_attempts=1)
+    with pytest.raises(ApiCallError):
+        call(client)
+    assert client.limiter.paused_for == pytest.approx(7.0)
+    call(client)  # a different request: held by the limiter, not by its own retry
+    assert fake.sleeps == [pytest.approx(7.0)]
+
+
+@pytest.mark.parametrize("failures", [0, 1, 2, 3])
+@pytest.mark.parametrize("kind", ["server_error", "connection_reset", "overloaded_no_fallback"])
+def test_retry_attempt_counts(emulator: Any, failures: int, kind: str) -> None:
+    fake = FakeTime(emulator)
+    fault = "overloaded" if kind == "overloaded_no_fallback" else kind
+    if failures:
+        emulator.state.faults.add(kind=fault, count=failures)
+    client = make_client(emulator, fake, fallback_model=None)
+    result = call(client)
+    assert result.attempts == failures + 1
+    assert received(emulator) == failures + 1
+    assert len(emulator.state.accounting.billed) == 1
+    assert fake.sleeps == [0.0] * failures  # zero backoff, one wait per retry
+
+
+def test_x_should_retry_false_wins_over_status(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="server_error", should_retry=False)
+    client = make_client(emulator, fake)
+    with pytest.raises(ApiCallError) as info:
+        call(client)
+    assert info.value.attempts == 1 and received(emulator) == 1
+
+
+def test_x_should_retry_true_retries_a_4xx(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="invalid_request", should_retry=True, count=1)
+    client = make_client(emulator, fake)
+    assert call(client).attempts == 2
+
+
+def test_transport_exhausted_is_an_api_call_error(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="server_error")
+    client = make_client(emulator, fake, max_attempts=4)
+    with pytest.raises(ApiCallError) as info:
+        call(client)
+    err = info.value
+    assert err.failure_type == "transport_exhausted" and err.attempts == 4 and received(emulator) == 4
+    assert "500" in err.last_error and "test-key" not in str(err) and "test-key" not in repr(client)
+
+
+def test_529_ladder_falls_back_and_says_so(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="overloaded", marker=PRIMARY)  # the primary is always overloaded
+    client = make_client(emulator, fake, overloads_before_fallback=3)
+    result = call(client)
+    assert result.fell_back and result.model == FALLBACK
+    assert result.message["model"] == FALLBACK
+    assert result.attempts == 4 and received(emulator) == 4
+    assert [b.model for b in emulator.state.accounting.billed] == [FALLBACK]
+
+
+def test_529_past_the_fallback_is_an_honest_failure(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="overloaded")
+    client = make_client(emulator, fake, overloads_before_fallback=2, max_attempts=3)
+    with pytest.raises(ApiCallError) as info:
+        call(client)
+    err = info.value
+    assert err.failure_type == "transport_exhausted" and err.fell_back and err.model == FALLBACK
+    assert err.attempts == 2 + 3 and received(emulator) == 5
+
+
+def test_non_overload_failures_reset_the_ladder(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    for kind in ("overloaded", "server_error", "overloaded", "overloaded"):
+        emulator.state.faults.add(kind=kind, count=1)
+    client = make_client(emulator, fake, overloads_before_fallback=2, max_attempts=6)
+    result = call(client)
+    # 529, 500 (resets), 529, 529 -> fallback answers the 5th attempt
+    assert result.model == FALLBACK and result.attempts == 5
+
+
+def test_concurrency_is_bounded_by_the_semaphore(emulator: Any) -> None:
+    emulator.state.configure({"latency_ms": 100.0})
+    client = ModelClient(make_settings(concurrency=2), base_url=emulator.base_url, api_key="test-key")
+    active, peak, lock = [0], [0], threading.Lock()
+    original = client._sdk.messages.with_raw_response.create
+
+    def counting(**kw: Any) -> Any:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            return original(**kw)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    client._sdk.messages.with_raw_response.create = counting  # type: ignore[method-assign]
+    started = time.monotonic()
+    threads = [threading.Thread(target=call, args=(client,)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak[0] == 2
+    assert time.monotonic() - started >= 0.3  # 6 calls x 100 ms / 2 in flight
+    assert received(emulator) == 6
+
+
+def test_retry_policy_is_one_function() -> None:
+    assert backoff_seconds(1, cap=30, rng=lambda: 0.0) == 0.5
+    assert backoff_seconds(10, cap=30, rng=lambda: 0.0) == 30
+    assert backoff_seconds(3, cap=0, rng=lambda: 0.5) == 0
+    assert not is_retryable(ValueError("not an API error"))
+
+
+def test_timeout_is_retried_by_the_one_layer(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="latency", latency_ms=1500, count=1)
+    client = make_client(emulator, fake, timeout_seconds=0.3)
+    result = call(client)
+    assert result.attempts == 2 and client.sleeps == [0.0]
+    assert "timed out" in result.errors[0]
+
+
+def test_retry_after_header_forms() -> None:
+    from email.utils import formatdate
+
+    from tasks.api.retrying import retry_after_seconds
+
+    assert retry_after_seconds({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert retry_after_seconds({"retry-after": "7"}) == 7.0
+    date = formatdate(1_000_030.0, usegmt=True)
+    assert retry_after_seconds({"retry-after": date}, now=lambda: 1_000_000.0) == 30.0
+    assert retry_after_seconds({"retry-after": "soon"}) is None
+    assert retry_after_seconds({}) is None
+
+
+def test_a_200_that_is_not_a_message_is_a_clear_failure_not_retried(tmp_path: Any) -> None:
+    """A wrong base URL or a proxy's page answers 200 with HTML: one attempt, an ApiCallError that
+    says what came back and what to check (a real HTTP server, the real SDK)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hits: list[str] = []
+
+    class Portal(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            hits.append(self.path)
+            body = b"<html><body>Please sign in to the network</body></html>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Portal)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        fake = FakeTime()
+        client = ModelClient(
+            make_settings(), base_url=f"http://127.0.0.1:{server.server_port}", api_key="test-key",
+            clock=fake.clock, sleep=fake.sleep,
+        )  # fmt: skip
+        with pytest.raises(ApiCallError) as e:
+            call(client)
+    finally:
+        server.shutdown()
+    assert hits == ["/v1/messages"] and fake.sleeps == []  # sent once, never retried
+    err = e.value
+    assert err.failure_type == "api_error:not_a_message"
+    assert "not a Message (text/html" in err.one_line() and "DOCMILL_API__BASE_URL" in err.one_line()

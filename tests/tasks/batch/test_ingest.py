@@ -1,0 +1,90 @@
+"""Batch answers gated in worker processes give exactly what gating in-process gives: the same
+terminal states, outputs and repairs, and nothing billed twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tasks.batch import ingest as batch_ingest
+from tasks.per_file.outcome import DocState
+from tests.tasks.batch.test_engine import Rig, by_key, make_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("ingest") / "corpus", 24, seed=21)
+
+
+def _run(emulator: Any, tmp_path: Path, corpus: Path, name: str) -> tuple[Rig, dict[str, Any]]:
+    rig = Rig(emulator, tmp_path / name, corpus)
+    rig.run_id = name
+    repaired = rig.key(rig.ok_docs()[3])
+    emulator.state.faults.add(kind="schema_invalid", custom_id=repaired, count=1)
+    return rig, by_key(rig.run())
+
+
+def test_worker_processes_gate_like_the_main_process(
+    emulator: Any, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batch_ingest, "MIN_RESULTS", 10**9)
+    batch_ingest.STATS.clear()
+    _, local = _run(emulator, tmp_path, corpus, "in-process")
+    assert batch_ingest.STATS["chunks_in_workers"] == 0
+    monkeypatch.setattr(batch_ingest, "MIN_RESULTS", 0)  # every batch goes to the worker processes
+    remote_rig, remote = _run(emulator, tmp_path, corpus, "workers")
+    assert batch_ingest.STATS["chunks_in_workers"] >= 1  # the worker path really ran
+
+    assert local.keys() == remote.keys() and len(local) > 10
+    for key, mine in local.items():
+        theirs = remote[key]
+        assert (theirs.state, theirs.output, theirs.reason, theirs.attempts) == (
+            mine.state, mine.output, mine.reason, mine.attempts,
+        ), key  # fmt: skip
+    repaired = remote_rig.key(remote_rig.ok_docs()[3])
+    assert remote[repaired].state is DocState.SUCCEEDED and remote[repaired].attempts == 2
+    billed = [r for r in emulator.state.accounting.billed if r.custom_id]
+    per_run = len(billed) // 2
+    assert len(billed) == 2 * per_run  # the same requests in both runs, each billed once per run
+
+
+UNGUARDED_SCRIPT = """
+# A user's script with no `if __name__ == "__main__":` guard, as people write them.
+import os
+import sys
+
+sys.path.insert(0, os.environ["DOCMILL_ROOT"])
+with open(os.environ["MARKER"], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+
+from docmill.settings import Settings
+from tasks.batch import ingest as batch_ingest
+from tasks.recipes import load_recipe
+
+checker = batch_ingest.Prechecker(load_recipe("invoices"), Settings())
+checker.start()
+checker.submit([]).result()
+print("chunks in workers:", batch_ingest.STATS["chunks_in_workers"], flush=True)
+checker.close()
+"""
+
+
+def test_worker_processes_do_not_run_an_unguarded_script_again(tmp_path: Path) -> None:
+    """Spawned workers import `__main__` again. Without care, a driving script with no main guard
+    would run once more in every worker: a second docmill run, batches billed twice."""
+    import os
+    import subprocess
+    import sys
+
+    script, marker = tmp_path / "job.py", tmp_path / "ran.txt"
+    script.write_text(UNGUARDED_SCRIPT)
+    root = str(Path(__file__).resolve().parents[3])
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        env={**os.environ, "DOCMILL_ROOT": root, "MARKER": str(marker), "PYTHONPATH": root},
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert "chunks in workers: 1" in out.stdout, out.stdout + out.stderr  # the worker path ran
+    assert len(marker.read_text().splitlines()) == 1  # the script ran once: in its own process

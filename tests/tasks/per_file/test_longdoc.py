@@ -1,0 +1,101 @@
+"""Long documents: structural split (property tests) and a 2 MB document extracted chunk by chunk
+against the emulator, merged with offsets that point back into the original text."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checkpoints.store import open_store
+from docmill.settings import Settings
+from tasks.api.client import ModelClient
+from tasks.per_file.longdoc import extract_long, is_long, split_document
+from tasks.recipes import load_recipe
+
+PIECES = st.sampled_from(["\f", "\n", "\n\n", "# Title\n", "## Sub\n", "word ", "Total: 1.00 ", "x" * 37])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PIECES, max_size=200).map("".join), st.integers(1, 60))
+def test_chunks_are_contiguous_cover_the_text_and_fit(text: str, max_tokens: int) -> None:
+    chunks = split_document(text, max_tokens, chars_per_token=1.0)
+    assert "".join(c.text for c in chunks) == text
+    assert chunks[0].start == 0 and chunks[-1].end == len(text)
+    for a, b in itertools.pairwise(chunks):
+        assert a.end == b.start
+    for c in chunks:
+        assert text[c.start : c.end] == c.text and len(c.text) <= max_tokens
+        assert c.text or len(chunks) == 1
+
+
+def test_the_coarsest_structure_wins() -> None:
+    page = "# Head\n\n" + "para one.\n\n" * 10
+    text = "\f".join([page] * 6)
+    chunks = split_document(text, len(page) * 2 + 5, chars_per_token=1.0)
+    assert [c.text.count("\f") for c in chunks[:-1]] == [2] * (len(chunks) - 1)  # whole pages
+    assert all(text[c.end - 1] == "\f" for c in chunks[:-1])
+    small = split_document(page, 30, chars_per_token=1.0)  # a page too big: paragraphs, then lines
+    assert all(len(c.text) <= 30 and c.text.endswith("\n\n") for c in small)  # whole paragraphs
+
+
+def make_doc(size: int = 2_000_000) -> str:
+    pages: list[str] = []
+    total = 0
+    while total < size:
+        p = len(pages)
+        lines = [f"# Section {p}", ""]
+        for k in range(40):
+            lines.append(
+                f"Narrative line {k} of page {p}: the shipment was inspected and logged without remarks."
+            )
+            if k % 10 == 9:
+                lines.append("")
+        if p == 1:
+            lines.insert(3, "Vendor: Zeta Widgets GmbH")
+        if p == 150:
+            lines.insert(5, "Invoice number: INV-2MB-0077")
+        pages.append("\n".join(lines))
+        total += len(pages[-1]) + 1
+    pages.append("Total: 9,999.00 EUR\nCurrency: EUR")
+    return "\f".join(pages)
+
+
+def test_a_2mb_document_is_split_extracted_and_merged_with_offsets(emulator: Any, tmp_path: Path) -> None:
+    text = make_doc()
+    assert len(text) >= 2_000_000
+    s = Settings(store=str(tmp_path))
+    assert is_long(text, s) and not is_long(text[:100_000], s)
+    client = ModelClient(s, base_url=emulator.base_url, api_key="test-key", sleep=lambda _s: None)
+    result = extract_long(
+        text,
+        doc_id="big",
+        recipe=load_recipe("invoices"),
+        run_id="r",
+        store=open_store(str(tmp_path)),
+        client=client,
+        settings=s,
+    )
+    chunks = result["chunks"]
+    assert len(chunks) >= 8 and chunks[0]["start"] == 0 and chunks[-1]["end"] == len(text)
+    assert all(text[c["end"] - 1] == "\f" for c in chunks[:-1])  # cut between pages
+    assert result["failed_chunks"] == [] and result["compactions"] >= 2
+    assert emulator.state.accounting.errors_by_status == {}
+
+    out, prov = result["output"], result["provenance"]
+    expected = {
+        "vendor_name": ("Zeta Widgets GmbH", "Vendor: Zeta Widgets GmbH"),
+        "invoice_number": ("INV-2MB-0077", "Invoice number: INV-2MB-0077"),
+        "total": (9999.0, "Total: 9,999.00 EUR"),
+    }
+    for field, (value, evidence) in expected.items():
+        assert out[field] == {"value": value, "evidence": evidence}
+        where = prov[field]
+        assert text[where["start"] : where["end"]] == evidence
+        assert where["start"] == text.index(evidence)
+        chunk = chunks[where["chunk"]]
+        assert chunk["start"] <= where["start"] < where["end"] <= chunk["end"]
+    assert prov["invoice_number"]["chunk"] not in (0, len(chunks) - 1)  # found in the middle
