@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import StreamingResponse
 
 from emulator import messages
+from emulator.clock import rfc3339
 from emulator.faults import error_for
-from emulator.state import rfc3339
 from emulator.validation import CUSTOM_ID_RE, ApiError, ErrorType, invalid, validate_message_body
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from emulator.clock import rfc3339
 from emulator.faults import FaultRule
-from emulator.state import rfc3339
 
 if TYPE_CHECKING:
     from emulator.state import EmulatorState

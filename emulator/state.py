@@ -13,12 +13,13 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
 from typing import Any
 
 from docmill.prices import price_table
 from emulator.accounting import Accounting
+from emulator.batches import BatchStore
 from emulator.caching import PromptCache
+from emulator.clock import VirtualClock, rfc3339
 from emulator.faults import FaultPlan, parse_rules
 
 ENV_PREFIX = "DOCMILL_EMULATOR_"
@@ -83,42 +84,6 @@ class EmulatorConfig:
                 value = raw
             setattr(config, f.name, value)
         return config
-
-
-class VirtualClock:
-    """Wall time plus an offset tests can advance; optionally frozen (time moves only on
-    advance) or sped up (`speed` virtual seconds per real second, for demos of long batches)."""
-
-    def __init__(self, frozen: bool = False, start: float | None = None, speed: float = 1.0) -> None:
-        self._base = time.time() if start is None else start
-        self._real0 = time.monotonic()
-        self._frozen = frozen
-        self._speed = speed
-        self.offset = 0.0
-
-    def _elapsed(self) -> float:
-        return 0.0 if self._frozen else (time.monotonic() - self._real0) * self._speed
-
-    def now(self) -> float:
-        return self._base + self._elapsed() + self.offset
-
-    def set_rate(self, *, frozen: bool, speed: float) -> None:
-        """Change how time flows from now on, without a jump."""
-        self._base += self._elapsed()
-        self._real0 = time.monotonic()
-        self._frozen, self._speed = frozen, speed
-
-    @property
-    def frozen(self) -> bool:
-        return self._frozen
-
-    def advance(self, seconds: float) -> float:
-        self.offset += seconds
-        return self.now()
-
-
-def rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -208,8 +173,6 @@ def exhausted_headers(now: float, retry_after: float) -> dict[str, str]:
 
 class EmulatorState:
     def __init__(self, config: EmulatorConfig | None = None) -> None:
-        from emulator.batches import BatchStore
-
         self.config = config or EmulatorConfig.from_env()
         self.clock = VirtualClock(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
         self.models: dict[str, dict[str, float]] = price_table()
@@ -238,7 +201,6 @@ class EmulatorState:
     def drain(self, timeout: float = 10.0) -> bool:
         """Wait until no API request is being answered (one a client gave up on still finishes
         and is billed, as on the real API); True when drained."""
-        import time
 
         deadline = time.monotonic() + timeout
         while self.in_flight and time.monotonic() < deadline:
@@ -247,8 +209,6 @@ class EmulatorState:
 
     def reset(self, config: EmulatorConfig | None = None) -> None:
         """Forget everything (accounting, cache, batches, faults, clock offset); keep the server running."""
-        from emulator.batches import BatchStore
-
         if config is not None:
             self.config = config
         self.clock = VirtualClock(frozen=self.config.frozen_clock, speed=self.config.clock_speed)

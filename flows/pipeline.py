@@ -198,9 +198,9 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
     """Per-file pass over one chunk (realtime); outcomes written once per chunk."""
     from checkpoints.outcomes import OutcomeLog
     from tasks.inventory import Document
-    from tasks.per_file.realtime import review_chunk
+    from tasks.per_file.realtime import extract_chunk
 
-    outcomes = review_chunk(
+    outcomes = extract_chunk(
         [Document.model_validate(d) for d in docs],
         recipe=ctx.recipe,
         run_id=ctx.run_id,
@@ -429,7 +429,8 @@ def run(
 def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
     from checkpoints.costs import CostLedger
     from tasks.integration.run import integrate
-    from tasks.reporting.report import summarize, write_report
+    from tasks.reporting.report import write_report
+    from tasks.reporting.summary import summarize
 
     budget = getattr(ctx.client, "budget", None)
     if budget is not None:  # a resumed run has spent what its cost ledger says

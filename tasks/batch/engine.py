@@ -37,9 +37,9 @@ from tasks.batch.lifecycle import crash_point
 from tasks.batch.results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
 from tasks.batch.spool import BatchBody, request_line
 from tasks.inventory import Document
-from tasks.per_file.accounting import Pass, outcome_from_original, skipped_outcome
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.requests import FILE_PASS, file_key, file_params
+from tasks.per_file.settle import Pass, outcome_from_original, skipped_outcome
 
 Progress = Callable[[dict[str, Any]], None]
 STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads, document reads)

@@ -21,20 +21,18 @@ from tasks.api.usage import add_usage
 from tasks.batch.items import WorkItem
 from tasks.batch.lifecycle import crash_point
 from tasks.inventory import Document, load_text
-from tasks.per_file.accounting import (
+from tasks.per_file.accounting import account_attempt, answered_model, file_cost_entry
+from tasks.per_file.gate import Action, Verdict, check, next_request
+from tasks.per_file.outcome import DocOutcome, DocState
+from tasks.per_file.requests import FILE_PASS, file_request
+from tasks.per_file.settle import (
     Pass,
-    account_attempt,
-    answered_model,
     decide_next,
     enqueue_review,
-    file_cost_entry,
     gated_fields,
     outcome_from_ledger,
     write_outcome,
 )
-from tasks.per_file.gate import Action, Verdict, check, next_request
-from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, file_request
 
 COST_GROUP = 5000  # cost entries per cost-ledger object
 RETRYABLE_ERRORS = frozenset({"api_error", "overloaded_error", "rate_limit_error", "timeout_error"})

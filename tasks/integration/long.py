@@ -18,12 +18,19 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from anthropic import transform_schema
+from pydantic import ValidationError
 
 from docmill.errors import ContextError
 from tasks.conversation.pinned import PinnedFacts, compress_ids
 from tasks.conversation.task import ConversationTask
-from tasks.integration.run import compact_value, evidence_of
+from tasks.integration.records import compact_value, evidence_of
+
+if TYPE_CHECKING:
+    from docmill.settings import Settings
+    from tasks.recipes import Recipe
 
 PASS = "integration_long"
 TASK_ID = "integration"
@@ -255,6 +262,45 @@ def merge_final(answer: dict[str, Any] | None, tracker: FactTracker, dup_field: 
     }
 
 
+def _final_output(
+    task: ConversationTask, recipe: Recipe, tracker: FactTracker, settings: Settings, budget: int,
+    *, answered: bool,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+    """Ask for the final structured answer (unless a crash came after it was `answered`), merge it
+    with the facts code kept exact, and validate against the integration schema."""
+    if answered:
+        final = task.messages[-1]
+    else:
+        reply = task.send(
+            FINAL_ASK,
+            max_tokens=min(settings.api.max_tokens, budget // 3),
+            output_config={
+                "format": {"type": "json_schema", "schema": transform_schema(recipe.integration_schema)}
+            },
+        )
+        final = {"content": reply.get("content") or []}
+    text = "".join(b.get("text", "") for b in final.get("content") or [] if b.get("type") == "text")
+    flags: list[dict[str, Any]] = []
+    try:
+        answer = json.loads(text) if text else None
+    except ValueError as e:
+        answer, flags = (
+            None,
+            [{"problem": "final answer was not JSON; facts kept by code only", "error": str(e)[:200]}],
+        )
+    dup_fields = [f for f in _item_fields(recipe.integration_schema, "duplicates") if f != "doc_ids"]
+    merged = merge_final(
+        answer if isinstance(answer, dict) else None, tracker, dup_fields[0] if dup_fields else "key"
+    )
+    try:
+        return recipe.integration_schema.model_validate(merged).model_dump(mode="json"), flags
+    except ValidationError as e:
+        raise ContextError(
+            f"merged integration output does not match {recipe.integration_schema.__name__}: {e.errors()[:3]}",
+            hint="the recipe's integration schema must have entities/duplicates/conflicts/coverage_gaps lists",
+        ) from e
+
+
 def integrate_many(
     results: Iterable[dict[str, Any]],
     *,
@@ -267,12 +313,8 @@ def integrate_many(
     task_id: str = TASK_ID,
 ) -> dict[str, Any]:
     """Integrate any number of per-file results inside `budget_tokens`; returns the integration record."""
-    from anthropic import transform_schema
-    from pydantic import ValidationError
-
     budget = budget_tokens or settings.context.budget_tokens
     entity_fields = [f for f in _item_fields(recipe.integration_schema, "entities") if f != "doc_ids"]
-    dup_fields = [f for f in _item_fields(recipe.integration_schema, "duplicates") if f != "doc_ids"]
     tracker = FactTracker(tuple(recipe.key_fields), entity_fields[0] if entity_fields else None)
     task = ConversationTask(
         task_id,
@@ -295,35 +337,7 @@ def integrate_many(
         if index < task.exchanges:
             continue  # sent before a crash: replayed into the tracker only
         task.send(_turn(index, records))
-    schema = transform_schema(recipe.integration_schema)
-    if task.exchanges > n_slices:
-        final = task.messages[-1]
-    else:
-        reply = task.send(
-            FINAL_ASK,
-            max_tokens=min(settings.api.max_tokens, budget // 3),
-            output_config={"format": {"type": "json_schema", "schema": schema}},
-        )
-        final = {"content": reply.get("content") or []}
-    text = "".join(b.get("text", "") for b in final.get("content") or [] if b.get("type") == "text")
-    flags: list[dict[str, Any]] = []
-    try:
-        answer = json.loads(text) if text else None
-    except ValueError as e:
-        answer, flags = (
-            None,
-            [{"problem": "final answer was not JSON; facts kept by code only", "error": str(e)[:200]}],
-        )
-    merged = merge_final(
-        answer if isinstance(answer, dict) else None, tracker, dup_fields[0] if dup_fields else "key"
-    )
-    try:
-        output = recipe.integration_schema.model_validate(merged).model_dump(mode="json")
-    except ValidationError as e:
-        raise ContextError(
-            f"merged integration output does not match {recipe.integration_schema.__name__}: {e.errors()[:3]}",
-            hint="the recipe's integration schema must have entities/duplicates/conflicts/coverage_gaps lists",
-        ) from e
+    output, flags = _final_output(task, recipe, tracker, settings, budget, answered=task.exchanges > n_slices)
     schema_fields = list(getattr(recipe.file_schema, "model_fields", {}))
     record = {
         "run_id": run_id,

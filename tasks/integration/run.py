@@ -18,159 +18,33 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from anthropic import transform_schema
+from pydantic import ValidationError
+
+from checkpoints.costs import CostEntry, CostLedger
+from checkpoints.keys import content_hash, idempotency_key
+from checkpoints.ledger import ResponseLog, ResultsLedger
 from docmill.logs import get_logger
+from tasks.integration.checks import cited_ids, coverage_gaps, drop_unknown, find_conflicts
+from tasks.integration.long import integrate_many
+from tasks.integration.records import PASS, compact_records, merge_outputs, slices
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from docmill.settings import Settings
+    from tasks.api.client import ModelClient
+    from tasks.recipes import Recipe
 
 log = get_logger("integrate")
-
-PASS = "integration"
-ID_KEYS = ("doc_id", "doc_ids", "source_doc_id", "source_doc_ids", "sources", "source", "documents")
-SLICE_CHARS = 120_000
-
-
-def compact_value(value: Any) -> Any:
-    """`{value, evidence}` field objects become their value; lists and dicts recurse."""
-    if isinstance(value, dict):
-        if "value" in value and set(value) <= {"value", "evidence", "confidence", "quote"}:
-            return compact_value(value["value"])
-        return {k: compact_value(v) for k, v in value.items() if k not in ("evidence", "quote")}
-    if isinstance(value, list):
-        return [compact_value(v) for v in value]
-    return value
-
-
-def evidence_of(output: dict[str, Any], field: str) -> str | None:
-    value = output.get(field)
-    if isinstance(value, dict):
-        ev = value.get("evidence") or value.get("quote")
-        return ev if isinstance(ev, str) else None
-    return None
-
-
-def compact_records(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-file results as compact records: doc id, state, field values."""
-    records = []
-    for o in outcomes:
-        if o.get("output") and o.get("state") in ("succeeded", "needs_review"):
-            records.append({"doc_id": o["doc_id"], "state": o["state"], **compact_value(o["output"])})
-    return sorted(records, key=lambda r: r["doc_id"])
-
-
-def find_conflicts(outcomes: list[dict[str, Any]], key_fields: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Documents sharing the first key field's value but disagreeing on another scalar field."""
-    if not key_fields:
-        return []
-    key_field = key_fields[0]
-    groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    for o in outcomes:
-        out = o.get("output") or {}
-        key = compact_value(out.get(key_field))
-        if key not in (None, "") and not isinstance(key, (dict, list)):
-            groups[key].append(o)
-    conflicts = []
-    for key, members in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        if len({m.get("sha256") or m["doc_id"] for m in members}) < 2:
-            continue
-        fields = sorted({f for m in members for f in (m.get("output") or {})} - {key_field})
-        for field in fields:
-            values = []
-            for m in members:
-                v = compact_value((m.get("output") or {}).get(field))
-                if v is None or isinstance(v, (dict, list)):
-                    continue
-                values.append(
-                    {"value": v, "doc_id": m["doc_id"], "evidence": evidence_of(m["output"], field)}
-                )
-            if len({json.dumps(v["value"], sort_keys=True) for v in values}) > 1:
-                conflicts.append({"field": field, "key_field": key_field, "key": key, "values": values})
-    return conflicts
-
-
-def coverage_gaps(outcomes: list[dict[str, Any]], schema_fields: Iterable[str]) -> list[dict[str, Any]]:
-    gaps: list[dict[str, Any]] = []
-    for o in outcomes:
-        if o.get("state") != "succeeded":
-            reason = o.get("reason") or o.get("failure_type") or o.get("state")
-            gaps.append({"doc_id": o["doc_id"], "state": o.get("state"), "reason": reason})
-    found: set[str] = set()
-    for o in outcomes:
-        for k, v in (o.get("output") or {}).items():
-            if compact_value(v) not in (None, "", []):
-                found.add(k)
-    for field in schema_fields:
-        if field not in found and any(o.get("output") for o in outcomes):
-            gaps.append({"field": field, "reason": "no document provided a value"})
-    return gaps
-
-
-def cited_ids(value: Any) -> Iterator[tuple[str, str]]:
-    """(json path, doc id) for every doc id cited anywhere in an integration output."""
-    stack: list[tuple[str, Any]] = [("$", value)]
-    while stack:
-        path, node = stack.pop()
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if k in ID_KEYS:
-                    for i, item in enumerate(v if isinstance(v, list) else [v]):
-                        if isinstance(item, str):
-                            yield (f"{path}.{k}[{i}]" if isinstance(v, list) else f"{path}.{k}", item)
-                stack.append((f"{path}.{k}", v))
-        elif isinstance(node, list):
-            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(node))
-
-
-def drop_unknown(value: Any, known: set[str]) -> Any:
-    """Remove citations of unknown doc ids (claims left with no source are flagged by the caller)."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if k in ID_KEYS and isinstance(v, list):
-                out[k] = [i for i in v if not isinstance(i, str) or i in known]
-            elif k in ID_KEYS and isinstance(v, str) and v not in known:
-                out[k] = None
-            else:
-                out[k] = drop_unknown(v, known)
-        return out
-    if isinstance(value, list):
-        return [drop_unknown(v, known) for v in value]
-    return value
-
-
-def slices(records: list[dict[str, Any]], limit: int = SLICE_CHARS) -> list[list[dict[str, Any]]]:
-    out: list[list[dict[str, Any]]] = [[]]
-    size = 0
-    for r in records:
-        n = len(json.dumps(r, ensure_ascii=False))
-        if out[-1] and size + n > limit:
-            out.append([])
-            size = 0
-        out[-1].append(r)
-        size += n
-    return out
-
-
-def merge_outputs(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Merge slice outputs: lists concatenate without duplicates, scalars keep the first."""
-    merged: dict[str, Any] = {}
-    for part in parts:
-        for k, v in part.items():
-            if isinstance(v, list):
-                seen = {json.dumps(x, sort_keys=True) for x in merged.get(k, [])}
-                merged.setdefault(k, [])
-                merged[k].extend(x for x in v if json.dumps(x, sort_keys=True) not in seen)
-            else:
-                merged.setdefault(k, v)
-    return merged
 
 
 def integration_request(
     recipe: Any, records: list[dict[str, Any]], *, model: str, max_tokens: int
 ) -> dict[str, Any]:
     """Messages params: static prompt first (cached), then the per-file results as labelled data."""
-    from anthropic import transform_schema
-
     states: dict[str, int] = defaultdict(int)
     for r in records:
         states[r.get("state", "?")] += 1
@@ -244,117 +118,136 @@ def _long_task(recipe: Any, records: list[dict[str, Any]], settings: Any) -> boo
     return True if tokens > settings.context.budget_tokens // 2 else None
 
 
+@dataclass
+class _Pass:
+    """What every integration call of one run shares."""
+
+    recipe: Recipe
+    run_id: str
+    store: ObjectStore
+    client: ModelClient
+    settings: Settings
+    known: set[str]
+    ledger: ResultsLedger = field(init=False)
+    responses: ResponseLog = field(init=False)
+    costs: CostLedger = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ledger = ResultsLedger(self.store)
+        self.responses = ResponseLog(self.store)
+        self.costs = CostLedger(self.store, self.run_id)
+
+    def key(self, content: Any, params: dict[str, Any]) -> str:
+        r = self.recipe
+        model = self.settings.api.integration_model
+        return idempotency_key(
+            PASS, r.version, r.prompt_hash(), r.schema_hash(), model, content_hash(content), params
+        )
+
+
+def _integrate_long(p: _Pass, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The whole input as one long conversation (ledger-keyed); returns the ledger record."""
+    key = p.key(records, {"long": True, "budget": p.settings.context.budget_tokens})
+    cached = p.ledger.get(PASS, key)
+    if cached is None:
+        record = integrate_many(
+            records, recipe=p.recipe, run_id=p.run_id, store=p.store, client=p.client, settings=p.settings
+        )
+        cached, _ = p.ledger.put(PASS, key, {"key": key, "pass_name": PASS, "output": record["output"],
+                                             "model": p.settings.api.integration_model,
+                                             "context": record.get("context"),
+                                             "flags": record["checks"].get("flags", [])})  # fmt: skip
+    return cached
+
+
+def _repair_turn(request: dict[str, Any], text: str, errors: list[str]) -> dict[str, Any]:
+    return {
+        **request,
+        "messages": [
+            *request["messages"],
+            {"role": "assistant", "content": text or "{}"},
+            {
+                "role": "user",
+                "content": "Your answer had problems:\n- "
+                + "\n- ".join(errors)
+                + "\nReturn the corrected JSON only; cite only doc ids present in the results.",
+            },
+        ],
+    }
+
+
+def _validated(p: _Pass, text: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The answer parsed against the integration schema, and its problems (unknown doc ids too)."""
+    try:
+        output = p.recipe.integration_schema.model_validate_json(text).model_dump(mode="json")
+    except ValidationError as e:
+        return None, [f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in e.errors()[:20]]
+    return output, [f"{path}: unknown doc id {d!r}" for path, d in cited_ids(output) if d not in p.known]
+
+
+def _integrate_slice(
+    p: _Pass, i: int, part: list[dict[str, Any]], flags: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """One slice: from the ledger, or asked and repaired up to the gate's repair attempts; returns
+    its output (None when it stayed invalid, with a flag)."""
+    max_tokens = p.settings.api.max_tokens
+    request = integration_request(
+        p.recipe, part, model=p.settings.api.integration_model, max_tokens=max_tokens
+    )
+    key = p.key(part, {"max_tokens": max_tokens})
+    cached = p.ledger.get(PASS, key)
+    if cached is not None:
+        return dict(cached["output"])
+    attempt = 0
+    errors: list[str] = []
+    output: dict[str, Any] | None = None
+    while attempt < 1 + p.settings.gate.repair_attempts:
+        message, result = _ask(p.client, request, key=key, responses=p.responses, attempt=attempt)
+        p.costs.record(f"{key}-{attempt}", [CostEntry.from_usage(
+            run_id=p.run_id, pass_name=PASS, doc_id=f"*integration-{i}*", key=key, attempt=attempt,
+            model=result.model, request_id=result.request_id, usage=message.get("usage") or {}, batch=False,
+        )])  # fmt: skip
+        attempt += 1
+        text = _text_of(message)
+        output, errors = _validated(p, text)
+        if not errors:
+            break
+        request = _repair_turn(request, text, errors)
+    if output is None:
+        flags.append({"slice": i, "problem": "integration output invalid after repairs", "errors": errors})
+        return None
+    unknown = sorted({d for _, d in cited_ids(output) if d not in p.known})
+    if unknown:
+        flags.append({"slice": i, "problem": "unknown doc ids removed", "doc_ids": unknown})
+        output = drop_unknown(output, p.known)
+    p.ledger.put(PASS, key, {"key": key, "pass_name": PASS, "output": output,
+                             "model": p.settings.api.integration_model})  # fmt: skip
+    return output
+
+
 def integrate(
     outcomes: list[dict[str, Any]],
     *,
-    recipe: Any,
+    recipe: Recipe,
     run_id: str,
-    store: Any,
-    client: Any,
-    settings: Any,
+    store: ObjectStore,
+    client: ModelClient,
+    settings: Settings,
 ) -> dict[str, Any]:
     """Run the integration pass once per distinct input (ledger-keyed) and return the record."""
-    from pydantic import ValidationError
-
-    from checkpoints.costs import CostEntry, CostLedger
-    from checkpoints.keys import content_hash, idempotency_key
-    from checkpoints.ledger import ResponseLog, ResultsLedger
-
-    ledger, responses, costs = ResultsLedger(store), ResponseLog(store), CostLedger(store, run_id)
+    p = _Pass(recipe, run_id, store, client, settings, known={o["doc_id"] for o in outcomes})
     records = compact_records(outcomes)
-    known = {o["doc_id"] for o in outcomes}
-    model = settings.api.integration_model
-    max_tokens = settings.api.max_tokens
     parts: list[dict[str, Any]] = []
     flags: list[dict[str, Any]] = []
-    long = _long_task(recipe, records, settings)
-    if long is not None:
-        key = idempotency_key(
-            PASS, recipe.version, recipe.prompt_hash(), recipe.schema_hash(), model,
-            content_hash(records), {"long": True, "budget": settings.context.budget_tokens},
-        )  # fmt: skip
-        cached = ledger.get(PASS, key)
-        if cached is None:
-            from tasks.integration.long import integrate_many
-
-            record = integrate_many(records, recipe=recipe, run_id=run_id, store=store, client=client,
-                                    settings=settings)  # fmt: skip
-            cached, _ = ledger.put(PASS, key, {"key": key, "pass_name": PASS, "output": record["output"],
-                                               "model": model, "context": record.get("context"),
-                                               "flags": record["checks"].get("flags", [])})  # fmt: skip
+    if _long_task(recipe, records, settings):
+        cached = _integrate_long(p, records)
         parts.append(cached["output"])
         flags.extend(cached.get("flags") or [])
-    for i, part in enumerate(slices(records) if records and long is None else []):
-        request = integration_request(recipe, part, model=model, max_tokens=max_tokens)
-        key = idempotency_key(
-            PASS,
-            recipe.version,
-            recipe.prompt_hash(),
-            recipe.schema_hash(),
-            model,
-            content_hash(part),
-            {"max_tokens": max_tokens},
-        )
-        cached = ledger.get(PASS, key)
-        if cached is not None:
-            parts.append(cached["output"])
-            continue
-        attempt, errors = 0, []
-        output: dict[str, Any] | None = None
-        while attempt < 1 + settings.gate.repair_attempts:
-            message, result = _ask(client, request, key=key, responses=responses, attempt=attempt)
-            costs.record(
-                f"{key}-{attempt}",
-                [
-                    CostEntry.from_usage(
-                        run_id=run_id,
-                        pass_name=PASS,
-                        doc_id=f"*integration-{i}*",
-                        key=key,
-                        attempt=attempt,
-                        model=result.model,
-                        request_id=result.request_id,
-                        usage=message.get("usage") or {},
-                        batch=False,
-                    )
-                ],
-            )
-            attempt += 1
-            text = _text_of(message)
-            try:
-                output = recipe.integration_schema.model_validate_json(text).model_dump(mode="json")
-                errors = [f"{p}: unknown doc id {d!r}" for p, d in cited_ids(output) if d not in known]
-            except ValidationError as e:
-                output, errors = (
-                    None,
-                    [f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in e.errors()[:20]],
-                )
-            if not errors:
-                break
-            request = {
-                **request,
-                "messages": [
-                    *request["messages"],
-                    {"role": "assistant", "content": text or "{}"},
-                    {
-                        "role": "user",
-                        "content": "Your answer had problems:\n- "
-                        + "\n- ".join(errors)
-                        + "\nReturn the corrected JSON only; cite only doc ids present in the results.",
-                    },
-                ],
-            }
-        if output is None:
-            flags.append(
-                {"slice": i, "problem": "integration output invalid after repairs", "errors": errors}
-            )
-            continue
-        unknown = sorted({d for _, d in cited_ids(output) if d not in known})
-        if unknown:
-            flags.append({"slice": i, "problem": "unknown doc ids removed", "doc_ids": unknown})
-            output = drop_unknown(output, known)
-        ledger.put(PASS, key, {"key": key, "pass_name": PASS, "output": output, "model": model})
-        parts.append(output)
+    else:
+        for i, part in enumerate(slices(records) if records else []):
+            output = _integrate_slice(p, i, part, flags)
+            if output is not None:
+                parts.append(output)
     schema_fields = list(getattr(recipe.file_schema, "model_fields", {}))
     result = {
         "run_id": run_id,

@@ -1,172 +1,18 @@
-"""The per-file pass's state and outcome bookkeeping, shared by realtime (tasks.per_file.realtime) and batch
-(tasks.batch.engine, tasks.batch.results), so both modes settle a document the same way.
-
-`Pass` holds what one chunk's documents share (recipe, run, store, ledgers, review queue). Around it:
-the results-ledger write (put-if-absent, `write_outcome`), the review queue (`enqueue_review`,
-`review_item`), the outcomes that need no call (`skipped_outcome`, `outcome_from_original`,
-`outcome_from_ledger`, `failed_outcome`), the gate's settled fields and the repair policy's next step
-(`gated_fields`, `decide_next`), and per-attempt accounting (`account_attempt`, `record_cost`,
-`flush_costs`, `recount_attempts`, `answered_model`, `file_cost_entry`, `prompt_version`).
+"""Per-attempt cost accounting of the per-file pass (one place that builds its cost entries):
+`account_attempt`, `record_cost`, `flush_costs` (realtime chunks buffer their entries),
+`recount_attempts` (entries a crash kept from being written), `answered_model`, `file_cost_entry`.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoints.costs import CostEntry, CostLedger
-from checkpoints.ledger import ResponseLog, ResultsLedger
-from checkpoints.review_queue import ReviewQueue
+from checkpoints.costs import CostEntry
 from docmill.prices import cost_usd
-from tasks.api.usage import add_usage, estimate_input_tokens
-from tasks.per_file.gate import Action, Decision, Progress, Verdict, decide
-from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, file_key, file_params, recipe_parts
-
-COST_FLUSH_SECONDS = 15.0  # buffered realtime cost entries are written at least this often
-
-
-@dataclass
-class Pass:
-    """Everything one chunk's documents share."""
-
-    recipe: Any
-    run_id: str
-    store: Any
-    client: Any
-    settings: Any
-    ledger: ResultsLedger = field(init=False)
-    responses: ResponseLog = field(init=False)
-    costs: CostLedger = field(init=False)
-    queue: ReviewQueue = field(init=False)
-    # Realtime chunks collect their cost entries and write them as one group (`flush_costs`) when the
-    # chunk ends, or sooner once `cost_flush_seconds` passed: one object per chunk (or per 15 s)
-    # instead of one per answer. Entries a crash kept from being written are recounted from the
-    # response log when the chunk runs again (`recount_attempts`).
-    buffer_costs: bool = False
-    cost_flush_seconds: float = COST_FLUSH_SECONDS  # a long chunk still shows its spending to `status`
-    clock: Callable[[], float] = time.monotonic
-    pending_costs: list[CostEntry] = field(init=False, default_factory=list)
-    flushed_at: float = field(init=False, default=0.0)
-    _costs_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        self.flushed_at = self.clock()
-        self.ledger = ResultsLedger(self.store)
-        self.responses = ResponseLog(self.store)
-        self.costs = CostLedger(self.store, self.run_id)
-        self.queue = ReviewQueue(self.store, self.run_id)
-
-    @property
-    def model(self) -> str:
-        return str(self.settings.api.model)
-
-    def key(self, doc: Any) -> str:
-        return file_key(self.recipe, doc, self.model, file_params(self.settings))
-
-
-def write_outcome(p: Pass, outcome: DocOutcome) -> DocOutcome:
-    """Put-if-absent into the results ledger; returns the outcome, or, when another writer won the
-    race for the key, the winner's record (the ledger holds one result per key, written once)."""
-    stored, written = p.ledger.put(FILE_PASS, str(outcome.key), outcome.to_record())
-    if written:
-        return outcome
-    return DocOutcome.from_record(stored, doc_id=outcome.doc_id)
-
-
-def enqueue_review(
-    p: Pass, doc: Any, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
-    errors: list[str] | None = None,
-) -> DocOutcome:  # fmt: skip
-    """Add a needs_review outcome to the run's review queue (others pass through); returns it."""
-    if outcome.state is DocState.NEEDS_REVIEW:
-        p.queue.add(review_item(p, doc, outcome, tries=tries, errors=errors))
-    return outcome
-
-
-def review_item(
-    p: Pass, doc: Any, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
-    errors: list[str] | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """The review-queue entry of one outcome: what a reviewer needs (errors default to the outcome's
-    last error; `tries` is the per-attempt log of the realtime pass)."""
-    return {
-        "doc_id": doc.doc_id,
-        "run_id": p.run_id,
-        "source_uri": getattr(doc, "source_uri", None),
-        "key": outcome.key,
-        "pass_name": FILE_PASS,
-        "reason": outcome.reason,
-        "errors": errors if errors is not None else ([outcome.last_error] if outcome.last_error else []),
-        "raw_output": outcome.raw_output,
-        "output": outcome.output,
-        "flags": outcome.flags,
-        "model": outcome.model,
-        "attempts": outcome.attempts,
-        "tried": tries or [],
-        "from_ledger": outcome.from_ledger,
-    }
-
-
-def failed_outcome(doc: Any, key: str | None, failure_type: str, error: str, **kw: Any) -> DocOutcome:
-    return DocOutcome(
-        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS, state=DocState.FAILED,
-        failure_type=failure_type, last_error=error, **kw,
-    )  # fmt: skip
-
-
-def skipped_outcome(doc: Any) -> DocOutcome:
-    """The failed outcome of a document the inventory skipped ("input:<skip reason>", no call)."""
-    reason = getattr(doc.skip_reason, "value", doc.skip_reason) or "skipped"
-    detail = getattr(doc, "skip_detail", None)
-    return failed_outcome(doc, None, f"input:{reason}", detail or f"document skipped by inventory: {reason}")
-
-
-def outcome_from_original(p: Pass, doc: Any, key: str) -> DocOutcome:
-    """A duplicate-content document takes the ledger result of its original (no second call),
-    marked `duplicate_of:<original>`; failed when the original has no result in the ledger."""
-    original = doc.duplicate_of or "an earlier document with the same content"
-    record = p.ledger.get(FILE_PASS, key)
-    if record is None:
-        return failed_outcome(
-            doc, key, "input:duplicate", f"original {original} has no result in the ledger (it failed)",
-            reason=f"duplicate_of:{original}",
-        )  # fmt: skip
-    outcome = DocOutcome.from_record(record, doc_id=doc.doc_id)
-    mark = f"duplicate_of:{original}"
-    outcome.reason = mark if not outcome.reason else f"{outcome.reason};{mark}"
-    return enqueue_review(p, doc, outcome)
-
-
-def outcome_from_ledger(p: Pass, doc: Any, record: dict[str, Any]) -> DocOutcome:
-    """The stored outcome of a ledger hit (no call: invariant 1), queued again for review when it
-    needs review (the queue is per run)."""
-    return enqueue_review(p, doc, DocOutcome.from_record(record, doc_id=doc.doc_id))
-
-
-def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[str, Any]:
-    """The outcome fields of a gated answer the policy settled on: succeeded for ACCEPT, else
-    needs_review with the reason, the raw answer and the validation errors."""
-    accepted = action is Action.ACCEPT
-    return {
-        "state": DocState.SUCCEEDED if accepted else DocState.NEEDS_REVIEW,
-        "reason": None if accepted else reason,
-        "output": verdict.output,
-        "raw_output": None if accepted else verdict.raw_text,
-        "flags": verdict.flags,
-        "last_error": None if accepted else "; ".join(verdict.errors)[:2000] or None,
-    }
-
-
-def decide_next(settings: Any, verdict: Verdict, progress: Progress, request: dict[str, Any]) -> Decision:
-    """The repair policy's next step for one answer; `request` is the one that would be followed up
-    (its size and the answer's estimate the next call's input; unused when the verdict is ok)."""
-    estimate = estimate_input_tokens(request) + len(verdict.raw_text) // 4 if not verdict.ok else 0
-    return decide(verdict, progress, settings, next_input_tokens=estimate)
+from tasks.api.usage import add_usage
+from tasks.per_file.requests import FILE_PASS
+from tasks.per_file.settle import Pass
 
 
 def account_attempt(
@@ -242,8 +88,3 @@ def file_cost_entry(
         run_id=run_id, pass_name=FILE_PASS, doc_id=doc_id, key=key, attempt=attempt, model=model,
         request_id=request_id, usage=usage, batch=batch, at=at,
     )  # fmt: skip
-
-
-def prompt_version(recipe: Any) -> str:
-    """Recipe version and a short hash of its prompts, as log lines show it."""
-    return f"{recipe.version}/{recipe_parts(recipe)[0][:8]}"

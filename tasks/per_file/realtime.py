@@ -22,26 +22,23 @@ from typing import Any
 from docmill.errors import ApiCallError, BudgetExhausted, InputError
 from docmill.logs import get_logger, redact
 from tasks.inventory import load_text
-from tasks.per_file.accounting import (
-    Pass,
-    account_attempt,
-    answered_model,
-    decide_next,
-    enqueue_review,
-    failed_outcome,
-    flush_costs,
-    gated_fields,
-    outcome_from_ledger,
-    outcome_from_original,
-    prompt_version,
-    recount_attempts,
-    skipped_outcome,
-    write_outcome,
-)
+from tasks.per_file.accounting import account_attempt, answered_model, flush_costs, recount_attempts
 from tasks.per_file.gate import Action, Decision, Progress, Verdict, check, next_request
 from tasks.per_file.longdoc import extract_long, is_long
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_request
+from tasks.per_file.settle import (
+    Pass,
+    decide_next,
+    enqueue_review,
+    failed_outcome,
+    gated_fields,
+    outcome_from_ledger,
+    outcome_from_original,
+    prompt_version,
+    skipped_outcome,
+    write_outcome,
+)
 
 # 4xx answers that depend only on the request: written to the ledger, never re-sent.
 # (401/403/404/402 depend on the account or config: a resume after fixing it retries them.)
@@ -153,7 +150,7 @@ class Attempts:
         )
 
 
-def review_chunk(
+def extract_chunk(
     docs: list[Any], *, recipe: Any, run_id: str, store: Any, client: Any, settings: Any
 ) -> list[DocOutcome]:
     """One terminal `DocOutcome` per document, in the order given."""

@@ -14,6 +14,8 @@ from collections import defaultdict
 from html import escape
 from typing import Any
 
+from tasks.reporting.summary import summarize
+
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
 main{max-width:1100px;margin:0 auto;padding:24px 32px}
@@ -192,7 +194,6 @@ def html_report(
     review: list[dict[str, Any]],
     entries: list[dict[str, Any]],
 ) -> str:
-    from tasks.reporting.report import summarize
 
     s = summarize(outcomes)
     run_id = _e(manifest.get("run_id"))

@@ -128,7 +128,7 @@ def test_local_put_if_absent_both_temp_paths(
 ) -> None:
     """Linux uses unnamed temp files (O_TMPFILE); elsewhere, or where a file system refuses them,
     named temp files. Both keep write-once under contention and leave no temp file behind."""
-    import checkpoints.local as local
+    import checkpoints.store.local as local
 
     if anonymous and not local._ANONYMOUS:
         pytest.skip("this platform has no O_TMPFILE")  # CI is Linux: the branch below checks it ran
@@ -158,7 +158,7 @@ def test_local_put_if_absent_falls_back_when_proc_links_are_refused(
     one, goes through a named temp file instead; nothing is lost or written twice."""
     import errno
 
-    import checkpoints.local as local
+    import checkpoints.store.local as local
 
     if not local._ANONYMOUS:
         pytest.skip("this platform has no O_TMPFILE")

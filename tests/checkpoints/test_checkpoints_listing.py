@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from checkpoints.s3 import S3Store
 from checkpoints.store import open_store
+from checkpoints.store.s3 import S3Store
 
 N = 10_000
 

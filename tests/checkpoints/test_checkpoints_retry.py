@@ -15,8 +15,8 @@ import tenacity
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from checkpoints.retry import RetryPolicy, is_transient
-from checkpoints.s3 import S3Store
 from checkpoints.store import open_store
+from checkpoints.store.s3 import S3Store
 from docmill.errors import StoreError, TransientStoreError
 
 NO_WAIT = RetryPolicy(attempts=5, initial_wait=0)

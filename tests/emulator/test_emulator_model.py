@@ -464,7 +464,8 @@ def test_per_call_time_for_a_5kb_document() -> None:
 def test_real_invoice_recipe_on_generated_corpus(tmp_path: Path) -> None:
     """docmill's own request builders, recipe schemas and corpus generator, checked against its truth."""
     from examples.make_invoices import main as make_invoices
-    from tasks.integration.run import compact_records, integration_request
+    from tasks.integration.records import compact_records
+    from tasks.integration.run import integration_request
     from tasks.per_file.requests import file_request
     from tasks.recipes import load_recipe
     from tasks.textract import extract_text

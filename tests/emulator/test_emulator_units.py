@@ -118,7 +118,7 @@ def test_cli_help_and_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_virtual_clock_speed_and_freeze_change_without_jumps() -> None:
-    from emulator.state import VirtualClock
+    from emulator.clock import VirtualClock
 
     clock = VirtualClock(frozen=True, start=1000.0)
     assert clock.now() == 1000.0

@@ -1,4 +1,4 @@
-"""review_chunk end to end: real inventory, real local store, real SDK -> real emulator; fake time."""
+"""extract_chunk end to end: real inventory, real local store, real SDK -> real emulator; fake time."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tasks.api.pacing import Budget
 from tasks.api.usage import estimate_input_tokens
 from tasks.inventory import Document, inventory
 from tasks.per_file.outcome import DocState
-from tasks.per_file.realtime import review_chunk
+from tasks.per_file.realtime import extract_chunk
 from tasks.per_file.requests import FILE_PASS, file_key, file_params, file_request
 from tasks.recipes import load_recipe
 from tests.fixtures.clock import FakeTime
@@ -60,7 +60,7 @@ class Harness:
         return list(inventory(str(self.src), self.settings, doc_types=RECIPE.doc_types))
 
     def run(self, docs: list[Document] | None = None, run_id: str = "run1") -> dict[str, Any]:
-        outcomes = review_chunk(
+        outcomes = extract_chunk(
             docs if docs is not None else self.docs(),
             recipe=RECIPE, run_id=run_id, store=self.store, client=self.client, settings=self.settings,
         )  # fmt: skip
@@ -319,13 +319,13 @@ from docmill.settings import Settings
 from tasks.inventory import inventory
 from tasks.api.client import ModelClient
 from tasks.recipes import load_recipe
-from tasks.per_file.realtime import review_chunk
+from tasks.per_file.realtime import extract_chunk
 src, store, base_url = sys.argv[1:4]
 settings = Settings(api={"concurrency": 4})
 recipe = load_recipe("invoices")
 docs = list(inventory(src, settings, doc_types=recipe.doc_types))
 client = ModelClient(settings, base_url=base_url, api_key="test-key")
-review_chunk(docs, recipe=recipe, run_id="run1", store=open_store(store), client=client, settings=settings)
+extract_chunk(docs, recipe=recipe, run_id="run1", store=open_store(store), client=client, settings=settings)
 """
 
 
@@ -397,7 +397,8 @@ def test_a_chunk_run_again_in_its_run_counts_each_answer_once(tmp_path: Path, em
 
 def test_buffered_costs_of_a_long_chunk_are_written_every_so_often(tmp_path: Path) -> None:
     """A long realtime chunk does not hide its spending from `status` until it ends."""
-    from tasks.per_file.accounting import Pass, flush_costs, record_cost
+    from tasks.per_file.accounting import flush_costs, record_cost
+    from tasks.per_file.settle import Pass
 
     fake = FakeTime()
     store = open_store(tmp_path)

@@ -7,7 +7,8 @@ from pathlib import Path
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from tasks.reporting.html import html_report, throughput_svg
-from tasks.reporting.report import markdown, queue_conflicts
+from tasks.reporting.markdown import markdown
+from tasks.reporting.report import queue_conflicts
 
 CONFLICT = {
     "field": "total",

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from checkpoints.keys import RESERVED_PREFIX, check_key, check_prefix
-from checkpoints.store import ObjectStore
+from checkpoints.store.base import ObjectStore
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
 # Unnamed temp files (Linux O_TMPFILE, linked into place through /proc); off where unsupported.

@@ -21,7 +21,7 @@ from botocore.config import Config
 
 from checkpoints.keys import check_key, check_prefix
 from checkpoints.retry import RetryPolicy, call_with_retry, describe, is_transient
-from checkpoints.store import ObjectStore
+from checkpoints.store.base import ObjectStore
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
 T = TypeVar("T")

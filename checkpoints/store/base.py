@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
-from checkpoints.retry import RetryPolicy
-from docmill.errors import ConfigError, NotFound
+from docmill.errors import NotFound
 
 
 def dumps_json(obj: Any) -> bytes:
@@ -106,29 +104,3 @@ class ObjectStore(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
-
-
-def open_store(
-    uri: str | os.PathLike[str], *, endpoint_url: str | None = None, retry: RetryPolicy | None = None
-) -> ObjectStore:
-    """A store for a folder path, `file://...` or `s3://bucket/prefix`.
-
-    S3: the endpoint comes from `endpoint_url`, else DOCMILL_S3_ENDPOINT_URL, AWS_ENDPOINT_URL_S3 or
-    AWS_ENDPOINT_URL; credentials from the usual AWS chain. `retry` tunes the transient-fault policy.
-    """
-    text = os.fspath(uri)
-    if not text:
-        raise ConfigError("empty store URI", hint="set DOCMILL_STORE to a folder or s3://bucket/prefix")
-    if text.startswith("s3://"):
-        from checkpoints.s3 import S3Store
-
-        return S3Store(text, endpoint_url=endpoint_url, retry=retry)
-    if "://" in text and not text.startswith("file://"):
-        scheme = text.split("://", 1)[0]
-        raise ConfigError(
-            f"unsupported store scheme {scheme!r}",
-            hint="use a folder path, file://path or s3://bucket/prefix",
-        )
-    from checkpoints.local import LocalStore
-
-    return LocalStore(text.removeprefix("file://"))

@@ -1,0 +1,70 @@
+"""The per-file results as the integration pass reads them (a leaf): compact records, evidence of a
+field, slices that fit one request, and merging the answers of several slices.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+PASS = "integration"
+
+ID_KEYS = ("doc_id", "doc_ids", "source_doc_id", "source_doc_ids", "sources", "source", "documents")
+
+SLICE_CHARS = 120_000
+
+
+def compact_value(value: Any) -> Any:
+    """`{value, evidence}` field objects become their value; lists and dicts recurse."""
+    if isinstance(value, dict):
+        if "value" in value and set(value) <= {"value", "evidence", "confidence", "quote"}:
+            return compact_value(value["value"])
+        return {k: compact_value(v) for k, v in value.items() if k not in ("evidence", "quote")}
+    if isinstance(value, list):
+        return [compact_value(v) for v in value]
+    return value
+
+
+def evidence_of(output: dict[str, Any], field: str) -> str | None:
+    value = output.get(field)
+    if isinstance(value, dict):
+        ev = value.get("evidence") or value.get("quote")
+        return ev if isinstance(ev, str) else None
+    return None
+
+
+def compact_records(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-file results as compact records: doc id, state, field values."""
+    records = []
+    for o in outcomes:
+        if o.get("output") and o.get("state") in ("succeeded", "needs_review"):
+            records.append({"doc_id": o["doc_id"], "state": o["state"], **compact_value(o["output"])})
+    return sorted(records, key=lambda r: r["doc_id"])
+
+
+def slices(records: list[dict[str, Any]], limit: int = SLICE_CHARS) -> list[list[dict[str, Any]]]:
+    out: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for r in records:
+        n = len(json.dumps(r, ensure_ascii=False))
+        if out[-1] and size + n > limit:
+            out.append([])
+            size = 0
+        out[-1].append(r)
+        size += n
+    return out
+
+
+def merge_outputs(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge slice outputs: lists concatenate without duplicates, scalars keep the first."""
+    merged: dict[str, Any] = {}
+    for part in parts:
+        for k, v in part.items():
+            if isinstance(v, list):
+                seen = {json.dumps(x, sort_keys=True) for x in merged.get(k, [])}
+                merged.setdefault(k, [])
+                merged[k].extend(x for x in v if json.dumps(x, sort_keys=True) not in seen)
+            else:
+                merged.setdefault(k, v)
+    return merged

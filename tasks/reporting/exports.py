@@ -1,0 +1,97 @@
+"""Per-document exports: flattened rows, JSONL, CSV and (with pyarrow) Parquet."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from tasks.integration.records import compact_value
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested output -> flat columns (`total`, `line_items.0.amount`); `{value, evidence}` splits in two."""
+    flat: dict[str, Any] = {}
+    if isinstance(value, dict):
+        if "value" in value and set(value) <= {"value", "evidence", "confidence", "quote"}:
+            flat[prefix] = value.get("value")
+            if value.get("evidence") is not None:
+                flat[f"{prefix}.evidence"] = value["evidence"]
+            return flat
+        for k, v in value.items():
+            flat.update(flatten(v, f"{prefix}.{k}" if prefix else k))
+    elif isinstance(value, list) and value and isinstance(value[0], dict):
+        flat[prefix] = json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, list):
+        flat[prefix] = "; ".join(map(str, value))
+    else:
+        flat[prefix] = value
+    return flat
+
+
+def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for o in outcomes:
+        row = {
+            "doc_id": o["doc_id"],
+            "state": o["state"],
+            "reason": o.get("reason") or o.get("failure_type"),
+            "model": o.get("model"),
+            "attempts": o.get("attempts", 0),
+            "cost_usd": round(float(o.get("cost_usd") or 0.0), 6),
+        }
+        row.update({f"value.{k}": v for k, v in flatten(o.get("output") or {}).items()})
+        rows.append(row)
+    return rows
+
+
+def to_jsonl(outcomes: Iterable[dict[str, Any]]) -> bytes:
+    lines = []
+    for o in outcomes:
+        lines.append(
+            json.dumps(
+                {
+                    "doc_id": o["doc_id"],
+                    "state": o["state"],
+                    "reason": o.get("reason"),
+                    "failure_type": o.get("failure_type"),
+                    "model": o.get("model"),
+                    "values": compact_value(o.get("output")),
+                    "output": o.get("output"),
+                    "flags": o.get("flags") or [],
+                    "cost_usd": o.get("cost_usd") or 0.0,
+                },
+                ensure_ascii=False,
+                sort_keys=True,
+            )
+        )
+    return ("\n".join(lines) + ("\n" if lines else "")).encode()
+
+
+def to_csv(rows: list[dict[str, Any]]) -> bytes:
+    columns: list[str] = []
+    for r in rows:
+        columns.extend(c for c in r if c not in columns)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns)
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return buf.getvalue().encode()
+
+
+def to_parquet(rows: list[dict[str, Any]]) -> bytes | None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    columns: list[str] = []
+    for r in rows:
+        columns.extend(c for c in r if c not in columns)
+    table = pa.table({c: [None if r.get(c) is None else str(r.get(c)) for r in rows] for c in columns})
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()

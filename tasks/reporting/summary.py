@@ -1,0 +1,26 @@
+"""A run's outcomes counted (a leaf): states, reasons, ledger reuse and cost, as every report reads them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+STATES = ("succeeded", "needs_review", "failed")
+
+
+def summarize(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
+    states = Counter(o["state"] for o in outcomes)
+    reasons = Counter(
+        f"{o['state']}: {o.get('failure_type') or o.get('reason') or '-'}"
+        for o in outcomes
+        if o["state"] != "succeeded"
+    )
+    return {
+        "documents": len(outcomes),
+        "states": {s: states.get(s, 0) for s in STATES},
+        "reasons": dict(reasons.most_common()),
+        "from_ledger": sum(1 for o in outcomes if o.get("from_ledger")),
+        "cost_usd": round(
+            sum(float(o.get("cost_usd") or 0.0) for o in outcomes if not o.get("from_ledger")), 6
+        ),
+    }

@@ -1,0 +1,146 @@
+"""The first-party import graph has no cycle, counting function-local imports as edges too, so no
+circle can hide behind an import moved into a function. `TYPE_CHECKING` imports are annotations only
+and do not count. Module and function sizes stay within the layout's limits."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("docmill", "flows", "tasks", "checkpoints", "emulator")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the first-party modules it imports (anywhere in it, TYPE_CHECKING blocks aside)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_lines(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in skip:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parent, base]).strip(".")
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for t in targets:
+                while t and t not in modules:
+                    t = t.rpartition(".")[0]
+                if t and t != name and not name.startswith(t + "."):
+                    graph[name].add(t)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_among_first_party_modules() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_check_sees_a_cycle_held_by_a_function_local_import() -> None:
+    graph = {"a": {"b"}, "b": set()}
+    assert cycles(graph) == []
+    graph["b"].add("a")
+    assert cycles(graph) == [["a", "b"]]
+
+
+@pytest.mark.parametrize("package", ["api", "per_file", "batch", "conversation", "integration", "reporting"])
+def test_layered_packages_import_only_downwards(package: str) -> None:
+    """api <- conversation <- per_file <- batch; conversation <- integration <- reporting."""
+    below = {
+        "api": set(),
+        "conversation": {"api"},
+        "per_file": {"api", "conversation"},
+        "batch": {"api", "conversation", "per_file"},
+        "integration": {"api", "conversation"},
+        "reporting": {"api", "conversation", "integration"},
+    }
+    layered = set(below)
+    bad = []
+    for module, targets in import_graph().items():
+        if not module.startswith(f"tasks.{package}."):
+            continue
+        for t in targets:
+            parts = t.split(".")
+            inside = parts[0] == "tasks" and len(parts) > 1 and parts[1] in layered
+            if inside and parts[1] != package and parts[1] not in below[package]:
+                bad.append(f"{module} -> {t}")
+    assert bad == []
+
+
+def test_modules_and_functions_stay_small() -> None:
+    """tasks/ modules under ~400 lines; functions in per_file/, batch/, integration/ under ~80."""
+    too_long = []
+    for path in (ROOT / "tasks").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 420:
+            too_long.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        if path.parent.name in {"per_file", "batch", "integration"}:
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if n > 80:
+                        too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
+    assert too_long == []
