@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from checkpoints.keys import safe_segment
@@ -58,11 +59,17 @@ class ResponseLog:
             raise ValueError("attempt must be >= 0")
         return f"{self.prefix(pass_name, key)}{attempt:0{ATTEMPT_DIGITS}d}.json"
 
-    def put(self, pass_name: str, key: str, attempt: int, response: dict[str, Any]) -> int:
+    def put(
+        self, pass_name: str, key: str, attempt: int, response: dict[str, Any],
+        *, on_slot: Callable[[int], None] | None = None,
+    ) -> int:  # fmt: skip
         """Persist a response under `attempt`; never overwrites one already there (it was billed):
         if that attempt number is taken (a resumed run re-counting), the next free number is used.
+        `on_slot(n)` runs before each try, so the bytes written can name their own slot.
         Returns the attempt number written."""
         for n in range(attempt, attempt + MAX_ATTEMPT_PROBES):
+            if on_slot is not None:
+                on_slot(n)
             if self.store.put_json(self.path(pass_name, key, n), response, if_absent=True):
                 return n
         raise StoreError(f"no free attempt slot for {pass_name}/{key} near {attempt}", key=key)

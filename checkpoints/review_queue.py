@@ -7,7 +7,7 @@ replaces its item, so a resumed run can re-add without duplicates.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from checkpoints.keys import safe_key, safe_segment
@@ -25,7 +25,7 @@ class ReviewQueue:
     def _key(self, doc_id: str) -> str:
         return f"{self.prefix}{safe_key(doc_id)}{SUFFIX}"
 
-    def add(self, item: dict[str, Any]) -> str:
+    def add(self, item: Mapping[str, Any]) -> str:
         """Write (or replace) the item of `item["doc_id"]`; returns its object key."""
         doc_id = item.get("doc_id")
         if not isinstance(doc_id, str) or not doc_id:

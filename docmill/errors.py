@@ -10,18 +10,37 @@ from typing import Any
 
 
 class DocmillError(Exception):
-    """Root of every error docmill raises on purpose."""
+    """Root of every error docmill raises on purpose. Each class declares its fields (with a
+    default) below its docstring, so callers read `e.status`, never `getattr(e, "status", None)`;
+    a field a class does not declare is a TypeError at the raise site."""
 
     hint: str = ""
+    run_id: str | None = None
+    doc_id: str | None = None
+    key: str | None = None
 
     def __init__(self, message: str, *, hint: str | None = None, **fields: Any) -> None:
         super().__init__(message)
         self.message = message
         if hint is not None:
             self.hint = hint
-        self.fields = fields
+        declared = self.declared_fields()
         for name, value in fields.items():
+            if name not in declared:
+                raise TypeError(f"{type(self).__name__} declares no field {name!r}")
             setattr(self, name, value)
+
+    @classmethod
+    def declared_fields(cls) -> set[str]:
+        names: set[str] = set()
+        for klass in cls.__mro__:
+            names.update(getattr(klass, "__annotations__", {}))
+        return names - {"hint"}
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The declared fields that were given a value (for logs and records)."""
+        return {n: getattr(self, n) for n in sorted(self.declared_fields()) if n in self.__dict__}
 
     def one_line(self) -> str:
         text = f"{type(self).__name__}: {self.message}"
@@ -38,6 +57,10 @@ class InputError(DocmillError):
 
 class StoreError(DocmillError):
     """The object store failed in a way that is not retried further."""
+
+    code: str | None = None
+    status: int | None = None
+    attempts: int = 0
 
 
 class NotFound(StoreError):
@@ -63,6 +86,9 @@ class TransientStoreError(StoreError):
 class LeaseHeld(DocmillError):
     """Another process drives this run and its lease has not expired."""
 
+    holder: str | None = None
+    expires_at: float | None = None
+
 
 class RunOverlap(LeaseHeld):
     """Another live run of the same recipe and model covers the same documents."""
@@ -71,9 +97,21 @@ class RunOverlap(LeaseHeld):
 class ApiCallError(DocmillError):
     """A call to the model failed for good (non-retryable 4xx, or retries exhausted)."""
 
+    status: int | None = None
+    request_id: str | None = None
+    attempts: int = 0
+    failure_type: str = "transport_exhausted"
+    model: str | None = None
+    last_error: str | None = None
+    errors: tuple[str, ...] | list[str] = ()
+    fell_back: bool = False
+
 
 class BudgetExhausted(DocmillError):
     """The run's cost cap would be exceeded by the next request."""
+
+    spent_usd: float = 0.0
+    cap_usd: float | None = None
 
 
 class GateError(DocmillError):
@@ -90,3 +128,6 @@ class ContextError(DocmillError):
 
 class PinnedFactLost(ContextError):
     """A pinned fact is missing from the request that follows a compaction."""
+
+    missing: tuple[str, ...] | list[str] = ()
+    task_id: str | None = None

@@ -15,7 +15,10 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
 
 EXIT_OK, EXIT_INPUT, EXIT_RUN, EXIT_BUDGET, EXIT_LEASE, EXIT_INTERRUPT = 0, 2, 3, 4, 5, 130
 
@@ -129,7 +132,7 @@ def _store(a: argparse.Namespace) -> Any:
     return open_store(getattr(a, "store", None) or s.store, endpoint_url=s.s3_endpoint_url)
 
 
-def _run_id(a: argparse.Namespace, store: Any) -> str | None:
+def _run_id(a: argparse.Namespace, store: ObjectStore) -> str | None:
     from checkpoints.manifest import ManifestStore
 
     return a.run_id or max(ManifestStore(store).list_runs(), default=None)

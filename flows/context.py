@@ -14,9 +14,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docmill.settings import Settings
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from tasks.recipes import Recipe
 
 OFFLINE_KEY = "offline-emulator-key"
 
@@ -62,8 +66,8 @@ def api_endpoint(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoin
 @dataclass
 class RunContext:
     settings: Settings
-    store: Any
-    recipe: Any
+    store: ObjectStore
+    recipe: Recipe
     run_id: str
     endpoint: Endpoint
     client: Any = None

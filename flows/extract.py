@@ -151,7 +151,7 @@ def _budget_guard(call: Any) -> dict[str, Any]:
     try:
         return dict(call())
     except BudgetExhausted as e:
-        return {"run_id": getattr(e, "run_id", None), "phase": "budget_exhausted", "message": e.one_line()}
+        return {"run_id": e.run_id, "phase": "budget_exhausted", "message": e.one_line()}
     finally:
         source.removeHandler(handler)
         source.setLevel(level)

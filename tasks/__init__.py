@@ -1,6 +1,6 @@
 """Stage logic of a run, one module per stage (table: tasks/README.md).
 
-inventory, textract   a source -> documents -> text
+inventory, textract   a source -> documents -> text (doc_names: ids and globs)
 recipes/              what to extract: schemas, prompts, version
 estimate, evaluate    cost before a run; accuracy after it
 api/                  ModelClient (one call, one transport retry layer), pacing, usage arithmetic

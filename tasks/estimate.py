@@ -15,11 +15,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docmill.prices import BATCH_DISCOUNT, CACHE_READ, CACHE_WRITE_5M, price_table
 from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.requests import file_request, recipe_parts
+
+if TYPE_CHECKING:
+    from docmill.settings import Settings
+    from tasks.inventory import Document
+    from tasks.recipes import Recipe
 
 METHOD = (
     "an estimate, no model call: input = request characters / 4, output = recipe schema size / 8 "
@@ -61,11 +66,11 @@ class Estimate:
         return rows
 
 
-def typical_output_tokens(recipe: Any, max_tokens: int) -> int:
+def typical_output_tokens(recipe: Recipe, max_tokens: int) -> int:
     return min(max_tokens, max(64, len(json.dumps(recipe_parts(recipe)[2])) // 8))
 
 
-def request_of(recipe: Any, doc: Any, settings: Any) -> dict[str, Any] | None:
+def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, Any] | None:
     """The per-file request of a document, or None when it would not be sent (skipped, unreadable)."""
     from tasks.inventory import load_text
 
@@ -78,7 +83,7 @@ def request_of(recipe: Any, doc: Any, settings: Any) -> dict[str, Any] | None:
     return file_request(recipe, doc, text, model=settings.api.model, max_tokens=settings.api.max_tokens)
 
 
-def estimate_docs(docs: Iterable[Any], recipe: Any, settings: Any) -> Estimate:
+def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Estimate:
     est = Estimate(model=settings.api.model)
     max_tokens = int(settings.api.max_tokens)
     typical = typical_output_tokens(recipe, max_tokens)
@@ -97,7 +102,7 @@ def estimate_docs(docs: Iterable[Any], recipe: Any, settings: Any) -> Estimate:
     return est
 
 
-def estimate_source(source: str, recipe_name: str, settings: Any) -> Estimate:
+def estimate_source(source: str, recipe_name: str, settings: Settings) -> Estimate:
     from tasks.inventory import inventory
     from tasks.recipes import load_recipe
 

@@ -21,9 +21,12 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docmill.errors import InputError
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
 
 GROUPS = ("type", "folder", "format")
 SAMPLE_REASON = "sample"
@@ -101,7 +104,7 @@ class Tally:
         return self.correct / self.total if self.total else 0.0
 
 
-def doc_types(store: Any, run_id: str) -> dict[str, str]:
+def doc_types(store: ObjectStore, run_id: str) -> dict[str, str]:
     """doc_id -> doc type, from the run's inventory chunks."""
     out: dict[str, str] = {}
     for key in store.list(f"runs/{run_id}/inventory/"):
@@ -197,7 +200,7 @@ def stratified_sample(
     return picked
 
 
-def queue_sample(store: Any, run_id: str, picked: list[dict[str, Any]], types: dict[str, str]) -> int:
+def queue_sample(store: ObjectStore, run_id: str, picked: list[dict[str, Any]], types: dict[str, str]) -> int:
     """Add sampled documents to the review queue (reason "sample"); an existing item is kept."""
     from checkpoints.review_queue import ReviewQueue
 

@@ -14,15 +14,13 @@ Doc ids are the `/`-separated path relative to the source, made safe with
 `checkpoints.keys.safe_key`. A name that is not safe (control characters, `..`, undecodable
 bytes) is still taken in, under a sanitized id with a short hash of the raw name appended.
 
-Globs (settings.inventory.include / exclude) match the relative path: `**` spans directories,
-`*` and `?` stay inside one segment; a pattern without `/` matches the file name at any depth.
+Doc ids and globs (settings.inventory.include / exclude): `tasks.doc_names`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 import urllib.parse
 from collections import Counter
@@ -31,13 +29,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from docmill.errors import DocmillError, InputError, UnsafeKey
+from docmill.errors import DocmillError, InputError
 from docmill.settings import Settings, get_settings
+from tasks.doc_names import make_doc_id, selected
 from tasks.textract import ALL_TYPES, BinaryContent, DocType, ExtractError, doc_type_for, extract_text
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
 
 BLOCK_BYTES = 1024 * 1024
 
@@ -86,93 +88,6 @@ class _Entry:
     source_uri: str
     read: Callable[[int], _Read]  # max_bytes -> _Read
     doc_type: str | None = None  # forced type (e.g. "directory" for an unlistable folder)
-
-
-# ---------------------------------------------------------------- globs
-
-
-@lru_cache(maxsize=256)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        c = pattern[i]
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[" and (end := pattern.find("]", i + 2)) != -1:
-            body = pattern[i + 1 : end]
-            body = "^" + body[1:] if body.startswith("!") else body
-            out.append("[" + body.replace("\\", "\\\\") + "]")
-            i = end
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out), re.DOTALL)
-
-
-def glob_match(path: str, pattern: str) -> bool:
-    """True if relative `path` matches `pattern` (see the module docstring for the rules)."""
-    target = path if "/" in pattern else path.rsplit("/", 1)[-1]
-    return _glob_regex(pattern.lstrip("/") if "/" in pattern else pattern).fullmatch(target) is not None
-
-
-def selected(path: str, include: Iterable[str], exclude: Iterable[str]) -> bool:
-    """Included by some include pattern and by no exclude pattern."""
-    return any(glob_match(path, p) for p in include) and not any(glob_match(path, p) for p in exclude)
-
-
-# ---------------------------------------------------------------- doc ids
-
-_UNSAFE_CHAR = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff\\]")
-
-
-def _own_safe_key(name: str) -> str:
-    """The rules of checkpoints.keys.safe_key, used until that module is importable."""
-    if not name or name.startswith("/") or _UNSAFE_CHAR.search(name):
-        raise UnsafeKey(f"unsafe key {name!r}")
-    parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise UnsafeKey(f"unsafe key {name!r}")
-    return name
-
-
-def _safe_key(name: str) -> str:
-    try:
-        from checkpoints.keys import safe_key
-    except ImportError:
-        return _own_safe_key(name)
-    _own_safe_key(name)  # our rules are a floor; the store may add more
-    return safe_key(name)
-
-
-def make_doc_id(name: str) -> str:
-    """A safe doc id for a raw relative name (sanitized + short hash suffix when unsafe)."""
-    try:
-        return _safe_key(name)
-    except UnsafeKey:
-        pass
-    raw_hash = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    parts = [_UNSAFE_CHAR.sub("_", p) for p in name.split("/")]
-    parts = [("__" if p == ".." else p) for p in parts if p not in ("", ".")] or ["_"]
-    stem, dot, ext = parts[-1].rpartition(".")
-    parts[-1] = f"{stem}~{raw_hash}.{ext}" if dot and stem else f"{parts[-1]}~{raw_hash}"
-    try:
-        return _safe_key("/".join(parts))
-    except UnsafeKey:
-        return _safe_key(f"unsafe/{raw_hash}")
-
-
-# ---------------------------------------------------------------- sources
 
 
 def _read_local(path: str) -> Callable[[int], _Read]:
@@ -241,7 +156,7 @@ def _open_store(uri: str, endpoint_url: str | None) -> Any:
     return open_store(uri, endpoint_url=endpoint_url)
 
 
-def _read_s3(store: Any, key: str) -> Callable[[int], _Read]:
+def _read_s3(store: ObjectStore, key: str) -> Callable[[int], _Read]:
     def read(max_bytes: int) -> _Read:
         try:
             data: bytes = store.get(key)
@@ -283,9 +198,6 @@ SOURCES: dict[SourceKind, Callable[[str, Settings], Iterator[_Entry]]] = {
 
 def source_kind(source: str) -> SourceKind:
     return SourceKind.S3 if source.startswith("s3://") else SourceKind.LOCAL
-
-
-# ---------------------------------------------------------------- classification
 
 
 def _check_content(doc_type: str, data: bytes) -> tuple[SkipReason, str] | None:
@@ -347,9 +259,6 @@ def inventory(
     seen: dict[str, str] = {}
     for entry in SOURCES[source_kind(source)](source, settings):
         yield _classify(entry, max_bytes, seen, types)
-
-
-# ---------------------------------------------------------------- loading
 
 
 def _load_local(uri: str) -> bytes:

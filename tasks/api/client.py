@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
 from pydantic import SecretStr
@@ -32,8 +32,11 @@ from tasks.api.pacing import Budget, RateLimiter
 from tasks.api.retrying import FailureKind, classify, describe, error_retry_after, is_retryable, wait_seconds
 from tasks.api.usage import add_usage, estimate_input_tokens
 
+if TYPE_CHECKING:
+    from docmill.settings import Settings
+
 log = get_logger("api")
-OnResponse = Callable[[int, dict[str, Any]], None]
+OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
 
 DEFAULT_HINT = "the API refused this request; it is not retried"
@@ -117,7 +120,7 @@ class ModelClient:
 
     def __init__(
         self,
-        settings: Any,
+        settings: Settings,
         *,
         base_url: str | None = None,
         api_key: str | SecretStr | None = None,

@@ -9,16 +9,21 @@ key is already in the results ledger cost nothing and reserve nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoints.ledger import ResultsLedger
 from tasks.estimate import request_of, worst_case_usd
 from tasks.per_file.requests import FILE_PASS, file_key, file_params
 
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from docmill.settings import Settings
+    from tasks.recipes import Recipe
+
 Chunk = tuple[str, list[dict[str, Any]]]
 
 
-def chunk_worst_case_usd(docs: list[Any], recipe: Any, settings: Any, ledger: ResultsLedger) -> float:
+def chunk_worst_case_usd(docs: list[Any], recipe: Recipe, settings: Settings, ledger: ResultsLedger) -> float:
     total = 0.0
     params = file_params(settings)
     for doc in docs:
@@ -32,7 +37,7 @@ def chunk_worst_case_usd(docs: list[Any], recipe: Any, settings: Any, ledger: Re
 
 
 def affordable_chunks(
-    pending: list[Chunk], *, recipe: Any, settings: Any, store: Any, spent_usd: float
+    pending: list[Chunk], *, recipe: Recipe, settings: Settings, store: ObjectStore, spent_usd: float
 ) -> tuple[list[Chunk], float]:
     """The leading chunks whose projected batch cost fits under settings.cost.max_cost_usd,
     and the USD reserved for them. All chunks when there is no cap."""

@@ -22,9 +22,9 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 
@@ -32,6 +32,7 @@ from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_cust
 from docmill.errors import InputError
 from tasks.api.client import ModelClient
 from tasks.batch import ingest, lifecycle
+from tasks.batch.ingest import done_future, ordered_map
 from tasks.batch.items import WorkItem, decode_item
 from tasks.batch.lifecycle import crash_point
 from tasks.batch.results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
@@ -40,14 +41,17 @@ from tasks.inventory import Document
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.requests import FILE_PASS, file_key, file_params
 from tasks.per_file.settle import Pass, outcome_from_original, skipped_outcome
+from tasks.records import BatchProgress
 
-Progress = Callable[[dict[str, Any]], None]
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from docmill.settings import Settings
+    from tasks.recipes import Recipe
+
+Progress = Callable[[BatchProgress], None]
 STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads, document reads)
 INGEST_WORKERS = 2  # threads writing gated results to the ledger (more contend on one folder)
 WINDOW = 256  # documents or results in flight in that pool
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 class BatchEngine:
@@ -258,7 +262,7 @@ class BatchEngine:
                         yield from self._settle(inflight.popleft(), done, carry, retry)
                     continue
                 yield from self._settle(
-                    (item, _done(route(kind, item, result, bid, costs))), done, carry, retry
+                    (item, done_future(route(kind, item, result, bid, costs))), done, carry, retry
                 )
             self._send(chunk, inflight, bid, costs, gate_remotely)
             while inflight:
@@ -349,24 +353,7 @@ class BatchEngine:
             self.gates.close()
 
 
-def _done(routed: Routed) -> Future[Routed]:
-    f: Future[Routed] = Future()
-    f.set_result(routed)
-    return f
-
-
-def ordered_map(pool: Executor, fn: Callable[[T], R], items: Iterable[T], window: int) -> Iterator[R]:
-    """`fn` over `items` in `pool`, results in input order, at most `window` in flight."""
-    queue: deque[Future[R]] = deque()
-    for x in items:
-        queue.append(pool.submit(fn, x))
-        if len(queue) >= window:
-            yield queue.popleft().result()
-    while queue:
-        yield queue.popleft().result()
-
-
-def _event(kind: str, rec: BatchRecord) -> dict[str, Any]:
+def _event(kind: str, rec: BatchRecord) -> BatchProgress:
     return {
         "event": kind, "run_id": rec.run_id, "n": rec.n, "round": rec.round, "phase": rec.phase.value,
         "batch_ids": list(rec.batch_ids), "status": rec.processing_status, "counts": dict(rec.request_counts),
@@ -380,15 +367,15 @@ def _event(kind: str, rec: BatchRecord) -> dict[str, Any]:
 def run_batches(
     docs: Iterable[Document],
     *,
-    recipe: Any,
+    recipe: Recipe,
     run_id: str,
-    store: Any,
+    store: ObjectStore,
     client: anthropic.Anthropic,
-    settings: Any,
+    settings: Settings,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     on_progress: Progress | None = None,
-    model_client: Any = None,
+    model_client: ModelClient | None = None,
 ) -> Iterator[DocOutcome]:
     """The per-file pass as batches: a generator of one terminal `DocOutcome` per document.
 
@@ -396,13 +383,12 @@ def run_batches(
     and skipped documents while streaming, the rest as their batches are collected, duplicates of
     another document's content last). Calling it again with the same run id resumes: batches in
     flight are re-attached, keys in the ledger are skipped, only what is missing is submitted.
-    `on_progress(event)` gets {"event": "submitted" | "status" (every poll) | "collected" |
-    "reconciled", "run_id", "n", "round", "phase", "batch_ids", "status", "counts" (the API's
-    request counts), "requests", "outcomes" (per result type, "carried"), "notes"}.
+    `on_progress(event)` gets a `tasks.records.BatchProgress` at every submit, poll, collect and
+    reconcile.
     `model_client` (a tasks.api.client.ModelClient) is used for repairs when
     settings.batch.repairs_realtime is set.
     """
-    if model_client is None and settings.batch.repairs_realtime:
+    if model_client is None:  # sends nothing unless settings.batch.repairs_realtime asks it to
         model_client = ModelClient(settings, base_url=str(client.base_url), api_key=client.api_key)
     p = Pass(recipe, run_id, store, model_client, settings)
     engine = BatchEngine(p, client, clock=clock, sleep=sleep, on_progress=on_progress)
@@ -410,7 +396,7 @@ def run_batches(
 
 
 def cancel_batches(
-    run_id: str, store: Any, client: anthropic.Anthropic, settings: Any = None
+    run_id: str, store: ObjectStore, client: anthropic.Anthropic, settings: Settings
 ) -> dict[str, Any]:
     """Cancel the run's in-flight batches (reconciling an intent without id first); returns what
     the API said per batch. The next `run_batches` of the run collects what succeeded."""

@@ -19,15 +19,22 @@ import pickle
 import sys
 import threading
 import types
-from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from docmill.errors import InputError
 from tasks.inventory import Document, load_text
 from tasks.per_file.gate import check
+
+if TYPE_CHECKING:
+    from docmill.settings import Settings
+    from tasks.recipes import Recipe
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 PROCESSES = 2  # worker processes gating answers
 CHUNK = 128  # answers per task sent to a worker (amortizes pickling and wake-ups)
@@ -41,7 +48,7 @@ _recipe: Any = None
 _settings: Any = None
 
 
-def _init(recipe: Any, settings: Any) -> None:
+def _init(recipe: Recipe, settings: Settings) -> None:
     global _recipe, _settings
     _recipe, _settings = recipe, settings
     parent = multiprocessing.parent_process()
@@ -54,7 +61,7 @@ def _exit_with(parent: Any) -> None:
     os._exit(0)
 
 
-def gate_one(recipe: Any, settings: Any, doc: dict[str, Any], message: dict[str, Any]) -> Gated:
+def gate_one(recipe: Recipe, settings: Settings, doc: dict[str, Any], message: dict[str, Any]) -> Gated:
     """The gate's verdict on one answer for its document, or why the document could not be read."""
     try:
         text = load_text(Document.model_validate(doc), settings)
@@ -88,7 +95,7 @@ def _script_hidden() -> Iterator[None]:
 class Prechecker:
     """A lazily started process pool gating chunks of answers; `close()` stops it."""
 
-    def __init__(self, recipe: Any, settings: Any) -> None:
+    def __init__(self, recipe: Recipe, settings: Settings) -> None:
         self.recipe, self.settings = recipe, settings
         self.pool: ProcessPoolExecutor | None = None
         self.usable = True
@@ -140,3 +147,21 @@ class Prechecker:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
+
+
+def done_future(value: R) -> Future[R]:
+    """A future that is already done (a result routed without a worker)."""
+    f: Future[R] = Future()
+    f.set_result(value)
+    return f
+
+
+def ordered_map(pool: Executor, fn: Callable[[T], R], items: Iterable[T], window: int) -> Iterator[R]:
+    """`fn` over `items` in `pool`, results in input order, at most `window` in flight."""
+    queue: deque[Future[R]] = deque()
+    for x in items:
+        queue.append(pool.submit(fn, x))
+        if len(queue) >= window:
+            yield queue.popleft().result()
+    while queue:
+        yield queue.popleft().result()

@@ -9,7 +9,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
 from anthropic.types.messages import MessageBatch
@@ -18,6 +18,10 @@ from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
 from docmill.errors import BatchError
 from tasks.api.retrying import describe, is_retryable, wait_seconds
 from tasks.batch.spool import BatchBody
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from docmill.settings import Settings
 
 T = TypeVar("T")
 LIST_PAGE = 20
@@ -40,7 +44,9 @@ class BatchApi:
     `create` is never blindly re-sent: after an answer that may hide a created batch, the intent
     is reconciled by listing first (invariant 2)."""
 
-    def __init__(self, client: anthropic.Anthropic, settings: Any, *, sleep: Callable[[float], None]) -> None:
+    def __init__(
+        self, client: anthropic.Anthropic, settings: Settings, *, sleep: Callable[[float], None]
+    ) -> None:
         self.client = client.with_options(max_retries=0)
         self.settings = settings
         self.sleep = sleep
@@ -284,12 +290,10 @@ def _lines(api: BatchApi, batch_id: str, decoder: Any) -> Iterator[dict[str, Any
             decoder.close()
 
 
-def cancel_run(run_id: str, store: Any, client: anthropic.Anthropic, settings: Any = None) -> dict[str, Any]:
+def cancel_run(
+    run_id: str, store: ObjectStore, client: anthropic.Anthropic, settings: Settings
+) -> dict[str, Any]:
     """Cancel every in-flight batch of a run (reconciling an intent without id first)."""
-    if settings is None:
-        from docmill.settings import get_settings
-
-        settings = get_settings()
     api = BatchApi(client, settings, sleep=time.sleep)
     records = BatchRecords(store, run_id)
     all_records = records.load_all()

@@ -31,6 +31,7 @@ from tasks.per_file.settle import (
     enqueue_review,
     gated_fields,
     outcome_from_ledger,
+    persist_answer,
     write_outcome,
 )
 
@@ -134,8 +135,8 @@ class ResultRouter:
             try:
                 message, model = self._realtime(item)
             except ApiCallError as e:
-                failure = str(e.fields.get("failure_type") or "transport_exhausted")
-                last = str(e.fields.get("last_error") or e.message)
+                failure = e.failure_type
+                last = e.last_error or e.message
                 return self.outcome(item, DocState.FAILED, failure_type=failure, last_error=last), None
             verdict = None
 
@@ -148,11 +149,8 @@ class ResultRouter:
         if message is None:
 
             def persist(_transport_attempt: int, answer: dict[str, Any]) -> None:
-                answer["_docmill"] = {
-                    "attempt": n, "purpose": item.action, "max_tokens": request["max_tokens"],
-                    "model": answer.get("model") or request["model"],
-                }  # fmt: skip
-                self.p.responses.put(FILE_PASS, key, n, answer)
+                nonlocal n
+                n = persist_answer(self.p, key, n, answer, purpose=item.action, request=request)
 
             result = self.p.client.call(
                 request, key=key, doc_id=item.doc_id, pass_name=FILE_PASS, on_response=persist

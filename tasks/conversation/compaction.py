@@ -51,6 +51,11 @@ class Strategy(StrEnum):
 class CompactionUnavailable(ContextError):
     """The API could not compact (529 compaction_unavailable after retries, or a null block)."""
 
+    billed: tuple[str, dict[str, Any], str | None] | None = (
+        None  # (model, usage, request id) of a paid answer
+    )
+    request_id: str | None = None
+
 
 class BlockTampered(ContextError):
     """A compaction block differs from the one the API returned; it is never sent."""
@@ -271,8 +276,8 @@ def compact(
             done = STRATEGIES[strategy](create, params, instructions)
         except CompactionUnavailable as e:
             notes.append(f"{strategy}: {e.message}")
-            if e.fields.get("billed"):
-                billed.append(e.fields["billed"])
+            if e.billed:
+                billed.append(e.billed)
             continue
         done.notes, done.billed_before = notes, billed
         return done

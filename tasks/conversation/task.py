@@ -25,14 +25,19 @@ import os
 import signal
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
 
-from docmill.errors import ContextError, PinnedFactLost, PreconditionFailed
+from checkpoints.costs import CostEntry, CostLedger
+from checkpoints.scratch import HistoryArchive, Scratchpad
+from docmill.errors import ContextError, NotFound, PinnedFactLost, PreconditionFailed
 from tasks.api.usage import estimate_input_tokens
 from tasks.conversation import compaction as cmp
 from tasks.conversation.pinned import PinnedFacts
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
 
 CHECKPOINT_VERSION = 1
 CRASH_ENV = "DOCMILL_CRASH_AT"
@@ -96,7 +101,7 @@ class ConversationTask:
         self,
         task_id: str,
         run_id: str,
-        store: Any,
+        store: ObjectStore,
         client: Any,
         *,
         model: str,
@@ -110,8 +115,6 @@ class ConversationTask:
         pass_name: str = "context",
         doc_id: str | None = None,
     ) -> None:
-        from checkpoints.scratch import HistoryArchive, Scratchpad
-
         self.doc_id = doc_id or f"*{task_id}*"  # whom the cost entries are attributed to
         self.task_id, self.run_id, self.store = task_id, run_id, store
         self.transport = Transport(client)
@@ -152,8 +155,6 @@ class ConversationTask:
         }
 
     def _load(self) -> None:
-        from docmill.errors import NotFound
-
         try:
             data, self._etag = self.store.get_with_etag(self.key)
         except NotFound:
@@ -381,8 +382,6 @@ class ConversationTask:
         return f"the pinned facts alone take about {len(self.pinned.render()) // 4} tokens"
 
     def _record_cost(self, suffix: str, model: str, usage: dict[str, Any], request_id: str | None) -> None:
-        from checkpoints.costs import CostEntry, CostLedger
-
         entry = CostEntry.from_usage(
             run_id=self.run_id,
             pass_name=self.pass_name,

@@ -10,9 +10,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tasks.integration.records import ID_KEYS, compact_value, evidence_of
+from tasks.records import Conflict
 
 
-def find_conflicts(outcomes: list[dict[str, Any]], key_fields: tuple[str, ...]) -> list[dict[str, Any]]:
+def find_conflicts(outcomes: list[dict[str, Any]], key_fields: tuple[str, ...]) -> list[Conflict]:
     """Documents sharing the first key field's value but disagreeing on another scalar field."""
     if not key_fields:
         return []
@@ -23,7 +24,7 @@ def find_conflicts(outcomes: list[dict[str, Any]], key_fields: tuple[str, ...]) 
         key = compact_value(out.get(key_field))
         if key not in (None, "") and not isinstance(key, (dict, list)):
             groups[key].append(o)
-    conflicts = []
+    conflicts: list[Conflict] = []
     for key, members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if len({m.get("sha256") or m["doc_id"] for m in members}) < 2:
             continue

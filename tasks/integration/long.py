@@ -29,6 +29,7 @@ from tasks.conversation.task import ConversationTask
 from tasks.integration.records import compact_value, evidence_of
 
 if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
     from docmill.settings import Settings
     from tasks.recipes import Recipe
 
@@ -304,11 +305,11 @@ def _final_output(
 def integrate_many(
     results: Iterable[dict[str, Any]],
     *,
-    recipe: Any,
+    recipe: Recipe,
     run_id: str,
-    store: Any,
+    store: ObjectStore,
     client: Any,
-    settings: Any,
+    settings: Settings,
     budget_tokens: int | None = None,
     task_id: str = TASK_ID,
 ) -> dict[str, Any]:

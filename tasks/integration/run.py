@@ -31,18 +31,19 @@ from docmill.logs import get_logger
 from tasks.integration.checks import cited_ids, coverage_gaps, drop_unknown, find_conflicts
 from tasks.integration.long import integrate_many
 from tasks.integration.records import PASS, compact_records, merge_outputs, slices
+from tasks.records import IntegrationResult
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
-    from tasks.api.client import ModelClient
+    from tasks.api.client import CallResult, ModelClient
     from tasks.recipes import Recipe
 
 log = get_logger("integrate")
 
 
 def integration_request(
-    recipe: Any, records: list[dict[str, Any]], *, model: str, max_tokens: int
+    recipe: Recipe, records: list[dict[str, Any]], *, model: str, max_tokens: int
 ) -> dict[str, Any]:
     """Messages params: static prompt first (cached), then the per-file results as labelled data."""
     states: dict[str, int] = defaultdict(int)
@@ -92,7 +93,9 @@ def integration_request(
     }
 
 
-def _ask(client: Any, request: dict[str, Any], *, key: str, responses: Any, attempt: int) -> tuple[dict, Any]:
+def _ask(
+    client: ModelClient, request: dict[str, Any], *, key: str, responses: ResponseLog, attempt: int
+) -> tuple[dict[str, Any], CallResult]:
     result = client.call(
         request,
         key=key,
@@ -108,7 +111,7 @@ def _text_of(message: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in message.get("content", []) if b.get("type") == "text")
 
 
-def _long_task(recipe: Any, records: list[dict[str, Any]], settings: Any) -> bool | None:
+def _long_task(recipe: Recipe, records: list[dict[str, Any]], settings: Settings) -> bool | None:
     """True when the results do not fit one request's budget and the recipe's integration schema
     has the sections the long task keeps exact (conflicts, entities, ...); None otherwise."""
     fields = set(getattr(recipe.integration_schema, "model_fields", {}))
@@ -233,7 +236,7 @@ def integrate(
     store: ObjectStore,
     client: ModelClient,
     settings: Settings,
-) -> dict[str, Any]:
+) -> IntegrationResult:
     """Run the integration pass once per distinct input (ledger-keyed) and return the record."""
     p = _Pass(recipe, run_id, store, client, settings, known={o["doc_id"] for o in outcomes})
     records = compact_records(outcomes)
@@ -249,7 +252,7 @@ def integrate(
             if output is not None:
                 parts.append(output)
     schema_fields = list(getattr(recipe.file_schema, "model_fields", {}))
-    result = {
+    result: IntegrationResult = {
         "run_id": run_id,
         "recipe": recipe.name,
         "documents": len(outcomes),

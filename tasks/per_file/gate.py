@@ -15,11 +15,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from tasks.per_file.requests import neutralize, repair_request, with_max_tokens
+
+if TYPE_CHECKING:
+    from docmill.settings import Settings
+    from tasks.recipes import Recipe
 
 
 class Problem(StrEnum):
@@ -79,7 +83,7 @@ def _validation_errors(e: ValidationError) -> list[str]:
     return out
 
 
-def evidence_flags(recipe: Any, output: dict[str, Any], document_text: str) -> list[dict[str, Any]]:
+def evidence_flags(recipe: Recipe, output: dict[str, Any], document_text: str) -> list[dict[str, Any]]:
     """A flag for every evidence excerpt that does not occur verbatim (whitespace-normalized)."""
     haystacks = (normalize_ws(document_text), normalize_ws(neutralize(document_text)))
     flags = []
@@ -97,7 +101,7 @@ _STOP_PROBLEMS = {
 }
 
 
-def check(recipe: Any, text: str, message: dict[str, Any]) -> Verdict:
+def check(recipe: Recipe, text: str, message: dict[str, Any]) -> Verdict:
     """Gate one answer for the document `text`."""
     raw = message_text(message)
     stop = message.get("stop_reason")
@@ -145,7 +149,10 @@ class Decision:
 
 @dataclass
 class Progress:
-    """What was tried so far for one document (all attempts, including the first)."""
+    """What was tried so far for one document (all attempts, including the first). `note` is the
+    one repair-token counter: the realtime pass, its crash recovery (`Attempts.recovered`) and the
+    batch results all count through it, so a resumed document spends its repair budget as an
+    uninterrupted one does."""
 
     max_tokens: int
     attempts: int = 0
@@ -166,7 +173,12 @@ class Progress:
             self.truncation_retries += 1
 
 
-def _can_repair(progress: Progress, settings: Any, next_tokens: int) -> bool:
+def action_of(purpose: str | None) -> Action | None:
+    """The gate action a persisted answer's purpose names (None for a first call)."""
+    return Action(purpose) if purpose in (Action.REPAIR.value, Action.RETRY_LARGER.value) else None
+
+
+def _can_repair(progress: Progress, settings: Settings, next_tokens: int) -> bool:
     gate = settings.gate
     return progress.repairs < gate.repair_attempts and (
         progress.repair_tokens + next_tokens <= gate.repair_token_budget
@@ -204,7 +216,9 @@ POLICY: dict[Problem, Callable[[Verdict, Progress, Any, int], Decision]] = {
 }
 
 
-def decide(verdict: Verdict, progress: Progress, settings: Any, *, next_input_tokens: int = 0) -> Decision:
+def decide(
+    verdict: Verdict, progress: Progress, settings: Settings, *, next_input_tokens: int = 0
+) -> Decision:
     """What to do next. `next_input_tokens` estimates a repair request's size against the budget."""
     return POLICY[verdict.problem](verdict, progress, settings, next_input_tokens)
 

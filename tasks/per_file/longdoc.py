@@ -20,11 +20,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
 from tasks.per_file.requests import INSTRUCTION, SYSTEM_RULES, neutralize, wrap_document
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from docmill.settings import Settings
+    from tasks.recipes import Recipe
 
 PASS = "file_long"
 CHARS_PER_TOKEN = 3.5
@@ -111,7 +116,7 @@ def split_document(text: str, max_tokens: int, *, chars_per_token: float = CHARS
     return [Chunk(i, a, b, text[a:b]) for i, (a, b) in enumerate(spans)]
 
 
-def is_long(text: str, settings: Any, *, chars_per_token: float = CHARS_PER_TOKEN) -> bool:
+def is_long(text: str, settings: Settings, *, chars_per_token: float = CHARS_PER_TOKEN) -> bool:
     """Whether a document exceeds `settings.context.document_budget_tokens` and needs `extract_long`."""
     return len(text) / chars_per_token > settings.context.document_budget_tokens
 
@@ -177,11 +182,11 @@ def extract_long(
     *,
     doc_id: str,
     doc_type: str = "txt",
-    recipe: Any,
+    recipe: Recipe,
     run_id: str,
-    store: Any,
+    store: ObjectStore,
     client: Any,
-    settings: Any,
+    settings: Settings,
     budget_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Extract a long document chunk by chunk in one conversation; merged output with provenance."""

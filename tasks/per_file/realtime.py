@@ -15,15 +15,23 @@ The state and outcome bookkeeping it shares with batch mode live in tasks.per_fi
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docmill.errors import ApiCallError, BudgetExhausted, InputError
 from docmill.logs import get_logger, redact
 from tasks.inventory import load_text
 from tasks.per_file.accounting import account_attempt, answered_model, flush_costs, recount_attempts
-from tasks.per_file.gate import Action, Decision, Progress, Verdict, check, next_request
+from tasks.per_file.gate import (
+    Action,
+    Decision,
+    Progress,
+    Verdict,
+    action_of,
+    check,
+    evidence_flags,
+    next_request,
+)
 from tasks.per_file.longdoc import extract_long, is_long
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_request
@@ -35,10 +43,18 @@ from tasks.per_file.settle import (
     gated_fields,
     outcome_from_ledger,
     outcome_from_original,
+    persist_answer,
     prompt_version,
     skipped_outcome,
     write_outcome,
 )
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from docmill.settings import Settings
+    from tasks.api.client import ModelClient
+    from tasks.inventory import Document
+    from tasks.recipes import Recipe
 
 # 4xx answers that depend only on the request: written to the ledger, never re-sent.
 # (401/403/404/402 depend on the account or config: a resume after fixing it retries them.)
@@ -73,13 +89,7 @@ class Attempts:
             self.n = n
             self.model = answered_model(message, self.model)
             purpose = str(meta.get("purpose") or "first")
-            if purpose == Action.REPAIR.value:
-                progress.repairs += 1
-                progress.repair_tokens += sum(
-                    int((message.get("usage") or {}).get(f) or 0) for f in ("input_tokens", "output_tokens")
-                )
-            elif purpose == Action.RETRY_LARGER.value:
-                progress.truncation_retries += 1
+            progress.note(action_of(purpose), message.get("usage"))
             progress.max_tokens = int(meta.get("max_tokens") or progress.max_tokens)
             self._account(message, f"recovered:{purpose}", meta.get("max_tokens"))
             latest = message
@@ -91,16 +101,7 @@ class Attempts:
 
     def call(self, request: dict[str, Any], purpose: str) -> dict[str, Any]:
         def on_response(_transport_attempt: int, message: dict[str, Any]) -> None:
-            message["_docmill"] = {
-                "attempt": self.n + 1,
-                "purpose": purpose,
-                "model": message.get("model") or request["model"],
-                "max_tokens": request["max_tokens"],
-                "at": time.time(),
-            }
-            # before anything else (invariant 3); the log never overwrites, it may pick a later slot
-            self.n = self.p.responses.put(FILE_PASS, self.key, self.n + 1, message)
-            message["_docmill"]["attempt"] = self.n
+            self.n = persist_answer(self.p, self.key, self.n + 1, message, purpose=purpose, request=request)
 
         result = self.p.client.call(
             request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response,
@@ -151,7 +152,13 @@ class Attempts:
 
 
 def extract_chunk(
-    docs: list[Any], *, recipe: Any, run_id: str, store: Any, client: Any, settings: Any
+    docs: list[Document],
+    *,
+    recipe: Recipe,
+    run_id: str,
+    store: ObjectStore,
+    client: ModelClient,
+    settings: Settings,
 ) -> list[DocOutcome]:
     """One terminal `DocOutcome` per document, in the order given."""
     p = Pass(recipe, run_id, store, client, settings, buffer_costs=True)
@@ -161,7 +168,7 @@ def extract_chunk(
         flush_costs(p)  # one cost group per chunk, also when a document raised or the budget ran out
 
 
-def _review_all(p: Pass, docs: list[Any], client: Any) -> list[DocOutcome]:
+def _review_all(p: Pass, docs: list[Document], client: ModelClient) -> list[DocOutcome]:
     first: dict[str, int] = {}  # key -> index of the document that may call
     now: list[int] = []
     later: list[int] = []
@@ -186,14 +193,14 @@ def _review_all(p: Pass, docs: list[Any], client: Any) -> list[DocOutcome]:
     return [out[i] for i in range(len(docs))]
 
 
-def _key_or_none(p: Pass, doc: Any) -> str | None:
+def _key_or_none(p: Pass, doc: Document) -> str | None:
     """A document's key, or None when it will never be called (skipped, not a duplicate)."""
     if doc.status != "ok" and not doc.duplicate_of:
         return None
     return p.key(doc)
 
 
-def _guarded(p: Pass, doc: Any, key: str | None, *, duplicate: bool = False) -> DocOutcome:
+def _guarded(p: Pass, doc: Document, key: str | None, *, duplicate: bool = False) -> DocOutcome:
     try:
         if key is None:
             return skipped_outcome(doc)
@@ -210,7 +217,7 @@ def _guarded(p: Pass, doc: Any, key: str | None, *, duplicate: bool = False) -> 
         )
 
 
-def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
+def _review_one(p: Pass, doc: Document, key: str) -> DocOutcome:
     record = p.ledger.get(FILE_PASS, key)
     if record is not None:
         if record.get("origin_run") == p.run_id:  # this run wrote it: a chunk run again after a crash
@@ -245,12 +252,10 @@ def _review_one(p: Pass, doc: Any, key: str) -> DocOutcome:
         return _unfinished(doc, tries, "budget", e.one_line())
 
 
-def _review_long(p: Pass, doc: Any, key: str, text: str) -> DocOutcome:
+def _review_long(p: Pass, doc: Document, key: str, text: str) -> DocOutcome:
     """A document above the per-file budget: split on structure, extracted chunk by chunk in one
     conversation task (tasks.per_file.longdoc), merged with provenance, then gated like any answer."""
     from pydantic import ValidationError
-
-    from tasks.per_file.gate import evidence_flags
 
     result = extract_long(
         text, doc_id=doc.doc_id, doc_type=doc.doc_type, recipe=p.recipe, run_id=p.run_id, store=p.store,
@@ -278,14 +283,16 @@ def _review_long(p: Pass, doc: Any, key: str, text: str) -> DocOutcome:
     return enqueue_review(p, doc, write_outcome(p, outcome), errors=errors)
 
 
-def _finish(p: Pass, doc: Any, key: str, tries: Attempts, verdict: Verdict, decision: Decision) -> DocOutcome:
+def _finish(
+    p: Pass, doc: Document, key: str, tries: Attempts, verdict: Verdict, decision: Decision
+) -> DocOutcome:
     outcome = tries.outcome(doc.doc_id, **gated_fields(verdict, decision.action, decision.reason))
     return enqueue_review(p, doc, write_outcome(p, outcome), tries=tries.log, errors=verdict.errors)
 
 
-def _api_failure(p: Pass, doc: Any, key: str, tries: Attempts, e: ApiCallError) -> DocOutcome:
-    tries.transport_attempts += int(getattr(e, "attempts", 0) or 0)
-    failure_type = str(getattr(e, "failure_type", "transport_exhausted"))
+def _api_failure(p: Pass, doc: Document, key: str, tries: Attempts, e: ApiCallError) -> DocOutcome:
+    tries.transport_attempts += e.attempts
+    failure_type = e.failure_type
     log.warning(
         "%s call failed: %s",
         FILE_PASS,
@@ -293,24 +300,24 @@ def _api_failure(p: Pass, doc: Any, key: str, tries: Attempts, e: ApiCallError) 
         extra={
             "run_id": p.run_id,
             "doc_id": doc.doc_id,
-            "request_id": getattr(e, "request_id", None),
-            "model": getattr(e, "model", None),
+            "request_id": e.request_id,
+            "model": e.model,
             "prompt_version": prompt_version(p.recipe),
-            "status": getattr(e, "status", None),
-            "attempt": getattr(e, "attempts", None),
+            "status": e.status,
+            "attempt": e.attempts,
         },
     )
     # an API error may echo request data (headers, keys): mask secrets before it is stored
-    outcome = _unfinished(doc, tries, failure_type, redact(str(getattr(e, "last_error", None) or e.message)))
-    request_id = getattr(e, "request_id", None)
+    outcome = _unfinished(doc, tries, failure_type, redact(e.last_error or e.message))
+    request_id = e.request_id
     if request_id:
         outcome.request_ids.append(str(request_id))
-    if getattr(e, "status", None) in PERMANENT_STATUSES:
+    if e.status in PERMANENT_STATUSES:
         outcome = write_outcome(p, outcome)
     return outcome
 
 
-def _unfinished(doc: Any, tries: Attempts, failure_type: str, error: str) -> DocOutcome:
+def _unfinished(doc: Document, tries: Attempts, failure_type: str, error: str) -> DocOutcome:
     """A failed outcome that keeps every attempt's usage and the last (partial) output."""
     last = tries.last_verdict
     return tries.outcome(

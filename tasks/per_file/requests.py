@@ -14,11 +14,16 @@ from __future__ import annotations
 import html
 import re
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anthropic import transform_schema
 
 from checkpoints.keys import content_hash, idempotency_key
+
+if TYPE_CHECKING:
+    from docmill.settings import Settings
+    from tasks.inventory import Document
+    from tasks.recipes import Recipe
 
 FILE_PASS = "file"
 
@@ -64,7 +69,7 @@ _RECIPE_PARTS: dict[int, tuple[Any, str, str, dict[str, Any]]] = {}
 _PARTS_LOCK = threading.Lock()
 
 
-def recipe_parts(recipe: Any) -> tuple[str, str, dict[str, Any]]:
+def recipe_parts(recipe: Recipe) -> tuple[str, str, dict[str, Any]]:
     """(prompt hash, schema hash, wire schema) of a recipe, computed once per recipe object
     (JSON-schema generation costs milliseconds; a chunk asks for it per document).
     Treat the returned schema as read-only: requests share it."""
@@ -77,12 +82,12 @@ def recipe_parts(recipe: Any) -> tuple[str, str, dict[str, Any]]:
     return parts
 
 
-def file_params(settings: Any, *, max_tokens: int | None = None) -> dict[str, Any]:
+def file_params(settings: Settings, *, max_tokens: int | None = None) -> dict[str, Any]:
     """The call parameters hashed into a per-file key (change them and the key changes)."""
     return {"max_tokens": max_tokens or settings.api.max_tokens}
 
 
-def file_request(recipe: Any, doc: Any, text: str, *, model: str, max_tokens: int) -> dict[str, Any]:
+def file_request(recipe: Recipe, doc: Document, text: str, *, model: str, max_tokens: int) -> dict[str, Any]:
     """Messages `create` params for one document of the per-file pass."""
     # The wrapper below is the only document tag in a request: tags the prompt mentions are made inert.
     system_text = f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}"
@@ -103,7 +108,7 @@ def file_request(recipe: Any, doc: Any, text: str, *, model: str, max_tokens: in
     }
 
 
-def file_key(recipe: Any, doc: Any, model: str, params: dict[str, Any]) -> str:
+def file_key(recipe: Recipe, doc: Document, model: str, params: dict[str, Any]) -> str:
     """Idempotency key of (pass, recipe version, prompt, schema, model, document, params).
 
     The request template (docmill's rules, wrapper, instruction) is hashed into params, so a

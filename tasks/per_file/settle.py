@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.ledger import ResponseLog, ResultsLedger
@@ -21,6 +21,14 @@ from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.gate import Action, Decision, Progress, Verdict, decide
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_key, file_params, recipe_parts
+from tasks.records import ResponseMeta, ReviewItem
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from docmill.settings import Settings
+    from tasks.api.client import ModelClient
+    from tasks.inventory import Document
+    from tasks.recipes import Recipe
 
 COST_FLUSH_SECONDS = 15.0  # buffered realtime cost entries are written at least this often
 
@@ -29,11 +37,11 @@ COST_FLUSH_SECONDS = 15.0  # buffered realtime cost entries are written at least
 class Pass:
     """Everything one chunk's documents share."""
 
-    recipe: Any
+    recipe: Recipe
     run_id: str
-    store: Any
-    client: Any
-    settings: Any
+    store: ObjectStore
+    client: ModelClient
+    settings: Settings
     ledger: ResultsLedger = field(init=False)
     responses: ResponseLog = field(init=False)
     costs: CostLedger = field(init=False)
@@ -60,8 +68,30 @@ class Pass:
     def model(self) -> str:
         return str(self.settings.api.model)
 
-    def key(self, doc: Any) -> str:
+    def key(self, doc: Document) -> str:
         return file_key(self.recipe, doc, self.model, file_params(self.settings))
+
+
+def persist_answer(
+    p: Pass, key: str, attempt: int, message: dict[str, Any], *, purpose: str | None, request: dict[str, Any]
+) -> int:
+    """Persist one answer the moment it arrives (invariant 3), with docmill's `ResponseMeta` beside
+    it; the one builder of that meta, for realtime answers and batch follow-ups alike. The response
+    log never overwrites a billed answer: a taken slot moves to the next free one, which is returned
+    and named in the meta as stored."""
+    meta: ResponseMeta = {
+        "attempt": attempt,
+        "purpose": purpose or "first",
+        "model": str(message.get("model") or request["model"]),
+        "max_tokens": int(request["max_tokens"]),
+        "at": time.time(),
+    }
+    message["_docmill"] = meta
+
+    def stamp(slot: int) -> None:
+        meta["attempt"] = slot
+
+    return p.responses.put(FILE_PASS, key, attempt, message, on_slot=stamp)
 
 
 def write_outcome(p: Pass, outcome: DocOutcome) -> DocOutcome:
@@ -74,7 +104,7 @@ def write_outcome(p: Pass, outcome: DocOutcome) -> DocOutcome:
 
 
 def enqueue_review(
-    p: Pass, doc: Any, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
+    p: Pass, doc: Document, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
     errors: list[str] | None = None,
 ) -> DocOutcome:  # fmt: skip
     """Add a needs_review outcome to the run's review queue (others pass through); returns it."""
@@ -84,9 +114,9 @@ def enqueue_review(
 
 
 def review_item(
-    p: Pass, doc: Any, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
+    p: Pass, doc: Document, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
     errors: list[str] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> ReviewItem:  # fmt: skip
     """The review-queue entry of one outcome: what a reviewer needs (errors default to the outcome's
     last error; `tries` is the per-attempt log of the realtime pass)."""
     return {
@@ -107,21 +137,21 @@ def review_item(
     }
 
 
-def failed_outcome(doc: Any, key: str | None, failure_type: str, error: str, **kw: Any) -> DocOutcome:
+def failed_outcome(doc: Document, key: str | None, failure_type: str, error: str, **kw: Any) -> DocOutcome:
     return DocOutcome(
         doc_id=doc.doc_id, key=key, pass_name=FILE_PASS, state=DocState.FAILED,
         failure_type=failure_type, last_error=error, **kw,
     )  # fmt: skip
 
 
-def skipped_outcome(doc: Any) -> DocOutcome:
+def skipped_outcome(doc: Document) -> DocOutcome:
     """The failed outcome of a document the inventory skipped ("input:<skip reason>", no call)."""
     reason = getattr(doc.skip_reason, "value", doc.skip_reason) or "skipped"
     detail = getattr(doc, "skip_detail", None)
     return failed_outcome(doc, None, f"input:{reason}", detail or f"document skipped by inventory: {reason}")
 
 
-def outcome_from_original(p: Pass, doc: Any, key: str) -> DocOutcome:
+def outcome_from_original(p: Pass, doc: Document, key: str) -> DocOutcome:
     """A duplicate-content document takes the ledger result of its original (no second call),
     marked `duplicate_of:<original>`; failed when the original has no result in the ledger."""
     original = doc.duplicate_of or "an earlier document with the same content"
@@ -137,7 +167,7 @@ def outcome_from_original(p: Pass, doc: Any, key: str) -> DocOutcome:
     return enqueue_review(p, doc, outcome)
 
 
-def outcome_from_ledger(p: Pass, doc: Any, record: dict[str, Any]) -> DocOutcome:
+def outcome_from_ledger(p: Pass, doc: Document, record: dict[str, Any]) -> DocOutcome:
     """The stored outcome of a ledger hit (no call: invariant 1), queued again for review when it
     needs review (the queue is per run)."""
     return enqueue_review(p, doc, DocOutcome.from_record(record, doc_id=doc.doc_id))
@@ -157,13 +187,15 @@ def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[s
     }
 
 
-def decide_next(settings: Any, verdict: Verdict, progress: Progress, request: dict[str, Any]) -> Decision:
+def decide_next(
+    settings: Settings, verdict: Verdict, progress: Progress, request: dict[str, Any]
+) -> Decision:
     """The repair policy's next step for one answer; `request` is the one that would be followed up
     (its size and the answer's estimate the next call's input; unused when the verdict is ok)."""
     estimate = estimate_input_tokens(request) + len(verdict.raw_text) // 4 if not verdict.ok else 0
     return decide(verdict, progress, settings, next_input_tokens=estimate)
 
 
-def prompt_version(recipe: Any) -> str:
+def prompt_version(recipe: Recipe) -> str:
     """Recipe version and a short hash of its prompts, as log lines show it."""
     return f"{recipe.version}/{recipe_parts(recipe)[0][:8]}"

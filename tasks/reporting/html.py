@@ -14,6 +14,7 @@ from collections import defaultdict
 from html import escape
 from typing import Any
 
+from tasks.records import IntegrationResult
 from tasks.reporting.summary import summarize
 
 CSS = """
@@ -156,7 +157,7 @@ def _review(review: list[dict[str, Any]]) -> str:
     return _table(["document", "reason", "attempts", "first problem"], rows, "The review queue is empty.")
 
 
-def _integration(integration: dict[str, Any] | None) -> str:
+def _integration(integration: IntegrationResult | None) -> str:
     if not integration:
         return '<p class="muted">The integration pass did not run.</p>'
     checks = integration.get("checks") or {}
@@ -189,7 +190,7 @@ def _integration(integration: dict[str, Any] | None) -> str:
 def html_report(
     manifest: dict[str, Any],
     outcomes: list[dict[str, Any]],
-    integration: dict[str, Any] | None,
+    integration: IntegrationResult | None,
     costs: dict[str, Any],
     review: list[dict[str, Any]],
     entries: list[dict[str, Any]],

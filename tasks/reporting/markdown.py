@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tasks.records import IntegrationResult
 from tasks.reporting.summary import summarize
 
 
 def markdown(
     manifest: dict[str, Any],
     outcomes: list[dict[str, Any]],
-    integration: dict[str, Any] | None,
+    integration: IntegrationResult | None,
     costs: dict[str, Any] | None = None,
     review: list[dict[str, Any]] | None = None,
 ) -> str:

@@ -6,21 +6,25 @@ Counts add up: every inventoried document appears exactly once with its terminal
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoints.costs import CostLedger
 from checkpoints.review_queue import ReviewQueue
+from tasks.records import Conflict, IntegrationResult, ReviewItem
 from tasks.reporting.exports import export_rows, to_csv, to_jsonl, to_parquet
 from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
 
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+
 
 def conflict_items(
-    run_id: str, conflicts: list[dict[str, Any]], outcomes: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+    run_id: str, conflicts: list[Conflict], outcomes: list[dict[str, Any]]
+) -> list[ReviewItem]:
     """One review item per document involved in a cross-document conflict (reason "conflict")."""
     by_doc = {o["doc_id"]: o for o in outcomes}
-    items: dict[str, dict[str, Any]] = {}
+    items: dict[str, ReviewItem] = {}
     for c in conflicts:
         for v in c.get("values") or []:
             doc_id = v.get("doc_id")
@@ -47,12 +51,12 @@ def conflict_items(
             item["errors"].append(
                 f"{c.get('key_field')} {c.get('key')!r}: field {c.get('field')} is {v.get('value')!r} here, {others}"
             )
-            item["conflicts"].append(c)
+            item.setdefault("conflicts", []).append(c)
     return list(items.values())
 
 
 def queue_conflicts(
-    store: Any, run_id: str, conflicts: list[dict[str, Any]], outcomes: list[dict[str, Any]]
+    store: ObjectStore, run_id: str, conflicts: list[Conflict], outcomes: list[dict[str, Any]]
 ) -> int:
     """Add conflict items to the run's review queue; an existing item keeps its reason and gains
     "conflict" (its errors and conflicts are merged). Returns the number of items written."""
@@ -62,29 +66,32 @@ def queue_conflicts(
         old = queue.get(item["doc_id"])
         if old and old.get("pass_name") != "integration":
             reasons = [r for r in str(old.get("reason") or "").split(";") if r and r != "conflict"]
-            item = {
+            queue.add({
                 **old,
                 "reason": ";".join([*reasons, "conflict"]),
                 "errors": [*(e for e in old.get("errors") or [] if e not in item["errors"]), *item["errors"]],
-                "conflicts": item["conflicts"],
-            }
-        queue.add(item)
+                "conflicts": item.get("conflicts", []),
+            })  # fmt: skip
+        else:
+            queue.add(item)
         n += 1
     return n
 
 
 def write_report(
-    store: Any,
+    store: ObjectStore,
     manifest: dict[str, Any],
     outcomes: list[dict[str, Any]],
-    integration: dict[str, Any] | None,
+    integration: IntegrationResult | None,
     costs: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """Everything a finished (or stopped) run leaves for people: conflict review items,
     report.md, report.html and the exports. Returns the keys written."""
     run_id = str(manifest["run_id"])
     base = f"runs/{run_id}"
-    conflicts = ((integration or {}).get("checks") or {}).get("conflicts") or []
+    conflicts = (
+        list(integration["checks"].get("conflicts") or []) if integration and "checks" in integration else []
+    )
     queue_conflicts(store, run_id, conflicts, outcomes)
     ledger = CostLedger(store, run_id)
     entries = [e.model_dump(mode="json") for e in ledger.entries()]

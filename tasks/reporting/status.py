@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoints.manifest import ManifestStore
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
 
 STATES = ("succeeded", "needs_review", "failed")
 FINISHED = ("done", "canceled")
 
 
-def driver_state(store: Any, run_id: str, phase: str, now: float) -> str:
+def driver_state(store: ObjectStore, run_id: str, phase: str, now: float) -> str:
     """ "running" while a process holds the run's lease, "stopped" when an unfinished run has none
     (it crashed, was killed, or stopped on its budget or an error: `docmill resume` continues it),
     "finished" when it is done or canceled."""
@@ -30,7 +33,7 @@ def driver_state(store: Any, run_id: str, phase: str, now: float) -> str:
     return "running" if live_lease(store, run_id, now) is not None else "stopped"
 
 
-def _inventory_size(store: Any, run_id: str) -> int | None:
+def _inventory_size(store: ObjectStore, run_id: str) -> int | None:
     """Documents inventoried, once the inventory is complete (None before)."""
     done = store.get_json_or_none(f"runs/{run_id}/inventory-done.json")
     if not done:
@@ -38,7 +41,7 @@ def _inventory_size(store: Any, run_id: str) -> int | None:
     return sum(len(store.get_json_or_none(f"runs/{run_id}/inventory/{c}.json") or []) for c in done["chunks"])
 
 
-def run_status(store: Any, run_id: str, *, now: float | None = None) -> dict[str, Any]:
+def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> dict[str, Any]:
     """Everything `docmill status` shows, as a dict (also the `--json` output)."""
     from checkpoints.batches import BatchRecords
     from checkpoints.costs import CostLedger
@@ -138,7 +141,7 @@ def status_text(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def runs_table(store: Any, *, now: float | None = None) -> list[str]:
+def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
     """One line per run, oldest first: id, phase, driver (running / stopped / finished), recipe,
     mode, documents, cost."""
     now = time.time() if now is None else now

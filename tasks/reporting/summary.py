@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from tasks.records import RunSummary
+
 STATES = ("succeeded", "needs_review", "failed")
 
 
-def summarize(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(outcomes: list[dict[str, Any]]) -> RunSummary:
     states = Counter(o["state"] for o in outcomes)
     reasons = Counter(
         f"{o['state']}: {o.get('failure_type') or o.get('reason') or '-'}"

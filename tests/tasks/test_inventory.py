@@ -20,15 +20,8 @@ from checkpoints.keys import safe_key
 from checkpoints.store import open_store
 from docmill.errors import InputError
 from docmill.settings import InventorySettings, Settings
-from tasks.inventory import (
-    Document,
-    SkipReason,
-    glob_match,
-    inventory,
-    load_text,
-    make_doc_id,
-    summarize_inventory,
-)
+from tasks.doc_names import glob_match, make_doc_id
+from tasks.inventory import Document, SkipReason, inventory, load_text, summarize_inventory
 from tasks.textract import extract_text, html_to_text
 
 ROOT = Path(__file__).resolve().parents[2]

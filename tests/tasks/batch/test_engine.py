@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from checkpoints.batches import BatchPhase, BatchRecords
 from checkpoints.costs import CostLedger
-from checkpoints.ledger import ResultsLedger
+from checkpoints.ledger import ResponseLog, ResultsLedger
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import Settings
@@ -301,6 +301,9 @@ def test_repairs_can_go_realtime_and_a_crash_does_not_resend_them(
     assert len(realtime) == 1  # the persisted realtime answer was reused, not resent
     assert set(rig.billed().values()) == {1}
     assert {e.batch for e in CostLedger(rig.store, rig.run_id).entries() if e.key == key} == {True, False}
+    # the follow-up's meta is built by the one builder: the slot it was written to, and when
+    meta = ResponseLog(rig.store).get(FILE_PASS, key, 2)["_docmill"]
+    assert meta["attempt"] == 2 and meta["purpose"] == "repair" and meta["at"] > 0
 
 
 def test_archived_results_are_reported_and_resubmitted(emulator: Any, tmp_path: Path, corpus: Path) -> None:

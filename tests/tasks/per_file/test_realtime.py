@@ -422,3 +422,44 @@ def test_buffered_costs_of_a_long_chunk_are_written_every_so_often(tmp_path: Pat
         "file_c",
         "file_d",
     ]
+
+
+def test_a_resumed_document_counts_repair_tokens_as_an_uninterrupted_one(h: Harness) -> None:
+    """One repair-token counter (gate.Progress.note): the crash-recovery path counts cache tokens
+    too, so a resumed document has the same repair budget left as one that never stopped."""
+    from tasks.per_file.gate import Action, Progress
+    from tasks.per_file.realtime import Attempts
+    from tasks.per_file.settle import Pass
+
+    usage = {"input_tokens": 700, "output_tokens": 90, "cache_creation_input_tokens": 30,
+             "cache_read_input_tokens": 1200}  # fmt: skip
+    log = ResponseLog(h.store)
+    for n, purpose in ((1, "first"), (2, "repair")):
+        log.put(FILE_PASS, "k1", n, {"type": "message", "role": "assistant", "model": PRIMARY, "content": [],
+                                     "stop_reason": "end_turn", "usage": usage,
+                                     "_docmill": {"attempt": n, "purpose": purpose, "model": PRIMARY,
+                                                  "max_tokens": 4096, "at": 0.0}})  # fmt: skip
+    p = Pass(recipe=RECIPE, run_id="run1", store=h.store, client=h.client, settings=h.settings)
+    resumed = Progress(max_tokens=4096)
+    Attempts(p, "inv.txt", "k1", model=PRIMARY).recovered(resumed)
+    uninterrupted = Progress(max_tokens=4096)
+    uninterrupted.note(None, usage)
+    uninterrupted.note(Action.REPAIR, usage)
+    assert resumed.repairs == uninterrupted.repairs == 1
+    assert resumed.repair_tokens == uninterrupted.repair_tokens == 2020
+
+
+def test_persist_answer_never_overwrites_and_says_which_slot_it_took(h: Harness) -> None:
+    from tasks.per_file.settle import Pass, persist_answer
+
+    p = Pass(recipe=RECIPE, run_id="run1", store=h.store, client=h.client, settings=h.settings)
+    request = {"model": PRIMARY, "max_tokens": 512}
+    first = {"model": "claude-sonnet-4-6", "content": []}
+    assert persist_answer(p, "k1", 1, first, purpose=None, request=request) == 1
+    again = {"content": []}  # a resumed run re-counting attempt 1
+    assert persist_answer(p, "k1", 1, again, purpose="repair", request=request) == 2
+    stored = ResponseLog(h.store).get(FILE_PASS, "k1", 2)
+    assert again["_docmill"]["attempt"] == stored["_docmill"]["attempt"] == 2
+    assert stored["_docmill"]["purpose"] == "repair"
+    assert stored["_docmill"]["model"] == PRIMARY and stored["_docmill"]["at"] > 0
+    assert ResponseLog(h.store).get(FILE_PASS, "k1", 1)["_docmill"]["purpose"] == "first"

@@ -1,0 +1,119 @@
+"""Typed records for the shapes that cross module boundaries (a leaf: TypedDicts only, zero cost at
+run time). The stored bytes are unchanged: these describe what the store, the phases and the reports
+already exchange, so callers stop indexing nested dicts by hand."""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class ResponseMeta(TypedDict):
+    """`_docmill` beside each persisted answer in the response log (built by
+    `tasks.per_file.settle.persist_answer` for realtime and batch follow-ups alike)."""
+
+    attempt: int  # the response-log slot the answer was written to
+    purpose: str  # "first", or the gate action that produced the request (repair, retry_larger)
+    model: str  # the model that answered (the API's field, else the one asked for)
+    max_tokens: int
+    at: float  # epoch seconds when it was answered
+
+
+class OutcomeRecord(TypedDict):
+    """A per-document outcome as the later phases read it (`DocOutcome.model_dump(mode="json")`)."""
+
+    doc_id: str
+    key: str | None
+    pass_name: str
+    state: str  # succeeded | needs_review | failed
+    reason: str | None
+    failure_type: str | None
+    attempts: int
+    last_error: str | None
+    output: dict[str, Any] | None
+    raw_output: str | None
+    flags: list[dict[str, Any]]
+    model: str | None
+    usage: dict[str, int]
+    cost_usd: float
+    request_ids: list[str]
+    provenance: dict[str, Any] | None
+    origin_run: str | None
+    from_ledger: NotRequired[bool]
+
+
+class Conflict(TypedDict):
+    """Documents sharing a key field's value but disagreeing on another field."""
+
+    key_field: str
+    key: Any
+    field: str
+    values: list[dict[str, Any]]  # {"value", "doc_id", "evidence"} per document
+
+
+class IntegrationChecks(TypedDict):
+    conflicts: list[Conflict]
+    coverage_gaps: list[dict[str, Any]]
+    flags: list[dict[str, Any]]
+
+
+class IntegrationResult(TypedDict):
+    """`runs/<run_id>/integration.json`: the integration pass's answer plus the checks code made."""
+
+    run_id: str
+    recipe: str
+    documents: int
+    output: dict[str, Any]
+    checks: IntegrationChecks
+
+
+class RunSummary(TypedDict):
+    """`tasks.reporting.summary.summarize`: a run's outcomes counted."""
+
+    documents: int
+    states: dict[str, int]
+    reasons: dict[str, int]
+    from_ledger: int
+    cost_usd: float
+
+
+class ReviewItem(TypedDict):
+    """One entry of `review/<run_id>/<doc_id>.json`: what a reviewer needs."""
+
+    doc_id: str
+    run_id: str
+    source_uri: NotRequired[str | None]
+    key: NotRequired[str | None]
+    pass_name: str
+    reason: str | None
+    errors: list[str]
+    raw_output: str | None
+    output: dict[str, Any] | None
+    flags: NotRequired[list[dict[str, Any]]]
+    model: str | None
+    attempts: int
+    tried: list[dict[str, Any]]
+    from_ledger: NotRequired[bool]
+    conflicts: NotRequired[list[Conflict]]
+
+
+class BatchResultLine(TypedDict):
+    """One line of a Message Batch's results stream (`custom_id` + a result discriminated on type)."""
+
+    custom_id: str
+    result: dict[str, Any]  # {"type": "succeeded"|"errored"|"canceled"|"expired", ...}
+
+
+class BatchProgress(TypedDict):
+    """A batch-mode progress event (`tasks.batch.engine.run_batches(on_progress=...)`)."""
+
+    event: str  # submitted | status (every poll) | collected | reconciled
+    run_id: str
+    n: int
+    round: int
+    phase: str
+    batch_ids: list[str]
+    status: str | None  # the API's processing_status
+    counts: dict[str, int]  # the API's request counts
+    requests: int
+    outcomes: dict[str, int]  # per result type, and "carried"
+    notes: list[str]
