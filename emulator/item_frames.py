@@ -49,8 +49,9 @@ class ItemFrames:
         self.prompt = prompt
         self.frames: dict[str, list[Frame]] = {}
 
-    def for_array(self, name: str, items: dict[str, Any], frame: Frame) -> list[Frame]:
-        """One frame per array item: dispatch on the array's name and its item's fields."""
+    def for_array(self, name: str, items: dict[str, Any], frame: Frame) -> list[Frame] | None:
+        """One frame per array item: dispatch on the array's name and its item's fields; None when
+        nothing in them names a kind of item this module builds."""
         if frame.per_doc:
             return frame.per_doc
         words = set(tokens(name))
@@ -67,8 +68,9 @@ class ItemFrames:
             fields = self.group_fields(props, sub=False)
             return self.frames_for("claims", fields, 1 if fields and words & ENTITY_WORDS else 2)
         if words & ROW_WORDS or roles & {Role.QTY, Role.UNIT_PRICE}:
-            return self.frames_for("rows")
-        return []
+            rows = self.frames_for("rows")  # a list of non-numeric "items" in prose is not a table
+            return rows if rows or roles & {Role.QTY, Role.UNIT_PRICE, Role.AMOUNT} else None
+        return None
 
     def frames_for(self, kind: str, fields: set[str] | None = None, min_docs: int = 2) -> list[Frame]:
         key = f"{kind}:{sorted(fields or [])}:{min_docs}"

@@ -27,6 +27,20 @@ from emulator.values import parse_date, parse_number
 from emulator.words import strong, tokens
 
 DEFERRED = (Role.EVIDENCE, Role.CONFIDENCE)
+VERBATIM = re.compile(r"\bverbatim\b|\bexact text\b|\bcopied exactly\b", re.IGNORECASE)
+GENERIC_ITEMS = 3  # items of a list whose name says nothing the filler knows: the first informative lines
+
+
+def field_roles(name: str, schema: dict[str, Any]) -> tuple[Role, ...]:
+    """A field's roles from its name, else evidence when its description asks for verbatim text
+    (what a model reads too: a recipe's own evidence field, whatever it is called)."""
+    roles = roles_of(name)
+    if roles:
+        return roles
+    kinds = {schema.get("type")} | {v.get("type") for v in schema.get("anyOf") or [] if isinstance(v, dict)}
+    if kinds & {"string", "array"} and VERBATIM.search(str(schema.get("description") or "")):
+        return (Role.EVIDENCE,)
+    return ()
 
 
 class Filler:
@@ -41,6 +55,7 @@ class Filler:
         self.items = ItemFrames(prompt)
         self.depth = 0
         self._doc_words: set[str] | None = None
+        self.in_generic = False  # inside items built from plain lines: their own lists stay empty
 
     def fill(self) -> Any:
         return self.gen(self.root, "", "", Frame(self.doc, top=True)).value
@@ -141,6 +156,27 @@ class Filler:
             return frame.line
         return next((line for doc in self.prompt.docs for line in doc.lines), None)
 
+    @property
+    def per_file(self) -> bool:
+        """A request about one document (not the integration pass over per-file records)."""
+        return not (self.prompt.records and self.prompt.docs[0].doc_id is None)
+
+    def line_frames(self, frame: Frame) -> list[Frame]:
+        """One item per informative line (two words or more) of the frame's document, the first few:
+        what fills a list the filler has no builder for, so a new recipe's lists are not empty."""
+        labelled = {lab.line.number for lab in frame.doc.labels}
+        wordy = [line for line in frame.doc.lines if len(tokens(line.text)) >= 2]
+        prose = [line for line in wordy if line.number not in labelled and not line.text.startswith("#")]
+        lines = (prose or wordy)[:GENERIC_ITEMS]
+        doc_id = frame.doc.doc_id or (self.prompt.ids[0] if self.prompt.ids else None)
+        frames = []
+        for line in lines:
+            known: dict[Role, Any] = {Role.EVIDENCE: line, Role.EXPLAIN: line.text, Role.DESC: line.text}
+            known.update({Role.DOC_ID: doc_id, Role.FILE: doc_id})
+            known.update({Role.LINE_START: line.number, Role.LINE_END: line.number})
+            frames.append(Frame(frame.doc, line, known))
+        return frames
+
     # -- types -----------------------------------------------------------------------------------
 
     def obj(self, schema: dict[str, Any], name: str, parent: str, frame: Frame) -> Out:
@@ -148,7 +184,7 @@ class Filler:
         outs: dict[str, Out] = {}
         deferred = []
         for pname, pschema in props.items():
-            roles = roles_of(pname)
+            roles = field_roles(pname, self.resolve(pschema))
             if roles and roles[0] in DEFERRED and roles[0] not in frame.known:
                 deferred.append((pname, roles[0]))
                 continue
@@ -302,10 +338,18 @@ class Filler:
         values: list[Any] = []
         first: Line | str | None = None
         if items.get("type") == "object" or "properties" in items:
-            for sub in self.items.for_array(name, items, frame):
-                out = self.gen(items, "", "", sub)
-                values.append(out.value)
-                first = first or out.line
+            subs = self.items.for_array(name, items, frame)
+            generic = subs is None  # a name the filler has no builder for: items over the document's lines
+            if generic:
+                subs = self.line_frames(frame) if self.per_file and not self.in_generic else []
+            self.in_generic, outer = self.in_generic or generic, self.in_generic
+            try:
+                for sub in subs or []:
+                    out = self.gen(items, "", "", sub)
+                    values.append(out.value)
+                    first = first or out.line
+            finally:
+                self.in_generic = outer
         else:
             hit = self.known(name, parent, frame)
             eff = effective(name, parent)
@@ -330,6 +374,9 @@ class Filler:
                 lab = self.label(eff, items, bool)
                 if lab is not None:
                     values, first = [self.gen(items, eff, parent, frame).value], lab.line
+                elif self.per_file and not self.in_generic and items.get("type", "string") == "string":
+                    lines = [f.line for f in self.line_frames(frame) if f.line is not None]
+                    values, first = [line.text for line in lines], (lines[0] if lines else None)
         if len(values) < int(schema.get("minItems", 0) or limits.get("minItems", 0)):
             values.append(self.gen(items, "", "", Frame(frame.doc, self.fallback_line(frame))).value)
         if "maxItems" in limits:

@@ -5,7 +5,13 @@ import time; `prompt_hash()` and `schema_hash()` go into every idempotency key, 
 prompt or a schema (or bumping `version`) makes new results instead of reusing old ones.
 
 `load_recipe(spec)` takes a built-in name (`invoices`, `code-review` / `code_review`) or
-`path/to/module.py:NAME` for a user recipe.
+`path/to/module.py:NAME` for a user recipe. How to write one: docs/recipes.md.
+
+Evidence fields are declared (`evidence_fields=("evidence",)`): the gate checks that every string
+under a field of that name (at any depth of the file schema) occurs verbatim in the document. A
+declared name the schema does not have is a `ConfigError` when the recipe is built. A recipe that
+declares none gets the conventional names its schema has (`evidence`, `quote`, `excerpt`,
+`*_evidence`, `*_quote`), listed in `recipe.evidence_fields` so nothing is checked silently.
 """
 
 from __future__ import annotations
@@ -42,7 +48,71 @@ def _stable_hash(obj: Any) -> str:
 
 
 def is_evidence_key(key: str) -> bool:
+    """The naming convention used when a recipe declares no `evidence_fields`."""
     return key in EVIDENCE_KEYS or key.endswith(EVIDENCE_SUFFIXES)
+
+
+def schema_fields(schema: type[BaseModel]) -> dict[str, set[str]]:
+    """Every property name anywhere in `schema` (nested models, lists, unions), with the JSON types it
+    may hold ("string", "array:string", "object", ...)."""
+    root = schema.model_json_schema()
+    defs: dict[str, Any] = root.get("$defs") or {}
+    found: dict[str, set[str]] = {}
+    seen: set[str] = set()
+
+    def kinds(node: dict[str, Any]) -> set[str]:
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            name = ref.rsplit("/", 1)[-1]
+            if name not in seen:
+                seen.add(name)
+                walk(defs.get(name) or {})
+            return {"object"}
+        out: set[str] = set()
+        for alt in node.get("anyOf") or node.get("oneOf") or []:
+            out |= kinds(alt)
+        kind = node.get("type")
+        if kind == "array":
+            out |= {f"array:{k}" for k in kinds(node.get("items") or {})}
+        elif kind == "object" or "properties" in node:
+            walk(node)
+            out.add("object")
+        elif isinstance(kind, str):
+            out.add(kind)
+        elif "enum" in node or "const" in node:
+            out.add("string")
+        return out
+
+    def walk(node: dict[str, Any]) -> None:
+        for name, sub in (node.get("properties") or {}).items():
+            found.setdefault(name, set()).update(kinds(sub))
+
+    walk(root)
+    return found
+
+
+_TEXT_KINDS = {"string", "null", "array:string", "array:null"}
+
+
+def _evidence_fields(name: str, schema: type[BaseModel], declared: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The declared evidence fields, checked against the schema; or the conventional names it has."""
+    fields = schema_fields(schema)
+    if declared is None:
+        return tuple(sorted(f for f in fields if is_evidence_key(f)))
+    for field in declared:
+        if field not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            raise ConfigError(
+                f"recipe {name!r}: evidence field {field!r} is not in the file schema (its fields: {known})",
+                hint="name a field of file_schema in evidence_fields=(...)",
+            )
+        if not fields[field] <= _TEXT_KINDS or not fields[field] & {"string", "array:string"}:
+            raise ConfigError(
+                f"recipe {name!r}: evidence field {field!r} must hold text (a string or a list of strings), "
+                f"not {'/'.join(sorted(fields[field]))}",
+                hint="evidence is text copied verbatim from the document",
+            )
+    return tuple(declared)
 
 
 @dataclass(frozen=True)
@@ -57,6 +127,7 @@ class Recipe:
     integration_prompt: str
     doc_types: frozenset[str]
     key_fields: tuple[str, ...] = ()
+    evidence_fields: tuple[str, ...] | None = None  # None: the conventional names (see the module doc)
 
     def __post_init__(self) -> None:
         for attr in ("file_schema", "integration_schema"):
@@ -68,6 +139,13 @@ class Recipe:
                 raise ConfigError(f"recipe {self.name!r}: {attr} is empty")
         object.__setattr__(self, "doc_types", frozenset(self.doc_types))
         object.__setattr__(self, "key_fields", tuple(self.key_fields))
+        if isinstance(self.evidence_fields, str):
+            raise ConfigError(
+                f"recipe {self.name!r}: evidence_fields must be a tuple of names",
+                hint=f"evidence_fields=({self.evidence_fields!r},)",
+            )
+        declared = None if self.evidence_fields is None else tuple(self.evidence_fields)
+        object.__setattr__(self, "evidence_fields", _evidence_fields(self.name, self.file_schema, declared))
 
     def prompt_hash(self) -> str:
         """Hash of both prompt texts and the version."""
@@ -85,17 +163,16 @@ class Recipe:
         )
 
     def evidence(self, output: Any) -> list[tuple[str, str]]:
-        """(json path, excerpt) for every non-empty string under an evidence-like key.
-
-        Keys named `evidence`, `quote`, `excerpt`, or ending in `_evidence` / `_quote` count; a list of
-        strings under such a key gives one entry per string. Paths look like `$.line_items[0].evidence`.
-        """
+        """(json path, excerpt) for every non-empty string under one of the recipe's evidence fields,
+        at any depth; a list of strings under such a key gives one entry per string. Paths look like
+        `$.line_items[0].evidence`."""
         found: list[tuple[str, str]] = []
+        names = frozenset(self.evidence_fields or ())
 
         def walk(node: Any, path: str, under_evidence: bool) -> None:
             if isinstance(node, dict):
                 for k, v in node.items():
-                    walk(v, f"{path}.{k}", isinstance(k, str) and is_evidence_key(k))
+                    walk(v, f"{path}.{k}", k in names)
             elif isinstance(node, list):
                 for i, v in enumerate(node):
                     walk(v, f"{path}[{i}]", under_evidence and isinstance(v, str))
@@ -181,4 +258,4 @@ def load_recipe(spec: str | Recipe) -> Recipe:
     return BUILTINS[key]()
 
 
-__all__ = ["BUILTINS", "Recipe", "is_evidence_key", "load_recipe", "read_prompt"]
+__all__ = ["BUILTINS", "Recipe", "is_evidence_key", "load_recipe", "read_prompt", "schema_fields"]

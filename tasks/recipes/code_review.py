@@ -85,5 +85,6 @@ RECIPE = Recipe(
     integration_schema=CodeReviewIntegration,
     integration_prompt=read_prompt("code_review_integration.md"),
     doc_types=SOURCE_TYPES,
+    evidence_fields=("quote",),
     key_fields=(),
 )

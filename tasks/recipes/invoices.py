@@ -136,5 +136,6 @@ RECIPE = Recipe(
     integration_schema=InvoicesIntegration,
     integration_prompt=read_prompt("invoices_integration.md"),
     doc_types=frozenset({"txt", "md", "html", "json", "csv", "pdf"}),
+    evidence_fields=("evidence",),
     key_fields=("invoice_number", "vendor_name"),
 )

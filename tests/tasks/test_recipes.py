@@ -101,12 +101,15 @@ def test_hashes_are_stable_and_move_with_their_inputs() -> None:
     assert dataclasses.replace(inv, file_prompt=inv.file_prompt + ".").prompt_hash() != inv.prompt_hash()
     assert dataclasses.replace(inv, integration_prompt="x").prompt_hash() != inv.prompt_hash()
     assert dataclasses.replace(inv, version="2").schema_hash() == inv.schema_hash()
-    assert dataclasses.replace(inv, file_schema=CodeReviewFile).schema_hash() != inv.schema_hash()
+    assert (
+        dataclasses.replace(inv, file_schema=CodeReviewFile, evidence_fields=("quote",)).schema_hash()
+        != inv.schema_hash()
+    )
     cr = load_recipe("code-review")
     assert cr.prompt_hash() != inv.prompt_hash() and cr.schema_hash() != inv.schema_hash()
 
 
-def test_evidence_walk_finds_every_excerpt_with_its_path() -> None:
+def test_evidence_walk_finds_every_excerpt_of_the_declared_fields_with_its_path() -> None:
     output = {
         "invoice_number": {"value": "INV-1", "evidence": "Invoice number: INV-1"},
         "due_date": {"value": None, "evidence": None},
@@ -115,15 +118,66 @@ def test_evidence_walk_finds_every_excerpt_with_its_path() -> None:
         "claims": [{"evidence": ["x", "y"]}],
         "evidence_count": "not evidence",
     }
-    assert load_recipe("invoices").evidence(output) == [
+    inv = load_recipe("invoices")
+    assert inv.evidence_fields == ("evidence",)
+    assert inv.evidence(output) == [
         ("$.invoice_number.evidence", "Invoice number: INV-1"),
         ("$.line_items[0].evidence", "- Tape | 1 x 2.00 = 2.00"),
-        ("$.findings[0].quote", "except:"),
-        ("$.findings[0].code_quote[0]", "a"),
-        ("$.findings[0].code_quote[2]", "b"),
         ("$.claims[0].evidence[0]", "x"),
         ("$.claims[0].evidence[1]", "y"),
     ]
+    assert load_recipe("code-review").evidence(output) == [("$.findings[0].quote", "except:")]
+
+
+class _Notes(BaseModel):
+    class Item(BaseModel):
+        task: str
+        source_text: str
+        lines: list[str]
+
+    items: list[Item]
+    size: int
+    title_evidence: str | None
+
+
+def _notes(**kw: Any) -> Recipe:
+    return Recipe(
+        name="notes", version="1", file_schema=_Notes, file_prompt="p", integration_schema=_Notes,
+        integration_prompt="q", doc_types=frozenset({"txt"}), **kw,
+    )  # fmt: skip
+
+
+def test_declared_evidence_fields_are_checked_whatever_their_name() -> None:
+    r = _notes(evidence_fields=("source_text", "lines"))
+    out = {
+        "items": [{"task": "t", "source_text": "Bo will ship it.", "lines": ["l1", ""]}],
+        "title_evidence": "T",
+    }
+    assert r.evidence(out) == [("$.items[0].source_text", "Bo will ship it."), ("$.items[0].lines[0]", "l1")]
+    from tasks.per_file.gate import evidence_flags
+
+    flags = evidence_flags(r, out, "Notes.\nBo will ship it.\n")
+    assert [f["path"] for f in flags] == ["$.items[0].lines[0]"]  # not in the text: flagged
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (("source_txt",), "evidence field 'source_txt' is not in the file schema"),
+        (("size",), "evidence field 'size' must hold text"),
+        (("items",), "evidence field 'items' must hold text"),
+        ("source_text", "evidence_fields must be a tuple"),
+    ],
+)
+def test_a_declared_evidence_field_the_schema_lacks_is_an_error_at_load_time(
+    fields: Any, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _notes(evidence_fields=fields)
+
+
+def test_without_a_declaration_the_conventional_names_are_listed() -> None:
+    assert _notes().evidence_fields == ("title_evidence",)
 
 
 def _property_paths(schema: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> set[str]:
