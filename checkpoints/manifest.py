@@ -108,7 +108,7 @@ class ManifestStore:
         if not self.store.put_if_absent(manifest_key(m.run_id), self._encode(m)):
             raise AlreadyExists(
                 f"run {m.run_id!r} already exists",
-                hint="resume it (docmill resume RUN_ID) or pick another run id",
+                hint=f"resume it (docmill resume {m.run_id}) or pick another run id",
                 run_id=m.run_id,
             )
         return m

@@ -5,7 +5,8 @@ Exit codes:
   2  bad input or configuration (nothing was changed)
   3  the run stopped on an error; `docmill resume RUN_ID` continues it
   4  the run's budget is spent; resume with a higher --max-cost-usd
-  5  another process drives this run (its lease has not expired)
+  5  another process drives this run (its lease has not expired), or another live run of the
+     same recipe and model covers the same documents (the overlap check; nothing was sent)
   130 interrupted; resume continues it
 """
 
@@ -62,7 +63,7 @@ def _summary_line(s: dict[str, Any]) -> str:
     st = s["states"]
     return (
         f"docmill: run {s['run_id']} {s['phase']}: {st['succeeded']} succeeded, {st['needs_review']} need review, "
-        f"{st['failed']} failed of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
+        f"{st['failed']} failed, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
         f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflicts across documents.\n"
         f"  report: {s['report']}\n  exports: {s['exports']}\n  review queue: {s['review_queue']}"
     )
@@ -91,6 +92,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         "cost.max_cost_usd": a.max_cost_usd,
         "api.concurrency": a.concurrency,
         "api.model": a.model,
+        "inventory.include": a.include,
+        "inventory.exclude": a.exclude,
     }
     if a.no_prefect:
         summary = run_extract(
@@ -107,6 +110,8 @@ def cmd_run(a: argparse.Namespace) -> int:
             max_cost_usd=a.max_cost_usd,
             concurrency=a.concurrency,
             model=a.model,
+            include=a.include,
+            exclude=a.exclude,
             progress=True,
         )
     return _finish(summary)
@@ -168,11 +173,31 @@ def cmd_runs(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _review_target(a: argparse.Namespace, store: Any) -> tuple[str, str | None]:
+    """(run id, doc id) of a `review` command: the run defaults to the newest; `review show DOC_ID`
+    (one argument that is not a run) is a document of the newest run."""
+    from checkpoints.manifest import ManifestStore
+    from docmill.errors import InputError
+
+    runs = set(ManifestStore(store).list_runs())
+    run_id, doc_id = a.run_id, a.doc_id
+    if a.action == "show" and doc_id is None and run_id is not None and run_id not in runs:
+        run_id, doc_id = None, run_id
+    run_id = run_id or max(runs, default=None)
+    if run_id is None:
+        raise InputError("no runs in this store yet", hint="start one with `docmill run SOURCE`")
+    if run_id not in runs:
+        raise InputError(f"no run {run_id!r} in this store", hint="see `docmill runs`")
+    return run_id, doc_id
+
+
 def cmd_review(a: argparse.Namespace) -> int:
     from checkpoints.review_queue import ReviewQueue
     from docmill.errors import InputError
 
-    q = ReviewQueue(_store(a), a.run_id)
+    store = _store(a)
+    run_id, doc_id = _review_target(a, store)
+    q = ReviewQueue(store, run_id)
     if a.action == "list":
         items = list(q.list())
         for item in items:
@@ -180,16 +205,16 @@ def cmd_review(a: argparse.Namespace) -> int:
             print(
                 f"{item.get('doc_id')}\t{item.get('reason')}\t{item.get('attempts', 0)} attempt(s)\t{first}"
             )
-        print(f"{len(items)} item(s) to review in run {a.run_id}", file=sys.stderr)
+        print(f"{len(items)} item(s) to review in run {run_id}", file=sys.stderr)
     elif a.action == "show":
-        if not a.doc_id:
+        if not doc_id:
             raise InputError(
-                "`docmill review show` needs a document id", hint="see `docmill review list RUN_ID`"
+                "`docmill review show` needs a document id", hint=f"see `docmill review list {run_id}`"
             )
-        shown = q.get(a.doc_id)
+        shown = q.get(doc_id)
         if shown is None:
             raise InputError(
-                f"no review item for {a.doc_id!r} in run {a.run_id}", hint="see `docmill review list RUN_ID`"
+                f"no review item for {doc_id!r} in run {run_id}", hint=f"see `docmill review list {run_id}`"
             )
         print(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
     else:
@@ -226,7 +251,13 @@ def cmd_estimate(a: argparse.Namespace) -> int:
     from flows.extract import _settings
     from tasks.estimate import estimate_source
 
-    settings = _settings(getattr(a, "store", None), {"api.model": a.model, "api.max_tokens": a.max_tokens})
+    overrides = {
+        "api.model": a.model,
+        "api.max_tokens": a.max_tokens,
+        "inventory.include": a.include,
+        "inventory.exclude": a.exclude,
+    }
+    settings = _settings(getattr(a, "store", None), overrides)
     print("\n".join(estimate_source(a.source, a.recipe, settings).lines()))
     return EXIT_OK
 
@@ -261,59 +292,108 @@ def cmd_emulator(a: argparse.Namespace) -> int:
     return int(emulator_main(a.rest) or 0)
 
 
+def _common(sub: bool) -> argparse.ArgumentParser:
+    """Options every command takes, before or after its name (`docmill --store X status` and
+    `docmill status --store X` alike): the top level sets them, a subcommand may override them."""
+    c = argparse.ArgumentParser(add_help=False)
+    default = argparse.SUPPRESS if sub else None  # a subcommand never resets what the top level set
+    c.add_argument(
+        "--store", default=default, help="state root: a folder or s3://bucket/prefix (env DOCMILL_STORE)"
+    )
+    c.add_argument(
+        "--log-format", choices=["text", "json"], default=default,
+        help="log lines on stderr as text or one JSON object per line (env DOCMILL_LOG_FORMAT)",
+    )  # fmt: skip
+    c.add_argument(
+        "--log-level", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"], default=default,
+        help="log level on stderr; INFO shows one line per API call (env DOCMILL_LOG_LEVEL)",
+    )  # fmt: skip
+    return c
+
+
+def _source_filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--include", action="append", metavar="GLOB",
+        help="take only files whose path (relative to the source) matches; repeatable, e.g. '*.py' "
+        "('**' spans folders, a pattern without / matches the name at any depth; default: everything)",
+    )  # fmt: skip
+    p.add_argument(
+        "--exclude", action="append", metavar="GLOB",
+        help="leave out files whose relative path matches; repeatable, e.g. 'tests/**'",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="docmill", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--store", help="state root: a folder or s3://bucket/prefix (env DOCMILL_STORE)")
+        prog="docmill", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common(sub=False)],
+    )  # fmt: skip
     sub = p.add_subparsers(dest="command", required=True)
+    common = [_common(sub=True)]
 
-    r = sub.add_parser("run", help="extract a source with a recipe")
+    r = sub.add_parser("run", help="extract a source with a recipe", parents=common)
     r.add_argument("source", help="a folder or s3://bucket/prefix of documents")
     r.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
-    r.add_argument("--store", dest="store", default=argparse.SUPPRESS)
-    r.add_argument("--mode", choices=["realtime", "batch", "auto"], default="realtime")
+    r.add_argument(
+        "--mode", choices=["realtime", "batch", "auto"], default="realtime",
+        help="realtime (Messages API), batch (Message Batches: half price, results within 24 h), or auto "
+        "(batch from DOCMILL_BATCH__AUTO_THRESHOLD documents)",
+    )  # fmt: skip
     r.add_argument("--concurrency", type=int, help="requests in flight at once")
     r.add_argument("--model", help="pinned model id for the per-file pass")
     r.add_argument("--chunk-size", type=int, help="documents per Prefect task")
     r.add_argument("--max-cost-usd", type=float, help="stop spending before this is exceeded")
     r.add_argument("--run-id", help="continue or name a run")
+    _source_filters(r)
     r.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
     r.set_defaults(fn=cmd_run)
 
-    rs = sub.add_parser("resume", help="continue a run from its checkpoint")
-    rs.add_argument("run_id")
-    rs.add_argument("--store", dest="store", default=argparse.SUPPRESS)
-    rs.add_argument("--no-prefect", action="store_true")
+    rs = sub.add_parser("resume", help="continue a run from its checkpoint", parents=common)
+    rs.add_argument("run_id", help="the run to continue (see `docmill runs`)")
+    rs.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
     rs.add_argument("--max-cost-usd", type=float, help="a new cost cap (default: the run's own)")
     rs.set_defaults(fn=cmd_resume)
 
-    s = sub.add_parser("status", help="phase, counts, batches, cost and ETA of a run (default: the newest)")
-    s.add_argument("run_id", nargs="?")
+    s = sub.add_parser(
+        "status", help="phase, counts, batches, cost and ETA of a run (default: the newest)", parents=common
+    )
+    s.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
     s.add_argument("--json", action="store_true", help="the manifest and status as JSON")
     s.set_defaults(fn=cmd_status)
-    sub.add_parser("runs", help="list runs in the store").set_defaults(fn=cmd_runs)
+    sub.add_parser(
+        "runs", help="list runs in the store (the same counts and cost as `status`)", parents=common
+    ).set_defaults(fn=cmd_runs)
 
-    rv = sub.add_parser("review", help="the human review queue of a run")
-    rv.add_argument("action", choices=["list", "show", "export"])
-    rv.add_argument("run_id")
-    rv.add_argument("doc_id", nargs="?", help="for show")
+    rv = sub.add_parser("review", help="the human review queue of a run", parents=common)
+    rv.add_argument(
+        "action", choices=["list", "show", "export"],
+        help="list the items, show one (needs DOC_ID), or export all as JSONL",
+    )  # fmt: skip
+    rv.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
+    rv.add_argument(
+        "doc_id", nargs="?", help="for show: the document (`review show DOC_ID` takes the newest run)"
+    )
     rv.add_argument("--out", help="for export: write JSONL here instead of stdout")
     rv.set_defaults(fn=cmd_review)
 
-    rp = sub.add_parser("report", help="write report.md, report.html and exports again")
-    rp.add_argument("run_id", nargs="?")
+    rp = sub.add_parser("report", help="write report.md, report.html and exports again", parents=common)
+    rp.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
     rp.set_defaults(fn=cmd_report)
 
-    es = sub.add_parser("estimate", help="estimate the cost of a source, realtime vs batch (no model call)")
-    es.add_argument("source")
-    es.add_argument("--recipe", default="invoices")
+    es = sub.add_parser(
+        "estimate", help="estimate the cost of a source, realtime vs batch (no model call)", parents=common
+    )
+    es.add_argument("source", help="a folder or s3://bucket/prefix of documents")
+    es.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
     es.add_argument("--model", help="price this model instead of the configured one")
     es.add_argument("--max-tokens", type=int, help="max_tokens per request (worst case)")
+    _source_filters(es)
     es.set_defaults(fn=cmd_estimate)
 
-    ev = sub.add_parser("eval", help="per-field accuracy against labels; sample succeeded docs for review")
-    ev.add_argument("run_id")
+    ev = sub.add_parser(
+        "eval", help="per-field accuracy against labels; sample succeeded docs for review", parents=common
+    )
+    ev.add_argument("run_id", help="the run to evaluate (see `docmill runs`)")
     ev.add_argument("--labels", help='JSONL: {"record": "document", "doc_id": ..., "fields": {...}} per line')
     ev.add_argument("--sample", type=int, default=0, help="add N succeeded documents (stratified) to review")
     ev.add_argument("--seed", type=int, default=0, help="random seed of the sample")
@@ -322,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "emulator", help="run the offline API emulator (see `docmill emulator --help`)", add_help=False
     )
-    e.add_argument("rest", nargs=argparse.REMAINDER)
+    e.add_argument("rest", nargs=argparse.REMAINDER, help="the emulator's own arguments")
     e.set_defaults(fn=cmd_emulator)
     return p
 
@@ -335,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(emulator_main(argv[1:]) or 0)
     _quiet_prefect()
     from docmill.errors import BudgetExhausted, ConfigError, DocmillError, InputError, LeaseHeld
-    from docmill.logs import configure, redact
+    from docmill.logs import configure, current_run, redact
     from docmill.settings import get_settings
 
     args = build_parser().parse_args(argv)
@@ -348,12 +428,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     try:
         settings = get_settings()
-        configure(settings.log_format)
+        configure(args.log_format or settings.log_format, level=args.log_level)
         if getattr(args, "store", None):
             os.environ["DOCMILL_STORE"] = args.store
         return int(args.fn(args))
     except KeyboardInterrupt:
-        print("docmill: interrupted; `docmill resume RUN_ID` continues the run", file=sys.stderr)
+        run = current_run() or getattr(args, "run_id", None)
+        again = f"`docmill resume {run}`" if run else "`docmill resume` with its id (see `docmill runs`)"
+        print(f"docmill: interrupted; {again} continues the run", file=sys.stderr)
         return EXIT_INTERRUPT
     except DocmillError as e:
         if raise_errors:

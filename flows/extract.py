@@ -92,6 +92,11 @@ def _settings(store: str | None, overrides: dict[str, Any]) -> Settings:
     return Settings.model_validate(base)
 
 
+def _filters(include: list[str] | None, exclude: list[str] | None) -> dict[str, Any]:
+    """Settings overrides of the source's include / exclude globs (None keeps the configured ones)."""
+    return {"inventory.include": include, "inventory.exclude": exclude}
+
+
 def run_extract(
     source: str,
     recipe: str,
@@ -193,9 +198,12 @@ def extract(
     max_cost_usd: float | None = None,
     concurrency: int | None = None,
     model: str | None = None,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """The chain: inventory -> per-file pass -> gate -> integration -> report."""
+    """The chain: inventory -> per-file pass -> gate -> integration -> report. `include` / `exclude`:
+    glob patterns over paths relative to the source (default: every file)."""
     settings = _settings(
         store,
         {
@@ -203,6 +211,7 @@ def extract(
             "cost.max_cost_usd": max_cost_usd,
             "api.concurrency": concurrency,
             "api.model": model,
+            **_filters(include, exclude),
         },
     )
     return _in_flow(
@@ -211,9 +220,16 @@ def extract(
 
 
 @flow(name="nightly", task_runner=RUNNER)
-def nightly(source: str, recipe: str = "invoices", store: str | None = None) -> dict[str, Any]:
+def nightly(
+    source: str,
+    recipe: str = "invoices",
+    store: str | None = None,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+) -> dict[str, Any]:
     """Incremental: unchanged documents hit the ledger by content hash and cost nothing."""
-    return _in_flow(run_extract, source, recipe, settings=_settings(store, {}), progress=False)
+    settings = _settings(store, _filters(include, exclude))
+    return _in_flow(run_extract, source, recipe, settings=settings, progress=False)
 
 
 @flow(name="backfill", task_runner=RUNNER)
@@ -225,9 +241,12 @@ def backfill(
     run_id: str | None = None,
     chunk_size: int | None = None,
     max_cost_usd: float | None = None,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
 ) -> dict[str, Any]:
     """A large source, batch mode by default, resumable by run id."""
-    settings = _settings(store, {"chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd})
+    overrides = {"chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd, **_filters(include, exclude)}
+    settings = _settings(store, overrides)
     run_id = run_id or new_run_id()
     return _in_flow(run_extract, source, recipe, mode=mode, run_id=run_id, settings=settings, progress=False)
 

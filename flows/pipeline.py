@@ -171,7 +171,7 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
     elif m.recipe != params.recipe or m.source != params.source:
         raise ConfigError(
             f"run {ctx.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
-            hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
+            hint=f"resume it with `docmill resume {ctx.run_id}`, or start a new run without --run-id",
         )
     elif m.budget_usd != ctx.settings.cost.max_cost_usd:
         cap = ctx.settings.cost.max_cost_usd

@@ -24,7 +24,7 @@ class OutcomeRecord(TypedDict):
     doc_id: str
     key: str | None
     pass_name: str
-    state: str  # succeeded | needs_review | failed
+    state: str  # succeeded | needs_review | failed | skipped
     reason: str | None
     failure_type: str | None
     attempts: int

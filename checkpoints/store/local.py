@@ -4,10 +4,12 @@
 - put_if_absent: temp file, then `os.link(tmp, final)`, which fails when final exists: atomic
   across threads and processes. On Linux the temp file is unnamed (O_TMPFILE, linked through
   /proc/self/fd): no temp name to create and unlink, nothing left behind by a crashed writer.
-- put_if_match / put / delete: hold an exclusive `flock` on a lock file beside the key across
-  read-compare-replace, so compare-and-swap is atomic across processes.
+- put_if_match / put / delete: hold an exclusive `flock` on the key's lock file across
+  read-compare-replace, so compare-and-swap is atomic across processes. Lock files live in one
+  hidden folder at the root (`.~locks/`, named by a hash of the key), never beside the objects:
+  the folders a person opens (exports, reports) hold only what docmill wrote for them.
 - ETag: quoted md5 of the bytes (the same value S3 gives a single-part upload).
-Temp and lock files start with `.~` (a prefix `safe_key` refuses) and never show up in `list`.
+Temp files and the lock folder start with `.~` (a prefix `safe_key` refuses) and never show up in `list`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
 # Unnamed temp files (Linux O_TMPFILE, linked into place through /proc); off where unsupported.
 _ANONYMOUS = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
+LOCK_FOLDER = f"{RESERVED_PREFIX}locks"  # one hidden folder of lock files per store root
 _TMP_IDS = itertools.count()  # with the pid, a temp name no other writer uses (O_EXCL checks anyway)
 
 
@@ -106,8 +109,9 @@ class LocalStore(ObjectStore):
     @contextlib.contextmanager
     def _locked(self, path: Path) -> Iterator[None]:
         self._ensure_dir(path)
-        lock = _sidecar(path, "lock")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        rel = path.relative_to(self.root).as_posix()
+        lock = self.root / LOCK_FOLDER / f"{hashlib.sha256(rel.encode('utf-8')).hexdigest()[:40]}.lock"
+        fd = self._open_in_folder(lock, lock, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

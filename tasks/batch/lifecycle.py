@@ -16,6 +16,7 @@ from anthropic.types.messages import MessageBatch
 
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
 from docmill.errors import BatchError
+from docmill.logs import current_run
 from tasks.api.retrying import describe, is_retryable, wait_seconds
 from tasks.batch.spool import BatchBody
 
@@ -36,6 +37,12 @@ HOOK: Callable[[str], None] | None = None
 def crash_point(point: str) -> None:
     if HOOK is not None:
         HOOK(point)
+
+
+def resume_hint() -> str:
+    """`docmill resume <the run id>` for the run this thread works for."""
+    run = current_run()
+    return f"`docmill resume {run}`" if run else "`docmill resume` with the run's id (see `docmill runs`)"
 
 
 class BatchApi:
@@ -61,7 +68,7 @@ class BatchApi:
                 if not is_retryable(e) or n == self.attempts:
                     raise BatchError(
                         f"{what} failed after {n} attempt(s): {describe(e)}",
-                        hint="check the API key and network; `docmill resume RUN_ID` picks the run up again",
+                        hint=f"check the API key and network; {resume_hint()} picks the run up again",
                     ) from e
                 self.sleep(wait_seconds(e, n, self.cap))
         raise AssertionError("unreachable")
@@ -150,7 +157,7 @@ def submit(
     records.update(n, lambda r: _not_created(r, f"create kept failing ({api.attempts} attempts)"))
     raise BatchError(
         f"batch {n} of run {run_id} could not be created after {api.attempts} attempts",
-        hint="the API is failing; `docmill resume RUN_ID` later resends these requests",
+        hint=f"the API is failing; `docmill resume {run_id}` later resends these requests",
     )
 
 

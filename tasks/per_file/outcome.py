@@ -1,7 +1,10 @@
 """The terminal outcome of one document in one pass (invariant 5).
 
-Every document ends in exactly one `DocState`: `succeeded`, `needs_review` (with a reason) or
-`failed` (with a failure type, attempts, last error and any partial output). The same record,
+Every document ends in exactly one `DocState`: `succeeded`, `needs_review` (with a reason),
+`failed` (with a failure type, attempts, last error and any partial output), or `skipped` (an input
+with nothing to extract: an empty or marker file such as `py.typed`, or a type the recipe does not
+take; `reason` is the inventory's skip reason, no call is made). Records written before `skipped`
+existed say `failed` with failure type `input:empty` / `input:unsupported_type` and still load. The same record,
 minus `from_ledger`, is what the results ledger stores under the document's idempotency key.
 """
 
@@ -17,10 +20,12 @@ class DocState(StrEnum):
     SUCCEEDED = "succeeded"
     NEEDS_REVIEW = "needs_review"
     FAILED = "failed"
+    SKIPPED = "skipped"
 
 
 class DocOutcome(BaseModel):
-    """What happened to one document. `reason` explains needs_review (and duplicates);
+    """What happened to one document. `reason` explains needs_review (and duplicates) and skipped
+    (the skip reason: "empty", "unsupported_type");
     `failure_type` explains failed: "input:<skip_reason>", "api_error:<status>",
     "transport_exhausted", "budget", "unexpected:<ExceptionType>"."""
 

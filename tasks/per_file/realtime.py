@@ -1,7 +1,7 @@
 """The per-file pass over one chunk of documents, realtime (issue #4, invariants 1, 3, 5).
 
 For each document, in a thread pool as wide as the client's concurrency:
-  skipped            -> failed "input:<skip reason>" (no call)
+  skipped            -> skipped (empty, unsupported type) or failed "input:<skip reason>" (no call)
   ledger hit         -> the stored outcome (from_ledger=True, no call: invariant 1)
   persisted response -> gated without a call (crash recovery: invariant 3)
   otherwise          -> call -> persist response -> gate -> repair policy -> ledger (put-if-absent)

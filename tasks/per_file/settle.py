@@ -144,11 +144,21 @@ def failed_outcome(doc: Document, key: str | None, failure_type: str, error: str
     )  # fmt: skip
 
 
+# Inputs with nothing to extract: `skipped`, not `failed` (no alert, nothing to fix). Every other skip
+# reason (unreadable, binary, undecodable, oversized) is a file that should have had text: `failed`.
+NOTHING_TO_EXTRACT = frozenset({"empty", "unsupported_type"})
+
+
 def skipped_outcome(doc: Document) -> DocOutcome:
-    """The failed outcome of a document the inventory skipped ("input:<skip reason>", no call)."""
+    """The outcome of a document the inventory skipped, without a call: `skipped` with the skip reason
+    for an empty/marker file or a type the recipe does not take, else `failed` "input:<skip reason>"."""
     reason = getattr(doc.skip_reason, "value", doc.skip_reason) or "skipped"
-    detail = getattr(doc, "skip_detail", None)
-    return failed_outcome(doc, None, f"input:{reason}", detail or f"document skipped by inventory: {reason}")
+    detail = getattr(doc, "skip_detail", None) or f"document skipped by inventory: {reason}"
+    if reason in NOTHING_TO_EXTRACT:
+        return DocOutcome(
+            doc_id=doc.doc_id, pass_name=FILE_PASS, state=DocState.SKIPPED, reason=reason, last_error=detail
+        )
+    return failed_outcome(doc, None, f"input:{reason}", detail)
 
 
 def outcome_from_original(p: Pass, doc: Document, key: str) -> DocOutcome:

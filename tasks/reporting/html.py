@@ -25,14 +25,14 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bot
 .cards{display:flex;gap:12px;flex-wrap:wrap}
 .card{background:#fff;border:1px solid #dde1e8;border-radius:8px;padding:12px 16px;min-width:130px}
 .card .n{font-size:24px;font-weight:600} .card .l{color:#5b6478;font-size:12px;text-transform:uppercase}
-.ok .n{color:#1a7f37} .warn .n{color:#9a6700} .bad .n{color:#cf222e}
+.ok .n{color:#1a7f37} .warn .n{color:#9a6700} .bad .n{color:#cf222e} .skip .n{color:#57606a}
 table{border-collapse:collapse;background:#fff;border:1px solid #dde1e8;width:100%;margin:6px 0}
 th,td{text-align:left;padding:5px 10px;border-bottom:1px solid #eceef2;vertical-align:top}
 th{background:#f0f2f5;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .muted{color:#5b6478} .small{font-size:12px} svg{background:#fff;border:1px solid #dde1e8;border-radius:8px}
 """
 
-STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad"}
+STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad", "skipped": "skip"}
 
 
 def _e(v: Any) -> str:

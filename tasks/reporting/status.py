@@ -18,7 +18,7 @@ from checkpoints.manifest import ManifestStore
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
-STATES = ("succeeded", "needs_review", "failed")
+STATES = ("succeeded", "needs_review", "failed", "skipped")
 FINISHED = ("done", "canceled")
 
 
@@ -119,9 +119,9 @@ def status_text(st: dict[str, Any]) -> str:
         f"run        {st['run_id']}  ({st['recipe']}, {st['mode']}, source {st['source']})",
         f"phase      {st['phase']}"
         + (
-            "  -> `docmill resume RUN_ID --max-cost-usd N`"
+            f"  -> `docmill resume {st['run_id']} --max-cost-usd N`"
             if st["phase"] == "budget_exhausted"
-            else "  (stopped: no process drives it; `docmill resume RUN_ID` continues it)"
+            else f"  (stopped: no process drives it; `docmill resume {st['run_id']}` continues it)"
             if st["driver"] == "stopped"
             else ""
         ),
@@ -142,20 +142,20 @@ def status_text(st: dict[str, Any]) -> str:
 
 
 def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
-    """One line per run, oldest first: id, phase, driver (running / stopped / finished), recipe,
-    mode, documents, cost."""
+    """One line per run, oldest first: id, phase, driver (running / stopped / finished), recipe, mode,
+    documents processed of those inventoried, needs review, failed, cost. Read by `run_status`, the
+    reader of `docmill status`, so both commands agree (an interrupted run shows what it did)."""
     now = time.time() if now is None else now
-    ms = ManifestStore(store)
     lines = [
-        f"{'RUN':<24} {'PHASE':<17} {'DRIVER':<8} {'RECIPE':<12} {'MODE':<9} {'DOCS':>6} {'REVIEW':>6} "
+        f"{'RUN':<24} {'PHASE':<17} {'DRIVER':<8} {'RECIPE':<12} {'MODE':<9} {'DOCS':>11} {'REVIEW':>6} "
         f"{'FAILED':>6} {'COST':>10}"
     ]
-    for run_id in sorted(ms.list_runs()):
-        m = ms.load(run_id)
-        c = m.counts
-        driver = driver_state(store, run_id, str(m.phase), now)
+    for run_id in sorted(ManifestStore(store).list_runs()):
+        st = run_status(store, run_id, now=now)
+        c = st["states"]
+        docs = f"{st['progress']}/{st['documents'] if st['documents'] is not None else '?'}"
         lines.append(
-            f"{run_id:<24} {m.phase!s:<17} {driver:<8} {m.recipe:<12} {m.mode:<9} {c.get('documents', 0):>6} "
-            f"{c.get('needs_review', 0):>6} {c.get('failed', 0):>6} {'$' + format(m.cost_usd, '.4f'):>10}"
+            f"{run_id:<24} {st['phase']:<17} {st['driver']:<8} {st['recipe']:<12} {st['mode']:<9} {docs:>11} "
+            f"{c.get('needs_review', 0):>6} {c.get('failed', 0):>6} {'$' + format(st['cost_usd'], '.4f'):>10}"
         )
     return lines

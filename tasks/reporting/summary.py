@@ -7,7 +7,7 @@ from typing import Any
 
 from tasks.records import RunSummary
 
-STATES = ("succeeded", "needs_review", "failed")
+STATES = ("succeeded", "needs_review", "failed", "skipped")
 
 
 def summarize(outcomes: list[dict[str, Any]]) -> RunSummary:

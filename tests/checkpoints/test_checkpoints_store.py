@@ -100,3 +100,21 @@ def test_longest_unicode_segment_works(store: ObjectStore) -> None:
     store.put_if_match(key, b"2", etag)
     assert store.put_if_absent(key, b"3") is False
     assert list(store.list("long/")) == [key]
+
+
+def test_local_folders_hold_only_objects_no_lock_files(tmp_path) -> None:
+    """put / put_if_match / delete lock across processes, but no `.~lock.*` file is left beside
+    the objects (an exports folder a person opens holds only the exports)."""
+    from checkpoints.store.local import LocalStore
+
+    s = LocalStore(tmp_path)
+    etag = s.put("runs/r1/exports/results.jsonl", b"{}\n")
+    s.put_if_match("runs/r1/exports/results.jsonl", b"{}\n{}\n", etag)
+    s.put("runs/r1/exports/results.csv", b"a\n")
+    s.delete("runs/r1/exports/results.csv")
+    s.put_if_absent("runs/r1/exports/summary.json", b"{}")
+    assert sorted(p.name for p in (tmp_path / "runs/r1/exports").iterdir()) == [
+        "results.jsonl",
+        "summary.json",
+    ]
+    assert list(s.list("")) == ["runs/r1/exports/results.jsonl", "runs/r1/exports/summary.json"]

@@ -90,3 +90,81 @@ def test_invalid_setting_is_one_line_exit_2(
         get_settings.cache_clear()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "DOCMILL_API__CONCURRENCY" in err[0]
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    import argparse
+
+    from flows.cli import build_parser
+
+    parser = build_parser()
+    (subs,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [
+        f"{name} {'/'.join(action.option_strings) or action.dest}"
+        for name, sub in [("docmill", parser), *subs.choices.items()]
+        for action in sub._actions
+        if not isinstance(action, argparse._SubParsersAction) and not action.help
+    ]
+    assert missing == []
+    assert "overlap" in (parser.description or "")  # the exit-code lines name the overlap case (5)
+
+
+def test_store_and_log_options_before_or_after_any_command_with_real_run_ids(
+    offline_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`docmill status --store X` works as `docmill --store X status` does; `review list` takes the
+    newest run; messages name the run, never a placeholder."""
+    corpus, _ = make_corpus(tmp_path, count=12, seed=9)
+    assert main(["run", str(corpus), "--no-prefect", "--store", offline_env, "--log-format", "json"]) == 0
+    capsys.readouterr()
+    for argv in (["status", "--store", offline_env], ["--store", offline_env, "status"]):
+        assert main(argv) == 0, argv
+        assert "done" in capsys.readouterr().out
+    assert main(["runs", "--store", offline_env, "--log-level", "info"]) == 0
+    (run_id,) = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert main(["review", "list", "--store", offline_env]) == 0
+    listed = capsys.readouterr()
+    assert f"in run {run_id}" in listed.err
+    doc_id = listed.out.splitlines()[0].split("\t")[0]
+    assert main(["review", "show", doc_id, "--store", offline_env]) == 0  # newest run
+    assert json.loads(capsys.readouterr().out)["doc_id"] == doc_id
+    assert main(["review", "show", run_id, "nope.txt", "--store", offline_env]) == 2
+    err = capsys.readouterr().err
+    assert f"docmill review list {run_id}" in err and "RUN_ID" not in err
+
+
+def test_include_and_exclude_globs_pick_the_documents(
+    offline_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from checkpoints.manifest import ManifestStore
+    from checkpoints.outcomes import OutcomeLog
+    from checkpoints.store import open_store
+
+    src = tmp_path / "code"
+    for rel in ("app/main.py", "app/util.py", "tests/test_main.py", "README.md", "app/py.typed"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("" if rel.endswith("typed") else "def f(x):\n    return x\n")
+    argv = ["--store", offline_env, "run", str(src), "--recipe", "code-review", "--no-prefect"]
+    assert main([*argv, "--include", "*.py", "--include", "py.typed", "--exclude", "tests/**"]) == 0
+    summary = capsys.readouterr().out
+    assert "1 skipped" in summary and "0 failed" in summary, summary
+    store = open_store(offline_env)
+    (run_id,) = ManifestStore(store).list_runs()
+    states = {o["doc_id"]: o["state"] for o in OutcomeLog(store, run_id).all()}
+    assert states == {"app/main.py": "succeeded", "app/util.py": "succeeded", "app/py.typed": "skipped"}
+
+
+def test_interrupted_message_names_the_run(
+    offline_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import flows.pipeline as pipeline
+
+    def interrupt(*args: Any, **kw: Any) -> None:
+        raise KeyboardInterrupt  # Ctrl-C during the per-file pass
+
+    monkeypatch.setattr(pipeline, "per_file_pass", interrupt)
+    corpus, _ = make_corpus(tmp_path, count=6, seed=1)
+    code = main(["--store", offline_env, "run", str(corpus), "--no-prefect", "--run-id", "night-1"])
+    assert code == 130
+    err = capsys.readouterr().err
+    assert "`docmill resume night-1`" in err and "RUN_ID" not in err

@@ -160,9 +160,12 @@ def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, 
         )
     st = run_status(store, "r1")
     assert (st["phase"], st["driver"], st["eta_seconds"]) == ("per_file", "stopped", None)
-    assert "docmill resume RUN_ID" in status_text(st)
+    assert "docmill resume r1" in status_text(st) and "RUN_ID" not in status_text(st)
     row = next(line for line in runs_table(store) if line.startswith("r1 "))
     assert row.split()[1:3] == ["per_file", "stopped"]
+    # `runs` reads what `status` reads: the interrupted run's documents so far and its real cost.
+    assert st["progress"] > 0 and st["cost_usd"] > 0
+    assert f"{st['progress']}/{st['documents']}" in row.split() and f"${st['cost_usd']:.4f}" in row
 
     Lease(store, "r1", ELSEWHERE, ttl_seconds=600).acquire()  # a process on another machine took it
     assert run_status(store, "r1")["driver"] == "running"

@@ -239,14 +239,21 @@ def test_duplicates_and_same_content_take_the_original_result(h: Harness) -> Non
 
 
 def test_skipped_and_broken_documents_fail_alone(h: Harness) -> None:
+    """An empty (or marker) file and a type the recipe does not take are `skipped` with their reason;
+    a file that should have had text and could not be read is `failed`. Neither is sent."""
     h.write("good.txt", invoice_text(8))
     h.write("empty.txt", b"")
+    h.write("py.typed", b"")
+    h.write("photo.xyz", b"\x89PNG")
     h.write("gone.txt", invoice_text(9))
     docs = h.docs()
     (h.src / "gone.txt").unlink()  # vanished between inventory and the call
     out = h.run(docs)
     assert out["good.txt"].state is DocState.SUCCEEDED
-    assert out["empty.txt"].state is DocState.FAILED and out["empty.txt"].failure_type == "input:empty"
+    for doc_id, reason in (("empty.txt", "empty"), ("photo.xyz", "unsupported_type")):
+        o = out[doc_id]
+        assert (o.state, o.reason, o.failure_type) == (DocState.SKIPPED, reason, None), doc_id
+    assert out["py.typed"].state is DocState.SKIPPED
     assert out["gone.txt"].state is DocState.FAILED and out["gone.txt"].failure_type.startswith("input:")
     assert h.received == 1
 
