@@ -13,6 +13,8 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -120,3 +122,53 @@ def configure(fmt: str = "text", level: int | str | None = None, stream: Any = N
 
 def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(f"docmill.{name}")
+
+
+@contextmanager
+def to_prefect_run(level: int = logging.INFO) -> Iterator[None]:
+    """Inside a Prefect flow run: docmill's log lines (from every thread of this process) go to the
+    flow run's Logs tab through Prefect's API log handler, tagged `[docmill run <id>]` and redacted.
+
+    The handler is Prefect's own `APILogHandler`, attached to the `docmill` logger at `level`, so the
+    lines reach the API whatever `PREFECT_LOGGING_LEVEL` the worker's flow-run process has (workers
+    run at WARNING; a run logger at that level drops every INFO line, and plain Python loggers reach
+    only the worker's log file). Lines from threads without a Prefect context (docmill's own pools)
+    are attached to the flow run by its id. Outside a flow run this does nothing."""
+    from prefect.context import FlowRunContext
+    from prefect.logging.handlers import APILogHandler
+
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        yield
+        return
+    flow_run_id = ctx.flow_run.id
+
+    class _RunHandler(APILogHandler):
+        def prepare(self, record: logging.LogRecord) -> dict[str, Any]:
+            if getattr(record, "flow_run_id", None) is None:
+                record = logging.makeLogRecord({**record.__dict__, "flow_run_id": flow_run_id})
+            return super().prepare(record)
+
+    handler = _RunHandler(level=level)
+    handler.setFormatter(_PrefectFormatter())
+    logger = logging.getLogger("docmill")
+    before = logger.level
+    if before == logging.NOTSET or before > level:
+        logger.setLevel(level)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+
+
+class _PrefectFormatter(logging.Formatter):
+    """`[docmill run <id>] message` (plus the error's last line), redacted: the Logs tab's line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        run = getattr(record, "run_id", None) or current_run() or "-"
+        text = f"[docmill run {run}] {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+        return redact(text)

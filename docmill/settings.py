@@ -135,6 +135,13 @@ class Settings(BaseSettings):
         description="Start a run even while another live run of the same recipe and model covers "
         "the same source (documents both are sending may then be paid for twice).",
     )
+    report_link_seconds: int = Field(
+        7 * 24 * 3600,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="Lifetime of the presigned S3 link to report.html in a flow run's artifacts (at most "
+        "7 days); anyone with the link can read the report until then. 0: the s3:// path, no presigning.",
+    )
     chunk_limit_name: str | None = Field(
         None, description="Prefect global concurrency limit held per chunk (strict); None: no limit."
     )

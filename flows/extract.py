@@ -8,28 +8,45 @@ Prefect. Set DOCMILL_CHUNK_LIMIT_NAME to hold a Prefect global concurrency limit
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NONE
+from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from docmill.logs import current_run, get_logger, redact
+from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from flows import pipeline
+from flows.artifacts import publish_run
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
 
 log = get_logger("flows")
 RUNNER: Any = ThreadPoolTaskRunner(max_workers=pipeline.CHUNK_WORKERS)  # always bounded
 
 
-@task(name="per-file-chunk", cache_policy=NONE, retries=0)
-def chunk_task(fn: Any, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
+def chunk_label(cid: str, docs: list[dict[str, Any]]) -> str:
+    """What a chunk holds, for its task-run name: `000003: 2026-05/inv-001004.html .. 2026-06/inv-001020.md
+    (20 docs)` (first and last doc id; long ids shortened to their tail)."""
+
+    def short(doc_id: str) -> str:
+        return doc_id if len(doc_id) <= 60 else "…" + doc_id[-59:]
+
+    if not docs:
+        return f"{cid}: empty"
+    first, last = short(str(docs[0]["doc_id"])), short(str(docs[-1]["doc_id"]))
+    span = first if len(docs) == 1 else f"{first} .. {last}"
+    return f"{cid}: {span} ({len(docs)} doc{'s' if len(docs) != 1 else ''})"
+
+
+# The task's name stays `per-file-chunk` (what limits, filters and dashboards key on); each run of it
+# is named after the documents it holds.
+@task(name="per-file-chunk", task_run_name="per-file-chunk {label}", cache_policy=NONE, retries=0)
+def chunk_task(fn: Any, cid: str, docs: list[dict[str, Any]], label: str = "") -> dict[str, int]:
     limit = get_settings().chunk_limit_name
     if limit:
         from prefect.concurrency.sync import concurrency
@@ -43,7 +60,7 @@ def chunk_task(fn: Any, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
 
 def prefect_map(fn: pipeline.ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
     """Chunks as Prefect task runs on the flow's bounded runner."""
-    futures = [chunk_task.submit(fn, cid, docs) for cid, docs in chunks]
+    futures = [chunk_task.submit(fn, cid, docs, label=chunk_label(cid, docs)) for cid, docs in chunks]
     return [f.result() for f in futures]
 
 
@@ -127,63 +144,49 @@ def run_extract(
         )
 
 
-class _ToPrefect(logging.Handler):
-    """docmill's own log lines, forwarded to the flow run's logger with the docmill run id."""
-
-    def __init__(self, target: Any) -> None:
-        super().__init__(level=logging.INFO)
-        self.target = target
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            run = getattr(record, "run_id", None) or current_run() or "-"
-            self.target.log(record.levelno, "[docmill run %s] %s", run, redact(record.getMessage()))
-        except Exception:  # logging must never break a run
-            self.handleError(record)
-
-
 def _budget_guard(call: Any) -> dict[str, Any]:
-    """Run the chain inside a flow: docmill's log lines go to Prefect's run logger, and a budget
+    """Run the chain inside a flow: docmill's log lines go to the flow run's Logs tab, and a budget
     stop is an expected end (phase budget_exhausted, one line), not a crash with a traceback."""
     from docmill.errors import BudgetExhausted
 
-    source = logging.getLogger("docmill")
-    handler = _ToPrefect(get_run_logger())
-    source.addHandler(handler)
-    level = source.level
-    if level == logging.NOTSET or level > logging.INFO:
-        source.setLevel(logging.INFO)
-    try:
-        return dict(call())
-    except BudgetExhausted as e:
-        return {"run_id": e.run_id, "phase": "budget_exhausted", "message": e.one_line()}
-    finally:
-        source.removeHandler(handler)
-        source.setLevel(level)
+    with to_prefect_run():
+        try:
+            return dict(call())
+        except BudgetExhausted as e:
+            return {"run_id": e.run_id, "phase": "budget_exhausted", "message": e.one_line()}
 
 
-def _publish(summary: dict[str, Any]) -> None:
+def _publish(summary: dict[str, Any], settings: Settings) -> None:
     if summary.get("phase") == "budget_exhausted":
-        get_run_logger().info("docmill: %s", summary["message"])
+        get_run_logger().warning("docmill: %s", summary["message"])
         return
-    states = summary["states"]
-    md = (
-        f"# docmill run `{summary['run_id']}`\n\n| state | documents |\n|---|---|\n"
-        + "".join(f"| {k} | {v} |\n" for k, v in states.items())
-        + f"\nCost: ${summary['cost_usd']:.4f}. Conflicts: {summary['conflicts']}.\n\n"
-        f"Report: `{summary['report']}`  \nReview queue: `{summary['review_queue']}`\n"
+    from checkpoints.store import open_store
+
+    store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
+    publish_run(summary, store, link_seconds=settings.report_link_seconds)
+    get_run_logger().info(
+        "docmill run %s: %s, cost $%.4f", summary["run_id"], summary["states"], summary["cost_usd"]
     )
-    create_markdown_artifact(markdown=md, key="docmill-run-summary", description="docmill run summary")
-    get_run_logger().info("docmill run %s: %s, cost $%.4f", summary["run_id"], states, summary["cost_usd"])
 
 
-def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> dict[str, Any]:
+def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> Any:
     """The chain inside a flow: chunks as Prefect tasks, progress as an artifact, a budget stop as an
-    expected end, and the summary published as an artifact."""
-    summary = _budget_guard(
-        lambda: chain(*args, map_chunks=prefect_map, on_progress=ProgressArtifact(), **kw)
-    )
-    _publish(summary)
+    expected end, the summary, report link and failures published as artifacts. A deliberate skip
+    (another live run covers the same documents) ends the flow run Cancelled with the reason, not
+    Failed: nothing went wrong, and failure alerts must not fire for it."""
+    from docmill.errors import RunOverlap
+
+    settings = kw.get("settings") or _settings(kw.get("store"), {})
+    try:
+        summary = _budget_guard(
+            lambda: chain(*args, map_chunks=prefect_map, on_progress=ProgressArtifact(), **kw)
+        )
+    except RunOverlap as e:
+        get_run_logger().warning(
+            "docmill: skipped: %s", e.one_line(), exc_info=e
+        )  # the CLI prints its own line
+        return Cancelled(message=f"skipped: {e.one_line()}", data=e)
+    _publish(summary, settings)
     return summary
 
 

@@ -102,5 +102,10 @@ class ObjectStore(ABC):
         self.put(key, data)
         return True
 
+    def link(self, key: str, *, expires_seconds: int = 7 * 24 * 3600) -> str:
+        """Where a person opens `key`: the store's URI of it here; a file:// URL on the local backend,
+        a presigned https URL on S3 where the credentials allow (else the s3:// URI)."""
+        return f"{self.uri.rstrip('/')}/{key}"
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

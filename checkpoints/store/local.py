@@ -118,6 +118,9 @@ class LocalStore(ObjectStore):
         finally:
             os.close(fd)  # closing drops the flock
 
+    def link(self, key: str, *, expires_seconds: int = 7 * 24 * 3600) -> str:
+        return self._path(key).as_uri()
+
     # ---- operations ----------------------------------------------------------------------
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:

@@ -107,6 +107,18 @@ class S3Store(ObjectStore):
             ),
         )
 
+    def link(self, key: str, *, expires_seconds: int = 7 * 24 * 3600) -> str:
+        """A presigned GET URL (SigV4 allows at most 7 days); the s3:// URI when no credentials sign."""
+        try:
+            url: str = self.client.generate_presigned_url(
+                "get_object",
+                Params={"Bucket": self.bucket, "Key": self._k(key)},
+                ExpiresIn=min(int(expires_seconds), 7 * 24 * 3600),
+            )
+        except Exception:  # no credentials (or none that sign): the path still names it
+            return super().link(key)
+        return url
+
     # ---- helpers -------------------------------------------------------------------------
 
     def _k(self, key: str) -> str:

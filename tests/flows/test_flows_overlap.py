@@ -199,6 +199,27 @@ def test_cli_through_prefect_says_it_in_one_line_too(
         cwd=root, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert out.returncode == 5, out.stderr
+    assert "skipped" not in out.stdout
     assert "Traceback" not in out.stderr and "Encountered exception" not in out.stderr, out.stderr
     lines = out.stderr.strip().splitlines()
     assert [line for line in lines if "RunOverlap" in line] == [lines[-1]]
+
+
+def test_an_overlap_skip_ends_the_flow_run_cancelled_with_its_reason(
+    prefect_engine: None, rig: tuple[Path, Settings, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deliberate skip is not a failure: the flow run ends Cancelled (no failure alert at 2 a.m.),
+    its message says why, and nothing was sent."""
+    from docmill.settings import get_settings
+    from flows.extract import nightly
+
+    corpus, settings, store = rig
+    monkeypatch.setenv("DOCMILL_API__BASE_URL", settings.api.base_url or "")
+    get_settings.cache_clear()
+    _live_run(store, "backfill-1", settings, corpus.parent)
+    try:
+        state = nightly(str(corpus), "invoices", store=str(settings.store), return_state=True)
+    finally:
+        get_settings.cache_clear()
+    assert state.is_cancelled(), state
+    assert "backfill-1" in (state.message or "") and "skipped" in (state.message or "")

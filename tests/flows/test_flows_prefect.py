@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,79 @@ def test_progress_artifact_is_throttled_and_never_breaks_a_run(monkeypatch: pyte
 
     monkeypatch.setattr(fx, "update_progress_artifact", broken)
     fx.ProgressArtifact()(10, 10)  # logged, not raised
+
+
+def test_info_lines_reach_the_logs_tab_whatever_prefects_own_level(
+    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers run flow runs at PREFECT_LOGGING_LEVEL=WARNING (so does this session): docmill's INFO
+    lines (one per API call) still reach the flow run's Logs tab, from the chunk threads too."""
+    import logging
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    from flows.extract import extract
+
+    assert logging.getLogger("prefect").getEffectiveLevel() >= logging.WARNING
+    monkeypatch.setenv("DOCMILL_LOG_LEVEL", "INFO")
+    get_settings.cache_clear()
+    corpus, _ = make_corpus(tmp_path, count=6, seed=6)
+    state = extract(str(corpus), "invoices", chunk_size=3, return_state=True)
+    run_id = state.result()["run_id"]
+
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            flt = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id]))
+            return await client.read_logs(log_filter=flt)
+
+    import time
+
+    for _ in range(40):  # logs are shipped to the API in batches
+        logs = asyncio.run(read())
+        if sum(1 for x in logs if x.level == logging.INFO and x.message.startswith("[docmill run ")) >= 3:
+            break
+        time.sleep(0.25)
+    info = [
+        x.message for x in logs if x.level == logging.INFO and x.message.startswith(f"[docmill run {run_id}]")
+    ]
+    assert len(info) >= 3, [x.message for x in logs]
+
+
+def test_finished_run_links_its_html_report_and_tables_failures_by_reason(
+    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
+) -> None:
+    from flows.extract import extract
+
+    corpus, truth = make_corpus(tmp_path, count=14, seed=5)
+    state = extract(str(corpus), "invoices", chunk_size=4, return_state=True)
+    summary = state.result()
+    flow_run_id = state.state_details.flow_run_id
+    artifacts = {a.key: a for a in _of_flow_run("artifacts", flow_run_id)}
+    link = artifacts["docmill-report"]  # Prefect stores a link artifact as markdown `[text](url)`
+    import re
+
+    (url,) = re.findall(r"\]\(([^)]+)\)", str(link.data))
+    assert url.startswith("file://") and url.endswith(f"runs/{summary['run_id']}/report.html"), url
+    assert Path(url.removeprefix("file://")).is_file()
+    table = artifacts["docmill-failures"]
+    assert table.type == "table"
+    rows = json.loads(str(table.data))
+    broken = [t for t in truth if t["record"] == "document" and t["expected_status"] != "ok"]
+    broken = [t for t in broken if t["expected_skip_reason"] != "duplicate"]  # these take their original's
+    assert sum(int(r["documents"]) for r in rows) == len(broken) > 0, rows
+    assert {(r["state"], r["reason"]) for r in rows} >= {("failed", "input:binary"), ("skipped", "empty")}
+    assert "report.html" in str(artifacts["docmill-run-summary"].data)
+
+    # Chunk task runs are named after the documents they hold; the task name stays per-file-chunk.
+    runs = [r for r in _of_flow_run("task_runs", flow_run_id) if r.name.startswith("per-file-chunk")]
+    assert runs and all(re.match(r"per-file-chunk (dup-)?\d{6}: ", r.name) for r in runs), [
+        r.name for r in runs
+    ]
+    from checkpoints.store import open_store
+
+    store = open_store(env_for)
+    chunks = store.get_json(f"runs/{summary['run_id']}/inventory-done.json")["chunks"]
+    first = store.get_json(f"runs/{summary['run_id']}/inventory/{chunks[0]}.json")
+    name = next(r.name for r in runs if f" {chunks[0]}: " in r.name)
+    assert first[0]["doc_id"] in name and first[-1]["doc_id"] in name and f"({len(first)} docs)" in name
