@@ -7,9 +7,13 @@
 # Reads STATE_DIR/postgres.env, runs `prefect server start` in its own session (pid in
 # STATE_DIR/prefect-server.pid, log in STATE_DIR/prefect-server.log), waits for /api/health, and
 # writes STATE_DIR/prefect.env (PREFECT_API_URL for workers and clients). Prints it on stdout.
+# The UI is told where its API is (PREFECT_UI_API_URL, for the host and port used here): without it
+# the UI calls 127.0.0.1:4200 and shows "Can't connect to Server API" on any other port or machine.
 #
 # Environment (all optional):
 #   DOCMILL_PREFECT_HOST        listen address (default 127.0.0.1)
+#   DOCMILL_PREFECT_PUBLIC_HOST the name browsers and workers use for this machine (default: the
+#                               listen address, or `hostname -f` when it listens on 0.0.0.0 / ::)
 #   DOCMILL_PG_PASSWORD         password of the `prefect` database role, when one was set
 #   DOCMILL_WORK_POOL           work pool name (default docmill)
 #   DOCMILL_CHUNK_LIMIT         slots of the global concurrency limit (default 4; see deploy/README.md)
@@ -41,7 +45,12 @@ if [ -z "$PORT" ] && [ -f "$STATE/prefect.env" ]; then
   PORT=$(sed -n 's/^DOCMILL_PREFECT_PORT=//p' "$STATE/prefect.env")
 fi
 PORT=${PORT:-$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
-API_URL="http://$HOST:$PORT/api"
+case $HOST in
+  0.0.0.0|::|"[::]") PUBLIC=${DOCMILL_PREFECT_PUBLIC_HOST:-$(hostname -f 2>/dev/null || hostname)}; LOCAL=127.0.0.1 ;;
+  *) PUBLIC=${DOCMILL_PREFECT_PUBLIC_HOST:-$HOST}; LOCAL=$HOST ;;
+esac
+API_URL="http://$PUBLIC:$PORT/api"     # what workers, clients and the UI in a browser call
+HEALTH_URL="http://$LOCAL:$PORT/api"   # what this script checks, on this machine
 
 set -a
 # shellcheck disable=SC1091
@@ -58,8 +67,12 @@ export PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE=${PREFECT_SERVER_SERVI
 export PREFECT_SERVER_SERVICES_EVENT_PERSISTER_READ_BATCH_SIZE=${PREFECT_SERVER_SERVICES_EVENT_PERSISTER_READ_BATCH_SIZE:-500}
 export PREFECT_SERVER_EVENTS_RETENTION_PERIOD=${PREFECT_SERVER_EVENTS_RETENTION_PERIOD:-P7D}
 export PREFECT_LOGGING_LEVEL=${PREFECT_LOGGING_LEVEL:-WARNING}
+# The UI (served by this process) calls the API at this URL from the user's browser.
+export PREFECT_SERVER_API_HOST=$HOST PREFECT_SERVER_API_PORT=$PORT
+export PREFECT_UI_API_URL=$API_URL
+export PREFECT_UI_URL=${PREFECT_UI_URL:-http://$PUBLIC:$PORT}
 
-healthy() { "$PYTHON" - "$API_URL/health" <<'PY'
+healthy() { "$PYTHON" - "$HEALTH_URL/health" <<'PY'
 import sys, urllib.request
 try:
     with urllib.request.urlopen(sys.argv[1], timeout=2) as r:
@@ -96,7 +109,7 @@ fi
 
 # Bootstrap, idempotent: the process work pool and the chunk limit (strict=True in the flows
 # fails loudly if this limit is missing, instead of silently not limiting).
-export PREFECT_API_URL=$API_URL
+export PREFECT_API_URL=$HEALTH_URL
 "$PYTHON" - "$POOL" "$LIMIT_NAME" "$LIMIT" <<'PY' >&2
 import asyncio, sys
 from prefect.client.orchestration import get_client
@@ -121,6 +134,7 @@ PY
 cat >"$STATE/prefect.env" <<ENV
 DOCMILL_PREFECT_PORT=$PORT
 PREFECT_API_URL=$API_URL
+PREFECT_UI_URL=$PREFECT_UI_URL
 DOCMILL_WORK_POOL=$POOL
 DOCMILL_CHUNK_LIMIT_NAME=$LIMIT_NAME
 ENV

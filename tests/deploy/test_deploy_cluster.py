@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -25,6 +26,7 @@ from tests.fixtures.cluster import (
     concurrency_windows,
     create_flow_run,
     emulator_accounting,
+    flow_run_logs,
     list_keys,
     make_state_dir,
     max_overlap,
@@ -135,6 +137,10 @@ def test_deploy_cluster_probe_runs_on_both_workers_and_gcl_caps_chunks(cluster: 
     artifacts = read_artifacts(cluster, ids)
     assert {a["key"] for a in artifacts} == {"probe-a", "probe-b"}
 
+    # The UI served by the server calls the API at the port and host the script used (not 4200).
+    ui = httpx.get(cluster.api_url.removesuffix("/api") + "/ui-settings", timeout=10).json()
+    assert ui["api_url"] == cluster.api_url, ui
+
 
 def _upload_corpus(cluster: Cluster) -> dict[int, set[str]]:
     """Generate invoices and upload them into SHARDS prefixes, split by content hash so a planted
@@ -240,6 +246,16 @@ def test_deploy_cluster_backfill_on_two_workers_then_nightly(cluster: Cluster) -
         mine = [a for a in artifacts if a["flow_run_id"] == flow_run_id]
         assert any(a["key"] == "docmill-run-summary" for a in mine), mine
         assert [a["data"] for a in mine if a["type"] == "progress"] == [100.0], mine
+        assert any(a["key"] == "docmill-failures" and a["type"] == "table" for a in mine), mine
+        # The report link is a presigned URL of the bucket: it opens report.html without an AWS client.
+        (link,) = [a["data"] for a in mine if a["key"] == "docmill-report"]
+        url = link[link.index("](") + 2 : -1]
+        assert url.startswith(cluster.s3_endpoint) and "Signature=" in url, url
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        # docmill's own lines reach the flow run's Logs tab from the worker's flow-run process (the
+        # workers run Prefect at WARNING; docmill's INFO lines are sent all the same).
+        assert "[docmill run " in flow_run_logs(cluster, flow_run_id), flow_run_id
 
     # No document processed twice: no request body and no batch custom_id was billed twice, every
     # billed request is in exactly one run's cost ledger, and each per-file key was sent (first
@@ -278,6 +294,15 @@ def test_deploy_cluster_backfill_on_two_workers_then_nightly(cluster: Cluster) -
     assert chunks
     assert max_overlap(chunks, release_slack=0.05) <= CHUNK_LIMIT
 
+    # The resume deployment continues a run by id on whichever worker is free; a finished run's
+    # documents are all in the ledger, so it bills nothing.
+    (realtime_run,) = [r for r, m in manifests.items() if m["source"] == f"{CORPUS}/part-1"]
+    before = len(emulator_accounting(cluster.emulator_url)["billed"])
+    resume_id = create_flow_run(cluster, "resume/resume", {"run_id": realtime_run})
+    assert_completed(cluster, wait_for_flow_runs(cluster, [resume_id], timeout=120))
+    assert len(emulator_accounting(cluster.emulator_url)["billed"]) == before
+    assert _get_json(cluster, f"store/runs/{realtime_run}/manifest.json")["phase"] == "done"
+
 
 # Fast checks of the deploy/ files themselves (no services).
 
@@ -289,7 +314,7 @@ def test_deploy_cluster_prefect_yaml_matches_the_flows() -> None:
 
     spec = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
     deployments = {d["name"]: d for d in spec["deployments"]}
-    assert set(deployments) == {"nightly", "backfill"}
+    assert set(deployments) == {"nightly", "backfill", "resume"}
     for d in deployments.values():
         path, func = d["entrypoint"].split(":")
         assert (REPO / path).is_file()
@@ -301,6 +326,7 @@ def test_deploy_cluster_prefect_yaml_matches_the_flows() -> None:
     assert schedule["cron"] == "0 2 * * *" and schedule["timezone"]
     assert not deployments["backfill"]["schedules"]
     assert deployments["backfill"]["parameters"]["mode"] == "batch"
+    assert not deployments["resume"]["schedules"] and "run_id" not in deployments["resume"]["parameters"]
     (step,) = spec["pull"]
     assert step["prefect.deployments.steps.set_working_directory"]["directory"] == "{{ $DOCMILL_REPO_DIR }}"
 
