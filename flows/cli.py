@@ -16,7 +16,10 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from flows import cli_args
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -292,119 +295,22 @@ def cmd_emulator(a: argparse.Namespace) -> int:
     return int(emulator_main(a.rest) or 0)
 
 
-def _common(sub: bool) -> argparse.ArgumentParser:
-    """Options every command takes, before or after its name (`docmill --store X status` and
-    `docmill status --store X` alike): the top level sets them, a subcommand may override them."""
-    c = argparse.ArgumentParser(add_help=False)
-    default = argparse.SUPPRESS if sub else None  # a subcommand never resets what the top level set
-    c.add_argument(
-        "--store", default=default, help="state root: a folder or s3://bucket/prefix (env DOCMILL_STORE)"
-    )
-    c.add_argument(
-        "--log-format", choices=["text", "json"], default=default,
-        help="log lines on stderr as text or one JSON object per line (env DOCMILL_LOG_FORMAT)",
-    )  # fmt: skip
-    c.add_argument(
-        "--log-level", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"], default=default,
-        help="log level on stderr; INFO shows one line per API call (env DOCMILL_LOG_LEVEL)",
-    )  # fmt: skip
-    return c
-
-
-def _source_filters(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--include", action="append", metavar="GLOB",
-        help="take only files whose path (relative to the source) matches; repeatable, e.g. '*.py' "
-        "('**' spans folders, a pattern without / matches the name at any depth; default: everything)",
-    )  # fmt: skip
-    p.add_argument(
-        "--exclude", action="append", metavar="GLOB",
-        help="leave out files whose relative path matches; repeatable, e.g. 'tests/**'",
-    )  # fmt: skip
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": cmd_run,
+    "resume": cmd_resume,
+    "status": cmd_status,
+    "runs": cmd_runs,
+    "review": cmd_review,
+    "report": cmd_report,
+    "estimate": cmd_estimate,
+    "eval": cmd_eval,
+    "emulator": cmd_emulator,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="docmill", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_common(sub=False)],
-    )  # fmt: skip
-    sub = p.add_subparsers(dest="command", required=True)
-    common = [_common(sub=True)]
-
-    r = sub.add_parser("run", help="extract a source with a recipe", parents=common)
-    r.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    r.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
-    r.add_argument(
-        "--mode", choices=["realtime", "batch", "auto"], default="realtime",
-        help="realtime (Messages API), batch (Message Batches: half price, results within 24 h), or auto "
-        "(batch from DOCMILL_BATCH__AUTO_THRESHOLD documents)",
-    )  # fmt: skip
-    r.add_argument("--concurrency", type=int, help="requests in flight at once")
-    r.add_argument("--model", help="pinned model id for the per-file pass")
-    r.add_argument("--chunk-size", type=int, help="documents per Prefect task")
-    r.add_argument("--max-cost-usd", type=float, help="stop spending before this is exceeded")
-    r.add_argument("--run-id", help="continue or name a run")
-    _source_filters(r)
-    r.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
-    r.set_defaults(fn=cmd_run)
-
-    rs = sub.add_parser("resume", help="continue a run from its checkpoint", parents=common)
-    rs.add_argument("run_id", help="the run to continue (see `docmill runs`)")
-    rs.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
-    rs.add_argument("--max-cost-usd", type=float, help="a new cost cap (default: the run's own)")
-    rs.set_defaults(fn=cmd_resume)
-
-    s = sub.add_parser(
-        "status", help="phase, counts, batches, cost and ETA of a run (default: the newest)", parents=common
-    )
-    s.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
-    s.add_argument("--json", action="store_true", help="the manifest and status as JSON")
-    s.set_defaults(fn=cmd_status)
-    sub.add_parser(
-        "runs", help="list runs in the store (the same counts and cost as `status`)", parents=common
-    ).set_defaults(fn=cmd_runs)
-
-    rv = sub.add_parser("review", help="the human review queue of a run", parents=common)
-    rv.add_argument(
-        "action", choices=["list", "show", "export"],
-        help="list the items, show one (needs DOC_ID), or export all as JSONL",
-    )  # fmt: skip
-    rv.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
-    rv.add_argument(
-        "doc_id", nargs="?", help="for show: the document (`review show DOC_ID` takes the newest run)"
-    )
-    rv.add_argument("--out", help="for export: write JSONL here instead of stdout")
-    rv.set_defaults(fn=cmd_review)
-
-    rp = sub.add_parser("report", help="write report.md, report.html and exports again", parents=common)
-    rp.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
-    rp.set_defaults(fn=cmd_report)
-
-    es = sub.add_parser(
-        "estimate", help="estimate the cost of a source, realtime vs batch (no model call)", parents=common
-    )
-    es.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    es.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
-    es.add_argument("--model", help="price this model instead of the configured one")
-    es.add_argument("--max-tokens", type=int, help="max_tokens per request (worst case)")
-    _source_filters(es)
-    es.set_defaults(fn=cmd_estimate)
-
-    ev = sub.add_parser(
-        "eval", help="per-field accuracy against labels; sample succeeded docs for review", parents=common
-    )
-    ev.add_argument("run_id", help="the run to evaluate (see `docmill runs`)")
-    ev.add_argument("--labels", help='JSONL: {"record": "document", "doc_id": ..., "fields": {...}} per line')
-    ev.add_argument("--sample", type=int, default=0, help="add N succeeded documents (stratified) to review")
-    ev.add_argument("--seed", type=int, default=0, help="random seed of the sample")
-    ev.set_defaults(fn=cmd_eval)
-
-    e = sub.add_parser(
-        "emulator", help="run the offline API emulator (see `docmill emulator --help`)", add_help=False
-    )
-    e.add_argument("rest", nargs=argparse.REMAINDER, help="the emulator's own arguments")
-    e.set_defaults(fn=cmd_emulator)
-    return p
+    """The parser (flows/cli_args.py) with this module's exit codes as its description."""
+    return cli_args.build_parser(__doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         configure(args.log_format or settings.log_format, level=args.log_level)
         if getattr(args, "store", None):
             os.environ["DOCMILL_STORE"] = args.store
-        return int(args.fn(args))
+        return int(COMMANDS[args.fn](args))
     except KeyboardInterrupt:
         run = current_run() or getattr(args, "run_id", None)
         again = f"`docmill resume {run}`" if run else "`docmill resume` with its id (see `docmill runs`)"
