@@ -193,6 +193,11 @@ def test_cli_through_prefect_says_it_in_one_line_too(
     _live_run(store, "live", settings, corpus)
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "DOCMILL_RAISE_ERRORS")}
     env["DOCMILL_API__BASE_URL"] = emulator.base_url
+    from prefect.settings import PREFECT_API_URL
+
+    # The session's server: without it the CLI starts its own ephemeral one, which a loaded machine
+    # does not always bring up in time.
+    env["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [sys.executable, "-m", "flows.cli", "--store", str(settings.store), "run", str(corpus)],
