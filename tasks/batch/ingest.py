@@ -14,10 +14,8 @@ broke, the recipe does not pickle) is gated in-process instead.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import pickle
 import sys
-import threading
 import types
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from docmill.errors import InputError
+from docmill.lifeline import die_with_parent
 from tasks.inventory import Document, load_text
 from tasks.per_file.gate import check
 
@@ -53,12 +52,7 @@ def _init(recipe: Recipe, settings: Settings) -> None:
     _recipe, _settings = recipe, settings
     parent = multiprocessing.parent_process()
     if parent is not None:  # a worker outlives a SIGKILLed engine otherwise (blocked on its queue)
-        threading.Thread(target=_exit_with, args=(parent,), name="docmill-parent-watch", daemon=True).start()
-
-
-def _exit_with(parent: Any) -> None:
-    parent.join()  # returns when the engine's process is gone
-    os._exit(0)
+        die_with_parent(parent.pid, parent.sentinel)  # the sentinel reads end-of-file when it is gone
 
 
 def gate_one(recipe: Recipe, settings: Settings, doc: dict[str, Any], message: dict[str, Any]) -> Gated:
