@@ -17,13 +17,15 @@ Not PR_SET_PDEATHSIG: the kernel sends that signal when the *thread* that forked
 not the process. Prefect starts its ephemeral server from a thread-pool thread that ends while the
 run goes on (see bench/lifeline.py), so the server would be killed under a live run.
 
-Used by `docmill.processes.spawn` (the Prefect server) and by the batch gate's worker processes
-(`tasks.batch.ingest`), which multiprocessing starts and which watch multiprocessing's sentinel.
+Used by `docmill.processes.spawn` (the Prefect server) and, as `watch_parent_then`, by the batch
+gate's worker processes (`tasks.batch.ingest`), which multiprocessing starts.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import pickle
 import runpy
 import select
 import signal
@@ -76,6 +78,17 @@ def _leave() -> None:
             except Exception:
                 pass
         os._exit(1)
+
+
+def watch_parent_then(initializer: bytes) -> None:
+    """A multiprocessing initializer: watch the parent first, then unpickle and run the real
+    initializer (a pickled `(function, *args)`). Unpickling it imports the worker's modules, which
+    takes seconds on a busy machine; a parent killed meanwhile must not leave the worker behind."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # its sentinel reads end-of-file once it is gone
+        die_with_parent(parent.pid, parent.sentinel)
+    fn, *args = pickle.loads(initializer)
+    fn(*args)
 
 
 def _from_env() -> None:
