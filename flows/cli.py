@@ -61,14 +61,18 @@ def _quiet_prefect() -> None:
 def _own_processes() -> None:
     """Stop what a killed earlier run left running (one line says so), and make the Prefect server
     this run may start die with it, however it ends (docmill.processes, flows.prefect_server)."""
+    from prefect.settings import PREFECT_API_URL
+
     from docmill.processes import reap_stale, reaped_line
     from docmill.settings import get_settings
-    from flows.prefect_server import adopt_ephemeral_server
 
     stale = reap_stale(get_settings().runtime_dir)
     if stale:
         print(reaped_line(stale), file=sys.stderr)
-    adopt_ephemeral_server()
+    if not PREFECT_API_URL.value():  # else no server starts (and its heavy module stays unimported)
+        from flows.prefect_server import adopt_ephemeral_server
+
+        adopt_ephemeral_server()
 
 
 def _summary_line(s: dict[str, Any]) -> str:
