@@ -91,17 +91,18 @@ def watch_parent_then(initializer: bytes) -> None:
     fn(*args)
 
 
-def _from_env() -> None:
-    """Watch the parent named in the environment (and keep the marks from our own children)."""
+def _from_env() -> tuple[int | None, int | None]:
+    """The parent and lifeline fd named in the environment, taken out of it (children of ours
+    must not carry the marks)."""
     parent = os.environ.pop(ENV_CHILD_OF, None)
     fd = os.environ.pop(ENV_FD, None)
-    die_with_parent(int(parent) if parent else None, int(fd) if fd else None)
+    return (int(parent) if parent else None), (int(fd) if fd else None)
 
 
 def _run_command(argv: list[str]) -> int:
     """Any program: started before the watch thread exists (so the fork is safe), with the
     parent-death signal set by our main thread, which lives as long as this process."""
-    me = os.getpid()
+    me, (parent, fd) = os.getpid(), _from_env()
     child = subprocess.Popen(argv, preexec_fn=lambda: _kill_me_with_parent(me))
 
     def forward(signum: int, _frame: object) -> None:
@@ -110,7 +111,7 @@ def _run_command(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     _last_words.append(child.kill)
-    _from_env()
+    die_with_parent(parent, fd)
     return child.wait()
 
 
@@ -130,7 +131,7 @@ def main(argv: list[str]) -> int:
         return 2
     if argv[0] == "--":
         return _run_command(argv[1:])
-    _from_env()
+    die_with_parent(*_from_env())
     if argv[0] == "-m" and len(argv) > 1:
         sys.argv = [argv[1], *argv[2:]]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
