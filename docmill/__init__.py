@@ -1,7 +1,8 @@
 """docmill: documents in, validated source-linked structured data out, with Claude.
 
-This package holds what every room shares: settings (`docmill.settings`) and the
-exception tree (`docmill.errors`). Stage logic lives in `tasks/`, durable state in
+This package holds what every room shares: settings (`docmill.settings`), the
+exception tree (`docmill.errors`), and helper processes that die with docmill
+(`docmill.processes`, child side `docmill.lifeline`). Stage logic lives in `tasks/`, durable state in
 `checkpoints/`, Prefect wiring and the CLI in `flows/`, the offline API in `emulator/`.
 """
 

@@ -145,6 +145,11 @@ class Settings(BaseSettings):
     chunk_limit_name: str | None = Field(
         None, description="Prefect global concurrency limit held per chunk (strict); None: no limit."
     )
+    runtime_dir: str | None = Field(
+        None,
+        description="Folder for the pid files of helper processes docmill starts (the Prefect server), "
+        "so a later start stops any a killed run left; None: $XDG_RUNTIME_DIR/docmill or <tmp>/docmill-<uid>.",
+    )
     prices: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description='Extra or overriding model prices, USD/MTok: {"model": {"input": 3, "output": 15}}.',

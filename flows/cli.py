@@ -62,6 +62,23 @@ def _quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "ERROR")
 
 
+def _own_processes() -> None:
+    """Stop what a killed earlier run left running (one line says so), and make the Prefect server
+    this run may start die with it, however it ends (docmill.processes, flows.prefect_server)."""
+    from prefect.settings import PREFECT_API_URL
+
+    from docmill.processes import reap_stale, reaped_line
+    from docmill.settings import get_settings
+
+    stale = reap_stale(get_settings().runtime_dir)
+    if stale:
+        print(reaped_line(stale), file=sys.stderr)
+    if not PREFECT_API_URL.value():  # else no server starts (and its heavy module stays unimported)
+        from flows.prefect_server import adopt_ephemeral_server
+
+        adopt_ephemeral_server()
+
+
 def _summary_line(s: dict[str, Any]) -> str:
     st = s["states"]
     return (
@@ -85,6 +102,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from flows.extract import _settings, extract, run_extract
 
     _quiet_prefect_services()
+    _own_processes()
 
     if not os.path.exists(a.source) and not a.source.startswith("s3://"):
         from docmill.errors import InputError
@@ -124,6 +142,7 @@ def cmd_resume(a: argparse.Namespace) -> int:
     from flows.extract import resume, resume_run
 
     _quiet_prefect_services()
+    _own_processes()
     cap = a.max_cost_usd
     if a.no_prefect:
         summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap)

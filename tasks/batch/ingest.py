@@ -14,10 +14,8 @@ broke, the recipe does not pickle) is gated in-process instead.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import pickle
 import sys
-import threading
 import types
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from docmill.errors import InputError
+from docmill.lifeline import watch_parent_then
 from tasks.inventory import Document, load_text
 from tasks.per_file.gate import check
 
@@ -51,14 +50,6 @@ _settings: Any = None
 def _init(recipe: Recipe, settings: Settings) -> None:
     global _recipe, _settings
     _recipe, _settings = recipe, settings
-    parent = multiprocessing.parent_process()
-    if parent is not None:  # a worker outlives a SIGKILLed engine otherwise (blocked on its queue)
-        threading.Thread(target=_exit_with, args=(parent,), name="docmill-parent-watch", daemon=True).start()
-
-
-def _exit_with(parent: Any) -> None:
-    parent.join()  # returns when the engine's process is gone
-    os._exit(0)
 
 
 def gate_one(recipe: Recipe, settings: Settings, doc: dict[str, Any], message: dict[str, Any]) -> Gated:
@@ -110,8 +101,10 @@ class Prechecker:
             return
         try:
             ctx = multiprocessing.get_context("spawn")
+            # a worker exits with the engine's process, however it ends (even while it starts up)
+            init = pickle.dumps((_init, self.recipe, self.settings))
             self.pool = ProcessPoolExecutor(
-                PROCESSES, mp_context=ctx, initializer=_init, initargs=(self.recipe, self.settings)
+                PROCESSES, mp_context=ctx, initializer=watch_parent_then, initargs=(init,)
             )
             with _script_hidden():  # every worker starts here (spawned on submit, one per submit)
                 for _ in range(PROCESSES):

@@ -3,6 +3,11 @@ terminal states, outputs and repairs, and nothing billed twice."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +93,47 @@ def test_worker_processes_do_not_run_an_unguarded_script_again(tmp_path: Path) -
     )  # fmt: skip
     assert "chunks in workers: 1" in out.stdout, out.stdout + out.stderr  # the worker path ran
     assert len(marker.read_text().splitlines()) == 1  # the script ran once: in its own process
+
+
+STARTS_WORKERS = """
+import os, sys, time
+from docmill.settings import Settings
+from tasks.batch import ingest
+from tasks.recipes import load_recipe
+
+checker = ingest.Prechecker(load_recipe("invoices"), Settings())
+checker.start()
+me = os.getpid()
+print(open(f"/proc/{me}/task/{me}/children").read(), flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
+def test_worker_processes_exit_with_a_sigkilled_engine_even_while_they_start() -> None:
+    """Killed while its workers still import their modules: none of them (nor multiprocessing's
+    resource tracker) stays behind with parent 1."""
+    root = str(Path(__file__).resolve().parents[3])
+    engine = subprocess.Popen(
+        [sys.executable, "-c", STARTS_WORKERS], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    assert engine.stdout is not None
+    kids = [int(p) for p in engine.stdout.readline().split()]
+    engine.send_signal(signal.SIGKILL)  # at once: the workers are still starting
+    engine.wait()
+    assert len(kids) >= 2
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_running(p) for p in kids):
+        time.sleep(0.05)
+    left = [p for p in kids if _running(p)]
+    for pid in left:  # not left to the next test either
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")

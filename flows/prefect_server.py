@@ -1,0 +1,56 @@
+"""Prefect's ephemeral server, started so that it dies with docmill.
+
+With no PREFECT_API_URL, the first Prefect client of a flow run starts a temporary API server
+(`python -m uvicorn ... prefect.server.api.server:create_app`, ~190 MB) as a child process and
+stops it at a normal exit. A SIGKILLed run used to leave it running forever. `adopt_ephemeral_server`
+registers `OwnedServer` as the process's default server (the same slot Prefect's own
+`prefect_test_harness` fills), so that Prefect starts exactly its usual command, but through
+`docmill.processes.spawn`: marked, recorded, and stopped when this process is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import prefect
+from prefect.server.api.server import SubprocessASGIServer
+from prefect.settings import PREFECT_API_URL, get_current_settings
+
+from docmill.processes import spawn
+from docmill.settings import get_settings
+
+ROLE = "prefect-server"
+
+
+class OwnedServer(SubprocessASGIServer):
+    """SubprocessASGIServer whose uvicorn process is started by `docmill.processes.spawn`."""
+
+    def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
+        # the command and environment of prefect 3.9's SubprocessASGIServer._run_uvicorn_command
+        argv = [
+            sys.executable, "-m", "uvicorn",
+            "--app-dir", str(prefect.__module_path__.parent),
+            "--factory", "prefect.server.api.server:create_app",
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--log-level", "error", "--lifespan", "on",
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+            **get_current_settings().to_environment_variables(exclude_unset=True),
+        }
+        return spawn(argv, role=ROLE, env=env, runtime=get_settings().runtime_dir)
+
+
+def adopt_ephemeral_server() -> bool:
+    """Make the ephemeral server Prefect may start in this process an `OwnedServer`. False when
+    there is nothing to adopt: an API URL is set, or a default server exists already (one that
+    runs, or a test harness's)."""
+    if PREFECT_API_URL.value():
+        return False
+    return isinstance(OwnedServer(), OwnedServer)  # registers itself as the default unless one exists
