@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
-from docmill.errors import BudgetExhausted, ConfigError, LeaseHeld, RunOverlap
+from docmill.errors import BudgetExhausted, ConfigError, RunOverlap
 from docmill.logs import bind_run, get_logger
 from docmill.settings import Settings
 from flows.context import RunContext
@@ -309,14 +309,7 @@ def hold_lease(ctx: RunContext) -> Iterator[None]:
     from flows.context import holder_id
 
     lease = Lease(ctx.store, ctx.run_id, holder_id(), ttl_seconds=LEASE_TTL)
-    try:
-        lease.acquire()
-    except LeaseHeld as e:
-        if not holder_is_dead_here(getattr(e, "holder", None)):
-            raise
-        log.warning("taking over the lease of a dead process: %s", getattr(e, "holder", None))
-        ctx.store.delete(lease.key)
-        lease.acquire()
+    lease.acquire(dead=holder_is_dead_here)  # a dead holder's lease is replaced by CAS, never deleted
     stop = threading.Event()
 
     def keep() -> None:
