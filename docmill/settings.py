@@ -135,6 +135,15 @@ class Settings(BaseSettings):
         description="Start a run even while another live run of the same recipe and model covers "
         "the same source (documents both are sending may then be paid for twice).",
     )
+    flow_retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="Retries of a failed Prefect flow run (each continues the same docmill run).",
+    )
+    flow_retry_delay_seconds: float = Field(
+        120.0, ge=0, description="Wait before each retry of a failed Prefect flow run."
+    )
     chunk_limit_name: str | None = Field(
         None, description="Prefect global concurrency limit held per chunk (strict); None: no limit."
     )

@@ -94,10 +94,11 @@ def cmd_run(a: argparse.Namespace) -> int:
     }
     if a.no_prefect:
         summary = run_extract(
-            a.source, a.recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides)
-        )
-    else:
-        summary = extract(
+            a.source, a.recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
+            new_run=a.new_run, given=overrides,
+        )  # fmt: skip
+    else:  # in the foreground the person (or cron) running the command is the retry
+        summary = extract.with_options(retries=0)(
             a.source,
             a.recipe,
             store=a.store,
@@ -108,6 +109,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             concurrency=a.concurrency,
             model=a.model,
             progress=True,
+            new_run=a.new_run,
         )
     return _finish(summary)
 
@@ -116,11 +118,11 @@ def cmd_resume(a: argparse.Namespace) -> int:
     from flows.extract import resume, resume_run
 
     _quiet_prefect_services()
-    cap = a.max_cost_usd
+    cap, conc = a.max_cost_usd, a.concurrency
     if a.no_prefect:
-        summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap)
+        summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
     else:
-        summary = resume(a.run_id, store=a.store, max_cost_usd=cap)
+        summary = resume.with_options(retries=0)(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
     return _finish(summary)
 
 
@@ -278,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--chunk-size", type=int, help="documents per Prefect task")
     r.add_argument("--max-cost-usd", type=float, help="stop spending before this is exceeded")
     r.add_argument("--run-id", help="continue or name a run")
+    r.add_argument(
+        "--new-run",
+        action="store_true",
+        help="start a fresh run even if a stopped run of the same recipe, model and source exists "
+        "(by default that run is continued)",
+    )
     r.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
     r.set_defaults(fn=cmd_run)
 
@@ -286,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--store", dest="store", default=argparse.SUPPRESS)
     rs.add_argument("--no-prefect", action="store_true")
     rs.add_argument("--max-cost-usd", type=float, help="a new cost cap (default: the run's own)")
+    rs.add_argument("--concurrency", type=int, help="requests in flight at once (default: the run's own)")
     rs.set_defaults(fn=cmd_resume)
 
     s = sub.add_parser("status", help="phase, counts, batches, cost and ETA of a run (default: the newest)")

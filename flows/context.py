@@ -42,7 +42,7 @@ class Endpoint:
 
 
 @contextmanager
-def api_endpoint(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoint]:
+def api_endpoint(settings: Settings, *, quiet: bool = False, store: Any = None) -> Iterator[Endpoint]:
     """The real API, a configured base URL, or an in-process emulator started for this run."""
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
     if key:

@@ -12,7 +12,6 @@ those, documents whose idempotency key is in the ledger cost no API call.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -166,6 +165,7 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
             mode="realtime" if params.mode == "auto" else params.mode,  # auto is decided after inventory
             config=config,
             budget_usd=ctx.settings.cost.max_cost_usd,
+            extra={"mode_asked": params.mode},
         )
         manifests.create(m)
     elif m.recipe != params.recipe or m.source != params.source:
@@ -329,17 +329,10 @@ def hold_lease(ctx: RunContext) -> Iterator[None]:
         lease.release()
 
 
-def _source_id(source: str) -> str:
-    """A source as runs compare them: an s3:// prefix as given, a folder as an absolute path."""
-    if "://" in source and not source.startswith("file://"):
-        return source
-    return os.path.abspath(os.path.expanduser(source.removeprefix("file://")))
-
-
 def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked: bool) -> None:
     """Raise `RunOverlap` if another live run of the same recipe and model covers the same
-    documents. Stale markers (a run whose lease is gone or whose local holder died) are removed.
-    With `marked` (both runs may have marked themselves at once) only the later of the two stops."""
+    documents. A stopped run (its lease is gone or its local holder died) does not block: it is
+    continued by the same command (flows.continuation), and keeps its marker until it is done. With `marked` (both runs may have marked themselves at once) only the later of the two stops."""
     from checkpoints.active import sources_overlap
     from checkpoints.lease import live_lease
 
@@ -354,7 +347,6 @@ def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked:
             continue
         lease = live_lease(ctx.store, run_id, now)
         if lease is None:
-            runs.unmark(run_id)
             continue
         if marked and (float(other.get("started_at") or 0), run_id) > (mine["started_at"], ctx.run_id):
             continue  # it started after us: it stops, we go on
@@ -369,28 +361,33 @@ def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked:
 
 @contextmanager
 def announced(ctx: RunContext, params: RunParams) -> Iterator[None]:
-    """While the run is driven, mark it active (`active/<run_id>.json`), after making sure no other
+    """Mark the run active (`active/<run_id>.json`) until it is done, after making sure no other
     live run of the same recipe and model covers the same source: a nightly run started while the
-    last backfill still has batches in flight would otherwise pay for their documents twice.
+    last backfill still has batches in flight would otherwise pay for their documents twice. A run
+    that stops before it is done (crash, error, budget) keeps its marker: it is a stopped run, which
+    the same `docmill run` continues (flows.continuation.stopped_run).
     Best effort across machines (two runs starting in the same instant both see each other after
     marking, and the later one stops). DOCMILL_ALLOW_OVERLAPPING_RUNS=true skips the check."""
     from checkpoints.active import ActiveRuns
+    from flows.continuation import source_id
 
+    runs = ActiveRuns(ctx.store)
+    mine = {
+        "recipe": params.recipe, "model": ctx.settings.api.model, "source": source_id(params.source),
+        "started_at": time.time(),
+    }  # fmt: skip
     if ctx.settings.allow_overlapping_runs:
         yield
         return
-    runs = ActiveRuns(ctx.store)
-    mine = {
-        "recipe": params.recipe, "model": ctx.settings.api.model, "source": _source_id(params.source),
-        "started_at": time.time(),
-    }  # fmt: skip
     _refuse_overlap(ctx, runs, mine, marked=False)
     runs.mark(ctx.run_id, mine)
     try:
         _refuse_overlap(ctx, runs, mine, marked=True)
-        yield
-    finally:
-        runs.unmark(ctx.run_id)
+    except RunOverlap:
+        runs.unmark(ctx.run_id)  # refused before it started: nothing to continue
+        raise
+    yield
+    runs.unmark(ctx.run_id)  # done; a run that stopped on an exception keeps its marker
 
 
 def run(
