@@ -196,20 +196,31 @@ def all_outcomes(ctx: RunContext) -> list[dict[str, Any]]:
 
 def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
     """Per-file pass over one chunk (realtime); outcomes written once per chunk."""
+    from checkpoints.inflight import InFlight
     from checkpoints.outcomes import OutcomeLog
+    from tasks.estimate import in_flight_bound
     from tasks.inventory import Document
     from tasks.per_file.realtime import extract_chunk
 
-    outcomes = extract_chunk(
-        [Document.model_validate(d) for d in docs],
-        recipe=ctx.recipe,
-        run_id=ctx.run_id,
-        store=ctx.store,
-        client=ctx.client,
-        settings=ctx.settings,
-    )
+    documents = [Document.model_validate(d) for d in docs]
+    inflight = InFlight(ctx.store, ctx.run_id)
+    mark = inflight.open(cid, in_flight_bound(documents, ctx.recipe, ctx.settings))  # invariant 13
+    try:
+        outcomes = extract_chunk(
+            documents,
+            recipe=ctx.recipe,
+            run_id=ctx.run_id,
+            store=ctx.store,
+            client=ctx.client,
+            settings=ctx.settings,
+        )
+    except BaseException:
+        inflight.close(mark)  # extract_chunk flushed the costs of every answer it got
+        raise
     records = [o.model_dump(mode="json") for o in outcomes]
-    if any(r.get("failure_type") == "budget" for r in records):
+    stopped = any(r.get("failure_type") == "budget" for r in records)
+    inflight.close(mark, settle=None if stopped else cid)  # whole: earlier lives are recounted
+    if stopped:
         # not written: a resume redoes this chunk (finished documents are free ledger hits);
         # returned, not raised, so a Prefect chunk task ends quietly and the driver stops the run
         return {"budget": 1}
@@ -220,10 +231,20 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
     return counts
 
 
-def budget_stop(ctx: RunContext, where: str) -> BudgetExhausted:
+def spent_usd(ctx: RunContext) -> float:
+    """What the run has paid as far as anyone can tell: its cost ledger plus the upper bound of
+    requests a crash left in flight unrecorded (checkpoints.inflight)."""
     from checkpoints.costs import CostLedger
+    from checkpoints.inflight import InFlight
 
-    spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+    return (
+        float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+        + InFlight(ctx.store, ctx.run_id).totals()["usd"]
+    )
+
+
+def budget_stop(ctx: RunContext, where: str) -> BudgetExhausted:
+    spent = spent_usd(ctx)
     cap = ctx.settings.cost.max_cost_usd
     return BudgetExhausted(
         f"run {ctx.run_id} stopped {where}: the next request would pass its cap of ${cap or 0:.4f} "
@@ -245,12 +266,11 @@ def per_file_pass(
     total = sum(len(d) for _, d in pending)
     bar = Progress(total, "per-file pass", enabled=progress, listener=ctx.on_progress)
     if params.mode == "batch":
-        from checkpoints.costs import CostLedger
         from tasks.batch.budget import affordable_chunks
         from tasks.batch.engine import run_batches
         from tasks.inventory import Document
 
-        spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+        spent = spent_usd(ctx)
         wanted = len(pending)
         pending, _ = affordable_chunks(
             pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
@@ -423,8 +443,10 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
     from tasks.reporting.summary import summarize
 
     budget = getattr(ctx.client, "budget", None)
-    if budget is not None:  # a resumed run has spent what its cost ledger says
-        budget.spent_usd = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+    if (
+        budget is not None
+    ):  # a resumed run has spent what its cost ledger says, plus what a crash left in flight
+        budget.spent_usd = spent_usd(ctx)
     set_phase(ctx, Phase.INVENTORY)
     chunk_ids = write_inventory(ctx, params.source)
     params.mode = choose_mode(ctx, params)

@@ -261,3 +261,36 @@ def test_resume_says_what_it_overrides(tmp_path: Path, emulator: Any) -> None:
             ]
         else:
             assert out.returncode == 4 and said == []  # its own cap, nothing to say
+
+
+def test_requests_in_flight_at_a_kill_are_bounded_shown_and_counted(tmp_path: Path, emulator: Any) -> None:
+    """Invariant 13: a realtime run killed mid-chunk leaves per-chunk in-flight records; `status`
+    shows their upper bound, and recorded cost + that bound covers what the emulator billed."""
+    from checkpoints.costs import CostLedger
+    from checkpoints.inflight import InFlight
+    from tasks.reporting.status import run_status, status_text
+
+    corpus, _ = make_corpus(tmp_path, count=12, seed=7)
+    emulator.state.configure({"latency_ms": 400.0})
+    store, env = tmp_path / "store", _env(emulator, DOCMILL_API__CONCURRENCY="3", DOCMILL_CHUNK_SIZE="6")
+    proc = Child(_cli(store, "run", str(corpus)), env, tmp_path / "k.txt")
+    s = open_store(store)
+    assert _kill_after(proc, lambda: len(list(s.list("results/file/"))) >= 2, 0.1)
+    run_id = next(ManifestStore(s).list_runs())
+    left = InFlight(s, run_id).totals()
+    assert (
+        left["groups"] >= 1 and 0 < left["requests"] <= 6 * left["groups"] and left["usd"] > 0
+    )  # whole chunks
+    assert "possibly billed" in status_text(run_status(s, run_id))
+    emulator.state.drain()
+    recorded = CostLedger(s, run_id).totals()["usd"]
+    billed = emulator.state.accounting.total_usd()
+    assert recorded <= billed + 1e-9 <= recorded + left["usd"] + 1e-9  # the bound holds at the kill
+    assert _run(_cli(store, "resume", run_id), env, tmp_path).returncode == 0
+    emulator.state.drain()
+    settled = InFlight(s, run_id).totals()  # the resume recounted what the kill left in the response log
+    assert settled["groups"] == left["groups"] and settled["requests"] <= 3 * settled["groups"]
+    assert settled["usd"] < left["usd"]
+    assert (
+        emulator.state.accounting.total_usd() <= CostLedger(s, run_id).totals()["usd"] + settled["usd"] + 1e-9
+    )
