@@ -2,7 +2,9 @@
 
 `choose_run` picks, in order: the run id given; the run bound to this Prefect flow run (a retry of a
 flow run continues its docmill run); a stopped run of the same recipe, model and source (the same
-`docmill run` command again continues it, unless `--new-run`); else a new run id.
+`docmill run` command again continues it, unless `--new-run`); else a new run id, unless a stopped
+run over the same documents still has batch requests not collected (a new run would send their
+custom_ids again: `RunOverlap`, exit 5; continue that run instead).
 
 `pinned_settings` makes a continued run the same run: every setting that shapes idempotency keys,
 requests or cost comes from its manifest; only the safe ones (`SAFE`: budget cap, concurrency) may
@@ -15,11 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from checkpoints.active import ActiveRuns
+from checkpoints.active import ActiveRuns, sources_overlap
+from checkpoints.batches import BatchRecords
 from checkpoints.keys import safe_segment
 from checkpoints.lease import live_lease
 from checkpoints.manifest import ManifestStore, Phase, RunManifest
-from docmill.errors import NotFound
+from docmill.errors import NotFound, RunOverlap
 from docmill.settings import Settings
 
 if TYPE_CHECKING:
@@ -71,6 +74,21 @@ def stopped_run(store: ObjectStore, recipe: str, model: str, source: str) -> Run
         if m is not None and m.phase is not Phase.DONE and started > best_at:
             best, best_at = m, started
     return best
+
+
+def batches_in_flight(store: ObjectStore, recipe: str, model: str, source: str) -> list[tuple[str, int]]:
+    """(run id, requests) of stopped runs of this recipe and model over documents of `source` whose
+    batch requests are not collected yet (created, maybe still running)."""
+    now, out = time.time(), []
+    for run_id, info in ActiveRuns(store).items():
+        if (info.get("recipe"), info.get("model")) != (recipe, model):
+            continue
+        if not sources_overlap(str(info.get("source") or ""), source) or live_lease(store, run_id, now):
+            continue  # elsewhere, or live (the overlap check refuses a second driver)
+        n = sum(r.request_count for r in BatchRecords(store, run_id).load_all() if r.live)
+        if n:
+            out.append((run_id, n))
+    return out
 
 
 def _binding_key(flow_run_id: str) -> str:
@@ -128,6 +146,15 @@ def _choose(
                 "--new-run starts a fresh one)"
             )
             return Choice(m.run_id, m, [line])
+    if not settings.allow_overlapping_runs:  # a new run never sends a batch's custom_ids again
+        for other, n in batches_in_flight(store, recipe, settings.api.model, source_id(source)):
+            raise RunOverlap(
+                f"run {other} stopped with {n} batch request(s) not collected yet; a new run over the "
+                "same documents would send them again",
+                hint=f"continue it (`docmill resume {other}`, or the same `docmill run` without --new-run); "
+                "start a fresh run once it is done",
+                run_id=other,
+            )
     return Choice(str(new_id()), None)
 
 

@@ -294,3 +294,19 @@ def test_requests_in_flight_at_a_kill_are_bounded_shown_and_counted(tmp_path: Pa
     assert (
         emulator.state.accounting.total_usd() <= CostLedger(s, run_id).totals()["usd"] + settled["usd"] + 1e-9
     )
+
+
+def test_new_run_never_sends_a_stopped_runs_batch_again(tmp_path: Path, emulator: Any) -> None:
+    corpus, _ = make_corpus(tmp_path, count=6, seed=9)
+    emulator.state.configure(EMULATOR)
+    store, env = tmp_path / "store", _env(emulator)
+    proc = Child(_cli(store, "run", str(corpus), "--mode", "batch"), env, tmp_path / "k.txt")
+    assert _kill_after(proc, lambda: _created(store), 0.0)
+    sent = sum(_creates(emulator).values())
+    fresh = _run(_cli(store, "run", str(corpus), "--mode", "batch", "--new-run"), env, tmp_path)
+    assert fresh.returncode == 5, fresh.stderr
+    assert "not collected yet" in fresh.stderr and len(fresh.stderr.strip().splitlines()) == 1
+    assert sum(_creates(emulator).values()) == sent  # nothing sent again
+    again = _run(_cli(store, "run", str(corpus), "--mode", "batch"), env, tmp_path)  # continues it
+    assert again.returncode == 0, again.stderr
+    assert max(_creates(emulator).values()) == 1
