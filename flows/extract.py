@@ -116,7 +116,8 @@ def run_extract(
     one. A continued run takes its settings from its manifest; of `given` (dotted setting -> value,
     None = not given) only the safe ones apply to it."""
     from checkpoints.store import open_store
-    from flows.continuation import choose_run, mode_of, pinned_settings
+    from docmill.errors import ConfigError
+    from flows.continuation import choose_run, mode_of, pinned_settings, source_id
     from tasks.recipes import load_recipe
 
     settings = settings or _settings(store, {})
@@ -130,10 +131,11 @@ def run_extract(
         m = choice.manifest
         settings, more = pinned_settings(settings, m, given)
         lines = lines + more
-        if (
-            m.source and m.recipe
-        ):  # a named run started elsewhere keeps its source (a mismatch is refused later)
-            source, recipe = (m.source, m.recipe) if run_id is None else (source, recipe)
+        if (m.source and source_id(m.source) != source_id(source)) or (m.recipe and m.recipe != recipe):
+            raise ConfigError(
+                f"run {m.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
+                hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
+            )
         mode = mode_of(st, m, mode)
     for line in lines:
         print(line, file=sys.stderr)

@@ -150,6 +150,8 @@ def load_chunk(ctx: RunContext, cid: str) -> list[dict[str, Any]]:
 
 
 def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
+    from flows.continuation import source_id
+
     manifests = ManifestStore(ctx.store)
     try:
         m = manifests.load(ctx.run_id)
@@ -159,7 +161,7 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
         config = redact(ctx.settings.model_dump(mode="json"))
         m = RunManifest(
             run_id=ctx.run_id,
-            source=params.source,
+            source=source_id(params.source),  # absolute: a resume from another folder finds it
             recipe=params.recipe,
             recipe_version=ctx.recipe.version,
             mode="realtime" if params.mode == "auto" else params.mode,  # auto is decided after inventory
@@ -168,7 +170,7 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
             extra={"mode_asked": params.mode},
         )
         manifests.create(m)
-    elif m.recipe != params.recipe or m.source != params.source:
+    elif m.recipe != params.recipe or source_id(m.source) != source_id(params.source):
         raise ConfigError(
             f"run {ctx.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
             hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
