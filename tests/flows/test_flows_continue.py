@@ -41,7 +41,7 @@ def _env(emulator: Any | None, **extra: str) -> dict[str, str]:
     return env
 
 
-def _cli(store: Path, *args: str) -> list[str]:
+def _cli(store: Path | str, *args: str) -> list[str]:
     return ["--store", str(store), *args, "--no-prefect"]
 
 
@@ -105,7 +105,7 @@ def _run(argv: list[str], env: dict[str, str], tmp: Path) -> Child:
     return child
 
 
-def _driving(store: Path, pid: int) -> bool:
+def _driving(store: Path | str, pid: int) -> bool:
     """Whether process `pid` holds the lease of a run in `store` (it is past its start-up)."""
     s = open_store(store)
     for run_id in ManifestStore(s).list_runs():
@@ -115,7 +115,7 @@ def _driving(store: Path, pid: int) -> bool:
     return False
 
 
-def _created(store: Path) -> bool:
+def _created(store: Path | str) -> bool:
     s = open_store(store)
     return any(
         r.batch_ids for run_id in ManifestStore(s).list_runs() for r in BatchRecords(s, run_id).load_all()
@@ -137,7 +137,7 @@ def _kill_after(proc: Child, ready: Any, delay: float, timeout: float = 60) -> b
     return True
 
 
-def _ledger(store: Path) -> dict[str, Any]:
+def _ledger(store: Path | str) -> dict[str, Any]:
     s = open_store(store)
     out = {}
     for key in s.list("results/file/"):
@@ -146,7 +146,7 @@ def _ledger(store: Path) -> dict[str, Any]:
     return out
 
 
-def _outcomes(store: Path, run_id: str) -> dict[str, Any]:
+def _outcomes(store: Path | str, run_id: str) -> dict[str, Any]:
     from tests.flows.helpers import outcomes_of
 
     return {d: (o["state"], o.get("output")) for d, o in outcomes_of(open_store(store), run_id).items()}
@@ -310,3 +310,37 @@ def test_new_run_never_sends_a_stopped_runs_batch_again(tmp_path: Path, emulator
     again = _run(_cli(store, "run", str(corpus), "--mode", "batch"), env, tmp_path)  # continues it
     assert again.returncode == 0, again.stderr
     assert max(_creates(emulator).values()) == 1
+
+
+def test_same_run_command_on_s3_with_mode_auto(tmp_path: Path, emulator: Any, s3_store_uri: str) -> None:
+    """The same on S3 with `--mode auto` (batches from 5 documents): killed twice after create, the
+    same command continues one run, no custom_id is in two creates, results equal an uninterrupted run."""
+    corpus, _ = make_corpus(tmp_path, count=12, seed=3)
+    emulator.state.configure(EMULATOR)
+    env = _env(
+        emulator,
+        DOCMILL_BATCH__AUTO_THRESHOLD="5",
+        DOCMILL_S3_ENDPOINT_URL=os.environ["DOCMILL_S3_ENDPOINT_URL"],
+    )
+    run = ["run", str(corpus), "--mode", "auto"]
+    ref = s3_store_uri + "-ref"
+    assert _run(_cli(ref, *run), env, tmp_path).returncode == 0
+    reference = _ledger(ref), _outcomes(ref, next(ManifestStore(open_store(ref)).list_runs()))
+    emulator.state.drain()
+    emulator.state.reset()
+    emulator.state.configure(EMULATOR)
+    for life in range(2):
+        proc = Child(_cli(s3_store_uri, *run), env, tmp_path / f"s3-life-{life}.txt")
+        ready = (
+            (lambda p=proc: _created(s3_store_uri) and _driving(s3_store_uri, p.pid))
+            if life
+            else (lambda: _created(s3_store_uri))
+        )
+        assert _kill_after(proc, ready, 0.2 * life)
+    last = _run(_cli(s3_store_uri, *run), env, tmp_path)
+    assert last.returncode == 0, last.stderr
+    runs = list(ManifestStore(open_store(s3_store_uri)).list_runs())
+    assert len(runs) == 1 and f"continuing stopped run {runs[0]}" in last.stderr
+    assert ManifestStore(open_store(s3_store_uri)).load(runs[0]).mode == "batch"
+    assert max(_creates(emulator).values()) == 1
+    assert (_ledger(s3_store_uri), _outcomes(s3_store_uri, runs[0])) == reference
