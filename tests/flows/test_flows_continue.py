@@ -170,16 +170,24 @@ def test_same_run_command_after_six_sigkills_continues_one_run(tmp_path: Path, e
     emulator.state.reset()
     emulator.state.configure(EMULATOR)
 
+    # Kills at random moments after create: lives 0-4 while the batches run (the emulator's clock is
+    # frozen, so they cannot end under a loaded machine's slow start-ups), the last one once the
+    # clock has moved on and the first results of the collection are being written.
+    emulator.state.configure({"frozen_clock": True})
     store, rng, kills, lines = tmp_path / "store", random.Random(13), 0, []
     for life in range(KILLS + 1):
+        if life == KILLS - 1:
+            emulator.state.clock.advance(3600.0)  # every batch has ended now
+            emulator.state.configure({"frozen_clock": False})  # and a later round's batches end too
         proc = Child(_cli(store, *run), _env(emulator), tmp_path / f"life-{life}.txt")
         if life < KILLS:
-            ready = (
-                (lambda p=proc: _created(store) and _driving(store, p.pid))
-                if life
-                else (lambda: _created(store))
-            )
-            if _kill_after(proc, ready, rng.uniform(0.0, 0.8)):
+            if life == KILLS - 1:
+                ready, delay = (lambda: bool(_ledger(store))), 0.0
+            elif life:
+                ready, delay = (lambda p=proc: _driving(store, p.pid)), rng.uniform(0.0, 0.8)
+            else:
+                ready, delay = (lambda: _created(store)), rng.uniform(0.0, 0.8)
+            if _kill_after(proc, ready, delay):
                 kills += 1
                 lines.append(proc.stderr)
                 continue
