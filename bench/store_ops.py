@@ -4,7 +4,9 @@ Simulates the store traffic of the per-file pass as tasks/review.py makes it (no
 per document a ledger read, a listing of the key's persisted responses (crash recovery), the
 response persisted and the result put-if-absent; per chunk of 50 one cost group, the chunk's
 outcome file, a manifest compare-and-swap and a lease renewal; then the report's cost totals.
-Then a resume of the finished run (every document already in the ledger).
+Then a resume of the finished run (every document already in the ledger). Each run is made twice,
+side by side: as docmill runs it (a per-chunk in-flight record, checkpoints/inflight.py: put before the
+chunk, delete and one listing after) and without that record, to show what invariant 13 costs.
 Operations are counted by wrapping the store; the S3 side runs against a throwaway SeaweedFS.
 
     .venv/bin/python bench/store_ops.py [--docs 1000] [--chunk 50] [--concurrency 8]
@@ -27,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checkpoints.costs import CostEntry, CostLedger
+from checkpoints.inflight import InFlight, InFlightBound
 from checkpoints.keys import idempotency_key, sha256_hex
 from checkpoints.lease import Lease
 from checkpoints.ledger import ResponseLog, ResultsLedger
@@ -96,7 +99,7 @@ class PhaseResult:
 
 
 def simulate(
-    store: CountingStore, docs: int, chunk: int, concurrency: int, run_id: str
+    store: CountingStore, docs: int, chunk: int, concurrency: int, run_id: str, inflight: bool = True
 ) -> dict[str, PhaseResult]:
     """One realtime run, then a resume of it. Returns per-phase counts and wall times."""
     ledger, responses = ResultsLedger(store), ResponseLog(store)
@@ -122,10 +125,14 @@ def simulate(
         with ThreadPoolExecutor(concurrency) as pool:
             for c in range(0, docs, chunk):
                 part = doc_ids[c : c + chunk]
+                bound = InFlightBound(requests=len(part), usd=1.0, at_once=concurrency, at_once_usd=0.5)
+                mark = InFlight(store, run_id).open(f"{c // chunk:06d}", bound) if inflight else ""
                 entries = [e for e in pool.map(one_doc, part) if e is not None]
                 done = len(entries)
                 if entries:  # one cost group per chunk
                     costs.record(f"file-{c // chunk:05d}", entries)
+                if inflight:
+                    InFlight(store, run_id).close(mark, settle=f"{c // chunk:06d}")
                 store.put_json(f"runs/{run_id}/outcomes/{c // chunk:05d}.json", {"docs": part, "sent": done})
 
                 def add(m: RunManifest, d: int = done) -> None:
@@ -163,9 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     results: dict[str, dict[str, PhaseResult]] = {}
+    bare: dict[str, dict[str, PhaseResult]] = {}
     with tempfile.TemporaryDirectory(prefix="docmill-bench-") as tmp:
         local = CountingStore(open_store(Path(tmp) / "store"))
         results["local"] = simulate(local, a.docs, a.chunk, a.concurrency, "bench-run")
+        local = CountingStore(open_store(Path(tmp) / "store-bare"))
+        bare["local"] = simulate(local, a.docs, a.chunk, a.concurrency, "bench-run", inflight=False)
         os.environ.update(DUMMY_CREDENTIALS)
         with SeaweedServer(Path(tmp) / "weed") as srv:
             bucket = srv.create_bucket()
@@ -173,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             s3.put("warmup", b"x")
             s3.counts.clear()
             results["s3"] = simulate(s3, a.docs, a.chunk, a.concurrency, "bench-run")
+            s3 = CountingStore(open_store(f"s3://{bucket}/bench-bare", endpoint_url=srv.endpoint))
+            bare["s3"] = simulate(s3, a.docs, a.chunk, a.concurrency, "bench-run", inflight=False)
 
     n = a.docs
     print(f"store ops per document: {n} documents, chunks of {a.chunk}, {a.concurrency} threads")
@@ -193,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         print(f"  {'wall time (s)':24}{rows[0].wall:>10.2f}{rows[1].wall:>16.2f}")
         print(f"  {'ms / document':24}{rows[0].wall * 1000 / n:>10.2f}{rows[1].wall * 1000 / n:>16.2f}")
+        without = [sum(bare[b][phase].per_doc.values()) / n for b in ("local", "s3")]
+        ratio = [t / w if w else 0.0 for t, w in zip(totals, without, strict=True)]
+        print(f"  {'without in-flight recs':24}{without[0]:>10.3f}{without[1]:>16.3f}  (ops / document)")
+        print(f"  {'ratio with / without':24}{ratio[0]:>10.3f}{ratio[1]:>16.3f}")
     return 0
 
 

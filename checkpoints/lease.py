@@ -1,6 +1,9 @@
 """One driver per run: `runs/<run_id>/lease.json` = {holder, expires_at}.
 
-acquire: put-if-absent, or compare-and-swap over an expired lease (or one we already hold).
+acquire: put-if-absent, or compare-and-swap over an expired lease, one we already hold, or one
+whose holder is known dead (`dead`, e.g. `holder_is_dead_here`): the takeover is always a
+conditional replace of the very lease that was judged, never a delete, so of two processes taking
+over the same dead holder's lease exactly one wins and the other sees the winner's live lease.
 renew: compare-and-swap while we still hold it. release: delete only if we hold it.
 A second process is refused with `LeaseHeld` naming the holder and the expiry.
 The clock is injectable so tests can move time without sleeping.
@@ -99,8 +102,9 @@ class Lease:
             expires_at=until,
         )
 
-    def acquire(self) -> Lease:
-        """Take the lease or raise `LeaseHeld`."""
+    def acquire(self, *, dead: Callable[[str | None], bool] | None = None) -> Lease:
+        """Take the lease or raise `LeaseHeld`. `dead(holder)` True lets an unexpired lease of a
+        holder known to be gone be taken over (by compare-and-swap, like an expired one)."""
         for _ in range(MAX_ATTEMPTS):
             record = self._record()
             if self.store.put_if_absent(self.key, dumps_json(record)):
@@ -111,7 +115,8 @@ class Lease:
                 continue  # released meanwhile: try put-if-absent again
             current, etag = found
             mine = current.get("holder") == self.holder
-            if not mine and float(current.get("expires_at", 0)) > self.clock():
+            live = float(current.get("expires_at", 0)) > self.clock()
+            if not mine and live and not (dead is not None and dead(current.get("holder"))):
                 raise self._held(current)
             try:
                 self.store.put_if_match(self.key, dumps_json(record), etag)

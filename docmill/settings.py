@@ -142,6 +142,15 @@ class Settings(BaseSettings):
         description="Lifetime of the presigned S3 link to report.html in a flow run's artifacts (at most "
         "7 days); anyone with the link can read the report until then. 0: the s3:// path, no presigning.",
     )
+    flow_retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="Retries of a failed Prefect flow run (each continues the same docmill run).",
+    )
+    flow_retry_delay_seconds: float = Field(
+        120.0, ge=0, description="Wait before each retry of a failed Prefect flow run."
+    )
     chunk_limit_name: str | None = Field(
         None, description="Prefect global concurrency limit held per chunk (strict); None: no limit."
     )

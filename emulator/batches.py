@@ -7,6 +7,12 @@ event loop, whenever the batch is looked at; each runs through `messages.answer`
 -> `ended` with unstarted items `canceled`; past expires_at (24 h) unprocessed items `expired`;
 29 days after creation the batch is archived and its results 404. Results stream as JSONL in a
 seeded shuffled order, a chunk of lines at a time.
+
+With a `BatchJournal` (the built-in emulator of an offline docmill run keeps one in the run's
+store) every batch is saved when it is created, canceled or deleted, and a new server restores
+them: a run killed during a batch resumes against the next emulator as against the real API,
+whose batches outlive the client. Results are not saved: they are computed again (answers are
+deterministic), and their processing is accounted by the server that computes them.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import random
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.responses import StreamingResponse
 
@@ -64,10 +70,42 @@ class Batch:
         return self.created_at + self.start_after + count * max(self.per_request, 0.0)
 
 
+class BatchJournal(Protocol):
+    """Where batches outlive the server: `save` a batch's record (None: it was deleted), `load` all."""
+
+    def save(self, batch_id: str, record: dict[str, Any] | None) -> None: ...
+
+    def load(self) -> list[dict[str, Any]]: ...
+
+
+SAVED = ("id", "created_at", "expires_at", "start_after", "per_request", "cancel_initiated_at", "legacy")
+
+
 class BatchStore:
-    def __init__(self, state: EmulatorState) -> None:
+    def __init__(self, state: EmulatorState, journal: BatchJournal | None = None) -> None:
         self.state = state
         self.batches: dict[str, Batch] = {}
+        self.journal = journal
+
+    def save(self, batch: Batch, deleted: bool = False) -> None:
+        if self.journal is None:
+            return
+        record = {name: getattr(batch, name) for name in SAVED}
+        record["requests"] = [[cid, params] for cid, params in batch.requests]
+        self.journal.save(batch.id, None if deleted else record)
+
+    def restore(self, results_base: str) -> int:
+        """Batches of an earlier server, from the journal, oldest first; how many."""
+        if self.journal is None:
+            return 0
+        records = sorted(self.journal.load(), key=lambda r: (float(r["created_at"]), str(r["id"])))
+        for r in records:
+            if r["id"] in self.batches:
+                continue
+            fields = {name: r[name] for name in SAVED}
+            requests = [(str(cid), dict(params)) for cid, params in r["requests"]]
+            self.batches[r["id"]] = Batch(api_key="", requests=requests, results_base=results_base, **fields)
+        return len(records)
 
     def get(self, batch_id: str) -> Batch:
         batch = self.batches.get(batch_id)
@@ -117,6 +155,7 @@ class BatchStore:
             legacy=legacy,
         )
         self.batches[batch.id] = batch
+        self.save(batch)
         return batch
 
     def _run_item(self, batch: Batch, cid: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -287,6 +326,7 @@ async def cancel_batch(call: Call) -> dict[str, Any]:
         raise invalid(f"message batch {batch.id} has already ended and cannot be canceled")
     if batch.cancel_initiated_at is None:
         batch.cancel_initiated_at = call.state.clock.now()
+        store.save(batch)
     return store.to_dict(batch)
 
 
@@ -299,6 +339,7 @@ async def delete_batch(call: Call) -> dict[str, Any]:
             f"message batch {batch.id} is still processing; cancel it first and wait until it has ended"
         )
     del store.batches[batch.id]
+    store.save(batch, deleted=True)
     return {"id": batch.id, "type": "message_batch_deleted"}
 
 

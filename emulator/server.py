@@ -27,6 +27,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from emulator import messages, tokens
+from emulator.batches import BatchJournal
 from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
 from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers
 from emulator.validation import ApiError, ErrorType, invalid, validate_message_body
@@ -297,8 +298,12 @@ class EmulatorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         state: EmulatorState | None = None,
+        journal: BatchJournal | None = None,
     ) -> None:
+        """`journal`: batches are saved there and restored from it at start (see emulator.batches)."""
         self.state = state or EmulatorState(config)
+        if journal is not None:
+            self.state.batches.journal = journal
         self.app = create_app(self.state)
         self.host = host
         self._port = port
@@ -346,6 +351,7 @@ class EmulatorServer:
             threading.Event().wait(0.005)
         if not self._server.started:
             raise RuntimeError("emulator server did not start")
+        self.state.batches.restore(self.base_url + "/")
         return self
 
     def stop(self) -> None:

@@ -118,10 +118,11 @@ def cmd_run(a: argparse.Namespace) -> int:
     }
     if a.no_prefect:
         summary = run_extract(
-            a.source, a.recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides)
-        )
-    else:
-        summary = extract(
+            a.source, a.recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
+            new_run=a.new_run, given=overrides,
+        )  # fmt: skip
+    else:  # in the foreground the person (or cron) running the command is the retry
+        summary = extract.with_options(retries=0)(
             a.source,
             a.recipe,
             store=a.store,
@@ -134,6 +135,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             include=a.include,
             exclude=a.exclude,
             progress=True,
+            new_run=a.new_run,
         )
     return _finish(summary)
 
@@ -143,11 +145,11 @@ def cmd_resume(a: argparse.Namespace) -> int:
 
     _quiet_prefect_services()
     _own_processes()
-    cap = a.max_cost_usd
+    cap, conc = a.max_cost_usd, a.concurrency
     if a.no_prefect:
-        summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap)
+        summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
     else:
-        summary = resume(a.run_id, store=a.store, max_cost_usd=cap)
+        summary = resume.with_options(retries=0)(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
     return _finish(summary)
 
 

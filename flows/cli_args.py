@@ -63,6 +63,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--chunk-size", type=int, help="documents per Prefect task")
     r.add_argument("--max-cost-usd", type=float, help="stop spending before this is exceeded")
     r.add_argument("--run-id", help="continue or name a run")
+    r.add_argument(
+        "--new-run", action="store_true",
+        help="start a fresh run even if a stopped run of the same recipe, model and source exists "
+        "(by default that run is continued)",
+    )  # fmt: skip
     _source_filters(r)
     r.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
     r.set_defaults(fn="run")
@@ -71,6 +76,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     rs.add_argument("run_id", help="the run to continue (see `docmill runs`)")
     rs.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
     rs.add_argument("--max-cost-usd", type=float, help="a new cost cap (default: the run's own)")
+    rs.add_argument("--concurrency", type=int, help="requests in flight at once (default: the run's own)")
     rs.set_defaults(fn="resume")
 
     s = sub.add_parser(

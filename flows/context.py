@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.keys import safe_segment
 from docmill.settings import Settings
 
 if TYPE_CHECKING:
@@ -41,9 +42,37 @@ class Endpoint:
     server: Any = None
 
 
+class StoreJournal:
+    """The built-in emulator's batches under the run's store (`emulator/batches/<id>.json`), so a
+    run killed during a batch finds them again after a restart (emulator.batches.BatchJournal)."""
+
+    PREFIX = "emulator/batches/"
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    def save(self, batch_id: str, record: dict[str, Any] | None) -> None:
+        key = f"{self.PREFIX}{safe_segment(batch_id)}.json"
+        if record is None:
+            self.store.delete(key)
+        else:
+            self.store.put_json(key, record)
+
+    def load(self) -> list[dict[str, Any]]:
+        out = []
+        for key in self.store.list(self.PREFIX):
+            record = self.store.get_json_or_none(key) if key.endswith(".json") else None
+            if isinstance(record, dict):
+                out.append(record)
+        return out
+
+
 @contextmanager
-def api_endpoint(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoint]:
-    """The real API, a configured base URL, or an in-process emulator started for this run."""
+def api_endpoint(
+    settings: Settings, *, quiet: bool = False, store: ObjectStore | None = None
+) -> Iterator[Endpoint]:
+    """The real API, a configured base URL, or an in-process emulator started for this run (its
+    batches kept under `store` when given)."""
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
     if key:
         yield Endpoint(settings.api.base_url, key, offline=False)
@@ -53,7 +82,7 @@ def api_endpoint(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoin
         return
     from emulator.server import EmulatorServer
 
-    with EmulatorServer() as server:
+    with EmulatorServer(journal=StoreJournal(store) if store is not None else None) as server:
         if not quiet:
             print(
                 f"docmill: no ANTHROPIC_API_KEY set; using the built-in emulator at {server.base_url} "

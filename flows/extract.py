@@ -8,6 +8,7 @@ Prefect. Set DOCMILL_CHUNK_LIMIT_NAME to hold a Prefect global concurrency limit
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -125,22 +126,51 @@ def run_extract(
     map_chunks: pipeline.MapChunks = pipeline.plain_map,
     progress: bool = True,
     on_progress: pipeline.OnProgress | None = None,
+    new_run: bool = False,
+    given: dict[str, Any] | None = None,
+    flow_run_id: str | None = None,
 ) -> dict[str, Any]:
     """The chain without Prefect bookkeeping (used by the flows and by fast tests); `on_progress`
-    hears (documents done, total) of the per-file pass."""
+    hears (documents done, total) of the per-file pass.
+
+    The run driven is the one `flows.continuation.choose_run` picks: `run_id`, the run bound to
+    `flow_run_id`, a stopped run of the same recipe, model and source (unless `new_run`), or a new
+    one. A continued run takes its settings from its manifest; of `given` (dotted setting -> value,
+    None = not given) only the safe ones apply to it."""
     from checkpoints.store import open_store
+    from docmill.errors import ConfigError
+    from flows.continuation import choose_run, mode_of, pinned_settings, source_id
     from tasks.recipes import load_recipe
 
     settings = settings or _settings(store, {})
-    rec = load_recipe(recipe)
     st = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
-    with api_endpoint(settings, quiet=not progress) as endpoint:
+    choice = choose_run(
+        st, settings, source, recipe, run_id=run_id, new_run=new_run, flow_run_id=flow_run_id,
+        new_id=new_run_id,
+    )  # fmt: skip
+    lines = choice.lines
+    if choice.manifest is not None:
+        m = choice.manifest
+        settings, more = pinned_settings(settings, m, given)
+        lines = lines + more
+        if (m.source and source_id(m.source) != source_id(source)) or (m.recipe and m.recipe != recipe):
+            raise ConfigError(
+                f"run {m.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
+                hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
+            )
+        mode = mode_of(st, m, mode)
+    for line in lines:
+        print(line, file=sys.stderr)
+        log.info("%s", line)
+    rec = load_recipe(recipe)
+    with api_endpoint(settings, quiet=not progress, store=st) as endpoint:
         client, sdk = make_clients(settings, endpoint)
-        ctx = RunContext(
-            settings, st, rec, run_id or new_run_id(), endpoint, client, sdk, on_progress=on_progress
-        )
+        ctx = RunContext(settings, st, rec, choice.run_id, endpoint, client, sdk, on_progress=on_progress)
         return pipeline.run(
-            ctx, pipeline.RunParams(source, recipe, mode, run_id), map_chunks=map_chunks, progress=progress
+            ctx,
+            pipeline.RunParams(source, recipe, mode, choice.run_id),
+            map_chunks=map_chunks,
+            progress=progress,
         )
 
 
@@ -171,15 +201,21 @@ def _publish(summary: dict[str, Any], settings: Settings) -> None:
 
 def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> Any:
     """The chain inside a flow: chunks as Prefect tasks, progress as an artifact, a budget stop as an
-    expected end, the summary, report link and failures published as artifacts. A deliberate skip
-    (another live run covers the same documents) ends the flow run Cancelled with the reason, not
-    Failed: nothing went wrong, and failure alerts must not fire for it."""
+    expected end, the summary, report link and failures published as artifacts, and the docmill run
+    bound to this flow run (a retry of the flow run continues the same docmill run). A deliberate
+    skip (another live run covers the same documents) ends the flow run Cancelled with the reason,
+    not Failed: nothing went wrong, and failure alerts must not fire for it."""
+    from prefect.runtime import flow_run
+
     from docmill.errors import RunOverlap
 
     settings = kw.get("settings") or _settings(kw.get("store"), {})
+    bound = str(flow_run.id) if flow_run.id else None
     try:
         summary = _budget_guard(
-            lambda: chain(*args, map_chunks=prefect_map, on_progress=ProgressArtifact(), **kw)
+            lambda: chain(
+                *args, map_chunks=prefect_map, on_progress=ProgressArtifact(), flow_run_id=bound, **kw
+            )
         )
     except RunOverlap as e:
         get_run_logger().warning(
@@ -190,7 +226,21 @@ def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> Any
     return summary
 
 
-@flow(name="extract", task_runner=RUNNER, log_prints=False)
+# A flow run that fails (an outage, a dead store, a crash of the chain) is retried and continues the
+# same docmill run (bound to the flow run). The only retry layer at this level: chunk tasks have
+# retries=0 and requests retry in their own transport layer (retries would multiply otherwise).
+FLOW_RETRIES = Settings().flow_retries
+FLOW_RETRY_DELAYS = Settings().flow_retry_delay_seconds
+
+
+def _flow(name: str) -> Any:
+    return flow(
+        name=name, task_runner=RUNNER, log_prints=False, retries=FLOW_RETRIES,
+        retry_delay_seconds=FLOW_RETRY_DELAYS,
+    )  # fmt: skip
+
+
+@_flow("extract")
 def extract(
     source: str,
     recipe: str = "invoices",
@@ -204,25 +254,25 @@ def extract(
     include: list[str] | None = None,
     exclude: list[str] | None = None,
     progress: bool = False,
+    new_run: bool = False,
 ) -> dict[str, Any]:
-    """The chain: inventory -> per-file pass -> gate -> integration -> report. `include` / `exclude`:
-    glob patterns over paths relative to the source (default: every file)."""
-    settings = _settings(
-        store,
-        {
-            "chunk_size": chunk_size,
-            "cost.max_cost_usd": max_cost_usd,
-            "api.concurrency": concurrency,
-            "api.model": model,
-            **_filters(include, exclude),
-        },
-    )
+    """The chain: inventory -> per-file pass -> gate -> integration -> report. A stopped run of the
+    same recipe, model and source is continued unless `new_run`. `include` / `exclude`: glob patterns
+    over paths relative to the source (default: every file)."""
+    given = {
+        "chunk_size": chunk_size,
+        "cost.max_cost_usd": max_cost_usd,
+        "api.concurrency": concurrency,
+        "api.model": model,
+        **_filters(include, exclude),
+    }
     return _in_flow(
-        run_extract, source, recipe, mode=mode, run_id=run_id, settings=settings, progress=progress
-    )
+        run_extract, source, recipe, mode=mode, run_id=run_id, settings=_settings(store, given),
+        progress=progress, new_run=new_run, given=given,
+    )  # fmt: skip
 
 
-@flow(name="nightly", task_runner=RUNNER)
+@_flow("nightly")
 def nightly(
     source: str,
     recipe: str = "invoices",
@@ -235,7 +285,7 @@ def nightly(
     return _in_flow(run_extract, source, recipe, settings=settings, progress=False)
 
 
-@flow(name="backfill", task_runner=RUNNER)
+@_flow("backfill")
 def backfill(
     source: str,
     recipe: str = "invoices",
@@ -247,17 +297,22 @@ def backfill(
     include: list[str] | None = None,
     exclude: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A large source, batch mode by default, resumable by run id."""
-    overrides = {"chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd, **_filters(include, exclude)}
-    settings = _settings(store, overrides)
-    run_id = run_id or new_run_id()
-    return _in_flow(run_extract, source, recipe, mode=mode, run_id=run_id, settings=settings, progress=False)
+    """A large source, batch mode by default; continues a stopped backfill of the same source."""
+    given = {"chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd, **_filters(include, exclude)}
+    return _in_flow(
+        run_extract, source, recipe, mode=mode, run_id=run_id, settings=_settings(store, given),
+        progress=False, given=given,
+    )  # fmt: skip
 
 
-@flow(name="resume", task_runner=RUNNER)
-def resume(run_id: str, store: str | None = None, max_cost_usd: float | None = None) -> dict[str, Any]:
+@_flow("resume")
+def resume(
+    run_id: str, store: str | None = None, max_cost_usd: float | None = None, concurrency: int | None = None
+) -> dict[str, Any]:
     """Continue a run from its manifest: nothing in the ledger is sent again."""
-    return _in_flow(resume_run, run_id, store=store, progress=False, max_cost_usd=max_cost_usd)
+    return _in_flow(
+        resume_run, run_id, store=store, progress=False, max_cost_usd=max_cost_usd, concurrency=concurrency
+    )
 
 
 def resume_run(
@@ -268,19 +323,17 @@ def resume_run(
     progress: bool = True,
     settings: Settings | None = None,
     max_cost_usd: float | None = None,
+    concurrency: int | None = None,
     on_progress: pipeline.OnProgress | None = None,
+    flow_run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Continue a run; its cost cap is `max_cost_usd` if given, else the one it was started with."""
+    """Continue a run with its own settings (its manifest's); only the cost cap and the concurrency
+    may be given anew."""
     from checkpoints.manifest import ManifestStore
     from checkpoints.store import open_store
 
     settings = settings or _settings(store, {})
     m = ManifestStore(open_store(settings.store, endpoint_url=settings.s3_endpoint_url)).load(run_id)
-    cap = max_cost_usd if max_cost_usd is not None else m.budget_usd
-    if cap != settings.cost.max_cost_usd:
-        settings = settings.model_copy(
-            update={"cost": settings.cost.model_copy(update={"max_cost_usd": cap})}
-        )
     return run_extract(
         m.source,
         m.recipe,
@@ -290,4 +343,6 @@ def resume_run(
         map_chunks=map_chunks,
         progress=progress,
         on_progress=on_progress,
+        given={"cost.max_cost_usd": max_cost_usd, "api.concurrency": concurrency},
+        flow_run_id=flow_run_id,
     )

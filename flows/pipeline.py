@@ -12,7 +12,6 @@ those, documents whose idempotency key is in the ledger cost no API call.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
-from docmill.errors import BudgetExhausted, ConfigError, LeaseHeld, RunOverlap
+from docmill.errors import BudgetExhausted, ConfigError, RunOverlap
 from docmill.logs import bind_run, get_logger
 from docmill.settings import Settings
 from flows.context import RunContext
@@ -151,6 +150,8 @@ def load_chunk(ctx: RunContext, cid: str) -> list[dict[str, Any]]:
 
 
 def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
+    from flows.continuation import source_id
+
     manifests = ManifestStore(ctx.store)
     try:
         m = manifests.load(ctx.run_id)
@@ -160,15 +161,16 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
         config = redact(ctx.settings.model_dump(mode="json"))
         m = RunManifest(
             run_id=ctx.run_id,
-            source=params.source,
+            source=source_id(params.source),  # absolute: a resume from another folder finds it
             recipe=params.recipe,
             recipe_version=ctx.recipe.version,
             mode="realtime" if params.mode == "auto" else params.mode,  # auto is decided after inventory
             config=config,
             budget_usd=ctx.settings.cost.max_cost_usd,
+            extra={"mode_asked": params.mode},
         )
         manifests.create(m)
-    elif m.recipe != params.recipe or m.source != params.source:
+    elif m.recipe != params.recipe or source_id(m.source) != source_id(params.source):
         raise ConfigError(
             f"run {ctx.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
             hint=f"resume it with `docmill resume {ctx.run_id}`, or start a new run without --run-id",
@@ -196,20 +198,31 @@ def all_outcomes(ctx: RunContext) -> list[dict[str, Any]]:
 
 def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
     """Per-file pass over one chunk (realtime); outcomes written once per chunk."""
+    from checkpoints.inflight import InFlight
     from checkpoints.outcomes import OutcomeLog
+    from tasks.estimate import in_flight_bound
     from tasks.inventory import Document
     from tasks.per_file.realtime import extract_chunk
 
-    outcomes = extract_chunk(
-        [Document.model_validate(d) for d in docs],
-        recipe=ctx.recipe,
-        run_id=ctx.run_id,
-        store=ctx.store,
-        client=ctx.client,
-        settings=ctx.settings,
-    )
+    documents = [Document.model_validate(d) for d in docs]
+    inflight = InFlight(ctx.store, ctx.run_id)
+    mark = inflight.open(cid, in_flight_bound(documents, ctx.recipe, ctx.settings))  # invariant 13
+    try:
+        outcomes = extract_chunk(
+            documents,
+            recipe=ctx.recipe,
+            run_id=ctx.run_id,
+            store=ctx.store,
+            client=ctx.client,
+            settings=ctx.settings,
+        )
+    except BaseException:
+        inflight.close(mark)  # extract_chunk flushed the costs of every answer it got
+        raise
     records = [o.model_dump(mode="json") for o in outcomes]
-    if any(r.get("failure_type") == "budget" for r in records):
+    stopped = any(r.get("failure_type") == "budget" for r in records)
+    inflight.close(mark, settle=None if stopped else cid)  # whole: earlier lives are recounted
+    if stopped:
         # not written: a resume redoes this chunk (finished documents are free ledger hits);
         # returned, not raised, so a Prefect chunk task ends quietly and the driver stops the run
         return {"budget": 1}
@@ -220,10 +233,20 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
     return counts
 
 
-def budget_stop(ctx: RunContext, where: str) -> BudgetExhausted:
+def spent_usd(ctx: RunContext) -> float:
+    """What the run has paid as far as anyone can tell: its cost ledger plus the upper bound of
+    requests a crash left in flight unrecorded (checkpoints.inflight)."""
     from checkpoints.costs import CostLedger
+    from checkpoints.inflight import InFlight
 
-    spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+    return (
+        float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+        + InFlight(ctx.store, ctx.run_id).totals()["usd"]
+    )
+
+
+def budget_stop(ctx: RunContext, where: str) -> BudgetExhausted:
+    spent = spent_usd(ctx)
     cap = ctx.settings.cost.max_cost_usd
     return BudgetExhausted(
         f"run {ctx.run_id} stopped {where}: the next request would pass its cap of ${cap or 0:.4f} "
@@ -245,12 +268,11 @@ def per_file_pass(
     total = sum(len(d) for _, d in pending)
     bar = Progress(total, "per-file pass", enabled=progress, listener=ctx.on_progress)
     if params.mode == "batch":
-        from checkpoints.costs import CostLedger
         from tasks.batch.budget import affordable_chunks
         from tasks.batch.engine import run_batches
         from tasks.inventory import Document
 
-        spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+        spent = spent_usd(ctx)
         wanted = len(pending)
         pending, _ = affordable_chunks(
             pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
@@ -309,14 +331,7 @@ def hold_lease(ctx: RunContext) -> Iterator[None]:
     from flows.context import holder_id
 
     lease = Lease(ctx.store, ctx.run_id, holder_id(), ttl_seconds=LEASE_TTL)
-    try:
-        lease.acquire()
-    except LeaseHeld as e:
-        if not holder_is_dead_here(getattr(e, "holder", None)):
-            raise
-        log.warning("taking over the lease of a dead process: %s", getattr(e, "holder", None))
-        ctx.store.delete(lease.key)
-        lease.acquire()
+    lease.acquire(dead=holder_is_dead_here)  # a dead holder's lease is replaced by CAS, never deleted
     stop = threading.Event()
 
     def keep() -> None:
@@ -336,17 +351,10 @@ def hold_lease(ctx: RunContext) -> Iterator[None]:
         lease.release()
 
 
-def _source_id(source: str) -> str:
-    """A source as runs compare them: an s3:// prefix as given, a folder as an absolute path."""
-    if "://" in source and not source.startswith("file://"):
-        return source
-    return os.path.abspath(os.path.expanduser(source.removeprefix("file://")))
-
-
 def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked: bool) -> None:
     """Raise `RunOverlap` if another live run of the same recipe and model covers the same
-    documents. Stale markers (a run whose lease is gone or whose local holder died) are removed.
-    With `marked` (both runs may have marked themselves at once) only the later of the two stops."""
+    documents. A stopped run (its lease is gone or its local holder died) does not block: it is
+    continued by the same command (flows.continuation), and keeps its marker until it is done. With `marked` (both runs may have marked themselves at once) only the later of the two stops."""
     from checkpoints.active import sources_overlap
     from checkpoints.lease import live_lease
 
@@ -361,7 +369,6 @@ def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked:
             continue
         lease = live_lease(ctx.store, run_id, now)
         if lease is None:
-            runs.unmark(run_id)
             continue
         if marked and (float(other.get("started_at") or 0), run_id) > (mine["started_at"], ctx.run_id):
             continue  # it started after us: it stops, we go on
@@ -376,28 +383,33 @@ def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked:
 
 @contextmanager
 def announced(ctx: RunContext, params: RunParams) -> Iterator[None]:
-    """While the run is driven, mark it active (`active/<run_id>.json`), after making sure no other
+    """Mark the run active (`active/<run_id>.json`) until it is done, after making sure no other
     live run of the same recipe and model covers the same source: a nightly run started while the
-    last backfill still has batches in flight would otherwise pay for their documents twice.
+    last backfill still has batches in flight would otherwise pay for their documents twice. A run
+    that stops before it is done (crash, error, budget) keeps its marker: it is a stopped run, which
+    the same `docmill run` continues (flows.continuation.stopped_run).
     Best effort across machines (two runs starting in the same instant both see each other after
     marking, and the later one stops). DOCMILL_ALLOW_OVERLAPPING_RUNS=true skips the check."""
     from checkpoints.active import ActiveRuns
+    from flows.continuation import source_id
 
+    runs = ActiveRuns(ctx.store)
+    mine = {
+        "recipe": params.recipe, "model": ctx.settings.api.model, "source": source_id(params.source),
+        "started_at": time.time(),
+    }  # fmt: skip
     if ctx.settings.allow_overlapping_runs:
         yield
         return
-    runs = ActiveRuns(ctx.store)
-    mine = {
-        "recipe": params.recipe, "model": ctx.settings.api.model, "source": _source_id(params.source),
-        "started_at": time.time(),
-    }  # fmt: skip
     _refuse_overlap(ctx, runs, mine, marked=False)
     runs.mark(ctx.run_id, mine)
     try:
         _refuse_overlap(ctx, runs, mine, marked=True)
-        yield
-    finally:
-        runs.unmark(ctx.run_id)
+    except RunOverlap:
+        runs.unmark(ctx.run_id)  # refused before it started: nothing to continue
+        raise
+    yield
+    runs.unmark(ctx.run_id)  # done; a run that stopped on an exception keeps its marker
 
 
 def run(
@@ -433,8 +445,10 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
     from tasks.reporting.summary import summarize
 
     budget = getattr(ctx.client, "budget", None)
-    if budget is not None:  # a resumed run has spent what its cost ledger says
-        budget.spent_usd = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+    if (
+        budget is not None
+    ):  # a resumed run has spent what its cost ledger says, plus what a crash left in flight
+        budget.spent_usd = spent_usd(ctx)
     set_phase(ctx, Phase.INVENTORY)
     chunk_ids = write_inventory(ctx, params.source)
     params.mode = choose_mode(ctx, params)

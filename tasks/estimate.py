@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.inflight import InFlightBound
 from docmill.prices import BATCH_DISCOUNT, CACHE_READ, CACHE_WRITE_5M, price_table
 from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.requests import file_request, recipe_parts
@@ -120,3 +121,27 @@ def worst_case_usd(request: dict[str, Any], *, batch: bool) -> float:
         estimate_input_tokens(request) * p["input"] * CACHE_WRITE_5M + request["max_tokens"] * p["output"]
     ) / 1e6
     return usd * (BATCH_DISCOUNT if batch else 1.0)
+
+
+def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings) -> InFlightBound:
+    """What a realtime chunk's requests can cost at most (checkpoints.inflight records it): all of
+    them (answers buffered but not yet in the cost ledger are lost by a kill until a resume recounts
+    them), and the ones in flight at once (at most the concurrency: the largest worst cases). Each
+    request is sized from its document's bytes without reading it (bytes / 2 tokens: /4 as
+    everywhere, x2 for JSON escapes) plus the prompt, at the dearer of the model and its fallback."""
+    table = price_table()
+    models = [m for m in (settings.api.model, settings.api.fallback_model) if m and m in table]
+    worst: list[float] = []
+    for doc in docs:
+        if doc.status != "ok" or doc.duplicate_of:
+            continue
+        each = []
+        for model in models:
+            request = file_request(recipe, doc, "", model=model, max_tokens=settings.api.max_tokens)
+            text_usd = doc.size / 2 * table[model]["input"] * CACHE_WRITE_5M / 1e6
+            each.append(worst_case_usd(request, batch=False) + text_usd)
+        worst.append(max(each, default=0.0))
+    k = min(len(worst), int(settings.api.concurrency))
+    return InFlightBound(
+        requests=len(worst), usd=sum(worst), at_once=k, at_once_usd=sum(sorted(worst, reverse=True)[:k])
+    )

@@ -216,8 +216,8 @@ def _adopt(
 
 def reconcile(api: BatchApi, records: BatchRecords, rec: BatchRecord, owned: set[str]) -> BatchRecord:
     """An intent without a batch id (a crash around `create`): list the batches made after its
-    mark, cancel the matching ones and adopt them (their results are matched by custom_id when they
-    end), or record that none was created so its requests are resent."""
+    mark and adopt them (one is simply followed; several are canceled, their results matched by
+    custom_id when they end), or record that none was created so its requests are resent."""
     found = find_candidates(api, rec, owned)
     if not found:
         mark = rec.list_mark or "the first batch"
@@ -225,7 +225,10 @@ def reconcile(api: BatchApi, records: BatchRecords, rec: BatchRecord, owned: set
             rec.n, lambda r: _not_created(r, f"no batch was created after {mark}; requests resent")
         )
     owned.update(b.id for b in found)
-    return _adopt(api, records, rec, found, cancel=True, why="intent without batch id reconciled")
+    # One batch: the create went through; adopt it and wait for it (its custom_ids are never sent
+    # again, invariant 11). Several (a create retried after an answer that hid the first one): the
+    # copies are canceled and adopted, their results matched by custom_id when they end.
+    return _adopt(api, records, rec, found, cancel=len(found) > 1, why="intent without batch id reconciled")
 
 
 def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> BatchRecord:

@@ -17,6 +17,7 @@ Inputs too large for one request are integrated in slices and merged (chunk-and-
 from __future__ import annotations
 
 import json
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -206,7 +207,10 @@ def _integrate_slice(
     output: dict[str, Any] | None = None
     while attempt < 1 + p.settings.gate.repair_attempts:
         message, result = _ask(p.client, request, key=key, responses=p.responses, attempt=attempt)
-        p.costs.record(f"{key}-{attempt}", [CostEntry.from_usage(
+        # one group per API call (request id, else a fresh name): a slice asked again by a resume
+        # was billed again, so it is recorded again (a `<key>-<attempt>` group was written once per run)
+        call_id = result.request_id or uuid.uuid4().hex[:16]
+        p.costs.record(f"{key}-{attempt}-{call_id}", [CostEntry.from_usage(
             run_id=p.run_id, pass_name=PASS, doc_id=f"*integration-{i}*", key=key, attempt=attempt,
             model=result.model, request_id=result.request_id, usage=message.get("usage") or {}, batch=False,
         )])  # fmt: skip

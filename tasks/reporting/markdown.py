@@ -41,6 +41,13 @@ def markdown(
             "(every attempt, retries and repairs included).",
             "",
         ]
+        left = costs.get("in_flight") or {}
+        if left.get("groups"):
+            lines += [
+                f"Possibly billed but not recorded: up to ${left['usd']:.4f} for at most {left['requests']} "
+                "request(s) in flight when a run was killed (an upper bound; counted by the budget cap).",
+                "",
+            ]
         for group in ("by_pass", "by_model"):
             for k, v in sorted((costs.get(group) or {}).items()):
                 lines.append(f"- {group[3:]} `{k}`: ${v:.4f}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.costs import CostLedger
+from checkpoints.inflight import InFlight
 from checkpoints.review_queue import ReviewQueue
 from tasks.records import Conflict, IntegrationResult, ReviewItem
 from tasks.reporting.exports import export_rows, to_csv, to_jsonl, to_parquet
@@ -96,6 +97,7 @@ def write_report(
     ledger = CostLedger(store, run_id)
     entries = [e.model_dump(mode="json") for e in ledger.entries()]
     costs = costs if costs is not None else ledger.totals()
+    costs = {**costs, "in_flight": InFlight(store, run_id).totals()}  # invariant 13: an upper bound
     review = list(ReviewQueue(store, run_id).list())
     keys = {
         "report.md": f"{base}/report.md",

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.inflight import InFlight
 from checkpoints.manifest import ManifestStore
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
         "batches_in_flight": [{"n": b.n, "phase": str(b.phase), "requests": b.request_count} for b in live],
         "batches": len(batches),
         "cost_usd": round(usd, 6),
+        "in_flight": InFlight(store, run_id).totals(),  # upper bound of what a crash left unrecorded
         "budget_usd": m.budget_usd,
         "billed_answers": len(entries),
         "docs_per_second": rate,
@@ -134,7 +136,13 @@ def status_text(st: dict[str, Any]) -> str:
             f"\n             #{b['n']} {b['phase']} ({b['requests']} requests)"
             for b in st["batches_in_flight"]
         ),
-        f"cost       ${st['cost_usd']:.4f} so far{budget} ({st['billed_answers']} billed answers)",
+        f"cost       ${st['cost_usd']:.4f} so far{budget} ({st['billed_answers']} billed answers)"
+        + (
+            f"\n             + up to ${st['in_flight']['usd']:.4f} possibly billed by at most "
+            f"{st['in_flight']['requests']} request(s) in flight when it was killed (not recorded)"
+            if st["in_flight"]["groups"]
+            else ""
+        ),
         f"eta        {eta}",
         f"updated    {st['updated_at']}",
     ]

@@ -230,3 +230,19 @@ def test_long_document_with_compaction_costs_match_emulator(tmp_path: Path, emul
     assert len(long_entries) > 3  # the long document went chunk by chunk
     assert sum(e.compaction_input_tokens for e in long_entries) > 0  # its history was compacted, and billed
     assert summary["cost_usd"] == pytest.approx(totals["usd"], abs=1e-9)
+
+
+def test_repeated_integration_calls_after_resumes_are_recorded(tmp_path: Path, emulator: Any) -> None:
+    """Integration answers that never pass the gate are asked again by every resume of the finished
+    run: billed again, so recorded again (a `<key>-<attempt>` group used to be written once per run)."""
+    corpus, _ = make_corpus(tmp_path, count=4, seed=8)
+    emulator.state.faults.add(kind="schema_invalid", marker="per_file_results", count=10**6)
+    settings = fast_settings(emulator, str(tmp_path / "store"))
+    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    first = len([b for b in emulator.state.accounting.billed if not b.batch])
+    for _ in range(2):
+        resume_run(summary["run_id"], settings=settings, progress=False)
+    store = open_store(settings.store)
+    assert len(emulator.state.accounting.billed) > first  # the resumes paid for integration again
+    totals = assert_ledger_matches_emulator(store, summary["run_id"], emulator)
+    assert ManifestStore(store).load(summary["run_id"]).cost_usd == pytest.approx(totals["usd"])

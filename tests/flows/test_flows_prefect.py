@@ -266,3 +266,42 @@ def test_finished_run_links_its_html_report_and_tables_failures_by_reason(
     first = store.get_json(f"runs/{summary['run_id']}/inventory/{chunks[0]}.json")
     name = next(r.name for r in runs if f" {chunks[0]}: " in r.name)
     assert first[0]["doc_id"] in name and first[-1]["doc_id"] in name and f"({len(first)} docs)" in name
+
+
+def test_a_retried_flow_run_continues_its_docmill_run(
+    prefect_engine: None, env_for: str, emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flow run fails mid-batch (after create, while polling); Prefect retries it (real engine,
+    flow-level retries): the retry drives the same docmill run id, bound to the flow run, and
+    re-attaches the batches instead of sending their custom_ids again. `new_run=True` shows the
+    binding alone does it (no stopped-run lookup)."""
+    from collections import Counter
+
+    from prefect.runtime import flow_run
+
+    from checkpoints.manifest import ManifestStore
+    from checkpoints.store import open_store
+    from flows.extract import extract
+    from tasks.batch import lifecycle
+
+    corpus, _ = make_corpus(tmp_path, count=6, seed=2)
+    monkeypatch.setenv("DOCMILL_BATCH__POLL_SECONDS", "0.05")
+    emulator.state.configure({"batch_base_seconds": 0.5})
+    failures: list[str] = []
+
+    def fail_once(point: str) -> None:
+        if point == "polling" and not failures:
+            failures.append(str(flow_run.id))
+            raise RuntimeError("worker lost mid-batch")
+
+    monkeypatch.setattr(lifecycle, "HOOK", fail_once)
+    summary = extract.with_options(retries=1, retry_delay_seconds=0)(
+        str(corpus), mode="batch", store=env_for, new_run=True
+    )
+    assert failures, "the first attempt never reached polling"
+    store = open_store(env_for)
+    assert list(ManifestStore(store).list_runs()) == [summary["run_id"]]
+    assert store.get_json(f"bindings/prefect/{failures[0]}.json") == {"run_id": summary["run_id"]}
+    creates = Counter(cid for b in emulator.state.batches.batches.values() for cid, _ in b.requests)
+    assert creates and max(creates.values()) == 1, "a custom_id was sent in two batch creates"
+    assert summary["phase"] == "done"
