@@ -1,6 +1,6 @@
 """What the emulator billed, and every request it received (billed or not).
 
-Errors are never billed. Batch items are billed (at 50 %) when their batch processes them.
+Errors are never billed. A dated model id is priced as its alias. Batch items are billed (at 50 %) when their batch processes them.
 `GET /_emulator/accounting` returns `Accounting.snapshot()`; in-process tests read
 `server.state.accounting` directly.
 """
@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from docmill.prices import cost_usd
+from emulator.catalog import price_id
 
 
 def body_hash(body: Any) -> str:
@@ -83,7 +84,7 @@ class Accounting:
             model=model,
             batch=batch,
             usage=usage,
-            usd=cost_usd(model, usage, batch=batch),
+            usd=cost_usd(price_id(model), usage, batch=batch),
             request_id=request_id,
             custom_id=custom_id,
             batch_id=batch_id,
