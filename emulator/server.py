@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from emulator import messages, tokens
+from emulator import batches, control, messages, tokens
 from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
 from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers, ratelimit_headers
 from emulator.validation import ApiError, ErrorType, invalid
@@ -274,8 +274,6 @@ async def get_model(call: Call) -> dict[str, Any]:
 
 def create_app(state: EmulatorState | None = None) -> Starlette:
     """The ASGI app; `app.state.emulator` is its `EmulatorState`."""
-    from emulator import batches, control
-
     state = state or EmulatorState()
 
     def r(path: str, handler: Handler, methods: list[str], json_body: bool = False) -> Route:
