@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from docmill.models import CACHE_MIN_TOKENS
+
 
 class ApiSettings(BaseModel):
     """How docmill talks to Claude."""
@@ -35,6 +37,11 @@ class ApiSettings(BaseModel):
     backoff_max_seconds: float = Field(30.0, ge=0, description="Cap on one transport backoff wait.")
     timeout_seconds: float = Field(120.0, gt=0, description="Hard HTTP timeout per request.")
     max_tokens: int = Field(4096, ge=1, description="max_tokens for a per-file call.")
+    cache_min_tokens: dict[str, int] = Field(
+        default_factory=lambda: dict(CACHE_MIN_TOKENS),
+        description="Minimum cacheable prompt prefix per model (tokens); below it nothing is cached. "
+        "Models outside the table: 4096.",
+    )
     overloads_before_fallback: int = Field(
         3, ge=1, description="Consecutive overload failures of the primary model before the fallback."
     )

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from docmill.prices import cost_usd
+from docmill.prices import cost_usd, usd_at
 from emulator.catalog import price_id
 
 
@@ -76,7 +76,10 @@ class Accounting:
         custom_id: str | None = None,
         batch_id: str | None = None,
         at: float = 0.0,
+        price: dict[str, float] | None = None,
     ) -> BilledRequest:
+        """Record one billed request; `price` overrides the price table (an `extra_models` entry)."""
+        usd = usd_at(price, usage, batch=batch) if price else cost_usd(price_id(model), usage, batch=batch)
         record = BilledRequest(
             seq=len(self.billed) + 1,
             path=path,
@@ -84,7 +87,7 @@ class Accounting:
             model=model,
             batch=batch,
             usage=usage,
-            usd=cost_usd(price_id(model), usage, batch=batch),
+            usd=usd,
             request_id=request_id,
             custom_id=custom_id,
             batch_id=batch_id,

@@ -19,24 +19,15 @@ from datetime import UTC, datetime
 from anthropic._data import DEPRECATED_MODELS
 from anthropic.types.model import Model
 
+from docmill.models import CACHE_MIN_TOKENS as PIPELINE_CACHE_MIN_TOKENS
+from docmill.models import CACHE_MIN_TOKENS_UNKNOWN as PIPELINE_UNKNOWN
+
 DATED = re.compile(r"^(?P<base>.+)-(?P<date>\d{8})$")
 _ORDINAL = re.compile(r"(\d+)(st|nd|rd|th)\b")
 
-# Reference §7.1. Sonnet 4.6 is documented at 1,024 but was seen caching only from ~2,048: 2,048 here.
-CACHE_MIN_TOKENS: dict[str, int] = {
-    "claude-opus-4-6": 4096,
-    "claude-opus-4-5": 4096,
-    "claude-haiku-4-5": 4096,
-    "claude-opus-4-7": 2048,
-    "claude-sonnet-4-6": 2048,
-    "claude-sonnet-4-5": 1024,
-    "claude-opus-4-8": 1024,
-    "claude-sonnet-5": 1024,
-    "claude-opus-5": 512,
-    "claude-fable-5": 512,
-    "claude-mythos-5": 512,
-}
-CACHE_MIN_TOKENS_UNKNOWN = 4096  # a model not in the table: the largest known minimum
+# Reference §7.1, one table with the client's settings default (larger value where sources differ).
+CACHE_MIN_TOKENS: dict[str, int] = dict(PIPELINE_CACHE_MIN_TOKENS)
+CACHE_MIN_TOKENS_UNKNOWN = PIPELINE_UNKNOWN  # a model not in the table: the largest known minimum
 
 
 def sdk_model_ids() -> tuple[str, ...]:

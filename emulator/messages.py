@@ -170,6 +170,7 @@ def answer(
         custom_id=custom_id,
         batch_id=batch_id,
         at=state.clock.now(),
+        price=state.config.extra_models.get(model_name),
     )
     return Answer(message, input_counted, out_tokens)
 

@@ -43,6 +43,8 @@ class EmulatorConfig:
     cache_min_tokens: int = catalog.CACHE_MIN_TOKENS_UNKNOWN
     cache_min_tokens_by_model: dict[str, int] = field(default_factory=lambda: dict(catalog.CACHE_MIN_TOKENS))
     cache_counts_output_schema: bool = False  # True: output_config.format's schema is in the cached prefix
+    extra_models: dict[str, dict[str, float]] = field(default_factory=dict)  # served beyond the price
+    # table, billed at these prices ({"input", "output"} USD/MTok): a model docmill has no price for
     resolve_aliases: bool = True  # answer a pre-4.6 alias with its dated id (SDK types/model.py)
     end_of_life: dict[str, str] = field(default_factory=catalog.sdk_end_of_life)  # model -> ISO date
     grammar_max_complexity: int | None = None  # None: no "compiled grammar is too large" rule
@@ -209,7 +211,7 @@ class EmulatorState:
     def __init__(self, config: EmulatorConfig | None = None) -> None:
         self.config = config or EmulatorConfig.from_env()
         self.clock = VirtualClock(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
-        self.models: set[str] = catalog.known_models(price_table())
+        self._priced: set[str] = catalog.known_models(price_table())
         self.accounting = Accounting()
         self.cache = PromptCache()
         self.faults = FaultPlan(self.config.seed)
@@ -222,6 +224,11 @@ class EmulatorState:
         self._ids = itertools.count(1)
         self.in_flight = 0  # API requests being answered now (a test waits for 0 before a reset)
         self._salt = secrets.token_hex(3)
+
+    @property
+    def models(self) -> set[str]:
+        """Every model id the emulator answers: priced ones, their dated ids, `extra_models`."""
+        return self._priced | set(self.config.extra_models)
 
     def validate(self, body: Any, **kw: Any) -> None:
         """`validation.validate_message_body` with this emulator's models, retirement and grammar rule."""

@@ -24,6 +24,7 @@ from docmill.settings import Settings, get_settings
 from flows import pipeline
 from flows.artifacts import publish_run
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
+from tasks.api.models import check_models
 
 log = get_logger("flows")
 RUNNER: Any = ThreadPoolTaskRunner(max_workers=pipeline.CHUNK_WORKERS)  # always bounded
@@ -132,6 +133,8 @@ def run_extract(
     from tasks.recipes import load_recipe
 
     settings = settings or _settings(store, {})
+    for note in check_models(settings):  # a retired model stops here, before anything is sent
+        log.warning("docmill: %s", note)
     rec = load_recipe(recipe)
     st = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
     with api_endpoint(settings, quiet=not progress) as endpoint:

@@ -25,11 +25,20 @@ import anthropic
 from pydantic import SecretStr
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 
-from docmill.errors import ApiCallError
+from docmill.errors import ApiCallError, SpendLimitReached
 from docmill.logs import get_logger
-from docmill.prices import CACHE_WRITE_5M, cost_usd, price_table
+from docmill.prices import CACHE_WRITE_5M, price_of, priced_usd
 from tasks.api.pacing import Budget, RateLimiter
-from tasks.api.retrying import FailureKind, classify, describe, error_retry_after, is_retryable, wait_seconds
+from tasks.api.retrying import (
+    FailureKind,
+    classify,
+    describe,
+    error_retry_after,
+    is_retryable,
+    is_spend_limit,
+    spend_limit_error,
+    wait_seconds,
+)
 from tasks.api.usage import add_usage, estimate_input_tokens
 
 if TYPE_CHECKING:
@@ -143,8 +152,8 @@ class ModelClient:
         )
         self._sleep, self._rng = sleep, rng
         self.budget = budget or Budget(settings.cost.max_cost_usd)
-        self._prices = price_table()
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
+        self.stopped: SpendLimitReached | None = None  # a spend-limit refusal: nothing more is sent
 
     def __repr__(self) -> str:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
@@ -192,11 +201,18 @@ class ModelClient:
             sleep=self._backoff,
             reraise=True,
         )
-        return retrying(once)
+        try:
+            return retrying(once)
+        except anthropic.APIStatusError as e:
+            if is_spend_limit(e):
+                raise spend_limit_error(e) from e
+            raise
 
     # ---- one HTTP attempt ----------------------------------------------------------------------
 
     def _send(self, request: dict[str, Any], ladder: _Ladder, on_response: OnResponse | None) -> Any:
+        if self.stopped is not None:
+            raise self.stopped
         ladder.attempts += 1
         ladder.attempts_on_model += 1
         body = {**request, "model": ladder.model}
@@ -209,6 +225,7 @@ class ModelClient:
                 raw = self._post(body, ladder)
                 data = _message_dict(raw)
                 data["_request_id"] = raw.request_id
+                data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
                 billed = self._cost(ladder.model, data.get("usage"))
                 if on_response is not None:
                     on_response(ladder.attempts, data)
@@ -233,11 +250,12 @@ class ModelClient:
             raise
 
     def _cost(self, model: str, usage: Any) -> float:
-        return cost_usd(model, usage or {}) if model in self._prices else 0.0
+        """USD of an answer to `model` (the one asked for); 0 for a model with no price (warned once)."""
+        return priced_usd(model, usage or {}) or 0.0
 
     def _worst_case_usd(self, model: str, input_tokens: int, max_tokens: int) -> float:
         """What a request can cost at most (input as 5-minute cache writes, max_tokens of output)."""
-        price = self._prices.get(model)
+        price = price_of(model)
         if price is None:
             return 0.0
         return (input_tokens * price["input"] * CACHE_WRITE_5M + max_tokens * price["output"]) / 1e6
@@ -293,6 +311,9 @@ class ModelClient:
             last = e.last_attempt.exception()
             raise self._error(last, ladder, key, doc_id, pass_name, "transport_exhausted") from last
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+                self.stopped = spend_limit_error(e)
+                raise self.stopped from e  # stops the run: no document is marked failed
             status = getattr(e, "status_code", None)
             kind = f"api_error:{status}" if status is not None else "transport_exhausted"
             raise self._error(e, ladder, key, doc_id, pass_name, kind) from e

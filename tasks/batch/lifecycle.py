@@ -17,7 +17,7 @@ from anthropic.types.messages import MessageBatch
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
 from docmill.errors import BatchError
 from docmill.logs import current_run
-from tasks.api.retrying import describe, is_retryable, wait_seconds
+from tasks.api.retrying import describe, is_retryable, is_spend_limit, spend_limit_error, wait_seconds
 from tasks.batch.spool import BatchBody
 
 if TYPE_CHECKING:
@@ -65,6 +65,8 @@ class BatchApi:
             try:
                 return fn(*args, **kw)
             except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+                if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+                    raise spend_limit_error(e) from e
                 if not is_retryable(e) or n == self.attempts:
                     raise BatchError(
                         f"{what} failed after {n} attempt(s): {describe(e)}",
@@ -141,6 +143,9 @@ def submit(
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             if not is_retryable(e):
                 why = f"create refused: {describe(e)}"
+                if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+                    records.update(n, partial(_not_created, why=why))
+                    raise spend_limit_error(e) from e
                 records.update(n, partial(_not_created, why=why))
                 raise BatchError(
                     f"batch {n} of run {run_id} was refused: {describe(e)}",

@@ -41,6 +41,13 @@ def markdown(
             "(every attempt, retries and repairs included).",
             "",
         ]
+        if costs.get("unpriced"):
+            lines += [
+                f"**Unpriced:** {costs['unpriced']} answer(s) of "
+                f"{', '.join(f'`{m}`' for m in costs.get('unpriced_models') or [])} have no price: their "
+                "tokens are counted below, their cost is not in the total (add it with DOCMILL_PRICES).",
+                "",
+            ]
         for group in ("by_pass", "by_model"):
             for k, v in sorted((costs.get(group) or {}).items()):
                 lines.append(f"- {group[3:]} `{k}`: ${v:.4f}")

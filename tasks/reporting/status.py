@@ -90,6 +90,8 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
         "cost_usd": round(usd, 6),
         "budget_usd": m.budget_usd,
         "billed_answers": len(entries),
+        "unpriced_answers": sum(1 for e in entries if e.unpriced),
+        "unpriced_models": sorted({e.model for e in entries if e.unpriced}),
         "docs_per_second": rate,
         "eta_seconds": eta,
         "manifest": m.model_dump(mode="json", exclude={"config"}),
@@ -134,7 +136,13 @@ def status_text(st: dict[str, Any]) -> str:
             f"\n             #{b['n']} {b['phase']} ({b['requests']} requests)"
             for b in st["batches_in_flight"]
         ),
-        f"cost       ${st['cost_usd']:.4f} so far{budget} ({st['billed_answers']} billed answers)",
+        f"cost       ${st['cost_usd']:.4f} so far{budget} ({st['billed_answers']} billed answers)"
+        + (
+            f"; {st['unpriced_answers']} unpriced (no price for {', '.join(st['unpriced_models'])}: "
+            "tokens recorded, not in the total)"
+            if st.get("unpriced_answers")
+            else ""
+        ),
         f"eta        {eta}",
         f"updated    {st['updated_at']}",
     ]

@@ -146,9 +146,12 @@ def test_529_ladder_falls_back_and_says_so(emulator: Any) -> None:
     client = make_client(emulator, fake, overloads_before_fallback=3)
     result = call(client)
     assert result.fell_back and result.model == FALLBACK
-    assert result.message["model"] == FALLBACK
+    # the fallback is an alias before 4.6: the answer names its dated id, the price is the alias's
+    assert result.message["model"] == "claude-haiku-4-5-20251001"
+    assert result.message["_asked_model"] == FALLBACK
     assert result.attempts == 4 and received(emulator) == 4
     assert [b.model for b in emulator.state.accounting.billed] == [FALLBACK]
+    assert result.cost_usd == pytest.approx(emulator.state.accounting.total_usd()) and result.cost_usd > 0
 
 
 def test_529_past_the_fallback_is_an_honest_failure(emulator: Any) -> None:
