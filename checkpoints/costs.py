@@ -47,6 +47,7 @@ class CostEntry(BaseModel):
     model: str  # the model asked for (what the entry is priced by)
     answered_model: str | None = None  # the answer's own `model` (a dated id for older aliases)
     unpriced: bool = False  # no price for `model`: tokens recorded, usd 0
+    possibly_billed: bool = False  # timed out after sending: usd is the worst case, tokens estimated
     request_id: str | None = None
     batch: bool = False
     input_tokens: int = 0
@@ -61,8 +62,9 @@ class CostEntry(BaseModel):
     @property
     def identity(self) -> str | None:
         """The billed answer this entry stands for, when that is knowable: a realtime per-file
-        attempt (one response-log slot). Entries of other passes and of batches are never merged."""
-        if self.pass_name == SLOT_PASS and not self.batch and self.attempt > 0:
+        attempt (one response-log slot). Entries of other passes, of batches and possibly billed
+        timeouts (recorded once, the moment they happen) are never merged."""
+        if self.pass_name == SLOT_PASS and not self.batch and self.attempt > 0 and not self.possibly_billed:
             return f"{self.key}/{self.attempt}"
         return None
 
@@ -111,6 +113,18 @@ class CostEntry(BaseModel):
         )
 
 
+def possibly_billed_entry(
+    *, run_id: str, pass_name: str, doc_id: str, key: str, attempt: int, model: str, input_tokens: int,
+    max_tokens: int, usd: float, at: float,
+) -> CostEntry:  # fmt: skip
+    """The entry of a request that timed out after it was sent (invariant 13): flagged, priced at
+    its worst case (input as cache writes, max_tokens of output), tokens as estimated."""
+    return CostEntry(
+        run_id=run_id, pass_name=pass_name, doc_id=doc_id, key=key, attempt=attempt, model=model,
+        possibly_billed=True, input_tokens=input_tokens, output_tokens=max_tokens, usd=usd, at=at,
+    )  # fmt: skip
+
+
 class CostLedger:
     def __init__(self, store: ObjectStore, run_id: str) -> None:
         self.store = store
@@ -137,8 +151,10 @@ class CostLedger:
                     yield entry
 
     def totals(self) -> dict[str, Any]:
-        """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries", "unpriced", "unpriced_models"}
-        over every recorded entry (`unpriced`: entries with no price, their tokens still counted)."""
+        """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries", "unpriced", "unpriced_models",
+        "possibly_billed", "possibly_billed_usd"} over every recorded entry (`unpriced`: entries with no
+        price, their tokens still counted; `possibly_billed`: timeouts after sending, at their worst
+        case, included in usd)."""
         usd = 0.0
         by_pass: dict[str, float] = {}
         by_model: dict[str, float] = {}
@@ -146,9 +162,13 @@ class CostLedger:
         tokens = dict.fromkeys(TOKEN_KINDS, 0)
         count = 0
         unpriced: set[str] = set()
-        unpriced_count = 0
+        unpriced_count = possibly = 0
+        possibly_usd = 0.0
         for e in self.entries():
             count += 1
+            if e.possibly_billed:
+                possibly += 1
+                possibly_usd += e.usd
             if e.unpriced:
                 unpriced_count += 1
                 unpriced.add(e.model)
@@ -167,4 +187,6 @@ class CostLedger:
             "entries": count,
             "unpriced": unpriced_count,
             "unpriced_models": sorted(unpriced),
+            "possibly_billed": possibly,
+            "possibly_billed_usd": possibly_usd,
         }

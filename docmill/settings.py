@@ -35,7 +35,20 @@ class ApiSettings(BaseModel):
     input_tokens_per_minute: int = Field(2_000_000, ge=1, description="Client-side input-token pacing.")
     max_attempts: int = Field(5, ge=1, description="Transport attempts per request (429, 5xx, 529, resets).")
     backoff_max_seconds: float = Field(30.0, ge=0, description="Cap on one transport backoff wait.")
-    timeout_seconds: float = Field(120.0, gt=0, description="Hard HTTP timeout per request.")
+    timeout_seconds: float = Field(
+        120.0, gt=0, description="HTTP timeout per request (per read while an answer streams)."
+    )
+    stream_min_max_tokens: int = Field(
+        2048,
+        ge=1,
+        description="Per-file and integration calls with max_tokens at least this stream the answer "
+        "(the SDK estimates ~115 s for 4,096 output tokens, too close to a timeout unstreamed).",
+    )
+    timeout_resends: int = Field(
+        1,
+        ge=0,
+        description="Times a request that timed out after it was sent (possibly billed) is sent again.",
+    )
     max_tokens: int = Field(4096, ge=1, description="max_tokens for a per-file call.")
     cache_min_tokens: dict[str, int] = Field(
         default_factory=lambda: dict(CACHE_MIN_TOKENS),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -19,11 +20,13 @@ from prefect.cache_policies import NONE
 from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from checkpoints.costs import CostLedger, possibly_billed_entry
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from flows import pipeline
 from flows.artifacts import publish_run
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
+from tasks.api.client import PossiblyBilled
 from tasks.api.models import check_models
 
 log = get_logger("flows")
@@ -142,9 +145,19 @@ def run_extract(
         ctx = RunContext(
             settings, st, rec, run_id or new_run_id(), endpoint, client, sdk, on_progress=on_progress
         )
+        client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, ctx.run_id))
         return pipeline.run(
             ctx, pipeline.RunParams(source, recipe, mode, run_id), map_chunks=map_chunks, progress=progress
         )
+
+
+def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
+    """A request that timed out after it was sent goes into the run's cost ledger at once, flagged."""
+    entry = possibly_billed_entry(
+        run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
+        model=p.model, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd, at=p.at,
+    )  # fmt: skip
+    ledger.record(f"timeout-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
 
 
 def _budget_guard(call: Any) -> dict[str, Any]:

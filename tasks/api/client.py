@@ -71,6 +71,25 @@ class CallResult:
     errors: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class PossiblyBilled:
+    """A request that timed out after it was sent: the API may have answered and billed it.
+    `usd` is the worst case (input as cache writes, max_tokens of output)."""
+
+    pass_name: str
+    doc_id: str
+    key: str
+    attempt: int
+    model: str
+    input_tokens: int
+    max_tokens: int
+    usd: float
+    at: float
+
+
+OnPossiblyBilled = Callable[[PossiblyBilled], None]
+
+
 @dataclass
 class _Ladder:
     """Per-call state of the retry loop and the degradation ladder."""
@@ -84,6 +103,10 @@ class _Ladder:
     fell_back: bool = False
     errors: list[str] = field(default_factory=list)
     request_ids: list[str] = field(default_factory=list)
+    timeouts: int = 0  # read timeouts after the request was sent (possibly billed)
+    key: str = ""
+    doc_id: str = ""
+    pass_name: str = ""
 
     def failed(self, exc: BaseException) -> None:
         self.errors.append(describe(exc))
@@ -103,6 +126,11 @@ class _Ladder:
             self.model, self.fell_back = self.fallback, True
             self.attempts_on_model = 0
             self.consecutive_overloads = 0
+
+
+def _sent_before_timeout(exc: anthropic.APITimeoutError) -> bool:
+    """A timeout after the request went out (read / write / pool), not a connect timeout."""
+    return type(exc.__cause__).__name__ != "ConnectTimeout"
 
 
 def _message_dict(raw: Any) -> dict[str, Any]:
@@ -154,6 +182,10 @@ class ModelClient:
         self.budget = budget or Budget(settings.cost.max_cost_usd)
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
         self.stopped: SpendLimitReached | None = None  # a spend-limit refusal: nothing more is sent
+        self.wall = wall
+        # the run's cost ledger hook (flows.extract sets it); without one they are only kept here
+        self.on_possibly_billed: OnPossiblyBilled | None = None
+        self.possibly_billed: list[PossiblyBilled] = []
 
     def __repr__(self) -> str:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
@@ -218,25 +250,55 @@ class ModelClient:
         body = {**request, "model": ladder.model}
         estimate = estimate_input_tokens(body)
         self.limiter.acquire(estimate)
-        hold = self.budget.reserve(self._worst_case_usd(ladder.model, estimate, int(body["max_tokens"])))
+        worst = self._worst_case_usd(ladder.model, estimate, int(body["max_tokens"]))
+        hold = self.budget.reserve(worst)
         billed = 0.0
         try:
             with self.semaphore:  # held until the answer is persisted: invariant 3
-                raw = self._post(body, ladder)
-                data = _message_dict(raw)
-                data["_request_id"] = raw.request_id
+                try:
+                    data, request_id, headers = self._post(body, ladder)
+                except anthropic.APITimeoutError as e:
+                    if _sent_before_timeout(e):
+                        billed = worst  # the cap keeps what it may have cost
+                        self._possibly_billed(ladder, body, estimate, worst)
+                    raise
+                data["_request_id"] = request_id
                 data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
                 billed = self._cost(ladder.model, data.get("usage"))
                 if on_response is not None:
                     on_response(ladder.attempts, data)
         finally:
             self.budget.settle(hold, billed)
-        self.limiter.observe(raw.headers)
+        self.limiter.observe(headers)
         return data
 
-    def _post(self, body: dict[str, Any], ladder: _Ladder) -> Any:
+    def _possibly_billed(self, ladder: _Ladder, body: dict[str, Any], estimate: int, worst: float) -> None:
+        ladder.timeouts += 1
+        entry = PossiblyBilled(
+            pass_name=ladder.pass_name, doc_id=ladder.doc_id, key=ladder.key, attempt=ladder.attempts,
+            model=ladder.model, input_tokens=estimate, max_tokens=int(body["max_tokens"]), usd=worst,
+            at=self.wall(),
+        )  # fmt: skip
+        self.possibly_billed.append(entry)
+        log.warning(
+            "%s call for %s timed out after it was sent: recorded as possibly billed (worst case $%.4f)",
+            ladder.pass_name, ladder.doc_id, worst, extra={"doc_id": ladder.doc_id, "model": ladder.model},
+        )  # fmt: skip
+        if self.on_possibly_billed is not None:
+            self.on_possibly_billed(entry)
+
+    def _post(self, body: dict[str, Any], ladder: _Ladder) -> tuple[dict[str, Any], str | None, Any]:
+        """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
+        max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so
+        a long answer never meets the read timeout while it is being generated."""
         try:
-            return self._sdk.messages.with_raw_response.create(**body)
+            if int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens:
+                with self._sdk.messages.stream(**body) as stream:
+                    final = stream.get_final_message()
+                    data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
+                    return data, stream.request_id, stream.response.headers
+            raw = self._sdk.messages.with_raw_response.create(**body)
+            return _message_dict(raw), raw.request_id, raw.headers
         except anthropic.APIStatusError as e:
             asked = error_retry_after(e) if e.status_code == 429 else None
             if asked is not None:  # the server's exact word wins over its whole-second reset headers
@@ -298,9 +360,13 @@ class ModelClient:
         api = self.settings.api
         started = time.monotonic()
         ladder = _Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
+        ladder.key, ladder.doc_id, ladder.pass_name = key, doc_id, pass_name
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
-            stop=lambda _s: ladder.attempts_on_model >= api.max_attempts,
+            # a request that timed out after it was sent may be billed: resent `timeout_resends` times at most
+            stop=lambda _s: (
+                ladder.attempts_on_model >= api.max_attempts or ladder.timeouts > api.timeout_resends
+            ),
             wait=lambda s: self._wait(s, ladder),
             sleep=self._backoff,
             reraise=False,

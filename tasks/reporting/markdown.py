@@ -41,6 +41,12 @@ def markdown(
             "(every attempt, retries and repairs included).",
             "",
         ]
+        if costs.get("possibly_billed"):
+            lines += [
+                f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out after they were sent; "
+                f"counted at their worst case (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
+                "",
+            ]
         if costs.get("unpriced"):
             lines += [
                 f"**Unpriced:** {costs['unpriced']} answer(s) of "

@@ -91,6 +91,7 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
         "budget_usd": m.budget_usd,
         "billed_answers": len(entries),
         "unpriced_answers": sum(1 for e in entries if e.unpriced),
+        "possibly_billed": sum(1 for e in entries if e.possibly_billed),
         "unpriced_models": sorted({e.model for e in entries if e.unpriced}),
         "docs_per_second": rate,
         "eta_seconds": eta,
@@ -141,6 +142,11 @@ def status_text(st: dict[str, Any]) -> str:
             f"; {st['unpriced_answers']} unpriced (no price for {', '.join(st['unpriced_models'])}: "
             "tokens recorded, not in the total)"
             if st.get("unpriced_answers")
+            else ""
+        )
+        + (
+            f"; {st['possibly_billed']} timed out after sending (possibly billed, at worst case)"
+            if st.get("possibly_billed")
             else ""
         ),
         f"eta        {eta}",

@@ -269,3 +269,36 @@ def test_a_200_that_is_not_a_message_is_a_clear_failure_not_retried(tmp_path: An
     err = e.value
     assert err.failure_type == "api_error:not_a_message"
     assert "not a Message (text/html" in err.one_line() and "DOCMILL_API__BASE_URL" in err.one_line()
+
+
+def test_timeout_after_sending_is_possibly_billed_and_resent_once(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="latency", latency_ms=1200)  # every attempt outlasts the timeout
+    client = make_client(emulator, fake, timeout_seconds=0.3)
+    seen: list[Any] = []
+    client.on_possibly_billed = seen.append
+    with pytest.raises(ApiCallError) as info:
+        call(client)
+    assert info.value.attempts == 2 and received(emulator) == 2  # sent, then resent once, never more
+    assert len(seen) == 2 and seen == client.possibly_billed
+    assert all(p.usd > 0 and p.key == "k" and p.doc_id == "a.txt" and p.max_tokens == 200 for p in seen)
+    assert emulator.state.drain()
+    assert len(emulator.state.accounting.billed) == 2  # the API did bill both
+    assert sum(p.usd for p in seen) >= emulator.state.accounting.total_usd()  # worst case covers it
+
+
+def test_long_answer_streams_through_a_short_read_timeout(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    quick = call(make_client(emulator, fake, stream_min_max_tokens=10_000), request()).usage["output_tokens"]
+    emulator.state.configure({"output_tokens_per_second": quick / 1.0})  # ~1 s per answer
+    emulator.state.accounting.reset()
+    unstreamed = make_client(
+        emulator, fake, timeout_seconds=0.4, stream_min_max_tokens=10_000, max_attempts=1
+    )
+    with pytest.raises(ApiCallError, match="timed out"):
+        call(unstreamed)
+    streamed = make_client(emulator, fake, timeout_seconds=0.4, stream_min_max_tokens=100)
+    result = call(streamed)  # max_tokens 200 >= 100: streamed, each read well inside 0.4 s
+    assert result.attempts == 1 and result.message["content"] and result.usage["output_tokens"] == quick
+    assert result.request_id and result.cost_usd == pytest.approx(emulator.state.accounting.billed[-1].usd)
+    assert not streamed.possibly_billed and len(unstreamed.possibly_billed) == 1
