@@ -28,6 +28,7 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 from docmill.errors import ApiCallError, SpendLimitReached
 from docmill.logs import get_logger
 from docmill.prices import CACHE_WRITE_5M, price_of, priced_usd
+from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
 from tasks.api.pacing import Budget, RateLimiter
 from tasks.api.retrying import (
     FailureKind,
@@ -71,25 +72,6 @@ class CallResult:
     errors: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class PossiblyBilled:
-    """A request that timed out after it was sent: the API may have answered and billed it.
-    `usd` is the worst case (input as cache writes, max_tokens of output)."""
-
-    pass_name: str
-    doc_id: str
-    key: str
-    attempt: int
-    model: str
-    input_tokens: int
-    max_tokens: int
-    usd: float
-    at: float
-
-
-OnPossiblyBilled = Callable[[PossiblyBilled], None]
-
-
 @dataclass
 class _Ladder:
     """Per-call state of the retry loop and the degradation ladder."""
@@ -126,30 +108,6 @@ class _Ladder:
             self.model, self.fell_back = self.fallback, True
             self.attempts_on_model = 0
             self.consecutive_overloads = 0
-
-
-def _sent_before_timeout(exc: anthropic.APITimeoutError) -> bool:
-    """A timeout after the request went out (read / write / pool), not a connect timeout."""
-    return type(exc.__cause__).__name__ != "ConnectTimeout"
-
-
-def _message_dict(raw: Any) -> dict[str, Any]:
-    """The answer as the JSON the API sent: what the response log keeps (and ~0.3 ms cheaper per
-    call than building the SDK's Message model and dumping it back). A 200 that is not a Message
-    (a proxy's page, a wrong base URL) raises `APIResponseValidationError`, never retried."""
-    try:
-        data = raw.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-        kind = raw.http_response.headers.get("content-type") or "no content type"
-        raise anthropic.APIResponseValidationError(
-            response=raw.http_response,
-            body=None,
-            message=f"the endpoint answered {raw.http_response.status_code} with something that is not a "
-            f"Message ({kind}, {len(raw.http_response.content)} bytes)",
-        )
-    return data
 
 
 class ModelClient:
@@ -258,7 +216,7 @@ class ModelClient:
                 try:
                     data, request_id, headers = self._post(body, ladder)
                 except anthropic.APITimeoutError as e:
-                    if _sent_before_timeout(e):
+                    if sent_before_timeout(e):
                         billed = worst  # the cap keeps what it may have cost
                         self._possibly_billed(ladder, body, estimate, worst)
                     raise
@@ -292,13 +250,9 @@ class ModelClient:
         max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so
         a long answer never meets the read timeout while it is being generated."""
         try:
-            if int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens:
-                with self._sdk.messages.stream(**body) as stream:
-                    final = stream.get_final_message()
-                    data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
-                    return data, stream.request_id, stream.response.headers
-            raw = self._sdk.messages.with_raw_response.create(**body)
-            return _message_dict(raw), raw.request_id, raw.headers
+            return answer(
+                self._sdk, body, stream=int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
+            )
         except anthropic.APIStatusError as e:
             asked = error_retry_after(e) if e.status_code == 429 else None
             if asked is not None:  # the server's exact word wins over its whole-second reset headers
