@@ -50,12 +50,23 @@ class BilledRequest:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """One /v1 request as sent (kept only with the `record_requests` knob): for request-shape tests."""
+
+    method: str
+    path: str
+    betas: tuple[str, ...]
+    body: Any
+
+
 @dataclass
 class Accounting:
     billed: list[BilledRequest] = field(default_factory=list)
     received: int = 0
     received_by_path: Counter[str] = field(default_factory=Counter)
     errors_by_status: Counter[int] = field(default_factory=Counter)
+    requests: list[ReceivedRequest] = field(default_factory=list)  # with config.record_requests
 
     def note_received(self, path: str) -> None:
         self.received += 1
@@ -124,3 +135,4 @@ class Accounting:
         self.received = 0
         self.received_by_path.clear()
         self.errors_by_status.clear()
+        self.requests.clear()

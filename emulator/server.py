@@ -27,6 +27,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from emulator import batches, control, messages, tokens
+from emulator.accounting import ReceivedRequest
 from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
 from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers, ratelimit_headers
 from emulator.validation import ApiError, ErrorType, invalid
@@ -153,6 +154,10 @@ def api_route(
                     call.body = json.loads(raw)
                 except ValueError:
                     raise invalid("body: Invalid JSON") from None
+            if state.config.record_requests:
+                state.accounting.requests.append(
+                    ReceivedRequest(request.method, path, tuple(sorted(call.betas)), call.body)
+                )
             hits = state.faults.for_http(path, call.body)
             delay = state.config.latency_ms + hits.latency_ms
             if delay > 0:
