@@ -25,7 +25,7 @@ fault rules (--fault, repeatable, or env DOCMILL_EMULATOR_FAULTS as a JSON list)
   '{"kind": "truncate", "probability": 0.1}'          10 % of answers cut (stop_reason max_tokens)
   '{"kind": "invalid_request", "custom_id": "doc-7"}' batch item doc-7 ends `errored`
   '{"kind": "spend_limit"}'                          429 enforced_spend_limit_reached (retrying cannot help)
-  kinds: rate_limit spend_limit overloaded server_error invalid_request compaction_unavailable connection_reset
+  kinds: rate_limit spend_limit overloaded server_error conflict invalid_request compaction_unavailable connection_reset
          latency truncate malformed_json refusal schema_invalid stream_error slow_batch
   fields: path (glob, default /v1/messages), marker, custom_id, count, probability, status,
           error_code, message, retry_after, should_retry, latency_ms, seconds

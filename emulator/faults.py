@@ -33,6 +33,7 @@ class FaultKind(StrEnum):
     SPEND_LIMIT = "spend_limit"
     OVERLOADED = "overloaded"
     SERVER_ERROR = "server_error"
+    CONFLICT = "conflict"
     INVALID_REQUEST = "invalid_request"
     COMPACTION_UNAVAILABLE = "compaction_unavailable"
     CONNECTION_RESET = "connection_reset"
@@ -51,6 +52,7 @@ ERROR_KINDS = frozenset(
         FaultKind.SPEND_LIMIT,
         FaultKind.OVERLOADED,
         FaultKind.SERVER_ERROR,
+        FaultKind.CONFLICT,
         FaultKind.INVALID_REQUEST,
         FaultKind.COMPACTION_UNAVAILABLE,
     }
@@ -163,6 +165,9 @@ ERROR_BUILDERS: dict[FaultKind, Callable[[FaultRule], ApiError]] = {
     ),
     FaultKind.SERVER_ERROR: lambda r: ApiError(
         ErrorType.API_ERROR, r.message or "Internal server error", error_code=r.error_code
+    ),
+    FaultKind.CONFLICT: lambda r: ApiError(
+        ErrorType.CONFLICT, r.message or "Conflict (injected)", error_code=r.error_code
     ),
     FaultKind.INVALID_REQUEST: lambda r: ApiError(
         ErrorType.INVALID_REQUEST, r.message or "Invalid request (injected)", error_code=r.error_code

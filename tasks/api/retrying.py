@@ -25,6 +25,11 @@ from docmill.errors import SpendLimitReached
 
 OVERLOADED = 529
 RETRY_STATUSES = frozenset({408, 409, 429})
+# `error.type` of the failures retried above, as a batch result's `errored` item names them: 429, 5xx
+# and 529, 504, 408 and 409. Batch results use it, so realtime and batch retry the same failures.
+RETRYABLE_ERROR_TYPES = frozenset(
+    {"rate_limit_error", "overloaded_error", "api_error", "timeout_error", "conflict_error"}
+)
 # 429 error codes of the SDK's _error_classes.py that no wait fixes (a ramp limit does pass: retried)
 SPEND_LIMIT_CODES = frozenset(
     {

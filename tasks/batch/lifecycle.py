@@ -85,14 +85,18 @@ class BatchApi:
         return self.call(f"retrieve {batch_id}", self.client.messages.batches.retrieve, batch_id)
 
     def cancel(self, batch_id: str) -> MessageBatch | None:
-        """Cancel; None when it had already ended (nothing left to cancel)."""
+        """Cancel; None when it had already ended (nothing left to cancel). Which status the API gives
+        for the cancel of an ended batch is not documented (400, 409, or the batch as it is): any
+        refusal is judged by what the batch says it is, not by its status code."""
         try:
-            return self.call(f"cancel {batch_id}", self.client.messages.batches.cancel, batch_id)
+            batch = self.call(f"cancel {batch_id}", self.client.messages.batches.cancel, batch_id)
         except BatchError as e:
-            cause = e.__cause__
-            if isinstance(cause, anthropic.BadRequestError):
-                return None
-            raise
+            if not isinstance(e.__cause__, anthropic.APIStatusError) or e.__cause__.status_code >= 500:
+                raise
+            if self.retrieve(batch_id).processing_status != "ended":
+                raise
+            return None
+        return None if batch.processing_status == "ended" and batch.cancel_initiated_at is None else batch
 
     def newest_id(self) -> str | None:
         page = self.call("list batches", self.client.messages.batches.list, limit=1)

@@ -17,6 +17,7 @@ from typing import Any
 
 from docmill.errors import ApiCallError, BatchError, InputError
 from docmill.prices import priced_usd
+from tasks.api.retrying import RETRYABLE_ERROR_TYPES
 from tasks.api.usage import add_usage
 from tasks.batch.items import WorkItem
 from tasks.batch.lifecycle import crash_point
@@ -36,7 +37,7 @@ from tasks.per_file.settle import (
 )
 
 COST_GROUP = 5000  # cost entries per cost-ledger object
-RETRYABLE_ERRORS = frozenset({"api_error", "overloaded_error", "rate_limit_error", "timeout_error"})
+RETRYABLE_ERRORS = RETRYABLE_ERROR_TYPES  # the one decision, shared with realtime (409 included)
 
 # a terminal outcome, or the item with its follow-up request, or (neither) why it is resent
 Routed = tuple[DocOutcome | None, WorkItem | None, str | None]

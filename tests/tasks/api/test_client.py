@@ -302,3 +302,13 @@ def test_long_answer_streams_through_a_short_read_timeout(emulator: Any) -> None
     assert result.attempts == 1 and result.message["content"] and result.usage["output_tokens"] == quick
     assert result.request_id and result.cost_usd == pytest.approx(emulator.state.accounting.billed[-1].usd)
     assert not streamed.possibly_billed and len(unstreamed.possibly_billed) == 1
+
+
+def test_409_is_retried_in_realtime_as_in_batch_results(emulator: Any) -> None:
+    from tasks.api.retrying import RETRYABLE_ERROR_TYPES
+
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="conflict", count=1)
+    result = call(make_client(emulator, fake))
+    assert result.attempts == 2 and "409 conflict_error" in result.errors[0]
+    assert "conflict_error" in RETRYABLE_ERROR_TYPES  # the batch router retries the same failures
