@@ -74,7 +74,12 @@ class BatchSettings(BaseModel):
     """Message Batches mode."""
 
     max_requests: int = Field(100_000, ge=1, le=100_000, description="Requests per batch at most.")
-    max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="Bytes per batch body at most.")
+    max_bytes: int = Field(
+        248 * 1024 * 1024,
+        ge=1024,
+        le=256 * 1024 * 1024,
+        description="Bytes per batch body at most: the API takes 256 MB; the default keeps an 8 MB margin.",
+    )
     poll_seconds: float = Field(60.0, ge=0, description="First poll interval; grows with backoff.")
     poll_max_seconds: float = Field(600.0, ge=0, description="Longest poll interval.")
     max_wait_seconds: float = Field(26 * 3600.0, ge=0, description="Give up following a batch after this.")

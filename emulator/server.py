@@ -140,7 +140,17 @@ def api_route(
                 )
             call = Call(request, state, request_id, key or "anonymous")
             if json_body:
+                chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
+                if chunked and state.config.reject_chunked_bodies:
+                    raise ApiError(
+                        ErrorType.INVALID_REQUEST,
+                        "Length Required: chunked request bodies are refused",
+                        status=411,
+                    )
                 raw = await request.body()
+                declared = request.headers.get("content-length")
+                if declared is not None and int(declared) != len(raw):
+                    raise invalid(f"body: Content-Length {declared} does not match the {len(raw)} bytes sent")
                 limit = (
                     state.config.max_batch_bytes
                     if path.endswith("/batches")

@@ -53,6 +53,7 @@ class EmulatorConfig:
     ratelimit_header_defaults: dict[str, int] = field(
         default_factory=lambda: dict(GENEROUS_LIMITS)
     )  # limits shown in anthropic-ratelimit-* headers for kinds with no configured limit
+    reject_chunked_bodies: bool = False  # answer a chunked upload 411, as some proxies do
     record_requests: bool = False  # keep every /v1 request body in accounting.requests (shape tests)
     cancel_ended_status: int = 400  # cancel of an ended batch: 400, 409 or 200 (real answer unknown)
     latency_ms: float = 0.0

@@ -76,7 +76,10 @@ class BatchApi:
         raise AssertionError("unreachable")
 
     def create(self, body: BatchBody) -> MessageBatch:
-        headers = {"Content-Type": "application/json"}
+        """POST the spooled body streamed from its file with a known `Content-Length` (never a
+        chunked upload: some proxies refuse or stall on one). A stalled upload ends as a timeout
+        after settings.api.timeout_seconds per write, within the create attempts."""
+        headers = {"Content-Type": "application/json", "Content-Length": str(body.size)}
         return self.client.post(
             "/v1/messages/batches", cast_to=MessageBatch, content=body.chunks(), options={"headers": headers}
         )

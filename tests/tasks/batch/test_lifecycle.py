@@ -35,3 +35,24 @@ def test_cancel_of_a_running_batch_cancels_and_a_refusal_of_one_still_raises(emu
         api.cancel(running.id)  # refused, and the batch has not ended: not swallowed
     canceled = api.cancel(running.id)
     assert canceled is not None and canceled.processing_status == "canceling"
+
+
+def test_batch_create_sends_content_length_through_a_proxy_that_refuses_chunked(
+    emulator: Any, tmp_path: Any
+) -> None:
+    from docmill.settings import ApiSettings, BatchSettings
+    from flows.extract import run_extract
+    from tests.flows.helpers import make_corpus
+
+    emulator.state.configure({"reject_chunked_bodies": True, "record_requests": True})
+    corpus, _ = make_corpus(tmp_path, count=4, seed=4)
+    settings = Settings(
+        store=str(tmp_path / "store"),
+        api=ApiSettings(base_url=emulator.base_url),
+        batch=BatchSettings(poll_seconds=0.02, poll_max_seconds=0.05),
+    )
+    summary = run_extract(str(corpus), "invoices", mode="batch", settings=settings, progress=False)
+    assert summary["phase"] == "done" and summary["states"]["failed"] == 0
+    creates = [r for r in emulator.state.accounting.requests if r.path == "/v1/messages/batches"]
+    assert creates and emulator.state.accounting.errors_by_status == {}  # no 411, no length mismatch
+    assert Settings().batch.max_bytes == 248 * 1024 * 1024  # a margin below the API's 256 MB
