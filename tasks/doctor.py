@@ -7,6 +7,7 @@ Each check is one small call, so a problem costs cents instead of a night:
   schema    each recipe's per-file and integration schema in one minimal structured call, so a schema
             the API refuses ("compiled grammar is too large", unsupported keywords) shows up here,
             not as a 400 on every document of a run
+  cache     each recipe's per-file static prefix against the model's minimum cacheable length
   limits    the `anthropic-ratelimit-*` headers of an answer (requests / input / output per minute)
 Offline (no key) the same checks run against the emulator. `run_doctor` returns one `Check` per line;
 the CLI exits 0 when all pass, 2 with one line per failure.
@@ -22,10 +23,11 @@ import anthropic
 from anthropic import transform_schema
 
 from docmill.errors import ConfigError
+from docmill.models import min_cacheable_tokens
 from docmill.prices import priced_usd
 from tasks.api.models import check_models, pinned_models
 from tasks.api.retrying import describe
-from tasks.per_file.requests import recipe_parts
+from tasks.per_file.requests import SYSTEM_RULES, neutralize, recipe_parts
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -74,6 +76,20 @@ def _call(
     return Check(name, True, f"answered by {message.model} ({message.stop_reason})", usd), raw.headers
 
 
+def cache_check(settings: Settings, recipe: Recipe) -> Check:
+    """Whether the recipe's per-file static prefix (system prompt) reaches the model's minimum
+    cacheable length; below it the API caches nothing and says nothing (an estimate, chars / 4)."""
+    model = settings.api.model
+    prefix = len(f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}") // 4
+    minimum = min_cacheable_tokens(model, settings.api.cache_min_tokens)
+    verdict = "cached after the first request" if prefix >= minimum else "below it: never cached"
+    return Check(
+        f"recipe {recipe.name} prompt cache",
+        True,
+        f"static prefix ~{prefix:,} tokens, {model} caches from {minimum:,}: {verdict}",
+    )
+
+
 def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recipe]) -> list[Check]:
     """Every check, in order; a failed one does not stop the others."""
     checks: list[Check] = []
@@ -106,6 +122,7 @@ def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recip
             if check.ok:
                 check.detail = f"accepted by {model}"
             checks.append(check)
+        checks.append(cache_check(settings, recipe))
     if headers is not None:
         checks.append(Check("limits", True, rate_limits(headers)))
     return checks

@@ -37,6 +37,7 @@ def test_doctor_passes_and_shows_models_costs_and_limits(
     assert "model claude-haiku-4-5 (api.fallback_model): answered by claude-haiku-4-5-20251001" in out
     assert "recipe invoices per-file schema: accepted" in out and "code-review integration schema" in out
     assert "requests 4000/min" in out and "checks cost $" in out
+    assert "recipe invoices prompt cache: static prefix ~" in out and "below it: never cached" in out
     assert emulator.state.accounting.received_by_path["/v1/messages/count_tokens"] == 1
 
 
