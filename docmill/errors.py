@@ -112,8 +112,8 @@ class SpendLimitReached(DocmillError):
     `contract_spend_limit_reached`, ...): no retry helps, so the run stops (exit 3, resumable).
     Fields: error_code, request_id."""
 
-    error_code: str | None
-    request_id: str | None
+    error_code: str | None = None
+    request_id: str | None = None
     hint = "raise the spend limit in the Anthropic Console (or wait for it to reset), then `docmill resume RUN_ID`"
 
 
