@@ -288,17 +288,21 @@ def test_timeout_after_sending_is_possibly_billed_and_resent_once(emulator: Any)
 
 
 def test_long_answer_streams_through_a_short_read_timeout(emulator: Any) -> None:
+    """A max_tokens=4,096 call (the per-file default) streams by default: with answer time growing
+    with output tokens, it completes where the same call unstreamed times out."""
     fake = FakeTime(emulator)
-    quick = call(make_client(emulator, fake, stream_min_max_tokens=10_000), request()).usage["output_tokens"]
+    long_call = {**request(), "max_tokens": 4096}
+    plain = make_client(emulator, fake, stream_min_max_tokens=10_000)
+    quick = call(plain, long_call).usage["output_tokens"]
     emulator.state.configure({"output_tokens_per_second": quick / 1.0})  # ~1 s per answer
     emulator.state.accounting.reset()
     unstreamed = make_client(
         emulator, fake, timeout_seconds=0.4, stream_min_max_tokens=10_000, max_attempts=1
     )
     with pytest.raises(ApiCallError, match="timed out"):
-        call(unstreamed)
-    streamed = make_client(emulator, fake, timeout_seconds=0.4, stream_min_max_tokens=100)
-    result = call(streamed)  # max_tokens 200 >= 100: streamed, each read well inside 0.4 s
+        call(unstreamed, long_call)
+    streamed = make_client(emulator, fake, timeout_seconds=0.4)  # default: streams from 2,048
+    result = call(streamed, long_call)  # each read well inside 0.4 s
     assert result.attempts == 1 and result.message["content"] and result.usage["output_tokens"] == quick
     assert result.request_id and result.cost_usd == pytest.approx(emulator.state.accounting.billed[-1].usd)
     assert not streamed.possibly_billed and len(unstreamed.possibly_billed) == 1
