@@ -51,11 +51,12 @@ def test_every_request_docmill_sends_matches_the_sdk_types(tmp_path: Path, emula
     emulator.state.configure({"record_requests": True})
     corpus, truth = make_corpus(tmp_path, count=5, seed=5)
     repaired = plant(corpus, truth, "PLANTED-SCHEMA")
-    plant(corpus, truth, "PLANTED-OVERLOAD", {repaired})
+    overloaded = plant(corpus, truth, "PLANTED-OVERLOAD", {repaired})
+    plant(corpus, truth, "PLANTED-TRUNC", {repaired, overloaded})
     faults = emulator.state.faults
     faults.add(kind="schema_invalid", marker="PLANTED-SCHEMA", count=1)
     faults.add(kind="overloaded", marker="PLANTED-OVERLOAD", count=3)
-    faults.add(kind="truncate", count=1)  # one retry with a larger max_tokens
+    faults.add(kind="truncate", marker="PLANTED-TRUNC", count=1)  # one retry with max_tokens 8,192: streamed
     api = ApiSettings(base_url=emulator.base_url, backoff_max_seconds=0.0, max_tokens=1024)
     fast = BatchSettings(poll_seconds=0.02, poll_max_seconds=0.05)
     for mode in ("realtime", "batch"):
