@@ -4,7 +4,10 @@ A group (one chunk of the realtime per-file pass, one call, one batch collection
 (put-if-absent), so a resumed step that records the same group again does not count twice.
 Realtime per-file attempts are also unique by identity (key, attempt: one response-log slot, one
 billed answer): a resumed chunk may record an attempt a flushed group already holds, and readers
-count it once. USD comes from `docmill.prices.cost_usd`, the same function the emulator bills with.
+count it once. USD comes from `docmill.prices.priced_usd` (the formula the emulator bills with),
+priced by the model asked for; the answer's own `model` is kept beside it (`answered_model`). An
+entry whose model has no price keeps its tokens, has usd 0 and `unpriced` set: the report and
+`status` show those, and the document's outcome does not change.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pydantic import BaseModel
 
 from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore
-from docmill.prices import cost_usd, usage_field
+from docmill.prices import priced_usd, usage_field
 
 TOKEN_KINDS = (
     "input_tokens",
@@ -41,7 +44,10 @@ class CostEntry(BaseModel):
     doc_id: str
     key: str
     attempt: int = 0
-    model: str
+    model: str  # the model asked for (what the entry is priced by)
+    answered_model: str | None = None  # the answer's own `model` (a dated id for older aliases)
+    unpriced: bool = False  # no price for `model`: tokens recorded, usd 0
+    possibly_billed: bool = False  # timed out after sending: usd is the worst case, tokens estimated
     request_id: str | None = None
     batch: bool = False
     input_tokens: int = 0
@@ -56,8 +62,9 @@ class CostEntry(BaseModel):
     @property
     def identity(self) -> str | None:
         """The billed answer this entry stands for, when that is knowable: a realtime per-file
-        attempt (one response-log slot). Entries of other passes and of batches are never merged."""
-        if self.pass_name == SLOT_PASS and not self.batch and self.attempt > 0:
+        attempt (one response-log slot). Entries of other passes, of batches and possibly billed
+        timeouts (recorded once, the moment they happen) are never merged."""
+        if self.pass_name == SLOT_PASS and not self.batch and self.attempt > 0 and not self.possibly_billed:
             return f"{self.key}/{self.attempt}"
         return None
 
@@ -75,8 +82,10 @@ class CostEntry(BaseModel):
         request_id: str | None = None,
         batch: bool = False,
         at: float | None = None,
+        answered_model: str | None = None,
     ) -> CostEntry:
         """An entry from an API `usage` (object or dict), compaction iterations included."""
+        usd = priced_usd(model, usage, batch=batch)
         comp_in = comp_out = 0
         for it in _field(usage, "iterations") or []:
             if _field(it, "type") == "compaction":
@@ -89,6 +98,8 @@ class CostEntry(BaseModel):
             key=key,
             attempt=attempt,
             model=model,
+            answered_model=answered_model,
+            unpriced=usd is None,
             request_id=request_id,
             batch=batch,
             input_tokens=int(_field(usage, "input_tokens") or 0),
@@ -97,9 +108,21 @@ class CostEntry(BaseModel):
             cache_read_input_tokens=int(_field(usage, "cache_read_input_tokens") or 0),
             compaction_input_tokens=comp_in,
             compaction_output_tokens=comp_out,
-            usd=cost_usd(model, usage, batch=batch),
+            usd=usd or 0.0,
             at=time.time() if at is None else at,
         )
+
+
+def possibly_billed_entry(
+    *, run_id: str, pass_name: str, doc_id: str, key: str, attempt: int, model: str, input_tokens: int,
+    max_tokens: int, usd: float, at: float,
+) -> CostEntry:  # fmt: skip
+    """The entry of a request that timed out after it was sent (invariant 13): flagged, priced at
+    its worst case (input as cache writes, max_tokens of output), tokens as estimated."""
+    return CostEntry(
+        run_id=run_id, pass_name=pass_name, doc_id=doc_id, key=key, attempt=attempt, model=model,
+        possibly_billed=True, input_tokens=input_tokens, output_tokens=max_tokens, usd=usd, at=at,
+    )  # fmt: skip
 
 
 class CostLedger:
@@ -128,15 +151,27 @@ class CostLedger:
                     yield entry
 
     def totals(self) -> dict[str, Any]:
-        """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries"} over every recorded entry."""
+        """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries", "unpriced", "unpriced_models",
+        "possibly_billed", "possibly_billed_usd"} over every recorded entry (`unpriced`: entries with no
+        price, their tokens still counted; `possibly_billed`: timeouts after sending, at their worst
+        case, included in usd)."""
         usd = 0.0
         by_pass: dict[str, float] = {}
         by_model: dict[str, float] = {}
         by_doc: dict[str, float] = {}
         tokens = dict.fromkeys(TOKEN_KINDS, 0)
         count = 0
+        unpriced: set[str] = set()
+        unpriced_count = possibly = 0
+        possibly_usd = 0.0
         for e in self.entries():
             count += 1
+            if e.possibly_billed:
+                possibly += 1
+                possibly_usd += e.usd
+            if e.unpriced:
+                unpriced_count += 1
+                unpriced.add(e.model)
             usd += e.usd
             by_pass[e.pass_name] = by_pass.get(e.pass_name, 0.0) + e.usd
             by_model[e.model] = by_model.get(e.model, 0.0) + e.usd
@@ -150,4 +185,8 @@ class CostLedger:
             "by_doc": by_doc,
             "tokens": tokens,
             "entries": count,
+            "unpriced": unpriced_count,
+            "unpriced_models": sorted(unpriced),
+            "possibly_billed": possibly,
+            "possibly_billed_usd": possibly_usd,
         }

@@ -107,6 +107,16 @@ class ApiCallError(DocmillError):
     fell_back: bool = False
 
 
+class SpendLimitReached(DocmillError):
+    """The API refused with a spend-limit 429 (error_code `enforced_spend_limit_reached`,
+    `contract_spend_limit_reached`, ...): no retry helps, so the run stops (exit 3, resumable).
+    Fields: error_code, request_id."""
+
+    error_code: str | None = None
+    request_id: str | None = None
+    hint = "raise the spend limit in the Anthropic Console (or wait for it to reset), then `docmill resume RUN_ID`"
+
+
 class BudgetExhausted(DocmillError):
     """The run's cost cap would be exceeded by the next request."""
 

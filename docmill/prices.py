@@ -4,14 +4,26 @@ and the emulator's accounting so both price a request the same way.
 Prices are USD per million tokens. Cache writes cost 1.25x (5 minute TTL) or 2x (1 hour)
 the input price, cache reads 0.1x; the Batch API halves everything. Override or extend the
 table with DOCMILL_PRICES='{"model-id": {"input": 3.0, "output": 15.0}}'.
+
+A request is priced by the model it asked for; a `-YYYYMMDD` suffix is dropped first (`price_id`), so
+an answer that names the dated id an alias resolved to (models before 4.6) is priced as the alias.
+`priced_usd` is the one path for paid answers: a model with no price gives None (the caller records
+the tokens as `unpriced`) and one warning per model, never an error after the answer was paid.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from docmill.errors import ConfigError
+from docmill.logs import get_logger
+from docmill.models import price_id
+
+log = get_logger("prices")
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
 
 DEFAULT_PRICES: dict[str, dict[str, float]] = {
     "claude-opus-5": {"input": 5.0, "output": 25.0},
@@ -47,6 +59,30 @@ def price_table() -> dict[str, dict[str, float]]:
     return _built[1]
 
 
+def price_of(model: str) -> dict[str, float] | None:
+    """USD per million tokens of `model` (exact id first, then without a date suffix), or None."""
+    table = price_table()
+    return table.get(model) or table.get(price_id(model))
+
+
+def priced_usd(model: str, usage: Mapping[str, Any] | Any, *, batch: bool = False) -> float | None:
+    """`cost_usd`, or None (and one warning per model) when `model` has no price. For every paid
+    answer: realtime, batch results, long tasks and compaction."""
+    if price_of(model) is None:
+        with _warned_lock:
+            first = model not in _warned
+            _warned.add(model)
+        if first:
+            log.warning(
+                "no price for model %s: its answers are kept and their tokens recorded as unpriced "
+                "(add the price with DOCMILL_PRICES)",
+                model,
+                extra={"model": model},
+            )
+        return None
+    return cost_usd(model, usage, batch=batch)
+
+
 def usage_field(usage: Mapping[str, Any] | Any, name: str) -> Any:
     """A field of an API usage (or iteration) given as the SDK object or its dict."""
     return usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
@@ -63,10 +99,14 @@ def cost_usd(model: str, usage: Mapping[str, Any] | Any, *, batch: bool = False)
     `usage.iterations` entries of type "compaction" are priced on top (they are not
     included in the top-level counts).
     """
-    table = price_table()
-    if model not in table:
+    p = price_of(model)
+    if p is None:
         raise ConfigError(f"no price for model {model!r}", hint="add it with DOCMILL_PRICES")
-    p = table[model]
+    return usd_at(p, usage, batch=batch)
+
+
+def usd_at(p: Mapping[str, float], usage: Mapping[str, Any] | Any, *, batch: bool = False) -> float:
+    """The cost formula at price `p` ({"input", "output"} USD per million tokens)."""
     per_in, per_out = p["input"] / 1e6, p["output"] / 1e6
     cache_creation = usage_field(usage, "cache_creation")
     w1h = _get(cache_creation, "ephemeral_1h_input_tokens") if cache_creation else 0

@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from docmill.models import CACHE_MIN_TOKENS
+
 
 class ApiSettings(BaseModel):
     """How docmill talks to Claude."""
@@ -33,8 +35,26 @@ class ApiSettings(BaseModel):
     input_tokens_per_minute: int = Field(2_000_000, ge=1, description="Client-side input-token pacing.")
     max_attempts: int = Field(5, ge=1, description="Transport attempts per request (429, 5xx, 529, resets).")
     backoff_max_seconds: float = Field(30.0, ge=0, description="Cap on one transport backoff wait.")
-    timeout_seconds: float = Field(120.0, gt=0, description="Hard HTTP timeout per request.")
+    timeout_seconds: float = Field(
+        120.0, gt=0, description="HTTP timeout per request (per read while an answer streams)."
+    )
+    stream_min_max_tokens: int = Field(
+        2048,
+        ge=1,
+        description="Per-file and integration calls with max_tokens at least this stream the answer "
+        "(the SDK estimates ~115 s for 4,096 output tokens, too close to a timeout unstreamed).",
+    )
+    timeout_resends: int = Field(
+        1,
+        ge=0,
+        description="Times a request that timed out after it was sent (possibly billed) is sent again.",
+    )
     max_tokens: int = Field(4096, ge=1, description="max_tokens for a per-file call.")
+    cache_min_tokens: dict[str, int] = Field(
+        default_factory=lambda: dict(CACHE_MIN_TOKENS),
+        description="Minimum cacheable prompt prefix per model (tokens); below it nothing is cached. "
+        "Models outside the table: 4096.",
+    )
     overloads_before_fallback: int = Field(
         3, ge=1, description="Consecutive overload failures of the primary model before the fallback."
     )
@@ -54,7 +74,12 @@ class BatchSettings(BaseModel):
     """Message Batches mode."""
 
     max_requests: int = Field(100_000, ge=1, le=100_000, description="Requests per batch at most.")
-    max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="Bytes per batch body at most.")
+    max_bytes: int = Field(
+        248 * 1024 * 1024,
+        ge=1024,
+        le=256 * 1024 * 1024,
+        description="Bytes per batch body at most: the API takes 256 MB; the default keeps an 8 MB margin.",
+    )
     poll_seconds: float = Field(60.0, ge=0, description="First poll interval; grows with backoff.")
     poll_max_seconds: float = Field(600.0, ge=0, description="Longest poll interval.")
     max_wait_seconds: float = Field(26 * 3600.0, ge=0, description="Give up following a batch after this.")

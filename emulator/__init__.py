@@ -12,9 +12,15 @@ Key contracts (each covered by tests/emulator/):
 - Time is the virtual clock (`state.clock`): cache TTLs, batch progress, expiry, archive and
   rate-limit refill all follow it; tests advance it instead of sleeping.
 - Faults are data (`faults.FaultRule`), consumed in order, seeded; see `faults` for the kinds.
+- No kinder than the API (reference §00): pre-4.6 aliases answer with their dated ids, models past
+  the SDK's end-of-life date answer 404, cache minimums are per model (`catalog`) and the output
+  schema is not in the cached prefix, every answer has `anthropic-ratelimit-*` headers,
+  `results_url` is on the emulator's own address; optional: the "compiled grammar is too large"
+  400 (`grammar`), answer time growing with output tokens (`output_tokens_per_second`).
 
 Modules: server (app + routes), messages (one request end to end + SSE), batches, compaction,
-caching, tokens, faults, validation, accounting, state (config, clock, rate limits), control
+caching, tokens, faults, validation, accounting, state (config, rate limits), clock (virtual time,
+RFC 3339), catalog (model ids, end of life, cache minimums), grammar (schema size rule), control
 (/_emulator/ endpoints), cli. The deterministic answers: model (respond, summarize), grounding
 (reading a request's documents and labelled lines), schema_fill + schema_hints (a JSON schema filled
 with grounded values), item_frames, line_items, source_code, claims, records, roles, frames, values,

@@ -1,6 +1,6 @@
 """What the emulator billed, and every request it received (billed or not).
 
-Errors are never billed. Batch items are billed (at 50 %) when their batch processes them.
+Errors are never billed. A dated model id is priced as its alias. Batch items are billed (at 50 %) when their batch processes them.
 `GET /_emulator/accounting` returns `Accounting.snapshot()`; in-process tests read
 `server.state.accounting` directly.
 """
@@ -13,7 +13,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from docmill.prices import cost_usd
+from docmill.prices import cost_usd, usd_at
+from emulator.catalog import price_id
 
 
 def body_hash(body: Any) -> str:
@@ -49,12 +50,23 @@ class BilledRequest:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """One /v1 request as sent (kept only with the `record_requests` knob): for request-shape tests."""
+
+    method: str
+    path: str
+    betas: tuple[str, ...]
+    body: Any
+
+
 @dataclass
 class Accounting:
     billed: list[BilledRequest] = field(default_factory=list)
     received: int = 0
     received_by_path: Counter[str] = field(default_factory=Counter)
     errors_by_status: Counter[int] = field(default_factory=Counter)
+    requests: list[ReceivedRequest] = field(default_factory=list)  # with config.record_requests
 
     def note_received(self, path: str) -> None:
         self.received += 1
@@ -75,7 +87,10 @@ class Accounting:
         custom_id: str | None = None,
         batch_id: str | None = None,
         at: float = 0.0,
+        price: dict[str, float] | None = None,
     ) -> BilledRequest:
+        """Record one billed request; `price` overrides the price table (an `extra_models` entry)."""
+        usd = usd_at(price, usage, batch=batch) if price else cost_usd(price_id(model), usage, batch=batch)
         record = BilledRequest(
             seq=len(self.billed) + 1,
             path=path,
@@ -83,7 +98,7 @@ class Accounting:
             model=model,
             batch=batch,
             usage=usage,
-            usd=cost_usd(model, usage, batch=batch),
+            usd=usd,
             request_id=request_id,
             custom_id=custom_id,
             batch_id=batch_id,
@@ -120,3 +135,4 @@ class Accounting:
         self.received = 0
         self.received_by_path.clear()
         self.errors_by_status.clear()
+        self.requests.clear()

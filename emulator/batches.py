@@ -30,7 +30,7 @@ from starlette.responses import StreamingResponse
 from emulator import messages
 from emulator.clock import rfc3339
 from emulator.faults import error_for
-from emulator.validation import CUSTOM_ID_RE, ApiError, ErrorType, invalid, validate_message_body
+from emulator.validation import CUSTOM_ID_RE, ApiError, ErrorType, invalid
 
 if TYPE_CHECKING:
     from emulator.server import Call
@@ -163,7 +163,7 @@ class BatchStore:
         try:
             if hits.error is not None:
                 raise error_for(hits.error)
-            validate_message_body(params, models=self.state.models, batch=True, legacy=batch.legacy)
+            self.state.validate(params, batch=True, legacy=batch.legacy)
             ans = messages.answer(
                 self.state,
                 params,
@@ -323,7 +323,13 @@ async def cancel_batch(call: Call) -> dict[str, Any]:
     batch = store.get(call.request.path_params["batch_id"])
     await store.refresh(batch)
     if batch.ended_at is not None:
-        raise invalid(f"message batch {batch.id} has already ended and cannot be canceled")
+        status = call.state.config.cancel_ended_status
+        if status == 200:
+            return store.to_dict(batch)
+        err = invalid(f"message batch {batch.id} has already ended and cannot be canceled")
+        if status == 409:
+            err = ApiError(ErrorType.CONFLICT, err.message)
+        raise err
     if batch.cancel_initiated_at is None:
         batch.cancel_initiated_at = call.state.clock.now()
         store.save(batch)

@@ -2,7 +2,9 @@
 
 A breakpoint's prefix is every segment up to and including the marked block, in the order
 tools -> output schema -> system -> messages; top-level `cache_control` marks the last
-segment. A prefix shorter than the model's minimum is never cached (no error). The longest
+segment. Whether the API counts the output schema in the cached prefix is undocumented: by
+default its tokens are not counted (knob `cache_counts_output_schema`). A prefix shorter than
+the model's minimum (`catalog.CACHE_MIN_TOKENS`) is never cached (no error). The longest
 live prefix is read (`cache_read_input_tokens`, TTL refreshed); longer breakpoints are written
 (`cache_creation_input_tokens`, split by TTL); the rest is `input_tokens`.
 Entries are scoped by API key and model.
@@ -66,8 +68,13 @@ class PromptCache:
         top_level: Mapping[str, Any] | None,
         now: float,
         min_tokens: int,
+        counts_schema: bool = False,
     ) -> CacheUsage:
-        """Usage split for one request; records writes and refreshes hits."""
+        """Usage split for one request; records writes and refreshes hits.
+
+        Unless `counts_schema`, the output schema's tokens are not part of any cached prefix (they
+        stay `input_tokens` and do not help reach `min_tokens`); it is still part of the cache key.
+        """
         points: list[tuple[int, str]] = [
             (i, str(s.cache_control.get("ttl", "5m"))) for i, s in enumerate(segments) if s.cache_control
         ]
@@ -81,7 +88,7 @@ class PromptCache:
         running = 0
         for seg in segments:
             digest.update(b"\x00" + seg.key.encode())
-            running += seg.tokens
+            running += seg.tokens if counts_schema or seg.label != "format" else 0
             cumulative.append(running)
             hashes.append(digest.hexdigest())
 

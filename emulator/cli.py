@@ -24,7 +24,8 @@ fault rules (--fault, repeatable, or env DOCMILL_EMULATOR_FAULTS as a JSON list)
   '{"kind": "server_error", "marker": "INV-0042"}'    500 for bodies containing INV-0042
   '{"kind": "truncate", "probability": 0.1}'          10 % of answers cut (stop_reason max_tokens)
   '{"kind": "invalid_request", "custom_id": "doc-7"}' batch item doc-7 ends `errored`
-  kinds: rate_limit overloaded server_error invalid_request compaction_unavailable connection_reset
+  '{"kind": "spend_limit"}'                          429 enforced_spend_limit_reached (retrying cannot help)
+  kinds: rate_limit spend_limit overloaded server_error conflict invalid_request compaction_unavailable connection_reset
          latency truncate malformed_json refusal schema_invalid stream_error slow_batch
   fields: path (glob, default /v1/messages), marker, custom_id, count, probability, status,
           error_code, message, retry_after, should_retry, latency_ms, seconds
@@ -60,7 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--clock-speed", type=float, help="virtual seconds per real second (e.g. 3600: an hour a second)"
     )
-    p.add_argument("--cache-min-tokens", type=int, help="shortest cacheable prompt prefix (default 1024)")
+    p.add_argument(
+        "--cache-min-tokens",
+        type=int,
+        help="shortest cacheable prompt prefix for models outside the per-model table (default 4096)",
+    )
+    p.add_argument(
+        "--output-tokens-per-second",
+        type=float,
+        help="latency model: an answer takes output tokens / this many seconds (default 0: instant)",
+    )
+    p.add_argument(
+        "--grammar-max-complexity",
+        type=int,
+        help='refuse schemas above this complexity with 400 "compiled grammar is too large" (default off)',
+    )
     p.add_argument("--no-auth", action="store_true", help="accept requests without an API key")
     return p
 
@@ -76,6 +91,8 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
         "batch_seconds_per_request": args.batch_seconds_per_request,
         "batch_base_seconds": args.batch_base_seconds,
         "cache_min_tokens": args.cache_min_tokens,
+        "output_tokens_per_second": args.output_tokens_per_second,
+        "grammar_max_complexity": args.grammar_max_complexity,
         "clock_speed": args.clock_speed,
     }
     config.update({k: v for k, v in overrides.items() if v is not None})

@@ -30,8 +30,10 @@ from emulator.validation import ApiError, ErrorType
 
 class FaultKind(StrEnum):
     RATE_LIMIT = "rate_limit"
+    SPEND_LIMIT = "spend_limit"
     OVERLOADED = "overloaded"
     SERVER_ERROR = "server_error"
+    CONFLICT = "conflict"
     INVALID_REQUEST = "invalid_request"
     COMPACTION_UNAVAILABLE = "compaction_unavailable"
     CONNECTION_RESET = "connection_reset"
@@ -47,8 +49,10 @@ class FaultKind(StrEnum):
 ERROR_KINDS = frozenset(
     {
         FaultKind.RATE_LIMIT,
+        FaultKind.SPEND_LIMIT,
         FaultKind.OVERLOADED,
         FaultKind.SERVER_ERROR,
+        FaultKind.CONFLICT,
         FaultKind.INVALID_REQUEST,
         FaultKind.COMPACTION_UNAVAILABLE,
     }
@@ -119,24 +123,51 @@ class FaultRule:
 def _rate_limit_error(rule: FaultRule) -> ApiError:
     retry_after = 1.0 if rule.retry_after is None else rule.retry_after
     return rate_limit_error(
-        retry_after, rule.message or "Number of request tokens has exceeded your per-minute rate limit"
+        retry_after,
+        rule.message or "Number of request tokens has exceeded your per-minute rate limit",
+        error_code=rule.error_code,
     )
 
 
-def rate_limit_error(retry_after: float, message: str, headers: Mapping[str, str] | None = None) -> ApiError:
+SPEND_LIMIT_CODES = ("enforced_spend_limit_reached", "contract_spend_limit_reached")
+SPEND_LIMIT_RETRY_AFTER = 24 * 3600.0  # no retry helps; the API's hint is long (harsher case)
+
+
+def _spend_limit_error(rule: FaultRule) -> ApiError:
+    """429 whose `error.details.error_code` says a spend limit is reached (SDK `_error_classes.py`:
+    EnforcedSpendLimitReachedError / ContractSpendLimitReachedError); waiting does not help."""
+    retry_after = SPEND_LIMIT_RETRY_AFTER if rule.retry_after is None else rule.retry_after
+    return rate_limit_error(
+        retry_after,
+        rule.message or "You have reached your specified API usage limits.",
+        error_code=rule.error_code or SPEND_LIMIT_CODES[0],
+    )
+
+
+def rate_limit_error(
+    retry_after: float,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    error_code: str | None = None,
+) -> ApiError:
     out = dict(headers or {})
     out["retry-after"] = str(max(1, math.ceil(retry_after)))
     out["retry-after-ms"] = str(int(retry_after * 1000))
-    return ApiError(ErrorType.RATE_LIMIT, message, headers=out)
+    return ApiError(ErrorType.RATE_LIMIT, message, headers=out, error_code=error_code)
 
 
 ERROR_BUILDERS: dict[FaultKind, Callable[[FaultRule], ApiError]] = {
     FaultKind.RATE_LIMIT: _rate_limit_error,
+    FaultKind.SPEND_LIMIT: _spend_limit_error,
     FaultKind.OVERLOADED: lambda r: ApiError(
         ErrorType.OVERLOADED, r.message or "Overloaded", error_code=r.error_code
     ),
     FaultKind.SERVER_ERROR: lambda r: ApiError(
         ErrorType.API_ERROR, r.message or "Internal server error", error_code=r.error_code
+    ),
+    FaultKind.CONFLICT: lambda r: ApiError(
+        ErrorType.CONFLICT, r.message or "Conflict (injected)", error_code=r.error_code
     ),
     FaultKind.INVALID_REQUEST: lambda r: ApiError(
         ErrorType.INVALID_REQUEST, r.message or "Invalid request (injected)", error_code=r.error_code

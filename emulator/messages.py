@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from emulator import compaction, model, tokens
 from emulator.faults import FaultRule, shape_response
-from emulator.validation import validate_message_body
 
 if TYPE_CHECKING:
     from emulator.state import EmulatorState
@@ -82,7 +81,7 @@ def answer(
 ) -> Answer:
     """Build the Message for a request body and bill it. Raises `ApiError` on invalid input."""
     if validate:
-        validate_message_body(body, models=state.models, batch=batch, betas=betas)
+        state.validate(body, batch=batch, betas=betas)
     secret = state.config.compaction_secret
     compaction.check_blocks(secret, body)
     model_name = str(body["model"])
@@ -134,6 +133,7 @@ def answer(
             top_level=body.get("cache_control"),
             now=state.clock.now(),
             min_tokens=state.config.min_cache_tokens(model_name),
+            counts_schema=state.config.cache_counts_output_schema,
         )
         usage = {**cache.usage_fields(), "output_tokens": out_tokens}
         input_counted = input_total
@@ -152,7 +152,7 @@ def answer(
         "id": state.new_id("msg"),
         "type": "message",
         "role": "assistant",
-        "model": model_name,
+        "model": state.answer_model(model_name),
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
@@ -170,6 +170,7 @@ def answer(
         custom_id=custom_id,
         batch_id=batch_id,
         at=state.clock.now(),
+        price=state.config.extra_models.get(model_name),
     )
     return Answer(message, input_counted, out_tokens)
 

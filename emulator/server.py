@@ -26,11 +26,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from emulator import messages, tokens
+from emulator import batches, control, messages, tokens
+from emulator.accounting import ReceivedRequest
 from emulator.batches import BatchJournal
 from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
-from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers
-from emulator.validation import ApiError, ErrorType, invalid, validate_message_body
+from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers, ratelimit_headers
+from emulator.validation import ApiError, ErrorType, invalid
 
 log = logging.getLogger("emulator")
 OLD_API_VERSIONS = frozenset({"2023-01-01", "2023-06-01"})
@@ -88,7 +89,17 @@ class Call:
 
     @property
     def base_url(self) -> str:
-        return str(self.request.base_url)
+        """The emulator's own address (for `results_url`), never taken from the request's Host:
+        the `public_base_url` knob, else the listening socket's address."""
+        configured = self.state.config.public_base_url
+        if configured:
+            return configured.rstrip("/") + "/"
+        server = self.request.scope.get("server")
+        if not server:
+            return str(self.request.base_url)
+        host, port = server[0], server[1]
+        host = f"[{host}]" if ":" in str(host) else host
+        return f"http://{host}:{port}/"
 
 
 Handler = Callable[[Call], Awaitable[Response | dict[str, Any]]]
@@ -130,7 +141,17 @@ def api_route(
                 )
             call = Call(request, state, request_id, key or "anonymous")
             if json_body:
+                chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
+                if chunked and state.config.reject_chunked_bodies:
+                    raise ApiError(
+                        ErrorType.INVALID_REQUEST,
+                        "Length Required: chunked request bodies are refused",
+                        status=411,
+                    )
                 raw = await request.body()
+                declared = request.headers.get("content-length")
+                if declared is not None and int(declared) != len(raw):
+                    raise invalid(f"body: Content-Length {declared} does not match the {len(raw)} bytes sent")
                 limit = (
                     state.config.max_batch_bytes
                     if path.endswith("/batches")
@@ -144,6 +165,10 @@ def api_route(
                     call.body = json.loads(raw)
                 except ValueError:
                     raise invalid("body: Invalid JSON") from None
+            if state.config.record_requests:
+                state.accounting.requests.append(
+                    ReceivedRequest(request.method, path, tuple(sorted(call.betas)), call.body)
+                )
             hits = state.faults.for_http(path, call.body)
             delay = state.config.latency_ms + hits.latency_ms
             if delay > 0:
@@ -159,23 +184,29 @@ def api_route(
             if err.status == 429 and "anthropic-ratelimit-requests-limit" not in err.headers:
                 retry = float(err.headers.get("retry-after-ms", "1000")) / 1000.0
                 err.headers.update(exhausted_headers(state.clock.now(), retry))
-            return error_response(err, request_id, call.extra_headers if call else None)
+            return error_response(err, request_id, {**limits(), **(call.extra_headers if call else {})})
         except Exception as exc:  # a bug in the emulator or its model: still answer like the API
             log.exception("emulator handler failed on %s", path)
             state.accounting.note_error(500)
             bug = ApiError(ErrorType.API_ERROR, f"Internal server error ({type(exc).__name__}: {exc})")
-            return error_response(bug, request_id)
+            return error_response(bug, request_id, limits())
         if isinstance(result, Response):
+            for name, value in {**limits(), **call.extra_headers}.items():
+                result.headers.setdefault(name, value)
             result.headers["request-id"] = request_id
             return result
-        return JSONResponse(result, headers={**call.extra_headers, "request-id": request_id})
+        headers = {**limits(), **call.extra_headers, "request-id": request_id}
+        return JSONResponse(result, headers=headers)
+
+    def limits() -> dict[str, str]:
+        return ratelimit_headers(state.limiter, state.config.ratelimit_header_defaults)
 
     return endpoint
 
 
 async def create_message(call: Call) -> Response | dict[str, Any]:
     state, body = call.state, call.body
-    validate_message_body(body, models=state.models, betas=call.betas, legacy=call.legacy)
+    state.validate(body, betas=call.betas, legacy=call.legacy)
     limiter = state.limiter
     if limiter.active:
         input_estimate = tokens.count_tokens(body)
@@ -195,25 +226,36 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
     if limiter.active:
         limiter.debit_output(ans.output_tokens)
         call.extra_headers.update(limiter.headers())
+    generation = _generation_seconds(state, ans.output_tokens)
     if body.get("stream"):
         fail = call.shape is not None and call.shape.kind is FaultKind.STREAM_ERROR
         return StreamingResponse(
-            _aiter(messages.sse_events(ans.message, fail=fail)),
+            _paced(list(messages.sse_events(ans.message, fail=fail)), generation),
             media_type="text/event-stream",
             headers={**call.extra_headers, "cache-control": "no-cache"},
         )
+    if generation > 0:
+        await asyncio.sleep(generation)  # the whole answer is generated before the first byte
     return ans.message
 
 
-async def _aiter(chunks: Any) -> Any:
-    for chunk in chunks:
+def _generation_seconds(state: EmulatorState, output_tokens: int) -> float:
+    """Latency model: an answer takes output_tokens / output_tokens_per_second (0 when off)."""
+    rate = state.config.output_tokens_per_second
+    return output_tokens / rate if rate > 0 else 0.0
+
+
+async def _paced(chunks: list[bytes], seconds: float) -> Any:
+    """SSE frames with the generation time spread between them (the first frame goes at once)."""
+    step = seconds / max(len(chunks) - 1, 1)
+    for i, chunk in enumerate(chunks):
+        if i and step > 0:
+            await asyncio.sleep(step)
         yield chunk
 
 
 async def count_message_tokens(call: Call) -> dict[str, Any]:
-    validate_message_body(
-        call.body, models=call.state.models, count_only=True, betas=call.betas, legacy=call.legacy
-    )
+    call.state.validate(call.body, count_only=True, betas=call.betas, legacy=call.legacy)
     return {"input_tokens": tokens.count_tokens(call.body)}
 
 
@@ -230,7 +272,7 @@ def _model_info(model_id: str) -> dict[str, Any]:
 
 
 async def list_models(call: Call) -> dict[str, Any]:
-    data = [_model_info(m) for m in call.state.models]
+    data = [_model_info(m) for m in sorted(call.state.models)]
     return {
         "data": data,
         "has_more": False,
@@ -248,8 +290,6 @@ async def get_model(call: Call) -> dict[str, Any]:
 
 def create_app(state: EmulatorState | None = None) -> Starlette:
     """The ASGI app; `app.state.emulator` is its `EmulatorState`."""
-    from emulator import batches, control
-
     state = state or EmulatorState()
 
     def r(path: str, handler: Handler, methods: list[str], json_body: bool = False) -> Route:

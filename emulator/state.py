@@ -16,23 +16,46 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from docmill.prices import price_table
+from emulator import catalog
 from emulator.accounting import Accounting
 from emulator.batches import BatchStore
 from emulator.caching import PromptCache
 from emulator.clock import VirtualClock, rfc3339
 from emulator.faults import FaultPlan, parse_rules
+from emulator.validation import validate_message_body
 
 ENV_PREFIX = "DOCMILL_EMULATOR_"
+# Shown in anthropic-ratelimit-* headers when no limit of that kind is configured (a high tier).
+GENEROUS_LIMITS = {"requests": 4_000, "input-tokens": 2_000_000, "output-tokens": 400_000}
 
 
 @dataclass
 class EmulatorConfig:
-    """Knobs. Every field can be set from env `DOCMILL_EMULATOR_<FIELD>` (JSON for dicts/lists)."""
+    """Knobs. Every field can be set from env `DOCMILL_EMULATOR_<FIELD>` (JSON for dicts/lists).
+
+    Where the real API's behaviour is uncertain the default is the harsher case (reference §00):
+    aliases answer with dated ids, retired models are refused, cache minimums are the larger
+    reported values and the output schema is not part of the cached prefix.
+    """
 
     seed: int = 0
     require_auth: bool = True
-    cache_min_tokens: int = 1024
-    cache_min_tokens_by_model: dict[str, int] = field(default_factory=dict)
+    cache_min_tokens: int = catalog.CACHE_MIN_TOKENS_UNKNOWN
+    cache_min_tokens_by_model: dict[str, int] = field(default_factory=lambda: dict(catalog.CACHE_MIN_TOKENS))
+    cache_counts_output_schema: bool = False  # True: output_config.format's schema is in the cached prefix
+    extra_models: dict[str, dict[str, float]] = field(default_factory=dict)  # served beyond the price
+    # table, billed at these prices ({"input", "output"} USD/MTok): a model docmill has no price for
+    resolve_aliases: bool = True  # answer a pre-4.6 alias with its dated id (SDK types/model.py)
+    end_of_life: dict[str, str] = field(default_factory=catalog.sdk_end_of_life)  # model -> ISO date
+    grammar_max_complexity: int | None = None  # None: no "compiled grammar is too large" rule
+    output_tokens_per_second: float = 0.0  # > 0: answer time grows with output tokens (0: instant)
+    public_base_url: str | None = None  # results_url base; None: the listening socket's address
+    ratelimit_header_defaults: dict[str, int] = field(
+        default_factory=lambda: dict(GENEROUS_LIMITS)
+    )  # limits shown in anthropic-ratelimit-* headers for kinds with no configured limit
+    reject_chunked_bodies: bool = False  # answer a chunked upload 411, as some proxies do
+    record_requests: bool = False  # keep every /v1 request body in accounting.requests (shape tests)
+    cancel_ended_status: int = 400  # cancel of an ended batch: 400, 409 or 200 (real answer unknown)
     latency_ms: float = 0.0
     requests_per_minute: int | None = None
     input_tokens_per_minute: int | None = None
@@ -50,7 +73,8 @@ class EmulatorConfig:
     compaction_secret: str = "docmill-emulator-compaction"
 
     def min_cache_tokens(self, model: str) -> int:
-        return self.cache_min_tokens_by_model.get(model, self.cache_min_tokens)
+        by_model = self.cache_min_tokens_by_model
+        return by_model.get(model, by_model.get(catalog.price_id(model), self.cache_min_tokens))
 
     def update(self, values: Mapping[str, Any]) -> None:
         names = {f.name for f in fields(self)}
@@ -66,24 +90,25 @@ class EmulatorConfig:
         config = cls()
         for f in fields(cls):
             raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is None:
-                continue
-            current = getattr(config, f.name)
-            value: Any
-            if isinstance(current, bool):
-                value = raw.strip().lower() in ("1", "true", "yes", "on")
-            elif isinstance(current, dict):
-                value = json.loads(raw)
-            elif f.name.endswith("_per_minute"):
-                value = int(raw) if raw.strip() else None
-            elif isinstance(current, int):
-                value = int(raw)
-            elif isinstance(current, float):
-                value = float(raw)
-            else:
-                value = raw
-            setattr(config, f.name, value)
+            if raw is not None:
+                setattr(config, f.name, _parse_env(str(f.type), raw))
         return config
+
+
+def _parse_env(kind: str, raw: str) -> Any:
+    """An env string as the field's type (`kind` is the annotation text, e.g. "int | None")."""
+    if kind.endswith("| None") and not raw.strip():
+        return None
+    base = kind.removesuffix(" | None")
+    if base == "bool":
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if base.startswith("dict"):
+        return json.loads(raw)
+    if base == "int":
+        return int(raw)
+    if base == "float":
+        return float(raw)
+    return raw
 
 
 @dataclass
@@ -171,11 +196,24 @@ def exhausted_headers(now: float, retry_after: float) -> dict[str, str]:
     return out
 
 
+def ratelimit_headers(limiter: RateLimiter, defaults: Mapping[str, int]) -> dict[str, str]:
+    """`anthropic-ratelimit-*` headers for every answer: the configured buckets, and for a kind
+    with no configured limit the generous default, full (the API sends them on every response)."""
+    out: dict[str, str] = {}
+    now = rfc3339(limiter.clock.now())
+    for kind, limit in defaults.items():
+        out[f"anthropic-ratelimit-{kind}-limit"] = str(limit)
+        out[f"anthropic-ratelimit-{kind}-remaining"] = str(limit)
+        out[f"anthropic-ratelimit-{kind}-reset"] = now
+    out.update(limiter.headers())
+    return out
+
+
 class EmulatorState:
     def __init__(self, config: EmulatorConfig | None = None) -> None:
         self.config = config or EmulatorConfig.from_env()
         self.clock = VirtualClock(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
-        self.models: dict[str, dict[str, float]] = price_table()
+        self._priced: set[str] = catalog.known_models(price_table())
         self.accounting = Accounting()
         self.cache = PromptCache()
         self.faults = FaultPlan(self.config.seed)
@@ -188,6 +226,29 @@ class EmulatorState:
         self._ids = itertools.count(1)
         self.in_flight = 0  # API requests being answered now (a test waits for 0 before a reset)
         self._salt = secrets.token_hex(3)
+
+    @property
+    def models(self) -> set[str]:
+        """Every model id the emulator answers: priced ones, their dated ids, `extra_models`."""
+        return self._priced | set(self.config.extra_models)
+
+    def validate(self, body: Any, **kw: Any) -> None:
+        """`validation.validate_message_body` with this emulator's models, retirement and grammar rule."""
+        validate_message_body(
+            body,
+            models=self.models,
+            retired=self.retired,
+            grammar_limit=self.config.grammar_max_complexity,
+            **kw,
+        )
+
+    def retired(self, model: str) -> str | None:
+        """The end-of-life date of `model` when the virtual clock is past it, else None."""
+        return catalog.retired_on(model, self.config.end_of_life, self.clock.now())
+
+    def answer_model(self, model: str) -> str:
+        """The `model` an answer carries: a pre-4.6 alias resolves to its dated id (knob)."""
+        return catalog.dated_aliases().get(model, model) if self.config.resolve_aliases else model
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_emu{next(self._ids):010d}{self._salt}"

@@ -8,9 +8,11 @@ Messages follow the API's `"<path>: <problem>"` style.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from enum import StrEnum
 from typing import Any
+
+from emulator import grammar
 
 
 class ErrorType(StrEnum):
@@ -18,6 +20,7 @@ class ErrorType(StrEnum):
     AUTHENTICATION = "authentication_error"
     PERMISSION = "permission_error"
     NOT_FOUND = "not_found_error"
+    CONFLICT = "conflict_error"
     REQUEST_TOO_LARGE = "request_too_large"
     RATE_LIMIT = "rate_limit_error"
     API_ERROR = "api_error"
@@ -29,6 +32,7 @@ STATUS: dict[ErrorType, int] = {
     ErrorType.AUTHENTICATION: 401,
     ErrorType.PERMISSION: 403,
     ErrorType.NOT_FOUND: 404,
+    ErrorType.CONFLICT: 409,
     ErrorType.REQUEST_TOO_LARGE: 413,
     ErrorType.RATE_LIMIT: 429,
     ErrorType.API_ERROR: 500,
@@ -77,16 +81,20 @@ COMPACTION_BETA = "compact-2026-09-04"
 def validate_message_body(
     body: Any,
     *,
-    models: Mapping[str, Any],
+    models: Collection[str],
     batch: bool = False,
     count_only: bool = False,
     betas: frozenset[str] = frozenset(),
     path: str = "",
     legacy: bool = False,
+    retired: Callable[[str], str | None] | None = None,
+    grammar_limit: int | None = None,
 ) -> None:
     """Raise `ApiError` for the first problem in a Messages (or count_tokens) body.
 
-    `legacy` (anthropic-version 2023-06-01) still accepts temperature/top_p/top_k.
+    `legacy` (anthropic-version 2023-06-01) still accepts temperature/top_p/top_k. `retired(model)`
+    gives the end-of-life date of a retired model (answered 404 like an unknown one);
+    `grammar_limit` refuses schemas over that complexity (see `grammar`; not for count_tokens).
     """
     p = f"{path}." if path else ""
     if not isinstance(body, dict):
@@ -115,6 +123,12 @@ def validate_message_body(
     _check_breakpoints(body, p)
     if body["model"] not in models:
         raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']}")
+    ended = retired(body["model"]) if retired is not None else None
+    if ended is not None:
+        raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']} (end of life {ended})")
+    too_large = None if count_only else grammar.too_large(body, grammar_limit)
+    if too_large is not None:
+        raise invalid(f"{p}{too_large}: {grammar.TOO_LARGE}")
 
 
 def _check_max_tokens(value: Any, *, batch: bool, p: str) -> None:

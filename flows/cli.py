@@ -1,8 +1,8 @@
 """The docmill command line. Errors reach the user here as one line.
 
 Exit codes:
-  0  the run finished (documents that failed or need review are reported, not errors)
-  2  bad input or configuration (nothing was changed)
+  0  the run finished (documents that failed or need review are reported, not errors); doctor: all passed
+  2  bad input or configuration (nothing was changed); doctor: one stderr line per failed check
   3  the run stopped on an error; `docmill resume RUN_ID` continues it
   4  the run's budget is spent; resume with a higher --max-cost-usd
   5  another process drives this run (its lease has not expired), or another live run of the
@@ -310,6 +310,35 @@ def cmd_eval(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_doctor(a: argparse.Namespace) -> int:
+    """Check the configuration and the endpoint (real API with a key, else the emulator)."""
+    import anthropic
+
+    from docmill.settings import get_settings
+    from flows.context import api_endpoint
+    from tasks.doctor import run_doctor
+    from tasks.recipes import BuiltIn, load_recipe
+
+    settings = get_settings()
+    recipes = [load_recipe(r) for r in (a.recipe or [b.value for b in BuiltIn])]
+    with api_endpoint(settings) as endpoint:
+        sdk = anthropic.Anthropic(
+            api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=2, timeout=60.0
+        )
+        checks = run_doctor(settings, sdk, recipes)
+        sdk.close()
+    where = "the emulator (offline)" if endpoint.offline else (endpoint.base_url or "the Anthropic API")
+    print(f"docmill doctor against {where}:")
+    for check in checks:
+        print("  " + check.line())
+    failed = [c for c in checks if not c.ok]
+    total = sum(c.usd for c in checks)
+    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed; the checks cost ${total:.6f}")
+    for check in failed:
+        print(f"docmill: doctor: {check.name}: {check.detail}", file=sys.stderr)
+    return EXIT_INPUT if failed else EXIT_OK
+
+
 def cmd_emulator(a: argparse.Namespace) -> int:
     from emulator.cli import main as emulator_main
 
@@ -324,6 +353,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "review": cmd_review,
     "report": cmd_report,
     "estimate": cmd_estimate,
+    "doctor": cmd_doctor,
     "eval": cmd_eval,
     "emulator": cmd_emulator,
 }

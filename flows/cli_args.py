@@ -124,6 +124,16 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0, help="random seed of the sample")
     ev.set_defaults(fn="eval")
 
+    dr = sub.add_parser(
+        "doctor",
+        help="check the key, the pinned models, each recipe's schemas and the rate limits (a few cents)",
+        parents=common,
+    )
+    dr.add_argument(
+        "--recipe", action="append", help="check only this recipe (repeatable; default: the built-in ones)"
+    )
+    dr.set_defaults(fn="doctor")
+
     e = sub.add_parser(
         "emulator", help="run the offline API emulator (see `docmill emulator --help`)", add_help=False
     )

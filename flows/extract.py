@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -20,11 +21,14 @@ from prefect.cache_policies import NONE
 from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from checkpoints.costs import CostLedger, possibly_billed_entry
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from flows import pipeline
 from flows.artifacts import publish_run
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
+from tasks.api.client import PossiblyBilled
+from tasks.api.models import check_models
 
 log = get_logger("flows")
 RUNNER: Any = ThreadPoolTaskRunner(max_workers=pipeline.CHUNK_WORKERS)  # always bounded
@@ -159,6 +163,8 @@ def run_extract(
                 hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
             )
         mode = mode_of(st, m, mode)
+    for note in check_models(settings):  # a retired model stops here, before anything is sent
+        log.warning("docmill: %s", note)
     for line in lines:
         print(line, file=sys.stderr)
         log.info("%s", line)
@@ -166,12 +172,22 @@ def run_extract(
     with api_endpoint(settings, quiet=not progress, store=st) as endpoint:
         client, sdk = make_clients(settings, endpoint)
         ctx = RunContext(settings, st, rec, choice.run_id, endpoint, client, sdk, on_progress=on_progress)
+        client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, ctx.run_id))
         return pipeline.run(
             ctx,
             pipeline.RunParams(source, recipe, mode, choice.run_id),
             map_chunks=map_chunks,
             progress=progress,
         )
+
+
+def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
+    """A request that timed out after it was sent goes into the run's cost ledger at once, flagged."""
+    entry = possibly_billed_entry(
+        run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
+        model=p.model, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd, at=p.at,
+    )  # fmt: skip
+    ledger.record(f"timeout-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
 
 
 def _budget_guard(call: Any) -> dict[str, Any]:

@@ -5,8 +5,10 @@ How a document is estimated (say so wherever a number is shown — it is an esti
   output tokens = typical: the size of the recipe's output schema / 8 (the answer mirrors the
                   schema's fields with values and evidence), capped at max_tokens; worst case: max_tokens
   USD           = tokens x the price table (docmill.prices); batch = 50 %. Realtime: the shared
-                  system prompt is written to the cache once (1.25x) and read after (0.1x); batch:
-                  no cache hits assumed (they are best effort there).
+                  system prompt is written to the cache once (1.25x) and read after (0.1x) when it
+                  reaches the model's minimum cacheable length (settings.api.cache_min_tokens; below
+                  it the API caches nothing, and no cache reads are assumed); batch: no cache hits
+                  assumed (they are best effort there).
 Repairs are not included (at most settings.gate.repair_attempts per document, typically none).
 """
 
@@ -18,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.inflight import InFlightBound
-from docmill.prices import BATCH_DISCOUNT, CACHE_READ, CACHE_WRITE_5M, price_table
+from docmill.models import min_cacheable_tokens
+from docmill.prices import BATCH_DISCOUNT, CACHE_READ, CACHE_WRITE_5M, price_of, price_table
 from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.requests import file_request, recipe_parts
 
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
 METHOD = (
     "an estimate, no model call: input = request characters / 4, output = recipe schema size / 8 "
     "(worst case: max_tokens), priced with the docmill price table; realtime reads the system prompt "
-    "from the cache after the first request, batch = 50 % without cache hits; repairs not included"
+    "from the cache after the first request when it reaches the model's minimum cacheable length, batch = 50 % without cache hits; repairs not included"
 )
 
 
@@ -41,12 +44,14 @@ class Estimate:
     skipped: int = 0
     input_tokens: int = 0
     cached_tokens: int = 0  # of input_tokens: the system prompt of every request after the first
+    prefix_tokens: int = 0  # the static prefix (system prompt) of one request
+    cache_min_tokens: int = 0  # the model's minimum cacheable prefix (settings.api.cache_min_tokens)
     typical_output_tokens: int = 0
     max_output_tokens: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
 
     def usd(self, *, batch: bool, worst: bool = False) -> float:
-        p = price_table()[self.model]
+        p = price_of(self.model) or {"input": 0.0, "output": 0.0}
         out = self.max_output_tokens if worst else self.typical_output_tokens
         if batch:
             return (self.input_tokens * p["input"] + out * p["output"]) / 1e6 * BATCH_DISCOUNT
@@ -62,6 +67,13 @@ class Estimate:
             f"  realtime: ~${self.usd(batch=False):.4f} (worst case ${self.usd(batch=False, worst=True):.4f})",
             f"  batch:    ~${self.usd(batch=True):.4f} (worst case ${self.usd(batch=True, worst=True):.4f})",
         ]
+        if price_of(self.model) is None:
+            rows.append(f"  no price for {self.model}: USD shown as 0 (add it with DOCMILL_PRICES)")
+        if self.prefix_tokens and self.prefix_tokens < self.cache_min_tokens:
+            rows.append(
+                f"  prompt cache: the static prefix (~{self.prefix_tokens:,} tokens) is below {self.model}'s "
+                f"minimum cacheable length ({self.cache_min_tokens:,}); no cache reads assumed"
+            )
         if self.by_type:
             rows.append("  by type: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_type.items())))
         return rows
@@ -85,7 +97,10 @@ def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, A
 
 
 def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Estimate:
-    est = Estimate(model=settings.api.model)
+    est = Estimate(
+        model=settings.api.model,
+        cache_min_tokens=min_cacheable_tokens(settings.api.model, settings.api.cache_min_tokens),
+    )
     max_tokens = int(settings.api.max_tokens)
     typical = typical_output_tokens(recipe, max_tokens)
     for doc in docs:
@@ -93,8 +108,10 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         if request is None:
             est.skipped += 1
             continue
-        if est.documents:
-            est.cached_tokens += max(1, len(json.dumps(request["system"], ensure_ascii=False)) // 4)
+        prefix = max(1, len(json.dumps(request["system"], ensure_ascii=False)) // 4)
+        est.prefix_tokens = max(est.prefix_tokens, prefix)
+        if est.documents and prefix >= est.cache_min_tokens:  # below the minimum nothing is cached
+            est.cached_tokens += prefix
         est.documents += 1
         est.input_tokens += estimate_input_tokens(request)
         est.typical_output_tokens += typical
@@ -114,7 +131,7 @@ def estimate_source(source: str, recipe_name: str, settings: Settings) -> Estima
 def worst_case_usd(request: dict[str, Any], *, batch: bool) -> float:
     """What one request can cost at most: input as 5-minute cache writes, max_tokens of output
     (the same bound tasks.api.client.ModelClient reserves before a realtime request)."""
-    p = price_table().get(str(request["model"]))
+    p = price_of(str(request["model"]))
     if p is None:
         return 0.0
     usd = (

@@ -25,11 +25,21 @@ import anthropic
 from pydantic import SecretStr
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 
-from docmill.errors import ApiCallError
+from docmill.errors import ApiCallError, SpendLimitReached
 from docmill.logs import get_logger
-from docmill.prices import CACHE_WRITE_5M, cost_usd, price_table
+from docmill.prices import CACHE_WRITE_5M, price_of, priced_usd
+from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
 from tasks.api.pacing import Budget, RateLimiter
-from tasks.api.retrying import FailureKind, classify, describe, error_retry_after, is_retryable, wait_seconds
+from tasks.api.retrying import (
+    FailureKind,
+    classify,
+    describe,
+    error_retry_after,
+    is_retryable,
+    is_spend_limit,
+    spend_limit_error,
+    wait_seconds,
+)
 from tasks.api.usage import add_usage, estimate_input_tokens
 
 if TYPE_CHECKING:
@@ -75,6 +85,10 @@ class _Ladder:
     fell_back: bool = False
     errors: list[str] = field(default_factory=list)
     request_ids: list[str] = field(default_factory=list)
+    timeouts: int = 0  # read timeouts after the request was sent (possibly billed)
+    key: str = ""
+    doc_id: str = ""
+    pass_name: str = ""
 
     def failed(self, exc: BaseException) -> None:
         self.errors.append(describe(exc))
@@ -94,25 +108,6 @@ class _Ladder:
             self.model, self.fell_back = self.fallback, True
             self.attempts_on_model = 0
             self.consecutive_overloads = 0
-
-
-def _message_dict(raw: Any) -> dict[str, Any]:
-    """The answer as the JSON the API sent: what the response log keeps (and ~0.3 ms cheaper per
-    call than building the SDK's Message model and dumping it back). A 200 that is not a Message
-    (a proxy's page, a wrong base URL) raises `APIResponseValidationError`, never retried."""
-    try:
-        data = raw.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-        kind = raw.http_response.headers.get("content-type") or "no content type"
-        raise anthropic.APIResponseValidationError(
-            response=raw.http_response,
-            body=None,
-            message=f"the endpoint answered {raw.http_response.status_code} with something that is not a "
-            f"Message ({kind}, {len(raw.http_response.content)} bytes)",
-        )
-    return data
 
 
 class ModelClient:
@@ -143,8 +138,12 @@ class ModelClient:
         )
         self._sleep, self._rng = sleep, rng
         self.budget = budget or Budget(settings.cost.max_cost_usd)
-        self._prices = price_table()
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
+        self.stopped: SpendLimitReached | None = None  # a spend-limit refusal: nothing more is sent
+        self.wall = wall
+        # the run's cost ledger hook (flows.extract sets it); without one they are only kept here
+        self.on_possibly_billed: OnPossiblyBilled | None = None
+        self.possibly_billed: list[PossiblyBilled] = []
 
     def __repr__(self) -> str:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
@@ -192,34 +191,68 @@ class ModelClient:
             sleep=self._backoff,
             reraise=True,
         )
-        return retrying(once)
+        try:
+            return retrying(once)
+        except anthropic.APIStatusError as e:
+            if is_spend_limit(e):
+                raise spend_limit_error(e) from e
+            raise
 
     # ---- one HTTP attempt ----------------------------------------------------------------------
 
     def _send(self, request: dict[str, Any], ladder: _Ladder, on_response: OnResponse | None) -> Any:
+        if self.stopped is not None:
+            raise self.stopped
         ladder.attempts += 1
         ladder.attempts_on_model += 1
         body = {**request, "model": ladder.model}
         estimate = estimate_input_tokens(body)
         self.limiter.acquire(estimate)
-        hold = self.budget.reserve(self._worst_case_usd(ladder.model, estimate, int(body["max_tokens"])))
+        worst = self._worst_case_usd(ladder.model, estimate, int(body["max_tokens"]))
+        hold = self.budget.reserve(worst)
         billed = 0.0
         try:
             with self.semaphore:  # held until the answer is persisted: invariant 3
-                raw = self._post(body, ladder)
-                data = _message_dict(raw)
-                data["_request_id"] = raw.request_id
+                try:
+                    data, request_id, headers = self._post(body, ladder)
+                except anthropic.APITimeoutError as e:
+                    if sent_before_timeout(e):
+                        billed = worst  # the cap keeps what it may have cost
+                        self._possibly_billed(ladder, body, estimate, worst)
+                    raise
+                data["_request_id"] = request_id
+                data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
                 billed = self._cost(ladder.model, data.get("usage"))
                 if on_response is not None:
                     on_response(ladder.attempts, data)
         finally:
             self.budget.settle(hold, billed)
-        self.limiter.observe(raw.headers)
+        self.limiter.observe(headers)
         return data
 
-    def _post(self, body: dict[str, Any], ladder: _Ladder) -> Any:
+    def _possibly_billed(self, ladder: _Ladder, body: dict[str, Any], estimate: int, worst: float) -> None:
+        ladder.timeouts += 1
+        entry = PossiblyBilled(
+            pass_name=ladder.pass_name, doc_id=ladder.doc_id, key=ladder.key, attempt=ladder.attempts,
+            model=ladder.model, input_tokens=estimate, max_tokens=int(body["max_tokens"]), usd=worst,
+            at=self.wall(),
+        )  # fmt: skip
+        self.possibly_billed.append(entry)
+        log.warning(
+            "%s call for %s timed out after it was sent: recorded as possibly billed (worst case $%.4f)",
+            ladder.pass_name, ladder.doc_id, worst, extra={"doc_id": ladder.doc_id, "model": ladder.model},
+        )  # fmt: skip
+        if self.on_possibly_billed is not None:
+            self.on_possibly_billed(entry)
+
+    def _post(self, body: dict[str, Any], ladder: _Ladder) -> tuple[dict[str, Any], str | None, Any]:
+        """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
+        max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so
+        a long answer never meets the read timeout while it is being generated."""
         try:
-            return self._sdk.messages.with_raw_response.create(**body)
+            return answer(
+                self._sdk, body, stream=int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
+            )
         except anthropic.APIStatusError as e:
             asked = error_retry_after(e) if e.status_code == 429 else None
             if asked is not None:  # the server's exact word wins over its whole-second reset headers
@@ -233,11 +266,12 @@ class ModelClient:
             raise
 
     def _cost(self, model: str, usage: Any) -> float:
-        return cost_usd(model, usage or {}) if model in self._prices else 0.0
+        """USD of an answer to `model` (the one asked for); 0 for a model with no price (warned once)."""
+        return priced_usd(model, usage or {}) or 0.0
 
     def _worst_case_usd(self, model: str, input_tokens: int, max_tokens: int) -> float:
         """What a request can cost at most (input as 5-minute cache writes, max_tokens of output)."""
-        price = self._prices.get(model)
+        price = price_of(model)
         if price is None:
             return 0.0
         return (input_tokens * price["input"] * CACHE_WRITE_5M + max_tokens * price["output"]) / 1e6
@@ -280,9 +314,13 @@ class ModelClient:
         api = self.settings.api
         started = time.monotonic()
         ladder = _Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
+        ladder.key, ladder.doc_id, ladder.pass_name = key, doc_id, pass_name
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
-            stop=lambda _s: ladder.attempts_on_model >= api.max_attempts,
+            # a request that timed out after it was sent may be billed: resent `timeout_resends` times at most
+            stop=lambda _s: (
+                ladder.attempts_on_model >= api.max_attempts or ladder.timeouts > api.timeout_resends
+            ),
             wait=lambda s: self._wait(s, ladder),
             sleep=self._backoff,
             reraise=False,
@@ -293,6 +331,9 @@ class ModelClient:
             last = e.last_attempt.exception()
             raise self._error(last, ladder, key, doc_id, pass_name, "transport_exhausted") from last
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+                self.stopped = spend_limit_error(e)
+                raise self.stopped from e  # stops the run: no document is marked failed
             status = getattr(e, "status_code", None)
             kind = f"api_error:{status}" if status is not None else "transport_exhausted"
             raise self._error(e, ladder, key, doc_id, pass_name, kind) from e

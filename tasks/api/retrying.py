@@ -4,7 +4,9 @@ to wait. Validation repair is a separate layer (tasks.per_file.gate); the SDK's 
 
 Retried, like the SDK's `_should_retry`: the `x-should-retry` header first (true/false wins),
 then 408, 409, 429, any 5xx (incl. 529 overloaded), a mid-stream `overloaded_error`, connection
-errors and timeouts. Every other 4xx is final. Waits: `retry-after-ms` / `retry-after` exactly when
+errors and timeouts. Every other 4xx is final, and so is a 429 whose `error_code` says a spend limit
+is reached (`SPEND_LIMIT_CODES`): waiting cannot help, `spend_limit_error` turns it into the error
+that stops the run. Waits: `retry-after-ms` / `retry-after` exactly when
 the server sends them, else exponential backoff with jitter capped at `backoff_max_seconds`.
 """
 
@@ -19,8 +21,23 @@ from typing import Any
 
 import anthropic
 
+from docmill.errors import SpendLimitReached
+
 OVERLOADED = 529
 RETRY_STATUSES = frozenset({408, 409, 429})
+# `error.type` of the failures retried above, as a batch result's `errored` item names them: 429, 5xx
+# and 529, 504, 408 and 409. Batch results use it, so realtime and batch retry the same failures.
+RETRYABLE_ERROR_TYPES = frozenset(
+    {"rate_limit_error", "overloaded_error", "api_error", "timeout_error", "conflict_error"}
+)
+# 429 error codes of the SDK's _error_classes.py that no wait fixes (a ramp limit does pass: retried)
+SPEND_LIMIT_CODES = frozenset(
+    {
+        "enforced_spend_limit_reached",
+        "contract_spend_limit_reached",
+        "linked_organization_spend_limit_reached",
+    }
+)
 
 
 class FailureKind(StrEnum):
@@ -52,6 +69,8 @@ def classify(exc: BaseException) -> FailureKind:
 def is_retryable(exc: BaseException) -> bool:
     """THE retry decision for one failed API attempt."""
     if isinstance(exc, anthropic.APIStatusError):
+        if is_spend_limit(exc):
+            return False
         header = exc.response.headers.get("x-should-retry")
         if header == "true":
             return True
@@ -62,6 +81,21 @@ def is_retryable(exc: BaseException) -> bool:
             return True
         return status == 200 and getattr(exc, "type", None) == "overloaded_error"
     return isinstance(exc, anthropic.APIConnectionError)
+
+
+def is_spend_limit(exc: BaseException) -> bool:
+    """A refusal because a spend limit is reached (429/402 with a spend-limit `error_code`)."""
+    return isinstance(exc, anthropic.APIStatusError) and exc.error_code in SPEND_LIMIT_CODES
+
+
+def spend_limit_error(exc: anthropic.APIStatusError) -> SpendLimitReached:
+    """The one-line error that stops a run on a spend-limit refusal (raise it `from exc`)."""
+    return SpendLimitReached(
+        f"the API refused with {exc.status_code} {exc.error_code}: the organization's spend limit is reached; "
+        "retrying cannot help",
+        error_code=exc.error_code,
+        request_id=exc.request_id,
+    )
 
 
 def retry_after_seconds(headers: Any, *, now: Callable[[], float] = time.time) -> float | None:

@@ -17,7 +17,7 @@ from anthropic.types.messages import MessageBatch
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
 from docmill.errors import BatchError
 from docmill.logs import current_run
-from tasks.api.retrying import describe, is_retryable, wait_seconds
+from tasks.api.retrying import describe, is_retryable, is_spend_limit, spend_limit_error, wait_seconds
 from tasks.batch.spool import BatchBody
 
 if TYPE_CHECKING:
@@ -65,6 +65,8 @@ class BatchApi:
             try:
                 return fn(*args, **kw)
             except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+                if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+                    raise spend_limit_error(e) from e
                 if not is_retryable(e) or n == self.attempts:
                     raise BatchError(
                         f"{what} failed after {n} attempt(s): {describe(e)}",
@@ -74,7 +76,10 @@ class BatchApi:
         raise AssertionError("unreachable")
 
     def create(self, body: BatchBody) -> MessageBatch:
-        headers = {"Content-Type": "application/json"}
+        """POST the spooled body streamed from its file with a known `Content-Length` (never a
+        chunked upload: some proxies refuse or stall on one). A stalled upload ends as a timeout
+        after settings.api.timeout_seconds per write, within the create attempts."""
+        headers = {"Content-Type": "application/json", "Content-Length": str(body.size)}
         return self.client.post(
             "/v1/messages/batches", cast_to=MessageBatch, content=body.chunks(), options={"headers": headers}
         )
@@ -83,14 +88,18 @@ class BatchApi:
         return self.call(f"retrieve {batch_id}", self.client.messages.batches.retrieve, batch_id)
 
     def cancel(self, batch_id: str) -> MessageBatch | None:
-        """Cancel; None when it had already ended (nothing left to cancel)."""
+        """Cancel; None when it had already ended (nothing left to cancel). Which status the API gives
+        for the cancel of an ended batch is not documented (400, 409, or the batch as it is): any
+        refusal is judged by what the batch says it is, not by its status code."""
         try:
-            return self.call(f"cancel {batch_id}", self.client.messages.batches.cancel, batch_id)
+            batch = self.call(f"cancel {batch_id}", self.client.messages.batches.cancel, batch_id)
         except BatchError as e:
-            cause = e.__cause__
-            if isinstance(cause, anthropic.BadRequestError):
-                return None
-            raise
+            if not isinstance(e.__cause__, anthropic.APIStatusError) or e.__cause__.status_code >= 500:
+                raise
+            if self.retrieve(batch_id).processing_status != "ended":
+                raise
+            return None
+        return None if batch.processing_status == "ended" and batch.cancel_initiated_at is None else batch
 
     def newest_id(self) -> str | None:
         page = self.call("list batches", self.client.messages.batches.list, limit=1)
@@ -141,6 +150,9 @@ def submit(
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             if not is_retryable(e):
                 why = f"create refused: {describe(e)}"
+                if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+                    records.update(n, partial(_not_created, why=why))
+                    raise spend_limit_error(e) from e
                 records.update(n, partial(_not_created, why=why))
                 raise BatchError(
                     f"batch {n} of run {run_id} was refused: {describe(e)}",

@@ -16,7 +16,8 @@ from enum import StrEnum
 from typing import Any
 
 from docmill.errors import ApiCallError, BatchError, InputError
-from docmill.prices import cost_usd
+from docmill.prices import priced_usd
+from tasks.api.retrying import RETRYABLE_ERROR_TYPES
 from tasks.api.usage import add_usage
 from tasks.batch.items import WorkItem
 from tasks.batch.lifecycle import crash_point
@@ -36,11 +37,12 @@ from tasks.per_file.settle import (
 )
 
 COST_GROUP = 5000  # cost entries per cost-ledger object
-RETRYABLE_ERRORS = frozenset({"api_error", "overloaded_error", "rate_limit_error", "timeout_error"})
+RETRYABLE_ERRORS = RETRYABLE_ERROR_TYPES  # the one decision, shared with realtime (409 included)
 
 # a terminal outcome, or the item with its follow-up request, or (neither) why it is resent
 Routed = tuple[DocOutcome | None, WorkItem | None, str | None]
-CostRow = tuple[str, int, str, str, dict[str, Any], str]  # key, attempt, doc_id, model, usage, batch id
+# key, attempt, doc_id, model asked for, usage, batch id, the answer's own `model`
+CostRow = tuple[str, int, str, str, dict[str, Any], str, str | None]
 
 
 class ResultType(StrEnum):
@@ -171,11 +173,12 @@ def _route_succeeded(
 ) -> Routed:
     message = result.get("message") or {}
     usage = message.get("usage") or {}
-    model = str(message.get("model") or r.model)
+    model = r.model  # priced by the model asked for; the answer may name a dated id
     add_usage(item.usage, usage)
-    item.cost_usd += cost_usd(model, usage, batch=True)
+    item.cost_usd += priced_usd(model, usage, batch=True) or 0.0
     item.request_ids.append(bid)
-    costs.append((item.custom_id, item.attempts + 1, item.doc_id, model, usage, bid))
+    answered = str(message["model"]) if message.get("model") else None
+    costs.append((item.custom_id, item.attempts + 1, item.doc_id, model, usage, bid, answered))
     outcome, follow = r.gated(item, message, model)
     return outcome, follow, None
 
@@ -220,7 +223,7 @@ def record_batch_costs(p: Pass, n: int, costs: list[CostRow]) -> None:
     costs.sort(key=lambda row: (row[0], row[1], row[5]))
     for i in range(0, len(costs), COST_GROUP):
         entries = [
-            file_cost_entry(p.run_id, doc_id, key, attempt, model, bid, usage, batch=True)
-            for key, attempt, doc_id, model, usage, bid in costs[i : i + COST_GROUP]
+            file_cost_entry(p.run_id, doc_id, key, attempt, model, bid, usage, batch=True, answered=answered)
+            for key, attempt, doc_id, model, usage, bid, answered in costs[i : i + COST_GROUP]
         ]
         p.costs.record(f"batch-{n:05d}-{i // COST_GROUP:04d}", entries)

@@ -204,7 +204,11 @@ def compact_api(create: Create, params: Mapping[str, Any], instructions: str) ->
         raise CompactionUnavailable(
             f"no usable compaction block (stop_reason={data.get('stop_reason')!r}, blocks={len(blocks)})",
             request_id=getattr(message, "_request_id", None),
-            billed=(str(data.get("model")), data.get("usage") or {}, getattr(message, "_request_id", None)),
+            billed=(
+                str(body.get("model") or data.get("model")),
+                data.get("usage") or {},
+                getattr(message, "_request_id", None),
+            ),
         )
     raw = blocks[0]
     block = {k: raw.get(k) for k in BLOCK_FIELDS}
@@ -215,7 +219,7 @@ def compact_api(create: Create, params: Mapping[str, Any], instructions: str) ->
         Strategy.API,
         head,
         block_digest(block),
-        str(data.get("model")),
+        str(body.get("model") or data.get("model")),
         data.get("usage") or {},
         getattr(message, "_request_id", None),
     )
@@ -248,7 +252,7 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
         Strategy.CLIENT,
         head,
         None,
-        str(data.get("model")),
+        str(body.get("model") or data.get("model")),
         data.get("usage") or {},
         getattr(message, "_request_id", None),
     )

@@ -361,9 +361,10 @@ class ConversationTask:
         data = reply.model_dump(mode="json")
         self._record_cost(
             f"x{self.exchanges + 1:06d}",
-            str(data.get("model")),
+            str(params.get("model") or data.get("model")),  # priced by the model asked for
             data.get("usage") or {},
             getattr(reply, "_request_id", None),
+            data.get("model"),
         )
         crash_point("exchange_returned")
         self.messages = [
@@ -381,7 +382,9 @@ class ConversationTask:
     def _pinned_note(self) -> str:
         return f"the pinned facts alone take about {len(self.pinned.render()) // 4} tokens"
 
-    def _record_cost(self, suffix: str, model: str, usage: dict[str, Any], request_id: str | None) -> None:
+    def _record_cost(
+        self, suffix: str, model: str, usage: dict[str, Any], request_id: str | None, answered: Any = None
+    ) -> None:
         entry = CostEntry.from_usage(
             run_id=self.run_id,
             pass_name=self.pass_name,
@@ -392,6 +395,7 @@ class ConversationTask:
             request_id=request_id,
             usage=usage,
             batch=False,
+            answered_model=str(answered) if answered else None,
         )
         # one group per API call: a call repeated after a crash is billed again, so it is recorded again
         group = f"{self.task_id}-{suffix}-{request_id or 'unknown'}"

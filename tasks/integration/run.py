@@ -213,6 +213,7 @@ def _integrate_slice(
         p.costs.record(f"{key}-{attempt}-{call_id}", [CostEntry.from_usage(
             run_id=p.run_id, pass_name=PASS, doc_id=f"*integration-{i}*", key=key, attempt=attempt,
             model=result.model, request_id=result.request_id, usage=message.get("usage") or {}, batch=False,
+            answered_model=message.get("model"),
         )])  # fmt: skip
         attempt += 1
         text = _text_of(message)

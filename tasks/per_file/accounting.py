@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 from checkpoints.costs import CostEntry
-from docmill.prices import cost_usd
+from docmill.prices import priced_usd
 from tasks.api.usage import add_usage
 from tasks.per_file.requests import FILE_PASS
 from tasks.per_file.settle import Pass
@@ -27,13 +27,15 @@ def account_attempt(
     if request_id:
         request_ids.append(str(request_id))
     at = (message.get("_docmill") or {}).get("at")  # when it was answered, if the log kept it
-    record_cost(p, doc_id, key, attempt, model, request_id, usage, at=at)
-    return cost_usd(model, usage)
+    record_cost(p, doc_id, key, attempt, model, request_id, usage, at=at, answered=message.get("model"))
+    return priced_usd(model, usage) or 0.0
 
 
 def answered_model(message: dict[str, Any], default: str) -> str:
-    """The model that answered a persisted message: docmill's meta, else the API's field."""
-    return str((message.get("_docmill") or {}).get("model") or message.get("model") or default)
+    """The model a persisted answer was asked of (what it is priced by): docmill's meta, else the
+    client's note, else the API's `model` field (whose date suffix pricing drops), else `default`."""
+    meta = message.get("_docmill") or {}
+    return str(meta.get("model") or message.get("_asked_model") or message.get("model") or default)
 
 
 def record_cost(
@@ -46,10 +48,13 @@ def record_cost(
     usage: dict[str, Any],
     *,
     at: float | None = None,
+    answered: Any = None,
 ) -> None:
     """One cost entry per answered attempt: kept for the chunk's group when the pass buffers costs,
     else written at once as group `<key>-<attempt>` (written once)."""
-    entry = file_cost_entry(p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False, at=at)
+    entry = file_cost_entry(
+        p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False, at=at, answered=answered
+    )
     if p.buffer_costs:
         with p._costs_lock:
             p.pending_costs.append(entry)
@@ -81,10 +86,12 @@ def recount_attempts(p: Pass, doc_id: str, key: str) -> None:
 
 def file_cost_entry(
     run_id: str, doc_id: str, key: str, attempt: int, model: str, request_id: Any, usage: dict[str, Any],
-    *, batch: bool, at: float | None = None,
+    *, batch: bool, at: float | None = None, answered: Any = None,
 ) -> CostEntry:  # fmt: skip
-    """The cost entry of one answered per-file attempt, realtime or (`batch=True`) batch-priced."""
+    """The cost entry of one answered per-file attempt, realtime or (`batch=True`) batch-priced;
+    `model` is the model asked for, `answered` the answer's own `model` field."""
     return CostEntry.from_usage(
         run_id=run_id, pass_name=FILE_PASS, doc_id=doc_id, key=key, attempt=attempt, model=model,
         request_id=request_id, usage=usage, batch=batch, at=at,
+        answered_model=str(answered) if answered else None,
     )  # fmt: skip

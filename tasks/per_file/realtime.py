@@ -18,7 +18,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from docmill.errors import ApiCallError, BudgetExhausted, InputError
+from docmill.errors import ApiCallError, BudgetExhausted, InputError, SpendLimitReached
 from docmill.logs import get_logger, redact
 from tasks.inventory import load_text
 from tasks.per_file.accounting import account_attempt, answered_model, flush_costs, recount_attempts
@@ -209,6 +209,8 @@ def _guarded(p: Pass, doc: Document, key: str | None, *, duplicate: bool = False
         return _review_one(p, doc, key)
     except BudgetExhausted as e:
         return failed_outcome(doc, key, "budget", e.one_line())
+    except SpendLimitReached:  # not a document's outcome: the run stops, resume continues it
+        raise
     except InputError as e:
         return failed_outcome(doc, key, "input:unreadable", e.one_line())
     except Exception as e:  # one broken document never sinks the chunk

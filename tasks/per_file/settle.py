@@ -82,7 +82,7 @@ def persist_answer(
     meta: ResponseMeta = {
         "attempt": attempt,
         "purpose": purpose or "first",
-        "model": str(message.get("model") or request["model"]),
+        "model": str(message.get("_asked_model") or request["model"]),  # the model asked for (priced by)
         "max_tokens": int(request["max_tokens"]),
         "at": time.time(),
     }

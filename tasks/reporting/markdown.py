@@ -48,6 +48,19 @@ def markdown(
                 "request(s) in flight when a run was killed (an upper bound; counted by the budget cap).",
                 "",
             ]
+        if costs.get("possibly_billed"):
+            lines += [
+                f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out after they were sent; "
+                f"counted at their worst case (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
+                "",
+            ]
+        if costs.get("unpriced"):
+            lines += [
+                f"**Unpriced:** {costs['unpriced']} answer(s) of "
+                f"{', '.join(f'`{m}`' for m in costs.get('unpriced_models') or [])} have no price: their "
+                "tokens are counted below, their cost is not in the total (add it with DOCMILL_PRICES).",
+                "",
+            ]
         for group in ("by_pass", "by_model"):
             for k, v in sorted((costs.get(group) or {}).items()):
                 lines.append(f"- {group[3:]} `{k}`: ${v:.4f}")

@@ -92,6 +92,9 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
         "in_flight": InFlight(store, run_id).totals(),  # upper bound of what a crash left unrecorded
         "budget_usd": m.budget_usd,
         "billed_answers": len(entries),
+        "unpriced_answers": sum(1 for e in entries if e.unpriced),
+        "possibly_billed": sum(1 for e in entries if e.possibly_billed),
+        "unpriced_models": sorted({e.model for e in entries if e.unpriced}),
         "docs_per_second": rate,
         "eta_seconds": eta,
         "manifest": m.model_dump(mode="json", exclude={"config"}),
@@ -137,6 +140,17 @@ def status_text(st: dict[str, Any]) -> str:
             for b in st["batches_in_flight"]
         ),
         f"cost       ${st['cost_usd']:.4f} so far{budget} ({st['billed_answers']} billed answers)"
+        + (
+            f"; {st['unpriced_answers']} unpriced (no price for {', '.join(st['unpriced_models'])}: "
+            "tokens recorded, not in the total)"
+            if st.get("unpriced_answers")
+            else ""
+        )
+        + (
+            f"; {st['possibly_billed']} timed out after sending (possibly billed, at worst case)"
+            if st.get("possibly_billed")
+            else ""
+        )
         + (
             f"\n             + up to ${st['in_flight']['usd']:.4f} possibly billed by at most "
             f"{st['in_flight']['requests']} request(s) in flight when it was killed (not recorded)"

@@ -63,6 +63,25 @@ def test_error_faults_reach_sdk(
     )
 
 
+@pytest.mark.parametrize(
+    "code, error_class",
+    [
+        (None, anthropic.EnforcedSpendLimitReachedError),
+        ("contract_spend_limit_reached", anthropic.ContractSpendLimitReachedError),
+    ],
+)
+def test_spend_limit_429_carries_its_error_code(
+    emulator: EmulatorServer, code: str | None, error_class: type[anthropic.RateLimitError]
+) -> None:
+    emulator.state.faults.add(kind="spend_limit", count=1, error_code=code)
+    with pytest.raises(error_class) as info:
+        _ask(sdk_client(emulator))
+    err = info.value
+    assert isinstance(err, anthropic.RateLimitError) and err.status_code == 429
+    assert err.error_code == (code or "enforced_spend_limit_reached")
+    assert int(err.response.headers["retry-after"]) >= 3600  # waiting does not help
+
+
 @pytest.mark.parametrize("failures", [0, 1, 2])
 def test_next_n_fail_then_sdk_retry_succeeds(emulator: EmulatorServer, failures: int) -> None:
     emulator.state.faults.add(kind="overloaded", count=failures, retry_after=0.001) if failures else None

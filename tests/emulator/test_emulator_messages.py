@@ -166,10 +166,10 @@ def _long_system(n_chars: int) -> list:
 
 def test_prompt_cache_write_then_read_then_expire(emulator: EmulatorServer) -> None:
     client = sdk_client(emulator)
-    system = _long_system(8000)  # ~2000 tokens, above the 1024 minimum
+    system = _long_system(12000)  # ~3000 tokens, above Sonnet 4.6's 2048 minimum
     ask: list = [{"role": "user", "content": "question one"}]
     first = client.messages.create(model=MODEL, max_tokens=50, system=system, messages=ask)
-    assert first.usage.cache_creation_input_tokens and first.usage.cache_creation_input_tokens > 1024
+    assert first.usage.cache_creation_input_tokens and first.usage.cache_creation_input_tokens > 2048
     assert first.usage.cache_read_input_tokens == 0
     second = client.messages.create(model=MODEL, max_tokens=50, system=system, messages=ask)
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens

@@ -146,9 +146,12 @@ def test_529_ladder_falls_back_and_says_so(emulator: Any) -> None:
     client = make_client(emulator, fake, overloads_before_fallback=3)
     result = call(client)
     assert result.fell_back and result.model == FALLBACK
-    assert result.message["model"] == FALLBACK
+    # the fallback is an alias before 4.6: the answer names its dated id, the price is the alias's
+    assert result.message["model"] == "claude-haiku-4-5-20251001"
+    assert result.message["_asked_model"] == FALLBACK
     assert result.attempts == 4 and received(emulator) == 4
     assert [b.model for b in emulator.state.accounting.billed] == [FALLBACK]
+    assert result.cost_usd == pytest.approx(emulator.state.accounting.total_usd()) and result.cost_usd > 0
 
 
 def test_529_past_the_fallback_is_an_honest_failure(emulator: Any) -> None:
@@ -266,3 +269,50 @@ def test_a_200_that_is_not_a_message_is_a_clear_failure_not_retried(tmp_path: An
     err = e.value
     assert err.failure_type == "api_error:not_a_message"
     assert "not a Message (text/html" in err.one_line() and "DOCMILL_API__BASE_URL" in err.one_line()
+
+
+def test_timeout_after_sending_is_possibly_billed_and_resent_once(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="latency", latency_ms=1200)  # every attempt outlasts the timeout
+    client = make_client(emulator, fake, timeout_seconds=0.3)
+    seen: list[Any] = []
+    client.on_possibly_billed = seen.append
+    with pytest.raises(ApiCallError) as info:
+        call(client)
+    assert info.value.attempts == 2 and received(emulator) == 2  # sent, then resent once, never more
+    assert len(seen) == 2 and seen == client.possibly_billed
+    assert all(p.usd > 0 and p.key == "k" and p.doc_id == "a.txt" and p.max_tokens == 200 for p in seen)
+    assert emulator.state.drain()
+    assert len(emulator.state.accounting.billed) == 2  # the API did bill both
+    assert sum(p.usd for p in seen) >= emulator.state.accounting.total_usd()  # worst case covers it
+
+
+def test_long_answer_streams_through_a_short_read_timeout(emulator: Any) -> None:
+    """A max_tokens=4,096 call (the per-file default) streams by default: with answer time growing
+    with output tokens, it completes where the same call unstreamed times out."""
+    fake = FakeTime(emulator)
+    long_call = {**request(), "max_tokens": 4096}
+    plain = make_client(emulator, fake, stream_min_max_tokens=10_000)
+    quick = call(plain, long_call).usage["output_tokens"]
+    emulator.state.configure({"output_tokens_per_second": quick / 1.0})  # ~1 s per answer
+    emulator.state.accounting.reset()
+    unstreamed = make_client(
+        emulator, fake, timeout_seconds=0.4, stream_min_max_tokens=10_000, max_attempts=1
+    )
+    with pytest.raises(ApiCallError, match="timed out"):
+        call(unstreamed, long_call)
+    streamed = make_client(emulator, fake, timeout_seconds=0.4)  # default: streams from 2,048
+    result = call(streamed, long_call)  # each read well inside 0.4 s
+    assert result.attempts == 1 and result.message["content"] and result.usage["output_tokens"] == quick
+    assert result.request_id and result.cost_usd == pytest.approx(emulator.state.accounting.billed[-1].usd)
+    assert not streamed.possibly_billed and len(unstreamed.possibly_billed) == 1
+
+
+def test_409_is_retried_in_realtime_as_in_batch_results(emulator: Any) -> None:
+    from tasks.api.retrying import RETRYABLE_ERROR_TYPES
+
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="conflict", count=1)
+    result = call(make_client(emulator, fake))
+    assert result.attempts == 2 and "409 conflict_error" in result.errors[0]
+    assert "conflict_error" in RETRYABLE_ERROR_TYPES  # the batch router retries the same failures

@@ -165,7 +165,7 @@ def test_invalid_request_fails_once_and_is_never_resent(emulator: Any, tmp_path:
     assert rig.sent()[bad] == 1
 
 
-@pytest.mark.parametrize(("failures", "kind"), [(1, "overloaded"), (2, "server_error")])
+@pytest.mark.parametrize(("failures", "kind"), [(1, "overloaded"), (2, "server_error"), (1, "conflict")])
 def test_server_errors_are_resubmitted_in_a_later_round(
     emulator: Any, tmp_path: Path, corpus: Path, failures: int, kind: str
 ) -> None:

@@ -1,0 +1,128 @@
+"""`docmill doctor`: the configuration and the endpoint, checked before a big run.
+
+Each check is one small call, so a problem costs cents instead of a night:
+  models    the pinned models against the SDK's end-of-life data and the price table (no call)
+  key       one `count_tokens` (free): the key and the endpoint work
+  model     each pinned model answers one tiny message (max_tokens 8); its cost is shown
+  schema    each recipe's per-file and integration schema in one minimal structured call, so a schema
+            the API refuses ("compiled grammar is too large", unsupported keywords) shows up here,
+            not as a 400 on every document of a run
+  cache     each recipe's per-file static prefix against the model's minimum cacheable length
+  limits    the `anthropic-ratelimit-*` headers of an answer (requests / input / output per minute)
+Offline (no key) the same checks run against the emulator. `run_doctor` returns one `Check` per line;
+the CLI exits 0 when all pass, 2 with one line per failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anthropic
+from anthropic import transform_schema
+
+from docmill.errors import ConfigError
+from docmill.models import min_cacheable_tokens
+from docmill.prices import priced_usd
+from tasks.api.models import check_models, pinned_models
+from tasks.api.retrying import describe
+from tasks.per_file.requests import SYSTEM_RULES, neutralize, recipe_parts
+
+if TYPE_CHECKING:
+    from docmill.settings import Settings
+    from tasks.recipes import Recipe
+
+PING: list[Any] = [{"role": "user", "content": "Reply with OK."}]
+LIMIT_KINDS = (("requests", "requests"), ("input-tokens", "input tokens"), ("output-tokens", "output tokens"))
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    usd: float = 0.0
+
+    def line(self) -> str:
+        cost = f" (${self.usd:.6f})" if self.usd else ""
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}{cost}"
+
+
+def rate_limits(headers: Any) -> str:
+    """The `anthropic-ratelimit-*` headers in one line (what a pacer can plan with)."""
+    parts = []
+    for kind, label in LIMIT_KINDS:
+        limit = headers.get(f"anthropic-ratelimit-{kind}-limit")
+        if limit is not None:
+            left = headers.get(f"anthropic-ratelimit-{kind}-remaining", "?")
+            parts.append(f"{label} {limit}/min ({left} left)")
+    return ", ".join(parts) or "the endpoint sent no anthropic-ratelimit-* headers"
+
+
+def _call(
+    name: str, model: str, create: Callable[..., Any], **extra: Any
+) -> tuple[Check, Any]:  # fmt: skip
+    """One tiny Messages call as a check: (result, response headers or None)."""
+    try:
+        raw = create(
+            model=model, max_tokens=8 if "output_config" not in extra else 16, messages=PING, **extra
+        )
+    except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+        return Check(name, False, describe(e)), None
+    message = raw.parse()
+    usage = message.usage.model_dump(mode="json")
+    usd = priced_usd(model, usage) or 0.0
+    return Check(name, True, f"answered by {message.model} ({message.stop_reason})", usd), raw.headers
+
+
+def cache_check(settings: Settings, recipe: Recipe) -> Check:
+    """Whether the recipe's per-file static prefix (system prompt) reaches the model's minimum
+    cacheable length; below it the API caches nothing and says nothing (an estimate, chars / 4)."""
+    model = settings.api.model
+    prefix = len(f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}") // 4
+    minimum = min_cacheable_tokens(model, settings.api.cache_min_tokens)
+    verdict = "cached after the first request" if prefix >= minimum else "below it: never cached"
+    return Check(
+        f"recipe {recipe.name} prompt cache",
+        True,
+        f"static prefix ~{prefix:,} tokens, {model} caches from {minimum:,}: {verdict}",
+    )
+
+
+def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recipe]) -> list[Check]:
+    """Every check, in order; a failed one does not stop the others."""
+    checks: list[Check] = []
+    try:
+        notes = check_models(settings)
+        checks.append(Check("models", True, "; ".join(notes) or "pinned models current and priced"))
+    except ConfigError as e:
+        checks.append(Check("models", False, e.message))
+    api = settings.api
+    try:
+        counted = sdk.messages.count_tokens(model=api.model, messages=PING)
+        checks.append(Check("key", True, f"accepted (count_tokens: {counted.input_tokens} input tokens)"))
+    except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+        checks.append(Check("key", False, describe(e)))
+    create = sdk.messages.with_raw_response.create
+    headers = None
+    by_model = {model: setting for setting, model in reversed(pinned_models(settings))}  # first setting wins
+    for model, setting in reversed(by_model.items()):
+        check, got = _call(f"model {model} ({setting})", model, create)
+        checks.append(check)
+        headers = headers if headers is not None else got
+    for recipe in recipes:
+        schemas = (
+            ("per-file", api.model, recipe_parts(recipe)[2]),
+            ("integration", api.integration_model, transform_schema(recipe.integration_schema)),
+        )
+        for which, model, schema in schemas:
+            fmt = {"format": {"type": "json_schema", "schema": schema}}
+            check, _ = _call(f"recipe {recipe.name} {which} schema", model, create, output_config=fmt)
+            if check.ok:
+                check.detail = f"accepted by {model}"
+            checks.append(check)
+        checks.append(cache_check(settings, recipe))
+    if headers is not None:
+        checks.append(Check("limits", True, rate_limits(headers)))
+    return checks

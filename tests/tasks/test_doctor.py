@@ -1,0 +1,70 @@
+"""`docmill doctor` (tasks/doctor.py) through the CLI, real SDK against the emulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from anthropic import transform_schema
+
+from emulator import grammar
+from tasks.recipes import load_recipe
+
+
+def _doctor(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, list[str]]:
+    from docmill.settings import get_settings
+    from flows.cli import main
+
+    monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    get_settings.cache_clear()
+    try:
+        code = main(["doctor", *args])
+    finally:
+        get_settings.cache_clear()
+    out = capsys.readouterr()
+    return code, out.out, out.err.strip().splitlines()
+
+
+def test_doctor_passes_and_shows_models_costs_and_limits(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _doctor(emulator, monkeypatch, capsys)
+    assert code == 0 and err == []
+    assert "ok   key: accepted" in out
+    assert "model claude-haiku-4-5 (api.fallback_model): answered by claude-haiku-4-5-20251001" in out
+    assert "recipe invoices per-file schema: accepted" in out and "code-review integration schema" in out
+    assert "requests 4000/min" in out and "checks cost $" in out
+    assert "recipe invoices prompt cache: static prefix ~" in out and "below it: never cached" in out
+    assert emulator.state.accounting.received_by_path["/v1/messages/count_tokens"] == 1
+
+
+def test_schema_over_the_grammar_limit_fails_doctor_naming_the_schema(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = load_recipe("invoices")
+    per_file = grammar.complexity(transform_schema(recipe.file_schema))
+    integration = grammar.complexity(transform_schema(recipe.integration_schema))
+    assert per_file > integration  # the limit below refuses only the per-file schema
+    emulator.state.configure({"grammar_max_complexity": per_file - 1})
+    code, out, err = _doctor(emulator, monkeypatch, capsys, "--recipe", "invoices")
+    assert code == 2
+    assert err == [
+        "docmill: doctor: recipe invoices per-file schema: HTTP 400 invalid_request_error: "
+        "output_config.format.schema: " + grammar.TOO_LARGE
+    ]
+    assert "FAIL recipe invoices per-file schema" in out and "ok   recipe invoices integration schema" in out
+
+
+def test_retired_pinned_model_fails_doctor(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DOCMILL_API__INTEGRATION_MODEL", "claude-sonnet-4-5")  # end of life 2026-11-30
+    code, _, err = _doctor(emulator, monkeypatch, capsys, "--recipe", "invoices")
+    assert code == 2
+    assert any("models: api.integration_model claude-sonnet-4-5 reached its end of life" in e for e in err)
+    assert any(
+        e.startswith("docmill: doctor: model claude-sonnet-4-5") for e in err
+    )  # and it does not answer
