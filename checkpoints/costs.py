@@ -52,6 +52,7 @@ class CostEntry(BaseModel):
     compaction_output_tokens: int = 0
     usd: float = 0.0
     at: float | None = None  # unix time the answer was accounted (report throughput charts)
+    sent_at: float | None = None  # unix time the request was sent (realtime; the report's timeline)
 
     @property
     def identity(self) -> str | None:
@@ -75,6 +76,7 @@ class CostEntry(BaseModel):
         request_id: str | None = None,
         batch: bool = False,
         at: float | None = None,
+        sent_at: float | None = None,
     ) -> CostEntry:
         """An entry from an API `usage` (object or dict), compaction iterations included."""
         comp_in = comp_out = 0
@@ -99,6 +101,7 @@ class CostEntry(BaseModel):
             compaction_output_tokens=comp_out,
             usd=cost_usd(model, usage, batch=batch),
             at=time.time() if at is None else at,
+            sent_at=sent_at,
         )
 
 

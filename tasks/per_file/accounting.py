@@ -26,8 +26,10 @@ def account_attempt(
     request_id = message.get("_request_id")
     if request_id:
         request_ids.append(str(request_id))
-    at = (message.get("_docmill") or {}).get("at")  # when it was answered, if the log kept it
-    record_cost(p, doc_id, key, attempt, model, request_id, usage, at=at)
+    meta = message.get("_docmill") or {}  # when it was sent and answered, if the log kept it
+    record_cost(
+        p, doc_id, key, attempt, model, request_id, usage, at=meta.get("at"), sent_at=meta.get("sent_at")
+    )
     return cost_usd(model, usage)
 
 
@@ -46,10 +48,13 @@ def record_cost(
     usage: dict[str, Any],
     *,
     at: float | None = None,
+    sent_at: float | None = None,
 ) -> None:
     """One cost entry per answered attempt: kept for the chunk's group when the pass buffers costs,
     else written at once as group `<key>-<attempt>` (written once)."""
-    entry = file_cost_entry(p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False, at=at)
+    entry = file_cost_entry(
+        p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False, at=at, sent_at=sent_at
+    )
     if p.buffer_costs:
         with p._costs_lock:
             p.pending_costs.append(entry)
@@ -81,10 +86,10 @@ def recount_attempts(p: Pass, doc_id: str, key: str) -> None:
 
 def file_cost_entry(
     run_id: str, doc_id: str, key: str, attempt: int, model: str, request_id: Any, usage: dict[str, Any],
-    *, batch: bool, at: float | None = None,
+    *, batch: bool, at: float | None = None, sent_at: float | None = None,
 ) -> CostEntry:  # fmt: skip
     """The cost entry of one answered per-file attempt, realtime or (`batch=True`) batch-priced."""
     return CostEntry.from_usage(
         run_id=run_id, pass_name=FILE_PASS, doc_id=doc_id, key=key, attempt=attempt, model=model,
-        request_id=request_id, usage=usage, batch=batch, at=at,
+        request_id=request_id, usage=usage, batch=batch, at=at, sent_at=sent_at,
     )  # fmt: skip
