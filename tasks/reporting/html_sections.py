@@ -34,17 +34,21 @@ def _value(f: FieldView) -> str:
     return shown
 
 
+def _plain(f: FieldView) -> str:
+    shown = e(f["value"]) if f["value"] is not None else "<i>null</i>"
+    return shown + (f' <s title="the model\'s value">{e(f["original"])}</s>' if f["corrected"] else "")
+
+
 def _fields_table(fields: list[FieldView], items: dict[str, int]) -> str:
+    """All fields of a document: value, evidence, offsets (compact: it is repeated per document)."""
     rows = "".join(
-        f"<tr><td>{e(f['name'])}</td><td>{_value(f)}</td>"
-        f"<td>{e(f['evidence']) if f['evidence'] else ''}</td><td class='small muted'>"
-        f"{_where(f) if f['evidence'] else ''}</td></tr>"
+        f"<tr><td>{e(f['name'])}<td>{_plain(f)}<td>"
+        + (e(f["evidence"]) if f["evidence"] else "")
+        + (f" <small>@{f['start']}–{f['end']}</small>" if f["start"] is not None else "")
         for f in fields
     )
-    rows += "".join(
-        f"<tr><td>{e(k)}</td><td>{n} item(s)</td><td></td><td></td></tr>" for k, n in items.items()
-    )
-    return f"<table><tr><th>field</th><th>value</th><th>evidence</th><th>where</th></tr>{rows}</table>"
+    rows += "".join(f"<tr><td>{e(k)}<td>{n} item(s)<td>" for k, n in items.items())
+    return f"<table><tr><th>field<th>value<th>evidence @ chars{rows}</table>"
 
 
 def _review_badge(v: DocView) -> str:

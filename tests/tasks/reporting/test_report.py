@@ -99,3 +99,50 @@ def test_batch_timeline_shows_the_batches_not_the_ingest_speed() -> None:
     svg = timeline_svg(t)
     assert svg.count("<polyline") == 3 and "ingested" in svg and "+2h01m" in svg
     assert timeline_svg(batch_timeline([], None, None)).startswith("<p")
+
+
+def _invoice(i: int) -> dict[str, object]:
+    def node(v: object, ev: str, at: int) -> dict[str, object]:
+        return {"value": v, "evidence": ev}
+
+    return {
+        "doc_id": f"batch-{i // 1000:02d}/inv-{i:05d}.txt",
+        "state": "succeeded" if i % 50 else "needs_review",
+        "reason": None if i % 50 else "evidence_not_found",
+        "key": f"file_{i:050d}",
+        "output": {
+            "invoice_number": node(f"INV-{i:05d}", f"Invoice number: INV-{i:05d}", 0),
+            "vendor_name": node("Acme GmbH", "Vendor: Acme GmbH", 30),
+            "invoice_date": node("2026-01-02", "Date: 2026-01-02", 50),
+            "total": node(100.0 + i, f"Total: {100.0 + i:.2f}", 70),
+            "currency": node("EUR", "Currency: EUR", 90),
+            "line_items": [{"description": "x", "evidence": "x"}] * 3,
+        },
+        "provenance": {"fields": {"$.total.evidence": {"start": 70, "end": 84}}},
+    }
+
+
+def test_a_report_of_10k_documents_is_quick_to_write_and_to_open_and_pages_find_any_document(
+    tmp_path: Path, chromium: str
+) -> None:
+    import time
+
+    from tests.fixtures.chromium import render
+
+    outcomes = [_invoice(i) for i in range(10_000)]
+    manifest = {"run_id": "big", "phase": "done", "recipe": "invoices", "mode": "realtime"}
+    costs = {"usd": 1.0, "entries": 10_000}
+    began = time.perf_counter()
+    page = html_report(manifest, outcomes, None, costs, [], [])
+    took = time.perf_counter() - began
+    assert took < 8.0, f"html_report of 10,000 documents took {took:.1f}s"  # ~1.5 s on an idle core
+    assert len(page) < 20_000_000
+    path = tmp_path / "report.html"
+    path.write_text(page)
+    began = time.perf_counter()
+    dom = render(chromium, path, fragment="q=inv-09876")
+    opened = time.perf_counter() - began
+    rows = re.findall(r'<tr class="st-[a-z_]+"><td><code>([^<]+)</code>', dom)
+    assert rows == ["batch-09/inv-09876.txt"], rows[:5]  # the filter from the address found it on page 198
+    assert "INV-09876" in dom and "chars 70–84" in dom and opened < 60
+    assert "1 of 10000" in dom  # the pager's count
