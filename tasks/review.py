@@ -5,8 +5,8 @@ them into what readers use:
 
 - `parse_assignments(["total=12.5", "vendor_name=Acme"])`: `--set` arguments -> values (JSON when
   the text parses as JSON, else the text itself);
-- `corrected_output(recipe, output, values)`: the output with the corrections applied, checked
-  against the recipe's file schema (a `{value, evidence}` field takes the new value; its evidence
+- `corrected_output(recipe, output, values)`: the output with the corrections applied, each
+  corrected field checked against its type in the recipe's file schema (a `{value, evidence}` field takes the new value; its evidence
   becomes null, since the model's excerpt no longer supports it);
 - `apply_decisions(outcomes, decisions)`: outcomes as exports and reports show them — the
   decision in force under `review`, the corrected output under `output`, the model's own output
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from checkpoints.decisions import Action, Decision
 from docmill.errors import InputError
@@ -65,7 +65,7 @@ def plain(node: Any) -> Any:
 
 
 def corrected_output(recipe: Recipe | None, output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """`output` with `values` applied to its top-level fields, validated by the recipe's schema."""
+    """`output` with `values` applied to its top-level fields, each validated by its schema type."""
     fields = set(getattr(recipe.file_schema, "model_fields", {})) if recipe else set(output)
     unknown = sorted(set(values) - fields)
     if unknown:
@@ -79,16 +79,18 @@ def corrected_output(recipe: Recipe | None, output: dict[str, Any], values: dict
         new[name] = (
             {**old, "value": value, "evidence": None} if isinstance(old, dict) and "value" in old else value
         )
-    if recipe is not None:
-        try:
-            return recipe.file_schema.model_validate(new).model_dump(mode="json")
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            raise InputError(
-                f"the corrected value does not fit the schema: {where}: {first.get('msg')}",
-                hint="give the value in the field's type (numbers plain, dates YYYY-MM-DD, null for none)",
-            ) from e
+    if recipe is not None:  # each corrected field against its type (the rest may be a partial answer)
+        for name in values:
+            try:
+                annotation: Any = recipe.file_schema.model_fields[name].annotation
+                TypeAdapter(annotation).validate_python(new[name])
+            except ValidationError as e:
+                first = e.errors()[0]
+                where = ".".join(str(p) for p in (name, *first.get("loc", ())))
+                raise InputError(
+                    f"the corrected value does not fit the schema: {where}: {first.get('msg')}",
+                    hint="give the value in the field's type (numbers plain, dates YYYY-MM-DD, null for none)",
+                ) from e
     return new
 
 

@@ -268,3 +268,97 @@ def test_status_runs_and_estimate_read_well(
     batch = float(re.search(r"batch:    ~\$([0-9.]+)", est).group(1))  # type: ignore[union-attr]
     assert 0 < batch < real
     assert 0.3 < real / s["cost_usd"] < 3  # the same order of magnitude as what the run really cost
+
+
+def test_review_decisions_are_recorded_applied_in_exports_and_report_and_become_labels(
+    finished_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Runs last in this module: it changes the run's results as a reviewer would."""
+    from checkpoints.decisions import ReviewDecisions
+
+    store, run_id, sd = finished_run["store"], finished_run["run_id"], finished_run["store_dir"]
+    get_settings.cache_clear()
+    outcomes = outcomes_of(store, run_id)
+    ok = sorted(d for d, o in outcomes.items() if o["state"] == "succeeded" and not o.get("from_ledger"))
+    fixed, accepted, rejected = ok[0], ok[1], finished_run["invalid"]
+    old_total = value(outcomes[fixed]["output"]["total"])
+    review = ["--store", sd, "review"]
+
+    assert (
+        main(
+            [*review, "correct", run_id, fixed, "--set", "total=999.99", "--by", "alice", "--note", "PDF p.2"]
+        )
+        == 0
+    )
+    assert f"{fixed} in run {run_id}: correct by alice (decision #1)" in capsys.readouterr().out
+    assert main([*review, "correct", run_id, fixed, "--set", "total=1234.5", "--by", "bob"]) == 0
+    assert main([*review, "accept", run_id, accepted]) == 0
+    assert main([*review, "reject", run_id, rejected, "--set", "invoice_number=INV-X1", "--by", "carol"]) == 0
+    capsys.readouterr()
+    for bad, why in (
+        (["correct", run_id, fixed], "needs at least one --set"),
+        (["correct", run_id, fixed, "--set", "total=lots"], "does not fit the schema"),
+        (["correct", run_id, fixed, "--set", "colour=red"], "no field 'colour'"),
+        (["accept", run_id, fixed, "--set", "total=1"], "accept takes no --set"),
+        (["accept", run_id, "no/such.txt"], "no document 'no/such.txt'"),
+    ):
+        assert main([*review, *bad]) == 2, bad
+        assert why in capsys.readouterr().err
+    history = ReviewDecisions(store, run_id).history(fixed)  # append-only: both decisions kept, in order
+    assert [(d.seq, d.by, d.values["total"]) for d in history] == [(1, "alice", 999.99), (2, "bob", 1234.5)]
+    assert history[0].note == "PDF p.2" and history[0].at <= history[1].at
+    assert main([*review, "list", run_id]) == 0
+    assert "reject by carol" in capsys.readouterr().out
+
+    assert main(["--store", sd, "report", run_id]) == 0
+    capsys.readouterr()
+    base = f"runs/{run_id}/exports/results"
+    rows = {
+        json.loads(line)["doc_id"]: json.loads(line)
+        for line in store.get(f"{base}.jsonl").decode().splitlines()
+    }
+    assert (
+        rows[fixed]["values"]["total"] == 1234.5
+        and value(rows[fixed]["original_output"]["total"]) == old_total
+    )
+    assert (
+        rows[fixed]["review"]["by"] == "bob"
+        and rows[fixed]["review"]["corrections"]["total"]["from"] == old_total
+    )
+    assert rows[accepted]["review"]["action"] == "accept" and not rows[accepted]["original_output"]
+    csv_rows = {r["doc_id"]: r for r in csv.DictReader(io.StringIO(store.get(f"{base}.csv").decode()))}
+    assert (
+        csv_rows[fixed]["value.total"] == "1234.5" and float(csv_rows[fixed]["original.total"]) == old_total
+    )
+    assert csv_rows[fixed]["review.action"] == "correct" and csv_rows[rejected]["review.by"] == "carol"
+    parquet = {r["doc_id"]: r for r in pq.read_table(io.BytesIO(store.get(f"{base}.parquet"))).to_pylist()}
+    assert parquet[fixed]["value.total"] == "1234.5"
+    md = store.get(f"runs/{run_id}/report.md").decode()
+    assert (
+        f"1234.5 (was {old_total})" in md
+        and "(corrected by bob)" in md
+        and "3 review decision(s) in force" in md
+    )
+    html = store.get(f"runs/{run_id}/report.html").decode()
+    assert "corrected by bob" in html and "rejected by carol" in html
+
+    labels = finished_run["tmp"] / "review-labels.jsonl"
+    assert main([*review, "export", run_id, "--labels", "--out", str(labels)]) == 0
+    records = {r["doc_id"]: r for r in map(json.loads, labels.read_text().splitlines())}
+    assert set(records) == {fixed, accepted, rejected}
+    assert records[fixed]["fields"]["total"] == 1234.5 and records[fixed]["by"] == "bob"
+    assert (
+        records[rejected]["fields"] == {"invoice_number": "INV-X1"}
+        and records[rejected]["decision"] == "reject"
+    )
+    assert records[accepted]["fields"]["total"] == value(outcomes[accepted]["output"]["total"])
+
+    mismatches = finished_run["tmp"] / "mismatches.csv"
+    assert (
+        main(["--store", sd, "eval", run_id, "--mismatches", str(mismatches)]) == 0
+    )  # review decisions are labels
+    out = capsys.readouterr().out
+    assert "labels: 3 document(s): 0 from no labels file, 3 from review decisions" in out
+    found = list(csv.DictReader(io.StringIO(mismatches.read_text())))
+    assert {(m["doc_id"], m["field"], m["kind"]) for m in found} >= {(fixed, "total", "wrong")}
+    assert any(m["doc_id"] == rejected and m["field"] == "invoice_number" for m in found)
