@@ -96,13 +96,17 @@ def _integration(integration: IntegrationResult | None) -> str:
 
 
 def _results(recipe: str, views: list[Any], outcomes: list[dict[str, Any]], extra: ReportExtras) -> str:
-    """The recipe's own view, then the per-document table."""
+    """The recipe's own view and the per-document table: findings first for a review recipe (they
+    are the results), the documents first for an extraction recipe (fields with evidence after)."""
     columns = key_columns(recipe, tuple(extra.get("key_fields") or ()), views)
+    documents = f"<h2>Documents ({len(views)})</h2>" + documents_section(views, columns)
     if has_findings(outcomes):
-        view = f"<h2>Findings by file and severity ({recipe})</h2>" + findings_section(findings_of(outcomes))
-    else:
-        view = "<h2>Fields with evidence</h2>" + fields_section(views)
-    return view + f"<h2>Documents ({len(views)})</h2>" + documents_section(views, columns)
+        return (
+            f"<h2>Findings by file and severity ({e(recipe)})</h2>"
+            + findings_section(findings_of(outcomes))
+            + documents
+        )
+    return documents + "<h2>Fields with evidence</h2>" + fields_section(views)
 
 
 def html_report(

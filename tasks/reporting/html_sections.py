@@ -151,7 +151,7 @@ def fields_section(views: list[DocView]) -> str:
         if name in example:
             doc, f = example[name]
             ex = (
-                f"<code>{e(doc)}</code>: {_value(f)}<pre class='q'>{e(f['evidence'])}</pre>"
+                f"<code>{e(doc)}</code>: {_value(f)} — <q>{e(f['evidence'])}</q> "
                 f"<span class='small muted'>{_where(f)}</span>"
             )
         rows.append([td(name), td(stated[name], num=True), td(empty[name], num=True),
@@ -184,11 +184,13 @@ def integration_output_section(integration: IntegrationResult | None) -> str:
     for name, items in out.items():
         if name in ("key_findings", "conflicts", "coverage_gaps") or not isinstance(items, list) or not items:
             continue
-        cols = list(items[0]) if isinstance(items[0], dict) else ["value"]
+        first = items[0] if isinstance(items[0], dict) else {"value": items[0]}
+        cols = sorted(first, key=lambda c: isinstance(first[c], list | dict))  # text first, lists after
         rows = [[td(_json_cell(i.get(c) if isinstance(i, dict) else i)) for c in cols] for i in items[:200]]
         more = f" (first 200 of {len(items)})" if len(items) > 200 else ""
+        opened = " open" if name == "findings" else ""  # findings across files; entities, claims folded
         html += (
-            f"<details open><summary>{e(name)} ({len(items)}){more}</summary>{table(cols, rows)}</details>"
+            f"<details{opened}><summary>{e(name)} ({len(items)}){more}</summary>{table(cols, rows)}</details>"
         )
     flags = (integration.get("checks") or {}).get("flags") or []
     html += f'<h3>Integration flags (<span id="integration-flags">{len(flags)}</span>)</h3>'

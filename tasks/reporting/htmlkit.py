@@ -18,7 +18,7 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bot
 h3{font-size:15px;margin:16px 0 6px}
 .meta{color:#5b6478;margin-bottom:16px} code{background:#eef0f4;padding:1px 4px;border-radius:3px;font-size:12.5px}
 .cards{display:flex;gap:12px;flex-wrap:wrap}
-.card{background:#fff;border:1px solid #dde1e8;border-radius:8px;padding:12px 16px;min-width:120px}
+.card{background:#fff;border:1px solid #dde1e8;border-radius:8px;padding:10px 14px;min-width:96px}
 .card .n{font-size:24px;font-weight:600} .card .l{color:#5b6478;font-size:12px;text-transform:uppercase}
 .ok .n{color:#1a7f37} .warn .n{color:#9a6700} .bad .n{color:#cf222e} .skip .n{color:#6e7781}
 table{border-collapse:collapse;background:#fff;border:1px solid #dde1e8;width:100%;margin:6px 0}
