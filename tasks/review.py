@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from checkpoints.decisions import Action, Decision
 from docmill.errors import InputError
@@ -64,6 +64,17 @@ def plain(node: Any) -> Any:
     return node.get("value") if _is_value_node(node) else node
 
 
+def with_values(output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """`output` with `values` set (no checks: decisions were checked when recorded)."""
+    new = dict(output)
+    for name, value in values.items():
+        old = output.get(name)
+        new[name] = (
+            {**old, "value": value, "evidence": None} if isinstance(old, dict) and "value" in old else value
+        )
+    return new
+
+
 def corrected_output(recipe: Recipe | None, output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     """`output` with `values` applied to its top-level fields, each validated by its schema type."""
     fields = set(getattr(recipe.file_schema, "model_fields", {})) if recipe else set(output)
@@ -73,16 +84,14 @@ def corrected_output(recipe: Recipe | None, output: dict[str, Any], values: dict
             f"no field {', '.join(map(repr, unknown))} in this recipe's results",
             hint=f"fields: {', '.join(sorted(fields))}",
         )
-    new = dict(output)
-    for name, value in values.items():
-        old = output.get(name)
-        new[name] = (
-            {**old, "value": value, "evidence": None} if isinstance(old, dict) and "value" in old else value
-        )
+    new = with_values(output, values)
     if recipe is not None:  # each corrected field against its type (the rest may be a partial answer)
         for name in values:
+            annotation: Any = recipe.file_schema.model_fields[name].annotation
+            is_node = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+            if is_node and "value" in annotation.model_fields and not _is_value_node(new[name]):
+                new[name] = {"value": new[name], "evidence": None}  # a field the answer lacked
             try:
-                annotation: Any = recipe.file_schema.model_fields[name].annotation
                 TypeAdapter(annotation).validate_python(new[name])
             except ValidationError as e:
                 first = e.errors()[0]
@@ -120,7 +129,7 @@ def apply_decisions(outcomes: list[dict[str, Any]], decisions: dict[str, Decisio
         o = {**o, "review": mark_of(d, original)}
         if d.values:
             o["original_output"] = original
-            o["output"] = corrected_output(None, original or {}, d.values)
+            o["output"] = with_values(original or {}, d.values)
         out.append(o)
     return out
 
