@@ -122,7 +122,7 @@ def html_report(
     """The whole page. `outcomes` carry any review decisions already (tasks.review.apply_decisions)."""
     extra = extra or {}
     counts = display_counts(outcomes)
-    views = [doc_view(o) for o in outcomes]
+    views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in outcomes]
     timeline = run_timeline(manifest, entries, extra.get("batches"))
     run_id = _e(manifest.get("run_id"))
     cards = "".join(

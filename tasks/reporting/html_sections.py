@@ -72,6 +72,11 @@ def _doc_row(v: DocView, columns: list[str]) -> tuple[str, str, str]:
         f' <a class="small" href="../../{e(v["result_key"])}" title="stored result: {e(v["result_key"])}">result</a>'
         if v["result_key"]
         else ""
+    ) + (
+        f' <a class="small" href="../../{e(v["responses_key"])}" title="raw API responses: '
+        f'{e(v["responses_key"])}">responses</a>'
+        if v["responses_key"]
+        else ""
     )
     cells = "".join(
         f"<td>{_value(by_name[c]) if c in by_name else _items(v['items'].get(c))}</td>" for c in columns

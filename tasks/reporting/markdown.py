@@ -145,6 +145,7 @@ def _documents(views: list[DocView], columns: list[str]) -> list[str]:
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
         state = v["state"] + review + (f": {_cell(v['why'])}" if v["why"] else "")
         link = f" ([result]({_cell('../../' + v['result_key'])}))" if v["result_key"] else ""
+        link += f" ([responses]({_cell('../../' + v['responses_key'])}))" if v["responses_key"] else ""
         lines.append(f"| `{_cell(v['doc_id'])}`{link} | {state} | " + " | ".join(cells) + " |")
     return lines
 
@@ -224,7 +225,7 @@ def markdown(
 ) -> str:
     extra = extra or {}
     counts = display_counts(outcomes)
-    views = [doc_view(o) for o in outcomes]
+    views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in outcomes]
     recipe = str(manifest.get("recipe") or "")
     lines = [
         f"# docmill run {manifest.get('run_id')}",

@@ -39,6 +39,7 @@ class DocView(TypedDict):
     fields: list[FieldView]
     items: dict[str, int]  # list fields -> their length
     result_key: str | None  # the stored result (results ledger), store-relative
+    responses_key: str | None  # the folder of its raw API responses (realtime), store-relative
     review: dict[str, Any] | None  # the decision in force (tasks.review.ReviewMark)
 
 
@@ -113,7 +114,9 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
     return views, items
 
 
-def doc_view(outcome: dict[str, Any]) -> DocView:
+def doc_view(outcome: dict[str, Any], *, realtime: bool = False) -> DocView:
+    """One document as the reports show it; `realtime` runs also link the raw responses
+    (`responses/<pass>/<key>/`, one file per attempt, persisted as they arrived)."""
     state = display_state(outcome)
     skip = skip_reason(outcome)
     fields, items = field_views(outcome)
@@ -129,6 +132,9 @@ def doc_view(outcome: dict[str, Any]) -> DocView:
         "items": items,
         "result_key": f"results/{outcome.get('pass_name') or 'file'}/{key}.json"
         if key and outcome.get("state") != "failed"
+        else None,
+        "responses_key": f"responses/{outcome.get('pass_name') or 'file'}/{key}/"
+        if key and realtime and outcome.get("request_ids")
         else None,
         "review": outcome.get("review"),
     }

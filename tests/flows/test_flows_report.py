@@ -149,6 +149,10 @@ def test_report_html_renders_an_invoices_run_in_chromium_with_numbers_and_result
     href = re.search(r'href="([^"]+)"', row).group(1)  # type: ignore[union-attr]
     stored = json.loads((finished_run["tmp"] / "store" / "runs" / run_id / href).read_text())
     assert stored["output"] == doc["output"]
+    responses = re.search(r'href="([^"]+)"[^>]*>responses<', row).group(1)  # type: ignore[union-attr]
+    logged = sorted((finished_run["tmp"] / "store" / "runs" / run_id / responses).glob("*.json"))
+    answer = json.loads(logged[-1].read_text())  # the raw answer as it arrived, with when it was sent
+    assert answer["type"] == "message" and answer["_docmill"]["sent_at"] <= answer["_docmill"]["at"]
     empty = _row(dom, "misc/empty.txt")
     assert "b-skipped" in empty and "empty" in empty and "b-failed" not in empty
 
