@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-# Inputs the inventory set aside on purpose are "skipped", not failures: nothing was wrong with the
-# run. Unreadable files, undecodable text and duplicates of a failed original stay "failed".
+# Inputs with nothing to extract are "skipped", not failures (`DocState.SKIPPED`, reason = the skip
+# reason; records from before that state say failed "input:<reason>" and are shown the same way).
+# Unreadable, binary, undecodable or oversized files stay "failed": they should have had text.
 SKIP_REASONS = {
     "empty": "empty file (no bytes or no visible text), e.g. a marker file such as py.typed",
     "unsupported_type": "a file type this recipe does not take",
-    "binary": "binary content in a text file type",
-    "oversized": "larger than the configured document size limit",
 }
 DISPLAY_STATES = ("succeeded", "needs_review", "failed", "skipped")
 MAX_CELL = 300

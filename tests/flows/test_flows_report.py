@@ -25,7 +25,6 @@ from flows.extract import run_extract
 from tests.fixtures.chromium import render
 from tests.flows.helpers import ROOT, make_corpus, outcomes_of, plant, value
 
-SKIPPED = ("input:empty", "input:binary", "input:unsupported_type", "input:oversized")
 CODE_REVIEW_INTEGRATION = "integrating per-file reviews of one code base"  # in its prompt only
 
 
@@ -116,12 +115,12 @@ def test_report_html_renders_an_invoices_run_in_chromium_with_numbers_and_result
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
     outcomes = outcomes_of(store, run_id)
-    skipped = [o for o in outcomes.values() if o.get("failure_type") in SKIPPED]
+    skipped = [o for o in outcomes.values() if o["state"] == "skipped"]
     assert _by_id(dom, "count-total") == str(s["documents"])
     assert _by_id(dom, "count-succeeded") == str(s["states"]["succeeded"])
     assert _by_id(dom, "count-needs_review") == str(s["states"]["needs_review"])
-    assert _by_id(dom, "count-skipped") == str(len(skipped)) and len(skipped) == 3  # empty, binary, .xyz
-    assert _by_id(dom, "count-failed") == str(s["states"]["failed"] - len(skipped))
+    assert _by_id(dom, "count-skipped") == str(len(skipped)) and len(skipped) == 2  # empty, .xyz
+    assert _by_id(dom, "count-failed") == str(s["states"]["failed"])
     total = CostLedger(store, run_id).totals()
     assert _by_id(dom, "cost-total") == f"${total['usd']:.4f}" and total["usd"] > 0
     assert _by_id(dom, "cost-entries") == str(total["entries"])
@@ -164,7 +163,7 @@ def test_report_html_renders_an_invoices_run_in_chromium_with_numbers_and_result
     assert (
         "## Key findings (integration pass)" in md and findings[0] in md and "## Integration flags (0)" in md
     )
-    assert f"«{total_field['evidence']}» @{start}–" in md and "| skipped | 3 |" in md and "duration" in md
+    assert f"«{total_field['evidence']}» @{start}–" in md and "| skipped | 2 |" in md and "duration" in md
 
 
 def integration_findings(store: Any, run_id: str) -> list[str]:
