@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoints.batches import BatchRecords
 from checkpoints.costs import CostLedger
-from checkpoints.inflight import InFlight
 from checkpoints.decisions import ReviewDecisions
+from checkpoints.inflight import InFlight
 from checkpoints.review_queue import ReviewQueue
 from docmill.errors import DocmillError
 from tasks.recipes import load_recipe
