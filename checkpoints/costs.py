@@ -58,6 +58,7 @@ class CostEntry(BaseModel):
     compaction_output_tokens: int = 0
     usd: float = 0.0
     at: float | None = None  # unix time the answer was accounted (report throughput charts)
+    sent_at: float | None = None  # unix time the request was sent (realtime; the report's timeline)
 
     @property
     def identity(self) -> str | None:
@@ -83,6 +84,7 @@ class CostEntry(BaseModel):
         batch: bool = False,
         at: float | None = None,
         answered_model: str | None = None,
+        sent_at: float | None = None,
     ) -> CostEntry:
         """An entry from an API `usage` (object or dict), compaction iterations included."""
         usd = priced_usd(model, usage, batch=batch)
@@ -110,6 +112,7 @@ class CostEntry(BaseModel):
             compaction_output_tokens=comp_out,
             usd=usd or 0.0,
             at=time.time() if at is None else at,
+            sent_at=sent_at,
         )
 
 

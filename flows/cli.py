@@ -221,13 +221,22 @@ def cmd_review(a: argparse.Namespace) -> int:
 
     store = _store(a)
     run_id, doc_id = _review_target(a, store)
+    if a.action in ("accept", "correct", "reject"):
+        if not doc_id:
+            raise InputError(f"`docmill review {a.action}` needs a document id", hint="RUN_ID DOC_ID")
+        return cmd_decide(a, store, run_id, doc_id)
     q = ReviewQueue(store, run_id)
     if a.action == "list":
+        from checkpoints.decisions import ReviewDecisions
+
         items = list(q.list())
+        decided = ReviewDecisions(store, run_id).in_force()
         for item in items:
             first = str((item.get("errors") or [""])[0])[:100]
+            d = decided.get(str(item.get("doc_id")))
+            state = f"{d.action.value} by {d.by}" if d else "undecided"
             print(
-                f"{item.get('doc_id')}\t{item.get('reason')}\t{item.get('attempts', 0)} attempt(s)\t{first}"
+                f"{item.get('doc_id')}\t{item.get('reason')}\t{item.get('attempts', 0)} attempt(s)\t{state}\t{first}"
             )
         print(f"{len(items)} item(s) to review in run {run_id}", file=sys.stderr)
     elif a.action == "show":
@@ -241,6 +250,21 @@ def cmd_review(a: argparse.Namespace) -> int:
                 f"no review item for {doc_id!r} in run {run_id}", hint=f"see `docmill review list {run_id}`"
             )
         print(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
+    elif a.labels:  # the decisions as an `eval --labels` file
+        from checkpoints.decisions import ReviewDecisions
+        from checkpoints.outcomes import OutcomeLog
+        from tasks.review import label_records
+
+        records = label_records(
+            list(OutcomeLog(store, run_id).all()), ReviewDecisions(store, run_id).in_force()
+        )
+        lines = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
+        if a.out:
+            with open(a.out, "w", encoding="utf-8") as f:
+                f.write(lines)
+        else:
+            sys.stdout.write(lines)
+        print(f"{len(records)} labelled document(s) from review decisions in run {run_id}", file=sys.stderr)
     else:
         lines = "".join(json.dumps(item, sort_keys=True, ensure_ascii=False) + "\n" for item in q.list())
         if a.out:
@@ -248,6 +272,47 @@ def cmd_review(a: argparse.Namespace) -> int:
                 f.write(lines)
         else:
             sys.stdout.write(lines)
+    return EXIT_OK
+
+
+# ---- review decisions: accept | correct | reject (append-only, who and when) ----------------
+
+
+def cmd_decide(a: argparse.Namespace, store: Any, run_id: str, doc_id: str) -> int:
+    """Record a reviewer's decision on one document of a run."""
+    import getpass
+
+    from checkpoints.decisions import Action, ReviewDecisions
+    from checkpoints.manifest import ManifestStore
+    from checkpoints.outcomes import OutcomeLog
+    from docmill.errors import DocmillError, InputError
+    from tasks.recipes import load_recipe
+    from tasks.review import corrected_output, parse_assignments
+
+    action = Action(a.action)
+    values = parse_assignments(a.set or [])
+    if action is Action.ACCEPT and values:
+        raise InputError("accept takes no --set", hint="use `docmill review correct ... --set field=value`")
+    if action is Action.CORRECT and not values:
+        raise InputError("correct needs at least one --set field=value", hint="e.g. --set total=1234.50")
+    manifest = ManifestStore(store).load(run_id)
+    outcome = next((o for o in OutcomeLog(store, run_id).all() if o["doc_id"] == doc_id), None)
+    if outcome is None:
+        raise InputError(
+            f"no document {doc_id!r} in run {run_id}", hint=f"see `docmill review list {run_id}`"
+        )
+    if values:
+        try:
+            recipe = load_recipe(manifest.recipe)
+        except DocmillError:
+            recipe = None
+        corrected_output(recipe, outcome.get("output") or {}, values)  # refuses what does not fit the schema
+    by = a.by or os.environ.get("DOCMILL_REVIEWER") or getpass.getuser()
+    d = ReviewDecisions(store, run_id).record(doc_id, action, by=by, values=values, note=a.note)
+    print(
+        f"docmill: {doc_id} in run {run_id}: {action.value} by {by} (decision #{d.seq}); "
+        f"`docmill report {run_id}` applies it to the report and exports"
+    )
     return EXIT_OK
 
 
@@ -287,19 +352,43 @@ def cmd_estimate(a: argparse.Namespace) -> int:
 
 
 def cmd_eval(a: argparse.Namespace) -> int:
+    from checkpoints.decisions import ReviewDecisions
     from checkpoints.outcomes import OutcomeLog
     from docmill.errors import InputError
-    from tasks.evaluate import doc_types, eval_lines, evaluate, load_labels, queue_sample, stratified_sample
+    from tasks.evaluate import (
+        doc_types,
+        eval_lines,
+        evaluate,
+        load_labels,
+        mismatches_csv,
+        queue_sample,
+        stratified_sample,
+    )
+    from tasks.review import labels_from_decisions
 
-    if not a.labels and not a.sample:
-        raise InputError("nothing to do", hint="give --labels FILE.jsonl and/or --sample N")
     store = _store(a)
     outcomes = list(OutcomeLog(store, a.run_id).all())
+    reviewed = labels_from_decisions(outcomes, ReviewDecisions(store, a.run_id).in_force())
+    if not a.labels and not a.sample and not reviewed:
+        raise InputError(
+            "nothing to do", hint="give --labels FILE.jsonl and/or --sample N, or record review decisions"
+        )
     if not outcomes:
         raise InputError(f"run {a.run_id} has no outcomes yet", hint="see `docmill runs`")
     types = doc_types(store, a.run_id)
-    if a.labels:
-        print("\n".join(eval_lines(evaluate(outcomes, load_labels(a.labels), types))))
+    if a.labels or reviewed:
+        from_file = load_labels(a.labels) if a.labels else {}
+        labels = {**reviewed, **from_file}  # a labels file wins for a document in both
+        print(
+            f"labels: {len(labels)} document(s): {len(from_file)} from {a.labels or 'no labels file'}, "
+            f"{len(set(reviewed) - set(from_file))} from review decisions"
+        )
+        result = evaluate(outcomes, labels, types)
+        print("\n".join(eval_lines(result)))
+        if a.mismatches:
+            with open(a.mismatches, "wb") as f:
+                f.write(mismatches_csv(result))
+            print(f"mismatches: {len(result['mismatches'])} row(s) written to {a.mismatches}")
     if a.sample:
         from checkpoints.review_queue import ReviewQueue
 

@@ -89,16 +89,31 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "runs", help="list runs in the store (the same counts and cost as `status`)", parents=common
     ).set_defaults(fn="runs")
 
-    rv = sub.add_parser("review", help="the human review queue of a run", parents=common)
+    rv = sub.add_parser(
+        "review", help="the human review queue of a run; accept, correct or reject results", parents=common
+    )
     rv.add_argument(
-        "action", choices=["list", "show", "export"],
-        help="list the items, show one (needs DOC_ID), or export all as JSONL",
+        "action", choices=["list", "show", "export", "accept", "correct", "reject"],
+        help="list the items, show one (needs DOC_ID), export all as JSONL; "
+        "accept / correct / reject DOC_ID's result (a decision recorded with who and when)",
     )  # fmt: skip
     rv.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
     rv.add_argument(
-        "doc_id", nargs="?", help="for show: the document (`review show DOC_ID` takes the newest run)"
-    )
+        "doc_id", nargs="?",
+        help="for show, accept, correct, reject: the document (`review show DOC_ID` takes the newest run)",
+    )  # fmt: skip
     rv.add_argument("--out", help="for export: write JSONL here instead of stdout")
+    # review decisions (accept | correct | reject), applied by `docmill report`
+    rv.add_argument(
+        "--labels", action="store_true", help="for export: the decisions as an `eval --labels` file"
+    )
+    rv.add_argument(
+        "--set", action="append", metavar="FIELD=VALUE", help="for correct/reject: the right value"
+    )
+    rv.add_argument("--note", help="for accept/correct/reject: why (kept with the decision)")
+    rv.add_argument(
+        "--by", help="for accept/correct/reject: who decides (default $DOCMILL_REVIEWER, else the user)"
+    )
     rv.set_defaults(fn="review")
 
     rp = sub.add_parser("report", help="write report.md, report.html and exports again", parents=common)
@@ -116,12 +131,16 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     es.set_defaults(fn="estimate")
 
     ev = sub.add_parser(
-        "eval", help="per-field accuracy against labels; sample succeeded docs for review", parents=common
+        "eval",
+        help="per-field coverage and accuracy against labels (a file and review decisions); "
+        "mismatches; sample succeeded docs for review",
+        parents=common,
     )
     ev.add_argument("run_id", help="the run to evaluate (see `docmill runs`)")
     ev.add_argument("--labels", help='JSONL: {"record": "document", "doc_id": ..., "fields": {...}} per line')
     ev.add_argument("--sample", type=int, default=0, help="add N succeeded documents (stratified) to review")
     ev.add_argument("--seed", type=int, default=0, help="random seed of the sample")
+    ev.add_argument("--mismatches", metavar="FILE.csv", help="write every mismatch (document, field) as CSV")
     ev.set_defaults(fn="eval")
 
     dr = sub.add_parser(

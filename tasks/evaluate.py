@@ -1,21 +1,28 @@
-"""`docmill eval`: per-field accuracy against labels, overall and per document group, and a
-stratified random sample of succeeded documents for the review queue.
+"""`docmill eval`: per-field coverage and accuracy against labels, overall and per document group,
+the mismatches document by document, and a stratified random sample of succeeded documents for
+the review queue.
 
 Labels file (JSONL): one record per labelled document, the format of the example generator's
 ground truth (`examples/make_invoices.py --truth FILE`):
 
     {"record": "document", "doc_id": "2026-04/inv-001001.txt", "fields": {"total": 980.96, ...}}
 
-Lines whose `record` is not "document", or without `fields`, are ignored. A labelled field counts
-as correct when the document's output value equals the label (numbers within 0.005, strings after
-trimming whitespace); a document that failed or has no output counts every labelled field wrong.
+Lines whose `record` is not "document", or without `fields`, are ignored. Review decisions are a
+second label source (`tasks.review.labels_from_decisions`; a labels file wins for a document in
+both). A labelled field is *covered* when its document produced an output (it did not fail), and
+*correct* when the output value equals the label (numbers within 0.005, strings after trimming
+whitespace). Coverage = covered / labelled; accuracy = correct / covered, so a run that failed
+half its documents but got the rest right reads 50 % coverage, 100 % accuracy. Every labelled field
+that is not correct is a mismatch: `wrong` (covered, another value) or `missing` (no output).
 
-Groups, so that a good overall number cannot hide a bad segment: `type` (the inventory's doc
-type), `folder` (the source folder of the document id) and `format` (its file extension).
+Groups, so that a good overall number cannot hide a bad segment: `format` (the inventory's
+document type, else the file extension) and `folder` (the source folder of the document id).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import random
 from collections import defaultdict
@@ -28,7 +35,8 @@ from docmill.errors import InputError
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
-GROUPS = ("type", "folder", "format")
+GROUPS = ("format", "folder")
+MISMATCH_COLUMNS = ("doc_id", "field", "kind", "expected", "got", "state", "format", "folder")
 SAMPLE_REASON = "sample"
 
 
@@ -81,27 +89,31 @@ def matches(got: Any, expected: Any) -> bool:
 def groups_of(doc_id: str, doc_type: str | None) -> dict[str, str]:
     folder = doc_id.rsplit("/", 1)[0] if "/" in doc_id else "."
     name = doc_id.rsplit("/", 1)[-1]
-    return {
-        "type": doc_type or "?",
-        "folder": folder,
-        "format": name.rsplit(".", 1)[-1].lower() if "." in name else "-",
-    }
+    ext = name.rsplit(".", 1)[-1].lower() if "." in name else "-"
+    return {"format": doc_type or ext, "folder": folder}
 
 
 @dataclass
 class Tally:
     correct: int = 0
+    covered: int = 0
     total: int = 0
     docs: set[str] = field(default_factory=set)
 
-    def add(self, doc_id: str, ok: bool) -> None:
+    def add(self, doc_id: str, ok: bool, covered: bool) -> None:
         self.total += 1
+        self.covered += covered
         self.correct += ok
         self.docs.add(doc_id)
 
     @property
     def accuracy(self) -> float:
-        return self.correct / self.total if self.total else 0.0
+        """Correct among the fields the run produced an output for."""
+        return self.correct / self.covered if self.covered else 0.0
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.total if self.total else 0.0
 
 
 def doc_types(store: ObjectStore, run_id: str) -> dict[str, str]:
@@ -116,50 +128,81 @@ def doc_types(store: ObjectStore, run_id: str) -> dict[str, str]:
 def evaluate(
     outcomes: list[dict[str, Any]], labels: dict[str, dict[str, Any]], types: dict[str, str]
 ) -> dict[str, Any]:
-    """{"overall": {field: Tally}, "by_group": {group: {value: {field: Tally}}}, "missing": [...]}"""
+    """{"overall": {field: Tally}, "by_group": {group: {value: {field: Tally}}}, "missing": [...],
+    "mismatches": [{doc_id, field, kind, expected, got, state, format, folder}]}"""
     by_doc = {o["doc_id"]: o for o in outcomes}
     overall: dict[str, Tally] = defaultdict(Tally)
     by_group: dict[str, dict[str, dict[str, Tally]]] = {
         g: defaultdict(lambda: defaultdict(Tally)) for g in GROUPS
     }
+    mismatches: list[dict[str, Any]] = []
     missing = sorted(d for d in labels if d not in by_doc)
-    for doc_id, fields in labels.items():
+    for doc_id, fields in sorted(labels.items()):
         o = by_doc.get(doc_id)
         if o is None:
             continue
-        output = o.get("output") or {} if o.get("state") != "failed" else {}
+        covered = o.get("state") != "failed" and bool(o.get("output"))
+        output = (o.get("output") or {}) if covered else {}
         g = groups_of(doc_id, types.get(doc_id))
         for name, expected in fields.items():
-            ok = matches(output.get(name), expected)
-            overall[name].add(doc_id, ok)
-            overall["*all fields*"].add(doc_id, ok)
+            ok = covered and matches(output.get(name), expected)
+            for tally in (overall[name], overall["*all fields*"]):
+                tally.add(doc_id, ok, covered)
             for group in GROUPS:
-                by_group[group][g[group]][name].add(doc_id, ok)
-                by_group[group][g[group]]["*all fields*"].add(doc_id, ok)
-    return {"overall": dict(overall), "by_group": by_group, "missing": missing}
+                by_group[group][g[group]][name].add(doc_id, ok, covered)
+                by_group[group][g[group]]["*all fields*"].add(doc_id, ok, covered)
+            if not ok:
+                mismatches.append({"doc_id": doc_id, "field": name, "kind": "wrong" if covered else "missing",
+                                   "expected": expected, "got": _value(output.get(name)),
+                                   "state": o.get("state"), **g})  # fmt: skip
+    return {"overall": dict(overall), "by_group": by_group, "missing": missing, "mismatches": mismatches}
 
 
-def eval_lines(result: dict[str, Any]) -> list[str]:
+def _line(name: str, t: Tally, docs: bool = False) -> str:
+    extra = f", {len(t.docs)} docs" if docs else ""
+    return (
+        f"  {name:<22} accuracy {t.accuracy:7.1%} ({t.correct}/{t.covered})  "
+        f"coverage {t.coverage:7.1%} ({t.covered}/{t.total}{extra})"
+    )
+
+
+def eval_lines(result: dict[str, Any], *, show_mismatches: int = 20) -> list[str]:
     overall: dict[str, Tally] = result["overall"]
-    lines = ["per-field accuracy, overall:"]
+    lines = ["per-field accuracy (correct / covered) and coverage (covered / labelled), overall:"]
     for name, t in sorted(overall.items()):
-        lines.append(f"  {name:<22} {t.accuracy:7.1%}  ({t.correct}/{t.total})")
+        lines.append(_line(name, t))
     for group in GROUPS:
         segments = result["by_group"][group]
         lines.append(f"by {group}:")
         for seg, fields in sorted(segments.items()):
-            allf = fields["*all fields*"]
-            worst = sorted(((t.accuracy, n) for n, t in fields.items() if n != "*all fields*"))[:2]
+            worst = sorted((t.accuracy, n) for n, t in fields.items() if n != "*all fields*" and t.covered)[
+                :2
+            ]
             low = ", ".join(f"{n} {a:.0%}" for a, n in worst if a < 1.0)
-            lines.append(
-                f"  {seg:<22} {allf.accuracy:7.1%}  ({allf.correct}/{allf.total} fields, {len(allf.docs)} docs)"
-                + (f"  lowest: {low}" if low else "")
-            )
+            lines.append(_line(seg, fields["*all fields*"], docs=True) + (f"  lowest: {low}" if low else ""))
+    mm = result["mismatches"]
+    lines.append(
+        f"mismatches: {len(mm)}" + (f" (first {show_mismatches})" if len(mm) > show_mismatches else "")
+    )
+    for m in mm[:show_mismatches]:
+        lines.append(
+            f"  {m['doc_id']}  {m['field']}: {m['kind']}, expected {m['expected']!r}, got {m['got']!r}"
+        )
     if result["missing"]:
         lines.append(
             f"labelled documents not in this run: {len(result['missing'])} (e.g. {result['missing'][0]})"
         )
     return lines
+
+
+def mismatches_csv(result: dict[str, Any]) -> bytes:
+    """The mismatches as CSV (one row per document and field)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(MISMATCH_COLUMNS))
+    writer.writeheader()
+    for m in result["mismatches"]:
+        writer.writerow({k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in m.items()})
+    return buf.getvalue().encode()
 
 
 def stratified_sample(
@@ -170,14 +213,14 @@ def stratified_sample(
     seed: int = 0,
     exclude: set[str] | frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """`n` succeeded documents drawn at random, spread over (type, folder) strata in proportion to
+    """`n` succeeded documents drawn at random, spread over (format, folder) strata in proportion to
     their size, every stratum getting at least one while `n` allows. Documents in `exclude`
     (already in the review queue) are not drawn."""
     strata: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for o in sorted(outcomes, key=lambda o: o["doc_id"]):
         if o.get("state") == "succeeded" and o["doc_id"] not in exclude:
             g = groups_of(o["doc_id"], types.get(o["doc_id"]))
-            strata[(g["type"], g["folder"])].append(o)
+            strata[(g["format"], g["folder"])].append(o)
     rng = random.Random(seed)
     total = sum(len(v) for v in strata.values())
     n = min(n, total)
@@ -217,7 +260,7 @@ def queue_sample(store: ObjectStore, run_id: str, picked: list[dict[str, Any]], 
                 "pass_name": o.get("pass_name", "file"),
                 "reason": SAMPLE_REASON,
                 "errors": [
-                    f"random spot check of a succeeded document (stratum type={g['type']}, folder={g['folder']})"
+                    f"random spot check of a succeeded document (stratum format={g['format']}, folder={g['folder']})"
                 ],
                 "raw_output": o.get("raw_output"),
                 "output": o.get("output"),

@@ -16,6 +16,7 @@ class ResponseMeta(TypedDict):
     model: str  # the model that answered (the API's field, else the one asked for)
     max_tokens: int
     at: float  # epoch seconds when it was answered
+    sent_at: NotRequired[float]  # epoch seconds when the request was sent (realtime answers)
 
 
 class OutcomeRecord(TypedDict):

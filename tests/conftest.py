@@ -1,3 +1,8 @@
 """Shared fixtures. Each area keeps its fixtures in tests/fixtures/<area>.py."""
 
-pytest_plugins = ["tests.fixtures.s3", "tests.fixtures.emulator", "tests.fixtures.prefect"]
+pytest_plugins = [
+    "tests.fixtures.s3",
+    "tests.fixtures.emulator",
+    "tests.fixtures.prefect",
+    "tests.fixtures.chromium",
+]

@@ -26,8 +26,11 @@ def account_attempt(
     request_id = message.get("_request_id")
     if request_id:
         request_ids.append(str(request_id))
-    at = (message.get("_docmill") or {}).get("at")  # when it was answered, if the log kept it
-    record_cost(p, doc_id, key, attempt, model, request_id, usage, at=at, answered=message.get("model"))
+    meta = message.get("_docmill") or {}  # when it was sent and answered, if the log kept it
+    record_cost(
+        p, doc_id, key, attempt, model, request_id, usage, at=meta.get("at"), sent_at=meta.get("sent_at"),
+        answered=message.get("model"),
+    )  # fmt: skip
     return priced_usd(model, usage) or 0.0
 
 
@@ -49,11 +52,22 @@ def record_cost(
     *,
     at: float | None = None,
     answered: Any = None,
+    sent_at: float | None = None,
 ) -> None:
     """One cost entry per answered attempt: kept for the chunk's group when the pass buffers costs,
     else written at once as group `<key>-<attempt>` (written once)."""
     entry = file_cost_entry(
-        p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False, at=at, answered=answered
+        p.run_id,
+        doc_id,
+        key,
+        attempt,
+        model,
+        request_id,
+        usage,
+        batch=False,
+        at=at,
+        answered=answered,
+        sent_at=sent_at,
     )
     if p.buffer_costs:
         with p._costs_lock:
@@ -86,12 +100,12 @@ def recount_attempts(p: Pass, doc_id: str, key: str) -> None:
 
 def file_cost_entry(
     run_id: str, doc_id: str, key: str, attempt: int, model: str, request_id: Any, usage: dict[str, Any],
-    *, batch: bool, at: float | None = None, answered: Any = None,
+    *, batch: bool, at: float | None = None, answered: Any = None, sent_at: float | None = None,
 ) -> CostEntry:  # fmt: skip
     """The cost entry of one answered per-file attempt, realtime or (`batch=True`) batch-priced;
     `model` is the model asked for, `answered` the answer's own `model` field."""
     return CostEntry.from_usage(
         run_id=run_id, pass_name=FILE_PASS, doc_id=doc_id, key=key, attempt=attempt, model=model,
-        request_id=request_id, usage=usage, batch=batch, at=at,
+        request_id=request_id, usage=usage, batch=batch, at=at, sent_at=sent_at,
         answered_model=str(answered) if answered else None,
     )  # fmt: skip

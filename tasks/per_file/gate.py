@@ -2,7 +2,7 @@
 
 `check()` turns one Message (as a dict) into a `Verdict`: parsed JSON, pydantic validation
 against the recipe's file schema, and verbatim evidence (every excerpt must occur in the document
-after whitespace normalization). `decide()` is the one repair policy, shared by the realtime and
+after whitespace normalization; an accepted answer keeps each excerpt's character offsets). `decide()` is the one repair policy, shared by the realtime and
 the batch pass: given a verdict and what was tried so far, accept, repair (re-ask with the errors,
 own attempt and token budget — the validation retry layer of invariant 6), retry once with a larger
 `max_tokens` after truncation, or send the document to review with a reason.
@@ -46,6 +46,7 @@ class Verdict:
     flags: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
     raw_text: str = ""
+    offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # evidence path -> {start, end}
 
 
 _WS = re.compile(r"\s+")
@@ -94,6 +95,20 @@ def evidence_flags(recipe: Recipe, output: dict[str, Any], document_text: str) -
     return flags
 
 
+def evidence_offsets(recipe: Any, output: dict[str, Any], document_text: str) -> dict[str, dict[str, int]]:
+    """Where each evidence excerpt sits in the document text: `{path: {"start", "end"}}` (character
+    offsets, whitespace runs matched loosely as the gate does); excerpts not found are left out."""
+    found: dict[str, dict[str, int]] = {}
+    for path, excerpt in recipe.evidence(output):
+        words = str(excerpt or "").split()
+        if not words:
+            continue
+        m = re.search(r"\s+".join(map(re.escape, words)), document_text)
+        if m:
+            found[str(path)] = {"start": m.start(), "end": m.end()}
+    return found
+
+
 _STOP_PROBLEMS = {
     "refusal": Problem.REFUSAL,
     "max_tokens": Problem.TRUNCATED,
@@ -127,7 +142,8 @@ def check(recipe: Recipe, text: str, message: dict[str, Any]) -> Verdict:
             for f in flags
         ]
         return Verdict(False, Problem.EVIDENCE, output, errors, flags, stop, raw)
-    return Verdict(True, Problem.NONE, output, [], [], stop, raw)
+    offsets = evidence_offsets(recipe, output, text)
+    return Verdict(True, Problem.NONE, output, [], [], stop, raw, offsets)
 
 
 # ---- repair policy -----------------------------------------------------------------------------

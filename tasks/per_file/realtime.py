@@ -15,6 +15,7 @@ The state and outcome bookkeeping it shares with batch mode live in tasks.per_fi
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -100,8 +101,12 @@ class Attempts:
         return latest
 
     def call(self, request: dict[str, Any], purpose: str) -> dict[str, Any]:
+        sent_at = time.time()  # the report's timeline: submitted -> answered
+
         def on_response(_transport_attempt: int, message: dict[str, Any]) -> None:
-            self.n = persist_answer(self.p, self.key, self.n + 1, message, purpose=purpose, request=request)
+            self.n = persist_answer(
+                self.p, self.key, self.n + 1, message, purpose=purpose, request=request, sent_at=sent_at
+            )
 
         result = self.p.client.call(
             request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response,

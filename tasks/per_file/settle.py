@@ -73,8 +73,9 @@ class Pass:
 
 
 def persist_answer(
-    p: Pass, key: str, attempt: int, message: dict[str, Any], *, purpose: str | None, request: dict[str, Any]
-) -> int:
+    p: Pass, key: str, attempt: int, message: dict[str, Any], *, purpose: str | None, request: dict[str, Any],
+    sent_at: float | None = None,
+) -> int:  # fmt: skip
     """Persist one answer the moment it arrives (invariant 3), with docmill's `ResponseMeta` beside
     it; the one builder of that meta, for realtime answers and batch follow-ups alike. The response
     log never overwrites a billed answer: a taken slot moves to the next free one, which is returned
@@ -86,6 +87,8 @@ def persist_answer(
         "max_tokens": int(request["max_tokens"]),
         "at": time.time(),
     }
+    if sent_at is not None:  # when the request went out (realtime; the report's timeline)
+        meta["sent_at"] = sent_at
     message["_docmill"] = meta
 
     def stamp(slot: int) -> None:
@@ -194,6 +197,7 @@ def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[s
         "raw_output": None if accepted else verdict.raw_text,
         "flags": verdict.flags,
         "last_error": None if accepted else "; ".join(verdict.errors)[:2000] or None,
+        "provenance": {"fields": verdict.offsets} if verdict.offsets else None,
     }
 
 

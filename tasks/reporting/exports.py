@@ -1,4 +1,9 @@
-"""Per-document exports: flattened rows, JSONL, CSV and (with pyarrow) Parquet."""
+"""Per-document exports: flattened rows, JSONL, CSV and (with pyarrow) Parquet.
+
+A document with a review decision in force (tasks.review.apply_decisions) exports the corrected
+values as its values, the model's values of corrected fields beside them (`original.<field>` in
+CSV/Parquet, `original_output` in JSONL) and the decision (`review.*` columns, `review` in JSONL).
+"""
 
 from __future__ import annotations
 
@@ -31,6 +36,16 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def review_columns(o: dict[str, Any]) -> dict[str, Any]:
+    """`review.action/by/at/note` and `original.<field>` (the model's value) of corrected fields."""
+    mark = o.get("review")
+    if not mark:
+        return {}
+    cols: dict[str, Any] = {f"review.{k}": mark.get(k) for k in ("action", "by", "at", "note")}
+    cols.update({f"original.{k}": c.get("from") for k, c in (mark.get("corrections") or {}).items()})
+    return cols
+
+
 def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for o in outcomes:
@@ -43,6 +58,7 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             "cost_usd": round(float(o.get("cost_usd") or 0.0), 6),
         }
         row.update({f"value.{k}": v for k, v in flatten(o.get("output") or {}).items()})
+        row.update(review_columns(o))
         rows.append(row)
     return rows
 
@@ -62,6 +78,8 @@ def to_jsonl(outcomes: Iterable[dict[str, Any]]) -> bytes:
                     "output": o.get("output"),
                     "flags": o.get("flags") or [],
                     "cost_usd": o.get("cost_usd") or 0.0,
+                    "review": o.get("review"),
+                    "original_output": o.get("original_output"),
                 },
                 ensure_ascii=False,
                 sort_keys=True,

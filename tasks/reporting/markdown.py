@@ -1,12 +1,229 @@
-"""The run report as markdown (report.md)."""
+"""The run report as markdown (report.md): the sections of report.html, in text.
+
+When the run started and ended; counts (skipped inputs apart from failures); the timeline;
+the integration pass's key findings and flags; the recipe's view (findings by file and severity
+with the quoted lines, or fields with evidence); every document with its key fields, evidence and
+offsets; conflicts and coverage gaps; failures and skipped inputs; the review queue explained; cost.
+"""
 
 from __future__ import annotations
 
 import json
+import time
+from collections import Counter, defaultdict
 from typing import Any
 
 from tasks.records import IntegrationResult
-from tasks.reporting.summary import summarize
+from tasks.reporting.findings import findings_of, has_findings, severity_counts
+from tasks.reporting.html_sections import REVIEW_REASONS
+from tasks.reporting.results import SKIP_REASONS, DocView, ReportExtras, display_counts, doc_view, key_columns
+from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
+
+
+def _cell(v: Any) -> str:
+    return str("" if v is None else v).replace("|", "\\|").replace("\n", " ")
+
+
+def _when(manifest: dict[str, Any], entries: list[dict[str, Any]], extra: ReportExtras) -> list[str]:
+    t = run_timeline(manifest, entries, extra.get("batches"))
+    start, end = run_span(manifest, t)
+    fmt = "%Y-%m-%d %H:%M:%SZ"
+    took = span_text(end - start) if start and end and end >= start else "?"
+    head = (
+        f"Started {time.strftime(fmt, time.gmtime(start)) if start else '?'}, "
+        f"ended {time.strftime(fmt, time.gmtime(end)) if end else '?'}, duration {took}."
+    )
+    unit = "documents" if t["mode"] == "realtime" else "batch requests"
+    return [head, "", f"## Timeline ({unit})", "", timeline_text(t)]
+
+
+def _integration(integration: IntegrationResult | None) -> list[str]:
+    if not integration:
+        return ["", "## Integration", "", "The integration pass did not run."]
+    out = integration.get("output") or {}
+    lines = ["", "## Key findings (integration pass)", ""]
+    lines += [f"- {f}" for f in out.get("key_findings") or []] or ["None reported."]
+    for name, items in out.items():
+        if name in ("key_findings", "conflicts", "coverage_gaps") or not isinstance(items, list) or not items:
+            continue
+        lines += ["", f"### {name} ({len(items)})", ""]
+        for i in items[:200]:
+            lines.append("- " + (json.dumps(i, ensure_ascii=False)[:400] if isinstance(i, dict) else str(i)))
+    flags = (integration.get("checks") or {}).get("flags") or []
+    lines += ["", f"## Integration flags ({len(flags)})", ""]
+    for f in flags:
+        rest = {k: v for k, v in f.items() if k != "problem"} if isinstance(f, dict) else {}
+        what = f.get("problem", "flag") if isinstance(f, dict) else str(f)
+        lines.append(
+            f"- **{what}** "
+            + "; ".join(f"{k}: {json.dumps(v, ensure_ascii=False)[:300]}" for k, v in rest.items())
+        )
+    if not flags:
+        lines.append("None: every integration answer was valid and cited known documents.")
+    return lines
+
+
+def _conflicts(integration: IntegrationResult | None) -> list[str]:
+    if not integration:
+        return []
+    checks = integration.get("checks", {})
+    lines = ["", "## Conflicts across documents", ""]
+    conflicts = checks.get("conflicts", [])
+    if not conflicts:
+        lines.append("None found.")
+    for c in conflicts:
+        vals = "; ".join(f"`{v['value']}` in `{v['doc_id']}`" for v in c["values"])
+        lines.append(f"- {c['key_field']} `{c['key']}`, field `{c['field']}`: {vals}")
+    gaps = checks.get("coverage_gaps", [])
+    lines += ["", "## Coverage gaps", ""]
+    lines += [f"- {g.get('doc_id') or g.get('field')}: {g.get('reason')}" for g in gaps] or ["None."]
+    return lines
+
+
+def _findings(outcomes: list[dict[str, Any]], recipe: str) -> list[str]:
+    findings = findings_of(outcomes)
+    counts = ", ".join(f"{n} {s}" for s, n in severity_counts(findings).items() if n)
+    lines = [
+        "",
+        f"## Findings by file and severity ({recipe})",
+        "",
+        f"{len(findings)} finding(s): {counts or 'none'}.",
+    ]
+    by_file: dict[str, list[Any]] = defaultdict(list)
+    for f in findings:
+        by_file[f["file"]].append(f)
+    for file, fs in by_file.items():
+        lines += ["", f"### `{file}`", ""]
+        for f in fs:
+            lines.append(f"- **{f['severity']}** `{file}:{f['lines']}` {f['category']}: {f['message']}")
+            lines += ["", "  ```", *(f"  {q}" for q in f["quote"].splitlines()), "  ```"]
+    return lines
+
+
+def _fields(views: list[DocView]) -> list[str]:
+    stated: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    names: list[str] = []
+    for v in views:
+        for f in v["fields"]:
+            names += [f["name"]] if f["name"] not in names else []
+            if f["value"] is not None:
+                stated[f["name"]] += 1
+                if f["evidence"] and f["name"] not in example:
+                    where = f" (chars {f['start']}–{f['end']})" if f["start"] is not None else ""
+                    example[f["name"]] = (
+                        f"`{v['doc_id']}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
+                    )
+    lines = [
+        "",
+        "## Fields with evidence",
+        "",
+        "| field | stated in | example with evidence |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {n} | {stated[n]} | {example.get(n, '')} |" for n in names]
+    return lines
+
+
+def _documents(views: list[DocView], columns: list[str]) -> list[str]:
+    lines = ["", f"## Documents ({len(views)})", "", "| document | state | " + " | ".join(columns) + " |"]
+    lines.append("|---|---|" + "---|" * len(columns))
+    for v in views:
+        by = {f["name"]: f for f in v["fields"]}
+        cells = []
+        for c in columns:
+            f = by.get(c)
+            if f is None:
+                n = v["items"].get(c)
+                cells.append("" if n is None else f"{n} item(s)")
+                continue
+            shown = _cell(f["value"]) + (f" (was {_cell(f['original'])})" if f["corrected"] else "")
+            if f["evidence"]:
+                where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
+                shown += f" «{_cell(f['evidence'])[:120]}»{where}"
+            cells.append(shown)
+        review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
+        state = v["state"] + review + (f": {_cell(v['why'])}" if v["why"] else "")
+        link = f" ([result]({_cell('../../' + v['result_key'])}))" if v["result_key"] else ""
+        link += f" ([responses]({_cell('../../' + v['responses_key'])}))" if v["responses_key"] else ""
+        lines.append(f"| `{_cell(v['doc_id'])}`{link} | {state} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _not_succeeded(views: list[DocView]) -> list[str]:
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for v in views:
+        if v["state"] != "succeeded":
+            groups[(v["state"], v["why"] or "-")].append(v["doc_id"])
+    if not groups:
+        return []
+    lines = [
+        "",
+        "## Not succeeded: failures and skipped inputs",
+        "",
+        "| state | reason | documents | examples |",
+    ]
+    lines.append("|---|---|---|---|")
+    for (state, why), docs in sorted(groups.items(), key=lambda kv: (kv[0][0] == "skipped", -len(kv[1]))):
+        explain = f" — {SKIP_REASONS[why]}" if state == "skipped" and why in SKIP_REASONS else ""
+        lines.append(f"| {state} | {why}{explain} | {len(docs)} | {', '.join(f'`{d}`' for d in docs[:3])} |")
+    return lines
+
+
+def _review(review: list[dict[str, Any]], counts: dict[str, int], decided: int) -> list[str]:
+    reasons = Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
+    parts = [
+        f"{counts.get('needs_review', 0)} document(s) need review (the gate could not accept their answer)"
+    ]
+    parts += [f"{n} {REVIEW_REASONS[r]}" for r, n in sorted(reasons.items()) if r in REVIEW_REASONS]
+    lines = [
+        "",
+        f"## Review queue ({len(review)})",
+        "",
+        f"The queue holds {len(review)} item(s): " + "; ".join(parts) + ".",
+    ]
+    lines += [f"{decided} review decision(s) in force.", ""]
+    lines += [
+        f"- `{r.get('doc_id')}`: {r.get('reason')}"
+        + (f" — {str((r.get('errors') or [''])[0])[:160]}" if r.get("errors") else "")
+        for r in review
+    ] or ["Empty."]
+    return lines
+
+
+def _costs(costs: dict[str, Any]) -> list[str]:
+    lines = ["", "## Cost", "", f"Total: ${costs.get('usd', 0.0):.4f} over {costs.get('entries', 0)} billed answers "
+             "(every attempt, retries and repairs included).", ""]  # fmt: skip
+    left = costs.get("in_flight") or {}
+    if left.get("groups"):
+        lines += [
+            f"Possibly billed but not recorded: up to ${left['usd']:.4f} for at most {left['requests']} "
+            "request(s) in flight when a run was killed (an upper bound; counted by the budget cap).",
+            "",
+        ]
+    if costs.get("possibly_billed"):
+        lines += [
+            f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out after they were sent; "
+            f"counted at their worst case (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
+            "",
+        ]
+    if costs.get("unpriced"):
+        lines += [
+            f"**Unpriced:** {costs['unpriced']} answer(s) of "
+            f"{', '.join(f'`{m}`' for m in costs.get('unpriced_models') or [])} have no price: their "
+            "tokens are counted below, their cost is not in the total (add it with DOCMILL_PRICES).",
+            "",
+        ]
+    for group in ("by_pass", "by_model"):
+        for k, v in sorted((costs.get(group) or {}).items()):
+            lines.append(f"- {group[3:]} `{k}`: ${v:.4f}")
+    tokens = costs.get("tokens") or {}
+    if tokens:
+        lines.append("- tokens: " + ", ".join(f"{k} {v:,}" for k, v in tokens.items() if v))
+    top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
+    if top:
+        lines.append("- most expensive documents: " + ", ".join(f"`{d}` ${u:.4f}" for d, u in top))
+    return lines
 
 
 def markdown(
@@ -15,100 +232,38 @@ def markdown(
     integration: IntegrationResult | None,
     costs: dict[str, Any] | None = None,
     review: list[dict[str, Any]] | None = None,
+    *,
+    extra: ReportExtras | None = None,
+    entries: list[dict[str, Any]] | None = None,
 ) -> str:
-    s = summarize(outcomes)
+    extra = extra or {}
+    counts = display_counts(outcomes)
+    views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in outcomes]
+    recipe = str(manifest.get("recipe") or "")
     lines = [
         f"# docmill run {manifest.get('run_id')}",
         "",
-        f"Source `{manifest.get('source')}`, recipe `{manifest.get('recipe')}` v{manifest.get('recipe_version')}, "
+        f"Source `{manifest.get('source')}`, recipe `{recipe}` v{manifest.get('recipe_version')}, "
         f"mode {manifest.get('mode')}, phase **{manifest.get('phase')}**.",
+        *_when(manifest, entries or [], extra),
         "",
         "## Summary",
         "",
         "| state | documents |",
         "|---|---|",
-        *[f"| {k} | {v} |" for k, v in s["states"].items()],
-        f"| **total** | **{s['documents']}** |",
+        *[f"| {k} | {v} |" for k, v in counts.items()],
+        f"| **total** | **{len(outcomes)}** |",
         "",
-        f"Reused from the ledger without an API call: {s['from_ledger']}.",
+        f"Reused from the ledger without an API call: {sum(1 for o in outcomes if o.get('from_ledger'))}.",
     ]
-    if costs:
-        lines += [
-            "",
-            "## Cost",
-            "",
-            f"Total: ${costs.get('usd', 0.0):.4f} over {costs.get('entries', 0)} billed answers "
-            "(every attempt, retries and repairs included).",
-            "",
-        ]
-        left = costs.get("in_flight") or {}
-        if left.get("groups"):
-            lines += [
-                f"Possibly billed but not recorded: up to ${left['usd']:.4f} for at most {left['requests']} "
-                "request(s) in flight when a run was killed (an upper bound; counted by the budget cap).",
-                "",
-            ]
-        if costs.get("possibly_billed"):
-            lines += [
-                f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out after they were sent; "
-                f"counted at their worst case (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
-                "",
-            ]
-        if costs.get("unpriced"):
-            lines += [
-                f"**Unpriced:** {costs['unpriced']} answer(s) of "
-                f"{', '.join(f'`{m}`' for m in costs.get('unpriced_models') or [])} have no price: their "
-                "tokens are counted below, their cost is not in the total (add it with DOCMILL_PRICES).",
-                "",
-            ]
-        for group in ("by_pass", "by_model"):
-            for k, v in sorted((costs.get(group) or {}).items()):
-                lines.append(f"- {group[3:]} `{k}`: ${v:.4f}")
-        tokens = costs.get("tokens") or {}
-        if tokens:
-            lines.append("- tokens: " + ", ".join(f"{k} {v:,}" for k, v in tokens.items() if v))
-        top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
-        if top:
-            lines.append("- most expensive documents: " + ", ".join(f"`{d}` ${u:.4f}" for d, u in top))
-    if s["reasons"]:
-        lines += [
-            "",
-            "## Not succeeded, by reason",
-            "",
-            "| state: reason | documents | examples |",
-            "|---|---|---|",
-        ]
-        for reason, n in s["reasons"].items():
-            examples = [
-                o["doc_id"]
-                for o in outcomes
-                if f"{o['state']}: {o.get('failure_type') or o.get('reason') or '-'}" == reason
-            ][:3]
-            lines.append(f"| {reason} | {n} | {', '.join(f'`{e}`' for e in examples)} |")
-    if integration:
-        checks = integration.get("checks", {})
-        conflicts = checks.get("conflicts", [])
-        lines += ["", "## Conflicts across documents", ""]
-        if not conflicts:
-            lines.append("None found.")
-        for c in conflicts:
-            vals = "; ".join(f"`{v['value']}` in `{v['doc_id']}`" for v in c["values"])
-            lines.append(f"- {c['key_field']} `{c['key']}`, field `{c['field']}`: {vals}")
-        gaps = checks.get("coverage_gaps", [])
-        lines += ["", "## Coverage gaps", ""]
-        lines += [f"- {g.get('doc_id') or g.get('field')}: {g.get('reason')}" for g in gaps] or ["None."]
-        out = integration.get("output") or {}
-        findings = out.get("key_findings") or []
-        if findings:
-            lines += ["", "## Key findings (integration pass)", "", *[f"- {f}" for f in findings]]
-        if checks.get("flags"):
-            lines += ["", "## Integration flags", "", *[f"- {json.dumps(f)}" for f in checks["flags"]]]
+    lines += _integration(integration)
+    lines += _findings(outcomes, recipe) if has_findings(outcomes) else _fields(views)
+    lines += _documents(views, key_columns(recipe, tuple(extra.get("key_fields") or ()), views))
+    lines += _conflicts(integration)
+    lines += _not_succeeded(views)
     if review is not None:
-        lines += ["", f"## Review queue ({len(review)})", ""]
-        lines += [
-            f"- `{r.get('doc_id')}`: {r.get('reason')}"
-            + (f" — {str((r.get('errors') or [''])[0])[:160]}" if r.get("errors") else "")
-            for r in review
-        ] or ["Empty."]
+        lines += _review(review, counts, int(extra.get("decided") or 0))
+    if costs:
+        lines += _costs(costs)
     lines.append("")
     return "\n".join(lines)

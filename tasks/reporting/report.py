@@ -8,13 +8,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.batches import BatchRecords
 from checkpoints.costs import CostLedger
+from checkpoints.decisions import ReviewDecisions
 from checkpoints.inflight import InFlight
 from checkpoints.review_queue import ReviewQueue
+from docmill.errors import DocmillError
+from tasks.recipes import load_recipe
 from tasks.records import Conflict, IntegrationResult, ReviewItem
 from tasks.reporting.exports import export_rows, to_csv, to_jsonl, to_parquet
 from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
+from tasks.reporting.results import ReportExtras
+from tasks.review import apply_decisions
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -79,6 +85,21 @@ def queue_conflicts(
     return n
 
 
+def report_extras(store: Any, manifest: dict[str, Any], decided: int) -> ReportExtras:
+    """The recipe's key fields (when the recipe still loads), the batch records, the decision count."""
+    run_id = str(manifest["run_id"])
+    try:
+        key_fields = tuple(load_recipe(str(manifest.get("recipe") or "")).key_fields)
+    except DocmillError:  # a user recipe that moved away: the report still renders
+        key_fields = ()
+    batches = (
+        [b.model_dump(mode="json") for b in BatchRecords(store, run_id).load_all()]
+        if manifest.get("mode") == "batch"
+        else []
+    )
+    return {"key_fields": key_fields, "batches": batches, "decided": decided}
+
+
 def write_report(
     store: ObjectStore,
     manifest: dict[str, Any],
@@ -87,28 +108,34 @@ def write_report(
     costs: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """Everything a finished (or stopped) run leaves for people: conflict review items,
-    report.md, report.html and the exports. Returns the keys written."""
+    report.md, report.html and the exports, with the review decisions in force applied (the
+    model's values kept beside the corrected ones). Returns the keys written."""
     run_id = str(manifest["run_id"])
     base = f"runs/{run_id}"
     conflicts = (
         list(integration["checks"].get("conflicts") or []) if integration and "checks" in integration else []
     )
     queue_conflicts(store, run_id, conflicts, outcomes)
+    decisions = ReviewDecisions(store, run_id).in_force()
+    outcomes = apply_decisions(outcomes, decisions)
     ledger = CostLedger(store, run_id)
     entries = [e.model_dump(mode="json") for e in ledger.entries()]
     costs = costs if costs is not None else ledger.totals()
     costs = {**costs, "in_flight": InFlight(store, run_id).totals()}  # invariant 13: an upper bound
     review = list(ReviewQueue(store, run_id).list())
+    extra = report_extras(store, manifest, len(decisions))
     keys = {
         "report.md": f"{base}/report.md",
         "report.html": f"{base}/report.html",
         "jsonl": f"{base}/exports/results.jsonl",
         "csv": f"{base}/exports/results.csv",
     }
-    store.put(keys["report.md"], markdown(manifest, outcomes, integration, costs, review).encode())
     store.put(
-        keys["report.html"], html_report(manifest, outcomes, integration, costs, review, entries).encode()
+        keys["report.md"],
+        markdown(manifest, outcomes, integration, costs, review, extra=extra, entries=entries).encode(),
     )
+    html = html_report(manifest, outcomes, integration, costs, review, entries, extra=extra)
+    store.put(keys["report.html"], html.encode())
     rows = export_rows(outcomes)
     store.put(keys["jsonl"], to_jsonl(outcomes))
     store.put(keys["csv"], to_csv(rows))

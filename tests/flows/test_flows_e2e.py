@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,9 @@ def test_auto_mode_takes_batches_above_threshold(tmp_path: Path, emulator: Any) 
     assert len(batch_items) == len(ok)  # one billed batch request per document, at the batch discount
     assert len({r.custom_id for r in batch_items}) == len(batch_items)
     assert summary["cost_usd"] == pytest.approx(emulator.state.accounting.total_usd(), abs=0.005)
+    # the report's timeline is the batches' (submitted, ended, ingested), not the ingest speed
+    md = store.get(f"runs/{summary['run_id']}/report.md").decode()
+    assert "## Timeline (batch requests)" in md
+    for line in ("submitted", "ended", "ingested"):
+        assert re.search(rf"^- {line}: {len(batch_items)} requests, first \+", md, re.M), md[:800]
+    assert "<polyline" in store.get(f"runs/{summary['run_id']}/report.html").decode()

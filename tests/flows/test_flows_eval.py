@@ -1,9 +1,11 @@
-"""`docmill eval`: per-field accuracy against the generator's ground truth, overall and per group,
-so one bad segment shows even when the overall number looks good; a stratified sample of
-succeeded documents joins the review queue."""
+"""`docmill eval`: per-field coverage and accuracy against the generator's ground truth, overall and
+per format and folder, so one bad segment shows even when the overall number looks good; the
+mismatches per document and field (CSV too); a stratified sample of succeeded documents joins the
+review queue."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from collections import Counter
@@ -31,9 +33,45 @@ def test_eval_shows_a_bad_segment_and_samples_for_review(
     labels.write_text("".join(json.dumps(t) + "\n" for t in truth))
     get_settings.cache_clear()
 
-    assert main(["--store", settings.store, "eval", run_id, "--labels", str(labels)]) == 0
+    # a failed document with labels: not covered, and not counted against accuracy
+    failed = "misc/legacy-latin1.txt"
+    labels.write_text(labels.read_text() + json.dumps({"doc_id": failed, "fields": {"total": 1.0}}) + "\n")
+    mismatches = tmp_path / "mismatches.csv"
+    assert (
+        main(
+            [
+                "--store",
+                settings.store,
+                "eval",
+                run_id,
+                "--labels",
+                str(labels),
+                "--mismatches",
+                str(mismatches),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert re.search(r"\*all fields\*\s+100\.0%", out)  # the emulator extracts the truth exactly
+    allf = re.search(
+        r"\*all fields\*\s+accuracy\s+([0-9.]+)% \((\d+)/(\d+)\)\s+coverage\s+([0-9.]+)% \((\d+)/(\d+)\)", out
+    )
+    assert allf, out
+    assert allf.group(1) == "100.0"  # the emulator extracts the truth exactly
+    assert (
+        float(allf.group(4)) < 100.0 and int(allf.group(6)) == int(allf.group(5)) + 1
+    )  # one field not covered
+    assert [(m["doc_id"], m["field"], m["kind"]) for m in csv.DictReader(mismatches.open())] == [
+        (failed, "total", "missing")
+    ]
+    assert f"{failed}  total: missing, expected 1.0, got None" in out
+    by_format = out.split("by format:")[1].split("by folder:")[0]
+    by_folder = out.split("by folder:")[1].split("mismatches:")[0]
+    assert re.search(r"^\s+html\s+accuracy", by_format, re.M) and re.search(
+        r"^\s+csv\s+accuracy", by_format, re.M
+    )
+    assert re.search(r"^\s+inbox\s+accuracy", by_folder, re.M) and "inbox" not in by_format
+    assert "by type:" not in out
 
     # Labels that disagree on one folder (a bad segment): overall stays high, the folder shows it.
     docs = [t for t in truth if t["record"] == "document" and t["fields"]]
@@ -47,11 +85,11 @@ def test_eval_shows_a_bad_segment_and_samples_for_review(
     labels.write_text("".join(json.dumps(t) + "\n" for t in bad))
     assert main(["--store", settings.store, "eval", run_id, "--labels", str(labels)]) == 0
     out = capsys.readouterr().out
-    overall = float(re.search(r"\*all fields\*\s+([0-9.]+)%", out).group(1))  # type: ignore[union-attr]
-    seg = re.search(rf"^\s+{re.escape(folder)}\s+([0-9.]+)%.*lowest: total 0%", out, re.M)
+    overall = float(re.search(r"\*all fields\*\s+accuracy\s+([0-9.]+)%", out).group(1))  # type: ignore[union-attr]
+    seg = re.search(rf"^\s+{re.escape(folder)}\s+accuracy\s+([0-9.]+)%.*lowest: total 0%", out, re.M)
     assert seg, out
     assert overall > 90.0 and float(seg.group(1)) < overall
-    assert re.search(r"^\s+total\s+[0-9.]+%", out, re.M)
+    assert re.search(r"^\s+total\s+accuracy\s+[0-9.]+%", out, re.M)
 
     assert main(["--store", settings.store, "eval", run_id, "--sample", "5", "--seed", "7"]) == 0
     assert "5 succeeded document(s) added" in capsys.readouterr().out

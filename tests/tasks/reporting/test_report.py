@@ -1,14 +1,17 @@
-"""Report pieces on a real local store: conflict review items, HTML escaping, the chart."""
+"""Report pieces on a real local store: conflict review items, HTML escaping, skipped inputs apart
+from failures, the timeline of realtime and batch runs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
-from tasks.reporting.html import html_report, throughput_svg
+from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
 from tasks.reporting.report import queue_conflicts
+from tasks.reporting.timeline import batch_timeline, realtime_timeline, span_text, timeline_svg
 
 CONFLICT = {
     "field": "total",
@@ -41,9 +44,12 @@ def test_conflicts_join_the_review_queue_once_and_keep_earlier_reasons(tmp_path:
     assert len(q) == 2
 
 
-def test_html_escapes_document_text_and_has_no_script(tmp_path: Path) -> None:
+def test_html_escapes_document_text_and_runs_only_its_own_script(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script>.txt"
-    outcomes = [{"doc_id": evil, "state": "failed", "failure_type": "input:binary", "last_error": "<b>x</b>"}]
+    outcomes = [
+        {"doc_id": evil, "state": "failed", "failure_type": "api_error:400", "last_error": "<b>x</b>"},
+        {"doc_id": "py.typed", "state": "failed", "failure_type": "input:empty", "last_error": "no bytes"},
+    ]
     costs = {
         "usd": 0.5,
         "entries": 1,
@@ -54,17 +60,89 @@ def test_html_escapes_document_text_and_has_no_script(tmp_path: Path) -> None:
     }
     review = [{"doc_id": evil, "reason": "refusal", "errors": ["<img src=x>"]}]
     page = html_report({"run_id": "r", "phase": "done"}, outcomes, None, costs, review, [])
-    assert "<script" not in page and "<img" not in page and "&lt;script&gt;" in page
-    assert 'id="count-failed">1<' in page and 'id="cost-total">$0.5000<' in page
-    assert 'id="throughput-none"' in page  # no timed answers, no chart
+    assert "<script>alert" not in page and "<img" not in page and "&lt;script&gt;" in page
+    scripts = re.findall(r"<script[^>]*>", page)  # the pager and its JSON data blocks, nothing external
+    assert scripts.count("<script>") == 1 and all("src=" not in s for s in scripts)
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert 'id="count-failed">1<' in page and 'id="count-skipped">1<' in page  # py.typed is skipped
+    assert 'id="cost-total">$0.5000<' in page
+    assert 'id="timeline-none"' in page  # no timed answers, no chart
     md = markdown({"run_id": "r"}, outcomes, None, costs, review)
     assert "## Review queue (1)" in md and "refusal" in md
+    assert "| skipped | 1 |" in md and "| failed | 1 |" in md and "marker file such as py.typed" in md
 
 
-def test_throughput_chart_plots_every_answer() -> None:
-    times = [1000.0 + i * 0.5 for i in range(20)]
-    svg = throughput_svg(times)
-    assert svg.startswith("<svg") and "20 in 9.5s" in svg
-    points = svg.split('points="')[1].split('"')[0].split()
-    assert len(points) == 20
-    assert throughput_svg([5.0]).startswith("<p")
+def test_realtime_timeline_has_submitted_in_flight_and_answered_on_a_clock_axis() -> None:
+    entries = [
+        {"doc_id": f"d{i}", "pass_name": "file", "sent_at": 1000.0 + i * 0.01, "at": 1000.2 + i * 0.01}
+        for i in range(20)
+    ]
+    entries.append({"doc_id": "*integration-0*", "pass_name": "integration", "at": 1005.0})
+    t = realtime_timeline(entries, 999.9, 1000.5)
+    assert len(t["submitted"]) == len(t["ended"]) == 20  # integration entries are not documents
+    svg = timeline_svg(t)
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2 and "<polygon" in svg  # in flight area
+    ticks = re.findall(r">\+([^<]+)</text>", svg)
+    assert len(set(ticks)) == 5 and ticks[0] == "0ms" and ticks[-1] == "600ms"  # not "+0.0s" five times
+    assert "in flight" in svg and "answered" in svg
+    assert span_text(0.25) == "250ms" and span_text(12.34) == "12.3s" and span_text(7260) == "2h01m"
+
+
+def test_batch_timeline_shows_the_batches_not_the_ingest_speed() -> None:
+    batches = [
+        {"request_count": 100, "submitted_at": 10.0, "ended_at": 3600.0, "collected_at": 3610.0},
+        {"request_count": 50, "submitted_at": 20.0, "ended_at": 7200.0, "collected_at": 7230.0},
+    ]
+    t = batch_timeline(batches, 0.0, 7300.0)
+    assert len(t["submitted"]) == len(t["ended"]) == len(t["ingested"]) == 150
+    assert t["submitted"][-1] == 20.0 and t["ingested"][-1] == 7230.0
+    svg = timeline_svg(t)
+    assert svg.count("<polyline") == 3 and "ingested" in svg and "+2h01m" in svg
+    assert timeline_svg(batch_timeline([], None, None)).startswith("<p")
+
+
+def _invoice(i: int) -> dict[str, object]:
+    def node(v: object, ev: str, at: int) -> dict[str, object]:
+        return {"value": v, "evidence": ev}
+
+    return {
+        "doc_id": f"batch-{i // 1000:02d}/inv-{i:05d}.txt",
+        "state": "succeeded" if i % 50 else "needs_review",
+        "reason": None if i % 50 else "evidence_not_found",
+        "key": f"file_{i:050d}",
+        "output": {
+            "invoice_number": node(f"INV-{i:05d}", f"Invoice number: INV-{i:05d}", 0),
+            "vendor_name": node("Acme GmbH", "Vendor: Acme GmbH", 30),
+            "invoice_date": node("2026-01-02", "Date: 2026-01-02", 50),
+            "total": node(100.0 + i, f"Total: {100.0 + i:.2f}", 70),
+            "currency": node("EUR", "Currency: EUR", 90),
+            "line_items": [{"description": "x", "evidence": "x"}] * 3,
+        },
+        "provenance": {"fields": {"$.total.evidence": {"start": 70, "end": 84}}},
+    }
+
+
+def test_a_report_of_10k_documents_is_quick_to_write_and_to_open_and_pages_find_any_document(
+    tmp_path: Path, chromium: str
+) -> None:
+    import time
+
+    from tests.fixtures.chromium import render
+
+    outcomes = [_invoice(i) for i in range(10_000)]
+    manifest = {"run_id": "big", "phase": "done", "recipe": "invoices", "mode": "realtime"}
+    costs = {"usd": 1.0, "entries": 10_000}
+    began = time.perf_counter()
+    page = html_report(manifest, outcomes, None, costs, [], [])
+    took = time.perf_counter() - began
+    assert took < 8.0, f"html_report of 10,000 documents took {took:.1f}s"  # ~1.5 s on an idle core
+    assert len(page) < 20_000_000
+    path = tmp_path / "report.html"
+    path.write_text(page)
+    began = time.perf_counter()
+    dom = render(chromium, path, fragment="q=inv-09876")
+    opened = time.perf_counter() - began
+    rows = re.findall(r'<tr class="st-[a-z_]+"><td><code>([^<]+)</code>', dom)
+    assert rows == ["batch-09/inv-09876.txt"], rows[:5]  # the filter from the address found it on page 198
+    assert "INV-09876" in dom and "chars 70–84" in dom and opened < 60
+    assert "1 of 10000" in dom  # the pager's count

@@ -1,0 +1,174 @@
+"""What each document yielded, shaped for people (a leaf): the state a report shows (skipped inputs
+apart from failures), the fields with their evidence and offsets, the link to the stored result,
+and the review decision in force. report.html and report.md render these records.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+# Inputs with nothing to extract are "skipped", not failures (`DocState.SKIPPED`, reason = the skip
+# reason; records from before that state say failed "input:<reason>" and are shown the same way).
+# Unreadable, binary, undecodable or oversized files stay "failed": they should have had text.
+SKIP_REASONS = {
+    "empty": "empty file (no bytes or no visible text), e.g. a marker file such as py.typed",
+    "unsupported_type": "a file type this recipe does not take",
+}
+DISPLAY_STATES = ("succeeded", "needs_review", "failed", "skipped")
+MAX_CELL = 300
+
+
+class FieldView(TypedDict):
+    """One extracted field of a document: value, evidence and where the evidence sits."""
+
+    name: str
+    value: Any
+    evidence: str | None
+    start: int | None
+    end: int | None
+    original: Any  # the model's value when a reviewer corrected it, else None
+    corrected: bool
+
+
+class DocView(TypedDict):
+    doc_id: str
+    state: str  # one of DISPLAY_STATES
+    why: str  # reason, failure type or skip reason; "" when succeeded
+    detail: str  # the skip explanation or the last error
+    fields: list[FieldView]
+    items: dict[str, int]  # list fields -> their length
+    result_key: str | None  # the stored result (results ledger), store-relative
+    responses_key: str | None  # the folder of its raw API responses (realtime), store-relative
+    review: dict[str, Any] | None  # the decision in force (tasks.review.ReviewMark)
+
+
+def skip_reason(outcome: dict[str, Any]) -> str | None:
+    """The inventory's skip reason when the document was set aside on purpose, else None."""
+    if outcome.get("state") == "skipped":
+        return str(outcome.get("reason") or outcome.get("failure_type") or "skipped").removeprefix("input:")
+    ft = str(outcome.get("failure_type") or "")
+    reason = ft.removeprefix("input:")
+    return reason if ft.startswith("input:") and reason in SKIP_REASONS else None
+
+
+def display_state(outcome: dict[str, Any]) -> str:
+    """succeeded / needs_review / failed, or skipped for an input set aside on purpose."""
+    return "skipped" if skip_reason(outcome) is not None else str(outcome.get("state"))
+
+
+def display_counts(outcomes: list[dict[str, Any]]) -> dict[str, int]:
+    counts = dict.fromkeys(DISPLAY_STATES, 0)
+    for o in outcomes:
+        counts[display_state(o)] = counts.get(display_state(o), 0) + 1
+    return counts
+
+
+def _offsets(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Evidence offsets by field name, from the gate (`$.total.evidence`) or a long document's
+    merge (`total`, `line_items[0]`)."""
+    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
+    out: dict[str, dict[str, Any]] = {}
+    for path, where in fields.items():
+        if not isinstance(where, dict):
+            continue
+        name = str(path).removeprefix("$.").removesuffix(".evidence")
+        out.setdefault(name, where)
+    return out
+
+
+def _short(v: Any) -> Any:
+    return v[:MAX_CELL] + "…" if isinstance(v, str) and len(v) > MAX_CELL else v
+
+
+def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int]]:
+    """Scalar and `{value, evidence}` fields of the output; list fields counted."""
+    output = outcome.get("output") or {}
+    original = outcome.get("original_output") or {}
+    corrections = ((outcome.get("review") or {}).get("corrections")) or {}
+    offsets = _offsets(outcome)
+    views: list[FieldView] = []
+    items: dict[str, int] = {}
+    for name, node in output.items():
+        if isinstance(node, list):
+            items[name] = len(node)
+            continue
+        if isinstance(node, dict) and "value" not in node:
+            continue
+        value = node.get("value") if isinstance(node, dict) else node
+        evidence = node.get("evidence") if isinstance(node, dict) else None
+        if name in corrections and isinstance(original.get(name), dict):
+            evidence = original[name].get("evidence")  # the model's excerpt, shown beside the correction
+        where = offsets.get(name) or {}
+        views.append(
+            {
+                "name": name,
+                "value": _short(value),
+                "evidence": _short(evidence) if evidence else None,
+                "start": where.get("start"),
+                "end": where.get("end"),
+                "original": corrections[name]["from"] if name in corrections else None,
+                "corrected": name in corrections,
+            }
+        )
+    return views, items
+
+
+def doc_view(outcome: dict[str, Any], *, realtime: bool = False) -> DocView:
+    """One document as the reports show it; `realtime` runs also link the raw responses
+    (`responses/<pass>/<key>/`, one file per attempt, persisted as they arrived)."""
+    state = display_state(outcome)
+    skip = skip_reason(outcome)
+    fields, items = field_views(outcome)
+    key = outcome.get("key")
+    why = skip or outcome.get("reason") or outcome.get("failure_type") or ""
+    detail = SKIP_REASONS.get(skip or "", "") if skip else str(outcome.get("last_error") or "")
+    return {
+        "doc_id": outcome["doc_id"],
+        "state": state,
+        "why": "" if state == "succeeded" and not outcome.get("reason") else str(why),
+        "detail": detail[:MAX_CELL],
+        "fields": fields,
+        "items": items,
+        "result_key": f"results/{outcome.get('pass_name') or 'file'}/{key}.json"
+        if key and outcome.get("state") != "failed"
+        else None,
+        "responses_key": f"responses/{outcome.get('pass_name') or 'file'}/{key}/"
+        if key and realtime and outcome.get("request_ids")
+        else None,
+        "review": outcome.get("review"),
+    }
+
+
+# The per-document table's columns of the built-in recipes (a list field shows its length);
+# any other recipe shows its key fields, then its first other fields.
+RECIPE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "invoices": ("invoice_number", "vendor_name", "invoice_date", "total", "currency"),
+    "code-review": ("findings", "summary"),
+}
+
+
+def key_columns(recipe: str, key_fields: tuple[str, ...], views: list[DocView], limit: int = 5) -> list[str]:
+    """The columns of the per-document table (see RECIPE_COLUMNS)."""
+    if recipe in RECIPE_COLUMNS:
+        return list(RECIPE_COLUMNS[recipe])
+    cols = list(key_fields)[:limit]
+    for v in views:
+        for f in v["fields"]:
+            if len(cols) >= limit:
+                return cols
+            if f["name"] not in cols:
+                cols.append(f["name"])
+        if v["fields"]:
+            break
+    return cols
+
+
+class ReportExtras(TypedDict, total=False):
+    """What the reports need beyond outcomes, integration, costs and the queue (`write_report`
+    gathers it): the recipe's key fields, the run's batch records (the batch timeline), and how
+    many review decisions are in force."""
+
+    key_fields: tuple[str, ...]
+    batches: list[dict[str, Any]]
+    decided: int
+    generated_at: float

@@ -1,0 +1,170 @@
+"""Human review decisions applied to results (`docmill review accept|correct|reject`).
+
+The decisions themselves are stored append-only by `checkpoints.decisions`; this module turns
+them into what readers use:
+
+- `parse_assignments(["total=12.5", "vendor_name=Acme"])`: `--set` arguments -> values (JSON when
+  the text parses as JSON, else the text itself);
+- `corrected_output(recipe, output, values)`: the output with the corrections applied, each
+  corrected field checked against its type in the recipe's file schema (a `{value, evidence}` field takes the new value; its evidence
+  becomes null, since the model's excerpt no longer supports it);
+- `apply_decisions(outcomes, decisions)`: outcomes as exports and reports show them — the
+  decision in force under `review`, the corrected output under `output`, the model's own output
+  under `original_output` whenever a decision changed it (both are kept);
+- `labels_from_decisions(...)`: the reviewed values as `eval` labels (accepted and corrected
+  documents: every top-level field; rejected ones: only the values the reviewer gave).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from checkpoints.decisions import Action, Decision
+from docmill.errors import InputError
+
+if TYPE_CHECKING:
+    from tasks.recipes import Recipe
+
+
+class ReviewMark(TypedDict):
+    """The decision in force on a document, as exports and reports carry it."""
+
+    action: str
+    by: str
+    at: float
+    note: str | None
+    seq: int
+    corrections: dict[str, dict[str, Any]]  # field -> {"from": model's value, "to": reviewer's}
+
+
+def parse_assignments(items: list[str]) -> dict[str, Any]:
+    """`field=value` strings -> {field: value}; a value is JSON when it parses, else text."""
+    values: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise InputError(f"--set {item!r} is not field=value", hint="e.g. --set total=1234.50")
+        try:
+            values[name] = json.loads(text)
+        except ValueError:
+            values[name] = text
+    return values
+
+
+def _is_value_node(node: Any) -> bool:
+    return isinstance(node, dict) and "value" in node
+
+
+def plain(node: Any) -> Any:
+    """The value of a `{value, evidence}` field, or the field itself."""
+    return node.get("value") if _is_value_node(node) else node
+
+
+def with_values(output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """`output` with `values` set (no checks: decisions were checked when recorded)."""
+    new = dict(output)
+    for name, value in values.items():
+        old = output.get(name)
+        new[name] = (
+            {**old, "value": value, "evidence": None} if isinstance(old, dict) and "value" in old else value
+        )
+    return new
+
+
+def corrected_output(recipe: Recipe | None, output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """`output` with `values` applied to its top-level fields, each validated by its schema type."""
+    fields = set(getattr(recipe.file_schema, "model_fields", {})) if recipe else set(output)
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise InputError(
+            f"no field {', '.join(map(repr, unknown))} in this recipe's results",
+            hint=f"fields: {', '.join(sorted(fields))}",
+        )
+    new = with_values(output, values)
+    if recipe is not None:  # each corrected field against its type (the rest may be a partial answer)
+        for name in values:
+            annotation: Any = recipe.file_schema.model_fields[name].annotation
+            is_node = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+            if is_node and "value" in annotation.model_fields and not _is_value_node(new[name]):
+                new[name] = {"value": new[name], "evidence": None}  # a field the answer lacked
+            try:
+                TypeAdapter(annotation).validate_python(new[name])
+            except ValidationError as e:
+                first = e.errors()[0]
+                where = ".".join(str(p) for p in (name, *first.get("loc", ())))
+                raise InputError(
+                    f"the corrected value does not fit the schema: {where}: {first.get('msg')}",
+                    hint="give the value in the field's type (numbers plain, dates YYYY-MM-DD, null for none)",
+                ) from e
+    return new
+
+
+def mark_of(decision: Decision, output: dict[str, Any] | None) -> ReviewMark:
+    out = output or {}
+    return {
+        "action": decision.action.value,
+        "by": decision.by,
+        "at": decision.at,
+        "note": decision.note,
+        "seq": decision.seq,
+        "corrections": {k: {"from": plain(out.get(k)), "to": v} for k, v in decision.values.items()},
+    }
+
+
+def apply_decisions(outcomes: list[dict[str, Any]], decisions: dict[str, Decision]) -> list[dict[str, Any]]:
+    """Outcomes with the decision in force applied (see the module docstring); others unchanged."""
+    if not decisions:
+        return outcomes
+    out = []
+    for o in outcomes:
+        d = decisions.get(o["doc_id"])
+        if d is None:
+            out.append(o)
+            continue
+        original = o.get("output")
+        o = {**o, "review": mark_of(d, original)}
+        if d.values:
+            o["original_output"] = original
+            o["output"] = with_values(original or {}, d.values)
+        out.append(o)
+    return out
+
+
+def labels_from_decisions(
+    outcomes: list[dict[str, Any]], decisions: dict[str, Decision]
+) -> dict[str, dict[str, Any]]:
+    """doc id -> labelled fields (the `eval` labels format) from the decisions in force."""
+    by_doc = {o["doc_id"]: o for o in outcomes}
+    labels: dict[str, dict[str, Any]] = {}
+    for doc_id, d in sorted(decisions.items()):
+        output = (by_doc.get(doc_id) or {}).get("output") or {}
+        if d.action is Action.REJECT:
+            fields = dict(d.values)
+        else:
+            fields = {k: plain(v) for k, v in output.items() if not isinstance(plain(v), dict | list)}
+            fields.update(d.values)
+        if fields:
+            labels[doc_id] = fields
+    return labels
+
+
+def label_records(outcomes: list[dict[str, Any]], decisions: dict[str, Decision]) -> list[dict[str, Any]]:
+    """`review export --labels`: one labels-file record per decided document, with who and when."""
+    labels = labels_from_decisions(outcomes, decisions)
+    return [
+        {
+            "record": "document",
+            "doc_id": doc_id,
+            "fields": fields,
+            "source": "review",
+            "decision": decisions[doc_id].action.value,
+            "by": decisions[doc_id].by,
+            "at": decisions[doc_id].at,
+            "note": decisions[doc_id].note,
+        }
+        for doc_id, fields in labels.items()
+    ]
