@@ -464,13 +464,14 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         store=ctx.store,
         client=ctx.client,
         settings=ctx.settings,
+        source=_source_id(params.source),
     )
     set_phase(ctx, Phase.REPORT)
     costs = CostLedger(ctx.store, ctx.run_id).totals()
     manifest = ManifestStore(ctx.store).load(ctx.run_id)
     base = f"runs/{ctx.run_id}"
     write_report(
-        ctx.store, {**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, integration, costs
+        ctx.store, {**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, dict(integration), costs
     )
 
     def finish(m: RunManifest) -> RunManifest:
@@ -488,6 +489,8 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         "from_ledger": summary["from_ledger"],
         "cost_usd": float(costs.get("usd", 0.0)),
         "conflicts": len(integration["checks"]["conflicts"]),
+        "integration": integration["status"],
+        "integration_problems": len(integration["problems"]),
         "report": f"{ctx.store.uri.rstrip('/')}/{base}/report.md",
         "review_queue": f"{ctx.store.uri.rstrip('/')}/review/{ctx.run_id}/",
         "exports": f"{ctx.store.uri.rstrip('/')}/{base}/exports/",

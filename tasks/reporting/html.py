@@ -187,6 +187,31 @@ def _integration(integration: IntegrationResult | None) -> str:
     )
 
 
+def _integration_state(integration: dict[str, Any] | None) -> str:
+    """The integration pass's state line (id `integration-status`), and its problems."""
+    if not integration:
+        return ""
+    status = str(integration.get("status") or "complete")
+    bad = status in ("partial", "failed")
+    problems = "".join(
+        f"<li>{_e(p.get('problem'))}: {_e(len(p.get('doc_ids') or []))} document(s) "
+        f"{_e(', '.join((p.get('doc_ids') or [])[:5]))} — {_e('; '.join(p.get('errors') or [p.get('error') or ''])[:300])}</li>"
+        for p in integration.get("problems") or []
+    )
+    style = ' style="color:#cf222e"' if bad else ' class="muted"'
+    return (
+        f'<p{style}>Integration: <b id="integration-status">{_e(status)}</b> '
+        f"({_e(integration.get('mode', 'full'))}, {_e(integration.get('calls', 0))} model call(s) this run)"
+        + (
+            " — conflicts, duplicates and gaps are code-built and complete; the next run asks again."
+            if bad
+            else ""
+        )
+        + "</p>"
+        + (f"<ul>{problems}</ul>" if problems else "")
+    )
+
+
 def html_report(
     manifest: dict[str, Any],
     outcomes: list[dict[str, Any]],
@@ -218,6 +243,7 @@ def html_report(
 v{_e(manifest.get("recipe_version"))} · mode {_e(manifest.get("mode"))} · phase <b id="phase">{_e(manifest.get("phase"))}</b>
 · {s["from_ledger"]} reused from the ledger · generated {generated}</div>
 <div class="cards">{cards}</div>
+{_integration_state(integration)}
 <h2>Throughput</h2>{throughput_svg(completion_times(entries))}
 <h2>Cost</h2>{_costs(costs)}
 <h2>Not succeeded, by type</h2>{_failures(outcomes)}
