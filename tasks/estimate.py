@@ -22,8 +22,8 @@ documents are read (one bounded call per slice of them); an unchanged source cos
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
