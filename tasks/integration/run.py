@@ -31,9 +31,10 @@ from tasks.integration.checks import coverage_gaps, drop_unknown, find_conflicts
 from tasks.integration.digest import choose_reading, delta_digest, state_digest
 from tasks.integration.facts import code_built, headline, model_sections, sections, tracker_of, unaccounted
 from tasks.integration.notes import Asked, Notes, ask_all
-from tasks.integration.records import IntegrationRecord, compact_records, merge_outputs
+from tasks.integration.records import IntegrationChecks, IntegrationRecord, compact_records, merge_outputs
 from tasks.integration.state import (
     IntegrationState,
+    SliceNotes,
     apply_delta,
     empty_state,
     fingerprint,
@@ -105,6 +106,7 @@ def integration_request(
 
 
 READABLE = ("succeeded", "needs_review")
+KEY_FINDINGS = 30  # the model's findings kept in the output, newest first (claims are all kept)
 
 
 def _facts(recipe: Recipe, outcomes: list[dict[str, Any]]) -> tuple[dict[str, Any], str | None]:
@@ -120,7 +122,8 @@ def _assemble(
 ) -> dict[str, Any]:
     """The integration output: code's sections and every stored slice's notes, merged; citations of
     documents no longer in the source removed."""
-    parts = [state["slices"][s]["output"] for s in sorted(state["slices"])]
+    order = sorted(state["slices"], key=lambda s: (state["slices"][s].get("run_id") or "", s), reverse=True)
+    parts = [state["slices"][s]["output"] for s in order]  # newest first
     merged = drop_unknown(merge_outputs(parts), known)
     for name, value in merged.items():  # items left citing nothing are retracted with their source
         if isinstance(value, list):
@@ -131,7 +134,8 @@ def _assemble(
         n: built[n] if n in built else merged.get(n, []) for n in recipe.integration_schema.model_fields
     }
     if "key_findings" in output:
-        output["key_findings"] = [first, *dict.fromkeys(merged.get("key_findings") or [])]
+        findings = list(dict.fromkeys(merged.get("key_findings") or []))[:KEY_FINDINGS]
+        output["key_findings"] = [first, *findings]
     return output
 
 
@@ -148,12 +152,16 @@ def _ask_delta(
         notes.summary += "\n\n" + delta_digest(records, built, read=len(reading), limit=s.digest_chars)
     asked = ask_all(notes, reading)
     for a in asked.answers:
-        record_slice(state, a.key[:32], {"doc_ids": a.doc_ids, "key": a.key, "output": a.output})
+        record_slice(
+            state, a.key[:32], SliceNotes(doc_ids=a.doc_ids, key=a.key, output=a.output, run_id=notes.run_id)
+        )
     read = {r["doc_id"] for r in reading}
     rest = [r["doc_id"] for r in records if r["doc_id"] not in read]
     if rest and asked.answers:  # summarised by the digest every answer read: covered, retractable
         key = content_hash([sorted(rest), notes.summary])
-        record_slice(state, f"digest-{key[:24]}", {"doc_ids": rest, "key": key, "output": {}})
+        record_slice(
+            state, f"digest-{key[:24]}", {"doc_ids": rest, "key": key, "output": {}, "run_id": notes.run_id}
+        )
     return asked
 
 
@@ -166,9 +174,9 @@ def _status(asked: Asked, needed: int) -> str:
 
 def _checks(
     recipe: Recipe, outcomes: list[dict[str, Any]], output: dict[str, Any], asked: Asked
-) -> dict[str, Any]:
+) -> IntegrationChecks:
     ids = sorted(o["doc_id"] for o in outcomes)
-    checks: dict[str, Any] = {
+    checks: IntegrationChecks = {
         "conflicts": find_conflicts(outcomes, tuple(recipe.key_fields)),
         "coverage_gaps": coverage_gaps(outcomes, list(recipe.file_schema.model_fields)),
         "flags": asked.flags,
@@ -229,7 +237,7 @@ def integrate(
         "status": "failed" if len(problems) > len(asked.problems) else _status(asked, len(readable)),
         "problems": problems, "documents": len(outcomes), "doc_ids": sorted(fps), "delta": delta.counts(),
         "calls": asked.calls, "truncated": asked.truncated, "state_key": None, "output": output,
-        "checks": _checks(recipe, outcomes, output, asked),  # type: ignore[typeddict-item]
+        "checks": _checks(recipe, outcomes, output, asked),
     }  # fmt: skip
     if scope:
         state["sections"], state["run_id"] = output, run_id

@@ -37,6 +37,7 @@ class SliceNotes(TypedDict):
     doc_ids: list[str]
     key: str  # the ledger key of the answer
     output: dict[str, Any]
+    run_id: str  # the run that asked (run ids sort by time: newest notes last)
 
 
 class IntegrationState(TypedDict):
