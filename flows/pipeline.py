@@ -471,7 +471,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
     manifest = ManifestStore(ctx.store).load(ctx.run_id)
     base = f"runs/{ctx.run_id}"
     write_report(
-        ctx.store, {**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, dict(integration), costs
+        ctx.store, {**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, integration, costs
     )
 
     def finish(m: RunManifest) -> RunManifest:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any, TypedDict
+from typing import Any
 
 PASS = "integration"
 
@@ -68,32 +68,3 @@ def merge_outputs(parts: list[dict[str, Any]]) -> dict[str, Any]:
             else:
                 merged.setdefault(k, v)
     return merged
-
-
-class IntegrationChecks(TypedDict, total=False):
-    conflicts: list[dict[str, Any]]  # every value with its source doc id and evidence (code)
-    coverage_gaps: list[dict[str, Any]]  # failed / needs-review documents, unfilled fields (code)
-    flags: list[dict[str, Any]]  # what code fixed in the model's answers (unknown doc ids removed)
-    unaccounted: list[str]  # doc ids in no entity and no gap (empty when complete)
-
-
-class IntegrationRecord(TypedDict, total=False):
-    """`runs/<run_id>/integration.json`: what reporting, status and the flows read."""
-
-    run_id: str
-    recipe: str
-    mode: str  # incremental | full | skip
-    status: str  # complete | partial | failed | skipped
-    problems: list[dict[str, Any]]  # why it is partial or failed, with the doc ids concerned
-    documents: int
-    doc_ids: list[str]
-    delta: dict[str, int]  # added, changed, removed, pending, retracted_slices, to_integrate
-    calls: int  # model calls this run (ledger hits excluded)
-    truncated: int  # answers cut at max_tokens (each split and asked again in halves)
-    state_key: str | None
-    output: dict[str, Any]
-    checks: IntegrationChecks
-
-
-STATUSES = ("complete", "partial", "failed", "skipped")
-INCOMPLETE = ("partial", "failed")

@@ -31,7 +31,7 @@ from tasks.integration.checks import coverage_gaps, drop_unknown, find_conflicts
 from tasks.integration.digest import choose_reading, delta_digest, state_digest
 from tasks.integration.facts import code_built, headline, model_sections, sections, tracker_of, unaccounted
 from tasks.integration.notes import Asked, Notes, ask_all
-from tasks.integration.records import IntegrationChecks, IntegrationRecord, compact_records, merge_outputs
+from tasks.integration.records import compact_records, merge_outputs
 from tasks.integration.state import (
     IntegrationState,
     SliceNotes,
@@ -44,6 +44,7 @@ from tasks.integration.state import (
     save_state,
     scope_of,
 )
+from tasks.records import IntegrationChecks, IntegrationResult
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -186,7 +187,7 @@ def _checks(
     return checks
 
 
-def _skipped(run_id: str, recipe: Recipe, outcomes: list[dict[str, Any]]) -> IntegrationRecord:
+def _skipped(run_id: str, recipe: Recipe, outcomes: list[dict[str, Any]]) -> IntegrationResult:
     return {
         "run_id": run_id, "recipe": recipe.name, "mode": "skip", "status": "skipped", "problems": [],
         "documents": len(outcomes), "doc_ids": sorted(o["doc_id"] for o in outcomes), "delta": {},
@@ -205,7 +206,7 @@ def integrate(
     settings: Settings,
     source: str | None = None,
     mode: str | None = None,
-) -> IntegrationRecord:
+) -> IntegrationResult:
     """Integrate the current per-file results of `source` (merging into its stored state unless
     `mode` is full; without a source nothing is stored) and return the record it writes to
     runs/<run_id>/integration.json."""
@@ -232,7 +233,7 @@ def integrate(
     except ValidationError as e:
         problems.append({"doc_ids": [], "problem": "integration output does not match the schema",
                          "errors": [str(x["msg"]) for x in e.errors()[:5]]})  # fmt: skip
-    record: IntegrationRecord = {
+    record: IntegrationResult = {
         "run_id": run_id, "recipe": recipe.name, "mode": mode,
         "status": "failed" if len(problems) > len(asked.problems) else _status(asked, len(readable)),
         "problems": problems, "documents": len(outcomes), "doc_ids": sorted(fps), "delta": delta.counts(),

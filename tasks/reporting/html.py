@@ -187,7 +187,7 @@ def _integration(integration: IntegrationResult | None) -> str:
     )
 
 
-def _integration_state(integration: dict[str, Any] | None) -> str:
+def _integration_state(integration: IntegrationResult | None) -> str:
     """The integration pass's state line (id `integration-status`), and its problems."""
     if not integration:
         return ""

@@ -9,7 +9,7 @@ from tasks.records import IntegrationResult
 from tasks.reporting.summary import summarize
 
 
-def integration_state_lines(integration: dict[str, Any] | None) -> list[str]:
+def integration_state_lines(integration: IntegrationResult | None) -> list[str]:
     """The integration pass's state: complete, partial, failed or skipped, what this run merged, and
     every problem with the documents it concerns."""
     if not integration:
