@@ -124,8 +124,9 @@ class IntegrationSettings(BaseModel):
     read_records: int = Field(
         100,
         ge=1,
-        description="Results the model reads in full per run at most; above it, it reads a code-built "
-        "digest of the delta plus this many results by priority (conflicts and duplicates first).",
+        description="Results the model reads in full per run at most, for recipes whose entities, "
+        "duplicates, conflicts and gaps code builds; above it, a code-built digest of the delta plus "
+        "this many results by priority (conflicts and duplicates first).",
     )
     workers: int = Field(8, ge=1, le=64, description="Integration calls in flight at once.")
 

@@ -145,9 +145,12 @@ def _ask_delta(
     prior: dict[str, Any], documents: int,
 ) -> Asked:  # fmt: skip
     """The model's notes over this run's delta: every result when there are few, else a code-built
-    digest of all of them plus a bounded, prioritised reading. Answers go into `state`."""
+    digest of all of them plus a bounded, prioritised reading (recipes whose exact sections code
+    builds). Answers go into `state`."""
     s = notes.settings.integration
-    reading = choose_reading(records, built, s.read_records)
+    # a recipe whose sections are all the model's (code-review) has every result read in full
+    limit = s.read_records if code_built(notes.recipe) else len(records)
+    reading = choose_reading(records, built, limit)
     notes.summary = state_digest(prior, documents - len(records), s.digest_chars)
     if len(reading) < len(records):
         notes.summary += "\n\n" + delta_digest(records, built, read=len(reading), limit=s.digest_chars)
