@@ -56,9 +56,11 @@ log = get_logger("integrate")
 
 
 def integration_request(
-    recipe: Any, records: list[dict[str, Any]], *, model: str, max_tokens: int
+    recipe: Recipe, records: list[dict[str, Any]], *, model: str, max_tokens: int
 ) -> dict[str, Any]:
-    """Messages params: static prompt first (cached), then the per-file results as labelled data."""
+    """One request for the whole integration schema over `records` (static prompt first, cached;
+    then the results as labelled data). Runs ask per slice for the model's sections only
+    (`notes.notes_request`); this single-answer form is what the emulator's tests read."""
     states: dict[str, int] = defaultdict(int)
     for r in records:
         states[r.get("state", "?")] += 1
