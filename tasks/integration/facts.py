@@ -40,6 +40,12 @@ def _dup_field(recipe: Recipe) -> str:
     return names[0] if names else "key"
 
 
+def _shallow(output: dict[str, Any]) -> dict[str, Any]:
+    """An output as the tracker reads it: list fields only count as filled or not (the tracker
+    compares scalars), so their items are not walked."""
+    return {k: ([True] if v else []) if isinstance(v, list) else v for k, v in output.items()}
+
+
 def tracker_of(outcomes: list[dict[str, Any]], recipe: Recipe) -> FactTracker:
     """Every current result through the fact tracker, in doc id order."""
     tracker = FactTracker(tuple(recipe.key_fields), _entity_field(recipe))
@@ -49,7 +55,7 @@ def tracker_of(outcomes: list[dict[str, Any]], recipe: Recipe) -> FactTracker:
                 "doc_id": o["doc_id"],
                 "state": o.get("state"),
                 "reason": o.get("reason") or o.get("failure_type"),
-                "output": o.get("output") or {},
+                "output": _shallow(o.get("output") or {}),
             }
         )
     return tracker
