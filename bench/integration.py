@@ -211,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     finally:
         emu.terminate()
-        emu.wait(timeout=30)
+        try:
+            emu.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            emu.kill()
+            emu.wait()
     print(json.dumps({"load_average": [round(x, 1) for x in os.getloadavg()], "cpus": os.cpu_count()}))
     for r in rows:
         share = r["integration_share"]
