@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             emu.kill()
             emu.wait()
 
+    items = [b["custom_id"] for b in billed["billed"] if b.get("custom_id")]  # batch items only
     n = sum(states.values())
     ingested = states["succeeded"] + states["needs_review"]
     report = {
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         "store_ops_total_per_doc": round(sum(store.ops.values()) / n, 3),
         "billed_requests": billed["billed_count"],
         "batch_records": len(list(store.inner.list("runs/bench/batches/"))) // 2,
-        "billed_twice": billed["billed_count"] - len({b["custom_id"] for b in billed["billed"]}),
+        "billed_twice": len(items) - len(set(items)),
         "fsync": os.environ.get("DOCMILL_STORE_IO__FSYNC", "true"),
         "integration": integration,
     }
