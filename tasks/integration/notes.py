@@ -15,6 +15,7 @@ the caller makes it visible and leaves those documents for the next run.
 from __future__ import annotations
 
 import json
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -173,7 +174,10 @@ class Notes:
             purpose="repair" if attempt else "first",
         )  # fmt: skip
         message = result.message
-        self.costs.record(f"{key}-{attempt}", [CostEntry.from_usage(
+        # one group per API call (request id, else a fresh name): a slice asked again by a resume
+        # was billed again, so it is recorded again (a `<key>-<attempt>` group was written once per run)
+        call_id = result.request_id or uuid.uuid4().hex[:16]
+        self.costs.record(f"{key}-{attempt}-{call_id}", [CostEntry.from_usage(
             run_id=self.run_id, pass_name=PASS, doc_id=f"*integration-{slice_no}*", key=key, attempt=attempt,
             model=result.model, request_id=result.request_id, usage=message.get("usage") or {}, batch=False,
         )])  # fmt: skip
