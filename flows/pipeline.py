@@ -440,6 +440,7 @@ def run(
 
 def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
     from checkpoints.costs import CostLedger
+    from flows.continuation import source_id
     from tasks.integration.run import integrate
     from tasks.reporting.report import write_report
     from tasks.reporting.summary import summarize
@@ -464,7 +465,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         store=ctx.store,
         client=ctx.client,
         settings=ctx.settings,
-        source=_source_id(params.source),
+        source=source_id(params.source),
     )
     set_phase(ctx, Phase.REPORT)
     costs = CostLedger(ctx.store, ctx.run_id).totals()
