@@ -180,6 +180,7 @@ class Notes:
         self.costs.record(f"{key}-{attempt}-{call_id}", [CostEntry.from_usage(
             run_id=self.run_id, pass_name=PASS, doc_id=f"*integration-{slice_no}*", key=key, attempt=attempt,
             model=result.model, request_id=result.request_id, usage=message.get("usage") or {}, batch=False,
+            answered_model=message.get("model"),
         )])  # fmt: skip
         return message
 
