@@ -99,6 +99,38 @@ class ContextSettings(BaseModel):
     )
 
 
+class IntegrationSettings(BaseModel):
+    """The cross-document integration pass."""
+
+    mode: Literal["incremental", "full", "skip"] = Field(
+        "incremental",
+        description="incremental: merge only new or changed per-file results into the stored "
+        "integration state of this source, recipe and model; full: integrate everything again; skip: none.",
+    )
+    slice_records: int = Field(
+        40, ge=1, description="Per-file results per model call of the integration pass at most."
+    )
+    slice_chars: int = Field(
+        24_000, ge=1000, description="Characters of per-file results per integration call at most."
+    )
+    max_tokens: int = Field(
+        8192, ge=256, description="max_tokens of one integration call (a cut answer is split, not re-asked)."
+    )
+    digest_chars: int = Field(
+        3000,
+        ge=200,
+        description="Size of each code-built digest (existing state; this run's delta) in a call.",
+    )
+    read_records: int = Field(
+        100,
+        ge=1,
+        description="Results the model reads in full per run at most, for recipes whose entities, "
+        "duplicates, conflicts and gaps code builds; above it, a code-built digest of the delta plus "
+        "this many results by priority (conflicts and duplicates first).",
+    )
+    workers: int = Field(8, ge=1, le=64, description="Integration calls in flight at once.")
+
+
 class CostSettings(BaseModel):
     """Spending."""
 
@@ -193,6 +225,7 @@ class Settings(BaseSettings):
     batch: BatchSettings = Field(default_factory=BatchSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
+    integration: IntegrationSettings = Field(default_factory=IntegrationSettings)
     inventory: InventorySettings = Field(default_factory=InventorySettings)
     store_io: StoreSettings = Field(default_factory=StoreSettings)
     review: ReviewSettings = Field(default_factory=ReviewSettings)

@@ -7,6 +7,8 @@ Exit codes:
   4  the run's budget is spent; resume with a higher --max-cost-usd
   5  another process drives this run (its lease has not expired), or another live run of the
      same recipe and model covers the same documents (the overlap check; nothing was sent)
+  6  the run finished but its integration pass is partial or failed (see the report); the next
+     run of the same source asks again only what is missing
   130 interrupted; resume continues it
 """
 
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
 EXIT_OK, EXIT_INPUT, EXIT_RUN, EXIT_BUDGET, EXIT_LEASE, EXIT_INTERRUPT = 0, 2, 3, 4, 5, 130
+EXIT_INTEGRATION = 6
 
 
 def _quiet_prefect_services() -> None:
@@ -85,17 +88,30 @@ def _summary_line(s: dict[str, Any]) -> str:
         f"docmill: run {s['run_id']} {s['phase']}: {st['succeeded']} succeeded, {st['needs_review']} need review, "
         f"{st['failed']} failed, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
         f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflicts across documents.\n"
+        f"  {integration_line(s)}\n"
         f"  report: {s['report']}\n  exports: {s['exports']}\n  review queue: {s['review_queue']}"
     )
 
 
+def integration_line(s: dict[str, Any]) -> str:
+    """The integration pass in one line (the CLI summary and the Prefect summary artifact)."""
+    status = s.get("integration", "complete")
+    if status in ("partial", "failed"):
+        return (
+            f"integration: {status.upper()} ({s.get('integration_problems', 0)} problem(s); code-built "
+            "conflicts, duplicates and gaps are complete; see the report; the next run asks again)"
+        )
+    return f"integration: {status}"
+
+
 def _finish(summary: dict[str, Any]) -> int:
-    """Print a run's summary; a Prefect flow returns a budget stop as a summary (exit 4)."""
+    """Print a run's summary; a Prefect flow returns a budget stop as a summary (exit 4); a partial
+    or failed integration pass exits 6."""
     if summary.get("phase") == "budget_exhausted":
         print(f"docmill: {summary['message']}", file=sys.stderr)
         return EXIT_BUDGET
     print(_summary_line(summary))
-    return EXIT_OK
+    return EXIT_INTEGRATION if summary.get("integration") in ("partial", "failed") else EXIT_OK
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -115,6 +131,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         "api.model": a.model,
         "inventory.include": a.include,
         "inventory.exclude": a.exclude,
+        "integration.mode": a.integration,
     }
     if a.no_prefect:
         summary = run_extract(
@@ -134,6 +151,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             model=a.model,
             include=a.include,
             exclude=a.exclude,
+            integration=a.integration,
             progress=True,
             new_run=a.new_run,
         )

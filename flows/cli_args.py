@@ -68,6 +68,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="start a fresh run even if a stopped run of the same recipe, model and source exists "
         "(by default that run is continued)",
     )  # fmt: skip
+    r.add_argument(
+        "--integration", choices=["incremental", "full", "skip"],
+        help="integration pass: merge only new or changed results into this source's stored state "
+        "(incremental, default), integrate everything again (full), or none (skip)",
+    )  # fmt: skip
     _source_filters(r)
     r.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
     r.set_defaults(fn="run")

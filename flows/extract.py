@@ -25,7 +25,7 @@ from checkpoints.costs import CostLedger, possibly_billed_entry
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from flows import pipeline
-from flows.artifacts import publish_run
+from flows.artifacts import integration_md, publish_run
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
 from tasks.api.client import PossiblyBilled
 from tasks.api.models import check_models
@@ -213,6 +213,8 @@ def _publish(summary: dict[str, Any], settings: Settings) -> None:
     get_run_logger().info(
         "docmill run %s: %s, cost $%.4f", summary["run_id"], summary["states"], summary["cost_usd"]
     )
+    if summary.get("integration") in ("partial", "failed"):
+        get_run_logger().warning("docmill run %s: %s", summary["run_id"], integration_md(summary))
 
 
 def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> Any:
@@ -269,18 +271,21 @@ def extract(
     model: str | None = None,
     include: list[str] | None = None,
     exclude: list[str] | None = None,
+    integration: str | None = None,
     progress: bool = False,
     new_run: bool = False,
 ) -> dict[str, Any]:
     """The chain: inventory -> per-file pass -> gate -> integration -> report. A stopped run of the
     same recipe, model and source is continued unless `new_run`. `include` / `exclude`: glob patterns
-    over paths relative to the source (default: every file)."""
+    over paths relative to the source (default: every file). `integration`: incremental (default),
+    full or skip."""
     given = {
         "chunk_size": chunk_size,
         "cost.max_cost_usd": max_cost_usd,
         "api.concurrency": concurrency,
         "api.model": model,
         **_filters(include, exclude),
+        "integration.mode": integration,
     }
     return _in_flow(
         run_extract, source, recipe, mode=mode, run_id=run_id, settings=_settings(store, given),
@@ -295,9 +300,11 @@ def nightly(
     store: str | None = None,
     include: list[str] | None = None,
     exclude: list[str] | None = None,
+    integration: str | None = None,
 ) -> dict[str, Any]:
-    """Incremental: unchanged documents hit the ledger by content hash and cost nothing."""
-    settings = _settings(store, _filters(include, exclude))
+    """Incremental: unchanged documents hit the ledger by content hash and cost nothing, and the
+    integration merges only new or changed results into the source's stored state."""
+    settings = _settings(store, {**_filters(include, exclude), "integration.mode": integration})
     return _in_flow(run_extract, source, recipe, settings=settings, progress=False)
 
 
@@ -312,9 +319,13 @@ def backfill(
     max_cost_usd: float | None = None,
     include: list[str] | None = None,
     exclude: list[str] | None = None,
+    integration: str | None = None,
 ) -> dict[str, Any]:
     """A large source, batch mode by default; continues a stopped backfill of the same source."""
-    given = {"chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd, **_filters(include, exclude)}
+    given = {
+        "chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd, **_filters(include, exclude),
+        "integration.mode": integration,
+    }  # fmt: skip
     return _in_flow(
         run_extract, source, recipe, mode=mode, run_id=run_id, settings=_settings(store, given),
         progress=False, given=given,

@@ -440,6 +440,7 @@ def run(
 
 def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
     from checkpoints.costs import CostLedger
+    from flows.continuation import source_id
     from tasks.integration.run import integrate
     from tasks.reporting.report import write_report
     from tasks.reporting.summary import summarize
@@ -464,6 +465,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         store=ctx.store,
         client=ctx.client,
         settings=ctx.settings,
+        source=source_id(params.source),
     )
     set_phase(ctx, Phase.REPORT)
     costs = CostLedger(ctx.store, ctx.run_id).totals()
@@ -488,6 +490,8 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         "from_ledger": summary["from_ledger"],
         "cost_usd": float(costs.get("usd", 0.0)),
         "conflicts": len(integration["checks"]["conflicts"]),
+        "integration": integration["status"],
+        "integration_problems": len(integration["problems"]),
         "report": f"{ctx.store.uri.rstrip('/')}/{base}/report.md",
         "review_queue": f"{ctx.store.uri.rstrip('/')}/review/{ctx.run_id}/",
         "exports": f"{ctx.store.uri.rstrip('/')}/{base}/exports/",

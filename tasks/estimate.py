@@ -10,11 +10,19 @@ How a document is estimated (say so wherever a number is shown — it is an esti
                   it the API caches nothing, and no cache reads are assumed); batch: no cache hits
                   assumed (they are best effort there).
 Repairs are not included (at most settings.gate.repair_attempts per document, typically none).
+
+The integration pass (realtime, integration model) is estimated from the same numbers: code builds
+the exact sections, the model reads at most `integration.read_records` results in full per run,
+`integration.slice_records` per call; a compact result is about half the typical per-file answer
+(no evidence), and the model writes about NOTE_TOKENS_PER_RESULT tokens per result it reads
+(measured against the emulator). Full: every document is new. Incremental: only new or changed
+documents are read (one bounded call per slice of them); an unchanged source costs nothing.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,6 +45,60 @@ METHOD = (
 )
 
 
+NOTE_TOKENS_PER_RESULT = 55
+DIGEST_TOKENS = 1500  # the two code-built digests of a call, at most (integration.digest_chars x 2 / 4)
+
+
+@dataclass
+class IntegrationEstimate:
+    """The integration pass over `documents` new documents (full: all of them)."""
+
+    model: str
+    prompt_tokens: int  # system prompt + digests, per call
+    result_tokens: int  # one compact result
+    read_records: int
+    slice_records: int
+    max_tokens: int
+
+    def calls(self, documents: int) -> int:
+        return math.ceil(min(documents, self.read_records) / self.slice_records) if documents else 0
+
+    def usd(self, documents: int, *, worst: bool = False) -> float:
+        """Realtime price of integrating `documents` new or changed documents."""
+        p = price_table()[self.model]
+        read = min(documents, self.read_records)
+        calls = self.calls(documents)
+        inp = calls * self.prompt_tokens + read * self.result_tokens
+        out = (
+            calls * self.max_tokens if worst else min(read * NOTE_TOKENS_PER_RESULT, calls * self.max_tokens)
+        )
+        return (inp * p["input"] + out * p["output"]) / 1e6
+
+    def lines(self, documents: int, per_file_usd: float) -> list[str]:
+        full = self.usd(documents)
+        share = f" ({100 * full / per_file_usd:.0f}% of the realtime per-file pass)" if per_file_usd else ""
+        one, hundred = self.usd(1), self.usd(100)
+        return [
+            f"  integration, full: {self.calls(documents)} call(s) reading {min(documents, self.read_records)} of "
+            f"{documents} results (code builds entities, duplicates, conflicts, gaps) ~${full:.4f}{share} "
+            f"(worst case ${self.usd(documents, worst=True):.4f}), model {self.model}",
+            f"  integration, incremental: unchanged source $0; +1 document ~${one:.4f}; +100 documents "
+            f"~${hundred:.4f} ({self.calls(100)} call(s))",
+        ]
+
+
+def integration_estimate(recipe: Any, settings: Any, system_tokens: int) -> IntegrationEstimate:
+    s = settings.integration
+    return IntegrationEstimate(
+        model=settings.api.integration_model,
+        prompt_tokens=system_tokens + DIGEST_TOKENS,
+        result_tokens=max(16, typical_output_tokens(recipe, int(settings.api.max_tokens)) // 2),
+        read_records=s.read_records,
+        slice_records=s.slice_records,
+        max_tokens=s.max_tokens,
+    )
+
+
 @dataclass
 class Estimate:
     model: str
@@ -49,6 +111,7 @@ class Estimate:
     typical_output_tokens: int = 0
     max_output_tokens: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
+    integration: IntegrationEstimate | None = None
 
     def usd(self, *, batch: bool, worst: bool = False) -> float:
         p = price_of(self.model) or {"input": 0.0, "output": 0.0}
@@ -76,6 +139,8 @@ class Estimate:
             )
         if self.by_type:
             rows.append("  by type: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_type.items())))
+        if self.integration is not None:
+            rows += self.integration.lines(self.documents, self.usd(batch=False))
         return rows
 
 
@@ -117,6 +182,8 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         est.typical_output_tokens += typical
         est.max_output_tokens += max_tokens
         est.by_type[str(doc.doc_type)] = est.by_type.get(str(doc.doc_type), 0) + 1
+    system = max(1, len(recipe.integration_prompt) // 4)
+    est.integration = integration_estimate(recipe, settings, system)
     return est
 
 

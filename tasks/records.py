@@ -54,17 +54,27 @@ class Conflict(TypedDict):
 class IntegrationChecks(TypedDict):
     conflicts: list[Conflict]
     coverage_gaps: list[dict[str, Any]]
-    flags: list[dict[str, Any]]
+    flags: list[dict[str, Any]]  # what code fixed in the model's answers (unknown doc ids removed)
+    unaccounted: NotRequired[list[str]]  # doc ids in no entity and no gap (empty when complete)
 
 
 class IntegrationResult(TypedDict):
-    """`runs/<run_id>/integration.json`: the integration pass's answer plus the checks code made."""
+    """`runs/<run_id>/integration.json`: the integration pass's answer plus the checks code made,
+    and its state (`tasks.integration.run.integrate`)."""
 
     run_id: str
     recipe: str
     documents: int
     output: dict[str, Any]
     checks: IntegrationChecks
+    mode: NotRequired[str]  # incremental | full | skip
+    status: NotRequired[str]  # complete | partial | failed | skipped
+    problems: NotRequired[list[dict[str, Any]]]  # why partial or failed, with the doc ids concerned
+    doc_ids: NotRequired[list[str]]
+    delta: NotRequired[dict[str, int]]  # added, changed, removed, pending, retracted_slices, to_integrate
+    calls: NotRequired[int]  # model calls this run (ledger hits excluded)
+    truncated: NotRequired[int]  # answers cut at max_tokens (each split and asked again in halves)
+    state_key: NotRequired[str | None]
 
 
 class RunSummary(TypedDict):

@@ -52,7 +52,9 @@ def coverage_gaps(outcomes: list[dict[str, Any]], schema_fields: Iterable[str]) 
     found: set[str] = set()
     for o in outcomes:
         for k, v in (o.get("output") or {}).items():
-            if compact_value(v) not in (None, "", []):
+            if k not in found and (
+                bool(v) if isinstance(v, list) else compact_value(v) not in (None, "", [])
+            ):
                 found.add(k)
     for field in schema_fields:
         if field not in found and any(o.get("output") for o in outcomes):

@@ -59,7 +59,7 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _item_fields(schema: Any, name: str) -> list[str]:
+def item_fields(schema: Any, name: str) -> list[str]:
     """Field names of the items of list field `name` of a pydantic schema (empty if absent)."""
     field = getattr(schema, "model_fields", {}).get(name)
     args = getattr(field.annotation, "__args__", ()) if field else ()
@@ -289,7 +289,7 @@ def _final_output(
             None,
             [{"problem": "final answer was not JSON; facts kept by code only", "error": str(e)[:200]}],
         )
-    dup_fields = [f for f in _item_fields(recipe.integration_schema, "duplicates") if f != "doc_ids"]
+    dup_fields = [f for f in item_fields(recipe.integration_schema, "duplicates") if f != "doc_ids"]
     merged = merge_final(
         answer if isinstance(answer, dict) else None, tracker, dup_fields[0] if dup_fields else "key"
     )
@@ -315,7 +315,7 @@ def integrate_many(
 ) -> dict[str, Any]:
     """Integrate any number of per-file results inside `budget_tokens`; returns the integration record."""
     budget = budget_tokens or settings.context.budget_tokens
-    entity_fields = [f for f in _item_fields(recipe.integration_schema, "entities") if f != "doc_ids"]
+    entity_fields = [f for f in item_fields(recipe.integration_schema, "entities") if f != "doc_ids"]
     tracker = FactTracker(tuple(recipe.key_fields), entity_fields[0] if entity_fields else None)
     task = ConversationTask(
         task_id,

@@ -1,43 +1,55 @@
-"""The cross-document integration pass.
+"""The cross-document integration pass, incremental.
 
-Input: the gated per-file results (compact JSON with doc ids, a key-findings summary on top,
-explicit sections), never the raw documents. Output: the recipe's integration schema, plus
-checks that code makes itself and never leaves to the model:
+Input: the gated per-file results, never the raw documents. Output: the recipe's integration
+schema, assembled from two parts:
 
-- every doc id the model cites must exist; unknown citations are repaired once by re-asking,
-  then removed and listed under `checks.unknown_citations`;
-- conflicts: documents that share a key field value (e.g. an invoice number) but disagree on
-  another field, with every value and its source document and evidence;
-- coverage gaps: documents that failed or need review, and schema fields no document filled.
+- sections code builds exactly from every current result on every run (`facts`): entities,
+  duplicates, conflicts with every value, source and evidence, coverage gaps; plus the checks
+  (conflicts, gaps, every doc id accounted for);
+- sections only the model can write (`notes`: key findings, claims), asked over the results that
+  are new or changed since the stored integration state (`state`) in bounded slices, in parallel,
+  each with a digest of the state. A removed or changed document retracts the notes that read it.
 
-Inputs too large for one request are integrated in slices and merged (chunk-and-merge);
-`tasks.integration.long` keeps a single long conversation inside a token budget instead.
+`integration.mode`: incremental (default) merges into the state of this source, recipe and
+model; full starts from an empty state (and stores the result); skip runs nothing. An unchanged
+source integrates with no model call. A slice that could not be answered makes the record
+`partial` (or `failed`), names its documents, and is asked again by the next run.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from anthropic import transform_schema
 from pydantic import ValidationError
 
-from checkpoints.costs import CostEntry, CostLedger
-from checkpoints.keys import content_hash, idempotency_key
-from checkpoints.ledger import ResponseLog, ResultsLedger
+from checkpoints.keys import content_hash
 from docmill.logs import get_logger
-from tasks.integration.checks import cited_ids, coverage_gaps, drop_unknown, find_conflicts
-from tasks.integration.long import integrate_many
-from tasks.integration.records import PASS, compact_records, merge_outputs, slices
-from tasks.records import IntegrationResult
+from tasks.integration.checks import coverage_gaps, drop_unknown, find_conflicts
+from tasks.integration.digest import choose_reading, delta_digest, state_digest
+from tasks.integration.facts import code_built, headline, model_sections, sections, tracker_of, unaccounted
+from tasks.integration.notes import Asked, Notes, ask_all
+from tasks.integration.records import compact_records, merge_outputs
+from tasks.integration.state import (
+    IntegrationState,
+    SliceNotes,
+    apply_delta,
+    empty_state,
+    fingerprint,
+    load_state,
+    mark_without_notes,
+    record_slice,
+    save_state,
+    scope_of,
+)
+from tasks.records import IntegrationChecks, IntegrationResult
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
-    from tasks.api.client import CallResult, ModelClient
+    from tasks.api.client import ModelClient
     from tasks.recipes import Recipe
 
 log = get_logger("integrate")
@@ -46,7 +58,9 @@ log = get_logger("integrate")
 def integration_request(
     recipe: Recipe, records: list[dict[str, Any]], *, model: str, max_tokens: int
 ) -> dict[str, Any]:
-    """Messages params: static prompt first (cached), then the per-file results as labelled data."""
+    """One request for the whole integration schema over `records` (static prompt first, cached;
+    then the results as labelled data). Runs ask per slice for the model's sections only
+    (`notes.notes_request`); this single-answer form is what the emulator's tests read."""
     states: dict[str, int] = defaultdict(int)
     for r in records:
         states[r.get("state", "?")] += 1
@@ -94,143 +108,97 @@ def integration_request(
     }
 
 
-def _ask(
-    client: ModelClient, request: dict[str, Any], *, key: str, responses: ResponseLog, attempt: int
-) -> tuple[dict[str, Any], CallResult]:
-    result = client.call(
-        request,
-        key=key,
-        doc_id="*integration*",
-        pass_name=PASS,
-        on_response=lambda n, msg: responses.put(PASS, key, attempt + n, msg),
-        purpose="repair" if attempt else "first",
-    )
-    return result.message, result
+READABLE = ("succeeded", "needs_review")
+KEY_FINDINGS = 30  # the model's findings kept in the output, newest first (claims are all kept)
 
 
-def _text_of(message: dict[str, Any]) -> str:
-    return "".join(b.get("text", "") for b in message.get("content", []) if b.get("type") == "text")
+def _facts(recipe: Recipe, outcomes: list[dict[str, Any]]) -> tuple[dict[str, Any], str | None]:
+    """Code's sections of the whole corpus (conflicts and duplicates at least) and its headline."""
+    if code_built(recipe):
+        tracker = tracker_of(outcomes, recipe)
+        return sections(tracker, recipe), headline(tracker)
+    return {"conflicts": find_conflicts(outcomes, tuple(recipe.key_fields)), "duplicates": []}, None
 
 
-def _long_task(recipe: Recipe, records: list[dict[str, Any]], settings: Settings) -> bool | None:
-    """True when the results do not fit one request's budget and the recipe's integration schema
-    has the sections the long task keeps exact (conflicts, entities, ...); None otherwise."""
-    fields = set(getattr(recipe.integration_schema, "model_fields", {}))
-    if not {"conflicts", "entities", "duplicates", "coverage_gaps"} <= fields:
-        return None
-    tokens = sum(len(json.dumps(r, ensure_ascii=False)) for r in records) // 4
-    return True if tokens > settings.context.budget_tokens // 2 else None
-
-
-@dataclass
-class _Pass:
-    """What every integration call of one run shares."""
-
-    recipe: Recipe
-    run_id: str
-    store: ObjectStore
-    client: ModelClient
-    settings: Settings
-    known: set[str]
-    ledger: ResultsLedger = field(init=False)
-    responses: ResponseLog = field(init=False)
-    costs: CostLedger = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.ledger = ResultsLedger(self.store)
-        self.responses = ResponseLog(self.store)
-        self.costs = CostLedger(self.store, self.run_id)
-
-    def key(self, content: Any, params: dict[str, Any]) -> str:
-        r = self.recipe
-        model = self.settings.api.integration_model
-        return idempotency_key(
-            PASS, r.version, r.prompt_hash(), r.schema_hash(), model, content_hash(content), params
-        )
-
-
-def _integrate_long(p: _Pass, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The whole input as one long conversation (ledger-keyed); returns the ledger record."""
-    key = p.key(records, {"long": True, "budget": p.settings.context.budget_tokens})
-    cached = p.ledger.get(PASS, key)
-    if cached is None:
-        record = integrate_many(
-            records, recipe=p.recipe, run_id=p.run_id, store=p.store, client=p.client, settings=p.settings
-        )
-        cached, _ = p.ledger.put(PASS, key, {"key": key, "pass_name": PASS, "output": record["output"],
-                                             "model": p.settings.api.integration_model,
-                                             "context": record.get("context"),
-                                             "flags": record["checks"].get("flags", [])})  # fmt: skip
-    return cached
-
-
-def _repair_turn(request: dict[str, Any], text: str, errors: list[str]) -> dict[str, Any]:
-    return {
-        **request,
-        "messages": [
-            *request["messages"],
-            {"role": "assistant", "content": text or "{}"},
-            {
-                "role": "user",
-                "content": "Your answer had problems:\n- "
-                + "\n- ".join(errors)
-                + "\nReturn the corrected JSON only; cite only doc ids present in the results.",
-            },
-        ],
+def _assemble(
+    recipe: Recipe, known: set[str], state: IntegrationState, built: dict[str, Any], first: str | None
+) -> dict[str, Any]:
+    """The integration output: code's sections and every stored slice's notes, merged; citations of
+    documents no longer in the source removed."""
+    order = sorted(state["slices"], key=lambda s: (state["slices"][s].get("run_id") or "", s), reverse=True)
+    parts = [state["slices"][s]["output"] for s in order]  # newest first
+    merged = drop_unknown(merge_outputs(parts), known)
+    for name, value in merged.items():  # items left citing nothing are retracted with their source
+        if isinstance(value, list):
+            merged[name] = [x for x in value if not (isinstance(x, dict) and x.get("doc_ids") == [])]
+    if not code_built(recipe):
+        return {name: merged.get(name, []) for name in model_sections(recipe)}
+    output = {
+        n: built[n] if n in built else merged.get(n, []) for n in recipe.integration_schema.model_fields
     }
-
-
-def _validated(p: _Pass, text: str) -> tuple[dict[str, Any] | None, list[str]]:
-    """The answer parsed against the integration schema, and its problems (unknown doc ids too)."""
-    try:
-        output = p.recipe.integration_schema.model_validate_json(text).model_dump(mode="json")
-    except ValidationError as e:
-        return None, [f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in e.errors()[:20]]
-    return output, [f"{path}: unknown doc id {d!r}" for path, d in cited_ids(output) if d not in p.known]
-
-
-def _integrate_slice(
-    p: _Pass, i: int, part: list[dict[str, Any]], flags: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """One slice: from the ledger, or asked and repaired up to the gate's repair attempts; returns
-    its output (None when it stayed invalid, with a flag)."""
-    max_tokens = p.settings.api.max_tokens
-    request = integration_request(
-        p.recipe, part, model=p.settings.api.integration_model, max_tokens=max_tokens
-    )
-    key = p.key(part, {"max_tokens": max_tokens})
-    cached = p.ledger.get(PASS, key)
-    if cached is not None:
-        return dict(cached["output"])
-    attempt = 0
-    errors: list[str] = []
-    output: dict[str, Any] | None = None
-    while attempt < 1 + p.settings.gate.repair_attempts:
-        message, result = _ask(p.client, request, key=key, responses=p.responses, attempt=attempt)
-        # one group per API call (request id, else a fresh name): a slice asked again by a resume
-        # was billed again, so it is recorded again (a `<key>-<attempt>` group was written once per run)
-        call_id = result.request_id or uuid.uuid4().hex[:16]
-        p.costs.record(f"{key}-{attempt}-{call_id}", [CostEntry.from_usage(
-            run_id=p.run_id, pass_name=PASS, doc_id=f"*integration-{i}*", key=key, attempt=attempt,
-            model=result.model, request_id=result.request_id, usage=message.get("usage") or {}, batch=False,
-            answered_model=message.get("model"),
-        )])  # fmt: skip
-        attempt += 1
-        text = _text_of(message)
-        output, errors = _validated(p, text)
-        if not errors:
-            break
-        request = _repair_turn(request, text, errors)
-    if output is None:
-        flags.append({"slice": i, "problem": "integration output invalid after repairs", "errors": errors})
-        return None
-    unknown = sorted({d for _, d in cited_ids(output) if d not in p.known})
-    if unknown:
-        flags.append({"slice": i, "problem": "unknown doc ids removed", "doc_ids": unknown})
-        output = drop_unknown(output, p.known)
-    p.ledger.put(PASS, key, {"key": key, "pass_name": PASS, "output": output,
-                             "model": p.settings.api.integration_model})  # fmt: skip
+    if "key_findings" in output:
+        findings = list(dict.fromkeys(merged.get("key_findings") or []))[:KEY_FINDINGS]
+        output["key_findings"] = [first, *findings]
     return output
+
+
+def _ask_delta(
+    notes: Notes, state: IntegrationState, records: list[dict[str, Any]], built: dict[str, Any],
+    prior: dict[str, Any], documents: int,
+) -> Asked:  # fmt: skip
+    """The model's notes over this run's delta: every result when there are few, else a code-built
+    digest of all of them plus a bounded, prioritised reading (recipes whose exact sections code
+    builds). Answers go into `state`."""
+    s = notes.settings.integration
+    # a recipe whose sections are all the model's (code-review) has every result read in full
+    limit = s.read_records if code_built(notes.recipe) else len(records)
+    reading = choose_reading(records, built, limit)
+    notes.summary = state_digest(prior, documents - len(records), s.digest_chars)
+    if len(reading) < len(records):
+        notes.summary += "\n\n" + delta_digest(records, built, read=len(reading), limit=s.digest_chars)
+    asked = ask_all(notes, reading)
+    for a in asked.answers:
+        record_slice(
+            state, a.key[:32], SliceNotes(doc_ids=a.doc_ids, key=a.key, output=a.output, run_id=notes.run_id)
+        )
+    read = {r["doc_id"] for r in reading}
+    rest = [r["doc_id"] for r in records if r["doc_id"] not in read]
+    if rest and asked.answers:  # summarised by the digest every answer read: covered, retractable
+        key = content_hash([sorted(rest), notes.summary])
+        record_slice(
+            state, f"digest-{key[:24]}", {"doc_ids": rest, "key": key, "output": {}, "run_id": notes.run_id}
+        )
+    return asked
+
+
+def _status(asked: Asked, needed: int) -> str:
+    if not asked.problems:
+        return "complete"
+    failed = sum(len(p.get("doc_ids") or []) for p in asked.problems)
+    return "failed" if failed >= needed else "partial"
+
+
+def _checks(
+    recipe: Recipe, outcomes: list[dict[str, Any]], output: dict[str, Any], asked: Asked
+) -> IntegrationChecks:
+    ids = sorted(o["doc_id"] for o in outcomes)
+    checks: IntegrationChecks = {
+        "conflicts": find_conflicts(outcomes, tuple(recipe.key_fields)),
+        "coverage_gaps": coverage_gaps(outcomes, list(recipe.file_schema.model_fields)),
+        "flags": asked.flags,
+    }
+    if code_built(recipe):
+        checks["unaccounted"] = unaccounted(ids, output)
+    return checks
+
+
+def _skipped(run_id: str, recipe: Recipe, outcomes: list[dict[str, Any]]) -> IntegrationResult:
+    return {
+        "run_id": run_id, "recipe": recipe.name, "mode": "skip", "status": "skipped", "problems": [],
+        "documents": len(outcomes), "doc_ids": sorted(o["doc_id"] for o in outcomes), "delta": {},
+        "calls": 0, "truncated": 0, "state_key": None, "output": {},
+        "checks": {"conflicts": [], "coverage_gaps": [], "flags": []},
+    }  # fmt: skip
 
 
 def integrate(
@@ -241,33 +209,46 @@ def integrate(
     store: ObjectStore,
     client: ModelClient,
     settings: Settings,
+    source: str | None = None,
+    mode: str | None = None,
 ) -> IntegrationResult:
-    """Run the integration pass once per distinct input (ledger-keyed) and return the record."""
-    p = _Pass(recipe, run_id, store, client, settings, known={o["doc_id"] for o in outcomes})
-    records = compact_records(outcomes)
-    parts: list[dict[str, Any]] = []
-    flags: list[dict[str, Any]] = []
-    if _long_task(recipe, records, settings):
-        cached = _integrate_long(p, records)
-        parts.append(cached["output"])
-        flags.extend(cached.get("flags") or [])
-    else:
-        for i, part in enumerate(slices(records) if records else []):
-            output = _integrate_slice(p, i, part, flags)
-            if output is not None:
-                parts.append(output)
-    schema_fields = list(getattr(recipe.file_schema, "model_fields", {}))
-    result: IntegrationResult = {
-        "run_id": run_id,
-        "recipe": recipe.name,
-        "documents": len(outcomes),
-        "output": merge_outputs(parts),
-        "checks": {
-            "conflicts": find_conflicts(outcomes, tuple(recipe.key_fields)),
-            "coverage_gaps": coverage_gaps(outcomes, schema_fields),
-            "flags": flags,
-        },
-    }
-    store.put_json(f"runs/{run_id}/integration.json", result)
-    log.info("integration done", extra={"phase": "integration"})
-    return result
+    """Integrate the current per-file results of `source` (merging into its stored state unless
+    `mode` is full; without a source nothing is stored) and return the record it writes to
+    runs/<run_id>/integration.json."""
+    mode = mode or settings.integration.mode
+    if mode == "skip":
+        skipped = _skipped(run_id, recipe, outcomes)
+        store.put_json(f"runs/{run_id}/integration.json", skipped)
+        return skipped
+    scope = scope_of(source, recipe, settings) if source else None
+    state = load_state(store, scope) if scope and mode == "incremental" else empty_state(scope or {})
+    prior = state["sections"]
+    fps = {o["doc_id"]: fingerprint(o) for o in outcomes}
+    delta = apply_delta(state, fps)
+    by_id = {o["doc_id"]: o for o in outcomes}
+    readable = [d for d in delta.needs_notes if by_id[d].get("output") and by_id[d].get("state") in READABLE]
+    mark_without_notes(state, sorted(set(delta.needs_notes) - set(readable)))
+    built, first = _facts(recipe, outcomes)
+    notes = Notes(recipe, run_id, store, client, settings, known=set(fps), summary="")
+    asked = _ask_delta(notes, state, compact_records(by_id[d] for d in readable), built, prior, len(fps))
+    output = _assemble(recipe, set(fps), state, built, first)
+    problems = list(asked.problems)
+    try:
+        output = recipe.integration_schema.model_validate(output).model_dump(mode="json")
+    except ValidationError as e:
+        problems.append({"doc_ids": [], "problem": "integration output does not match the schema",
+                         "errors": [str(x["msg"]) for x in e.errors()[:5]]})  # fmt: skip
+    record: IntegrationResult = {
+        "run_id": run_id, "recipe": recipe.name, "mode": mode,
+        "status": "failed" if len(problems) > len(asked.problems) else _status(asked, len(readable)),
+        "problems": problems, "documents": len(outcomes), "doc_ids": sorted(fps), "delta": delta.counts(),
+        "calls": asked.calls, "truncated": asked.truncated, "state_key": None, "output": output,
+        "checks": _checks(recipe, outcomes, output, asked),
+    }  # fmt: skip
+    if scope:
+        state["sections"], state["run_id"] = output, run_id
+        record["state_key"] = save_state(store, state)
+    store.put_json(f"runs/{run_id}/integration.json", record)
+    log.info("integration %s: %d calls, delta %s", record["status"], asked.calls, delta.counts(),
+             extra={"phase": "integration"})  # fmt: skip
+    return record

@@ -109,6 +109,31 @@ def _results(recipe: str, views: list[Any], outcomes: list[dict[str, Any]], extr
     return documents + "<h2>Fields with evidence</h2>" + fields_section(views)
 
 
+def _integration_state(integration: IntegrationResult | None) -> str:
+    """The integration pass's state line (id `integration-status`), and its problems."""
+    if not integration:
+        return ""
+    status = str(integration.get("status") or "complete")
+    bad = status in ("partial", "failed")
+    problems = "".join(
+        f"<li>{e(p.get('problem'))}: {e(len(p.get('doc_ids') or []))} document(s) "
+        f"{e(', '.join((p.get('doc_ids') or [])[:5]))} — {e('; '.join(p.get('errors') or [p.get('error') or ''])[:300])}</li>"
+        for p in integration.get("problems") or []
+    )
+    style = ' style="color:#cf222e"' if bad else ' class="muted"'
+    return (
+        f'<p{style}>Integration: <b id="integration-status">{e(status)}</b> '
+        f"({e(integration.get('mode', 'full'))}, {e(integration.get('calls', 0))} model call(s) this run)"
+        + (
+            " — conflicts, duplicates and gaps are code-built and complete; the next run asks again."
+            if bad
+            else ""
+        )
+        + "</p>"
+        + (f"<ul>{problems}</ul>" if problems else "")
+    )
+
+
 def html_report(
     manifest: dict[str, Any],
     outcomes: list[dict[str, Any]],
@@ -147,6 +172,7 @@ def html_report(
 v{_e(manifest.get("recipe_version"))} · mode {_e(manifest.get("mode"))} · phase <b id="phase">{_e(manifest.get("phase"))}</b>
 · {reused} reused from the ledger · generated {generated}<br>{_when(manifest, timeline)}</div>
 <div class="cards">{cards}</div>
+{_integration_state(integration)}
 <h2>Timeline ({unit}: submitted, in flight, {"answered" if timeline["mode"] == "realtime" else "ended, ingested"})</h2>
 {timeline_svg(timeline)}
 <h2>Integration: key findings and flags</h2>{integration_output_section(integration)}

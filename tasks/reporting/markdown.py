@@ -226,6 +226,36 @@ def _costs(costs: dict[str, Any]) -> list[str]:
     return lines
 
 
+def integration_state_lines(integration: IntegrationResult | None) -> list[str]:
+    """The integration pass's state: complete, partial, failed or skipped, what this run merged, and
+    every problem with the documents it concerns."""
+    if not integration:
+        return ["", "Integration: not run."]
+    status = str(integration.get("status") or "complete")
+    delta = integration.get("delta") or {}
+    merged = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in delta.items() if v)
+    lines = [
+        "",
+        f"Integration: **{status.upper() if status in ('partial', 'failed') else status}** "
+        f"({integration.get('mode', 'full')}; {integration.get('calls', 0)} model call(s) this run"
+        + (f"; {merged}" if merged else "; nothing new to integrate")
+        + ").",
+    ]
+    for p in integration.get("problems") or []:
+        ids = p.get("doc_ids") or []
+        shown = ", ".join(f"`{d}`" for d in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        lines.append(
+            f"- {p.get('problem')}"
+            + (f" ({shown})" if ids else "")
+            + f": {'; '.join(p.get('errors') or [p.get('error') or ''])[:300]}"
+        )
+    if status in ("partial", "failed"):
+        lines.append(
+            "- conflicts, duplicates and gaps below are code-built and complete; the next run asks again."
+        )
+    return lines
+
+
 def markdown(
     manifest: dict[str, Any],
     outcomes: list[dict[str, Any]],
@@ -255,6 +285,7 @@ def markdown(
         f"| **total** | **{len(outcomes)}** |",
         "",
         f"Reused from the ledger without an API call: {sum(1 for o in outcomes if o.get('from_ledger'))}.",
+        *integration_state_lines(integration),
     ]
     lines += _integration(integration)
     lines += _findings(outcomes, recipe) if has_findings(outcomes) else _fields(views)

@@ -97,8 +97,33 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
         "unpriced_models": sorted({e.model for e in entries if e.unpriced}),
         "docs_per_second": rate,
         "eta_seconds": eta,
+        "integration": integration_state(store, run_id),
         "manifest": m.model_dump(mode="json", exclude={"config"}),
     }
+
+
+def integration_state(store: Any, run_id: str) -> dict[str, Any] | None:
+    """The integration pass's status, problems, calls and delta (None before it ran)."""
+    found = store.get_json_or_none(f"runs/{run_id}/integration.json")
+    if not found:
+        return None
+    return {
+        "status": found.get("status", "complete"),
+        "mode": found.get("mode"),
+        "problems": len(found.get("problems") or []),
+        "calls": found.get("calls"),
+        "delta": found.get("delta") or {},
+    }
+
+
+def integration_text(st: dict[str, Any]) -> str:
+    """The `integration` line of `docmill status`."""
+    i = st.get("integration")
+    if not i:
+        return "integration not run yet"
+    status = i["status"].upper() if i["status"] in ("partial", "failed") else i["status"]
+    hint = f", {i['problems']} problem(s): see the report; the next run asks again" if i["problems"] else ""
+    return f"integration {status} ({i['mode']}, {i['calls']} model call(s) this run{hint})"
 
 
 def _duration(seconds: float) -> str:
@@ -158,6 +183,7 @@ def status_text(st: dict[str, Any]) -> str:
             else ""
         ),
         f"eta        {eta}",
+        integration_text(st),
         f"updated    {st['updated_at']}",
     ]
     return "\n".join(lines)

@@ -168,3 +168,36 @@ def test_interrupted_message_names_the_run(
     assert code == 130
     err = capsys.readouterr().err
     assert "`docmill resume night-1`" in err and "RUN_ID" not in err
+
+
+def test_partial_integration_is_reported_everywhere_and_exits_6(
+    offline_env: str, tmp_path: Path, emulator: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An integration answer cut at max_tokens (for one document, whatever the slice size) leaves
+    the integration partial: the summary line, exit code 6, report.md, report.html and `status`
+    all say so, and name the document."""
+    from checkpoints.store import open_store
+
+    corpus, truth = make_corpus(tmp_path, count=12, seed=9)
+    doc = next(t["doc_id"] for t in truth if t["record"] == "document" and t["expected_status"] == "ok")
+    emulator.state.faults.add(kind="truncate", marker=f'\\"doc_id\\": \\"{doc}\\"')
+    assert main(["--store", offline_env, "run", str(corpus), "--no-prefect"]) == 6
+    out = capsys.readouterr().out
+    assert "integration: PARTIAL (1 problem(s)" in out
+    store = open_store(offline_env)
+    assert main(["--store", offline_env, "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    run_id = status["run_id"]
+    assert status["status"]["integration"]["status"] == "partial"
+    md = store.get(f"runs/{run_id}/report.md").decode()
+    assert "Integration: **PARTIAL**" in md and f"`{doc}`" in md and "max_tokens" in md
+    html = store.get(f"runs/{run_id}/report.html").decode()
+    assert '<b id="integration-status">partial</b>' in html and doc in html
+    assert main(["--store", offline_env, "status"]) == 0
+    assert "integration PARTIAL" in capsys.readouterr().out
+
+    emulator.state.faults.clear()  # the next run asks only for what is missing, and is complete
+    assert main(["--store", offline_env, "run", str(corpus), "--no-prefect"]) == 0
+    assert "integration: complete" in capsys.readouterr().out
+    assert main(["--store", offline_env, "run", str(corpus), "--no-prefect", "--integration", "skip"]) == 0
+    assert "integration: skipped" in capsys.readouterr().out

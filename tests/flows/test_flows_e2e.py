@@ -135,24 +135,28 @@ def test_resume_after_a_crash_sends_nothing_twice(tmp_path: Path, emulator: Any)
     assert summary["phase"] == "done"
 
 
-def test_integration_over_budget_runs_as_a_long_task(tmp_path: Path, emulator: Any) -> None:
-    from docmill.settings import ContextSettings
+@pytest.mark.parametrize("mode", ["realtime", "batch"])
+def test_unchanged_source_run_again_makes_no_call(tmp_path: Path, emulator: Any, mode: str) -> None:
+    """300 invoices: the second run of the unchanged source is free, integration included, and
+    reports the same conflicts (the integration state and the ledger answer everything)."""
+    from docmill.settings import BatchSettings
 
-    corpus, truth = make_corpus(tmp_path, count=60, seed=8)
-    settings = settings_for(emulator, str(tmp_path / "store")).model_copy(
-        update={"context": ContextSettings(budget_tokens=6000)}
+    corpus, truth = make_corpus(tmp_path, count=300, seed=8)
+    settings = settings_for(emulator, str(tmp_path / "store"), concurrency=16).model_copy(
+        update={"batch": BatchSettings(poll_seconds=0.05, poll_max_seconds=0.2)}
     )
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    first = run_extract(str(corpus), "invoices", settings=settings, mode=mode, progress=False)
     store = open_store(settings.store)
-    check_conflicts(store, summary["run_id"], truth)
-    ledger_records = [k for k in store.list("results/integration/")]
-    assert len(ledger_records) == 1
-    record = store.get_json(ledger_records[0])
-    assert record["context"]["compactions"] >= 1  # the history outgrew its budget and was compacted
+    check_conflicts(store, first["run_id"], truth)
+    assert first["integration"] == "complete"
+    integration = store.get_json(f"runs/{first['run_id']}/integration.json")
+    assert integration["calls"] >= 1 and integration["truncated"] == 0
     billed = len(emulator.state.accounting.billed)
-    again = run_extract(str(corpus), "invoices", settings=settings, progress=False)
-    assert len(emulator.state.accounting.billed) == billed
-    assert again["conflicts"] == summary["conflicts"]
+    again = run_extract(str(corpus), "invoices", settings=settings, mode=mode, progress=False)
+    assert len(emulator.state.accounting.billed) == billed  # zero API calls, integration included
+    assert again["cost_usd"] == 0.0 and again["integration"] == "complete"
+    assert again["conflicts"] == first["conflicts"]
+    check_conflicts(store, again["run_id"], truth)
 
 
 def test_auto_mode_takes_batches_above_threshold(tmp_path: Path, emulator: Any) -> None:

@@ -168,6 +168,26 @@ def test_flow_run_shows_per_file_progress_in_documents(
     assert f"{summary['documents']} of {summary['documents']} documents" in (progress[0].description or "")
 
 
+def test_partial_integration_shows_in_the_summary_artifact(
+    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
+) -> None:
+    """An integration answer cut at max_tokens for one document: the flow's summary says
+    `integration: partial`, and so does its `docmill-run-summary` artifact."""
+    from flows.extract import extract
+
+    corpus, truth = make_corpus(tmp_path, count=8, seed=4)
+    doc = next(t["doc_id"] for t in truth if t["record"] == "document" and t["expected_status"] == "ok")
+    emulator.state.faults.add(kind="truncate", marker=f'\\"doc_id\\": \\"{doc}\\"')
+    state = extract(str(corpus), "invoices", return_state=True)
+    assert state.result()["integration"] == "partial"
+    summary = [
+        a
+        for a in _of_flow_run("artifacts", state.state_details.flow_run_id)
+        if a.key == "docmill-run-summary"
+    ]
+    assert len(summary) == 1 and "**Integration: PARTIAL** (1 problem(s)" in str(summary[0].data)
+
+
 def test_progress_artifact_is_throttled_and_never_breaks_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
     import flows.extract as fx
     from tests.fixtures.clock import FakeTime

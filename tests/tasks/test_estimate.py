@@ -1,8 +1,10 @@
 """`docmill estimate` (tasks/estimate.py) against what the emulator bills: below the model's minimum
-cacheable length the per-file prefix is never cached, and the estimate assumes no cache reads."""
+cacheable length the per-file prefix is never cached, and the estimate assumes no cache reads; the
+integration pass is priced too (full and incremental), close to what a run then costs."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ from checkpoints.store import open_store
 from docmill.settings import ApiSettings, Settings
 from flows.extract import run_extract
 from tasks.estimate import estimate_source
-from tests.flows.helpers import make_corpus
+from tests.flows.helpers import make_corpus, settings_for
 
 
 def test_prefix_below_the_cache_minimum_gets_no_reads_and_the_estimate_agrees(
@@ -33,3 +35,23 @@ def test_prefix_below_the_cache_minimum_gets_no_reads_and_the_estimate_agrees(
         str(corpus), "invoices", Settings(api=ApiSettings(base_url=emulator.base_url, cache_min_tokens=lower))
     )
     assert cached.cached_tokens > 0 and cached.usd(batch=False) < est.usd(batch=False)
+
+
+def test_estimate_includes_integration_full_and_incremental(tmp_path: Path, emulator: Any) -> None:
+    corpus, truth = make_corpus(tmp_path, count=80, seed=21)
+    settings = settings_for(emulator, str(tmp_path / "store"), concurrency=16)
+    est = estimate_source(str(corpus), "invoices", settings)
+    assert est.integration is not None
+    text = "\n".join(est.lines())
+    assert "integration, full:" in text and "integration, incremental: unchanged source $0" in text
+
+    first = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    store = open_store(settings.store)
+    spent = CostLedger(store, first["run_id"]).totals()["by_pass"]
+    assert 0.5 < est.integration.usd(est.documents) / spent["integration"] < 2
+
+    ok = next(t["doc_id"] for t in truth if t["record"] == "document" and t["doc_id"].endswith(".txt"))
+    shutil.copy(corpus / ok, corpus / "new-one.txt")
+    second = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    spent = CostLedger(store, second["run_id"]).totals()["by_pass"]
+    assert 0.3 < est.integration.usd(1) / spent["integration"] < 3
