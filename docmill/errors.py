@@ -107,6 +107,21 @@ class ApiCallError(DocmillError):
     fell_back: bool = False
 
 
+class SystemicFailure(DocmillError):
+    """Calls keep failing the same systemic way (auth, model, endpoint, every answer invalid alike):
+    the run stops (phase `stopped`, exit 3) until the cause is fixed and the run resumed."""
+
+    cause: str = ""  # auth, billing, permission, model_not_found, not_a_message, connection_refused, ...
+    calls: int = 0
+    last_error: str = ""
+
+
+class Interrupted(DocmillError):
+    """SIGINT / SIGTERM: no new request was sent after the signal; in-flight answers were kept."""
+
+    signal_name: str = ""  # SIGINT or SIGTERM
+
+
 class BudgetExhausted(DocmillError):
     """The run's cost cap would be exceeded by the next request."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -33,8 +33,18 @@ class ApiSettings(BaseModel):
     input_tokens_per_minute: int = Field(2_000_000, ge=1, description="Client-side input-token pacing.")
     max_attempts: int = Field(5, ge=1, description="Transport attempts per request (429, 5xx, 529, resets).")
     backoff_max_seconds: float = Field(30.0, ge=0, description="Cap on one transport backoff wait.")
+    retry_after_max_seconds: float = Field(
+        60.0, ge=0, allow_inf_nan=False,
+        description="Cap on a server-asked wait (retry-after); a longer ask is logged and waited this long.",
+    )  # fmt: skip
     timeout_seconds: float = Field(120.0, gt=0, description="Hard HTTP timeout per request.")
     max_tokens: int = Field(4096, ge=1, description="max_tokens for a per-file call.")
+    circuit_breaker_calls: int = Field(
+        20,
+        ge=1,
+        description="Calls in a row failing the same systemic way (auth, model, endpoint, every answer "
+        "invalid alike) that stop the run (exit 3, phase stopped).",
+    )
     overloads_before_fallback: int = Field(
         3, ge=1, description="Consecutive overload failures of the primary model before the fallback."
     )
@@ -77,7 +87,16 @@ class ContextSettings(BaseModel):
 class CostSettings(BaseModel):
     """Spending."""
 
-    max_cost_usd: float | None = Field(None, ge=0, description="Hard cap per run; None means no cap.")
+    max_cost_usd: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="Hard cap per run; None means no cap."
+    )
+    max_doc_cost_usd: float | None = Field(
+        2.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Per-document guard: a document whose worst case (from its request's tokens) costs "
+        "more goes to review before it is sent; None: no guard.",
+    )
 
 
 class InventorySettings(BaseModel):
@@ -86,6 +105,11 @@ class InventorySettings(BaseModel):
     max_document_bytes: int = Field(20 * 1024 * 1024, ge=1, description="Larger documents are skipped.")
     include: list[str] = Field(default_factory=lambda: ["**/*"], description="Glob patterns to take.")
     exclude: list[str] = Field(default_factory=list, description="Glob patterns to skip.")
+    follow_symlinks: bool = Field(
+        False,
+        description="Read symlinks that resolve outside the source and walk symlinked folders "
+        "(otherwise: skipped as outside_source / symlinked_folder).",
+    )
 
 
 class StoreSettings(BaseModel):
@@ -125,8 +149,20 @@ class Settings(BaseSettings):
     )
     log_format: Literal["json", "text"] = Field("text", description="Log line format.")
     raise_errors: bool = Field(False, description="Show tracebacks instead of one-line errors.")
-    log_level: str = Field(
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
         "WARNING", description="Level of docmill's own log lines (INFO: one per API call)."
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    shutdown_grace_seconds: float = Field(
+        30.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="After SIGINT/SIGTERM: how long requests in flight may take to answer (nothing new is sent).",
     )
     chunk_size: int = Field(50, ge=1, le=1000, description="Documents per Prefect task.")
     chunk_workers: int = Field(4, ge=1, le=64, description="Chunks in flight at once in one process.")
@@ -150,6 +186,9 @@ class Settings(BaseSettings):
     )
     flow_retry_delay_seconds: float = Field(
         120.0, ge=0, description="Wait before each retry of a failed Prefect flow run."
+    )
+    allow_empty: bool = Field(
+        False, description="A source with no files is a run of 0 documents instead of an error (exit 2)."
     )
     chunk_limit_name: str | None = Field(
         None, description="Prefect global concurrency limit held per chunk (strict); None: no limit."

@@ -28,6 +28,8 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 from docmill.errors import ApiCallError
 from docmill.logs import get_logger
 from docmill.prices import CACHE_WRITE_5M, cost_usd, price_table
+from docmill.shutdown import SHUTDOWN
+from tasks.api.breaker import API_CAUSES, CircuitBreaker
 from tasks.api.pacing import Budget, RateLimiter
 from tasks.api.retrying import FailureKind, classify, describe, error_retry_after, is_retryable, wait_seconds
 from tasks.api.usage import add_usage, estimate_input_tokens
@@ -145,6 +147,7 @@ class ModelClient:
         self.budget = budget or Budget(settings.cost.max_cost_usd)
         self._prices = price_table()
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
+        self.breaker = CircuitBreaker(api.circuit_breaker_calls)  # systemic failures stop the run
 
     def __repr__(self) -> str:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
@@ -167,6 +170,8 @@ class ModelClient:
         attempts = [0]
 
         def once() -> T:
+            SHUTDOWN.check()
+            self.breaker.check()
             attempts[0] += 1
             if pace_tokens:
                 self.limiter.acquire(pace_tokens)
@@ -197,6 +202,8 @@ class ModelClient:
     # ---- one HTTP attempt ----------------------------------------------------------------------
 
     def _send(self, request: dict[str, Any], ladder: _Ladder, on_response: OnResponse | None) -> Any:
+        SHUTDOWN.check()  # after SIGINT/SIGTERM nothing new is sent
+        self.breaker.check()  # tripped: nothing more is sent
         ladder.attempts += 1
         ladder.attempts_on_model += 1
         body = {**request, "model": ladder.model}
@@ -206,7 +213,12 @@ class ModelClient:
         billed = 0.0
         try:
             with self.semaphore:  # held until the answer is persisted: invariant 3
-                raw = self._post(body, ladder)
+                SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
+                self.breaker.admit(SHUTDOWN.check)  # a streak near the threshold: one at a time
+                try:
+                    raw = self._post(body, ladder)
+                finally:
+                    self.breaker.done()
                 data = _message_dict(raw)
                 data["_request_id"] = raw.request_id
                 billed = self._cost(ladder.model, data.get("usage"))
@@ -221,7 +233,11 @@ class ModelClient:
         try:
             return self._sdk.messages.with_raw_response.create(**body)
         except anthropic.APIStatusError as e:
-            asked = error_retry_after(e) if e.status_code == 429 else None
+            asked = (
+                error_retry_after(e, self.settings.api.retry_after_max_seconds)
+                if e.status_code == 429
+                else None
+            )
             if asked is not None:  # the server's exact word wins over its whole-second reset headers
                 self.limiter.pause(asked)
             else:
@@ -230,6 +246,8 @@ class ModelClient:
             raise
         except anthropic.APIConnectionError as e:
             ladder.failed(e)
+            if isinstance(e.__cause__, ConnectionRefusedError) or "refused" in str(e.__cause__ or ""):
+                self.breaker.api("connection_refused", describe(e))
             raise
 
     def _cost(self, model: str, usage: Any) -> float:
@@ -246,16 +264,19 @@ class ModelClient:
         exc = state.outcome.exception() if state.outcome else None
         if exc is None:
             return 0.0
+        api = self.settings.api
         return wait_seconds(
-            exc, max(ladder.attempts_on_model, 1), self.settings.api.backoff_max_seconds, self._rng
-        )
+            exc, max(ladder.attempts_on_model, 1), api.backoff_max_seconds, self._rng,
+            asked_max=api.retry_after_max_seconds,
+        )  # fmt: skip
 
     def _wait_any(self, state: RetryCallState, attempt: int) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        return (
-            0.0
-            if exc is None
-            else wait_seconds(exc, attempt, self.settings.api.backoff_max_seconds, self._rng)
+        if exc is None:
+            return 0.0
+        api = self.settings.api
+        return wait_seconds(
+            exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
         )
 
     def _backoff(self, seconds: float) -> None:
@@ -295,9 +316,13 @@ class ModelClient:
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             status = getattr(e, "status_code", None)
             kind = f"api_error:{status}" if status is not None else "transport_exhausted"
+            if status in API_CAUSES:
+                self.breaker.api(API_CAUSES[status], describe(e))
             raise self._error(e, ladder, key, doc_id, pass_name, kind) from e
         except anthropic.APIResponseValidationError as e:
+            self.breaker.api("not_a_message", str(e))
             raise self._error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message") from e
+        self.breaker.api(None)
         usage = add_usage({}, message.get("usage"))
         log.info(
             "%s call answered (%s)",

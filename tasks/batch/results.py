@@ -37,6 +37,7 @@ from tasks.per_file.settle import (
 
 COST_GROUP = 5000  # cost entries per cost-ledger object
 RETRYABLE_ERRORS = frozenset({"api_error", "overloaded_error", "rate_limit_error", "timeout_error"})
+RETRYABLE_FAILURES = frozenset({"batch_rounds_exhausted"})  # transient to the end: a resume resends
 
 # a terminal outcome, or the item with its follow-up request, or (neither) why it is resent
 Routed = tuple[DocOutcome | None, WorkItem | None, str | None]
@@ -91,7 +92,10 @@ class ResultRouter:
 
     def fail(self, item: WorkItem, failure_type: str, error: str, *, permanent: bool) -> DocOutcome:
         """A failed outcome; written to the ledger only when `permanent` (never retried)."""
-        outcome = self.outcome(item, DocState.FAILED, failure_type=failure_type, last_error=error)
+        outcome = self.outcome(
+            item, DocState.FAILED, failure_type=failure_type, last_error=error,
+            retryable=failure_type in RETRYABLE_FAILURES,
+        )  # fmt: skip
         return self.finish(item, outcome) if permanent else outcome
 
     def from_ledger(self, doc: Document, stored: dict[str, Any]) -> DocOutcome:

@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from tasks.records import IntegrationResult
-from tasks.reporting.summary import summarize
+from tasks.reporting.summary import reason_label, summarize
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
@@ -114,7 +114,7 @@ def _failures(outcomes: list[dict[str, Any]]) -> str:
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for o in outcomes:
         if o["state"] != "succeeded":
-            groups[f"{o['state']}: {o.get('failure_type') or o.get('reason') or '-'}"].append(o)
+            groups[reason_label(o)].append(o)
     rows = []
     for kind, docs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         examples = "<br>".join(

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from tasks.records import IntegrationResult
-from tasks.reporting.summary import summarize
+from tasks.reporting.summary import reason_label, summarize
 
 
 def markdown(
@@ -32,6 +32,11 @@ def markdown(
         "",
         f"Reused from the ledger without an API call: {s['from_ledger']}.",
     ]
+    if s["retryable"]:
+        lines.append(
+            f"Of the failed, {s['retryable']} failed for a transient cause (outage, overload, rate limit, "
+            f"endpoint or account): `docmill resume {manifest.get('run_id')}` sends them again."
+        )
     if costs:
         lines += [
             "",
@@ -66,11 +71,7 @@ def markdown(
             "|---|---|---|",
         ]
         for reason, n in s["reasons"].items():
-            examples = [
-                o["doc_id"]
-                for o in outcomes
-                if f"{o['state']}: {o.get('failure_type') or o.get('reason') or '-'}" == reason
-            ][:3]
+            examples = [o["doc_id"] for o in outcomes if reason_label(o) == reason][:3]
             lines.append(f"| {reason} | {n} | {', '.join(f'`{e}`' for e in examples)} |")
     if integration:
         checks = integration.get("checks", {})
