@@ -121,6 +121,20 @@ def _safe_key(name: str) -> str:
     return key
 
 
+def fitted_key(name: str, suffix: str = "") -> str:
+    """`safe_key(name) + suffix`, with the last segment shortened (on a character boundary) and
+    marked with a hash of the whole name when the suffix would push it over MAX_SEGMENT_BYTES:
+    any name that is a safe key can carry a suffix (`review/<run>/<doc id>.json`)."""
+    key = safe_key(name)
+    head, _, last = key.rpartition("/")
+    room = MAX_SEGMENT_BYTES - len(suffix.encode("utf-8"))
+    if len(last.encode("utf-8")) <= room:
+        return key + suffix
+    mark = "~" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+    cut = last.encode("utf-8")[: room - len(mark)].decode("utf-8", "ignore")
+    return safe_key(f"{head}/{cut}{mark}" if head else f"{cut}{mark}") + suffix
+
+
 def safe_segment(name: str) -> str:
     """One path segment (a pass name, run id, task name): `safe_key` without any `/`."""
     key = safe_key(name)

@@ -37,6 +37,7 @@ class Phase(StrEnum):
     DONE = "done"
     FAILED = "failed"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    STOPPED = "stopped"  # a systemic failure or a signal stopped it; `docmill resume` continues it
     CANCELED = "canceled"
 
 

@@ -1,7 +1,9 @@
 """Per-chunk outcome files of a run: `runs/<run_id>/outcomes/<chunk_id>.json`.
 
 The per-file pass writes one file per chunk when the chunk is done; a resume skips the chunks in
-`chunks_done()`. (Per-document results live in the results ledger; these files are the run's view.)
+`chunks_done()`. A chunk holding a `retryable` outcome (a transient failure, invariant 12) also has a
+`<chunk_id>.retry` marker (written before the chunk, removed after a write without one), so it is
+not done: a resume or a continued run redoes it, its finished documents as free ledger hits. (Per-document results live in the results ledger; these files are the run's view.)
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore
 
 SUFFIX = ".json"
+RETRY = ".retry"
 
 
 class OutcomeLog:
@@ -26,19 +29,30 @@ class OutcomeLog:
 
     def write_chunk(self, chunk_id: str, outcomes: list[dict[str, Any]]) -> None:
         """Record a finished chunk (replaces an earlier write of the same chunk)."""
+        marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
+        retry = any(o.get("retryable") for o in outcomes)
+        if retry:
+            self.store.put_json(marker, {"chunk_id": chunk_id})
         self.store.put_json(self._key(chunk_id), {"chunk_id": chunk_id, "outcomes": list(outcomes)})
+        if not retry and self.store.exists(marker):
+            self.store.delete(marker)
 
     def read_chunk(self, chunk_id: str) -> list[dict[str, Any]] | None:
         data = self.store.get_json_or_none(self._key(chunk_id))
         return None if data is None else list(data.get("outcomes") or [])
 
     def chunks_done(self) -> set[str]:
-        done = set()
+        """Chunks written without a retryable outcome (a resume skips them)."""
+        done, retry = set(), set()
         for key in self.store.list(self.prefix):
             name = key[len(self.prefix) :]
-            if name.endswith(SUFFIX) and "/" not in name:
+            if "/" in name:
+                continue
+            if name.endswith(SUFFIX):
                 done.add(name[: -len(SUFFIX)])
-        return done
+            elif name.endswith(RETRY):
+                retry.add(name[: -len(RETRY)])
+        return done - retry
 
     def all(self) -> Iterator[dict[str, Any]]:
         """Every outcome of every finished chunk, chunk by chunk."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from checkpoints.keys import safe_key, safe_segment
+from checkpoints.keys import fitted_key, safe_segment
 from checkpoints.store import ObjectStore
 
 SUFFIX = ".json"
@@ -23,7 +23,7 @@ class ReviewQueue:
         self.prefix = f"review/{self.run_id}/"
 
     def _key(self, doc_id: str) -> str:
-        return f"{self.prefix}{safe_key(doc_id)}{SUFFIX}"
+        return self.prefix + fitted_key(doc_id, SUFFIX)  # a 255-byte file name still gets its item
 
     def add(self, item: Mapping[str, Any]) -> str:
         """Write (or replace) the item of `item["doc_id"]`; returns its object key."""

@@ -117,6 +117,21 @@ class SpendLimitReached(DocmillError):
     hint = "raise the spend limit in the Anthropic Console (or wait for it to reset), then `docmill resume RUN_ID`"
 
 
+class SystemicFailure(DocmillError):
+    """Calls keep failing the same systemic way (auth, model, endpoint, every answer invalid alike):
+    the run stops (phase `stopped`, exit 3) until the cause is fixed and the run resumed."""
+
+    cause: str = ""  # auth, billing, permission, model_not_found, not_a_message, connection_refused, ...
+    calls: int = 0
+    last_error: str = ""
+
+
+class Interrupted(DocmillError):
+    """SIGINT / SIGTERM: no new request was sent after the signal; in-flight answers were kept."""
+
+    signal_name: str = ""  # SIGINT or SIGTERM
+
+
 class BudgetExhausted(DocmillError):
     """The run's cost cap would be exceeded by the next request."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from docmill.models import CACHE_MIN_TOKENS
@@ -54,6 +54,16 @@ class ApiSettings(BaseModel):
         default_factory=lambda: dict(CACHE_MIN_TOKENS),
         description="Minimum cacheable prompt prefix per model (tokens); below it nothing is cached. "
         "Models outside the table: 4096.",
+    )
+    retry_after_max_seconds: float = Field(
+        60.0, ge=0, allow_inf_nan=False,
+        description="Cap on a server-asked wait (retry-after); a longer ask is logged and waited this long.",
+    )  # fmt: skip
+    circuit_breaker_calls: int = Field(
+        20,
+        ge=1,
+        description="Calls in a row failing the same systemic way (auth, model, endpoint, every answer "
+        "invalid alike) that stop the run (exit 3, phase stopped).",
     )
     overloads_before_fallback: int = Field(
         3, ge=1, description="Consecutive overload failures of the primary model before the fallback."
@@ -134,7 +144,16 @@ class IntegrationSettings(BaseModel):
 class CostSettings(BaseModel):
     """Spending."""
 
-    max_cost_usd: float | None = Field(None, ge=0, description="Hard cap per run; None means no cap.")
+    max_cost_usd: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="Hard cap per run; None means no cap."
+    )
+    max_doc_cost_usd: float | None = Field(
+        2.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Per-document guard: a document whose worst case (from its request's tokens) costs "
+        "more goes to review before it is sent; None: no guard.",
+    )
 
 
 class InventorySettings(BaseModel):
@@ -143,6 +162,11 @@ class InventorySettings(BaseModel):
     max_document_bytes: int = Field(20 * 1024 * 1024, ge=1, description="Larger documents are skipped.")
     include: list[str] = Field(default_factory=lambda: ["**/*"], description="Glob patterns to take.")
     exclude: list[str] = Field(default_factory=list, description="Glob patterns to skip.")
+    follow_symlinks: bool = Field(
+        False,
+        description="Read symlinks that resolve outside the source and walk symlinked folders "
+        "(otherwise: skipped as outside_source / symlinked_folder).",
+    )
 
 
 class StoreSettings(BaseModel):
@@ -182,8 +206,20 @@ class Settings(BaseSettings):
     )
     log_format: Literal["json", "text"] = Field("text", description="Log line format.")
     raise_errors: bool = Field(False, description="Show tracebacks instead of one-line errors.")
-    log_level: str = Field(
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
         "WARNING", description="Level of docmill's own log lines (INFO: one per API call)."
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    shutdown_grace_seconds: float = Field(
+        30.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="After SIGINT/SIGTERM: how long requests in flight may take to answer (nothing new is sent).",
     )
     chunk_size: int = Field(50, ge=1, le=1000, description="Documents per Prefect task.")
     chunk_workers: int = Field(4, ge=1, le=64, description="Chunks in flight at once in one process.")
@@ -207,6 +243,9 @@ class Settings(BaseSettings):
     )
     flow_retry_delay_seconds: float = Field(
         120.0, ge=0, description="Wait before each retry of a failed Prefect flow run."
+    )
+    allow_empty: bool = Field(
+        False, description="A source with no files is a run of 0 documents instead of an error (exit 2)."
     )
     chunk_limit_name: str | None = Field(
         None, description="Prefect global concurrency limit held per chunk (strict); None: no limit."

@@ -26,9 +26,9 @@ fault rules (--fault, repeatable, or env DOCMILL_EMULATOR_FAULTS as a JSON list)
   '{"kind": "invalid_request", "custom_id": "doc-7"}' batch item doc-7 ends `errored`
   '{"kind": "spend_limit"}'                          429 enforced_spend_limit_reached (retrying cannot help)
   kinds: rate_limit spend_limit overloaded server_error conflict invalid_request compaction_unavailable connection_reset
-         latency truncate malformed_json refusal schema_invalid stream_error slow_batch
+         latency truncate malformed_json prose refusal schema_invalid stream_error slow_batch
   fields: path (glob, default /v1/messages), marker, custom_id, count, probability, status,
-          error_code, message, retry_after, should_retry, latency_ms, seconds
+          error_code, message, retry_after, should_retry, latency_ms, seconds, after_lines
 
 every knob is also an env var DOCMILL_EMULATOR_<NAME> (e.g. DOCMILL_EMULATOR_LATENCY_MS=50).
 control endpoints (no auth): GET /_emulator/accounting, POST|GET|DELETE /_emulator/faults,

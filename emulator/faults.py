@@ -8,7 +8,8 @@ says what happens. Rules come from `POST /_emulator/faults`, from `DOCMILL_EMULA
 
 Phases: `ERROR_KINDS` answer with an error status instead of a message (in a batch: an
 `errored` result); `LATENCY` delays; `CONNECTION_RESET` cuts the response mid-body;
-`RESPONSE_KINDS` change a successful answer (truncated, malformed, refusal, schema-invalid,
+(with `after_lines`, a streamed body such as batch results is cut after that many lines);
+`RESPONSE_KINDS` change a successful answer (truncated, malformed, prose, refusal, schema-invalid,
 or for `stream: true` an `error` event mid-stream after the 200);
 `SLOW_BATCH` makes a batch that contains a matching request take `seconds` longer.
 """
@@ -40,6 +41,7 @@ class FaultKind(StrEnum):
     LATENCY = "latency"
     TRUNCATE = "truncate"
     MALFORMED_JSON = "malformed_json"
+    PROSE = "prose"  # the answer is prose, not JSON (a wrong endpoint or model behind a proxy)
     REFUSAL = "refusal"
     SCHEMA_INVALID = "schema_invalid"
     STREAM_ERROR = "stream_error"
@@ -61,6 +63,7 @@ RESPONSE_KINDS = frozenset(
     {
         FaultKind.TRUNCATE,
         FaultKind.MALFORMED_JSON,
+        FaultKind.PROSE,
         FaultKind.REFUSAL,
         FaultKind.SCHEMA_INVALID,
         FaultKind.STREAM_ERROR,
@@ -84,6 +87,7 @@ class FaultRule:
     should_retry: bool | None = None
     latency_ms: float = 0.0
     seconds: float = 0.0
+    after_lines: int | None = None  # connection_reset of a streamed body: cut after this many lines
     hits: int = field(default=0)
 
     @classmethod
@@ -329,6 +333,11 @@ def _malformed(content: list[dict[str, Any]], stop_reason: str) -> Shaped:
     return out, stop_reason, None
 
 
+def _prose(content: list[dict[str, Any]], stop_reason: str) -> Shaped:
+    text = "Sure! This document looks like an invoice. Let me know if you need anything else."
+    return [{"type": "text", "text": text}], "end_turn", None
+
+
 def _refusal(content: list[dict[str, Any]], stop_reason: str) -> Shaped:
     details = {"type": "refusal", "category": None, "explanation": "Injected refusal (emulator fault)."}
     return [{"type": "text", "text": "I can't help with that request."}], "refusal", details
@@ -359,6 +368,7 @@ def _schema_invalid(content: list[dict[str, Any]], stop_reason: str) -> Shaped:
 SHAPERS: dict[FaultKind, Callable[[list[dict[str, Any]], str], Shaped]] = {
     FaultKind.TRUNCATE: _truncate,
     FaultKind.MALFORMED_JSON: _malformed,
+    FaultKind.PROSE: _prose,
     FaultKind.REFUSAL: _refusal,
     FaultKind.SCHEMA_INVALID: _schema_invalid,
     FaultKind.STREAM_ERROR: lambda content, stop_reason: (content, stop_reason, None),

@@ -71,6 +71,19 @@ class ResetResponse:
         raise ConnectionResetFault("injected connection reset")
 
 
+async def _cut_after(body: Any, lines: int) -> Any:
+    """A streamed body that drops the connection after `lines` complete lines."""
+    async for chunk in body:
+        data = chunk if isinstance(chunk, bytes) else str(chunk).encode()
+        while data:
+            if lines <= 0:
+                raise ConnectionResetFault("injected connection reset mid-stream")
+            cut = data.find(b"\n")
+            piece, data = (data, b"") if cut < 0 else (data[: cut + 1], data[cut + 1 :])
+            lines -= piece.endswith(b"\n")
+            yield piece
+
+
 class Call:
     """What a /v1 handler gets: the parsed request plus its id, key and betas."""
 
@@ -175,10 +188,12 @@ def api_route(
                 await asyncio.sleep(delay / 1000.0)
             if hits.error is not None:
                 raise error_for(hits.error)
-            if hits.reset is not None:
+            if hits.reset is not None and hits.reset.after_lines is None:
                 return ResetResponse(request_id)
             call.shape = hits.response
             result = await handler(call)
+            if hits.reset is not None and isinstance(result, StreamingResponse):
+                result.body_iterator = _cut_after(result.body_iterator, hits.reset.after_lines or 0)
         except ApiError as err:
             state.accounting.note_error(err.status)
             if err.status == 429 and "anthropic-ratelimit-requests-limit" not in err.headers:

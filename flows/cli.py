@@ -1,15 +1,16 @@
 """The docmill command line. Errors reach the user here as one line.
 
-Exit codes:
-  0  the run finished (documents that failed or need review are reported, not errors); doctor: all passed
-  2  bad input or configuration (nothing was changed); doctor: one stderr line per failed check
-  3  the run stopped on an error; `docmill resume RUN_ID` continues it
+Exit codes (the table in README.md):
+  0  the run finished (documents that failed for good or need review are reported, not errors)
+  2  bad input or configuration: a flag, setting, recipe, run id, store or source (nothing was sent)
+  3  the run stopped on an error or a systemic failure, or documents failed transiently;
+     `docmill resume RUN_ID` continues it
   4  the run's budget is spent; resume with a higher --max-cost-usd
   5  another process drives this run (its lease has not expired), or another live run of the
      same recipe and model covers the same documents (the overlap check; nothing was sent)
   6  the run finished but its integration pass is partial or failed (see the report); the next
      run of the same source asks again only what is missing
-  130 interrupted; resume continues it
+  130 interrupted (SIGINT), 143 terminated (SIGTERM): resume continues it
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from flows import cli_args
+from flows.cli_checks import check_store, known_run
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -86,7 +88,7 @@ def _summary_line(s: dict[str, Any]) -> str:
     st = s["states"]
     return (
         f"docmill: run {s['run_id']} {s['phase']}: {st['succeeded']} succeeded, {st['needs_review']} need review, "
-        f"{st['failed']} failed, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
+        f"{st['failed']} failed{_retryable(s)}, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
         f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflicts across documents.\n"
         f"  {integration_line(s)}\n"
         f"  report: {s['report']}\n  exports: {s['exports']}\n  review queue: {s['review_queue']}"
@@ -104,13 +106,25 @@ def integration_line(s: dict[str, Any]) -> str:
     return f"integration: {status}"
 
 
+def _retryable(s: dict[str, Any]) -> str:
+    n = int(s.get("retryable") or 0)
+    return f" ({n} transiently: resume retries them)" if n else ""
+
+
 def _finish(summary: dict[str, Any]) -> int:
-    """Print a run's summary; a Prefect flow returns a budget stop as a summary (exit 4); a partial
-    or failed integration pass exits 6."""
+    """Print a run's summary; a Prefect flow returns a budget stop as a summary (exit 4). Documents
+    left failed for a transient cause are not a finished run: exit 3 and the resume command."""
     if summary.get("phase") == "budget_exhausted":
         print(f"docmill: {summary['message']}", file=sys.stderr)
         return EXIT_BUDGET
     print(_summary_line(summary))
+    if summary.get("retryable"):
+        print(
+            f"docmill: {summary['retryable']} document(s) failed for a transient cause (outage, overload, "
+            f"rate limit, endpoint or account); `docmill resume {summary['run_id']}` retries them",
+            file=sys.stderr,
+        )
+        return EXIT_RUN
     return EXIT_INTEGRATION if summary.get("integration") in ("partial", "failed") else EXIT_OK
 
 
@@ -124,7 +138,11 @@ def cmd_run(a: argparse.Namespace) -> int:
         from docmill.errors import InputError
 
         raise InputError(f"source {a.source!r} does not exist", hint="give a folder or an s3://bucket/prefix")
+    check_store(_store(a), _store_uri(a))
     overrides = {
+        "allow_empty": a.allow_empty or None,
+        "cost.max_doc_cost_usd": a.max_doc_cost_usd,
+        "inventory.follow_symlinks": a.follow_symlinks or None,
         "chunk_size": a.chunk_size,
         "cost.max_cost_usd": a.max_cost_usd,
         "api.concurrency": a.concurrency,
@@ -152,6 +170,9 @@ def cmd_run(a: argparse.Namespace) -> int:
             include=a.include,
             exclude=a.exclude,
             integration=a.integration,
+            max_doc_cost_usd=a.max_doc_cost_usd,
+            follow_symlinks=a.follow_symlinks,
+            allow_empty=a.allow_empty,
             progress=True,
             new_run=a.new_run,
         )
@@ -163,6 +184,9 @@ def cmd_resume(a: argparse.Namespace) -> int:
 
     _quiet_prefect_services()
     _own_processes()
+    store = _store(a)
+    check_store(store, _store_uri(a))
+    known_run(store, a.run_id)
     cap, conc = a.max_cost_usd, a.concurrency
     if a.no_prefect:
         summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
@@ -171,18 +195,26 @@ def cmd_resume(a: argparse.Namespace) -> int:
     return _finish(summary)
 
 
+def _store_uri(a: argparse.Namespace) -> str:
+    from docmill.settings import get_settings
+
+    return str(getattr(a, "store", None) or get_settings().store)
+
+
 def _store(a: argparse.Namespace) -> Any:
     from checkpoints.store import open_store
     from docmill.settings import get_settings
 
-    s = get_settings()
-    return open_store(getattr(a, "store", None) or s.store, endpoint_url=s.s3_endpoint_url)
+    return open_store(_store_uri(a), endpoint_url=get_settings().s3_endpoint_url)
 
 
 def _run_id(a: argparse.Namespace, store: ObjectStore) -> str | None:
     from checkpoints.manifest import ManifestStore
 
-    return a.run_id or max(ManifestStore(store).list_runs(), default=None)
+    if a.run_id:
+        known_run(store, a.run_id)
+        return str(a.run_id)
+    return max(ManifestStore(store).list_runs(), default=None)
 
 
 def cmd_status(a: argparse.Namespace) -> int:
@@ -385,6 +417,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     from tasks.review import labels_from_decisions
 
     store = _store(a)
+    known_run(store, a.run_id)
     outcomes = list(OutcomeLog(store, a.run_id).all())
     reviewed = labels_from_decisions(outcomes, ReviewDecisions(store, a.run_id).in_force())
     if not a.labels and not a.sample and not reviewed:
@@ -478,11 +511,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(emulator_main(argv[1:]) or 0)
     _quiet_prefect()
-    from docmill.errors import BudgetExhausted, ConfigError, DocmillError, InputError, LeaseHeld
-    from docmill.logs import configure, current_run, redact
+    from docmill.logs import redact
     from docmill.settings import get_settings
+    from docmill.shutdown import SHUTDOWN, install
 
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a bad command line (2, one line already printed)
+        return int(e.code or 0) if not isinstance(e.code, str) else EXIT_INPUT
     try:
         raise_errors = get_settings().raise_errors
     except Exception as e:  # invalid settings: say which, in one line
@@ -490,6 +526,22 @@ def main(argv: list[str] | None = None) -> int:
         what = "; ".join(f"DOCMILL_{'__'.join(map(str, x['loc'])).upper()}: {x['msg']}" for x in errors[:3])
         print(f"docmill: ConfigError: invalid setting {redact(what or str(e))}", file=sys.stderr)
         return EXIT_INPUT
+    SHUTDOWN.reset()
+    restore = install(get_settings().shutdown_grace_seconds)  # SIGINT/SIGTERM: stop, finish, 130/143
+    try:
+        return _dispatch(args, raise_errors)
+    finally:
+        restore()
+        SHUTDOWN.reset()  # the stop belonged to this command (tests call main() again in-process)
+
+
+def _dispatch(args: argparse.Namespace, raise_errors: bool) -> int:
+    """Run the command; every docmill error leaves as one line and its exit code."""
+    from docmill.errors import BudgetExhausted, ConfigError, DocmillError, InputError, Interrupted, LeaseHeld
+    from docmill.logs import configure, current_run, redact
+    from docmill.settings import get_settings
+    from docmill.shutdown import EXIT_CODES, resume_line
+
     try:
         settings = get_settings()
         configure(args.log_format or settings.log_format, level=args.log_level)
@@ -497,10 +549,13 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["DOCMILL_STORE"] = args.store
         return int(COMMANDS[args.fn](args))
     except KeyboardInterrupt:
-        run = current_run() or getattr(args, "run_id", None)
-        again = f"`docmill resume {run}`" if run else "`docmill resume` with its id (see `docmill runs`)"
-        print(f"docmill: interrupted; {again} continues the run", file=sys.stderr)
+        print(resume_line("SIGINT", current_run() or getattr(args, "run_id", None)), file=sys.stderr)
         return EXIT_INTERRUPT
+    except Interrupted as e:  # a signal stopped the run gracefully (docmill.shutdown)
+        if raise_errors:
+            raise
+        print(resume_line(e.signal_name, e.run_id), file=sys.stderr)
+        return EXIT_CODES.get(e.signal_name, EXIT_INTERRUPT)
     except DocmillError as e:
         if raise_errors:
             raise

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 
+from flows.cli_checks import OneLineParser, run_id_flag, setting_flag
 
-def _common(sub: bool) -> argparse.ArgumentParser:
+
+def _common(sub: bool) -> OneLineParser:
     """Options every command takes, before or after its name (`docmill --store X status` and
     `docmill status --store X` alike): the top level sets them, a subcommand may override them."""
-    c = argparse.ArgumentParser(add_help=False)
+    c = OneLineParser(add_help=False)
     default = argparse.SUPPRESS if sub else None  # a subcommand never resets what the top level set
     c.add_argument(
         "--store", default=default, help="state root: a folder or s3://bucket/prefix (env DOCMILL_STORE)"
@@ -43,12 +45,12 @@ def _source_filters(p: argparse.ArgumentParser) -> None:
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     """The `docmill` parser; each command names its handler in `fn` (see flows/cli.py's `COMMANDS`)."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="docmill", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common(sub=False)],
     )  # fmt: skip
     sub = p.add_subparsers(dest="command", required=True)
-    common = [_common(sub=True)]
+    common: list[OneLineParser] = [_common(sub=True)]
 
     r = sub.add_parser("run", help="extract a source with a recipe", parents=common)
     r.add_argument("source", help="a folder or s3://bucket/prefix of documents")
@@ -58,11 +60,30 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="realtime (Messages API), batch (Message Batches: half price, results within 24 h), or auto "
         "(batch from DOCMILL_BATCH__AUTO_THRESHOLD documents)",
     )  # fmt: skip
-    r.add_argument("--concurrency", type=int, help="requests in flight at once")
+    r.add_argument(
+        "--concurrency", type=setting_flag("api.concurrency", int), help="requests in flight at once"
+    )
     r.add_argument("--model", help="pinned model id for the per-file pass")
-    r.add_argument("--chunk-size", type=int, help="documents per Prefect task")
-    r.add_argument("--max-cost-usd", type=float, help="stop spending before this is exceeded")
-    r.add_argument("--run-id", help="continue or name a run")
+    r.add_argument("--chunk-size", type=setting_flag("chunk_size", int), help="documents per Prefect task")
+    r.add_argument(
+        "--max-cost-usd",
+        type=setting_flag("cost.max_cost_usd", float),
+        help="stop spending before this is exceeded",
+    )
+    r.add_argument(
+        "--max-doc-cost-usd", type=setting_flag("cost.max_doc_cost_usd", float),
+        help="per-document guard: a document that could cost more goes to review unsent (default $2)",
+    )  # fmt: skip
+    r.add_argument(
+        "--follow-symlinks", action="store_true",
+        help="read symlinks that point outside the source and walk symlinked folders",
+    )  # fmt: skip
+    r.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="a source with no files is a run of 0 documents, not an error",
+    )
+    r.add_argument("--run-id", type=run_id_flag, help="continue or name a run")
     r.add_argument(
         "--new-run", action="store_true",
         help="start a fresh run even if a stopped run of the same recipe, model and source exists "
@@ -78,16 +99,23 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     r.set_defaults(fn="run")
 
     rs = sub.add_parser("resume", help="continue a run from its checkpoint", parents=common)
-    rs.add_argument("run_id", help="the run to continue (see `docmill runs`)")
+    rs.add_argument("run_id", type=run_id_flag, help="the run to continue (see `docmill runs`)")
     rs.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
-    rs.add_argument("--max-cost-usd", type=float, help="a new cost cap (default: the run's own)")
-    rs.add_argument("--concurrency", type=int, help="requests in flight at once (default: the run's own)")
+    rs.add_argument(
+        "--max-cost-usd",
+        type=setting_flag("cost.max_cost_usd", float),
+        help="a new cost cap (default: the run's own)",
+    )
+    rs.add_argument(
+        "--concurrency", type=setting_flag("api.concurrency", int),
+        help="requests in flight at once (default: the run's own)",
+    )  # fmt: skip
     rs.set_defaults(fn="resume")
 
     s = sub.add_parser(
         "status", help="phase, counts, batches, cost and ETA of a run (default: the newest)", parents=common
     )
-    s.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
+    s.add_argument("run_id", nargs="?", type=run_id_flag, help="the run (default: the newest in the store)")
     s.add_argument("--json", action="store_true", help="the manifest and status as JSON")
     s.set_defaults(fn="status")
     sub.add_parser(
@@ -122,7 +150,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     rv.set_defaults(fn="review")
 
     rp = sub.add_parser("report", help="write report.md, report.html and exports again", parents=common)
-    rp.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
+    rp.add_argument("run_id", nargs="?", type=run_id_flag, help="the run (default: the newest in the store)")
     rp.set_defaults(fn="report")
 
     es = sub.add_parser(
@@ -131,7 +159,9 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     es.add_argument("source", help="a folder or s3://bucket/prefix of documents")
     es.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
     es.add_argument("--model", help="price this model instead of the configured one")
-    es.add_argument("--max-tokens", type=int, help="max_tokens per request (worst case)")
+    es.add_argument(
+        "--max-tokens", type=setting_flag("api.max_tokens", int), help="max_tokens per request (worst case)"
+    )
     _source_filters(es)
     es.set_defaults(fn="estimate")
 
@@ -141,7 +171,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "mismatches; sample succeeded docs for review",
         parents=common,
     )
-    ev.add_argument("run_id", help="the run to evaluate (see `docmill runs`)")
+    ev.add_argument("run_id", type=run_id_flag, help="the run to evaluate (see `docmill runs`)")
     ev.add_argument("--labels", help='JSONL: {"record": "document", "doc_id": ..., "fields": {...}} per line')
     ev.add_argument("--sample", type=int, default=0, help="add N succeeded documents (stratified) to review")
     ev.add_argument("--seed", type=int, default=0, help="random seed of the sample")

@@ -24,6 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from checkpoints.costs import CostLedger, possibly_billed_entry
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
+from docmill.shutdown import install
 from flows import pipeline
 from flows.artifacts import integration_md, publish_run
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
@@ -195,11 +196,16 @@ def _budget_guard(call: Any) -> dict[str, Any]:
     stop is an expected end (phase budget_exhausted, one line), not a crash with a traceback."""
     from docmill.errors import BudgetExhausted
 
+    # Prefect's flow engine turns SIGTERM into a crash of the flow run; docmill's own handler
+    # stops sending and lets requests in flight finish (docmill.shutdown), on this path too.
+    restore = install(get_settings().shutdown_grace_seconds)
     with to_prefect_run():
         try:
             return dict(call())
         except BudgetExhausted as e:
             return {"run_id": e.run_id, "phase": "budget_exhausted", "message": e.one_line()}
+        finally:
+            restore()
 
 
 def _publish(summary: dict[str, Any], settings: Settings) -> None:
@@ -274,6 +280,9 @@ def extract(
     integration: str | None = None,
     progress: bool = False,
     new_run: bool = False,
+    max_doc_cost_usd: float | None = None,
+    follow_symlinks: bool = False,
+    allow_empty: bool = False,
 ) -> dict[str, Any]:
     """The chain: inventory -> per-file pass -> gate -> integration -> report. A stopped run of the
     same recipe, model and source is continued unless `new_run`. `include` / `exclude`: glob patterns
@@ -286,6 +295,9 @@ def extract(
         "api.model": model,
         **_filters(include, exclude),
         "integration.mode": integration,
+        "cost.max_doc_cost_usd": max_doc_cost_usd,
+        "inventory.follow_symlinks": follow_symlinks or None,
+        "allow_empty": allow_empty or None,
     }
     return _in_flow(
         run_extract, source, recipe, mode=mode, run_id=run_id, settings=_settings(store, given),

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
-from docmill.errors import BudgetExhausted, ConfigError, RunOverlap
+from docmill.errors import (
+    BudgetExhausted,
+    ConfigError,
+    InputError,
+    Interrupted,
+    RunOverlap,
+    SystemicFailure,
+)
 from docmill.logs import bind_run, get_logger
 from docmill.settings import Settings
 from flows.context import RunContext
@@ -419,10 +426,13 @@ def run(
     from checkpoints.costs import CostLedger
 
     bind_run(ctx.run_id)
+    refuse_empty(ctx, params)
     with hold_lease(ctx), announced(ctx, params):
         start_manifest(ctx, params)
         try:
             return _drive(ctx, params, map_chunks, progress)
+        except (SystemicFailure, Interrupted) as e:
+            raise stopped(ctx, e) from e
         except BudgetExhausted:
             from tasks.reporting.report import write_report
 
@@ -436,6 +446,34 @@ def run(
             except Exception as e:  # the budget stop is what the user must see
                 log.error("report after the budget stop failed: %s", e)
             raise
+
+
+def refuse_empty(ctx: RunContext, params: RunParams) -> None:
+    """A new run over a source with no files is a mistake (a wrong path or prefix), not a run of
+    0 documents: InputError (exit 2) before anything is written, unless settings.allow_empty."""
+    from tasks.inventory import source_is_empty
+
+    if ctx.settings.allow_empty or ctx.store.exists(f"runs/{ctx.run_id}/inventory-done.json"):
+        return
+    if source_is_empty(params.source, ctx.settings):
+        raise InputError(
+            f"source {params.source!r} has no files",
+            hint="check the folder or s3:// prefix (and DOCMILL_INVENTORY__INCLUDE/EXCLUDE), or pass --allow-empty",
+        )
+
+
+def stopped(ctx: RunContext, e: SystemicFailure | Interrupted) -> SystemicFailure | Interrupted:
+    """Phase `stopped` for a systemic failure or a signal; the error again, naming this run's resume."""
+    try:
+        set_phase(ctx, Phase.STOPPED)
+    except Exception as exc:  # the stop is what the user must see
+        log.error("could not mark run %s stopped: %s", ctx.run_id, exc)
+    again = type(e)(
+        f"run {ctx.run_id} stopped: {e.message}",
+        hint=e.hint.replace("RUN_ID", ctx.run_id) if "RUN_ID" in e.hint else f"`docmill resume {ctx.run_id}`",
+        **{**e.fields, "run_id": ctx.run_id},
+    )
+    return again
 
 
 def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
@@ -478,7 +516,9 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
     def finish(m: RunManifest) -> RunManifest:
         m.phase = Phase.DONE
         m.cost_usd = float(costs.get("usd", 0.0))
-        m.counts.update({"documents": summary["documents"], **summary["states"]})
+        m.counts.update(
+            {"documents": summary["documents"], **summary["states"], "retryable": summary["retryable"]}
+        )
         return m
 
     manifest = ManifestStore(ctx.store).update(ctx.run_id, finish)
@@ -486,6 +526,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         "run_id": ctx.run_id,
         "phase": str(manifest.phase),
         "states": summary["states"],
+        "retryable": summary["retryable"],  # failed transiently: resume retries them (exit 3)
         "documents": summary["documents"],
         "from_ledger": summary["from_ledger"],
         "cost_usd": float(costs.get("usd", 0.0)),

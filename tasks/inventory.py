@@ -4,6 +4,10 @@ Every file becomes exactly one `Document`, `ok` or `skipped` with a `SkipReason`
 dropped and a bad file never raises. Documents come out sorted by doc id, one file in memory at a
 time (hashing reads in 1 MiB blocks; oversized files are hashed but never held in memory).
 
+Symlinks: a file whose real path is outside the source is `outside_source` and never read; a
+symlinked folder is not walked and shows up as one `symlinked_folder` document (both unless
+settings.inventory.follow_symlinks / `--follow-symlinks`).
+
 Checks, first match wins: unreadable (permission, broken symlink, not a regular file, store
 error) -> unsupported_type (not in `doc_types`) -> oversized (> settings.inventory.max_document_bytes) -> empty (no
 bytes, or no visible text after extraction) -> binary (NUL bytes in a text type) -> undecodable
@@ -54,6 +58,8 @@ class SkipReason(StrEnum):
     DUPLICATE = "duplicate"
     UNSUPPORTED_TYPE = "unsupported_type"
     UNREADABLE = "unreadable"
+    OUTSIDE_SOURCE = "outside_source"  # a symlink resolving outside the source (--follow-symlinks reads it)
+    SYMLINKED_FOLDER = "symlinked_folder"  # not walked without --follow-symlinks
 
 
 class Document(BaseModel):
@@ -88,6 +94,7 @@ class _Entry:
     source_uri: str
     read: Callable[[int], _Read]  # max_bytes -> _Read
     doc_type: str | None = None  # forced type (e.g. "directory" for an unlistable folder)
+    skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
 
 
 def _read_local(path: str) -> Callable[[int], _Read]:
@@ -111,6 +118,45 @@ def _read_local(path: str) -> Callable[[int], _Read]:
     return read
 
 
+_NO_READ: Callable[[int], _Read] = lambda _m: _Read()  # noqa: E731  (known skips are never read)
+
+
+def _inside(path: str, root: Path) -> bool:
+    """True when `path`, symlinks resolved, is `root` or below it."""
+    real = os.path.realpath(path)
+    return real == str(root) or real.startswith(str(root).rstrip(os.sep) + os.sep)
+
+
+def _walk(root: Path, source: str, follow: bool) -> tuple[list[str], list[str], list[str]]:
+    """(files, unlistable folders, symlinked folders not walked), relative `/`-separated names.
+    With `follow`, symlinked folders are walked once each (a loop back to a folder seen is not)."""
+    names: list[str] = []
+    unlistable: list[str] = []
+    linked: list[str] = []
+    seen: set[str] = set()
+
+    def on_error(e: OSError) -> None:
+        if e.filename and os.fspath(e.filename) != str(root):
+            unlistable.append(os.path.relpath(os.fspath(e.filename), root).replace(os.sep, "/"))
+        else:
+            raise InputError(f"cannot list source folder {source!r}: {e.strerror}") from e
+
+    for dirpath, dirs, files in os.walk(root, onerror=on_error, followlinks=follow):
+        rel_dir = os.path.relpath(dirpath, root)
+        real = os.path.realpath(dirpath)
+        if real in seen:  # a symlink loop: this folder was walked already
+            dirs[:] = []
+            continue
+        seen.add(real)
+        for d in dirs:
+            if not follow and os.path.islink(os.path.join(dirpath, d)):
+                linked.append((d if rel_dir == "." else os.path.join(rel_dir, d)).replace(os.sep, "/"))
+        for fname in files:
+            rel = fname if rel_dir == "." else os.path.join(rel_dir, fname)
+            names.append(rel.replace(os.sep, "/"))
+    return names, unlistable, linked
+
+
 def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     root = Path(source).expanduser()
     if root.is_file():
@@ -121,31 +167,27 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
             f"source {source!r} is not a folder, a file or an s3:// prefix", hint="check the path"
         )
     root = root.resolve()
-    names: list[str] = []
-    unlistable: list[str] = []
-
-    def on_error(e: OSError) -> None:
-        if e.filename and os.fspath(e.filename) != str(root):
-            unlistable.append(os.path.relpath(os.fspath(e.filename), root).replace(os.sep, "/"))
-        else:
-            raise InputError(f"cannot list source folder {source!r}: {e.strerror}") from e
-
-    for dirpath, _dirs, files in os.walk(root, onerror=on_error):
-        rel_dir = os.path.relpath(dirpath, root)
-        for fname in files:
-            rel = fname if rel_dir == "." else os.path.join(rel_dir, fname)
-            names.append(rel.replace(os.sep, "/"))
+    follow = settings.inventory.follow_symlinks
+    names, unlistable, linked = _walk(root, source, follow)
     inc, exc = settings.inventory.include, settings.inventory.exclude
-    for rel in unlistable:
-        names.append(rel + "/")
-    for rel in sorted(n for n in names if selected(n.rstrip("/"), inc, exc)):
-        if rel.endswith("/"):
-            path = root / rel.rstrip("/")
+    marks = {rel + "/": "unlistable" for rel in unlistable} | {rel + "/": "linked" for rel in linked}
+    for rel in sorted([n for n in names if selected(n, inc, exc)] + list(marks)):
+        path = root / rel.rstrip("/")
+        if marks.get(rel) == "unlistable":
             yield _Entry(
                 rel.rstrip("/"), path.as_uri(), lambda _m: _Read(error="cannot list folder"), "directory"
             )
+        elif marks.get(rel) == "linked":
+            yield _Entry(
+                rel.rstrip("/"), path.as_uri(), _NO_READ, "directory",
+                skip=(SkipReason.SYMLINKED_FOLDER, "a symlinked folder; --follow-symlinks reads it"),
+            )  # fmt: skip
+        elif not follow and not _inside(str(path), root):
+            yield _Entry(
+                rel, path.as_uri(), _NO_READ,
+                skip=(SkipReason.OUTSIDE_SOURCE, "a symlink to a file outside the source; --follow-symlinks reads it"),
+            )  # fmt: skip
         else:
-            path = root / rel
             yield _Entry(rel, path.as_uri(), _read_local(str(path)))
 
 
@@ -227,6 +269,8 @@ def _classify(entry: _Entry, max_bytes: int, seen: dict[str, str], types: frozen
             skip_detail=detail, duplicate_of=dup,
         )  # fmt: skip
 
+    if entry.skip is not None:
+        return skipped(_Read(), *entry.skip)
     read = entry.read(max_bytes)
     if read.error is not None:
         return skipped(read, SkipReason.UNREADABLE, read.error)
@@ -242,6 +286,11 @@ def _classify(entry: _Entry, max_bytes: int, seen: dict[str, str], types: frozen
         return skipped(read, SkipReason.DUPLICATE, f"same content as {first}", first)
     seen[read.sha256] = doc_id
     return Document(**base, sha256=read.sha256, size=read.size)
+
+
+def source_is_empty(source: str, settings: Settings) -> bool:
+    """True when `source` lists no file at all (after include/exclude); reads no file."""
+    return next(iter(SOURCES[source_kind(source)](source, settings)), None) is None
 
 
 def inventory(

@@ -39,6 +39,7 @@ class OutcomeRecord(TypedDict):
     request_ids: list[str]
     provenance: dict[str, Any] | None
     origin_run: str | None
+    retryable: NotRequired[bool]  # failed for a transient cause: resume retries it (invariant 12)
     from_ledger: NotRequired[bool]
 
 
@@ -83,6 +84,7 @@ class RunSummary(TypedDict):
     documents: int
     states: dict[str, int]
     reasons: dict[str, int]
+    retryable: int  # failed documents a resume sends again
     from_ledger: int
     cost_usd: float
 

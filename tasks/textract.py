@@ -4,13 +4,19 @@ Each extractor raises `ExtractError` (a ValueError) with a short reason when the
 not what the type promises; the inventory turns that into a `skipped` document and
 `load_text` into an `InputError`.
 
-Text types (txt, md, html, json, csv) must be UTF-8 (a leading BOM is dropped). There is no
-latin-1 fallback: a fallback decodes anything, so a mis-encoded file would go to the model
-as mojibake instead of being reported as `undecodable`. NUL bytes mean `binary`.
+Text types (txt, md, html, json, csv) must be UTF-8 (a leading BOM is dropped), or UTF-16 /
+UTF-32 announced by their byte-order mark. There is no latin-1 fallback: a fallback decodes
+anything, so a mis-encoded file would go to the model as mojibake instead of being reported as
+`undecodable`. NUL bytes (in the decoded text) mean `binary`.
+
+Every parser is bounded: JSON nested deeper than `MAX_JSON_DEPTH` is `undecodable` (checked before
+parsing, so no input reaches Python's recursion limit), and any other failure of a parser is an
+`ExtractError`, never an exception that stops the run.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import logging
@@ -72,14 +78,56 @@ def doc_type_for(name: str) -> str:
     return ext or "none"
 
 
+# Byte-order marks, longest first (the UTF-32-LE mark starts with the UTF-16-LE one).
+BOMS: tuple[tuple[bytes, str], ...] = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+MAX_JSON_DEPTH = 512  # deeper JSON is undecodable (json.loads would hit the recursion limit)
+
+
 def decode_utf8(data: bytes) -> str:
-    """Strict UTF-8 (BOM dropped). Raises BinaryContent on NUL bytes, ExtractError on bad UTF-8."""
-    if b"\x00" in data:
+    """Strict text: UTF-8, or UTF-8/16/32 after their byte-order mark (the mark is dropped).
+    Raises BinaryContent on NUL characters, ExtractError on bytes invalid in the encoding."""
+    encoding, body = "utf-8", data
+    for bom, name in BOMS:
+        if data.startswith(bom):
+            encoding, body = name, data[len(bom) :]
+            break
+    if encoding == "utf-8" and b"\x00" in body:
         raise BinaryContent("contains NUL bytes (binary content)")
     try:
-        return data.decode("utf-8-sig")
+        text = body.decode(encoding)
     except UnicodeDecodeError as e:
-        raise ExtractError(f"not valid UTF-8 at byte {e.start}") from e
+        raise ExtractError(f"not valid {encoding.upper()} at byte {e.start}") from e
+    if "\x00" in text:
+        raise BinaryContent("contains NUL characters (binary content)")
+    return text
+
+
+def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when brackets outside strings nest deeper than `limit` (a linear scan, no recursion)."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
 
 
 _SKIP_TAGS = frozenset({"script", "style", "noscript", "template"})
@@ -155,10 +203,14 @@ def _html(data: bytes) -> str:
 
 def _json(data: bytes) -> str:
     text = decode_utf8(data)
+    if json_depth_exceeds(text):
+        raise ExtractError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise ExtractError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except (RecursionError, ValueError) as e:  # a bound we did not foresee: still only this file
+        raise ExtractError(f"invalid JSON: {type(e).__name__}") from e
     return json.dumps(obj, indent=2, ensure_ascii=False)
 
 
@@ -196,4 +248,9 @@ def extract_text(doc_type: str, data: bytes) -> str:
         kind = DocType(doc_type)
     except ValueError as e:
         raise ExtractError(f"unsupported document type {doc_type!r}") from e
-    return EXTRACTORS[kind](data)
+    try:
+        return EXTRACTORS[kind](data)
+    except ExtractError:
+        raise
+    except (RecursionError, MemoryError, ValueError) as e:  # no input may stop the run
+        raise ExtractError(f"cannot extract {doc_type}: {type(e).__name__}") from e

@@ -28,7 +28,9 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 from docmill.errors import ApiCallError, SpendLimitReached
 from docmill.logs import get_logger
 from docmill.prices import CACHE_WRITE_5M, price_of, priced_usd
+from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
+from tasks.api.breaker import API_CAUSES, CircuitBreaker
 from tasks.api.pacing import Budget, RateLimiter
 from tasks.api.retrying import (
     FailureKind,
@@ -144,6 +146,7 @@ class ModelClient:
         # the run's cost ledger hook (flows.extract sets it); without one they are only kept here
         self.on_possibly_billed: OnPossiblyBilled | None = None
         self.possibly_billed: list[PossiblyBilled] = []
+        self.breaker = CircuitBreaker(api.circuit_breaker_calls)  # systemic failures stop the run
 
     def __repr__(self) -> str:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
@@ -166,6 +169,8 @@ class ModelClient:
         attempts = [0]
 
         def once() -> T:
+            SHUTDOWN.check()
+            self.breaker.check()
             attempts[0] += 1
             if pace_tokens:
                 self.limiter.acquire(pace_tokens)
@@ -203,6 +208,8 @@ class ModelClient:
     def _send(self, request: dict[str, Any], ladder: _Ladder, on_response: OnResponse | None) -> Any:
         if self.stopped is not None:
             raise self.stopped
+        SHUTDOWN.check()  # after SIGINT/SIGTERM nothing new is sent
+        self.breaker.check()  # tripped: nothing more is sent
         ladder.attempts += 1
         ladder.attempts_on_model += 1
         body = {**request, "model": ladder.model}
@@ -213,6 +220,8 @@ class ModelClient:
         billed = 0.0
         try:
             with self.semaphore:  # held until the answer is persisted: invariant 3
+                SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
+                self.breaker.admit(SHUTDOWN.check)  # a streak near the threshold: one at a time
                 try:
                     data, request_id, headers = self._post(body, ladder)
                 except anthropic.APITimeoutError as e:
@@ -220,6 +229,8 @@ class ModelClient:
                         billed = worst  # the cap keeps what it may have cost
                         self._possibly_billed(ladder, body, estimate, worst)
                     raise
+                finally:
+                    self.breaker.done()
                 data["_request_id"] = request_id
                 data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
                 billed = self._cost(ladder.model, data.get("usage"))
@@ -254,7 +265,11 @@ class ModelClient:
                 self._sdk, body, stream=int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
             )
         except anthropic.APIStatusError as e:
-            asked = error_retry_after(e) if e.status_code == 429 else None
+            asked = (
+                error_retry_after(e, self.settings.api.retry_after_max_seconds)
+                if e.status_code == 429
+                else None
+            )
             if asked is not None:  # the server's exact word wins over its whole-second reset headers
                 self.limiter.pause(asked)
             else:
@@ -263,6 +278,8 @@ class ModelClient:
             raise
         except anthropic.APIConnectionError as e:
             ladder.failed(e)
+            if isinstance(e.__cause__, ConnectionRefusedError) or "refused" in str(e.__cause__ or ""):
+                self.breaker.api("connection_refused", describe(e))
             raise
 
     def _cost(self, model: str, usage: Any) -> float:
@@ -280,16 +297,19 @@ class ModelClient:
         exc = state.outcome.exception() if state.outcome else None
         if exc is None:
             return 0.0
+        api = self.settings.api
         return wait_seconds(
-            exc, max(ladder.attempts_on_model, 1), self.settings.api.backoff_max_seconds, self._rng
-        )
+            exc, max(ladder.attempts_on_model, 1), api.backoff_max_seconds, self._rng,
+            asked_max=api.retry_after_max_seconds,
+        )  # fmt: skip
 
     def _wait_any(self, state: RetryCallState, attempt: int) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        return (
-            0.0
-            if exc is None
-            else wait_seconds(exc, attempt, self.settings.api.backoff_max_seconds, self._rng)
+        if exc is None:
+            return 0.0
+        api = self.settings.api
+        return wait_seconds(
+            exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
         )
 
     def _backoff(self, seconds: float) -> None:
@@ -336,9 +356,13 @@ class ModelClient:
                 raise self.stopped from e  # stops the run: no document is marked failed
             status = getattr(e, "status_code", None)
             kind = f"api_error:{status}" if status is not None else "transport_exhausted"
+            if status in API_CAUSES:
+                self.breaker.api(API_CAUSES[status], describe(e))
             raise self._error(e, ladder, key, doc_id, pass_name, kind) from e
         except anthropic.APIResponseValidationError as e:
+            self.breaker.api("not_a_message", str(e))
             raise self._error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message") from e
+        self.breaker.api(None)
         usage = add_usage({}, message.get("usage"))
         log.info(
             "%s call answered (%s)",

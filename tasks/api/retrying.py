@@ -6,8 +6,10 @@ Retried, like the SDK's `_should_retry`: the `x-should-retry` header first (true
 then 408, 409, 429, any 5xx (incl. 529 overloaded), a mid-stream `overloaded_error`, connection
 errors and timeouts. Every other 4xx is final, and so is a 429 whose `error_code` says a spend limit
 is reached (`SPEND_LIMIT_CODES`): waiting cannot help, `spend_limit_error` turns it into the error
-that stops the run. Waits: `retry-after-ms` / `retry-after` exactly when
-the server sends them, else exponential backoff with jitter capped at `backoff_max_seconds`.
+that stops the run. Waits: `retry-after-ms` / `retry-after` when the server sends them, capped
+at `api.retry_after_max_seconds` (default 60 s, like the SDK; a capped wait is logged), else
+exponential backoff with jitter capped at `backoff_max_seconds`. Callers: ModelClient (call, run),
+BatchApi (every batch call and the results download).
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from typing import Any
 import anthropic
 
 from docmill.errors import SpendLimitReached
+from docmill.logs import get_logger
 
+log = get_logger("api")
 OVERLOADED = 529
+RETRY_AFTER_MAX_SECONDS = 60.0
 RETRY_STATUSES = frozenset({408, 409, 429})
 # `error.type` of the failures retried above, as a batch result's `errored` item names them: 429, 5xx
 # and 529, 504, 408 and 409. Batch results use it, so realtime and batch retry the same failures.
@@ -121,11 +126,18 @@ def retry_after_seconds(headers: Any, *, now: Callable[[], float] = time.time) -
     return max(0.0, float(email.utils.mktime_tz(parsed)) - now())
 
 
-def error_retry_after(exc: BaseException) -> float | None:
-    """`retry-after` of an API error, if it carries one."""
-    if isinstance(exc, anthropic.APIStatusError):
-        return retry_after_seconds(exc.response.headers)
-    return None
+def error_retry_after(exc: BaseException, cap: float = RETRY_AFTER_MAX_SECONDS) -> float | None:
+    """`retry-after` of an API error, if it carries one, at most `cap` seconds (logged when capped:
+    one 429 asking for 600 s must not stall every request for ten minutes)."""
+    if not isinstance(exc, anthropic.APIStatusError):
+        return None
+    asked = retry_after_seconds(exc.response.headers)
+    if asked is not None and asked > cap:
+        log.warning(
+            "the API asked to wait %.0f s (HTTP %s); waiting the cap of %.0f s", asked, exc.status_code, cap
+        )
+        return cap
+    return asked
 
 
 def backoff_seconds(retry_number: int, cap: float, rng: Callable[[], float] = random.random) -> float:
@@ -135,10 +147,16 @@ def backoff_seconds(retry_number: int, cap: float, rng: Callable[[], float] = ra
 
 
 def wait_seconds(
-    exc: BaseException, retry_number: int, cap: float, rng: Callable[[], float] = random.random
+    exc: BaseException,
+    retry_number: int,
+    cap: float,
+    rng: Callable[[], float] = random.random,
+    *,
+    asked_max: float = RETRY_AFTER_MAX_SECONDS,
 ) -> float:
-    """How long to wait before retry number `retry_number` (1-based) after `exc`."""
-    asked = error_retry_after(exc)
+    """How long to wait before retry number `retry_number` (1-based) after `exc`: the server's
+    `retry-after` (at most `asked_max`), else backoff capped at `cap`."""
+    asked = error_retry_after(exc, asked_max)
     if asked is not None and asked > 0:
         return asked
     return backoff_seconds(retry_number, cap, rng)

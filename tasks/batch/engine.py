@@ -30,6 +30,7 @@ import anthropic
 
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
 from docmill.errors import InputError
+from docmill.shutdown import SHUTDOWN
 from tasks.api.client import ModelClient
 from tasks.batch import ingest, lifecycle
 from tasks.batch.ingest import done_future, ordered_map
@@ -38,9 +39,11 @@ from tasks.batch.lifecycle import crash_point
 from tasks.batch.results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
 from tasks.batch.spool import BatchBody, request_line
 from tasks.inventory import Document
-from tasks.per_file.outcome import DocOutcome
+from tasks.per_file.cost_guard import COST_GUARD, Held, over_guard
+from tasks.per_file.cost_guard import request_worst_usd as request_worst
+from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_key, file_params
-from tasks.per_file.settle import Pass, outcome_from_original, skipped_outcome
+from tasks.per_file.settle import Pass, enqueue_review, outcome_from_original, skipped_outcome
 from tasks.records import BatchProgress
 
 if TYPE_CHECKING:
@@ -109,19 +112,29 @@ class BatchEngine:
 
     # ---- submission ------------------------------------------------------------------------
 
-    def _line(self, item: WorkItem, doc: Document | None = None) -> bytes | InputError:
-        """The item's request line, or why its document could not be read."""
+    def _line(self, item: WorkItem, doc: Document | None = None) -> bytes | InputError | Held:
+        """The item's request line, why its document could not be read, or why the per-document
+        cost guard holds it (tasks.per_file.cost_guard; first requests only)."""
         try:
-            return request_line(item.custom_id, self.router.request(item, doc))
+            request = self.router.request(item, doc)
         except InputError as e:
             return e
+        why = (
+            None
+            if item.request is not None
+            else over_guard(self.settings, request_worst(self.settings, request))
+        )
+        return Held(why) if why else request_line(item.custom_id, request)
 
     def _add(
-        self, body: BatchBody, item: WorkItem, line: bytes | InputError
+        self, body: BatchBody, item: WorkItem, line: bytes | InputError | Held
     ) -> tuple[BatchBody, DocOutcome | None]:
         """Spool one request (submitting the body first when it is full), or its failed outcome."""
         if isinstance(line, InputError):
             return body, self.router.fail(item, "input:unreadable", line.one_line(), permanent=False)
+        if isinstance(line, Held):  # to review before it is paid for; not in the ledger
+            held = self.router.outcome(item, DocState.NEEDS_REVIEW, reason=COST_GUARD, last_error=line.why)
+            return body, enqueue_review(self.p, Document.model_validate(item.doc), held)
         if not body.alone_fits(line):
             why = f"request of {len(line)} bytes is larger than settings.batch.max_bytes"
             return body, self.router.fail(item, "input:too_large_for_batch", why, permanent=True)
@@ -138,6 +151,7 @@ class BatchEngine:
         if not len(body):
             body.close()
             return
+        SHUTDOWN.check()  # after SIGINT/SIGTERM no batch is created (the spooled requests wait for resume)
         n, self.next_n = self.next_n, self.next_n + 1
         try:
             rec = lifecycle.submit(
@@ -207,6 +221,7 @@ class BatchEngine:
                 interval = self.settings.batch.poll_seconds
                 continue
             ended_any = False
+            SHUTDOWN.check()  # batches in flight keep running; resume re-attaches to them
             for n in sorted(self.live):
                 crash_point("polling")
                 rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())

@@ -16,7 +16,7 @@ from anthropic.types.messages import MessageBatch
 
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
 from docmill.errors import BatchError
-from docmill.logs import current_run
+from docmill.logs import current_run, get_logger
 from tasks.api.retrying import describe, is_retryable, is_spend_limit, spend_limit_error, wait_seconds
 from tasks.batch.spool import BatchBody
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from docmill.settings import Settings
 
 T = TypeVar("T")
+log = get_logger("batch")
 LIST_PAGE = 20
 COUNT_KINDS = ("processing", "succeeded", "errored", "canceled", "expired")
 
@@ -59,6 +60,11 @@ class BatchApi:
         self.sleep = sleep
         self.attempts = int(settings.api.max_attempts)
         self.cap = float(settings.api.backoff_max_seconds)
+        self.asked_max = float(settings.api.retry_after_max_seconds)
+
+    def wait(self, exc: BaseException, attempt: int) -> float:
+        """The transport wait before retry `attempt` (tasks.api.retrying: retry-after capped)."""
+        return wait_seconds(exc, attempt, self.cap, asked_max=self.asked_max)
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         for n in range(1, self.attempts + 1):
@@ -72,7 +78,7 @@ class BatchApi:
                         f"{what} failed after {n} attempt(s): {describe(e)}",
                         hint=f"check the API key and network; {resume_hint()} picks the run up again",
                     ) from e
-                self.sleep(wait_seconds(e, n, self.cap))
+                self.sleep(self.wait(e, n))
         raise AssertionError("unreachable")
 
     def create(self, body: BatchBody) -> MessageBatch:
@@ -158,7 +164,7 @@ def submit(
                     f"batch {n} of run {run_id} was refused: {describe(e)}",
                     hint="lower settings.batch.max_requests / max_bytes, or fix the request it names",
                 ) from e
-            api.sleep(wait_seconds(e, attempt, api.cap))
+            api.sleep(api.wait(e, attempt))
             found = find_candidates(api, rec, set())
             if found:  # the failed-looking create did create it
                 return _adopt(api, records, rec, found, cancel=False, why="create answered with an error")
@@ -278,7 +284,8 @@ def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> 
 
 def results(api: BatchApi, batch_id: str) -> Iterator[dict[str, Any]] | None:
     """The result lines of an ended batch as dicts, or None when its results are gone (archived).
-    A stream broken by a transient fault is fetched again from the start (callers skip repeats)."""
+    A stream broken by a transient fault (reset, truncated line) is fetched again and resumes after
+    the last line handed on (callers still skip repeats by custom_id)."""
     try:
         first = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
     except BatchError as e:
@@ -288,28 +295,47 @@ def results(api: BatchApi, batch_id: str) -> Iterator[dict[str, Any]] | None:
     return _lines(api, batch_id, first)
 
 
+def _broken(e: Exception) -> bool:
+    """A results stream that broke off in transit (worth fetching again), not a bug."""
+    return isinstance(e, (anthropic.APIConnectionError, OSError, ValueError)) or type(
+        e
+    ).__module__.startswith("httpx")
+
+
 def _lines(api: BatchApi, batch_id: str, decoder: Any) -> Iterator[dict[str, Any]]:
-    for attempt in range(1, api.attempts + 1):
-        try:
-            for raw in decoder.http_response.iter_lines():
-                if raw.strip():
-                    yield json.loads(raw)
-            return
-        except (anthropic.APIConnectionError, OSError, ValueError) as e:
-            if attempt == api.attempts:
-                raise BatchError(
-                    f"results of {batch_id} kept breaking off: {e}", hint="resume the run"
-                ) from e
-            api.sleep(wait_seconds(e, attempt, api.cap))
-            decoder = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
-        except Exception as e:
-            if type(e).__module__.startswith("httpx") and attempt < api.attempts:
-                api.sleep(wait_seconds(e, attempt, api.cap))
+    done = 0  # lines handed on; a fetched-again stream skips them
+    failures = 0  # consecutive breaks without a new line in between
+    try:
+        while True:
+            seen = 0
+            try:
+                for raw in decoder.http_response.iter_lines():
+                    if not raw.strip():
+                        continue
+                    seen += 1
+                    if seen <= done:
+                        continue
+                    line = json.loads(raw)
+                    done, failures = done + 1, 0
+                    yield line
+                return
+            except Exception as e:
+                failures += 1
+                if not _broken(e):
+                    raise
+                if failures >= api.attempts:
+                    raise BatchError(
+                        f"results of {batch_id} kept breaking off after {done} line(s): {e}",
+                        hint="resume the run",
+                    ) from e
+                log.warning(
+                    "results of %s broke off after %d line(s) (%s); fetching again", batch_id, done, e
+                )
+                api.sleep(api.wait(e, failures))
+                decoder.close()
                 decoder = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
-                continue
-            raise
-        finally:
-            decoder.close()
+    finally:
+        decoder.close()
 
 
 def cancel_run(

@@ -38,6 +38,7 @@ from tasks.per_file.settle import (
 
 COST_GROUP = 5000  # cost entries per cost-ledger object
 RETRYABLE_ERRORS = RETRYABLE_ERROR_TYPES  # the one decision, shared with realtime (409 included)
+RETRYABLE_FAILURES = frozenset({"batch_rounds_exhausted"})  # transient to the end: a resume resends
 
 # a terminal outcome, or the item with its follow-up request, or (neither) why it is resent
 Routed = tuple[DocOutcome | None, WorkItem | None, str | None]
@@ -93,7 +94,10 @@ class ResultRouter:
 
     def fail(self, item: WorkItem, failure_type: str, error: str, *, permanent: bool) -> DocOutcome:
         """A failed outcome; written to the ledger only when `permanent` (never retried)."""
-        outcome = self.outcome(item, DocState.FAILED, failure_type=failure_type, last_error=error)
+        outcome = self.outcome(
+            item, DocState.FAILED, failure_type=failure_type, last_error=error,
+            retryable=failure_type in RETRYABLE_FAILURES,
+        )  # fmt: skip
         return self.finish(item, outcome) if permanent else outcome
 
     def from_ledger(self, doc: Document, stored: dict[str, Any]) -> DocOutcome:

@@ -69,8 +69,8 @@ def _parse(raw: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, "the answer contains no JSON text"
     try:
         data = json.loads(text)
-    except ValueError as e:
-        return None, f"the answer is not valid JSON: {e}"
+    except (ValueError, RecursionError) as e:  # an answer nested past the recursion limit too
+        return None, f"the answer is not valid JSON: {str(e)[:200]}"
     if not isinstance(data, dict):
         return None, f"the answer is JSON {type(data).__name__}, expected an object"
     return data, None

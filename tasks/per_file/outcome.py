@@ -6,6 +6,12 @@ with nothing to extract: an empty or marker file such as `py.typed`, or a type t
 take; `reason` is the inventory's skip reason, no call is made). Records written before `skipped`
 existed say `failed` with failure type `input:empty` / `input:unsupported_type` and still load. The same record,
 minus `from_ledger`, is what the results ledger stores under the document's idempotency key.
+
+A failed outcome is either final (written to the results ledger: the request itself is bad) or
+`retryable: true` (invariant 12: transport, overload, rate-limit and 5xx failures after retries, an
+answer from a misconfigured endpoint or account; never written to the ledger): `resume` and a
+continued run send those documents again. `DocState` values never change; `retryable` is an extra
+field.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class DocOutcome(BaseModel):
     request_ids: list[str] = Field(default_factory=list)
     provenance: dict[str, Any] | None = None  # long documents: chunks and per-field offsets
     origin_run: str | None = None  # the run whose API calls produced this result (realtime pass)
+    retryable: bool = False  # failed for a cause outside the document: resume retries it
     from_ledger: bool = False
 
     def to_record(self) -> dict[str, Any]:

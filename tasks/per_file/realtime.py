@@ -19,13 +19,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from docmill.errors import ApiCallError, BudgetExhausted, InputError, SpendLimitReached
+from docmill.errors import (
+    ApiCallError,
+    BudgetExhausted,
+    InputError,
+    Interrupted,
+    SpendLimitReached,
+    SystemicFailure,
+)
 from docmill.logs import get_logger, redact
 from tasks.inventory import load_text
 from tasks.per_file.accounting import account_attempt, answered_model, flush_costs, recount_attempts
+from tasks.per_file.cost_guard import COST_GUARD, long_worst_usd, over_guard, request_worst_usd
 from tasks.per_file.gate import (
     Action,
     Decision,
+    Problem,
     Progress,
     Verdict,
     action_of,
@@ -33,7 +42,7 @@ from tasks.per_file.gate import (
     evidence_flags,
     next_request,
 )
-from tasks.per_file.longdoc import extract_long, is_long
+from tasks.per_file.longdoc import CHARS_PER_TOKEN, extract_long, is_long
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_request
 from tasks.per_file.settle import (
@@ -214,7 +223,11 @@ def _guarded(p: Pass, doc: Document, key: str | None, *, duplicate: bool = False
         return _review_one(p, doc, key)
     except BudgetExhausted as e:
         return failed_outcome(doc, key, "budget", e.one_line())
-    except SpendLimitReached:  # not a document's outcome: the run stops, resume continues it
+    except (
+        SpendLimitReached,
+        SystemicFailure,
+        Interrupted,
+    ):  # the run stops; this chunk is not written, a resume redoes it
         raise
     except InputError as e:
         return failed_outcome(doc, key, "input:unreadable", e.one_line())
@@ -231,10 +244,14 @@ def _review_one(p: Pass, doc: Document, key: str) -> DocOutcome:
             recount_attempts(p, doc.doc_id, key)
         return outcome_from_ledger(p, doc, record)
     text = load_text(doc)
-    if is_long(text, p.settings):
-        return _review_long(p, doc, key, text)
+    long = is_long(text, p.settings)
     max_tokens = int(p.settings.api.max_tokens)
-    request = file_request(p.recipe, doc, text, model=p.model, max_tokens=max_tokens)
+    request = {} if long else file_request(p.recipe, doc, text, model=p.model, max_tokens=max_tokens)
+    held = _held(p, doc, key, text, request)
+    if held is not None:
+        return held
+    if long:
+        return _review_long(p, doc, key, text)
     tries = Attempts(p, doc.doc_id, key, model=p.model)
     progress = Progress(max_tokens=max_tokens)
     action: Action | None = None
@@ -244,6 +261,7 @@ def _review_one(p: Pass, doc: Document, key: str) -> DocOutcome:
             message = tries.call(request, "first")
         while True:
             verdict = check(p.recipe, text, message)
+            p.client.breaker.answer(*answer_cause(verdict))
             progress.note(action, message.get("usage"))
             tries.note_verdict(verdict)
             decision = decide_next(p.settings, verdict, progress, request)
@@ -257,6 +275,32 @@ def _review_one(p: Pass, doc: Document, key: str) -> DocOutcome:
         return _api_failure(p, doc, key, tries, e)
     except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
         return _unfinished(doc, tries, "budget", e.one_line())
+
+
+def _held(p: Pass, doc: Document, key: str, text: str, request: dict[str, Any]) -> DocOutcome | None:
+    """needs_review `cost_guard` when the document's worst case passes the per-document guard
+    (tasks.per_file.cost_guard); not written to the ledger, so a run with a higher guard sends it."""
+    if request:
+        worst = request_worst_usd(p.settings, request)
+    else:
+        worst = long_worst_usd(p.settings, p.model, int(len(text) / CHARS_PER_TOKEN))
+    why = over_guard(p.settings, worst)
+    if why is None:
+        return None
+    outcome = DocOutcome(
+        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS, state=DocState.NEEDS_REVIEW, reason=COST_GUARD,
+        last_error=why, model=p.model, origin_run=p.run_id,
+    )  # fmt: skip
+    return enqueue_review(p, doc, outcome)
+
+
+def answer_cause(verdict: Verdict) -> tuple[str | None, str]:
+    """What the circuit breaker hears about one gated answer (tasks.api.breaker): nothing wrong,
+    or an invalid answer / refusal keyed by its first error, so only answers invalid alike add up."""
+    if verdict.problem not in (Problem.INVALID, Problem.REFUSAL):
+        return None, ""
+    first = (verdict.errors or [verdict.problem.value])[0]
+    return f"{verdict.problem.value}:{first[:60]}", first
 
 
 def _review_long(p: Pass, doc: Document, key: str, text: str) -> DocOutcome:
@@ -316,6 +360,7 @@ def _api_failure(p: Pass, doc: Document, key: str, tries: Attempts, e: ApiCallEr
     )
     # an API error may echo request data (headers, keys): mask secrets before it is stored
     outcome = _unfinished(doc, tries, failure_type, redact(e.last_error or e.message))
+    outcome.retryable = e.status not in PERMANENT_STATUSES  # not ledger-final: resume retries it
     request_id = e.request_id
     if request_id:
         outcome.request_ids.append(str(request_id))

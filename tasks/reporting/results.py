@@ -121,6 +121,8 @@ def doc_view(outcome: dict[str, Any], *, realtime: bool = False) -> DocView:
     fields, items = field_views(outcome)
     key = outcome.get("key")
     why = skip or outcome.get("reason") or outcome.get("failure_type") or ""
+    if outcome.get("retryable"):
+        why = f"{why} (retryable)"  # transient: a resume retries it, unlike a final failure
     detail = SKIP_REASONS.get(skip or "", "") if skip else str(outcome.get("last_error") or "")
     return {
         "doc_id": outcome["doc_id"],

@@ -10,16 +10,20 @@ from tasks.records import RunSummary
 STATES = ("succeeded", "needs_review", "failed", "skipped")
 
 
+def reason_label(o: dict[str, Any]) -> str:
+    """`state: failure type or reason`, marked `(retryable)` for a transient failure (a resume
+    retries it), so reports keep those apart from final failures."""
+    label = f"{o['state']}: {o.get('failure_type') or o.get('reason') or '-'}"
+    return f"{label} (retryable)" if o.get("retryable") else label
+
+
 def summarize(outcomes: list[dict[str, Any]]) -> RunSummary:
     states = Counter(o["state"] for o in outcomes)
-    reasons = Counter(
-        f"{o['state']}: {o.get('failure_type') or o.get('reason') or '-'}"
-        for o in outcomes
-        if o["state"] != "succeeded"
-    )
+    reasons = Counter(reason_label(o) for o in outcomes if o["state"] != "succeeded")
     return {
         "documents": len(outcomes),
         "states": {s: states.get(s, 0) for s in STATES},
+        "retryable": sum(1 for o in outcomes if o["state"] == "failed" and o.get("retryable")),
         "reasons": dict(reasons.most_common()),
         "from_ledger": sum(1 for o in outcomes if o.get("from_ledger")),
         "cost_usd": round(

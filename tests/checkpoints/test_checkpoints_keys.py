@@ -127,3 +127,14 @@ def test_safe_segment_refuses_slashes() -> None:
     assert safe_segment("run-1") == "run-1"
     with pytest.raises(UnsafeKey):
         safe_segment("a/b")
+
+
+def test_fitted_key_makes_room_for_a_suffix() -> None:
+    from checkpoints.keys import MAX_SEGMENT_BYTES, fitted_key
+
+    assert fitted_key("a/b.txt", ".json") == "a/b.txt.json"
+    long = "d/" + "é" * 127  # 254 bytes in its last segment
+    key = fitted_key(long, ".json")
+    last = key.rsplit("/", 1)[-1]
+    assert key.startswith("d/é") and key.endswith(".json") and len(last.encode()) <= MAX_SEGMENT_BYTES
+    assert fitted_key(long, ".json") == key != fitted_key(long[:-1] + "x", ".json")  # stable, distinct

@@ -244,3 +244,76 @@ def test_s3_source(s3_store_uri: str) -> None:
 def test_document_round_trips_as_json() -> None:
     d = Document(doc_id="a.txt", source_uri="file:///a.txt", sha256="0" * 64, size=1, doc_type="txt")
     assert Document.model_validate_json(d.model_dump_json()) == d
+
+
+def test_json_nested_1e5_levels_is_undecodable_not_a_crash(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (src / "deep-obj.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    (src / "ok.txt").write_text("INVOICE 1\n")
+    docs = {d.doc_id: d for d in inventory(str(src), make_settings())}
+    assert docs["deep.json"].skip_reason is SkipReason.UNDECODABLE
+    assert "nested deeper" in str(docs["deep.json"].skip_detail)
+    assert docs["deep-obj.json"].skip_reason is SkipReason.UNDECODABLE
+    assert docs["ok.txt"].status == "ok"
+
+
+def test_utf16_and_utf32_with_bom_are_text(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    text = "Rechnung Nr. 7 — Müller GmbH, Total 12.00 EUR\n"
+    for enc in ("utf-16", "utf-16-be", "utf-32", "utf-32-be"):
+        bom = {"utf-16-be": b"\xfe\xff", "utf-32-be": b"\x00\x00\xfe\xff"}.get(enc, b"")
+        (src / f"{enc}.txt").write_bytes(bom + text.encode(enc))
+    (src / "nul.txt").write_bytes(b"abc\x00def")
+    (src / "utf16-no-bom.txt").write_bytes(text.encode("utf-16-le"))
+    docs = {d.doc_id: d for d in inventory(str(src), make_settings())}
+    for enc in ("utf-16", "utf-16-be", "utf-32", "utf-32-be"):
+        assert docs[f"{enc}.txt"].status == "ok", docs[f"{enc}.txt"]
+        assert load_text(docs[f"{enc}.txt"]) == text
+    assert docs["nul.txt"].skip_reason is SkipReason.BINARY
+    assert docs["utf16-no-bom.txt"].skip_reason is SkipReason.BINARY  # no BOM: NUL bytes, binary
+
+
+def test_symlinks_outside_the_source_are_not_read(tmp_path: Path) -> None:
+    src, outside = tmp_path / "src", tmp_path / "outside"
+    src.mkdir()
+    (outside / "folder").mkdir(parents=True)
+    (outside / "secret.txt").write_text("SECRET outside the source\n")
+    (outside / "folder" / "inner.txt").write_text("inner file\n")
+    (src / "real.txt").write_text("INVOICE 1\n")
+    (src / "link-out.txt").symlink_to(outside / "secret.txt")
+    (src / "link-in.txt").symlink_to(src / "real.txt")
+    (src / "linked-folder").symlink_to(outside / "folder", target_is_directory=True)
+    docs = {d.doc_id: d for d in inventory(str(src), make_settings())}
+    assert docs["link-out.txt"].skip_reason is SkipReason.OUTSIDE_SOURCE
+    assert docs["link-out.txt"].sha256 == "" and docs["link-out.txt"].size == 0  # never read
+    assert docs["link-in.txt"].status == "ok"  # inside the source: read (real.txt is its duplicate)
+    assert docs["real.txt"].duplicate_of == "link-in.txt"
+    assert docs["linked-folder"].skip_reason is SkipReason.SYMLINKED_FOLDER  # mentioned, not dropped
+    assert "linked-folder/inner.txt" not in docs
+    followed = {d.doc_id: d for d in inventory(str(src), make_settings(follow_symlinks=True))}
+    assert followed["link-out.txt"].status == "ok"
+    assert followed["linked-folder/inner.txt"].status == "ok"
+    assert "linked-folder" not in followed
+
+
+def test_symlink_loop_with_follow_terminates(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "x.txt").write_text("x\n")
+    (src / "a" / "loop").symlink_to(src, target_is_directory=True)
+    docs = [d.doc_id for d in inventory(str(src), make_settings(follow_symlinks=True))]
+    assert docs == ["a/x.txt"]
+
+
+def test_estimate_of_a_source_with_a_deeply_nested_json(tmp_path: Path) -> None:
+    from tasks.estimate import estimate_source
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (src / "inv.txt").write_text("INVOICE 7\nTotal: 10.00 EUR\n")
+    lines = estimate_source(str(src), "invoices", make_settings()).lines()
+    assert any("1 skipped" in line for line in lines), lines

@@ -1,0 +1,119 @@
+"""The circuit breaker: systemic failures stop a run within N calls, through the real CLI, SDK and
+emulator (and a real closed port); one bad file or one 400 never trips it."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoints.manifest import ManifestStore
+from checkpoints.store import open_store
+from docmill.errors import SystemicFailure
+from docmill.settings import get_settings
+from flows.cli import main
+from tasks.api.breaker import CircuitBreaker
+from tests.flows.helpers import make_corpus, outcomes_of
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, emulator: Any, tmp_path: Path) -> str:
+    store = str(tmp_path / "store")
+    monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
+    monkeypatch.setenv("DOCMILL_API__BACKOFF_MAX_SECONDS", "0")
+    monkeypatch.setenv("DOCMILL_CHUNK_SIZE", "8")
+    monkeypatch.setenv("DOCMILL_API__CONCURRENCY", "2")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("DOCMILL_RAISE_ERRORS", raising=False)
+    get_settings.cache_clear()
+    yield store
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("breaker"), count=40, seed=2)[0]
+
+
+def _answered(emulator: Any) -> int:
+    return int(emulator.state.accounting.received_by_path.get("/v1/messages", 0))
+
+
+@pytest.mark.parametrize(
+    ("setup", "cause"),
+    [
+        (
+            lambda em, _m: em.state.faults.add(
+                kind="invalid_request", status=401, message="invalid x-api-key"
+            ),
+            "auth",
+        ),
+        (lambda _em, m: m.append("--model=claude-nonexistent-9"), "model_not_found"),
+        (lambda em, _m: em.state.faults.add(kind="prose"), "invalid_answers"),
+    ],
+    ids=["401", "unknown-model", "prose"],
+)
+def test_systemic_failure_stops_the_run_within_20_calls_then_resume_continues(
+    env: str, emulator: Any, corpus: Path, capsys: pytest.CaptureFixture[str], setup: Any, cause: str
+) -> None:
+    extra: list[str] = []
+    setup(emulator, extra)
+    code = main(["--store", env, "run", str(corpus), "--no-prefect", "--run-id", "sys-1", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3, err
+    said = [line for line in err if line.startswith("docmill:")]  # (per-call warnings are log lines)
+    assert len(said) == 1 and f"({cause})" in said[0] and "docmill resume sys-1" in said[0], err
+    # API causes: exactly N calls (a streak near N sends one request at a time); invalid answers are
+    # judged after they return, so up to concurrency - 1 more may have been sent meanwhile
+    assert _answered(emulator) <= (20 if cause != "invalid_answers" else 20 + 1)
+    assert ManifestStore(open_store(env)).load("sys-1").phase == "stopped"
+    if extra:  # the cause is in the run's own settings: nothing to resume into
+        return
+    emulator.state.faults.clear()  # the fix
+    assert main(["--store", env, "resume", "sys-1", "--no-prefect"]) == 0
+    outs = outcomes_of(open_store(env), "sys-1")
+    assert not [o for o in outs.values() if o.get("retryable")]
+    assert (
+        sum(o["state"] == "succeeded" for o in outs.values()) >= 20
+    )  # (prose answers before the trip: review)
+
+
+def test_nothing_listening_stops_the_run(env: str, corpus: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("DOCMILL_API__BASE_URL", f"http://127.0.0.1:{port}")
+    get_settings.cache_clear()
+    assert main(["--store", env, "run", str(corpus), "--no-prefect", "--run-id", "nobody"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    said = [line for line in err if line.startswith("docmill:")]
+    assert len(said) == 1 and "(connection_refused)" in said[0], err
+
+
+def test_one_bad_file_or_one_400_never_trips(env: str, emulator: Any, corpus: Path) -> None:
+    names = sorted(p.name for p in corpus.glob("*.txt"))[:2]
+    for name in names:
+        (corpus / name).write_text((corpus / name).read_text() + "\nPLANTED-BAD\n")
+    emulator.state.faults.add(kind="prose", marker="PLANTED-BAD")  # every answer for 2 files: prose
+    emulator.state.faults.add(kind="invalid_request", count=1)  # one 400
+    assert main(["--store", env, "run", str(corpus), "--no-prefect", "--run-id", "fine"]) == 0
+    for name in names:
+        (corpus / name).write_text((corpus / name).read_text().replace("\nPLANTED-BAD\n", ""))
+
+
+def test_streaks_are_per_cause_and_reset_by_a_healthy_call() -> None:
+    b = CircuitBreaker(3)
+    for cause in ("auth", "auth", None, "auth", "auth", "model_not_found", "auth", "auth"):
+        b.api(cause, "x")
+    b.check()  # never 3 alike in a row
+    b.answer("validation_failed:a", "a")
+    b.answer("validation_failed:a", "a")
+    b.api(None)  # an answered call does not reset the answers' streak
+    b.answer("validation_failed:a", "a")
+    with pytest.raises(SystemicFailure) as e:
+        b.check()
+    assert e.value.cause == "invalid_answers" and json.dumps(e.value.calls) == "3"
