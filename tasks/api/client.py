@@ -5,6 +5,9 @@ bounded concurrency, client-side pacing and the overload degradation ladder.
 - A semaphore of `settings.api.concurrency` bounds requests in flight across all threads. It is
   held until `on_response` has persisted the answer, so a crash re-sends at most that many
   requests (invariant 3).
+- Pacing (tasks.api.pacing): every attempt takes a ticket from the limiter before it is sent and
+  gives it back with the answer's headers and usage (or the error's headers); a 429's
+  `retry-after` is this request's own retry wait and holds no other request.
 - Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model,
   the request goes to `settings.api.fallback_model`; the result says which model answered. When
   the fallback's attempts are spent too, `ApiCallError(failure_type="transport_exhausted")`.
@@ -19,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import anthropic
 from pydantic import SecretStr
@@ -34,7 +37,6 @@ from tasks.api.retrying import (
     FailureKind,
     classify,
     describe,
-    error_retry_after,
     is_retryable,
     is_spend_limit,
     spend_limit_error,
@@ -48,6 +50,15 @@ if TYPE_CHECKING:
 log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
+
+
+class _Answer(TypedDict, total=False):
+    """What one attempt tells the pacer: the server's headers, the billed usage, a 429."""
+
+    headers: Any
+    usage: dict[str, Any]
+    throttled: bool
+
 
 DEFAULT_HINT = "the API refused this request; it is not retried"
 STATUS_HINTS = {
@@ -134,8 +145,10 @@ class ModelClient:
         self.semaphore = threading.BoundedSemaphore(api.concurrency)
         self.concurrency = api.concurrency
         self.limiter = RateLimiter(
-            api.requests_per_minute, api.input_tokens_per_minute, clock=clock, sleep=sleep, wall=wall
-        )
+            api.requests_per_minute, api.input_tokens_per_minute, api.output_tokens_per_minute,
+            concurrency=api.concurrency, ramp_seconds=api.ramp_seconds, ramp_start=api.ramp_start,
+            clock=clock, sleep=sleep,
+        )  # fmt: skip
         self._sleep, self._rng = sleep, rng
         self.budget = budget or Budget(settings.cost.max_cost_usd)
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
@@ -167,22 +180,29 @@ class ModelClient:
 
         def once() -> T:
             attempts[0] += 1
-            if pace_tokens:
-                self.limiter.acquire(pace_tokens)
-            hold = self.budget.reserve(self._worst_case_usd(model, pace_tokens, max_tokens)) if model else 0.0
-            billed = 0.0
+            ticket = self.limiter.acquire(pace_tokens, max_tokens) if pace_tokens else None
+            billed, used = 0.0, None
             try:
-                with self.semaphore:
-                    result = fn()
-                usage = getattr(result, "usage", None)
-                if model and usage is not None:
-                    billed = self._cost(
-                        model, usage.model_dump(mode="json") if hasattr(usage, "model_dump") else usage
-                    )
-                return result
+                hold = (
+                    self.budget.reserve(self._worst_case_usd(model, pace_tokens, max_tokens))
+                    if model
+                    else 0.0
+                )
+                try:
+                    with self.semaphore:
+                        result = fn()
+                    usage = getattr(result, "usage", None)
+                    if usage is not None:
+                        used = usage.model_dump(mode="json") if hasattr(usage, "model_dump") else usage
+                    if model and used is not None:
+                        billed = self._cost(model, used)
+                    return result
+                finally:
+                    if model:
+                        self.budget.settle(hold, billed)
             finally:
-                if model:
-                    self.budget.settle(hold, billed)
+                if ticket is not None:
+                    self.limiter.release(ticket, usage=used if isinstance(used, dict) else None)
 
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
@@ -207,27 +227,33 @@ class ModelClient:
         ladder.attempts_on_model += 1
         body = {**request, "model": ladder.model}
         estimate = estimate_input_tokens(body)
-        self.limiter.acquire(estimate)
-        worst = self._worst_case_usd(ladder.model, estimate, int(body["max_tokens"]))
-        hold = self.budget.reserve(worst)
-        billed = 0.0
+        max_tokens = int(body["max_tokens"])
+        ticket = self.limiter.acquire(estimate, max_tokens)
+        told: _Answer = {}
         try:
-            with self.semaphore:  # held until the answer is persisted: invariant 3
-                try:
-                    data, request_id, headers = self._post(body, ladder)
-                except anthropic.APITimeoutError as e:
-                    if sent_before_timeout(e):
-                        billed = worst  # the cap keeps what it may have cost
-                        self._possibly_billed(ladder, body, estimate, worst)
-                    raise
-                data["_request_id"] = request_id
-                data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
-                billed = self._cost(ladder.model, data.get("usage"))
-                if on_response is not None:
-                    on_response(ladder.attempts, data)
-        finally:
-            self.budget.settle(hold, billed)
-        self.limiter.observe(headers)
+            worst = self._worst_case_usd(ladder.model, estimate, max_tokens)
+            hold = self.budget.reserve(worst)
+            billed = 0.0
+            try:
+                with self.semaphore:  # held until the answer is persisted: invariant 3
+                    try:
+                        data, request_id, headers = self._post(body, ladder, told)
+                    except anthropic.APITimeoutError as e:
+                        if sent_before_timeout(e):
+                            billed = worst  # the cap keeps what it may have cost
+                            self._possibly_billed(ladder, body, estimate, worst)
+                        raise
+                    told["headers"] = headers
+                    data["_request_id"] = request_id
+                    data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
+                    told["usage"] = data.get("usage") or {}
+                    billed = self._cost(ladder.model, data.get("usage"))
+                    if on_response is not None:
+                        on_response(ladder.attempts, data)
+            finally:
+                self.budget.settle(hold, billed)
+        finally:  # a 429's retry-after delays only this request (the retry wait), never the others
+            self.limiter.release(ticket, **told)
         return data
 
     def _possibly_billed(self, ladder: _Ladder, body: dict[str, Any], estimate: int, worst: float) -> None:
@@ -245,7 +271,9 @@ class ModelClient:
         if self.on_possibly_billed is not None:
             self.on_possibly_billed(entry)
 
-    def _post(self, body: dict[str, Any], ladder: _Ladder) -> tuple[dict[str, Any], str | None, Any]:
+    def _post(
+        self, body: dict[str, Any], ladder: _Ladder, told: _Answer
+    ) -> tuple[dict[str, Any], str | None, Any]:
         """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
         max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so
         a long answer never meets the read timeout while it is being generated."""
@@ -254,11 +282,8 @@ class ModelClient:
                 self._sdk, body, stream=int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
             )
         except anthropic.APIStatusError as e:
-            asked = error_retry_after(e) if e.status_code == 429 else None
-            if asked is not None:  # the server's exact word wins over its whole-second reset headers
-                self.limiter.pause(asked)
-            else:
-                self.limiter.observe(e.response.headers)
+            told["headers"] = e.response.headers
+            told["throttled"] = e.status_code == 429
             ladder.failed(e)
             raise
         except anthropic.APIConnectionError as e:
