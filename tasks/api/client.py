@@ -21,6 +21,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
@@ -143,6 +144,8 @@ class ModelClient:
             api_key=key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds
         )
         self.semaphore = threading.BoundedSemaphore(api.concurrency)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self.concurrency = api.concurrency
         self.limiter = RateLimiter(
             api.requests_per_minute, api.input_tokens_per_minute, api.output_tokens_per_minute,
@@ -162,7 +165,18 @@ class ModelClient:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self._sdk.close()
+
+    def pool(self) -> ThreadPoolExecutor:
+        """Threads shared by the work of every chunk in this process (tasks.per_file.realtime), as
+        many as the concurrency ceiling: a chunk waiting for its slowest document holds one thread
+        while the other chunks' documents take the rest, so no chunk boundary idles the limit."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="docmill-call")
+            return self._pool
 
     @property
     def sdk(self) -> anthropic.Anthropic:
