@@ -16,6 +16,9 @@ emulator's 429 answers over the requests it received.
 
     .venv/bin/python bench/ratelimit.py [--docs 500] [--rpm 300] [--concurrency 32] [--warmup 30]
 
+`--only window`: no limit at all, only the concurrency: requests/s of docmill (chunks of documents)
+against the plain loop (no chunks), i.e. whether a slow document holds capacity idle.
+
 Targets: docmill >= 0.97 of the limit in the steady part, 429s <= 1 % of requests.
 """
 
@@ -120,7 +123,8 @@ def docmill_run(corpus: Path, url: str, concurrency: int, store: Path) -> dict[s
 
 
 def steady_share(billed: list[dict[str, Any]], kind: str, limit: float, warmup: float) -> tuple[float, float]:
-    """(share of `limit` per minute in the steady part, seconds of the steady part)."""
+    """(share of `limit` per minute in the steady part, seconds of the steady part); with no limit
+    (`limit` 60), requests per second."""
     rows = sorted(billed, key=lambda b: b["at"])
     if len(rows) < 10:
         return 0.0, 0.0
@@ -168,8 +172,9 @@ def scenario(name: str, limits: list[str], kind: str, limit: float, corpus: Path
         received = int(acct["received_by_path"].get("/v1/messages", 0))
         n429 = int(acct["errors_by_status"].get("429", 0))
         extra = f"failed {failures[0]}" if who == "plain" else f"states {summary['states']}"
+        what = "share" if limits else "req/s"
         print(
-            f"{name:<14} {who:<8} share {share:5.3f} over {seconds:5.1f} s   429s {n429:4d} of {received:5d} "
+            f"{name:<14} {who:<8} {what} {share:5.3f} over {seconds:5.1f} s   429s {n429:4d} of {received:5d} "
             f"requests ({100.0 * n429 / max(received, 1):5.2f} %)   wall {times[who]:6.1f} s   {extra}",
             flush=True,
         )
@@ -182,7 +187,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--warmup", type=float, default=30.0, help="seconds left out at the start")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", choices=["requests", "tokens"], help="run one scenario")
+    ap.add_argument("--only", choices=["requests", "tokens", "window"], help="run one scenario")
     a = ap.parse_args()
     os.environ.pop("ANTHROPIC_API_KEY", None)
     from emulator.tokens import count_tokens
@@ -207,6 +212,8 @@ def main() -> None:
             scenario(f"{a.rpm} rpm", ["--rpm", str(a.rpm)], "requests", a.rpm, corpus, reqs, a, tmp)
         if a.only in (None, "tokens"):
             scenario(f"{itpm} itpm", ["--input-tpm", str(itpm)], "tokens", itpm, corpus, reqs, a, tmp)
+        if a.only == "window":  # no limit: does a slow document hold capacity idle? (plain has no chunks)
+            scenario("no limit", [], "requests", 60.0, corpus, reqs, a, tmp)
 
 
 if __name__ == "__main__":
