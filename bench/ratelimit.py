@@ -190,6 +190,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["requests", "tokens", "window"], help="run one scenario")
     a = ap.parse_args()
     os.environ.pop("ANTHROPIC_API_KEY", None)
+    os.environ["DOCMILL_API__CONCURRENCY"] = str(a.concurrency)  # chunks in flight are sized at import
     from emulator.tokens import count_tokens
 
     with tempfile.TemporaryDirectory() as tmpdir:

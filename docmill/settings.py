@@ -205,7 +205,13 @@ class Settings(BaseSettings):
         "WARNING", description="Level of docmill's own log lines (INFO: one per API call)."
     )
     chunk_size: int = Field(50, ge=1, le=1000, description="Documents per Prefect task.")
-    chunk_workers: int = Field(4, ge=1, le=64, description="Chunks in flight at once in one process.")
+    chunk_workers: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Chunks in flight at once in one process (at least: more when that few chunks hold "
+        "fewer than 4 x api.concurrency documents).",
+    )
     allow_overlapping_runs: bool = Field(
         False,
         description="Start a run even while another live run of the same recipe and model covers "
