@@ -44,7 +44,8 @@ WINDOW_START = 4  # requests in flight before the first answer says how long ans
 @dataclass
 class TokenBucket:
     """`per_minute` units refilled continuously, holding at most `capacity` (default one minute's
-    worth). A request larger than the capacity waits for a full bucket and leaves it in debt."""
+    worth). A request larger than the capacity waits for a full bucket and leaves it in debt (of at
+    most one minute)."""
 
     per_minute: float
     level: float
@@ -62,11 +63,12 @@ class TokenBucket:
 
     def wait_for(self, amount: float, keep: float = 0.0) -> float:
         """Seconds until `amount` (at most the capacity) can be taken leaving `keep` behind."""
-        need = min(amount, self.capacity) + keep - self.level
+        amount = min(amount, self.capacity)
+        need = amount + min(keep, self.capacity - amount) - self.level  # an oversized request keeps none
         return 0.0 if need <= 0 else need * 60.0 / self.per_minute
 
     def take(self, amount: float) -> None:
-        self.level -= amount
+        self.level -= min(amount, self.per_minute)  # an oversized request costs one minute, not more
 
 
 @dataclass

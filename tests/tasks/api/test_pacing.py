@@ -91,6 +91,13 @@ def test_input_tokens_limit_is_adopted_and_estimates_are_corrected_from_usage() 
     assert lim.acquire(1000).input_tokens == pytest.approx(2000, rel=0.05)
 
 
+def test_an_oversized_request_waits_for_a_full_bucket_not_forever() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, tpm=600)
+    lim.release(lim.acquire(10_000), headers=headers(fake, "input-tokens", 600, 0))
+    assert lim.acquire(10_000).waited == pytest.approx(60.0, abs=1.0)  # one full refill, then it goes
+
+
 def test_output_tokens_reserve_max_tokens_and_get_back_what_was_not_used() -> None:
     fake = FakeTime()
     lim = limiter(fake)
