@@ -13,7 +13,8 @@
   never above the limit, so the server's bucket stays near full and absorbs latency jitter.
 - **Output tokens count**: a request reserves its `max_tokens` when sent and the answer's usage
   gives back what it did not use (as the API itself does). Input tokens are estimated from the body,
-  corrected by the ratio actual/estimate seen so far.
+  corrected by the ratio billed/estimate seen so far (cache reads counted: conservative where the
+  API does not count them).
 - **In flight: as many as the limit needs, at most `concurrency`**: about twice the requests the
   rate admits during the observed latency, plus two.
 - `retry-after` is not handled here: it delays only the request that got the 429 (tasks.api.client).
@@ -75,11 +76,12 @@ class TokenBucket:
 class Ticket:
     """What one sent request holds until `RateLimiter.release`."""
 
-    input_tokens: int
+    input_tokens: int  # the estimate, corrected by what answers billed so far
     output_tokens: int
     sent_at: float
     waited: float = 0.0
     ramp: int = 0  # the ramp it was sent under (a 429 backs off the ramp it was sent under, once)
+    estimate: int = 0  # the caller's raw estimate of its input tokens
 
 
 @dataclass
@@ -207,7 +209,7 @@ class RateLimiter:
                             if bucket is not None:
                                 bucket.take(amount)
                     self._in_flight += 1
-                    return Ticket(tokens, max_tokens, now, total, self._ramps)
+                    return Ticket(tokens, max_tokens, now, total, self._ramps, input_tokens)
             wait = max(wait, MIN_WAIT)  # a float-rounding sliver must still move the clock
             self._sleep(wait)
             self.stats.waits.append(wait)
@@ -245,10 +247,15 @@ class RateLimiter:
             self._lock.notify_all()
 
     def _settle_usage(self, ticket: Ticket, usage: Mapping[str, Any]) -> None:
-        billed_in = int(usage.get("input_tokens") or 0) + int(usage.get("cache_creation_input_tokens") or 0)
+        # every input token, cache reads included: some models and the emulator count them, and a
+        # per-file prompt is rarely long enough to be cached by the real API anyway
+        billed_in = sum(
+            int(usage.get(f) or 0)
+            for f in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
         billed_out = int(usage.get("output_tokens") or 0)
-        if billed_in and ticket.input_tokens:
-            sample = billed_in / (ticket.input_tokens / self._input_ratio)
+        if billed_in and ticket.estimate:
+            sample = billed_in / ticket.estimate
             self._input_ratio = (1 - EWMA) * self._input_ratio + EWMA * sample
         for kind, held, billed in (
             (INPUT, ticket.input_tokens, billed_in),

@@ -98,6 +98,16 @@ def test_an_oversized_request_waits_for_a_full_bucket_not_forever() -> None:
     assert lim.acquire(10_000).waited == pytest.approx(60.0, abs=1.0)  # one full refill, then it goes
 
 
+def test_the_estimate_correction_converges_with_many_requests_in_flight() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, concurrency=64)
+    lim._latency = 10.0  # (a window wide enough for 20 requests in flight)
+    held = [lim.acquire(1000) for _ in range(20)]  # all estimated before any answer
+    for t in held:  # each billed a tenth of its estimate: the ratio must settle at 0.1, not run away
+        lim.release(t, usage={"input_tokens": 60, "cache_read_input_tokens": 40})
+    assert lim.acquire(1000).input_tokens == pytest.approx(100, rel=0.15)  # EWMA: 0.1 + 0.9 x 0.8^20
+
+
 def test_output_tokens_reserve_max_tokens_and_get_back_what_was_not_used() -> None:
     fake = FakeTime()
     lim = limiter(fake)
