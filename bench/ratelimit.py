@@ -136,8 +136,9 @@ def steady_share(billed: list[dict[str, Any]], kind: str, limit: float, warmup: 
     def amount(b: dict[str, Any]) -> float:
         if kind == "requests":
             return 1.0
-        u = b["usage"]
-        return float((u.get("input_tokens") or 0) + (u.get("cache_creation_input_tokens") or 0))
+        u = b["usage"]  # what the emulator's limiter counts: every input token, cache reads included
+        return float(sum(u.get(f) or 0 for f in ("input_tokens", "cache_creation_input_tokens",
+                                                  "cache_read_input_tokens")))  # fmt: skip
 
     used = sum(amount(b) for b in rows if start <= b["at"] < end)
     return used / (end - start) * 60.0 / limit, end - start
