@@ -5,9 +5,8 @@ bounded concurrency, client-side pacing and the overload degradation ladder.
 - A semaphore of `settings.api.concurrency` bounds requests in flight across all threads. It is
   held until `on_response` has persisted the answer, so a crash re-sends at most that many
   requests (invariant 3).
-- Pacing (tasks.api.pacing): every attempt takes a ticket from the limiter before it is sent and
-  gives it back with the answer's headers and usage (or the error's headers); a 429's
-  `retry-after` is this request's own retry wait and holds no other request.
+- Pacing (tasks.api.pacing): each attempt takes a ticket and gives it back with what it was told;
+  a 429's `retry-after` is this request's own retry wait and holds no other request.
 - Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model,
   the request goes to `settings.api.fallback_model`; the result says which model answered. When
   the fallback's attempts are spent too, `ApiCallError(failure_type="transport_exhausted")`.
@@ -23,7 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
 from pydantic import SecretStr
@@ -33,7 +32,7 @@ from docmill.errors import ApiCallError, SpendLimitReached
 from docmill.logs import get_logger
 from docmill.prices import CACHE_WRITE_5M, price_of, priced_usd
 from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
-from tasks.api.pacing import Budget, RateLimiter
+from tasks.api.pacing import Budget, RateLimiter, Told
 from tasks.api.retrying import (
     FailureKind,
     classify,
@@ -51,15 +50,6 @@ if TYPE_CHECKING:
 log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
-
-
-class _Answer(TypedDict, total=False):
-    """What one attempt tells the pacer: the server's headers, the billed usage, a 429."""
-
-    headers: Any
-    usage: dict[str, Any]
-    throttled: bool
-
 
 DEFAULT_HINT = "the API refused this request; it is not retried"
 STATUS_HINTS = {
@@ -170,9 +160,8 @@ class ModelClient:
         self._sdk.close()
 
     def pool(self) -> ThreadPoolExecutor:
-        """Threads shared by the work of every chunk in this process (tasks.per_file.realtime), as
-        many as the concurrency ceiling: a chunk waiting for its slowest document holds one thread
-        while the other chunks' documents take the rest, so no chunk boundary idles the limit."""
+        """Threads shared by every chunk's documents (tasks.per_file.realtime), as many as the
+        concurrency: a chunk waiting for its slowest document holds one thread, not the limit."""
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="docmill-call")
@@ -185,10 +174,8 @@ class ModelClient:
 
     def run(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
             max_tokens: int = 0) -> T:  # fmt: skip
-        """Any other SDK call (count_tokens, beta compaction, ...) through this client's one
-        transport layer: the same retry predicate and waits, the pacer, the concurrency bound,
-        and, when `model` is given, the run's cost cap (worst case reserved, then settled to the
-        billed usage, compaction iterations included)."""
+        """Any other SDK call (count_tokens, compaction, ...) through the one transport layer: retries,
+        pacer, concurrency bound and, given `model`, the cost cap (worst case reserved, then settled)."""
         api = self.settings.api
         attempts = [0]
 
@@ -197,23 +184,21 @@ class ModelClient:
             ticket = self.limiter.acquire(pace_tokens, max_tokens) if pace_tokens else None
             billed, used = 0.0, None
             try:
-                hold = (
-                    self.budget.reserve(self._worst_case_usd(model, pace_tokens, max_tokens))
-                    if model
-                    else 0.0
-                )
+                worst = self._worst_case_usd(model, pace_tokens, max_tokens) if model else 0.0
+                hold = self.budget.reserve(worst) if model else 0.0
                 try:
                     with self.semaphore:
                         result = fn()
                     usage = getattr(result, "usage", None)
-                    if usage is not None:
-                        used = usage.model_dump(mode="json") if hasattr(usage, "model_dump") else usage
-                    if model and used is not None:
-                        billed = self._cost(model, used)
+                    used = (
+                        usage.model_dump(mode="json")
+                        if usage is not None and hasattr(usage, "model_dump")
+                        else usage
+                    )
+                    billed = self._cost(model, used) if model and used is not None else 0.0
                     return result
                 finally:
-                    if model:
-                        self.budget.settle(hold, billed)
+                    self.budget.settle(hold, billed)
             finally:
                 if ticket is not None:
                     self.limiter.release(ticket, usage=used if isinstance(used, dict) else None)
@@ -243,7 +228,7 @@ class ModelClient:
         estimate = estimate_input_tokens(body)
         max_tokens = int(body["max_tokens"])
         ticket = self.limiter.acquire(estimate, max_tokens)
-        told: _Answer = {}
+        told: Told = {}
         try:
             worst = self._worst_case_usd(ladder.model, estimate, max_tokens)
             hold = self.budget.reserve(worst)
@@ -286,7 +271,7 @@ class ModelClient:
             self.on_possibly_billed(entry)
 
     def _post(
-        self, body: dict[str, Any], ladder: _Ladder, told: _Answer
+        self, body: dict[str, Any], ladder: _Ladder, told: Told
     ) -> tuple[dict[str, Any], str | None, Any]:
         """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
         max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so

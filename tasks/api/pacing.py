@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from docmill.errors import BudgetExhausted
 
@@ -70,6 +70,14 @@ class TokenBucket:
 
     def take(self, amount: float) -> None:
         self.level -= min(amount, self.per_minute)  # an oversized request costs one minute, not more
+
+
+class Told(TypedDict, total=False):
+    """What one attempt tells the pacer: the server's headers, the billed usage, a 429."""
+
+    headers: Any
+    usage: dict[str, Any]
+    throttled: bool
 
 
 @dataclass
