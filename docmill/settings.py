@@ -30,9 +30,28 @@ class ApiSettings(BaseModel):
     base_url: str | None = Field(
         None, description="API base URL; None means the real API when a key is set, else the emulator."
     )
-    concurrency: int = Field(8, ge=1, le=512, description="Requests in flight at once per process.")
-    requests_per_minute: int = Field(4000, ge=1, description="Client-side request pacing.")
-    input_tokens_per_minute: int = Field(2_000_000, ge=1, description="Client-side input-token pacing.")
+    concurrency: int = Field(
+        8,
+        ge=1,
+        le=512,
+        description="Most requests in flight at once per process (a ceiling: the pacer keeps as many in "
+        "flight as the rate limit needs at the observed latency).",
+    )
+    requests_per_minute: int = Field(
+        4000, ge=1, description="Request limit assumed until the API's anthropic-ratelimit headers say."
+    )
+    input_tokens_per_minute: int = Field(
+        2_000_000, ge=1, description="Input-token limit assumed until the API's headers say."
+    )
+    output_tokens_per_minute: int | None = Field(
+        None, ge=1, description="Output-token limit assumed until the API's headers say; None: unknown."
+    )
+    ramp_seconds: float = Field(
+        20.0, ge=0, description="Seconds over which the send rate ramps from ramp_start to the limit."
+    )
+    ramp_start: float = Field(
+        0.25, gt=0, le=1, description="Share of the limit the send rate starts at (and ramps from)."
+    )
     max_attempts: int = Field(5, ge=1, description="Transport attempts per request (429, 5xx, 529, resets).")
     backoff_max_seconds: float = Field(30.0, ge=0, description="Cap on one transport backoff wait.")
     timeout_seconds: float = Field(
@@ -222,7 +241,13 @@ class Settings(BaseSettings):
         description="After SIGINT/SIGTERM: how long requests in flight may take to answer (nothing new is sent).",
     )
     chunk_size: int = Field(50, ge=1, le=1000, description="Documents per Prefect task.")
-    chunk_workers: int = Field(4, ge=1, le=64, description="Chunks in flight at once in one process.")
+    chunk_workers: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Chunks in flight at once in one process (at least: more when that few chunks hold "
+        "fewer than 4 x api.concurrency documents).",
+    )
     allow_overlapping_runs: bool = Field(
         False,
         description="Start a run even while another live run of the same recipe and model covers "

@@ -12,6 +12,7 @@ those, documents whose idempotency key is in the ledger cost no API call.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -50,7 +51,14 @@ def chunk_id(n: int) -> str:
     return f"{n:06d}"
 
 
-CHUNK_WORKERS = Settings().chunk_workers  # read once: the Prefect task runner is built at import
+def chunks_in_flight(settings: Settings) -> int:
+    """Chunks run at once: `chunk_workers`, or more when that few chunks hold fewer than four times
+    the requests allowed in flight. A chunk ends with its slowest document; the chunks beside it
+    must have documents enough to keep every request slot busy meanwhile (bench/ratelimit.py)."""
+    return max(settings.chunk_workers, math.ceil(4 * settings.api.concurrency / settings.chunk_size) + 1)
+
+
+CHUNK_WORKERS = chunks_in_flight(Settings())  # read once: the Prefect task runner is built at import
 
 
 def plain_map(fn: ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:

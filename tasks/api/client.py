@@ -5,6 +5,8 @@ bounded concurrency, client-side pacing and the overload degradation ladder.
 - A semaphore of `settings.api.concurrency` bounds requests in flight across all threads. It is
   held until `on_response` has persisted the answer, so a crash re-sends at most that many
   requests (invariant 3).
+- Pacing (tasks.api.pacing): each attempt takes a ticket and gives it back with what it was told;
+  a 429's `retry-after` is this request's own retry wait and holds no other request.
 - Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model,
   the request goes to `settings.api.fallback_model`; the result says which model answered. When
   the fallback's attempts are spent too, `ApiCallError(failure_type="transport_exhausted")`.
@@ -18,6 +20,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,18 +28,16 @@ import anthropic
 from pydantic import SecretStr
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 
-from docmill.errors import ApiCallError, SpendLimitReached
+from docmill.errors import SpendLimitReached
 from docmill.logs import get_logger
 from docmill.prices import CACHE_WRITE_5M, price_of, priced_usd
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
-from tasks.api.pacing import Budget, RateLimiter
+from tasks.api.ladder import Ladder, call_error
+from tasks.api.pacing import Budget, RateLimiter, Told
 from tasks.api.retrying import (
-    FailureKind,
-    classify,
     describe,
-    error_retry_after,
     is_retryable,
     is_spend_limit,
     spend_limit_error,
@@ -51,16 +52,6 @@ log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
 
-DEFAULT_HINT = "the API refused this request; it is not retried"
-STATUS_HINTS = {
-    400: "the request itself is invalid; fix the recipe or parameters, it will not be retried",
-    401: "the API key was rejected; check ANTHROPIC_API_KEY and resume",
-    402: "billing problem on the account; fix it and resume",
-    403: "the key may not use this model or feature; check the workspace and resume",
-    404: "unknown model or endpoint; check DOCMILL_API__MODEL / the base URL and resume",
-    413: "the document is too large for one request; lower inventory.max_document_bytes",
-}
-
 
 @dataclass
 class CallResult:
@@ -72,44 +63,6 @@ class CallResult:
     cost_usd: float
     fell_back: bool = False
     errors: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Ladder:
-    """Per-call state of the retry loop and the degradation ladder."""
-
-    model: str
-    fallback: str | None
-    overloads_before_fallback: int
-    attempts: int = 0
-    attempts_on_model: int = 0
-    consecutive_overloads: int = 0
-    fell_back: bool = False
-    errors: list[str] = field(default_factory=list)
-    request_ids: list[str] = field(default_factory=list)
-    timeouts: int = 0  # read timeouts after the request was sent (possibly billed)
-    key: str = ""
-    doc_id: str = ""
-    pass_name: str = ""
-
-    def failed(self, exc: BaseException) -> None:
-        self.errors.append(describe(exc))
-        rid = getattr(exc, "request_id", None)
-        if rid:
-            self.request_ids.append(rid)
-        if classify(exc) is FailureKind.OVERLOADED:
-            self.consecutive_overloads += 1
-        else:
-            self.consecutive_overloads = 0
-        if (
-            not self.fell_back
-            and self.fallback
-            and self.fallback != self.model
-            and self.consecutive_overloads >= self.overloads_before_fallback
-        ):
-            self.model, self.fell_back = self.fallback, True
-            self.attempts_on_model = 0
-            self.consecutive_overloads = 0
 
 
 class ModelClient:
@@ -134,10 +87,14 @@ class ModelClient:
             api_key=key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds
         )
         self.semaphore = threading.BoundedSemaphore(api.concurrency)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self.concurrency = api.concurrency
         self.limiter = RateLimiter(
-            api.requests_per_minute, api.input_tokens_per_minute, clock=clock, sleep=sleep, wall=wall
-        )
+            api.requests_per_minute, api.input_tokens_per_minute, api.output_tokens_per_minute,
+            concurrency=api.concurrency, ramp_seconds=api.ramp_seconds, ramp_start=api.ramp_start,
+            clock=clock, sleep=sleep,
+        )  # fmt: skip
         self._sleep, self._rng = sleep, rng
         self.budget = budget or Budget(settings.cost.max_cost_usd)
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
@@ -152,7 +109,17 @@ class ModelClient:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self._sdk.close()
+
+    def pool(self) -> ThreadPoolExecutor:
+        """Threads shared by every chunk's documents (tasks.per_file.realtime), as many as the
+        concurrency: a chunk waiting for its slowest document holds one thread, not the limit."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="docmill-call")
+            return self._pool
 
     @property
     def sdk(self) -> anthropic.Anthropic:
@@ -161,10 +128,8 @@ class ModelClient:
 
     def run(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
             max_tokens: int = 0) -> T:  # fmt: skip
-        """Any other SDK call (count_tokens, beta compaction, ...) through this client's one
-        transport layer: the same retry predicate and waits, the pacer, the concurrency bound,
-        and, when `model` is given, the run's cost cap (worst case reserved, then settled to the
-        billed usage, compaction iterations included)."""
+        """Any other SDK call (count_tokens, compaction, ...) through the one transport layer: retries,
+        pacer, concurrency bound and, given `model`, the cost cap (worst case reserved, then settled)."""
         api = self.settings.api
         attempts = [0]
 
@@ -172,22 +137,27 @@ class ModelClient:
             SHUTDOWN.check()
             self.breaker.check()
             attempts[0] += 1
-            if pace_tokens:
-                self.limiter.acquire(pace_tokens)
-            hold = self.budget.reserve(self._worst_case_usd(model, pace_tokens, max_tokens)) if model else 0.0
-            billed = 0.0
+            ticket = self.limiter.acquire(pace_tokens, max_tokens) if pace_tokens else None
+            billed, used = 0.0, None
             try:
-                with self.semaphore:
-                    result = fn()
-                usage = getattr(result, "usage", None)
-                if model and usage is not None:
-                    billed = self._cost(
-                        model, usage.model_dump(mode="json") if hasattr(usage, "model_dump") else usage
+                worst = self._worst_case_usd(model, pace_tokens, max_tokens) if model else 0.0
+                hold = self.budget.reserve(worst) if model else 0.0
+                try:
+                    with self.semaphore:
+                        result = fn()
+                    usage = getattr(result, "usage", None)
+                    used = (
+                        usage.model_dump(mode="json")
+                        if usage is not None and hasattr(usage, "model_dump")
+                        else usage
                     )
-                return result
-            finally:
-                if model:
+                    billed = self._cost(model, used) if model and used is not None else 0.0
+                    return result
+                finally:
                     self.budget.settle(hold, billed)
+            finally:
+                if ticket is not None:
+                    self.limiter.release(ticket, usage=used if isinstance(used, dict) else None)
 
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
@@ -205,7 +175,7 @@ class ModelClient:
 
     # ---- one HTTP attempt ----------------------------------------------------------------------
 
-    def _send(self, request: dict[str, Any], ladder: _Ladder, on_response: OnResponse | None) -> Any:
+    def _send(self, request: dict[str, Any], ladder: Ladder, on_response: OnResponse | None) -> Any:
         if self.stopped is not None:
             raise self.stopped
         SHUTDOWN.check()  # after SIGINT/SIGTERM nothing new is sent
@@ -214,34 +184,40 @@ class ModelClient:
         ladder.attempts_on_model += 1
         body = {**request, "model": ladder.model}
         estimate = estimate_input_tokens(body)
-        self.limiter.acquire(estimate)
-        worst = self._worst_case_usd(ladder.model, estimate, int(body["max_tokens"]))
-        hold = self.budget.reserve(worst)
-        billed = 0.0
+        max_tokens = int(body["max_tokens"])
+        ticket = self.limiter.acquire(estimate, max_tokens)
+        told: Told = {}
         try:
-            with self.semaphore:  # held until the answer is persisted: invariant 3
-                SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
-                self.breaker.admit(SHUTDOWN.check)  # a streak near the threshold: one at a time
-                try:
-                    data, request_id, headers = self._post(body, ladder)
-                except anthropic.APITimeoutError as e:
-                    if sent_before_timeout(e):
-                        billed = worst  # the cap keeps what it may have cost
-                        self._possibly_billed(ladder, body, estimate, worst)
-                    raise
-                finally:
-                    self.breaker.done()
-                data["_request_id"] = request_id
-                data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
-                billed = self._cost(ladder.model, data.get("usage"))
-                if on_response is not None:
-                    on_response(ladder.attempts, data)
-        finally:
-            self.budget.settle(hold, billed)
-        self.limiter.observe(headers)
+            worst = self._worst_case_usd(ladder.model, estimate, max_tokens)
+            hold = self.budget.reserve(worst)
+            billed = 0.0
+            try:
+                with self.semaphore:  # held until the answer is persisted: invariant 3
+                    SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
+                    self.breaker.admit(SHUTDOWN.check)  # a streak near the threshold: one at a time
+                    try:
+                        data, request_id, headers = self._post(body, ladder, told)
+                    except anthropic.APITimeoutError as e:
+                        if sent_before_timeout(e):
+                            billed = worst  # the cap keeps what it may have cost
+                            self._possibly_billed(ladder, body, estimate, worst)
+                        raise
+                    finally:
+                        self.breaker.done()
+                    told["headers"] = headers
+                    data["_request_id"] = request_id
+                    data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
+                    told["usage"] = data.get("usage") or {}
+                    billed = self._cost(ladder.model, data.get("usage"))
+                    if on_response is not None:
+                        on_response(ladder.attempts, data)
+            finally:
+                self.budget.settle(hold, billed)
+        finally:  # a 429's retry-after delays only this request (the retry wait), never the others
+            self.limiter.release(ticket, **told)
         return data
 
-    def _possibly_billed(self, ladder: _Ladder, body: dict[str, Any], estimate: int, worst: float) -> None:
+    def _possibly_billed(self, ladder: Ladder, body: dict[str, Any], estimate: int, worst: float) -> None:
         ladder.timeouts += 1
         entry = PossiblyBilled(
             pass_name=ladder.pass_name, doc_id=ladder.doc_id, key=ladder.key, attempt=ladder.attempts,
@@ -256,7 +232,9 @@ class ModelClient:
         if self.on_possibly_billed is not None:
             self.on_possibly_billed(entry)
 
-    def _post(self, body: dict[str, Any], ladder: _Ladder) -> tuple[dict[str, Any], str | None, Any]:
+    def _post(
+        self, body: dict[str, Any], ladder: Ladder, told: Told
+    ) -> tuple[dict[str, Any], str | None, Any]:
         """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
         max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so
         a long answer never meets the read timeout while it is being generated."""
@@ -265,15 +243,8 @@ class ModelClient:
                 self._sdk, body, stream=int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
             )
         except anthropic.APIStatusError as e:
-            asked = (
-                error_retry_after(e, self.settings.api.retry_after_max_seconds)
-                if e.status_code == 429
-                else None
-            )
-            if asked is not None:  # the server's exact word wins over its whole-second reset headers
-                self.limiter.pause(asked)
-            else:
-                self.limiter.observe(e.response.headers)
+            told["headers"] = e.response.headers
+            told["throttled"] = e.status_code == 429
             ladder.failed(e)
             raise
         except anthropic.APIConnectionError as e:
@@ -293,7 +264,7 @@ class ModelClient:
             return 0.0
         return (input_tokens * price["input"] * CACHE_WRITE_5M + max_tokens * price["output"]) / 1e6
 
-    def _wait(self, state: RetryCallState, ladder: _Ladder) -> float:
+    def _wait(self, state: RetryCallState, ladder: Ladder) -> float:
         exc = state.outcome.exception() if state.outcome else None
         if exc is None:
             return 0.0
@@ -333,7 +304,7 @@ class ModelClient:
         Every answered call leaves one structured log line (docmill.api, INFO)."""
         api = self.settings.api
         started = time.monotonic()
-        ladder = _Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
+        ladder = Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
         ladder.key, ladder.doc_id, ladder.pass_name = key, doc_id, pass_name
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
@@ -349,7 +320,7 @@ class ModelClient:
             message = retrying(self._send, request, ladder, on_response)
         except RetryError as e:
             last = e.last_attempt.exception()
-            raise self._error(last, ladder, key, doc_id, pass_name, "transport_exhausted") from last
+            raise call_error(last, ladder, key, doc_id, pass_name, "transport_exhausted") from last
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
                 self.stopped = spend_limit_error(e)
@@ -358,10 +329,10 @@ class ModelClient:
             kind = f"api_error:{status}" if status is not None else "transport_exhausted"
             if status in API_CAUSES:
                 self.breaker.api(API_CAUSES[status], describe(e))
-            raise self._error(e, ladder, key, doc_id, pass_name, kind) from e
+            raise call_error(e, ladder, key, doc_id, pass_name, kind) from e
         except anthropic.APIResponseValidationError as e:
             self.breaker.api("not_a_message", str(e))
-            raise self._error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message") from e
+            raise call_error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message") from e
         self.breaker.api(None)
         usage = add_usage({}, message.get("usage"))
         log.info(
@@ -384,37 +355,4 @@ class ModelClient:
             cost_usd=self._cost(ladder.model, message.get("usage")),
             fell_back=ladder.fell_back,
             errors=ladder.errors,
-        )
-
-    def _error(
-        self,
-        exc: BaseException | None,
-        ladder: _Ladder,
-        key: str,
-        doc_id: str,
-        pass_name: str,
-        failure_type: str,
-    ) -> ApiCallError:
-        last = describe(exc) if exc is not None else "no attempt was made"
-        status = getattr(exc, "status_code", None)
-        if isinstance(exc, anthropic.APIResponseValidationError):
-            last, status = str(exc), None  # a 200 whose body is not a Message
-            hint = "check the base URL (DOCMILL_API__BASE_URL) and any proxy in between, then resume"
-        elif failure_type.startswith("api_error:"):
-            hint = STATUS_HINTS.get(status or 0, DEFAULT_HINT)
-        else:
-            hint = "the API kept failing; a resume of the run retries this document"
-        return ApiCallError(
-            f"{pass_name} call for {doc_id} failed after {ladder.attempts} attempt(s): {last}",
-            hint=hint,
-            status=status,
-            request_id=getattr(exc, "request_id", None),
-            attempts=ladder.attempts,
-            model=ladder.model,
-            doc_id=doc_id,
-            key=key,
-            failure_type=failure_type,
-            last_error=last,
-            errors=list(ladder.errors),
-            fell_back=ladder.fell_back,
         )

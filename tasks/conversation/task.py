@@ -379,6 +379,12 @@ class ConversationTask:
         crash_point("exchange_checkpointed")
         return data
 
+    def forget_history(self) -> None:
+        """Drop the exchanges so far; pinned facts, scratchpad and `state` stay. The next turn goes
+        out alone with the pinned facts (for turns that need no history: tasks.per_file.longdoc)."""
+        self.messages = []
+        self.block_digest = None
+
     def _pinned_note(self) -> str:
         return f"the pinned facts alone take about {len(self.pinned.render()) // 4} tokens"
 

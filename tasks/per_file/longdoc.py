@@ -5,11 +5,12 @@ then markdown headings, then blank-line paragraphs, then lines, then a hard cut.
 contiguous slices of the original text (`text[chunk.start:chunk.end] == chunk.text`, and they
 cover the whole text), so every offset maps back into the document.
 
-`extract_long` sends the chunks one by one through one `ConversationTask` (the task compacts
-when its history crosses the budget; values found so far are pinned facts) and merges the
-per-chunk answers: a `{value, evidence}` field takes the first chunk that states it, lists are
-concatenated, and every evidence excerpt gets its provenance `{chunk, start, end}` as absolute
-offsets into the original text.
+`extract_long` sends the chunks one by one through one `ConversationTask` (its checkpoint makes a
+crash resume at the next chunk; values found so far are pinned facts). Each chunk goes out alone
+with the pinned facts, never with the chunks before it: the document's tokens are paid about once,
+not once per later chunk. Code merges the per-chunk answers: a `{value, evidence}` field takes the
+first chunk that states it, lists are concatenated without exact duplicates, and every evidence
+excerpt gets its provenance `{chunk, start, end}` as absolute offsets into the original text.
 """
 
 from __future__ import annotations
@@ -157,7 +158,11 @@ def merge_chunks(
                     merged.setdefault(field, node)
             elif isinstance(node, list):
                 items = merged.setdefault(field, [])
+                seen = {dumps(x) for x in items}
                 for item in node:
+                    if dumps(item) in seen:  # the same item stated again (a repeated header, a page break)
+                        continue
+                    seen.add(dumps(item))
                     excerpt = item.get("evidence") if isinstance(item, dict) else None
                     provenance[f"{field}[{len(items)}]"] = locate(text, chunks, i, str(excerpt or "")) or {
                         "chunk": i,
@@ -209,6 +214,7 @@ def extract_long(
     fmt = {"format": {"type": "json_schema", "schema": transform_schema(recipe.file_schema)}}
     task.state.setdefault("outputs", {})
     for chunk in chunks[task.exchanges :]:
+        task.forget_history()  # the chunk alone, with the pinned facts: no earlier chunk is re-sent
         label = f"{doc_id}#chunk-{chunk.index}"
         turn = (
             f"Chunk {chunk.index + 1} of {len(chunks)} (characters {chunk.start}-{chunk.end}).\n"

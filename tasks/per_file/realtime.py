@@ -1,6 +1,7 @@
 """The per-file pass over one chunk of documents, realtime (issue #4, invariants 1, 3, 5).
 
-For each document, in a thread pool as wide as the client's concurrency:
+For each document, on the client's thread pool (as wide as its concurrency, shared by every chunk in
+flight, so a slow document never idles the rate limit behind a chunk boundary):
   skipped            -> skipped (empty, unsupported type) or failed "input:<skip reason>" (no call)
   ledger hit         -> the stored outcome (from_ledger=True, no call: invariant 1)
   persisted response -> gated without a call (crash recovery: invariant 3)
@@ -198,10 +199,12 @@ def _review_all(p: Pass, docs: list[Document], client: ModelClient) -> list[DocO
             first[k] = i
             now.append(i)
     out: dict[int, DocOutcome] = {}
-    workers = max(1, min(int(getattr(client, "concurrency", 1)), len(now)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="docmill-review") as pool:
-        for i, outcome in zip(now, pool.map(lambda i: _guarded(p, docs[i], keys[i]), now), strict=True):
-            out[i] = outcome
+    # the client's threads, shared with every other chunk in flight: while this chunk waits for its
+    # slowest document, the next chunks' documents keep the rate limit busy
+    pool: ThreadPoolExecutor = client.pool()
+    futures = {i: pool.submit(_guarded, p, docs[i], keys[i]) for i in now}
+    for i, future in futures.items():
+        out[i] = future.result()
     for i in later:
         out[i] = _guarded(p, docs[i], keys[i], duplicate=True)
     return [out[i] for i in range(len(docs))]

@@ -59,6 +59,8 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         row.update({f"value.{k}": v for k, v in flatten(o.get("output") or {}).items()})
         row.update(review_columns(o))
+        if o.get("provenance"):  # long documents: chunks and each value's offsets in the original text
+            row["provenance"] = json.dumps(o["provenance"], ensure_ascii=False, sort_keys=True)
         rows.append(row)
     return rows
 
@@ -80,6 +82,7 @@ def to_jsonl(outcomes: Iterable[dict[str, Any]]) -> bytes:
                     "cost_usd": o.get("cost_usd") or 0.0,
                     "review": o.get("review"),
                     "original_output": o.get("original_output"),
+                    **({"provenance": o["provenance"]} if o.get("provenance") else {}),
                 },
                 ensure_ascii=False,
                 sort_keys=True,

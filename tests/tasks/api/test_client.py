@@ -31,7 +31,6 @@ def make_client(emulator: Any, fake: FakeTime, **api: Any) -> ModelClient:
         api_key="test-key",
         clock=fake.clock,
         sleep=fake.sleep,
-        wall=fake.wall,
     )
 
 
@@ -83,19 +82,19 @@ def test_429_waits_exactly_retry_after(emulator: Any) -> None:
     client = make_client(emulator, fake)
     result = call(client)
     assert result.attempts == 2 and received(emulator) == 2
-    assert fake.sleeps == [7.0]  # the transport wait; the limiter's shared pause had already elapsed
-    assert client.sleeps == [7.0]
+    assert client.sleeps == [7.0]  # the transport wait of this request
+    assert fake.sleeps == [7.0]  # and nothing else: 7 s refilled the bucket the 429 said was empty
 
 
-def test_429_pauses_other_callers_until_retry_after(emulator: Any) -> None:
+def test_retry_after_delays_only_the_request_that_got_the_429(emulator: Any) -> None:
     fake = FakeTime(emulator)
-    emulator.state.faults.add(kind="rate_limit", retry_after=7, count=1)
+    emulator.state.faults.add(kind="rate_limit", retry_after=30, count=1)
     client = make_client(emulator, fake, max_attempts=1)
     with pytest.raises(ApiCallError):
         call(client)
-    assert client.limiter.paused_for == pytest.approx(7.0)
-    call(client)  # a different request: held by the limiter, not by its own retry
-    assert fake.sleeps == [pytest.approx(7.0)]
+    call(client)  # a different request: paced by the bucket the 429 described, not held 30 s
+    assert sum(fake.sleeps) < 3.0
+    assert client.limiter.stats.throttled == 1
 
 
 @pytest.mark.parametrize("failures", [0, 1, 2, 3])

@@ -1,4 +1,5 @@
-"""Client-side limiter: token buckets on a fake clock, and reaction to the emulator's headers."""
+"""Client-side pacer on a fake clock: it adopts the server's limits, refills continuously (never waits
+for a full reset), ramps, counts output tokens, and sizes the in-flight window; plus the cost cap."""
 
 from __future__ import annotations
 
@@ -14,68 +15,166 @@ from tasks.api.pacing import Budget, RateLimiter
 from tests.fixtures.clock import FakeTime
 
 
-def limiter(fake: FakeTime, rpm: int = 60, tpm: int = 6000) -> RateLimiter:
-    return RateLimiter(rpm, tpm, clock=fake.clock, sleep=fake.sleep, wall=fake.wall)
+def limiter(fake: FakeTime, rpm: int = 4000, tpm: int = 2_000_000, **kw: Any) -> RateLimiter:
+    kw.setdefault("ramp_seconds", 0.0)
+    return RateLimiter(rpm, tpm, clock=fake.clock, sleep=fake.sleep, **kw)
 
 
-def test_requests_per_minute_paces_after_the_burst() -> None:
+def headers(fake: FakeTime, kind: str, limit: int, remaining: int, reset_in: float = 60.0) -> dict[str, str]:
+    reset = datetime.fromtimestamp(fake.now + reset_in, tz=UTC).isoformat().replace("+00:00", "Z")
+    return {
+        f"anthropic-ratelimit-{kind}-limit": str(limit),
+        f"anthropic-ratelimit-{kind}-remaining": str(remaining),
+        f"anthropic-ratelimit-{kind}-reset": reset,
+    }
+
+
+def sent_in(fake: FakeTime, lim: RateLimiter, seconds: float, tokens: int = 1) -> int:
+    """Requests admitted (and answered at once) in the next `seconds` of fake time."""
+    end, n = fake.now + seconds, 0
+    while True:
+        ticket = lim.acquire(tokens)
+        lim.release(ticket, usage={"input_tokens": tokens})
+        if fake.now > end:
+            return n
+        n += 1
+
+
+def test_adopts_the_servers_request_limit_from_headers() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, rpm=4000)  # the configured guess is far above the account's limit
+    lim.release(lim.acquire(1), headers=headers(fake, "requests", 60, 59))
+    assert lim.limits["requests"] == 60
+    assert sent_in(fake, lim, 60.0) == pytest.approx(60, abs=3)  # 60/min, not 4,000
+
+
+def test_adopts_a_higher_limit_too() -> None:
     fake = FakeTime()
     lim = limiter(fake, rpm=60)
-    for _ in range(60):
-        assert lim.acquire(1) == 0.0
-    assert lim.acquire(1) == pytest.approx(1.0)  # one request per second once the bucket is empty
-    assert fake.sleeps == [pytest.approx(1.0)]
+    lim.release(lim.acquire(1), headers=headers(fake, "requests", 600, 599))
+    assert sent_in(fake, lim, 10.0) == pytest.approx(100, abs=3)
 
 
-def test_input_tokens_per_minute_paces_big_requests() -> None:
-    fake = FakeTime()
-    lim = limiter(fake, rpm=1000, tpm=6000)
-    lim.acquire(6000)
-    waited = lim.acquire(3000)
-    assert waited == pytest.approx(30.0)  # 3000 tokens at 100 tokens/s
-
-
-def test_oversized_request_waits_for_a_full_bucket_not_forever() -> None:
-    fake = FakeTime()
-    lim = limiter(fake, rpm=1000, tpm=600)
-    assert lim.acquire(10_000) == 0.0
-    assert lim.acquire(10_000) == pytest.approx(60.0)
-
-
-def test_pause_holds_everyone() -> None:
+def test_remaining_zero_refills_continuously_never_waits_for_the_reset() -> None:
     fake = FakeTime()
     lim = limiter(fake)
-    lim.pause(5.0)
-    assert lim.acquire(1) == pytest.approx(5.0)
-    assert lim.acquire(1) == 0.0
+    lim.release(lim.acquire(1), headers=headers(fake, "requests", 60, 0, reset_in=60.0))
+    ticket = lim.acquire(1)
+    assert 0 < ticket.waited < 2.0  # one request's refill (1 s at 60/min) plus the margin, not 60 s
+    assert max(fake.sleeps) < 2.0
+    # and from then on one request per second: the bucket's refill rate, no stall at any dip to zero
+    lim.release(ticket, headers=headers(fake, "requests", 60, 0))
+    assert sent_in(fake, lim, 30.0) == pytest.approx(30, abs=2)
 
 
-def test_remaining_zero_header_pauses_until_reset() -> None:
+def test_remaining_counts_what_is_still_in_flight() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, rpm=6000, concurrency=64)
+    lim._latency = 10.0  # (a window wide enough for the requests held below)
+    for _ in range(5):
+        lim.acquire(1)
+    # the server has counted none of the 5 yet: its remaining 70 leaves 65, 5 above the 1 % margin
+    lim.observe(headers(fake, "requests", 6000, 70))
+    assert [lim.acquire(1).waited for _ in range(5)] == [0.0] * 5
+    assert lim.acquire(1).waited > 0
+
+
+def test_input_tokens_limit_is_adopted_and_estimates_are_corrected_from_usage() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, tpm=10_000_000)
+    ticket = lim.acquire(1000)
+    lim.release(ticket, usage={"input_tokens": 2000}, headers=headers(fake, "input-tokens", 60_000, 58_000))
+    assert lim.limits["input-tokens"] == 60_000
+    assert lim.acquire(1000).input_tokens > 1000  # the estimate learnt that answers bill more
+    for _ in range(20):
+        lim.release(lim.acquire(1000), usage={"input_tokens": 2000})
+    assert lim.acquire(1000).input_tokens == pytest.approx(2000, rel=0.05)
+
+
+def test_an_oversized_request_waits_for_a_full_bucket_not_forever() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, tpm=600)
+    lim.release(lim.acquire(10_000), headers=headers(fake, "input-tokens", 600, 0))
+    assert lim.acquire(10_000).waited == pytest.approx(60.0, abs=1.0)  # one full refill, then it goes
+
+
+def test_the_estimate_correction_converges_with_many_requests_in_flight() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, concurrency=64)
+    lim._latency = 10.0  # (a window wide enough for 20 requests in flight)
+    held = [lim.acquire(1000) for _ in range(20)]  # all estimated before any answer
+    for t in held:  # each billed a tenth of its estimate: the ratio must settle at 0.1, not run away
+        lim.release(t, usage={"input_tokens": 60, "cache_read_input_tokens": 40})
+    assert lim.acquire(1000).input_tokens == pytest.approx(100, rel=0.15)  # EWMA: 0.1 + 0.9 x 0.8^20
+
+
+def test_output_tokens_reserve_max_tokens_and_get_back_what_was_not_used() -> None:
     fake = FakeTime()
     lim = limiter(fake)
-    reset = datetime.fromtimestamp(fake.now + 12, tz=UTC).isoformat().replace("+00:00", "Z")
-    lim.observe({"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset})
-    assert lim.paused_for == pytest.approx(12.0)
-    lim.observe({"anthropic-ratelimit-requests-remaining": "5", "anthropic-ratelimit-requests-reset": reset})
-    assert lim.paused_for == pytest.approx(12.0)  # remaining > 0 never shortens or adds a pause
+    lim.observe(headers(fake, "output-tokens", 8000, 8000))
+    a = lim.acquire(10, max_tokens=3000)
+    b = lim.acquire(10, max_tokens=3000)
+    assert a.waited == b.waited == 0.0
+    lim.release(a, usage={"input_tokens": 10, "output_tokens": 100})  # 2,900 given back
+    lim.release(b, usage={"input_tokens": 10, "output_tokens": 100})
+    lim._latency = 10.0  # (instant answers would shrink the window below 3)
+    assert lim.acquire(10, max_tokens=3000).waited == 0.0
+    assert lim.acquire(10, max_tokens=3000).waited == 0.0
+    assert lim.acquire(10, max_tokens=3000).waited > 0  # 3 x 3,000 reserved > 8,000 - 200 billed
 
 
-def test_client_reacts_to_emulator_rate_limit_headers_without_a_429(emulator: Any) -> None:
+def test_starts_conservatively_and_ramps_to_the_limit() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, rpm=600, ramp_seconds=20.0, ramp_start=0.25)
+    lim.observe(headers(fake, "requests", 600, 600))
+    first = sent_in(fake, lim, 4.0)
+    sent_in(fake, lim, 20.0)
+    steady = sent_in(fake, lim, 4.0)
+    assert first < 0.5 * steady  # ~2.5-4/s at first, 10/s once ramped
+    assert steady == pytest.approx(40, abs=3)
+
+
+def test_a_429_backs_the_ramp_off_once_not_per_answer() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, rpm=600, ramp_seconds=20.0, ramp_start=1.0)
+    lim.observe(headers(fake, "requests", 600, 600))
+    tickets = [lim.acquire(1) for _ in range(4)]
+    assert lim.ramp(fake.now) == 1.0
+    for t in tickets:  # four answers of one moment, all 429
+        lim.release(t, throttled=True)
+    assert lim.ramp(fake.now) == pytest.approx(0.5)
+    assert lim.stats.throttled == 4
+
+
+def test_in_flight_window_fills_the_limit_at_the_observed_latency() -> None:
+    fake = FakeTime()
+    lim = limiter(fake, rpm=4000, concurrency=64)
+    assert lim.window == 4  # before any answer: conservative
+    lim.observe(headers(fake, "requests", 600, 600))
+    ticket = lim.acquire(1)
+    fake.now += 1.5
+    lim.release(ticket, usage={"input_tokens": 1})
+    assert lim.window == 32  # 10/s x 1.5 s x 2 + 2
+    lim._latency = 100.0
+    assert lim.window == 64  # never above api.concurrency
+
+
+def test_client_adopts_emulator_limits_without_a_429(emulator: Any) -> None:
     emulator.state.configure({"requests_per_minute": 2, "frozen_clock": True})
     fake = FakeTime(emulator)
     client = ModelClient(
-        Settings(api={"backoff_max_seconds": 0.0}),
+        Settings(api={"backoff_max_seconds": 0.0, "ramp_seconds": 0.0}),
         base_url=emulator.base_url,
         api_key="test-key",
         clock=fake.clock,
         sleep=fake.sleep,
-        wall=fake.wall,
     )
     req = {"model": "claude-sonnet-4-6", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
     for _ in range(3):
         client.call(req, key="k", doc_id="d", pass_name="file")
     assert emulator.state.accounting.errors_by_status.get(429, 0) == 0
-    assert len(client.limiter.waited) == 1 and client.limiter.waited[0] > 0
+    assert client.limiter.limits["requests"] == 2
+    assert 30.0 <= sum(client.limiter.waited) < 35.0  # one request's refill at 2/min, no reset stall
     assert len(emulator.state.accounting.billed) == 3
 
 

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from checkpoints.store import open_store
 from docmill.settings import Settings
+from emulator.tokens import text_tokens
 from tasks.api.client import ModelClient
-from tasks.per_file.longdoc import extract_long, is_long, split_document
+from tasks.per_file.longdoc import Chunk, extract_long, is_long, merge_chunks, split_document
 from tasks.recipes import load_recipe
 
 PIECES = st.sampled_from(["\f", "\n", "\n\n", "# Title\n", "## Sub\n", "word ", "Total: 1.00 ", "x" * 37])
@@ -82,8 +83,13 @@ def test_a_2mb_document_is_split_extracted_and_merged_with_offsets(emulator: Any
     chunks = result["chunks"]
     assert len(chunks) >= 8 and chunks[0]["start"] == 0 and chunks[-1]["end"] == len(text)
     assert all(text[c["end"] - 1] == "\f" for c in chunks[:-1])  # cut between pages
-    assert result["failed_chunks"] == [] and result["compactions"] >= 2
+    assert result["failed_chunks"] == [] and result["compactions"] == 0
     assert emulator.state.accounting.errors_by_status == {}
+    # each chunk goes out alone (with the pinned facts): the document's tokens are paid about once
+    billed = emulator.state.accounting.billed
+    sent = sum(int(b.usage.get(f) or 0) for b in billed for f in ("input_tokens", "cache_read_input_tokens",
+               "cache_creation_input_tokens"))  # fmt: skip
+    assert len(billed) == len(chunks) and sent <= 1.3 * text_tokens(text)
 
     out, prov = result["output"], result["provenance"]
     expected = {
@@ -99,3 +105,14 @@ def test_a_2mb_document_is_split_extracted_and_merged_with_offsets(emulator: Any
         chunk = chunks[where["chunk"]]
         assert chunk["start"] <= where["start"] < where["end"] <= chunk["end"]
     assert prov["invoice_number"]["chunk"] not in (0, len(chunks) - 1)  # found in the middle
+
+
+def test_merged_lists_drop_exact_duplicates_and_keep_offsets() -> None:
+    text = "Item: Bolt 2.00\n\fItem: Bolt 2.00\nItem: Nut 1.00\n"
+    chunks = [Chunk(0, 0, 17, text[:17]), Chunk(1, 17, len(text), text[17:])]
+    bolt = {"description": "Bolt", "amount": 2.0, "evidence": "Item: Bolt 2.00"}
+    nut = {"description": "Nut", "amount": 1.0, "evidence": "Item: Nut 1.00"}
+    merged, prov = merge_chunks(text, chunks, [{"line_items": [bolt]}, {"line_items": [bolt, nut]}])
+    assert merged["line_items"] == [bolt, nut]  # the repeated Bolt once
+    assert prov["line_items[0]"] == {"chunk": 0, "start": 0, "end": 15}
+    assert prov["line_items[1]"] == {"chunk": 1, "start": text.index("Item: Nut"), "end": len(text) - 1}

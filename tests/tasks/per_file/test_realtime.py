@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -470,3 +471,36 @@ def test_persist_answer_never_overwrites_and_says_which_slot_it_took(h: Harness)
     assert stored["_docmill"]["purpose"] == "repair"
     assert stored["_docmill"]["model"] == PRIMARY and stored["_docmill"]["at"] > 0
     assert ResponseLog(h.store).get(FILE_PASS, "k1", 1)["_docmill"]["purpose"] == "first"
+
+
+def test_chunks_in_flight_share_the_clients_threads_and_a_slow_document_holds_only_one(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(1, 7):
+        h.write(f"inv-{n}.txt", invoice_text(n))
+    h.emulator.state.faults.add(kind="latency", marker="INV-0001", latency_ms=1500)
+    docs = {d.doc_id: d for d in h.docs()}
+    slow_chunk = [docs["inv-1.txt"], docs["inv-2.txt"]]
+    other_chunk = [docs[f"inv-{n}.txt"] for n in range(3, 7)]
+    threads: set[str] = set()
+    finished: list[str] = []
+    call = h.client.call
+
+    def spy(*args: Any, **kw: Any) -> Any:  # records which thread sent each request; sends it unchanged
+        threads.add(threading.current_thread().name)
+        return call(*args, **kw)
+
+    monkeypatch.setattr(h.client, "call", spy)
+
+    def run(name: str, chunk: list[Document]) -> None:
+        h.run(chunk)
+        finished.append(name)
+
+    workers = [threading.Thread(target=run, args=a) for a in (("slow", slow_chunk), ("other", other_chunk))]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert finished == ["other", "slow"]  # the other chunk never waited for the slow document
+    assert len(threads) <= 4 and all(t.startswith("docmill-call") for t in threads)  # one pool of 4
+    assert h.received == 6

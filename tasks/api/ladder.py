@@ -1,0 +1,94 @@
+"""One call's state across its attempts (`Ladder`: the retry loop's counts and the degradation ladder
+to the fallback model after repeated overloads) and the error a call ends with (`call_error`).
+Used by `tasks.api.client.ModelClient.call`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anthropic
+
+from docmill.errors import ApiCallError
+from tasks.api.retrying import FailureKind, classify, describe
+
+DEFAULT_HINT = "the API refused this request; it is not retried"
+STATUS_HINTS = {
+    400: "the request itself is invalid; fix the recipe or parameters, it will not be retried",
+    401: "the API key was rejected; check ANTHROPIC_API_KEY and resume",
+    402: "billing problem on the account; fix it and resume",
+    403: "the key may not use this model or feature; check the workspace and resume",
+    404: "unknown model or endpoint; check DOCMILL_API__MODEL / the base URL and resume",
+    413: "the document is too large for one request; lower inventory.max_document_bytes",
+}
+
+
+@dataclass
+class Ladder:
+    """Per-call state of the retry loop and the degradation ladder."""
+
+    model: str
+    fallback: str | None
+    overloads_before_fallback: int
+    attempts: int = 0
+    attempts_on_model: int = 0
+    consecutive_overloads: int = 0
+    fell_back: bool = False
+    errors: list[str] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+    timeouts: int = 0  # read timeouts after the request was sent (possibly billed)
+    key: str = ""
+    doc_id: str = ""
+    pass_name: str = ""
+
+    def failed(self, exc: BaseException) -> None:
+        self.errors.append(describe(exc))
+        rid = getattr(exc, "request_id", None)
+        if rid:
+            self.request_ids.append(rid)
+        if classify(exc) is FailureKind.OVERLOADED:
+            self.consecutive_overloads += 1
+        else:
+            self.consecutive_overloads = 0
+        if (
+            not self.fell_back
+            and self.fallback
+            and self.fallback != self.model
+            and self.consecutive_overloads >= self.overloads_before_fallback
+        ):
+            self.model, self.fell_back = self.fallback, True
+            self.attempts_on_model = 0
+            self.consecutive_overloads = 0
+
+
+def call_error(
+    exc: BaseException | None,
+    ladder: Ladder,
+    key: str,
+    doc_id: str,
+    pass_name: str,
+    failure_type: str,
+) -> ApiCallError:
+    """The error a call ends with: what failed, after how many attempts, and how to fix it."""
+    last = describe(exc) if exc is not None else "no attempt was made"
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, anthropic.APIResponseValidationError):
+        last, status = str(exc), None  # a 200 whose body is not a Message
+        hint = "check the base URL (DOCMILL_API__BASE_URL) and any proxy in between, then resume"
+    elif failure_type.startswith("api_error:"):
+        hint = STATUS_HINTS.get(status or 0, DEFAULT_HINT)
+    else:
+        hint = "the API kept failing; a resume of the run retries this document"
+    return ApiCallError(
+        f"{pass_name} call for {doc_id} failed after {ladder.attempts} attempt(s): {last}",
+        hint=hint,
+        status=status,
+        request_id=getattr(exc, "request_id", None),
+        attempts=ladder.attempts,
+        model=ladder.model,
+        doc_id=doc_id,
+        key=key,
+        failure_type=failure_type,
+        last_error=last,
+        errors=list(ladder.errors),
+        fell_back=ladder.fell_back,
+    )
