@@ -58,7 +58,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session: An
 
 @pytest.fixture(scope="module")
 def code_review_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session: Any) -> dict[str, Any]:
-    """examples/codebase through code-review; every integration answer schema-invalid (a flag)."""
+    """examples/codebase through code-review; every integration answer schema-invalid (a failed integration)."""
     from emulator.state import EmulatorConfig
 
     emulator = _emulator_session
@@ -182,11 +182,12 @@ def test_report_html_of_a_code_review_run_shows_findings_by_file_and_the_integra
     )  # type: ignore[union-attr]
     assert "db.py:17" in db and "security" in db and "b-critical" in db
     assert "WHERE customer_id = '{customer_id}'" in db  # the quoted line of the planted SQL injection
-    assert _by_id(dom, "integration-flags") == "1"
-    assert "integration output invalid after repairs" in dom
+    # every integration answer invalid: the integration is failed, said on the page with its problem
+    assert _by_id(dom, "integration-status") == "failed"
+    assert "integration answer invalid" in dom
     md = store.get(f"runs/{run_id}/report.md").decode()
     assert "### `db.py`" in md and "`db.py:17` security" in md and "WHERE customer_id = '{customer_id}'" in md
-    assert "## Integration flags (1)" in md and "integration output invalid after repairs" in md
+    assert "integration answer invalid" in md
 
 
 def test_exports_open_and_match_the_outcomes(finished_run: dict[str, Any]) -> None:
