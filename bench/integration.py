@@ -36,6 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from batch_scale import start_emulator  # noqa: E402  (bench/ is this script's folder)
+
 import tasks.integration.run as integration_run  # noqa: E402
 from checkpoints.costs import CostLedger  # noqa: E402
 from checkpoints.store import open_store  # noqa: E402
@@ -57,18 +59,6 @@ def _timed_integrate(*args: Any, **kw: Any) -> Any:
 
 
 integration_run.integrate = _timed_integrate
-
-
-def start_emulator(clock_speed: float) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-m", "emulator.cli", "--port", "0", "--clock-speed", str(clock_speed)]
-    cmd += ["--batch-base-seconds", "1"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"emulator did not start: {line!r}")
-    return proc, line.split("listening on ", 1)[1].split()[0]
 
 
 def billed_count(base_url: str) -> int:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from docmill.logs import get_logger
+from tasks.reporting.summary import integration_text
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -34,24 +35,13 @@ def failures_by_reason(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (-int(r["documents"]), r["state"], r["reason"]))
 
 
-def integration_md(summary: dict[str, Any]) -> str:
-    """The integration pass's state in the summary artifact (bold when partial or failed)."""
-    status = summary.get("integration", "complete")
-    if status in ("partial", "failed"):
-        return (
-            f"**Integration: {status.upper()}** ({summary.get('integration_problems', 0)} problem(s); "
-            "see the report; the next run asks again only what is missing)."
-        )
-    return f"Integration: {status}."
-
-
 def summary_markdown(summary: dict[str, Any], report_link: str) -> str:
     states = summary["states"]
     return (
         f"# docmill run `{summary['run_id']}`\n\n| state | documents |\n|---|---|\n"
         + "".join(f"| {k} | {v} |\n" for k, v in states.items())
         + f"\nCost: ${summary['cost_usd']:.4f}. Conflicts: {summary['conflicts']}.\n\n"
-        + f"{integration_md(summary)}\n\n"
+        + f"{integration_text(summary, markdown=True)}\n\n"
         f"Report: [report.html]({report_link}) (text: `{summary['report']}`)  \n"
         f"Review queue: `{summary['review_queue']}`\n"
     )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from flows import cli_args
 from flows.cli_checks import check_store, known_run
+from tasks.reporting.summary import integration_text
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -90,20 +91,9 @@ def _summary_line(s: dict[str, Any]) -> str:
         f"docmill: run {s['run_id']} {s['phase']}: {st['succeeded']} succeeded, {st['needs_review']} need review, "
         f"{st['failed']} failed{_retryable(s)}, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
         f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflicts across documents.\n"
-        f"  {integration_line(s)}\n"
+        f"  {integration_text(s)}\n"
         f"  report: {s['report']}\n  exports: {s['exports']}\n  review queue: {s['review_queue']}"
     )
-
-
-def integration_line(s: dict[str, Any]) -> str:
-    """The integration pass in one line (the CLI summary and the Prefect summary artifact)."""
-    status = s.get("integration", "complete")
-    if status in ("partial", "failed"):
-        return (
-            f"integration: {status.upper()} ({s.get('integration_problems', 0)} problem(s); code-built "
-            "conflicts, duplicates and gaps are complete; see the report; the next run asks again)"
-        )
-    return f"integration: {status}"
 
 
 def _retryable(s: dict[str, Any]) -> str:

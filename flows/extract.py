@@ -26,10 +26,11 @@ from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import install
 from flows import pipeline
-from flows.artifacts import integration_md, publish_run
+from flows.artifacts import publish_run
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
 from tasks.api.client import PossiblyBilled
 from tasks.api.models import check_models
+from tasks.reporting.summary import integration_text
 
 log = get_logger("flows")
 RUNNER: Any = ThreadPoolTaskRunner(max_workers=pipeline.CHUNK_WORKERS)  # always bounded
@@ -220,7 +221,9 @@ def _publish(summary: dict[str, Any], settings: Settings) -> None:
         "docmill run %s: %s, cost $%.4f", summary["run_id"], summary["states"], summary["cost_usd"]
     )
     if summary.get("integration") in ("partial", "failed"):
-        get_run_logger().warning("docmill run %s: %s", summary["run_id"], integration_md(summary))
+        get_run_logger().warning(
+            "docmill run %s: %s", summary["run_id"], integration_text(summary, markdown=True)
+        )
 
 
 def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from tasks.records import RunSummary
@@ -30,3 +31,18 @@ def summarize(outcomes: list[dict[str, Any]]) -> RunSummary:
             sum(float(o.get("cost_usd") or 0.0) for o in outcomes if not o.get("from_ledger")), 6
         ),
     }
+
+
+def integration_text(summary: Mapping[str, Any], *, markdown: bool = False) -> str:
+    """The integration pass of a run summary in one line: the CLI's summary line, and (markdown)
+    the Prefect summary artifact and the flow run's warning line."""
+    status = summary.get("integration", "complete")
+    if status not in ("partial", "failed"):
+        return f"Integration: {status}." if markdown else f"integration: {status}"
+    problems = f"{summary.get('integration_problems', 0)} problem(s)"
+    if markdown:
+        return f"**Integration: {status.upper()}** ({problems}; see the report; the next run asks again only what is missing)."
+    return (
+        f"integration: {status.upper()} ({problems}; code-built conflicts, duplicates and gaps are complete; "
+        "see the report; the next run asks again)"
+    )
