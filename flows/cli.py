@@ -255,6 +255,15 @@ def _review_target(a: argparse.Namespace, store: Any) -> tuple[str, str | None]:
     return run_id, doc_id
 
 
+def _write_out(text: str, path: str | None) -> None:
+    """`--out FILE`, else standard output."""
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+
+
 def cmd_review(a: argparse.Namespace) -> int:
     from checkpoints.review_queue import ReviewQueue
     from docmill.errors import InputError
@@ -299,19 +308,11 @@ def cmd_review(a: argparse.Namespace) -> int:
             list(OutcomeLog(store, run_id).all()), ReviewDecisions(store, run_id).in_force()
         )
         lines = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
-        if a.out:
-            with open(a.out, "w", encoding="utf-8") as f:
-                f.write(lines)
-        else:
-            sys.stdout.write(lines)
+        _write_out(lines, a.out)
         print(f"{len(records)} labelled document(s) from review decisions in run {run_id}", file=sys.stderr)
     else:
         lines = "".join(json.dumps(item, sort_keys=True, ensure_ascii=False) + "\n" for item in q.list())
-        if a.out:
-            with open(a.out, "w", encoding="utf-8") as f:
-                f.write(lines)
-        else:
-            sys.stdout.write(lines)
+        _write_out(lines, a.out)
     return EXIT_OK
 
 
