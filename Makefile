@@ -1,19 +1,30 @@
-# The two commands of the README. Both build .venv from scratch when it is missing.
+# The two commands of the README (run, test), and the two that move or check the lock.
+# Every install comes from requirements.lock (every package pinned, with hashes); `make lock` is the
+# only way a version changes, `make upgrade-check` tries the newest allowed versions in a scratch venv.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := requirements.lock
+UV := $(BIN)/uv
+# What the lock is resolved for: Python 3.11 and newer, every platform (markers keep each one's wheels).
+LOCK_FLAGS := pyproject.toml --extra dev --generate-hashes --universal --python-version 3.11 --quiet
 
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export PREFECT_LOGGING_LEVEL ?= WARNING
 
-.PHONY: run test lint typecheck bench clean
+.PHONY: run test lint typecheck bench clean lock upgrade-check
 
-$(STAMP): pyproject.toml
+# uv comes from the lock too: its own block is cut out of the lock and installed hash-checked by pip,
+# then uv installs exactly the lock (sync also removes what the lock does not list) and docmill itself
+# (editable, built with the locked setuptools, no build isolation: nothing unpinned is fetched).
+$(STAMP): $(LOCK) pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	awk '/^uv==/{p=1} p{print} p && !/\\$$/{exit}' $(LOCK) > $(VENV)/uv.req
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r $(VENV)/uv.req
+	$(UV) pip sync --quiet --require-hashes --python $(BIN)/python $(LOCK)
+	$(UV) pip install --quiet --no-deps --no-build-isolation --python $(BIN)/python -e .
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -23,7 +34,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check --no-cache .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
@@ -31,5 +42,18 @@ lint: $(STAMP)
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
+# Move the lock to the newest versions pyproject.toml allows (UPGRADE=pkg[,pkg] moves only those),
+# then reinstall. Run `make test` afterwards and commit the lock with what it changed.
+lock: $(STAMP)
+	$(UV) pip compile $(LOCK_FLAGS) $(if $(UPGRADE),$(foreach p,$(subst $(comma), ,$(UPGRADE)),--upgrade-package $(p)),--upgrade) -o $(LOCK)
+	$(MAKE) --no-print-directory $(STAMP)
+
+# The newest allowed versions in a scratch venv, the whole suite against them: a dependency release
+# is found on purpose, not by a red CI. Prints what would move; never touches the lock or .venv.
+upgrade-check: $(STAMP)
+	PY=$(PY) .ci/upgrade-check
+
 clean:
 	rm -rf $(VENV) docmill-store examples/corpus
+
+comma := ,
