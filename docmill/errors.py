@@ -126,6 +126,14 @@ class SystemicFailure(DocmillError):
     last_error: str = ""
 
 
+class OrchestratorUnavailable(DocmillError):
+    """Prefect's temporary API server did not start in time (twice): exit 3, nothing was sent."""
+
+    setting: str = ""  # the setting that gives it more time
+    seconds: float = 0.0
+    detail: str = ""  # what Prefect said (its exit code, its last output line)
+
+
 class Interrupted(DocmillError):
     """SIGINT / SIGTERM: no new request was sent after the signal; in-flight answers were kept."""
 

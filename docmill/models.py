@@ -1,39 +1,120 @@
-"""Facts about model ids, with no dependencies (a leaf for prices, settings and the emulator).
+"""The models docmill knows: one dated table (`docmill/data/models.json`), read through these functions.
+A leaf (standard library only) for prices, settings, the pipeline's model checks and the emulator.
 
+- `model_info(id)`: the table's row for an id or its dated form (`claude-haiku-4-5-20251001`).
+- `status_on(id, day)`: current / legacy / deprecated / retired on a given day (or unknown). The day is
+  always passed in (settings.today in the pipeline, the injected date in tests), never read here.
 - `price_id`: a `-YYYYMMDD` suffix dropped. Before the 4.6 generation an alias resolves to a dated id
   and answers name it (`claude-haiku-4-5` -> `claude-haiku-4-5-20251001`); both price the same.
-- `CACHE_MIN_TOKENS`: the shortest prompt prefix each model caches.
+- `CACHE_MIN_TOKENS`: the shortest prompt prefix each model caches (from the table).
+
+The SDK's private deprecation data is not read here (see `docmill.sdk_hints`: a warning source only).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from enum import StrEnum
+from importlib import resources
+from typing import Any
 
 DATED_SUFFIX = re.compile(r"-\d{8}$")
+CACHE_MIN_TOKENS_UNKNOWN = 4096  # a model outside the table: the largest known minimum
+
+
+class Status(StrEnum):
+    CURRENT = "current"
+    LEGACY = "legacy"
+    DEPRECATED = "deprecated"
+    RETIRED = "retired"
+    UNKNOWN = "unknown"  # not in docmill's table
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One row of the model table. Dates are the first day of each status (00:00 UTC)."""
+
+    id: str
+    family: str
+    generation: str
+    legacy_from: date | None
+    deprecated_from: date | None
+    retires: date | None
+    max_output_tokens: int
+    cache_min_tokens: int
+    thinking: str  # "adaptive" (on by default, 5.x) or "manual" (budget_tokens, 4.x)
+    source: str
+    dated_id: str | None = None
+
+    def status_on(self, day: date) -> Status:
+        if self.retires is not None and day >= self.retires:
+            return Status.RETIRED
+        if self.deprecated_from is not None and day >= self.deprecated_from:
+            return Status.DEPRECATED
+        if self.legacy_from is not None and day >= self.legacy_from:
+            return Status.LEGACY
+        return Status.CURRENT
+
+
+def _day(value: Any) -> date | None:
+    return None if value is None else date.fromisoformat(value)
+
+
+def _load() -> tuple[str, dict[str, ModelInfo]]:
+    raw = json.loads(resources.files("docmill").joinpath("data/models.json").read_text(encoding="utf-8"))
+    rows: dict[str, ModelInfo] = {}
+    for row in raw["models"]:
+        info = ModelInfo(
+            id=row["id"],
+            family=row["family"],
+            generation=row["generation"],
+            legacy_from=_day(row["legacy_from"]),
+            deprecated_from=_day(row["deprecated_from"]),
+            retires=_day(row["retires"]),
+            max_output_tokens=int(row["max_output_tokens"]),
+            cache_min_tokens=int(row["cache_min_tokens"]),
+            thinking=row["thinking"],
+            source=row["source"],
+            dated_id=row.get("dated_id"),
+        )
+        rows[info.id] = info
+    return raw["checked"], rows
+
+
+TABLE_CHECKED, MODELS = _load()
 
 # Minimum cacheable prompt prefix per model (tokens). Below it the API caches nothing and says nothing.
-# Values of the API reference (7.1); where sources differ the larger one: Sonnet 4.6 is documented at
-# 1,024 but was seen caching only from ~2,048. The emulator uses this same table.
-CACHE_MIN_TOKENS: dict[str, int] = {
-    "claude-opus-4-6": 4096,
-    "claude-opus-4-5": 4096,
-    "claude-haiku-4-5": 4096,
-    "claude-opus-4-7": 2048,
-    "claude-sonnet-4-6": 2048,
-    "claude-sonnet-4-5": 1024,
-    "claude-opus-4-8": 1024,
-    "claude-sonnet-5": 1024,
-    "claude-opus-5": 512,
-    "claude-fable-5": 512,
-    "claude-mythos-5": 512,
-}
-CACHE_MIN_TOKENS_UNKNOWN = 4096  # a model outside the table: the largest known minimum
+# Where sources differ the table holds the larger value. The emulator uses this same table.
+CACHE_MIN_TOKENS: dict[str, int] = {m.id: m.cache_min_tokens for m in MODELS.values()}
 
 
 def price_id(model: str) -> str:
     """The id a model is priced under: `claude-haiku-4-5-20251001` -> `claude-haiku-4-5`."""
     return DATED_SUFFIX.sub("", model)
+
+
+def model_info(model: str) -> ModelInfo | None:
+    """The table's row for `model` (exact id first, then its alias without a date suffix)."""
+    return MODELS.get(model) or MODELS.get(price_id(model))
+
+
+def status_on(model: str, day: date) -> Status:
+    info = model_info(model)
+    return Status.UNKNOWN if info is None else info.status_on(day)
+
+
+def dated_aliases() -> dict[str, str]:
+    """alias -> dated id, for the models whose alias answers with a dated id (before 4.6)."""
+    return {m.id: m.dated_id for m in MODELS.values() if m.dated_id}
+
+
+def current_models(day: date) -> list[str]:
+    """Ids whose status on `day` is current, in table order (newest first)."""
+    return [m.id for m in MODELS.values() if m.status_on(day) is Status.CURRENT]
 
 
 def min_cacheable_tokens(model: str, table: Mapping[str, int] | None = None) -> int:

@@ -7,6 +7,7 @@ which is how tests isolate themselves.
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
 from functools import lru_cache
 from typing import Literal
 
@@ -280,6 +281,18 @@ class Settings(BaseSettings):
         description="Folder for the pid files of helper processes docmill starts (the Prefect server), "
         "so a later start stops any a killed run left; None: $XDG_RUNTIME_DIR/docmill or <tmp>/docmill-<uid>.",
     )
+    today: date | None = Field(
+        None,
+        description="The day model lifecycles (and dated prices) are read at, YYYY-MM-DD; None: today in "
+        "UTC. Set it to check a configuration against a coming retirement, or in tests.",
+    )
+    prefect_start_timeout_seconds: float = Field(
+        120.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long the temporary Prefect API server may take to start (it is tried twice) when "
+        "PREFECT_API_URL is not set; a busy machine needs more than Prefect's own 30 s.",
+    )
     prices: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description='Extra or overriding model prices, USD/MTok: {"model": {"input": 3, "output": 15}}.',
@@ -293,6 +306,10 @@ class Settings(BaseSettings):
     inventory: InventorySettings = Field(default_factory=InventorySettings)
     store_io: StoreSettings = Field(default_factory=StoreSettings)
     review: ReviewSettings = Field(default_factory=ReviewSettings)
+
+    def on_day(self) -> date:
+        """`today`, else the real date in UTC: the one place the pipeline reads the calendar."""
+        return self.today if self.today is not None else datetime.now(UTC).date()
 
 
 @lru_cache(maxsize=1)

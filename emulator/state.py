@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from datetime import date
 from typing import Any
 
 from docmill.prices import price_table
@@ -46,7 +47,8 @@ class EmulatorConfig:
     extra_models: dict[str, dict[str, float]] = field(default_factory=dict)  # served beyond the price
     # table, billed at these prices ({"input", "output"} USD/MTok): a model docmill has no price for
     resolve_aliases: bool = True  # answer a pre-4.6 alias with its dated id (SDK types/model.py)
-    end_of_life: dict[str, str] = field(default_factory=catalog.sdk_end_of_life)  # model -> ISO date
+    end_of_life: dict[str, str] = field(default_factory=catalog.table_end_of_life)  # model -> ISO date
+    today: str | None = None  # YYYY-MM-DD model lifecycles are read at; None: the virtual clock's date
     grammar_max_complexity: int | None = None  # None: no "compiled grammar is too large" rule
     output_tokens_per_second: float = 0.0  # > 0: answer time grows with output tokens (0: instant)
     public_base_url: str | None = None  # results_url base; None: the listening socket's address
@@ -244,7 +246,8 @@ class EmulatorState:
 
     def retired(self, model: str) -> str | None:
         """The end-of-life date of `model` when the virtual clock is past it, else None."""
-        return catalog.retired_on(model, self.config.end_of_life, self.clock.now())
+        day = date.fromisoformat(self.config.today) if self.config.today else catalog.day_of(self.clock.now())
+        return catalog.retired_on(model, self.config.end_of_life, day)
 
     def answer_model(self, model: str) -> str:
         """The `model` an answer carries: a pre-4.6 alias resolves to its dated id (knob)."""

@@ -81,8 +81,12 @@ def api_endpoint(
         yield Endpoint(settings.api.base_url, OFFLINE_KEY, offline=True)
         return
     from emulator.server import EmulatorServer
+    from emulator.state import EmulatorConfig
 
-    with EmulatorServer(journal=StoreJournal(store) if store is not None else None) as server:
+    config = EmulatorConfig.from_env()
+    if settings.today is not None and config.today is None:  # the emulator reads lifecycles on our day
+        config.today = settings.today.isoformat()
+    with EmulatorServer(config, journal=StoreJournal(store) if store is not None else None) as server:
         if not quiet:
             print(
                 f"docmill: no ANTHROPIC_API_KEY set; using the built-in emulator at {server.base_url} "

@@ -19,6 +19,7 @@ import prefect
 from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL, get_current_settings
 
+from docmill.errors import OrchestratorUnavailable
 from docmill.processes import spawn
 from docmill.settings import get_settings
 
@@ -45,6 +46,43 @@ class OwnedServer(SubprocessASGIServer):
             **get_current_settings().to_environment_variables(exclude_unset=True),
         }
         return spawn(argv, role=ROLE, env=env, runtime=get_settings().runtime_dir)
+
+    def start(self, timeout: int | None = None) -> None:
+        """Prefect's start, with `settings.prefect_start_timeout_seconds` to come up (Prefect's own
+        default, 20 s, is too little on a busy machine) and one more try on a new port; a second
+        failure is one docmill error naming the setting, never Prefect's bare RuntimeError."""
+        if self.running:
+            return
+        seconds = float(timeout or get_settings().prefect_start_timeout_seconds)
+        detail = ""
+        for _ in range(2):
+            try:
+                super().start(timeout=seconds)  # type: ignore[arg-type]  # Prefect compares, never rounds
+                return
+            except RuntimeError as e:
+                detail = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                self._drop_process()
+        raise OrchestratorUnavailable(
+            f"Prefect's temporary API server did not start within {seconds:g} s (tried twice): {detail}",
+            hint="give it more time with DOCMILL_PREFECT_START_TIMEOUT_SECONDS, point PREFECT_API_URL at a "
+            "running Prefect server, or run with --no-prefect; nothing was sent",
+            setting="DOCMILL_PREFECT_START_TIMEOUT_SECONDS",
+            seconds=seconds,
+            detail=detail,
+        )
+
+    def _drop_process(self) -> None:
+        """Stop a server that did not come up in time (it may still be starting) and free its port;
+        unlike `stop`, this server stays the process's default for the next try."""
+        proc, self.server_process = self.server_process, None
+        self.running, self.port = False, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def adopt_ephemeral_server() -> bool:

@@ -1,39 +1,27 @@
-"""The pinned models, checked when a run starts (before anything is sent).
+"""The pinned models, checked when a run starts (before anything is sent), on `settings.on_day()`.
 
-- A model past its end of life in the SDK's deprecated-models data (`anthropic._data.DEPRECATED_MODELS`,
-  e.g. `claude-sonnet-4-5`: November 30th, 2026) is refused by the API: `check_models` raises one
-  `ConfigError` line naming the setting (exit 2), so no run starts on it.
-- A model with an end of life still ahead, or with no price in the table, is a note: the run goes on
-  (answers of an unpriced model are kept and their tokens recorded as `unpriced`).
+- A model retired on that day in docmill's model table (`docmill/data/models.json`, e.g.
+  `claude-sonnet-4-5`: 2026-11-30) is refused by the API: `check_models` raises one `ConfigError` line
+  naming the setting (exit 2), so no run starts on it.
+- A deprecated model (retirement ahead), a legacy one, one outside the table, or one with no price is
+  a note: the run goes on (answers of an unpriced model are kept and their tokens recorded as `unpriced`).
+- The installed SDK's own end-of-life list (`docmill.sdk_hints`) adds a note when it knows a date the
+  table does not, or an earlier one; it never stops a run.
 Used by `flows.extract.run_extract` and `docmill doctor`.
 """
 
 from __future__ import annotations
 
-import re
-import time
-from datetime import UTC, datetime
+from datetime import date
 from typing import TYPE_CHECKING
 
-from anthropic._data import DEPRECATED_MODELS
-
 from docmill.errors import ConfigError
-from docmill.models import price_id
+from docmill.models import TABLE_CHECKED, Status, current_models, model_info, price_id
 from docmill.prices import price_of
+from docmill.sdk_hints import sdk_end_of_life
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
-
-_ORDINAL = re.compile(r"(\d+)(st|nd|rd|th)\b")
-
-
-def end_of_life(model: str) -> str | None:
-    """The ISO end-of-life date of `model` (or of its alias) from the SDK's data, if it has one."""
-    when = DEPRECATED_MODELS.get(model) or DEPRECATED_MODELS.get(price_id(model))
-    if when is None:
-        return None
-    plain = _ORDINAL.sub(r"\1", when).replace(",", "")
-    return datetime.strptime(plain, "%B %d %Y").date().isoformat()
 
 
 def pinned_models(settings: Settings) -> list[tuple[str, str]]:
@@ -45,20 +33,54 @@ def pinned_models(settings: Settings) -> list[tuple[str, str]]:
     return out
 
 
-def check_models(settings: Settings, *, now: float | None = None) -> list[str]:
-    """Notes about the pinned models; raises `ConfigError` when one has reached its end of life
-    (a day counts from 00:00 UTC, the harsher reading)."""
-    now = time.time() if now is None else now
+def _same_family_current(model: str, day: date) -> str | None:
+    info = model_info(model)
+    if info is None:
+        return None
+    return next((m for m in current_models(day) if (model_info(m) or info).family == info.family), None)
+
+
+def lifecycle_note(name: str, model: str, day: date) -> str | None:
+    """One line about `model`'s status on `day` when it is not simply current (None then)."""
+    info = model_info(model)
+    if info is None:
+        return (
+            f"{name} {model} is not in docmill's model table (checked {TABLE_CHECKED}): "
+            "its lifecycle is unknown"
+        )
+    status = info.status_on(day)
+    newer = _same_family_current(model, day)
+    instead = f"; the current {info.family} is {newer}" if newer and newer != info.id else ""
+    if status is Status.DEPRECATED:
+        return f"{name} {model} is deprecated: it retires on {info.retires}{instead}"
+    if status is Status.LEGACY:
+        retires = f", retiring on {info.retires}" if info.retires else ""
+        return f"{name} {model} is legacy{retires}{instead}"
+    return None
+
+
+def check_models(settings: Settings, *, today: date | None = None) -> list[str]:
+    """Notes about the pinned models on `today` (default `settings.on_day()`); raises `ConfigError`
+    when one is retired that day."""
+    day = settings.on_day() if today is None else today
+    hints = sdk_end_of_life()
     retired: list[str] = []
     notes: list[str] = []
     for name, model in pinned_models(settings):
-        eol = end_of_life(model)
-        if eol is not None:
-            ends = datetime.fromisoformat(eol).replace(tzinfo=UTC).timestamp()
-            if now >= ends:
-                retired.append(f"{name} {model} reached its end of life on {eol}")
-            else:
-                notes.append(f"{name} {model} is deprecated: end of life on {eol}")
+        info = model_info(model)
+        if info is not None and info.status_on(day) is Status.RETIRED:
+            retired.append(f"{name} {model} retired on {info.retires}")
+            continue
+        note = lifecycle_note(name, model, day)
+        if note:
+            notes.append(note)
+        sdk_day = hints.get(model) or hints.get(price_id(model))
+        table_day = info.retires if info is not None else None
+        if sdk_day is not None and (table_day is None or sdk_day < table_day):
+            notes.append(
+                f"{name} {model}: the installed anthropic SDK lists an end of life on {sdk_day} "
+                f"(docmill's table: {table_day or 'none'}); check the model deprecations page"
+            )
         if price_of(model) is None:
             notes.append(f"{name} {model} has no price: its answers are recorded as unpriced")
     if retired:

@@ -1,5 +1,5 @@
-"""Model ids as the API treats them (emulator/catalog.py): dated ids in answers, end of life,
-per-model cache minimums; through the real SDK."""
+"""Model ids as the API treats them (emulator/catalog.py, on docmill's model table): dated ids in
+answers, retirement on the emulator's day, per-model cache minimums; through the real SDK."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ from tests.fixtures.emulator import sdk_client
 ASK: list = [{"role": "user", "content": "Vendor: ACME\nTotal: 3 EUR"}]
 
 
-def test_sdk_aliases_resolve_to_the_dated_ids_it_lists() -> None:
+def test_aliases_resolve_to_the_dated_ids_of_the_table() -> None:
     aliases = catalog.dated_aliases()
     assert aliases["claude-haiku-4-5"] == "claude-haiku-4-5-20251001"
     assert "claude-sonnet-4-6" not in aliases  # 4.6 and later have no dated form
     assert catalog.price_id("claude-haiku-4-5-20251001") == "claude-haiku-4-5"
-    assert catalog.parse_sdk_date("November 30th, 2026") == "2026-11-30"
 
 
 def test_pre_46_alias_answers_with_dated_id_realtime_and_batch(emulator: EmulatorServer) -> None:
@@ -50,7 +49,7 @@ def test_model_retires_on_its_end_of_life_by_the_emulator_clock(emulator: Emulat
     client = sdk_client(emulator)
     now = emulator.state.clock.now()
     eol = (datetime.fromtimestamp(now, tz=UTC) + timedelta(days=2)).date().isoformat()
-    emulator.state.configure({"end_of_life": {"claude-haiku-4-5": eol}})
+    emulator.state.configure({"end_of_life": {"claude-haiku-4-5": eol}, "today": None})  # the clock's day
     assert client.messages.create(model="claude-haiku-4-5", max_tokens=20, messages=ASK).content
     emulator.state.clock.advance(3 * 86400)
     for model in ("claude-haiku-4-5", "claude-haiku-4-5-20251001"):
@@ -64,12 +63,18 @@ def test_model_retires_on_its_end_of_life_by_the_emulator_clock(emulator: Emulat
     assert result.result.type == "errored" and result.result.error.error.type == "not_found_error"
 
 
-def test_sdk_end_of_life_applies_by_default(emulator: EmulatorServer) -> None:
-    """claude-sonnet-4-5 reached end of life on 2026-11-30 per the SDK's data."""
+def test_the_table_retires_models_by_default_on_the_emulators_day(emulator: EmulatorServer) -> None:
+    """claude-sonnet-4-5 retired on 2026-11-30 in docmill's table (the SDK 2.15 no longer lists it)."""
     assert emulator.state.config.end_of_life["claude-sonnet-4-5"] == "2026-11-30"
-    emulator.state.clock.advance(catalog.end_of_life_ts("2026-11-30") - emulator.state.clock.now() + 1)
-    with pytest.raises(anthropic.NotFoundError):
-        sdk_client(emulator).messages.create(model="claude-sonnet-4-5", max_tokens=20, messages=ASK)
+    client = sdk_client(emulator)
+    emulator.state.configure({"today": "2026-11-29"})
+    assert client.messages.create(model="claude-sonnet-4-5", max_tokens=20, messages=ASK).content
+    emulator.state.configure({"today": "2026-11-30"})
+    with pytest.raises(anthropic.NotFoundError, match="end of life"):
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=20, messages=ASK)
+    emulator.state.configure({"today": "2027-06-01"})  # half a year on: still refused
+    with pytest.raises(anthropic.NotFoundError, match="end of life"):
+        client.messages.create(model="claude-sonnet-4-5-20250929", max_tokens=20, messages=ASK)
 
 
 def test_cache_minimum_is_per_model(emulator: EmulatorServer) -> None:

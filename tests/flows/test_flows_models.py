@@ -74,7 +74,7 @@ def test_retired_pinned_model_stops_at_start_with_exit_2(
     from flows.cli import main
 
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
-    monkeypatch.setenv("DOCMILL_API__FALLBACK_MODEL", "claude-sonnet-4-5")  # end of life 2026-11-30
+    monkeypatch.setenv("DOCMILL_API__FALLBACK_MODEL", "claude-sonnet-4-5")  # retired 2026-11-30 (docmill's model table)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("DOCMILL_RAISE_ERRORS", raising=False)
     get_settings.cache_clear()
@@ -85,5 +85,5 @@ def test_retired_pinned_model_stops_at_start_with_exit_2(
         get_settings.cache_clear()
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert len(err) == 1 and "api.fallback_model claude-sonnet-4-5 reached its end of life" in err[0]
+    assert len(err) == 1 and "api.fallback_model claude-sonnet-4-5 retired on 2026-11-30" in err[0]
     assert emulator.state.accounting.received == 0  # nothing was sent

@@ -23,6 +23,7 @@ from docmill.settings import ApiSettings, Settings, get_settings
 from flows.cli import main
 from flows.extract import run_extract
 from tests.fixtures.chromium import render
+from tests.fixtures.today import emulator_config
 from tests.flows.helpers import ROOT, make_corpus, outcomes_of, plant, value
 
 CODE_REVIEW_INTEGRATION = "integrating per-file reviews of one code base"  # in its prompt only
@@ -31,10 +32,8 @@ CODE_REVIEW_INTEGRATION = "integrating per-file reviews of one code base"  # in 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session: Any) -> dict[str, Any]:
     """One run with a document that stays schema-invalid, one refusal, and planted conflicts."""
-    from emulator.state import EmulatorConfig
-
     emulator = _emulator_session
-    emulator.state.reset(EmulatorConfig())
+    emulator.state.reset(emulator_config())
     tmp = tmp_path_factory.mktemp("report")
     corpus, truth = make_corpus(tmp, count=20, seed=9)
     invalid = plant(corpus, truth, "PLANTED-SCHEMA", set())
@@ -59,10 +58,8 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session: An
 @pytest.fixture(scope="module")
 def code_review_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session: Any) -> dict[str, Any]:
     """examples/codebase through code-review; every integration answer schema-invalid (a failed integration)."""
-    from emulator.state import EmulatorConfig
-
     emulator = _emulator_session
-    emulator.state.reset(EmulatorConfig())
+    emulator.state.reset(emulator_config())
     emulator.state.faults.add(kind="schema_invalid", marker=CODE_REVIEW_INTEGRATION)
     tmp = tmp_path_factory.mktemp("code-review")
     settings = Settings(store=str(tmp / "store"), api=ApiSettings(base_url=emulator.base_url))
@@ -71,7 +68,7 @@ def code_review_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session:
             str(ROOT / "examples/codebase"), "code-review", settings=settings, progress=False
         )
     finally:
-        emulator.state.reset(EmulatorConfig())
+        emulator.state.reset(emulator_config())
     return {"summary": summary, "store": open_store(settings.store), "run_id": summary["run_id"], "tmp": tmp}
 
 

@@ -12,7 +12,9 @@ from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
 LOCK = Path(__file__).resolve().parents[2] / "requirements.lock"
-PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)\s*(?:;\s*(?P<marker>[^\\]+?))?\s*\\?$")
+PIN = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)\s*(?:;\s*(?P<marker>[^\\]+?))?\s*\\?$"
+)
 # Not in the lock on purpose: the venv's own installer (`python -m venv` seeds it) and docmill itself.
 NOT_LOCKED = {"pip", "docmill"}
 

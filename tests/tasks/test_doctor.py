@@ -61,10 +61,10 @@ def test_schema_over_the_grammar_limit_fails_doctor_naming_the_schema(
 def test_retired_pinned_model_fails_doctor(
     emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("DOCMILL_API__INTEGRATION_MODEL", "claude-sonnet-4-5")  # end of life 2026-11-30
+    monkeypatch.setenv("DOCMILL_API__INTEGRATION_MODEL", "claude-sonnet-4-5")  # retired 2026-11-30 (docmill's model table)
     code, _, err = _doctor(emulator, monkeypatch, capsys, "--recipe", "invoices")
     assert code == 2
-    assert any("models: api.integration_model claude-sonnet-4-5 reached its end of life" in e for e in err)
+    assert any("models: api.integration_model claude-sonnet-4-5 retired on 2026-11-30" in e for e in err)
     assert any(
         e.startswith("docmill: doctor: model claude-sonnet-4-5") for e in err
     )  # and it does not answer
