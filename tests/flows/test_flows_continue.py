@@ -22,6 +22,7 @@ from typing import Any
 from checkpoints.batches import BatchRecords
 from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
+from tests.fixtures.today import day_env
 from tests.flows.helpers import make_corpus
 
 KILLS = 6
@@ -35,7 +36,7 @@ EMULATOR = {"batch_base_seconds": 2.0, "batch_seconds_per_request": 0.05}
 
 def _env(emulator: Any | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCMILL_", "ANTHROPIC_"))}
-    env.update(BATCH_ENV, PREFECT_LOGGING_LEVEL="ERROR", **extra)
+    env.update(BATCH_ENV, PREFECT_LOGGING_LEVEL="ERROR", **day_env(), **extra)
     if emulator is not None:
         env["DOCMILL_API__BASE_URL"] = emulator.base_url
     return env

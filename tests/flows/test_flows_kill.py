@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.today import day_env
 from tests.flows.helpers import make_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +91,7 @@ class Cli:
         self.env = {
             k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "ANTHROPIC_", "DOCMILL_"))
         }
-        self.env |= {
+        self.env |= day_env() | {
             "PREFECT_HOME": str(tmp / "prefect-home"),
             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "300",
             "DOCMILL_RUNTIME_DIR": str(tmp / "runtime"),
