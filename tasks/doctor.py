@@ -94,7 +94,7 @@ def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recip
     """Every check, in order; a failed one does not stop the others."""
     checks: list[Check] = []
     try:
-        notes = check_models(settings)
+        notes = check_models(settings, everything=True)
         checks.append(Check("models", True, "; ".join(notes) or "pinned models current and priced"))
     except ConfigError as e:
         checks.append(Check("models", False, e.message))

@@ -3,10 +3,11 @@
 - A model retired on that day in docmill's model table (`docmill/data/models.json`, e.g.
   `claude-sonnet-4-5`: 2026-11-30) is refused by the API: `check_models` raises one `ConfigError` line
   naming the setting (exit 2), so no run starts on it.
-- A deprecated model (retirement ahead), a legacy one, one outside the table, or one with no price is
-  a note: the run goes on (answers of an unpriced model are kept and their tokens recorded as `unpriced`).
+- A deprecated model (retirement ahead), a legacy one with a retirement date, one outside the table, or
+  one with no price is a warning: the run goes on (answers of an unpriced model are kept and their tokens recorded as `unpriced`).
 - The installed SDK's own end-of-life list (`docmill.sdk_hints`) adds a note when it knows a date the
   table does not, or an earlier one; it never stops a run.
+A legacy model with no retirement date is only listed by `docmill doctor`.
 Used by `flows.extract.run_extract` and `docmill doctor`.
 """
 
@@ -59,9 +60,10 @@ def lifecycle_note(name: str, model: str, day: date) -> str | None:
     return None
 
 
-def check_models(settings: Settings, *, today: date | None = None) -> list[str]:
-    """Notes about the pinned models on `today` (default `settings.on_day()`); raises `ConfigError`
-    when one is retired that day."""
+def check_models(settings: Settings, *, today: date | None = None, everything: bool = False) -> list[str]:
+    """Warnings about the pinned models on `today` (default `settings.on_day()`); raises `ConfigError`
+    when one is retired that day. A legacy model with no retirement date yet is worth a line in
+    `doctor` (`everything=True`), not a warning on every run."""
     day = settings.on_day() if today is None else today
     hints = sdk_end_of_life()
     retired: list[str] = []
@@ -72,7 +74,7 @@ def check_models(settings: Settings, *, today: date | None = None) -> list[str]:
             retired.append(f"{name} {model} retired on {info.retires}")
             continue
         note = lifecycle_note(name, model, day)
-        if note:
+        if note and (everything or info is None or info.retires is not None):
             notes.append(note)
         sdk_day = hints.get(model) or hints.get(price_id(model))
         table_day = info.retires if info is not None else None
