@@ -37,6 +37,7 @@ from docmill.models import min_cacheable_tokens, thinking_tokens
 from docmill.prices import Price, override_lines, price_on, worst_usd
 from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.requests import file_request, recipe_parts
+from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -114,7 +115,11 @@ def integration_estimate(
         read_records=s.read_records,
         slice_records=s.slice_records,
         max_tokens=s.max_tokens,
-        thinking_tokens=thinking_tokens(settings.api.integration_model, None, None),
+        thinking_tokens=thinking_tokens(
+            settings.api.integration_model,
+            None,
+            effort_config(settings.api.integration_model, recipe.thinking).get("effort"),
+        ),
     )
 
 

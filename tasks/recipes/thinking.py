@@ -11,8 +11,9 @@ most). Extraction rarely needs deep thinking, so a recipe says how much it wants
   thinking, and docmill's requests use no tools), nothing where thinking is always on (Opus 5.5,
   Fable 5.x: effort is the only control). Manual extended thinking (`enabled` + budget_tokens) is
   never sent: 5.x models answer it 400.
-Models that do not think by default (4.x) get only the effort. `thinking_params` is the one place the
-policy becomes parameters (the per-file request and `estimate` read it; the key hashes it).
+Models that do not think by default (4.x) get nothing: their requests (and idempotency keys) stay as
+they were. `thinking_params` is the one place the policy becomes parameters (the per-file request and
+`estimate` read it; the key hashes it).
 """
 
 from __future__ import annotations
@@ -38,15 +39,23 @@ OFF_TYPES = ("disabled", "between_tools")
 
 def thinking_params(model: str, policy: ThinkingPolicy) -> dict[str, Any]:
     """`{"thinking": {...}}` and / or `{"effort": ...}` (for output_config) for `model`; {} for a model
-    outside docmill's table (nothing model-specific is sent to it)."""
+    outside docmill's table or one that does not think by default (nothing model-specific is sent)."""
     info = model_info(model)
-    if info is None:
+    if info is None or not info.thinks_by_default:
         return {}
     out: dict[str, Any] = {}
     if policy.effort is not None and info.effort:
         out["effort"] = policy.effort
-    if policy.thinking == "off" and info.thinks_by_default:
+    if policy.thinking == "off":
         kind = next((k for k in OFF_TYPES if k in info.thinking_types), None)
         if kind is not None:
             out["thinking"] = {"type": kind}
     return out
+
+
+def effort_config(model: str, policy: ThinkingPolicy) -> dict[str, Any]:
+    """`{"effort": ...}` to merge into `output_config` of the recipe's other calls (long-document turns,
+    integration), so thinking never eats their max_tokens at the model's default effort; {} where
+    nothing is sent."""
+    effort = thinking_params(model, policy).get("effort")
+    return {} if effort is None else {"effort": effort}

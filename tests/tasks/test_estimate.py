@@ -10,6 +10,7 @@ from typing import Any
 
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
+from docmill.models import min_cacheable_tokens
 from docmill.settings import ApiSettings, Settings
 from flows.extract import run_extract
 from tasks.estimate import estimate_source
@@ -22,15 +23,16 @@ def test_prefix_below_the_cache_minimum_gets_no_reads_and_the_estimate_agrees(
     corpus, _ = make_corpus(tmp_path, count=6, seed=4)
     settings = Settings(store=str(tmp_path / "store"), api=ApiSettings(base_url=emulator.base_url))
     est = estimate_source(str(corpus), "invoices", settings)
-    assert 0 < est.prefix_tokens < est.cache_min_tokens == 2048  # Sonnet 4.6: the harsher 2,048
+    model = settings.api.model
+    assert 0 < est.prefix_tokens < est.cache_min_tokens == min_cacheable_tokens(model)
     assert est.cached_tokens == 0
-    assert any("below claude-sonnet-4-6's minimum cacheable length" in line for line in est.lines())
+    assert any(f"below {model}'s minimum cacheable length" in line for line in est.lines())
 
     summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
     tokens = CostLedger(open_store(settings.store), summary["run_id"]).totals()["tokens"]
     assert tokens["cache_read_input_tokens"] == 0 and tokens["cache_creation_input_tokens"] == 0
 
-    lower = {**settings.api.cache_min_tokens, "claude-sonnet-4-6": 100}
+    lower = {**settings.api.cache_min_tokens, model: 100}
     cached = estimate_source(
         str(corpus), "invoices", Settings(api=ApiSettings(base_url=emulator.base_url, cache_min_tokens=lower))
     )
