@@ -225,6 +225,12 @@ def declare_hint(model: str) -> str:
     )
 
 
+def note_unpriced(model: str) -> None:
+    """The run's start already said `model` has no price: no second warning when its answers come."""
+    with _warned_lock:
+        _warned.add(model)
+
+
 def priced_usd(
     model: str, usage: Mapping[str, Any] | Any, *, batch: bool = False, day: date | None = None
 ) -> float | None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from docmill.errors import ConfigError
 from docmill.models import TABLE_CHECKED, Status, current_models, model_info, price_id
-from docmill.prices import declare_hint, price_on
+from docmill.prices import declare_hint, note_unpriced, price_on
 from docmill.sdk_hints import sdk_end_of_life
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ def check_models(settings: Settings, *, today: date | None = None, everything: b
                 unpriced.append(f"{name} {model}")
             else:
                 notes.append(f"{name} {model} has no price: its tokens are recorded and reported as unpriced")
+                note_unpriced(model)  # warned once, here
     if retired:
         raise ConfigError(
             "; ".join(retired),

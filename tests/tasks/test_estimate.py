@@ -8,9 +8,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
-from docmill.models import min_cacheable_tokens
+from docmill.models import THINKING_TOKENS_BY_EFFORT, min_cacheable_tokens
 from docmill.settings import ApiSettings, Settings
 from flows.extract import run_extract
 from tasks.estimate import estimate_source
@@ -47,10 +49,20 @@ def test_estimate_includes_integration_full_and_incremental(tmp_path: Path, emul
     text = "\n".join(est.lines())
     assert "integration, full:" in text and "integration, incremental: unchanged source $0" in text
 
+    assert f"thinking: {settings.api.model} thinks adaptively (effort low)" in text  # its cost is shown
+    assert est.thinking_tokens == est.documents * THINKING_TOKENS_BY_EFFORT["low"]
+
     first = run_extract(str(corpus), "invoices", settings=settings, progress=False)
     store = open_store(settings.store)
-    spent = CostLedger(store, first["run_id"]).totals()["by_pass"]
+    totals = CostLedger(store, first["run_id"]).totals()
+    spent = totals["by_pass"]
     assert 0.5 < est.integration.usd(est.documents) / spent["integration"] < 2
+    assert totals["tokens"]["thinking_tokens"] >= est.thinking_tokens  # the bill has the thinking too
+    # with earlier answers in the store the output is measured, not guessed: within 5 % of the bill
+    again = estimate_source(str(corpus), "invoices", settings)
+    assert again.measured_answers >= 20
+    predicted = again.usd(batch=False) + again.integration.usd(again.documents)  # type: ignore[union-attr]
+    assert predicted == pytest.approx(totals["usd"], rel=0.05)
 
     ok = next(t["doc_id"] for t in truth if t["record"] == "document" and t["doc_id"].endswith(".txt"))
     shutil.copy(corpus / ok, corpus / "new-one.txt")
