@@ -71,3 +71,14 @@ def test_retired_pinned_model_fails_doctor(
     assert any(
         e.startswith("docmill: doctor: model claude-sonnet-4-5") for e in err
     )  # and it does not answer
+
+
+def test_doctor_shows_the_price_overrides_in_force(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DOCMILL_PRICES", '{"claude-sonnet-5-5": {"input": 2.5, "output": 12}}')
+    code, out, _ = _doctor(emulator, monkeypatch, capsys, "--recipe", "invoices")
+    assert code == 0
+    assert (
+        "ok   prices: price override for claude-sonnet-5-5 (DOCMILL_PRICES): input $2.5 / output $12" in out
+    )
