@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
 from tasks.per_file.requests import INSTRUCTION, SYSTEM_RULES, neutralize, wrap_document
+from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -211,7 +212,10 @@ def extract_long(
         pass_name=PASS,
         doc_id=doc_id,
     )
-    fmt = {"format": {"type": "json_schema", "schema": transform_schema(recipe.file_schema)}}
+    fmt = {
+        "format": {"type": "json_schema", "schema": transform_schema(recipe.file_schema)},
+        **effort_config(settings.api.model, recipe.thinking),  # thinking must not eat max_tokens
+    }
     task.state.setdefault("outputs", {})
     for chunk in chunks[task.exchanges :]:
         task.forget_history()  # the chunk alone, with the pinned facts: no earlier chunk is re-sent

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from anthropic import transform_schema
 
 from checkpoints.keys import content_hash, idempotency_key
+from tasks.recipes.thinking import thinking_params
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -91,6 +92,11 @@ def file_request(recipe: Recipe, doc: Document, text: str, *, model: str, max_to
     """Messages `create` params for one document of the per-file pass."""
     # The wrapper below is the only document tag in a request: tags the prompt mentions are made inert.
     system_text = f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}"
+    policy = thinking_params(model, recipe.thinking)  # the recipe's thinking / effort for this model
+    output_config: dict[str, Any] = {"format": {"type": "json_schema", "schema": recipe_parts(recipe)[2]}}
+    if "effort" in policy:
+        output_config["effort"] = policy["effort"]
+    thinking = {"thinking": policy["thinking"]} if "thinking" in policy else {}
     return {
         "model": model,
         "max_tokens": max_tokens,
@@ -104,7 +110,8 @@ def file_request(recipe: Recipe, doc: Document, text: str, *, model: str, max_to
                 ],
             }
         ],
-        "output_config": {"format": {"type": "json_schema", "schema": recipe_parts(recipe)[2]}},
+        "output_config": output_config,
+        **thinking,
     }
 
 
@@ -118,6 +125,9 @@ def file_key(recipe: Recipe, doc: Document, model: str, params: dict[str, Any]) 
         **params,
         "template": TEMPLATE_HASH,
     }
+    policy = thinking_params(model, recipe.thinking)
+    if policy:  # the thinking / effort sent changes the answer: hashed (absent where nothing is sent)
+        all_params["thinking_policy"] = policy
     prompt_hash, schema_hash, _ = recipe_parts(recipe)
     return idempotency_key(
         FILE_PASS, str(recipe.version), prompt_hash, schema_hash, model, doc.sha256, all_params
