@@ -11,7 +11,7 @@ import pytest
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
 from tasks.api.client import ModelClient
-from tasks.api.pacing import Budget, RateLimiter
+from tasks.api.pacing import Budget, RateLimiter, Ticket
 from tests.fixtures.clock import FakeTime
 
 
@@ -108,19 +108,26 @@ def test_the_estimate_correction_converges_with_many_requests_in_flight() -> Non
     assert lim.acquire(1000).input_tokens == pytest.approx(100, rel=0.15)  # EWMA: 0.1 + 0.9 x 0.8^20
 
 
-def test_output_tokens_reserve_max_tokens_and_get_back_what_was_not_used() -> None:
+def test_output_tokens_held_at_what_answers_use_while_max_tokens_must_fit() -> None:
+    """Holding max_tokens (4,096) per request while answers use ~270 capped a tier-4 run at ~0.7 of its
+    input limit (issue 23): a request in flight holds 1.5 x the mean billed output (+64), max_tokens
+    only before the first answer; it goes only while its whole max_tokens fits in the bucket."""
     fake = FakeTime()
     lim = limiter(fake)
     lim.observe(headers(fake, "output-tokens", 8000, 8000))
-    a = lim.acquire(10, max_tokens=3000)
-    b = lim.acquire(10, max_tokens=3000)
-    assert a.waited == b.waited == 0.0
-    lim.release(a, usage={"input_tokens": 10, "output_tokens": 100})  # 2,900 given back
+    lim._latency = 100.0  # (a window wide enough for every request below)
+    a, b = lim.try_acquire(10, max_tokens=3000), lim.try_acquire(10, max_tokens=3000)
+    assert isinstance(a, Ticket) and isinstance(b, Ticket)
+    assert a.output_tokens == b.output_tokens == 3000  # nothing answered yet: the whole max_tokens
+    assert lim.try_acquire(10, max_tokens=3000) > 0  # 6,000 held: 3,000 more do not fit in 8,000 - 80
+    lim.release(a, usage={"input_tokens": 10, "output_tokens": 100})  # 2,900 given back each
     lim.release(b, usage={"input_tokens": 10, "output_tokens": 100})
-    lim._latency = 10.0  # (instant answers would shrink the window below 3)
-    assert lim.acquire(10, max_tokens=3000).waited == 0.0
-    assert lim.acquire(10, max_tokens=3000).waited == 0.0
-    assert lim.acquire(10, max_tokens=3000).waited > 0  # 3 x 3,000 reserved > 8,000 - 200 billed
+    got = [lim.try_acquire(10, max_tokens=3000) for _ in range(30)]
+    tickets = [t for t in got if isinstance(t, Ticket)]
+    assert all(t.output_tokens == 214 for t in tickets)  # 1.5 x 100 + 64
+    # 7,800 left; each holds 214 and goes while 3,000 + the 1 % margin still fit: 23 of them, where
+    # holding max_tokens let 2 go
+    assert len(tickets) == 23 and got.index(next(t for t in got if not isinstance(t, Ticket))) == 23
 
 
 def test_starts_conservatively_and_ramps_to_the_limit() -> None:
@@ -146,17 +153,40 @@ def test_a_429_backs_the_ramp_off_once_not_per_answer() -> None:
     assert lim.stats.throttled == 4
 
 
-def test_in_flight_window_fills_the_limit_at_the_observed_latency() -> None:
+def test_in_flight_window_is_littles_law_over_the_tightest_limit() -> None:
     fake = FakeTime()
-    lim = limiter(fake, rpm=4000, concurrency=64)
-    assert lim.window == 4  # before any answer: conservative
+    lim = limiter(fake, rpm=4000, tpm=2_000_000)
+    assert lim.window == 16  # nothing sent yet: a start
+    ticket = lim.acquire(1000, max_tokens=1000)
+    fake.now += 1.0
+    assert lim.window == 54  # no answer yet, but answers take at least 1 s: 33.3/s x 1 s x 1.5 + 4
+    fake.now += 1.0
+    lim.release(ticket, usage={"input_tokens": 1000, "output_tokens": 200})
+    # 2,000,000 input tokens/min at 1,000 a request admit 33.3/s (4,000 requests/min 66.7/s):
+    # 33.3/s x 2 s x 1.5 + 4
+    assert lim.window == 104
+    lim.observe(headers(fake, "output-tokens", 60_000, 60_000))  # 5/s at 200 output tokens a request
+    assert lim.window == 19  # 5/s x 2 s x 1.5 + 4: the tightest limit decides
+    capped = limiter(fake, rpm=4000, tpm=2_000_000, concurrency=64)
+    capped.release(capped.acquire(1000), usage={"input_tokens": 1000})
+    capped._latency = 100.0
+    assert capped.window == 64  # never above api.concurrency when it is given
+
+
+def test_a_share_of_the_limits_set_from_outside_at_runtime() -> None:
+    """A pacer shared across workers hands each process a share of the organisation's limits."""
+    fake = FakeTime()
+    lim = limiter(fake, rpm=600)
     lim.observe(headers(fake, "requests", 600, 600))
-    ticket = lim.acquire(1)
-    fake.now += 1.5
-    lim.release(ticket, usage={"input_tokens": 1})
-    assert lim.window == 32  # 10/s x 1.5 s x 2 + 2
-    lim._latency = 100.0
-    assert lim.window == 64  # never above api.concurrency
+    lim.set_share(0.5)
+    assert lim.limits["requests"] == 300
+    assert sent_in(fake, lim, 10.0) == pytest.approx(60, abs=3)  # half of 10/s, after 2 s of burst
+    lim.observe(headers(fake, "requests", 1200, 1200))  # the adopted limit is shared too
+    assert lim.limits["requests"] == 600
+    lim.set_share(1.0)
+    assert sent_in(fake, lim, 10.0) == pytest.approx(200, abs=25)  # all of 20/s (and the bucket's fill)
+    with pytest.raises(ValueError):
+        lim.set_share(0)
 
 
 def test_client_adopts_emulator_limits_without_a_429(emulator: Any) -> None:
