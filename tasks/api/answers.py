@@ -49,13 +49,19 @@ def message_dict(raw: Any) -> dict[str, Any]:
         data = raw.json()
     except ValueError:
         data = None
+    return checked_message(data, raw.http_response)
+
+
+def checked_message(data: Any, http_response: Any) -> dict[str, Any]:
+    """`data` if it is a Message's JSON, else `APIResponseValidationError` (the check of
+    `message_dict`, shared with the event loop's reader, tasks.api.sse)."""
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-        kind = raw.http_response.headers.get("content-type") or "no content type"
+        kind = http_response.headers.get("content-type") or "no content type"
         raise anthropic.APIResponseValidationError(
-            response=raw.http_response,
+            response=http_response,
             body=None,
-            message=f"the endpoint answered {raw.http_response.status_code} with something that is not a "
-            f"Message ({kind}, {len(raw.http_response.content)} bytes)",
+            message=f"the endpoint answered {http_response.status_code} with something that is not a "
+            f"Message ({kind}, {len(http_response.content)} bytes)",
         )
     return data
 

@@ -1,10 +1,11 @@
 """`ModelClient`: the realtime Messages call with one transport retry layer (tenacity, invariant 6),
-bounded concurrency, client-side pacing and the overload degradation ladder.
+bounded concurrency, client-side pacing and the overload degradation ladder. Its twin on an event
+loop (tasks.api.aio.async_client, the per-file pass) is built from the same policy steps.
 
 - The SDK client is built with `max_retries=0`; tenacity (policy in tasks.api.retrying) re-sends.
-- A semaphore of `settings.api.concurrency` bounds requests in flight across all threads. It is
-  held until `on_response` has persisted the answer, so a crash re-sends at most that many
-  requests (invariant 3).
+- A request's slot (the pacer's window, and `settings.api.concurrency` when given) is held until
+  `on_response` has persisted the answer, so a crash re-sends at most the requests in flight
+  (invariant 3).
 - Pacing (tasks.api.pacing): each attempt takes a ticket and gives it back with what it was told;
   a 429's `retry-after` is this request's own retry wait and holds no other request.
 - Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model,
@@ -16,12 +17,12 @@ bounded concurrency, client-side pacing and the overload degradation ladder.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,22 +37,24 @@ from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
 from tasks.api.ladder import Ladder, call_error
-from tasks.api.pacing import Budget, RateLimiter, Told
-from tasks.api.retrying import (
-    describe,
-    is_retryable,
-    is_spend_limit,
-    spend_limit_error,
-    wait_seconds,
-)
+from tasks.api.pacing import WINDOW_MAX, Budget, RateLimiter, Told
+from tasks.api.retrying import describe, is_retryable, is_spend_limit, spend_limit_error, wait_seconds
 from tasks.api.usage import add_usage, estimate_input_tokens
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
+    from tasks.api.aio import AsyncModelClient
 
 log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
+# what a call's retry loop can end with that `_ended` turns into the call's error
+ENDINGS = (
+    RetryError,
+    anthropic.APIStatusError,
+    anthropic.APIConnectionError,
+    anthropic.APIResponseValidationError,
+)
 
 
 @dataclass
@@ -87,10 +90,11 @@ class ModelClient:
         self._sdk = anthropic.Anthropic(
             api_key=key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds
         )
-        self.semaphore = threading.BoundedSemaphore(api.concurrency)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self.semaphore = threading.BoundedSemaphore(api.concurrency or WINDOW_MAX)
+        self._aio: AsyncModelClient | None = None  # this client on an event loop (tasks.api.aio.async_client)
+        self._aio_lock = threading.Lock()
         self.concurrency = api.concurrency
+        self._key, self._base_url = key, base_url
         self.limiter = RateLimiter(
             api.requests_per_minute, api.input_tokens_per_minute, api.output_tokens_per_minute,
             concurrency=api.concurrency, ramp_seconds=api.ramp_seconds, ramp_start=api.ramp_start,
@@ -110,17 +114,9 @@ class ModelClient:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        if self._aio is not None:
+            self._aio.close()
         self._sdk.close()
-
-    def pool(self) -> ThreadPoolExecutor:
-        """Threads shared by every chunk's documents (tasks.per_file.realtime), as many as the
-        concurrency: a chunk waiting for its slowest document holds one thread, not the limit."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="docmill-call")
-            return self._pool
 
     @property
     def sdk(self) -> anthropic.Anthropic:
@@ -177,15 +173,7 @@ class ModelClient:
     # ---- one HTTP attempt ----------------------------------------------------------------------
 
     def _send(self, request: dict[str, Any], ladder: Ladder, on_response: OnResponse | None) -> Any:
-        if self.stopped is not None:
-            raise self.stopped
-        SHUTDOWN.check()  # after SIGINT/SIGTERM nothing new is sent
-        self.breaker.check()  # tripped: nothing more is sent
-        ladder.attempts += 1
-        ladder.attempts_on_model += 1
-        body = {**request, "model": ladder.model}
-        estimate = estimate_input_tokens(body)
-        max_tokens = int(body["max_tokens"])
+        body, estimate, max_tokens = self._open(request, ladder)
         ticket = self.limiter.acquire(estimate, max_tokens)
         told: Told = {}
         try:
@@ -199,17 +187,11 @@ class ModelClient:
                     try:
                         data, request_id, headers = self._post(body, ladder, told)
                     except anthropic.APITimeoutError as e:
-                        if sent_before_timeout(e):
-                            billed = worst  # the cap keeps what it may have cost
-                            self._possibly_billed(ladder, body, estimate, worst)
+                        billed = self._timed_out(e, ladder, body, estimate, worst)
                         raise
                     finally:
                         self.breaker.done()
-                    told["headers"] = headers
-                    data["_request_id"] = request_id
-                    data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
-                    told["usage"] = data.get("usage") or {}
-                    billed = self._cost(ladder.model, data.get("usage"))
+                    billed = self._answered(data, request_id, headers, ladder, told)
                     if on_response is not None:
                         on_response(ladder.attempts, data)
             finally:
@@ -217,6 +199,57 @@ class ModelClient:
         finally:  # a 429's retry-after delays only this request (the retry wait), never the others
             self.limiter.release(ticket, **told)
         return data
+
+    # ---- one attempt's policy, step by step: shared with tasks.api.aio.AsyncModelClient ---------
+
+    def _open(self, request: dict[str, Any], ladder: Ladder) -> tuple[dict[str, Any], int, int]:
+        """Before an attempt: nothing is sent after a spend-limit refusal, a signal (SIGINT/SIGTERM)
+        or a trip; the attempt is counted. Returns the body for the ladder's model, its input-token
+        estimate and its max_tokens."""
+        if self.stopped is not None:
+            raise self.stopped
+        SHUTDOWN.check()  # after SIGINT/SIGTERM nothing new is sent
+        self.breaker.check()  # tripped: nothing more is sent
+        ladder.attempts += 1
+        ladder.attempts_on_model += 1
+        body = {**request, "model": ladder.model}
+        return body, estimate_input_tokens(body), int(body["max_tokens"])
+
+    def _streams(self, body: dict[str, Any]) -> bool:
+        """Whether this request's answer is streamed (so a long answer never meets the read timeout)."""
+        return int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
+
+    def _failed(self, e: Exception, ladder: Ladder, told: Told) -> None:
+        """One attempt failed on the wire: what the pacer, the ladder and the breaker learn from it."""
+        if isinstance(e, anthropic.APIStatusError):
+            told["headers"] = e.response.headers
+            told["throttled"] = e.status_code == 429
+            ladder.failed(e)
+        elif isinstance(e, anthropic.APIConnectionError):
+            ladder.failed(e)
+            if _refused(e):
+                self.breaker.api("connection_refused", describe(e))
+
+    def _timed_out(
+        self, e: anthropic.APITimeoutError, ladder: Ladder, body: dict[str, Any], estimate: int, worst: float
+    ) -> float:
+        """A timeout: what the cap keeps of it (its worst case, recorded as possibly billed, when the
+        request went out before it timed out; else nothing)."""
+        if not sent_before_timeout(e):
+            return 0.0
+        self._possibly_billed(ladder, body, estimate, worst)
+        return worst
+
+    def _answered(
+        self, data: dict[str, Any], request_id: str | None, headers: Any, ladder: Ladder, told: Told
+    ) -> float:
+        """An answer: noted for the pacer, marked with its request id and the model asked for (it is
+        priced by that, whatever `model` the answer names); returns its cost."""
+        told["headers"] = headers
+        data["_request_id"] = request_id
+        data["_asked_model"] = ladder.model
+        told["usage"] = data.get("usage") or {}
+        return self._cost(ladder.model, data.get("usage"))
 
     def _possibly_billed(self, ladder: Ladder, body: dict[str, Any], estimate: int, worst: float) -> None:
         ladder.timeouts += 1
@@ -240,18 +273,9 @@ class ModelClient:
         max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so
         a long answer never meets the read timeout while it is being generated."""
         try:
-            return answer(
-                self._sdk, body, stream=int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
-            )
-        except anthropic.APIStatusError as e:
-            told["headers"] = e.response.headers
-            told["throttled"] = e.status_code == 429
-            ladder.failed(e)
-            raise
-        except anthropic.APIConnectionError as e:
-            ladder.failed(e)
-            if isinstance(e.__cause__, ConnectionRefusedError) or "refused" in str(e.__cause__ or ""):
-                self.breaker.api("connection_refused", describe(e))
+            return answer(self._sdk, body, stream=self._streams(body))
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            self._failed(e, ladder, told)
             raise
 
     def _cost(self, model: str, usage: Any) -> float:
@@ -304,58 +328,95 @@ class ModelClient:
     ) -> CallResult:
         """Send one Messages request; `on_response(attempt, message)` runs the moment it answers.
         Every answered call leaves one structured log line (docmill.api, INFO)."""
-        api = self.settings.api
         started = time.monotonic()
-        ladder = Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
-        ladder.key, ladder.doc_id, ladder.pass_name = key, doc_id, pass_name
+        ladder = self._ladder(request, key, doc_id, pass_name)
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
-            # a request that timed out after it was sent may be billed: resent `timeout_resends` times at most
-            stop=lambda _s: (
-                ladder.attempts_on_model >= api.max_attempts or ladder.timeouts > api.timeout_resends
-            ),
+            stop=lambda _s: self._spent(ladder),
             wait=lambda s: self._wait(s, ladder),
             sleep=self._backoff,
             reraise=False,
         )
         try:
             message = retrying(self._send, request, ladder, on_response)
-        except RetryError as e:
+        except ENDINGS as e:
+            error, cause = self._ended(e, ladder)
+            raise error from cause
+        return self._result(message, ladder, started, purpose, prompt_version)
+
+    # ---- one call's policy around its attempts: shared with tasks.api.aio.AsyncModelClient --------
+
+    def _ladder(self, request: dict[str, Any], key: str, doc_id: str, pass_name: str) -> Ladder:
+        api = self.settings.api
+        ladder = Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
+        ladder.key, ladder.doc_id, ladder.pass_name = key, doc_id, pass_name
+        return ladder
+
+    def _spent(self, ladder: Ladder) -> bool:
+        """No attempt more: the model's attempts are spent, or a request that timed out after it was
+        sent (it may be billed) was already resent `timeout_resends` times."""
+        api = self.settings.api
+        return ladder.attempts_on_model >= api.max_attempts or ladder.timeouts > api.timeout_resends
+
+    def _ended(self, e: BaseException, ladder: Ladder) -> tuple[BaseException, BaseException | None]:
+        """The error a call ends with when its retry loop gives up on `e` (one of `ENDINGS`), and
+        its cause: a spend-limit refusal stops the run (no document is marked failed); 401-404 feed
+        the breaker; everything else is an `ApiCallError`."""
+        key, doc_id, pass_name = ladder.key, ladder.doc_id, ladder.pass_name
+        if isinstance(e, RetryError):
             last = e.last_attempt.exception()
-            raise call_error(last, ladder, key, doc_id, pass_name, "transport_exhausted") from last
-        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-            if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
-                self.stopped = spend_limit_error(e)
-                raise self.stopped from e  # stops the run: no document is marked failed
-            status = getattr(e, "status_code", None)
-            kind = f"api_error:{status}" if status is not None else "transport_exhausted"
-            if status in API_CAUSES:
-                self.breaker.api(API_CAUSES[status], describe(e))
-                self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
-            raise call_error(e, ladder, key, doc_id, pass_name, kind) from e
-        except anthropic.APIResponseValidationError as e:
+            return call_error(last, ladder, key, doc_id, pass_name, "transport_exhausted"), last
+        if isinstance(e, anthropic.APIResponseValidationError):
             self.breaker.api("not_a_message", str(e))
-            raise call_error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message") from e
+            return call_error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message"), e
+        if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+            self.stopped = spend_limit_error(e)
+            return self.stopped, e
+        status = getattr(e, "status_code", None)
+        kind = f"api_error:{status}" if status is not None else "transport_exhausted"
+        if status in API_CAUSES:
+            self.breaker.api(API_CAUSES[status], describe(e))
+            self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
+        return call_error(e, ladder, key, doc_id, pass_name, kind), e
+
+    def _result(
+        self,
+        message: dict[str, Any],
+        ladder: Ladder,
+        started: float,
+        purpose: str,
+        prompt_version: str | None,
+    ) -> CallResult:
+        """An answered call: the breaker's API streak reset, one structured log line, the result."""
         self.breaker.api(None)
         usage = add_usage({}, message.get("usage"))
-        log.info(
-            "%s call answered (%s)",
-            pass_name,
-            purpose,
-            extra={
-                "doc_id": doc_id, "request_id": message.get("_request_id"), "model": ladder.model,
-                "prompt_version": prompt_version, "stop_reason": message.get("stop_reason"), "usage": usage,
-                "latency_ms": round((time.monotonic() - started) * 1000, 1), "attempt": ladder.attempts,
-                "cost_usd": round(self._cost(ladder.model, message.get("usage")), 6),
-            },
-        )  # fmt: skip
+        cost = self._cost(ladder.model, message.get("usage"))
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "%s call answered (%s)",
+                ladder.pass_name,
+                purpose,
+                extra={
+                    "doc_id": ladder.doc_id, "request_id": message.get("_request_id"), "model": ladder.model,
+                    "prompt_version": prompt_version, "stop_reason": message.get("stop_reason"),
+                    "usage": usage, "latency_ms": round((time.monotonic() - started) * 1000, 1),
+                    "attempt": ladder.attempts, "cost_usd": round(cost, 6),
+                },
+            )  # fmt: skip
         return CallResult(
-            message=message,
-            usage=usage,
-            model=ladder.model,
-            request_id=message.get("_request_id"),
-            attempts=ladder.attempts,
-            cost_usd=self._cost(ladder.model, message.get("usage")),
-            fell_back=ladder.fell_back,
-            errors=ladder.errors,
-        )
+            message=message, usage=usage, model=ladder.model, request_id=message.get("_request_id"),
+            attempts=ladder.attempts, cost_usd=cost, fell_back=ladder.fell_back, errors=ladder.errors,
+        )  # fmt: skip
+
+
+def _refused(e: BaseException) -> bool:
+    """Whether a connection error was a refusal: nothing listens (the sync transport names it in the
+    cause; the async one wraps it a few causes deep)."""
+    seen: BaseException | None = e.__cause__
+    for _ in range(6):
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
