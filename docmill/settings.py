@@ -35,12 +35,12 @@ class ApiSettings(BaseModel):
     base_url: str | None = Field(
         None, description="API base URL; None means the real API when a key is set, else the emulator."
     )
-    concurrency: int = Field(
-        8,
+    concurrency: int | None = Field(
+        None,
         ge=1,
-        le=512,
-        description="Most requests in flight at once per process (a ceiling: the pacer keeps as many in "
-        "flight as the rate limit needs at the observed latency).",
+        le=10_000,
+        description="Optional ceiling on requests in flight at once per process. Without it the pacer "
+        "keeps as many in flight as the rate limits need at the observed latency (Little's law).",
     )
     requests_per_minute: int = Field(
         4000, ge=1, description="Request limit assumed until the API's anthropic-ratelimit headers say."
@@ -247,11 +247,12 @@ class Settings(BaseSettings):
     )
     chunk_size: int = Field(50, ge=1, le=1000, description="Documents per Prefect task.")
     chunk_workers: int = Field(
-        4,
+        64,
         ge=1,
-        le=64,
-        description="Chunks in flight at once in one process (at least: more when that few chunks hold "
-        "fewer than 4 x api.concurrency documents).",
+        le=1024,
+        description="Most chunks (Prefect tasks) running at once in one process. A realtime run starts "
+        "the next chunk when the pacer's window wants more documents, so this only caps the window at "
+        "chunk_workers x chunk_size documents.",
     )
     allow_overlapping_runs: bool = Field(
         False,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from functools import partial
 from typing import Any
@@ -65,8 +65,8 @@ def chunk_task(fn: Any, cid: str, docs: list[dict[str, Any]], label: str = "") -
         return fn(cid, docs)
 
 
-def prefect_map(fn: pipeline.ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
-    """Chunks as Prefect task runs on the flow's bounded runner."""
+def prefect_map(fn: pipeline.ChunkFn, chunks: Iterable[pipeline.Chunk]) -> list[dict[str, int]]:
+    """Chunks as Prefect task runs on the flow's bounded runner, submitted as `chunks` hands them out."""
     futures = [chunk_task.submit(fn, cid, docs, label=chunk_label(cid, docs)) for cid, docs in chunks]
     return [f.result() for f in futures]
 

@@ -327,7 +327,7 @@ def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings
             sized = estimate_input_tokens(request) + doc.size // 2
             each.append(worst_usd(model, sized, int(settings.api.max_tokens)) or 0.0)
         worst.append(max(each, default=0.0))
-    k = min(len(worst), int(settings.api.concurrency))
+    k = min(len(worst), settings.api.concurrency or len(worst))
     return InFlightBound(
         requests=len(worst), usd=sum(worst), at_once=k, at_once_usd=sum(sorted(worst, reverse=True)[:k])
     )
