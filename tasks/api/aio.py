@@ -313,8 +313,10 @@ class AsyncModelClient:
     async def _post(
         self, body: dict[str, Any], ladder: Ladder, told: Told
     ) -> tuple[dict[str, Any], Any, Any]:
+        stream = self.client._streams(body)
         try:
-            return await read_answer(self.sdk, body, stream=self.client._streams(body))
+            timeout = None if stream else self.client._read_timeout(body)
+            return await read_answer(self.sdk, body, stream=stream, timeout=timeout)
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             self.client._failed(e, ladder, told)
             raise

@@ -67,13 +67,16 @@ def checked_message(data: Any, http_response: Any) -> dict[str, Any]:
 
 
 def answer(
-    sdk: anthropic.Anthropic, body: dict[str, Any], *, stream: bool
+    sdk: anthropic.Anthropic, body: dict[str, Any], *, stream: bool, timeout: float | None = None
 ) -> tuple[dict[str, Any], str | None, Any]:
-    """One HTTP attempt: (the answer's JSON, request id, response headers)."""
+    """One HTTP attempt: (the answer's JSON, request id, response headers); `timeout` for an
+    unstreamed answer (None: the client's)."""
     if stream:
         with sdk.messages.stream(**body) as events:
             final = events.get_final_message()
             data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
             return data, events.request_id, events.response.headers
-    raw = sdk.messages.with_raw_response.create(**body)
+    raw = sdk.messages.with_raw_response.create(
+        **body, timeout=anthropic.NOT_GIVEN if timeout is None else timeout
+    )
     return message_dict(raw), raw.request_id, raw.headers

@@ -23,7 +23,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
@@ -36,6 +35,7 @@ from docmill.prices import priced_usd, worst_usd
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
+from tasks.api.ladder import CallResult as CallResult  # re-exported: what a call returns
 from tasks.api.ladder import Ladder, call_error
 from tasks.api.pacing import WINDOW_MAX, Budget, RateLimiter, Told
 from tasks.api.retrying import describe, is_retryable, is_spend_limit, spend_limit_error, wait_seconds
@@ -49,24 +49,13 @@ log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
 # what a call's retry loop can end with that `_ended` turns into the call's error
+TIMEOUT_COVERS = 2048  # output tokens `api.timeout_seconds` covers unstreamed (see `_read_timeout`)
 ENDINGS = (
     RetryError,
     anthropic.APIStatusError,
     anthropic.APIConnectionError,
     anthropic.APIResponseValidationError,
 )
-
-
-@dataclass
-class CallResult:
-    message: dict[str, Any]
-    usage: dict[str, int]
-    model: str
-    request_id: str | None
-    attempts: int
-    cost_usd: float
-    fell_back: bool = False
-    errors: list[str] = field(default_factory=list)
 
 
 class ModelClient:
@@ -216,8 +205,14 @@ class ModelClient:
         return body, estimate_input_tokens(body), int(body["max_tokens"])
 
     def _streams(self, body: dict[str, Any]) -> bool:
-        """Whether this request's answer is streamed (so a long answer never meets the read timeout)."""
+        """Whether this request's answer is streamed (from `api.stream_min_max_tokens`: a long answer
+        never waits for its last token under one read timeout)."""
         return int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
+
+    def _read_timeout(self, body: dict[str, Any]) -> float:
+        """How long an unstreamed answer may take: `api.timeout_seconds` covers 2,048 output tokens
+        (the SDK estimates 58 s for them); a larger max_tokens gets it in proportion."""
+        return self.settings.api.timeout_seconds * max(1.0, int(body["max_tokens"]) / TIMEOUT_COVERS)
 
     def _failed(self, e: Exception, ladder: Ladder, told: Told) -> None:
         """One attempt failed on the wire: what the pacer, the ladder and the breaker learn from it."""
@@ -270,10 +265,13 @@ class ModelClient:
         self, body: dict[str, Any], ladder: Ladder, told: Told
     ) -> tuple[dict[str, Any], str | None, Any]:
         """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
-        max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so
-        a long answer never meets the read timeout while it is being generated."""
+        max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message);
+        below it the answer comes whole within `_read_timeout`."""
         try:
-            return answer(self._sdk, body, stream=self._streams(body))
+            stream = self._streams(body)
+            return answer(
+                self._sdk, body, stream=stream, timeout=None if stream else self._read_timeout(body)
+            )
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             self._failed(e, ladder, told)
             raise
@@ -410,13 +408,11 @@ class ModelClient:
 
 
 def _refused(e: BaseException) -> bool:
-    """Whether a connection error was a refusal: nothing listens (the sync transport names it in the
-    cause; the async one wraps it a few causes deep)."""
-    seen: BaseException | None = e.__cause__
-    for _ in range(6):
-        if seen is None:
-            return False
+    """A refused connection (nothing listens): the thread's transport names it in the cause, the
+    event loop's wraps it a few causes deep."""
+    seen, depth = e.__cause__, 0
+    while seen is not None and depth < 6:
         if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen):
             return True
-        seen = seen.__cause__ or seen.__context__
+        seen, depth = seen.__cause__ or seen.__context__, depth + 1
     return False

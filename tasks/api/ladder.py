@@ -1,10 +1,12 @@
 """One call's state across its attempts (`Ladder`: the retry loop's counts and the degradation ladder
-to the fallback model after repeated overloads) and the error a call ends with (`call_error`).
+to the fallback model after repeated overloads), what it returns (`CallResult`) and the error it ends
+with (`call_error`).
 Used by `tasks.api.client.ModelClient.call`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import anthropic
 
@@ -20,6 +22,20 @@ STATUS_HINTS = {
     404: "unknown model or endpoint; check DOCMILL_API__MODEL / the base URL and resume",
     413: "the document is too large for one request; lower inventory.max_document_bytes",
 }
+
+
+@dataclass
+class CallResult:
+    """What an answered call returns (`ModelClient.call`, `AsyncModelClient.call`)."""
+
+    message: dict[str, Any]
+    usage: dict[str, int]
+    model: str
+    request_id: str | None
+    attempts: int
+    cost_usd: float
+    fell_back: bool = False
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass

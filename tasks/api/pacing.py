@@ -15,7 +15,8 @@ the run's cost cap.
 - **Output tokens count.** A request goes only when its whole `max_tokens` fits in the output bucket
   (an API that reserves `max_tokens` up front admits it then too), but while it is in flight it
   holds what answers actually use (1.5 x the mean billed output, `max_tokens` until the first
-  answer), and its answer settles the difference. Holding `max_tokens` (4,096) per request while
+  answer), and its answer settles the difference. The send rate paces output at the mean billed
+  output per request, so output too stays at its limit instead of spending the bucket's minute. Holding `max_tokens` (4,096) per request while
   answers use ~270 capped a tier-4 run at ~0.7 of its input-token limit (issue 23).
   Input tokens are estimated from the body, corrected by the ratio billed/estimate seen so far
   (cache reads counted: conservative where the API does not count them).
@@ -235,23 +236,24 @@ class RateLimiter:
             self._share = share
             self._lock.notify_all()
 
-    def _wait_needed(self, now: float, wants: Mapping[str, float]) -> float:
+    def _wait_needed(self, now: float, fits: Mapping[str, float], paced: Mapping[str, float]) -> float:
+        """Seconds until `fits` fits in every server bucket and `paced` in every send-rate bucket."""
         factor = self.ramp(now)
         wait = 0.0
         for kind, state in self._kinds.items():
-            amount = wants[kind]
-            if state.server is None or amount <= 0:
+            if state.server is None:
                 continue
-            state.server.refill(now)
-            wait = max(wait, state.server.wait_for(amount, MARGIN * state.server.per_minute))
-            if kind == OUTPUT:
-                continue  # the output reservation is given back at the answer: no send rate for it
+            if fits[kind] > 0:
+                state.server.refill(now)
+                wait = max(wait, state.server.wait_for(fits[kind], MARGIN * state.server.per_minute))
+            if paced[kind] <= 0:
+                continue
             rate = state.server.per_minute * factor
             if state.pace is None:
                 state.pace = TokenBucket(rate, rate * BURST_SECONDS / 60.0, now, rate * BURST_SECONDS / 60.0)
             state.pace.refill(now)
             state.pace.per_minute, state.pace.capacity = rate, max(1.0, rate * BURST_SECONDS / 60.0)
-            wait = max(wait, state.pace.wait_for(amount))
+            wait = max(wait, state.pace.wait_for(paced[kind]))
         return wait
 
     def _output_hold(self, max_tokens: int) -> int:
@@ -272,15 +274,20 @@ class RateLimiter:
                 return WINDOW_FULL
             tokens = math.ceil(input_tokens * self._input_ratio)
             hold = self._output_hold(max_tokens)
-            wait = self._wait_needed(now, {REQUESTS: 1.0, INPUT: float(tokens), OUTPUT: float(max_tokens)})
+            # output is paced at what answers use on average (nothing before the first answer)
+            expected = min(float(max_tokens), self._output_mean or 0.0)
+            fits = {REQUESTS: 1.0, INPUT: float(tokens), OUTPUT: float(max_tokens)}
+            paced = {REQUESTS: 1.0, INPUT: float(tokens), OUTPUT: expected}
+            wait = self._wait_needed(now, fits, paced)
             if wait > 0:
                 return max(wait, MIN_WAIT)  # a float-rounding sliver must still move the clock
-            for kind, amount in ((REQUESTS, 1.0), (INPUT, float(tokens)), (OUTPUT, float(hold))):
+            for kind, held in ((REQUESTS, 1.0), (INPUT, float(tokens)), (OUTPUT, float(hold))):
                 state = self._kinds[kind]
-                state.in_flight += amount
-                for bucket in (state.server, state.pace):
-                    if bucket is not None:
-                        bucket.take(amount)
+                state.in_flight += held
+                if state.server is not None:
+                    state.server.take(held)
+                if state.pace is not None:
+                    state.pace.take(paced[kind])
             self._in_flight += 1
             if self._first_sent is None:
                 self._first_sent = now

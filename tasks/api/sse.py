@@ -108,15 +108,17 @@ class Accumulator:
 
 
 async def read_answer(
-    sdk: anthropic.AsyncAnthropic, body: dict[str, Any], *, stream: bool
+    sdk: anthropic.AsyncAnthropic, body: dict[str, Any], *, stream: bool, timeout: float | None = None
 ) -> tuple[dict[str, Any], str | None, Any]:
-    """One HTTP attempt on the event loop: (the answer's JSON, request id, response headers).
+    """One HTTP attempt on the event loop: (the answer's JSON, request id, response headers);
+    `timeout` for an unstreamed answer (None: the client's).
 
     The body goes out through the SDK's own `post` (its headers, auth, timeouts and errors) as JSON
     bytes made here: `messages.create` deep-copies every request's parameters first (the schema
     and the document: ~0.15 ms a call), which a body built for this one call does not need."""
     content = json.dumps({**body, "stream": True} if stream else body, separators=(",", ":")).encode()
-    response = await sdk.post(PATH, cast_to=httpx2.Response, content=content, stream=stream)
+    options: anthropic.RequestOptions = {"timeout": timeout} if timeout else {}
+    response = await sdk.post(PATH, cast_to=httpx2.Response, content=content, stream=stream, options=options)
     request_id = response.headers.get("request-id")
     if not stream:
         try:

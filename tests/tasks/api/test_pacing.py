@@ -116,18 +116,35 @@ def test_output_tokens_held_at_what_answers_use_while_max_tokens_must_fit() -> N
     lim = limiter(fake)
     lim.observe(headers(fake, "output-tokens", 8000, 8000))
     lim._latency = 100.0  # (a window wide enough for every request below)
+    bucket = lim._kinds["output-tokens"].server
     a, b = lim.try_acquire(10, max_tokens=3000), lim.try_acquire(10, max_tokens=3000)
     assert isinstance(a, Ticket) and isinstance(b, Ticket)
     assert a.output_tokens == b.output_tokens == 3000  # nothing answered yet: the whole max_tokens
     assert lim.try_acquire(10, max_tokens=3000) > 0  # 6,000 held: 3,000 more do not fit in 8,000 - 80
     lim.release(a, usage={"input_tokens": 10, "output_tokens": 100})  # 2,900 given back each
     lim.release(b, usage={"input_tokens": 10, "output_tokens": 100})
-    got = [lim.try_acquire(10, max_tokens=3000) for _ in range(30)]
-    tickets = [t for t in got if isinstance(t, Ticket)]
-    assert all(t.output_tokens == 214 for t in tickets)  # 1.5 x 100 + 64
-    # 7,800 left; each holds 214 and goes while 3,000 + the 1 % margin still fit: 23 of them, where
-    # holding max_tokens let 2 go
-    assert len(tickets) == 23 and got.index(next(t for t in got if not isinstance(t, Ticket))) == 23
+    before = bucket.level
+    c = lim.try_acquire(10, max_tokens=3000)
+    assert isinstance(c, Ticket) and c.output_tokens == 214  # 1.5 x 100 + 64
+    assert before - bucket.level == pytest.approx(214)  # held: what answers use, not max_tokens
+    bucket.level = 3000.0  # a bucket with room for the hold but not for max_tokens and the margin
+    assert lim.try_acquire(10, max_tokens=3000) > 0
+
+
+def test_output_is_paced_at_the_mean_billed_output() -> None:
+    """With answers of 100 output tokens and 6,000 output tokens/min, 60 requests/min go, not the
+    bucket's whole minute at once."""
+    fake = FakeTime()
+    lim = limiter(fake)
+    lim.observe(headers(fake, "output-tokens", 6000, 6000))
+    lim._latency = 100.0
+    lim.release(lim.acquire(10, max_tokens=500), usage={"input_tokens": 10, "output_tokens": 100})
+    end, n = fake.now + 10.0, 0
+    while fake.now <= end:
+        ticket = lim.acquire(10, max_tokens=500)
+        lim.release(ticket, usage={"input_tokens": 10, "output_tokens": 100})
+        n += 1
+    assert n == pytest.approx(10 + 2, abs=2)  # 1/s for 10 s, after 2 s of burst
 
 
 def test_starts_conservatively_and_ramps_to_the_limit() -> None:
