@@ -8,7 +8,7 @@ pacer's window asks (Little's law: hundreds at a tier-4 limit) without a thread 
 - Every policy is `ModelClient`'s own, called step by step: `_open` (nothing after a signal, a trip
   or a spend-limit refusal; the attempt counted), the pacer's one decision `RateLimiter.try_acquire`,
   `Budget.try_reserve`, `CircuitBreaker.try_admit`, `_failed`, `_timed_out` (possibly billed),
-  `_answered`, `_spent`, `_wait` (retrying.wait_seconds), `retrying.is_retryable`, `_ended`,
+  `_answered`, `_spent`, `_wait_for` (retrying.wait_seconds), `retrying.is_retryable`, `_ended`,
   `_result`. A change to one of them applies to threads and loop alike. Only the waiting differs:
   `Gate` admits requests first come, first served (one waiter asks the pacer, the others queue), and
   the budget and the breaker are asked again after each answer instead of blocking a thread.
@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
 import httpx2
-from tenacity import AsyncRetrying, retry_if_exception
 
 from docmill.shutdown import SHUTDOWN
 from tasks.api.client import ENDINGS, CallResult, ModelClient, OnResponse
@@ -259,18 +258,17 @@ class AsyncModelClient:
         c = self.client
         started = time.monotonic()
         ladder = c._ladder(request, key, doc_id, pass_name)
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(is_retryable),
-            stop=lambda _s: c._spent(ladder),
-            wait=lambda s: c._wait(s, ladder),
-            sleep=self._backoff,
-            reraise=False,
-        )
-        try:
-            message: dict[str, Any] = await retrying(self._send, request, ladder, on_response, purpose)
-        except ENDINGS as e:
-            error, cause = c._ended(e, ladder)
-            raise error from cause
+        while True:  # the thread's tenacity loop, written out: the same decisions, ~0.2 ms less a call
+            try:
+                message: dict[str, Any] = await self._send(request, ladder, on_response, purpose)
+                break
+            except ENDINGS as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
+                retryable = is_retryable(e)
+                if retryable and not c._spent(ladder):
+                    await self._backoff(c._wait_for(e, ladder))
+                    continue
+                error, cause = c._ended(e, ladder, exhausted=retryable)
+                raise error from cause
         return c._result(message, ladder, started, purpose, prompt_version)
 
     async def _backoff(self, seconds: float) -> None:

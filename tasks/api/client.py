@@ -49,6 +49,7 @@ log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
 # what a call's retry loop can end with that `_ended` turns into the call's error
+Ending = tuple[BaseException, BaseException | None]  # the error a call ends with, and its cause
 TIMEOUT_COVERS = 2048  # output tokens `api.timeout_seconds` covers unstreamed (see `_read_timeout`)
 ENDINGS = (
     RetryError,
@@ -205,8 +206,7 @@ class ModelClient:
         return body, estimate_input_tokens(body), int(body["max_tokens"])
 
     def _streams(self, body: dict[str, Any]) -> bool:
-        """Whether this request's answer is streamed (from `api.stream_min_max_tokens`: a long answer
-        never waits for its last token under one read timeout)."""
+        """Whether the answer streams (from `api.stream_min_max_tokens`: a long one, read by read)."""
         return int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
 
     def _read_timeout(self, body: dict[str, Any]) -> float:
@@ -214,8 +214,7 @@ class ModelClient:
         (the SDK estimates 58 s for them); a larger max_tokens gets it in proportion."""
         return self.settings.api.timeout_seconds * max(1.0, int(body["max_tokens"]) / TIMEOUT_COVERS)
 
-    def _failed(self, e: Exception, ladder: Ladder, told: Told) -> None:
-        """One attempt failed on the wire: what the pacer, the ladder and the breaker learn from it."""
+    def _failed(self, e: Exception, ladder: Ladder, told: Told) -> None:  # what pacer, ladder, breaker learn
         if isinstance(e, anthropic.APIStatusError):
             told["headers"] = e.response.headers
             told["throttled"] = e.status_code == 429
@@ -290,8 +289,10 @@ class ModelClient:
 
     def _wait(self, state: RetryCallState, ladder: Ladder) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        if exc is None:
-            return 0.0
+        return 0.0 if exc is None else self._wait_for(exc, ladder)
+
+    def _wait_for(self, exc: BaseException, ladder: Ladder) -> float:
+        """The wait before the next attempt after `exc` (retrying.wait_seconds)."""
         api = self.settings.api
         return wait_seconds(
             exc, max(ladder.attempts_on_model, 1), api.backoff_max_seconds, self._rng,
@@ -356,13 +357,14 @@ class ModelClient:
         api = self.settings.api
         return ladder.attempts_on_model >= api.max_attempts or ladder.timeouts > api.timeout_resends
 
-    def _ended(self, e: BaseException, ladder: Ladder) -> tuple[BaseException, BaseException | None]:
-        """The error a call ends with when its retry loop gives up on `e` (one of `ENDINGS`), and
-        its cause: a spend-limit refusal stops the run (no document is marked failed); 401-404 feed
-        the breaker; everything else is an `ApiCallError`."""
+    def _ended(self, e: BaseException, ladder: Ladder, *, exhausted: bool = False) -> Ending:
+        """The error a call ends with when its retry loop gives up on `e` (one of `ENDINGS`; a
+        retryable one when its attempts are spent: `exhausted`), and its cause: a spend-limit refusal
+        stops the run (no document is marked failed); 401-404 feed the breaker; everything else is an
+        `ApiCallError`."""
         key, doc_id, pass_name = ladder.key, ladder.doc_id, ladder.pass_name
-        if isinstance(e, RetryError):
-            last = e.last_attempt.exception()
+        if isinstance(e, RetryError) or exhausted:
+            last = e.last_attempt.exception() if isinstance(e, RetryError) else e
             return call_error(last, ladder, key, doc_id, pass_name, "transport_exhausted"), last
         if isinstance(e, anthropic.APIResponseValidationError):
             self.breaker.api("not_a_message", str(e))

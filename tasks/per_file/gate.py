@@ -86,23 +86,31 @@ def _validation_errors(e: ValidationError) -> list[str]:
     return out
 
 
-def evidence_flags(recipe: Recipe, output: dict[str, Any], document_text: str) -> list[dict[str, Any]]:
-    """A flag for every evidence excerpt that does not occur verbatim (whitespace-normalized)."""
-    haystacks = (normalize_ws(document_text), normalize_ws(neutralize(document_text)))
+def evidence_flags(
+    recipe: Recipe, output: dict[str, Any], document_text: str, loose: LooseText | None = None
+) -> list[dict[str, Any]]:
+    """A flag for every evidence excerpt that does not occur verbatim (whitespace-normalized), in the
+    text or in the text as the request showed it (document tags made inert); `loose`: the text's
+    `LooseText` when the caller has it."""
+    plain = (loose or LooseText(document_text)).loose  # = normalize_ws(document_text)
+    shown: str | None = None
     flags = []
     for path, excerpt in recipe.evidence(output):
         needle = normalize_ws(str(excerpt or ""))
-        if not needle or not any(needle in h for h in haystacks):
+        if needle and needle not in plain:
+            shown = normalize_ws(neutralize(document_text)) if shown is None else shown
+        if not needle or (needle not in plain and needle not in str(shown)):
             flags.append({"path": str(path), "excerpt": excerpt, "problem": Problem.EVIDENCE.value})
     return flags
 
 
-def evidence_offsets(recipe: Any, output: dict[str, Any], document_text: str) -> dict[str, dict[str, int]]:
+def evidence_offsets(
+    recipe: Any, output: dict[str, Any], document_text: str, loose: LooseText | None = None
+) -> dict[str, dict[str, int]]:
     """Where each evidence excerpt sits in the document text: `{path: {"start", "end"}}` (character
     offsets of its first occurrence, whitespace runs matched loosely as the gate does); excerpts not
     found are left out."""
     found: dict[str, dict[str, int]] = {}
-    loose: LooseText | None = None
     for path, excerpt in recipe.evidence(output):
         words = str(excerpt or "").split()
         if not words:
@@ -168,14 +176,15 @@ def check(recipe: Recipe, text: str, message: dict[str, Any]) -> Verdict:
         errors = _validation_errors(e)
         return Verdict(False, Problem.INVALID, output=data, errors=errors, stop_reason=stop, raw_text=raw)
     output = model.model_dump(mode="json")
-    flags = evidence_flags(recipe, output, text)
+    loose = LooseText(text)  # read once for the evidence check and its offsets
+    flags = evidence_flags(recipe, output, text, loose)
     if flags:
         errors = [
             f"{f['path']}: evidence excerpt {f['excerpt']!r} does not occur verbatim in the document"
             for f in flags
         ]
         return Verdict(False, Problem.EVIDENCE, output, errors, flags, stop, raw)
-    offsets = evidence_offsets(recipe, output, text)
+    offsets = evidence_offsets(recipe, output, text, loose)
     return Verdict(True, Problem.NONE, output, [], [], stop, raw, offsets)
 
 
