@@ -51,6 +51,14 @@ class ApiSettings(BaseModel):
     output_tokens_per_minute: int | None = Field(
         None, ge=1, description="Output-token limit assumed until the API's headers say; None: unknown."
     )
+    limit_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Share of the organisation's rate limits (read from the API's headers) this process "
+        "paces at: 1 when one process sends at a time; with R flow-run processes sending at once, about "
+        "0.9 / R. A pacer shared across workers may change it at runtime (RateLimiter.set_share).",
+    )
     ramp_seconds: float = Field(
         20.0, ge=0, description="Seconds over which the send rate ramps from ramp_start to the limit."
     )
@@ -294,6 +302,12 @@ class Settings(BaseSettings):
         None,
         description="The day model lifecycles (and dated prices) are read at, YYYY-MM-DD; None: today in "
         "UTC. Set it to check a configuration against a coming retirement, or in tests.",
+    )
+    prefect_prespawn: bool = Field(
+        True,
+        description="Start Prefect's temporary API server first thing when a run goes through Prefect with "
+        "no PREFECT_API_URL (it boots while docmill imports and checks its inputs, ~6 s sooner); false: "
+        "when the flow run first asks for it.",
     )
     prefect_start_timeout_seconds: float = Field(
         120.0,

@@ -5,54 +5,55 @@ With no PREFECT_API_URL, the first Prefect client of a flow run starts a tempora
 stops it at a normal exit. A SIGKILLed run used to leave it running forever. `adopt_ephemeral_server`
 registers `OwnedServer` as the process's default server (the same slot Prefect's own
 `prefect_test_harness` fills), so that Prefect starts exactly its usual command, but through
-`docmill.processes.spawn`: marked, recorded, and stopped when this process is gone.
+`docmill.processes.spawn`: marked, recorded, and stopped when this process is gone. The process
+flows.prefect_boot started at the run's start, if any, is the one it takes.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
+import threading
 from typing import Any
 
-import prefect
 from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL, get_current_settings
 
 from docmill.errors import OrchestratorUnavailable
 from docmill.processes import spawn
 from docmill.settings import get_settings
+from flows import prefect_boot
 
-ROLE = "prefect-server"
+ROLE = prefect_boot.ROLE
+_STARTING = threading.Lock()
 
 
 class OwnedServer(SubprocessASGIServer):
     """SubprocessASGIServer whose uvicorn process is started by `docmill.processes.spawn`."""
 
     def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-        # the command and environment of prefect 3.9's SubprocessASGIServer._run_uvicorn_command
-        argv = [
-            sys.executable, "-m", "uvicorn",
-            "--app-dir", str(prefect.__module_path__.parent),
-            "--factory", "prefect.server.api.server:create_app",
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--log-level", "error", "--lifespan", "on",
-        ]  # fmt: skip
-        env = {
-            **os.environ,
-            "PREFECT_UI_ENABLED": "0",
-            "PREFECT__SERVER_EPHEMERAL": "1",
-            "PREFECT__SERVER_FINAL": "1",
-            **get_current_settings().to_environment_variables(exclude_unset=True),
-        }
-        return spawn(argv, role=ROLE, env=env, runtime=get_settings().runtime_dir)
+        # the command and environment of prefect 3.9's SubprocessASGIServer._run_uvicorn_command; a
+        # process flows.prefect_boot started on this port at the run's start is taken over instead
+        early = prefect_boot.claim(self.port)
+        if early is not None:
+            return early
+        assert self.port is not None
+        env = prefect_boot.server_env(get_current_settings().to_environment_variables(exclude_unset=True))
+        return spawn(
+            prefect_boot.server_argv(self.port), role=ROLE, env=env, runtime=get_settings().runtime_dir
+        )
 
     def start(self, timeout: int | None = None) -> None:
         """Prefect's start, with `settings.prefect_start_timeout_seconds` to come up (Prefect's own
         default, 20 s, is too little on a busy machine) and one more try on a new port; a second
-        failure is one docmill error naming the setting, never Prefect's bare RuntimeError."""
+        failure is one docmill error naming the setting, never Prefect's bare RuntimeError. One start
+        at a time (Prefect marks a server running before it answers)."""
+        with _STARTING:
+            self._start(timeout)
+
+    def _start(self, timeout: int | None) -> None:
         if self.running:
             return
+        self.port = self.port or prefect_boot.port()  # the one started first thing, if any
         seconds = float(timeout or get_settings().prefect_start_timeout_seconds)
         detail = ""
         for _ in range(2):

@@ -204,6 +204,9 @@ def test_a_share_of_the_limits_set_from_outside_at_runtime() -> None:
     assert sent_in(fake, lim, 10.0) == pytest.approx(200, abs=25)  # all of 20/s (and the bucket's fill)
     with pytest.raises(ValueError):
         lim.set_share(0)
+    client = ModelClient(Settings(api={"limit_share": 0.25}), base_url="http://127.0.0.1:9", api_key="k")
+    client.limiter.observe(headers(fake, "requests", 4000, 4000))  # several processes: a setting
+    assert client.limiter.limits["requests"] == 1000
 
 
 def test_client_adopts_emulator_limits_without_a_429(emulator: Any) -> None:
