@@ -355,6 +355,7 @@ class BatchEngine:
         self.gates = ingest.Prechecker(self.recipe, self.settings)
         try:
             with (
+                ingest.relaxed_gc(),
                 ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="docmill-batch") as self.pool,
                 ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="docmill-ingest") as self.ingest,
             ):
