@@ -6,6 +6,7 @@ tasks.per_file.realtime, whose calls go out on the client's event loop (tasks.ap
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tasks.per_file.accounting import account_attempt, answered_model
@@ -56,28 +57,38 @@ class Attempts:
         self.transport_attempts = self.n
         return latest
 
-    async def call(self, aio: AsyncModelClient, request: dict[str, Any], purpose: str) -> CallResult:
-        """Send `request` on the event loop; the answer is persisted (on an I/O thread) before the
-        request gives up its slot. The caller accounts it with `answered` (blocking work)."""
+    async def call(
+        self,
+        aio: AsyncModelClient,
+        request: dict[str, Any],
+        purpose: str,
+        then: Callable[[dict[str, Any]], None] | None = None,
+    ) -> CallResult:
+        """Send `request` on the event loop. The answer is persisted (on an I/O thread) before the
+        request gives up its slot, and `then(message)`, the blocking work that follows an answer
+        (accounting, the gate, the ledger), runs right after in the same step."""
         sent_at = time.time()  # the report's timeline: submitted -> answered
 
-        def on_response(_transport_attempt: int, message: dict[str, Any]) -> None:
+        def on_response(transport_attempts: int, message: dict[str, Any]) -> None:
             self.n = persist_answer(
                 self.p, self.key, self.n + 1, message, purpose=purpose, request=request, sent_at=sent_at
             )
+            self.transport_attempts += transport_attempts  # this call's attempts: all of them now
+            self.model = str(message.get("_asked_model") or self.model)
+            if then is not None:
+                then(message)
 
         result = await aio.call(
             request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response,
             purpose=purpose, prompt_version=prompt_version(self.p.recipe),
         )  # fmt: skip
-        self.transport_attempts += result.attempts
         self.model = result.model
         return result
 
-    def answered(self, result: CallResult, purpose: str, max_tokens: Any) -> dict[str, Any]:
+    def answered(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> dict[str, Any]:
         """Account an answered call (its cost entry, usage, the attempt log); returns its message."""
-        self._account(result.message, purpose, max_tokens)
-        return result.message
+        self._account(message, purpose, max_tokens)
+        return message
 
     def _account(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> None:
         model = answered_model(message, self.model)

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from checkpoints.store.local import LocalStore
 from docmill.errors import (
     ApiCallError,
     BudgetExhausted,
@@ -71,13 +72,14 @@ if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
     from tasks.api.aio import AsyncModelClient
-    from tasks.api.client import CallResult, ModelClient
+    from tasks.api.client import ModelClient
     from tasks.inventory import Document
     from tasks.recipes import Recipe
 
 # 4xx answers that depend only on the request: written to the ledger, never re-sent.
 # (401/403/404/402 depend on the account or config: a resume after fixing it retries them.)
 PERMANENT_STATUSES = frozenset({400, 413, 422})
+INLINE_MAX = 64 * 1024  # bytes of a local document prepared on the event loop itself (`_cheap`)
 STOPS = (SpendLimitReached, SystemicFailure, Interrupted)  # the run stops: the chunk is not written
 log = get_logger("review")
 T = TypeVar("T")
@@ -205,24 +207,35 @@ class Work:
 
 
 async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -> DocOutcome:
-    work = await aio.loop.io(_prepare, p, doc, key)
+    work = _prepare(p, doc, key) if _cheap(p, doc) else await aio.loop.io(_prepare, p, doc, key)
     if isinstance(work, DocOutcome):
         return work
     if work.message is None and not work.request:  # a long document: its own thread, the client's calls
         return await asyncio.get_running_loop().run_in_executor(None, _review_long, p, doc, key, work.text)
     tries = work.tries
     try:
-        while True:
-            result: CallResult | None = None
-            if work.message is None:
-                result = await tries.call(aio, work.request, work.action.value if work.action else "first")
-            work = await aio.loop.io(_after_answer, p, work, result)
-            if work.outcome is not None:
-                return work.outcome
+        if work.message is not None:  # a recovered answer: gated without a call
+            work = await aio.loop.io(_after_answer, p, work, work.message, False)
+        while work.outcome is None:
+            stepped: list[Work] = []
+            asked = work  # the step after the answer runs with the answer, in the call's own I/O step
+
+            def then(message: dict[str, Any], asked: Work = asked, stepped: list[Work] = stepped) -> None:
+                stepped.append(_after_answer(p, asked, message, True))
+
+            await tries.call(aio, work.request, work.action.value if work.action else "first", then)
+            work = stepped[0]
+        return work.outcome
     except ApiCallError as e:
         return await aio.loop.io(_api_failure, p, doc, key, tries, e)
     except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
         return _unfinished(doc, tries, "budget", e.one_line())
+
+
+def _cheap(p: Pass, doc: Document) -> bool:
+    """Whether preparing `doc` is quick enough for the event loop itself (a local store, a small
+    local file): one thread hop less a document. Reads from S3 go to an I/O thread."""
+    return isinstance(p.store, LocalStore) and doc.size <= INLINE_MAX and "://" not in doc.source_uri
 
 
 def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
@@ -247,18 +260,16 @@ def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
     return Work(doc, key, text, tries, request, progress, message=tries.recovered(progress))
 
 
-def _after_answer(p: Pass, work: Work, result: CallResult | None) -> Work:
-    """Blocking: account the answer (unless it is a recovered one), gate it, and settle the
-    document (ledger, review queue) or name the request the repair policy sends next."""
+def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> Work:
+    """Blocking: account the answer (a `fresh` one; a recovered one was accounted when recovered),
+    gate it, and settle the document (ledger, review queue) or name the request the repair policy
+    sends next."""
     tries = work.tries
-    if result is not None:
-        work.message = tries.answered(
-            result, work.action.value if work.action else "first", work.request["max_tokens"]
-        )
-    message = work.message or {}
+    if fresh:
+        tries.answered(message, work.action.value if work.action else "first", work.request["max_tokens"])
     work.message = None
     verdict = check(p.recipe, work.text, message)
-    if result is not None:  # a recovered answer was judged by the breaker of its own life already
+    if fresh:  # a recovered answer was judged by the breaker of its own life already
         p.client.breaker.answer(*answer_cause(verdict))
     work.progress.note(work.action, message.get("usage"))
     tries.note_verdict(verdict)
