@@ -41,9 +41,7 @@ if TYPE_CHECKING:
     from tasks.api.ladder import Ladder
 
 T = TypeVar("T")
-IO_THREADS = int(
-    __import__("os").environ.get("IOT", "16")
-)  # store writes and the gate of answers, off the loop
+IO_THREADS = 16  # store writes and the gate of answers, off the loop
 WAKE_SECONDS = 0.05  # a waiter looks again at least this often (a thread's call may have answered)
 Lane = deque[tuple[asyncio.Future[Ticket], int, int]]
 
