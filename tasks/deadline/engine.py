@@ -125,6 +125,8 @@ class DeadlineEngine(BatchEngine):
                     yield from self._collect(rec)
             if self.live:
                 self.sleep(max(min(self.poll, self.switch_at() - self.clock()), 0.0) or 0.01)
+        if not self.switched and self.state.get("batches_done_at") is None:
+            self._save(batches_done_at=self.clock())
 
     def _switch(self, why: str) -> None:
         if self.switched:

@@ -96,3 +96,9 @@ class DeadlinePlan:
 
 def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def epoch(text: str) -> float:
+    """An ISO 8601 instant (as `iso` writes it, or with an offset) as epoch seconds."""
+    when = datetime.fromisoformat(text)
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()

@@ -17,6 +17,7 @@ from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings, severity_counts
 from tasks.reporting.html_sections import REVIEW_REASONS
 from tasks.reporting.results import SKIP_REASONS, DocView, ReportExtras, display_counts, doc_view, key_columns
+from tasks.reporting.spread import markdown_section
 from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
 
 
@@ -286,6 +287,7 @@ def markdown(
         "",
         f"Reused from the ledger without an API call: {sum(1 for o in outcomes if o.get('from_ledger'))}.",
         *integration_state_lines(integration),
+        *markdown_section(extra.get("spread"), extra.get("deadline")),
     ]
     lines += _integration(integration)
     lines += _findings(outcomes, recipe) if has_findings(outcomes) else _fields(views)

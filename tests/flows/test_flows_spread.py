@@ -129,6 +129,6 @@ def test_spread_needs_the_shard_worker_deployment(emulator: Any, tmp_path: Path,
 
     corpus, _ = make_corpus(tmp_path, count=3, seed=1)
     settings = settings_for(emulator, str(tmp_path / "s"))
-    with pytest.raises(InputError, match="shard-worker/shard-worker.*not registered"):
+    with pytest.raises(InputError, match=r"shard-worker/shard-worker.*not registered"):
         run_extract(str(corpus), "invoices", settings=settings, workers=2, progress=False)
     assert emulator.state.accounting.received == 0
