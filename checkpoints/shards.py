@@ -76,6 +76,11 @@ class ShardTable:
         found = self.store.get_json_or_none(self.prefix + "plan.json") or {}
         return {k: list(v) for k, v in (found.get("shards") or {}).items()}
 
+    def workers(self) -> int:
+        """The number of workers the plan was made for."""
+        found = self.store.get_json_or_none(self.prefix + "plan.json") or {}
+        return int(found.get("workers") or 0)
+
     def _claim_key(self, sid: str) -> str:
         return f"{self.prefix}{safe_segment(sid)}.claim.json"
 

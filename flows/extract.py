@@ -415,9 +415,10 @@ def resume_run(
     concurrency: int | None = None,
     on_progress: pipeline.OnProgress | None = None,
     flow_run_id: str | None = None,
+    launcher: Any = None,
 ) -> dict[str, Any]:
     """Continue a run with its own settings (its manifest's); only the cost cap and the concurrency
-    may be given anew."""
+    may be given anew. A run spread over workers is continued over workers (`launcher`: flows.spread)."""
     from checkpoints.manifest import ManifestStore
     from checkpoints.store import open_store
 
@@ -434,4 +435,5 @@ def resume_run(
         on_progress=on_progress,
         given={"cost.max_cost_usd": max_cost_usd, "api.concurrency": concurrency},
         flow_run_id=flow_run_id,
+        launcher=launcher,
     )

@@ -11,8 +11,9 @@ A shard a dead worker held is claimed again once its lease lapses (at once when 
 known dead on this machine); its finished chunks are skipped and its finished documents are free
 ledger hits, so only requests that were in flight at the death are sent again (invariant 3). A
 worker with nothing to claim while others still hold shards waits and looks again: one of them may
-die. A budget stop or a systemic failure stops every worker (`stop.json`); so does the driver's
-Ctrl-C (the workers then stop sending, as on their own signal).
+die. The run's cost cap is shared out in grants (checkpoints.allowance): a worker spends only its
+grant, takes more before each shard, and when nothing is left every worker stops (`stop.json`), as
+on a systemic failure; the driver's Ctrl-C stops their sending too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from prefect import flow
 
+from checkpoints.allowance import Allowance
 from checkpoints.costs import CostLedger
 from checkpoints.lease import holder_is_dead_here
 from checkpoints.manifest import ManifestStore
@@ -96,6 +98,12 @@ class ShardWorker:
         self.shards: list[str] = []
         self.docs = 0
         self.started = time.time()
+        self.allowance = Allowance(ctx.store, ctx.run_id, table.gen)
+        self.workers_planned = int(table.workers() or 1)
+        self.spent_out = False  # its grant is spent and the others hold the rest: it leaves
+        budget = getattr(ctx.client, "budget", None)
+        if budget is not None and budget.cap_usd is not None:
+            budget.spent_usd, budget.cap_usd = 0.0, 0.0  # this worker's own spending, within its grants
 
     def beat(self, current: str | None = None) -> None:
         from prefect.runtime import flow_run
@@ -109,7 +117,7 @@ class ShardWorker:
 
     def run(self) -> dict[str, Any]:
         plan = self.table.plan()
-        while True:
+        while not self.spent_out:
             SHUTDOWN.check()
             if self.table.stopped():
                 break
@@ -122,15 +130,40 @@ class ShardWorker:
                 continue
             self.work(sid, plan[sid])
         self.beat()
+        budget = getattr(self.ctx.client, "budget", None)
+        if budget is not None and budget.cap_usd is not None:
+            self.allowance.give_back(self.holder, budget.spent_usd)
         return {"worker": self.name, "shards": self.shards, "docs": self.docs}
+
+    def grant(self, docs: list[dict[str, Any]] | None = None) -> str:
+        """Report this worker's spending and take its share of what is left of the run's cost cap
+        (checkpoints.allowance): "more" when the grant grew, "others" when only other live workers
+        still hold unspent grants, "none" when nothing is left to spend."""
+        budget = getattr(self.ctx.client, "budget", None)
+        if budget is None or budget.cap_usd is None:
+            return "none"
+        need = 0.0
+        if docs:  # what this worker's requests in flight can cost at once (checkpoints.inflight)
+            from tasks.estimate import in_flight_bound
+            from tasks.inventory import Document
+
+            need = in_flight_bound(
+                [Document.model_validate(d) for d in docs], self.ctx.recipe, self.ctx.settings
+            )["at_once_usd"]
+        granted, others = self.allowance.take(
+            self.holder, budget.spent_usd, workers=self.workers_planned, need=need,
+            lease_seconds=self.conf.claim_seconds,
+        )  # fmt: skip
+        step = max(0.01 * float(self.ctx.settings.cost.max_cost_usd or 0.0), 1e-9)  # less: not worth a try
+        grew = granted > budget.cap_usd + step
+        budget.cap_usd = granted  # this process spends only what it was granted
+        return "more" if grew else ("others" if others > step else "none")
 
     def work(self, sid: str, chunk_ids: list[str]) -> None:
         ctx = self.ctx
-        budget = getattr(ctx.client, "budget", None)
-        if budget is not None:  # what every worker of the run has spent so far (costs are per chunk)
-            budget.spent_usd = pipeline.spent_usd(ctx)
         done = OutcomeLog(ctx.store, ctx.run_id).chunks_done()
         todo = [(cid, pipeline.load_chunk(ctx, cid)) for cid in chunk_ids if cid not in done]
+        self.grant([d for _, docs in todo for d in docs])
         self.beat(sid)
         try:
             with self.keep(sid):
@@ -143,8 +176,12 @@ class ShardWorker:
             self.table.release(sid, self.holder)  # another worker takes it at once
             raise
         if any(r.get("budget") for r in results):
-            self.table.stop("budget", f"worker {self.name} reached the run's cost cap", by=self.name)
-            self.table.release(sid, self.holder)
+            self.table.release(sid, self.holder)  # not done: its unfinished chunks are worked again
+            left = self.grant([d for _, docs in todo for d in docs])
+            if left == "others":  # the others may still finish the shards with their grants
+                self.spent_out = True
+            elif left == "none":  # nothing left of the run's cap: every worker stops
+                self.table.stop("budget", f"worker {self.name} reached the run's cost cap", by=self.name)
             return
         counts: dict[str, int] = {}
         for r in results:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from checkpoints.allowance import Allowance
 from checkpoints.outcomes import OutcomeLog
 from checkpoints.shards import ShardTable, WorkerLog, plan_shards
 from docmill.errors import InputError, Interrupted, SystemicFailure
@@ -137,6 +138,9 @@ class Spread:
             if not last.stopped() and len(last.done()) < len(last.plan()):
                 return last
         table = ShardTable(store, run_id, (gens[-1] + 1) if gens else 1, clock=self.clock)
+        cap = self.ctx.settings.cost.max_cost_usd
+        if cap is not None:  # the workers share what is left of the cap (checkpoints.allowance)
+            Allowance(store, run_id, table.gen).create(cap, pipeline.spent_usd(self.ctx))
         table.create(plan_shards(chunk_ids, self.workers * self.conf.shards_per_worker), self.workers)
         return table
 

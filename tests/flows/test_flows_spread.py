@@ -124,7 +124,39 @@ def test_spread_shard_of_a_silent_worker_is_claimed_after_its_lease(emulator: An
     assert max(billed.values()) == 1
 
 
-def test_spread_needs_the_shard_worker_deployment(emulator: Any, tmp_path: Path, prefect_engine: None) -> None:
+def test_spread_workers_share_the_cost_cap_and_never_pass_it(emulator: Any, tmp_path: Path) -> None:
+    """Two workers under one cap: each spends only its grant of what is left; the run stops on its
+    budget without passing it (answers, and what may be in flight, counted), and a resume with a
+    higher cap finishes it without paying for anything twice."""
+    from checkpoints.costs import CostLedger
+    from checkpoints.inflight import InFlight
+    from docmill.errors import BudgetExhausted
+    from flows.extract import resume_run
+
+    corpus, _ = make_corpus(tmp_path, count=24, seed=5)
+    settings = _settings(emulator, tmp_path / "s")
+    cap = 0.08  # about half of what the documents cost
+    capped = settings.model_copy(update={"cost": settings.cost.model_copy(update={"max_cost_usd": cap})})
+    launcher = ThreadLauncher(capped)
+    with pytest.raises(BudgetExhausted):
+        run_extract(str(corpus), "invoices", settings=capped, workers=2, launcher=launcher, progress=False)
+    assert not launcher.errors, launcher.errors
+    store = open_store(str(tmp_path / "s"))
+    (run_id,) = [k.split("/")[1] for k in store.list("runs/") if k.endswith("/manifest.json")]
+    spent = float(CostLedger(store, run_id).totals()["usd"]) + InFlight(store, run_id).totals()["usd"]
+    assert 0 < spent <= cap
+    assert sum(b.usd for b in emulator.state.accounting.billed) <= cap
+    summary = resume_run(
+        run_id, settings=settings, max_cost_usd=1.0, progress=False, launcher=ThreadLauncher(settings)
+    )
+    assert summary["phase"] == "done"
+    billed = Counter(b.body_sha256 for b in emulator.state.accounting.billed)
+    assert max(billed.values()) == 1
+
+
+def test_spread_needs_the_shard_worker_deployment(
+    emulator: Any, tmp_path: Path, prefect_engine: None
+) -> None:
     from docmill.errors import InputError
 
     corpus, _ = make_corpus(tmp_path, count=3, seed=1)
