@@ -103,8 +103,12 @@ class ShardTable:
         when every shard left is held by a live worker (or none is left)."""
         finished = set(self.done())
         for sid in sorted(self.plan()):
-            if sid not in finished and self._take(sid, holder, name, ttl, dead):
-                return sid
+            if sid in finished or not self._take(sid, holder, name, ttl, dead):
+                continue
+            if self.store.exists(self._done_key(sid)):  # finished meanwhile: its done marker is put
+                self.release(sid, holder)  # before its claim is released, so this sees it
+                continue
+            return sid
         return None
 
     def _take(self, sid: str, holder: str, name: str, ttl: float, dead: Dead | None) -> bool:

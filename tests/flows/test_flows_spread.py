@@ -83,6 +83,11 @@ def test_spread_run_over_two_workers_matches_one_process(emulator: Any, tmp_path
     assert {r["worker"] for r in launcher.results} == {"t1", "t2"}
     assert sum(len(r["shards"]) for r in launcher.results) == 4  # every shard worked once
     assert {w["name"] for w in WorkerLog(store, run_id).all()} == {"t1", "t2"}
+    from tasks.reporting.status import run_status, status_text
+
+    text = status_text(run_status(store, run_id))
+    assert "shards 4/4 done" in text and "worker t1" in text and "worker t2" in text
+    assert "## Shards and workers" in store.get(f"runs/{run_id}/report.md").decode()
     # one request per document: no body billed twice across the two workers
     assert len({b.body_sha256 for b in spread_billed}) == len(spread_billed)
 
