@@ -187,10 +187,14 @@ def spread_run(
         f"billed twice {sum(1 for v in bodies.values() if v > 1)}",
         flush=True,
     )
-    if kill:
-        run_script(
-            "start-worker.sh", str(cluster.state), kill, "1", env=cluster.env
-        )  # back for the next scenario
+    status = subprocess.run(
+        [str(ROOT / ".venv/bin/docmill"), "--store", f"s3://{BUCKET}/{store}", "status", run_id],
+        env=cluster.env, capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    print("  " + status.stdout.replace("\n", "\n  ").rstrip(), flush=True)
+    if kill:  # back for the next scenario
+        again = run_script("start-worker.sh", str(cluster.state), kill, "1", env=cluster.env)
+        cluster.workers[kill] = int(again["DOCMILL_WORKER_PID"])
     return {"name": name, "exit": code, "share": share, "rpm": rpm, "n429": n429, "received": received,
             "billed_twice": sum(1 for v in bodies.values() if v > 1), "run_id": run_id, "store": store,
             "wall": wall, "killed_at": killed_at, "in_flight": in_flight}  # fmt: skip
@@ -280,6 +284,19 @@ def pure_batch_cost(cluster: Cluster, a: argparse.Namespace) -> float:
         os.killpg(proc_e.pid, signal.SIGKILL)
 
 
+def unscheduled(state: Path) -> Path:
+    """deploy/prefect.yaml without its cron schedule: a nightly run starting at 02:00 UTC in the
+    middle of a measurement would share the emulator (and skew it)."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "deploy" / "prefect.yaml").read_text())
+    for d in spec["deployments"]:
+        d["schedules"] = []
+    path = state / "prefect-unscheduled.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=3000)
@@ -308,7 +325,7 @@ def main() -> None:
                             emulator_args=emulator)  # fmt: skip
     print(f"cluster up in {time.time() - t0:.0f} s; state {state}", flush=True)
     try:
-        prefect_cli(cluster, "deploy", "--all", "--prefect-file", "deploy/prefect.yaml",
+        prefect_cli(cluster, "deploy", "--all", "--prefect-file", str(unscheduled(state)),
                     DOCMILL_REPO_DIR=str(ROOT), DOCMILL_NIGHTLY_SOURCE=f"s3://{BUCKET}/corpus")  # fmt: skip
         if wanted & {"rate", "kill", "six"}:
             upload_corpus(cluster, a.docs, "corpus", seed=11)

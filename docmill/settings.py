@@ -210,6 +210,11 @@ class SharedLimitSettings(BaseModel):
         description="A member's lease: renewed every third of it; a process that dies gives its share back "
         "within this time.",
     )
+    store: str | None = Field(
+        None,
+        description="Where the pool lives (a folder or s3://bucket/prefix) when runs of one organisation use "
+        "different stores; None: the run's store.",
+    )
 
 
 class WorkerSettings(BaseModel):

@@ -139,5 +139,10 @@ def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
         yield None
         return
     holder = f"{holder_id()}:{name}"
-    with shared_limit(ctx.store, limiter, scope, holder, name=name, lease_seconds=conf.lease_seconds) as m:
+    store = ctx.store
+    if conf.store:
+        from checkpoints.store import open_store
+
+        store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url)
+    with shared_limit(store, limiter, scope, holder, name=name, lease_seconds=conf.lease_seconds) as m:
         yield m

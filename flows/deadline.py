@@ -35,7 +35,10 @@ def org_requests_per_minute(ctx: RunContext) -> float:
     conf = ctx.settings.shared_limit
     scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
     if conf.enabled and scope:
-        shared = (LimitPool(ctx.store, scope).read().get("limits") or {}).get("requests")
+        from checkpoints.store import open_store
+
+        store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url) if conf.store else ctx.store
+        shared = (LimitPool(store, scope).read().get("limits") or {}).get("requests")
         if shared:
             return float(shared)
     return float(ctx.settings.api.requests_per_minute)

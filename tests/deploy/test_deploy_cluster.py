@@ -407,11 +407,14 @@ def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(clust
     assert {s["worker"] for s in shards} == set(cluster.workers), (
         shards
     )  # both worked; the survivor took over
-    # Every document once: no request body billed twice (a request in flight at the kill could be, at
-    # most the killed worker's window; this emulator does not bill an answer whose client went away).
+    # Nothing paid twice but what the killed worker had in flight (the emulator, like the API may,
+    # bills an answer its client never got): at most its window, and counted as possibly billed.
     new = after["billed"][len(before["billed"]) :]
-    bodies = Counter(b["body_sha256"] for b in new)
-    assert max(bodies.values()) == 1, [h for h, n in bodies.items() if n > 1]
+    twice = sum(n - 1 for n in Counter(b["body_sha256"] for b in new).values())
+    from checkpoints.inflight import InFlight
+
+    assert twice <= int(WORKER_ENV["DOCMILL_API__CONCURRENCY"]), twice
+    assert InFlight(store, run_id).totals()["requests"] >= twice
     # The two workers shared the limit: together never more than it (each alone would pace at all of it).
     per_file = sorted(b["at"] for b in new if b["path"] == "/v1/messages")
     span = per_file[int(len(per_file) * 0.9)] - per_file[0]
