@@ -122,6 +122,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     from flows.extract import _settings, extract, run_extract
 
     _quiet_prefect_services()
+    if a.workers:  # workers need a Prefect server with a pool: no temporary one is started for them
+        from flows.spread import PrefectLauncher
+
+        PrefectLauncher.needs_server()
     _own_processes()
 
     if a.finish_by:  # a bad time is one line before anything starts

@@ -53,10 +53,9 @@ class PrefectLauncher:
     def __init__(self, deployment: str) -> None:
         self.deployment = deployment
 
-    def check(self) -> None:
-        """A Prefect server and the deployment, or one line saying what to set up (exit 2)."""
-        from prefect.client.orchestration import get_client
-        from prefect.exceptions import ObjectNotFound
+    @staticmethod
+    def needs_server() -> None:
+        """A Prefect server to launch on (PREFECT_API_URL), or one line saying so (exit 2)."""
         from prefect.settings import PREFECT_API_URL
 
         if not PREFECT_API_URL.value():
@@ -64,6 +63,13 @@ class PrefectLauncher:
                 "--workers needs a Prefect server with workers: PREFECT_API_URL is not set",
                 hint="start one with deploy/ (deploy/README.md), or run without --workers",
             )
+
+    def check(self) -> None:
+        """A Prefect server and the deployment, or one line saying what to set up (exit 2)."""
+        from prefect.client.orchestration import get_client
+        from prefect.exceptions import ObjectNotFound
+
+        self.needs_server()
         try:
             with get_client(sync_client=True) as client:
                 client.read_deployment_by_name(self.deployment)

@@ -169,3 +169,19 @@ def test_spread_needs_the_shard_worker_deployment(
     with pytest.raises(InputError, match=r"shard-worker/shard-worker.*not registered"):
         run_extract(str(corpus), "invoices", settings=settings, workers=2, progress=False)
     assert emulator.state.accounting.received == 0
+
+
+def test_cli_workers_without_a_prefect_server_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before anything starts (no temporary Prefect server, nothing sent): one line, exit 2."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.cli import main
+
+    corpus, _ = make_corpus(tmp_path, count=12, seed=9)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        assert main(["--store", str(tmp_path / "s"), "run", str(corpus), "--workers", "2"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--workers needs a Prefect server" in lines[0]
+    assert not (tmp_path / "s" / "runs").exists()
