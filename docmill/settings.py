@@ -244,7 +244,10 @@ class DeadlineSettings(BaseModel):
     (tasks.deadline)."""
 
     margin_seconds: float = Field(
-        60.0, ge=0, description="Kept free before the deadline (plus margin_fraction of the time given)."
+        60.0,
+        ge=0,
+        description="Kept free before the deadline (plus margin_fraction of the time given): the integration "
+        "pass and the report come after the per-file pass.",
     )
     margin_fraction: float = Field(
         0.05, ge=0, lt=1, description="Share of the time between start and deadline kept free as well."
