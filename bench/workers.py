@@ -265,15 +265,22 @@ def deadline_run(
         acct = emulator_accounting(url)
     finally:
         os.killpg(proc_e.pid, signal.SIGKILL)
+    from datetime import datetime
+
     run_id = only_run(cluster, f"store-{name}")
     record = store_json(cluster, f"store-{name}/runs/{run_id}/deadline.json")
+    manifest = store_json(cluster, f"store-{name}/runs/{run_id}/manifest.json")
+    deadline = datetime.fromisoformat(record["finish_by"]).timestamp()
+    ended = datetime.fromisoformat(manifest["updated_at"]).timestamp()  # phase done: report written
     batch = [b for b in acct["billed"] if b["batch"]]
     realtime = [b for b in acct["billed"] if not b["batch"]]
     usd = sum(b["usd"] for b in acct["billed"])
+    switch = f"{deadline - record['switched_at']:.1f} s before it" if record.get("switched_at") else "none"
     print(
-        f"{name:<11} exit {code}  wall {wall:5.1f} s (deadline {seconds} s)  per-file by batch {len(batch)}, realtime "
-        f"{len(record.get('realtime') or [])} (+ integration)  cancelled batches {len(record.get('canceled') or [])}  "
-        f"switch at {record.get('switched_at') and record['switched_at'] - t0:.1f} s  cost ${usd:.4f}",
+        f"{name:<11} exit {code}  phase {manifest['phase']}  ended {deadline - ended:5.1f} s before the deadline "
+        f"(+{seconds}s)  per-file by batch {len(batch)}, realtime {len(record.get('realtime') or [])} "
+        f"(+ integration)  cancelled batches {len(record.get('canceled') or [])}  switch {switch} "
+        f"({record.get('switch_why')})  cost ${usd:.4f}",
         flush=True,
     )
     return {
@@ -324,7 +331,7 @@ def unscheduled(state: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=3000)
-    ap.add_argument("--deadline-docs", type=int, default=300)
+    ap.add_argument("--deadline-docs", type=int, default=150)
     ap.add_argument("--rpm", type=int, default=600)
     ap.add_argument("--latency-ms", type=float, default=1000)
     ap.add_argument("--warmup", type=float, default=30.0)

@@ -213,7 +213,8 @@ def run_deadline(
     plan = DeadlinePlan.make(
         deadline, now, margin=conf.margin_seconds, fraction=conf.margin_fraction, cancel=conf.cancel_seconds
     )
-    pace = Pace(requests_per_minute, settings.api.concurrency, conf.latency_seconds)
+    api = settings.api
+    pace = Pace(requests_per_minute, api.concurrency, conf.latency_seconds, api.ramp_seconds, api.ramp_start)
     p = Pass(recipe, run_id, store, model_client, settings)
     engine = DeadlineEngine(
         p, client, plan=plan, pace=pace, expected=expected, realtime=realtime, clock=clock, sleep=sleep,

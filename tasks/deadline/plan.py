@@ -8,6 +8,7 @@ and sent realtime in time:
 
     switch = deadline - margin - (time a cancel takes to settle) - (realtime time of what is left)
     realtime time of n requests = n / throughput + 2 x latency (the last ones' answers)
+                                  + what the pacer's ramp holds back (when it starts then)
     throughput = min(0.9 x the organisation's request limit, requests in flight at once / latency)
 
 As batches end, fewer requests are left and the switch moves later; a cancel measured once replaces
@@ -59,11 +60,14 @@ def parse_finish_by(text: str, now: datetime) -> datetime:
 
 @dataclass
 class Pace:
-    """What realtime can do: the organisation's request limit, requests in flight, answer time."""
+    """What realtime can do: the organisation's request limit, requests in flight, answer time, and
+    the pacer's ramp (it starts below the limit: tasks.api.pacing)."""
 
     requests_per_minute: float
     in_flight: int
     latency_seconds: float
+    ramp_seconds: float = 0.0
+    ramp_start: float = 1.0
 
     def throughput(self) -> float:
         """Requests per second realtime can sustain."""
@@ -72,9 +76,12 @@ class Pace:
         return max(min(by_limit, by_window), 1e-6)
 
     def seconds_for(self, requests: int) -> float:
+        """Sending `requests` and the last answers; a ramp from `ramp_start` of the rate costs half
+        of what it holds back (the worst case: the ramp begins when realtime does)."""
         if requests <= 0:
             return 0.0
-        return requests / self.throughput() + 2 * self.latency_seconds
+        ramp = self.ramp_seconds * (1.0 - min(self.ramp_start, 1.0)) / 2.0
+        return requests / self.throughput() + 2 * self.latency_seconds + ramp
 
 
 @dataclass
