@@ -1,7 +1,11 @@
 """Cost estimates without calling the model: `docmill estimate` and the batch-mode budget check.
 
 How a document is estimated (say so wherever a number is shown — it is an estimate):
-  input tokens  = characters of the exact per-file request body / 4 (tasks.per_file.requests.estimate_input_tokens)
+  input tokens  = characters of the exact per-file request body / 4 (tasks.api.usage.estimate_input_tokens);
+                  a PDF or image sent as what it is: every page as its text plus an image of the page,
+                  an image by its pixels, as the API bills them (tasks.readers.measure); a PDF in page
+                  ranges (tasks.per_file.media): its pages' tokens plus one prompt per part, priced
+                  realtime in batch mode too (the long path is realtime)
   output tokens = typical: the size of the recipe's output schema / 8 (the answer mirrors the
                   schema's fields with values and evidence), capped at max_tokens; worst case: max_tokens
   USD           = tokens x the price table (docmill.prices); batch = 50 %. Realtime: the shared
@@ -31,6 +35,7 @@ from checkpoints.inflight import InFlightBound
 from docmill.models import min_cacheable_tokens
 from docmill.prices import BATCH_DISCOUNT, CACHE_READ, CACHE_WRITE_5M, price_of, price_table
 from tasks.api.usage import estimate_input_tokens
+from tasks.per_file.media import SendAs, load_payload, media_tokens, needs_parts, page_parts, send_as
 from tasks.per_file.requests import file_request, recipe_parts
 
 if TYPE_CHECKING:
@@ -111,13 +116,22 @@ class Estimate:
     typical_output_tokens: int = 0
     max_output_tokens: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
+    sent_as: dict[str, int] = field(default_factory=dict)  # documents by how they go: text, pdf, image
+    long_input_tokens: int = 0  # of input_tokens: PDFs in page ranges (realtime in batch mode too)
+    long_output_tokens: int = 0
+    long_max_output_tokens: int = 0
     integration: IntegrationEstimate | None = None
 
     def usd(self, *, batch: bool, worst: bool = False) -> float:
         p = price_of(self.model) or {"input": 0.0, "output": 0.0}
         out = self.max_output_tokens if worst else self.typical_output_tokens
         if batch:
-            return (self.input_tokens * p["input"] + out * p["output"]) / 1e6 * BATCH_DISCOUNT
+            long_out = self.long_max_output_tokens if worst else self.long_output_tokens
+            realtime = self.long_input_tokens * p["input"] + long_out * p["output"]
+            batched = (self.input_tokens - self.long_input_tokens) * p["input"] + (out - long_out) * p[
+                "output"
+            ]
+            return (batched * BATCH_DISCOUNT + realtime) / 1e6
         fresh = self.input_tokens - self.cached_tokens
         return (fresh * p["input"] + self.cached_tokens * p["input"] * CACHE_READ + out * p["output"]) / 1e6
 
@@ -139,6 +153,12 @@ class Estimate:
             )
         if self.by_type:
             rows.append("  by type: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_type.items())))
+        if set(self.sent_as) - {"text"}:
+            rows.append(
+                "  sent as: "
+                + ", ".join(f"{k}={v}" for k, v in sorted(self.sent_as.items()))
+                + " (PDF pages and images counted as the API bills them)"
+            )
         if self.integration is not None:
             rows += self.integration.lines(self.documents, self.usd(batch=False))
         return rows
@@ -150,15 +170,26 @@ def typical_output_tokens(recipe: Recipe, max_tokens: int) -> int:
 
 def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, Any] | None:
     """The per-file request of a document, or None when it would not be sent (skipped, unreadable)."""
-    from tasks.inventory import load_text
-
     if doc.status != "ok" or doc.duplicate_of:
         return None
     try:
-        text = load_text(doc)
+        payload = load_payload(doc, recipe, settings)
     except Exception:
         return None
-    return file_request(recipe, doc, text, model=settings.api.model, max_tokens=settings.api.max_tokens)
+    return file_request(recipe, doc, payload, model=settings.api.model, max_tokens=settings.api.max_tokens)
+
+
+def _add_long(est: Estimate, doc: Document, recipe: Recipe, settings: Settings, typical: int) -> None:
+    """A PDF in page ranges: its pages' tokens plus one prompt and one answer per part."""
+    parts = len(page_parts(doc, settings))
+    prompt = estimate_input_tokens(file_request(recipe, doc, "", model=settings.api.model, max_tokens=1))
+    tokens = media_tokens(doc) + parts * prompt
+    est.input_tokens += tokens
+    est.long_input_tokens += tokens
+    est.typical_output_tokens += parts * typical
+    est.long_output_tokens += parts * typical
+    est.max_output_tokens += parts * int(settings.api.max_tokens)
+    est.long_max_output_tokens += parts * int(settings.api.max_tokens)
 
 
 def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Estimate:
@@ -169,10 +200,17 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
     max_tokens = int(settings.api.max_tokens)
     typical = typical_output_tokens(recipe, max_tokens)
     for doc in docs:
+        if doc.status == "ok" and not doc.duplicate_of and needs_parts(doc, recipe, settings):
+            _add_long(est, doc, recipe, settings, typical)
+            est.documents += 1
+            est.sent_as["pdf"] = est.sent_as.get("pdf", 0) + 1
+            continue
         request = request_of(recipe, doc, settings)
         if request is None:
             est.skipped += 1
             continue
+        mode = send_as(doc, recipe).value
+        est.sent_as[mode] = est.sent_as.get(mode, 0) + 1
         prefix = max(1, len(json.dumps(request["system"], ensure_ascii=False)) // 4)
         est.prefix_tokens = max(est.prefix_tokens, prefix)
         if est.documents and prefix >= est.cache_min_tokens:  # below the minimum nothing is cached
@@ -222,7 +260,9 @@ def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings
         each = []
         for model in models:
             request = file_request(recipe, doc, "", model=model, max_tokens=settings.api.max_tokens)
-            text_usd = doc.size / 2 * table[model]["input"] * CACHE_WRITE_5M / 1e6
+            media = send_as(doc, recipe) is not SendAs.TEXT  # pages and pixels, not bytes
+            tokens = media_tokens(doc) if media else doc.size / 2
+            text_usd = tokens * table[model]["input"] * CACHE_WRITE_5M / 1e6
             each.append(worst_case_usd(request, batch=False) + text_usd)
         worst.append(max(each, default=0.0))
     k = min(len(worst), int(settings.api.concurrency))

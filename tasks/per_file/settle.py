@@ -197,8 +197,17 @@ def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[s
         "raw_output": None if accepted else verdict.raw_text,
         "flags": verdict.flags,
         "last_error": None if accepted else "; ".join(verdict.errors)[:2000] or None,
-        "provenance": {"fields": verdict.offsets} if verdict.offsets else None,
+        "provenance": _provenance(verdict),
     }
+
+
+def _provenance(verdict: Verdict) -> dict[str, Any] | None:
+    """Where each evidence excerpt sits (offsets, page, verified), and how the document was sent
+    when not as text (a PDF or an image: tasks.per_file.media)."""
+    out: dict[str, Any] = {"fields": verdict.offsets} if verdict.offsets else {}
+    if verdict.sent_as != "text":
+        out["sent_as"] = verdict.sent_as
+    return out or None
 
 
 def decide_next(
