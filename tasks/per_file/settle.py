@@ -133,6 +133,7 @@ def review_item(
         "raw_output": outcome.raw_output,
         "output": outcome.output,
         "flags": outcome.flags,
+        "provenance": outcome.provenance,  # each excerpt's page and offsets (unverified on a scanned page)
         "model": outcome.model,
         "attempts": outcome.attempts,
         "tried": tries or [],

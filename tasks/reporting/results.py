@@ -26,6 +26,8 @@ class FieldView(TypedDict):
     evidence: str | None
     start: int | None
     end: int | None
+    page: int | None  # the page (slide, sheet) of the evidence, where the document has pages
+    verified: bool  # False: on a page without a text layer (a scan), not checkable by code
     original: Any  # the model's value when a reviewer corrected it, else None
     corrected: bool
 
@@ -76,6 +78,17 @@ def _offsets(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def where_text(f: FieldView) -> str:
+    """Where a field's evidence sits, for people: `p. 2, chars 10–40`, or `p. 1, unverified (no text
+    layer)` for a scanned page; "" when nothing is known."""
+    parts = [f"p. {f['page']}"] if f.get("page") is not None else []
+    if f.get("start") is not None:
+        parts.append(f"chars {f['start']}–{f['end']}")
+    if not f.get("verified", True):
+        parts.append("unverified (no text layer)")
+    return ", ".join(parts)
+
+
 def _short(v: Any) -> Any:
     return v[:MAX_CELL] + "…" if isinstance(v, str) and len(v) > MAX_CELL else v
 
@@ -106,6 +119,8 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
                 "evidence": _short(evidence) if evidence else None,
                 "start": where.get("start"),
                 "end": where.get("end"),
+                "page": where.get("page"),
+                "verified": where.get("verified") is not False,
                 "original": corrections[name]["from"] if name in corrections else None,
                 "corrected": name in corrections,
             }
