@@ -1,13 +1,13 @@
 """Cost estimates without calling the model: `docmill estimate` and the batch-mode budget check.
 
 How a document is estimated (say so wherever a number is shown — it is an estimate):
-  input tokens  = characters of the exact per-file request body / 4 (tasks.api.usage.estimate_input_tokens);
+  input tokens  = characters of the exact per-file request's content / 4 (`content_tokens`);
                   a PDF or image sent as what it is: every page as its text plus an image of the page,
                   an image by its pixels, as the API bills them (tasks.readers.measure); a PDF in page
                   ranges (tasks.per_file.media): its pages' tokens plus one prompt per part, priced
                   realtime in batch mode too (the long path is realtime)
-  output tokens = typical: the size of the recipe's output schema / 8 (the answer mirrors the
-                  schema's fields with values and evidence), capped at max_tokens; worst case: max_tokens
+  output tokens = typical: an answer modelled on the recipe's schema (every field with a short value,
+                  evidence about a line, two items a list), capped at max_tokens; worst case: max_tokens
   USD           = tokens x the price table (docmill.prices); batch = 50 %. Realtime: the shared
                   system prompt is written to the cache once (1.25x) and read after (0.1x) when it
                   reaches the model's minimum cacheable length (settings.api.cache_min_tokens; below
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from tasks.recipes import Recipe
 
 METHOD = (
-    "an estimate, no model call: input = request characters / 4, output = recipe schema size / 8 "
+    "an estimate, no model call: input = request content characters / 4 (PDF pages and images as the API "
+    "bills them), output = a typical answer to the recipe's schema "
     "(worst case: max_tokens), priced with the docmill price table; realtime reads the system prompt "
     "from the cache after the first request when it reaches the model's minimum cacheable length, batch = 50 % without cache hits; repairs not included"
 )
@@ -164,8 +165,67 @@ class Estimate:
         return rows
 
 
+ANSWER_ITEMS = 2  # items assumed per list in a typical answer
+EVIDENCE_CHARS = 32  # an evidence excerpt: about one labelled line of a document
+VALUE_CHARS = 10  # a value copied from a document (a number, a date, a name)
+BLOCK_TOKENS = 3  # per content block, message and request: what the API adds around the content
+
+
+def _answer_chars(node: Any, defs: dict[str, Any], name: str, depth: int = 0) -> float:
+    """Characters of a typical answer to `node` (the wire schema): every field with a short value,
+    evidence fields with about a line, lists with ANSWER_ITEMS items."""
+    if depth > 12 or not isinstance(node, dict):
+        return VALUE_CHARS
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        return _answer_chars(defs.get(ref.rsplit("/", 1)[-1]) or {}, defs, name, depth + 1)
+    alternatives = [a for a in node.get("anyOf") or [] if isinstance(a, dict) and a.get("type") != "null"]
+    if alternatives:
+        return _answer_chars(alternatives[0], defs, name, depth + 1)
+    kind = node.get("type")
+    if kind == "object" or "properties" in node:
+        props = node.get("properties") or {}
+        return 2 + sum(len(k) + 4 + _answer_chars(v, defs, k, depth + 1) for k, v in props.items())
+    if kind == "array":
+        return 2 + ANSWER_ITEMS * (2 + _answer_chars(node.get("items") or {}, defs, name, depth + 1))
+    if kind == "string":
+        enum = node.get("enum")
+        if enum:
+            return 2 + max(len(str(e)) for e in enum)
+        return 2 + (
+            EVIDENCE_CHARS if "evidence" in name or "quote" in name or "excerpt" in name else VALUE_CHARS
+        )
+    return 6  # number, integer, boolean
+
+
 def typical_output_tokens(recipe: Recipe, max_tokens: int) -> int:
-    return min(max_tokens, max(64, len(json.dumps(recipe_parts(recipe)[2])) // 8))
+    """Output tokens of a typical per-file answer, modelled on the recipe's schema (_answer_chars)."""
+    schema = recipe_parts(recipe)[2]
+    chars = _answer_chars(schema, schema.get("$defs") or {}, "")
+    return min(max_tokens, max(64, int(chars / 4)))
+
+
+def content_tokens(request: dict[str, Any]) -> int:
+    """Input tokens of a request as the API counts them: the content (system text, message blocks,
+    the output schema) at 4 characters a token, PDFs and images by pages and pixels, plus a few
+    tokens per block; not the JSON envelope (keys, quotes, escapes) that
+    tasks.api.usage.estimate_input_tokens includes to stay on the safe side for pacing."""
+    from tasks.readers.measure import media_block_tokens
+
+    def text(t: Any) -> int:
+        return math.ceil(len(str(t)) / 4) + BLOCK_TOKENS
+
+    total = BLOCK_TOKENS + text(json.dumps((request.get("output_config") or {}).get("format") or {}))
+    system = request.get("system") or []
+    total += sum(text(b.get("text", "")) for b in system) if isinstance(system, list) else text(system)
+    for message in request.get("messages") or []:
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        for block in blocks:
+            media = media_block_tokens(block)
+            total += media + BLOCK_TOKENS if media is not None else text(block.get("text", json.dumps(block)))
+        total += BLOCK_TOKENS
+    return total
 
 
 def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, Any] | None:
@@ -216,7 +276,7 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         if est.documents and prefix >= est.cache_min_tokens:  # below the minimum nothing is cached
             est.cached_tokens += prefix
         est.documents += 1
-        est.input_tokens += estimate_input_tokens(request)
+        est.input_tokens += content_tokens(request)
         est.typical_output_tokens += typical
         est.max_output_tokens += max_tokens
         est.by_type[str(doc.doc_type)] = est.by_type.get(str(doc.doc_type), 0) + 1
