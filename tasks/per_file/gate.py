@@ -162,9 +162,14 @@ def evidence_report(
     return flags, found
 
 
+def _bare(flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Flags as stored with an outcome: path, excerpt, problem (why is in the errors)."""
+    return [{k: v for k, v in f.items() if k != "why"} for f in flags]
+
+
 def evidence_flags(recipe: Recipe, output: dict[str, Any], document: str | Payload) -> list[dict[str, Any]]:
     """A flag for every evidence excerpt that fails the verbatim rule (see the module docstring)."""
-    return evidence_report(recipe, output, document)[0]
+    return _bare(evidence_report(recipe, output, document)[0])
 
 
 def evidence_offsets(
@@ -223,7 +228,7 @@ def check(recipe: Recipe, text: str | Payload, message: dict[str, Any]) -> Verdi
     sent = text.send.value if isinstance(text, Payload) else SendAs.TEXT.value
     if flags:
         errors = [f"{f['path']}: evidence excerpt {f['excerpt']!r} {f['why']}" for f in flags]
-        return Verdict(False, Problem.EVIDENCE, output, errors, flags, stop, raw, sent_as=sent)
+        return Verdict(False, Problem.EVIDENCE, output, errors, _bare(flags), stop, raw, sent_as=sent)
     if sent != SendAs.TEXT.value:
         output = strip_page_marks(recipe, output)
     return Verdict(True, Problem.NONE, output, [], [], stop, raw, offsets, sent)
@@ -285,7 +290,7 @@ def _can_repair(progress: Progress, settings: Settings, next_tokens: int) -> boo
 
 
 def _on_none(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
-    if v.unverified and s.gate.unverified_evidence == "review":
+    if getattr(v, "unverified", 0) and s.gate.unverified_evidence == "review":
         return Decision(Action.REVIEW, UNVERIFIED)
     return Decision(Action.ACCEPT)
 

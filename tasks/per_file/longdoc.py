@@ -321,6 +321,7 @@ def long_outcome_fields(
     try:
         output = recipe.file_schema.model_validate(result["output"]).model_dump(mode="json")
         flags, found = evidence_report(recipe, output, whole)
+        errors += [f"{f['path']}: evidence excerpt {f['excerpt']!r} {f.pop('why')}" for f in flags]
         if payload.send is SendAs.PDF:
             fields, output = found, strip_page_marks(recipe, output)
         else:
@@ -334,7 +335,7 @@ def long_outcome_fields(
     ok = not errors and not flags
     return {
         "state": "succeeded" if ok else "needs_review",
-        "reason": None if ok else ("validation_failed" if errors else "evidence_not_found"),
+        "reason": None if ok else ("evidence_not_found" if flags else "validation_failed"),
         "output": output if output is not None else result["output"],
         "flags": flags,
         "last_error": "; ".join(errors)[:2000] or None,

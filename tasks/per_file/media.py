@@ -50,15 +50,15 @@ class SendAs(StrEnum):
 def send_as(doc: Document, recipe: Recipe | None = None) -> SendAs:
     """How `doc` goes to the API for `recipe` (see the module docstring)."""
     mode = getattr(recipe, "pdf_mode", "auto")
-    if doc.send_as == SendAs.IMAGE:
+    default = getattr(doc, "send_as", None)  # documents inventoried before issue 24 have none: text
+    if default == SendAs.IMAGE:
         return SendAs.IMAGE
-    if doc.doc_type == "pdf" and doc.status == "ok":
-        has_text = bool(doc.text_chars)
-        if mode == "pdf" or not has_text:
+    if default is not None and doc.doc_type == "pdf" and getattr(doc, "status", "ok") == "ok":
+        if mode == "pdf" or not getattr(doc, "text_chars", 0):
             return SendAs.PDF
         if mode == "text":
             return SendAs.TEXT
-    return SendAs(doc.send_as or SendAs.TEXT)
+    return SendAs(default or SendAs.TEXT)
 
 
 def media_tokens(doc: Document) -> int:
