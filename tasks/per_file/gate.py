@@ -62,6 +62,7 @@ class Verdict:
     raw_text: str = ""
     offsets: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> {start, end, page, verified}
     sent_as: str = "text"
+    encoding: str | None = None  # the text was read in this guessed encoding (charset-normalizer)
 
     @property
     def unverified(self) -> int:
@@ -231,7 +232,8 @@ def check(recipe: Recipe, text: str | Payload, message: dict[str, Any]) -> Verdi
         return Verdict(False, Problem.EVIDENCE, output, errors, _bare(flags), stop, raw, sent_as=sent)
     if sent != SendAs.TEXT.value:
         output = strip_page_marks(recipe, output)
-    return Verdict(True, Problem.NONE, output, [], [], stop, raw, offsets, sent)
+    guess = text.content.encoding if isinstance(text, Payload) and text.content.guessed else None
+    return Verdict(True, Problem.NONE, output, [], [], stop, raw, offsets, sent, guess)
 
 
 # ---- repair policy -----------------------------------------------------------------------------

@@ -208,6 +208,8 @@ def _provenance(verdict: Verdict) -> dict[str, Any] | None:
     out: dict[str, Any] = {"fields": verdict.offsets} if verdict.offsets else {}
     if verdict.sent_as != "text":
         out["sent_as"] = verdict.sent_as
+    if getattr(verdict, "encoding", None):
+        out["encoding"] = f"{verdict.encoding} (guessed)"
     return out or None
 
 

@@ -88,6 +88,7 @@ def _doc_row(v: DocView, columns: list[str]) -> tuple[str, str, str]:
         else ""
     )
     why = f"<div class='small muted'>{e(v['why'])}: {e(v['detail'][:160])}</div>" if v["why"] else ""
+    why += f"<div class='small muted'>{e(v['note'])}</div>" if v.get("note") else ""
     html = (
         f'<tr class="st-{e(v["state"])}"><td><code>{e(v["doc_id"])}</code>{link}</td>'
         f"<td>{badge(v['state'])}{_review_badge(v)}{why}</td>{cells}<td>{details}</td></tr>"

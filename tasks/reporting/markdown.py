@@ -152,6 +152,7 @@ def _documents(views: list[DocView], columns: list[str]) -> list[str]:
             cells.append(shown)
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
         state = v["state"] + review + (f": {_cell(v['why'])}" if v["why"] else "")
+        state += f" ({_cell(v['note'])})" if v.get("note") else ""
         link = f" ([result]({_cell('../../' + v['result_key'])}))" if v["result_key"] else ""
         link += f" ([responses]({_cell('../../' + v['responses_key'])}))" if v["responses_key"] else ""
         lines.append(f"| `{_cell(v['doc_id'])}`{link} | {state} | " + " | ".join(cells) + " |")

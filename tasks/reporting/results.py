@@ -42,6 +42,7 @@ class DocView(TypedDict):
     result_key: str | None  # the stored result (results ledger), store-relative
     responses_key: str | None  # the folder of its raw API responses (realtime), store-relative
     review: dict[str, Any] | None  # the decision in force (tasks.review.ReviewMark)
+    note: str  # how it was read when that matters: sent as a PDF / image, a guessed encoding
 
 
 def skip_reason(outcome: dict[str, Any]) -> str | None:
@@ -153,7 +154,16 @@ def doc_view(outcome: dict[str, Any], *, realtime: bool = False) -> DocView:
         if key and realtime and outcome.get("request_ids")
         else None,
         "review": outcome.get("review"),
+        "note": read_note(outcome),
     }
+
+
+def read_note(outcome: dict[str, Any]) -> str:
+    """`sent as pdf`, `read as cp1252 (guessed)`: how a document was read, when not plain text."""
+    prov = outcome.get("provenance") or {}
+    notes = [f"sent as {prov['sent_as']}"] if prov.get("sent_as") else []
+    notes += [f"read as {prov['encoding']}"] if prov.get("encoding") else []
+    return ", ".join(notes)
 
 
 # The per-document table's columns of the built-in recipes (a list field shows its length);

@@ -1,5 +1,5 @@
 """Documents as they come (issue 24), end to end offline: a generated mixed corpus (text PDF, scanned
-PDF, .docx, .xlsx, .pptx, .eml with a PDF and an image attached, .png, .jpg) runs in realtime and in
+PDF, .docx, .xlsx, .pptx, .eml with a PDF and an image attached, .png, .jpg, a Latin-1 text) runs in realtime and in
 batch mode with every format extracted, evidence naming its page in the report and exports,
 `estimate` within 10% of what the emulator bills for the per-file pass, and the same command again
 paying nothing twice."""
@@ -36,7 +36,7 @@ def test_mixed_corpus_extracts_every_format_with_pages_and_a_true_estimate(
     sent = make_mixed(tmp_path / "corpus")
     settings = _settings(emulator, tmp_path / "store")
     est = estimate_source(str(tmp_path / "corpus"), "invoices", settings)
-    assert est.sent_as == {"text": 6, "pdf": 1, "image": 3}
+    assert est.sent_as == {"text": 7, "pdf": 1, "image": 3}
 
     summary = run_extract(str(tmp_path / "corpus"), "invoices", settings=settings, progress=False, mode=mode)
     store = open_store(settings.store)
@@ -65,6 +65,8 @@ def test_mixed_corpus_extracts_every_format_with_pages_and_a_true_estimate(
 
     report = store.get(f"runs/{summary['run_id']}/report.md").decode()
     assert "p. 2, unverified (no text layer)" in report and "p. 1, chars" in report
+    assert "succeeded (sent as pdf)" in report and "succeeded (read as cp1252 (guessed))" in report
+    assert outcomes["legacy.txt"]["output"]["vendor_name"]["value"] == "Müller & Söhne KG"
     rows = [
         json.loads(line) for line in store.get(f"runs/{summary['run_id']}/exports/results.jsonl").splitlines()
     ]
