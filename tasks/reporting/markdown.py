@@ -147,7 +147,12 @@ def _documents(views: list[DocView], columns: list[str]) -> list[str]:
                 continue
             shown = _cell(f["value"]) + (f" (was {_cell(f['original'])})" if f["corrected"] else "")
             if f["evidence"]:
-                where = f" @{where_text(f)}" if where_text(f) else ""
+                where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
+                where = (
+                    f" @{where_text(f)}"
+                    if f.get("page") is not None or not f.get("verified", True)
+                    else where
+                )
                 shown += f" «{_cell(f['evidence'])[:120]}»{where}"
             cells.append(shown)
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
