@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,13 +20,17 @@ from docmill.models import CACHE_MIN_TOKENS
 class ApiSettings(BaseModel):
     """How docmill talks to Claude."""
 
-    model: str = Field("claude-sonnet-4-6", description="Pinned model id for the per-file pass.")
+    model: str = Field(
+        "claude-sonnet-5-5", description="Pinned model id for the per-file pass (the current Sonnet)."
+    )
     integration_model: str = Field(
-        "claude-sonnet-4-6", description="Pinned model id for the integration pass."
+        "claude-sonnet-5-5", description="Pinned model id for the integration pass (the current Sonnet)."
     )
     fallback_model: str | None = Field(
-        "claude-haiku-4-5",
-        description="Model that takes a document only after the primary keeps failing with overload.",
+        "claude-haiku-5-5",
+        description="Model that takes a document only after the primary keeps failing with overload "
+        "(a current model of another family, cheaper than the default: it never raises the cap's worst "
+        "case); None: no fallback.",
     )
     base_url: str | None = Field(
         None, description="API base URL; None means the real API when a key is set, else the emulator."
@@ -332,9 +336,16 @@ class Settings(BaseSettings):
         description="How long the temporary Prefect API server may take to start (it is tried twice) when "
         "PREFECT_API_URL is not set; a busy machine needs more than Prefect's own 30 s.",
     )
-    prices: dict[str, dict[str, float]] = Field(
+    prices: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description='Extra or overriding model prices, USD/MTok: {"model": {"input": 3, "output": 15}}.',
+        description="Extra or overriding model prices, USD/MTok, over the dated table and the prices file: "
+        '{"model": {"input": 3, "output": 15}} (optional: cache_write_5m, cache_write_1h, cache_read, batch, '
+        "bands); shown by `estimate` and `doctor`.",
+    )
+    prices_file: str | None = Field(
+        None,
+        description="A JSON file of price overrides in the shape of DOCMILL_PRICES (over the dated table "
+        "docmill/data/prices.json; DOCMILL_PRICES wins over it).",
     )
     api: ApiSettings = Field(default_factory=ApiSettings)
     gate: GateSettings = Field(default_factory=GateSettings)

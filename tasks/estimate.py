@@ -1,14 +1,20 @@
 """Cost estimates without calling the model: `docmill estimate` and the batch-mode budget check.
 
 How a document is estimated (say so wherever a number is shown — it is an estimate):
-  input tokens  = characters of the exact per-file request's content / 4 (`content_tokens`);
-                  a PDF or image sent as what it is: every page as its text plus an image of the page,
-                  an image by its pixels, as the API bills them (tasks.readers.measure); a PDF in page
-                  ranges (tasks.per_file.media): its pages' tokens plus one prompt per part, priced
-                  realtime in batch mode too (the long path is realtime)
-  output tokens = typical: an answer modelled on the recipe's schema (every field with a short value,
-                  evidence about a line, two items a list), capped at max_tokens; worst case: max_tokens
-  USD           = tokens x the price table (docmill.prices); batch = 50 %. Realtime: the shared
+  input tokens  = characters of the exact per-file request's content / 4 (`content_tokens`, not its JSON
+                  envelope); a PDF or image sent as what it is: every page as its text plus an image of
+                  the page, an image by its pixels, as the API bills them (tasks.readers.measure); a PDF
+                  in page ranges (tasks.per_file.media): its pages' tokens plus one prompt per part,
+                  priced realtime in batch mode too (the long path is realtime)
+  output tokens = typical: the mean of earlier answers in the store, else an answer modelled on the
+                  recipe's schema (every field with a short value, evidence about a line, two items a
+                  list), capped at max_tokens; worst case: max_tokens
+  thinking      = per answer, docmill.models.THINKING_TOKENS_BY_EFFORT at the effort the request sends
+                  (or the model's default) when the model thinks adaptively and the recipe's policy
+                  does not turn it off (5.x); billed as output, so it is in the output tokens
+  USD           = tokens x the dated price table on settings.on_day() (docmill.prices: bands by the
+                  request's prompt length, user overrides first); batch = the model's batch
+                  multiplier (50 %). Realtime: the shared
                   system prompt is written to the cache once (1.25x) and read after (0.1x) when it
                   reaches the model's minimum cacheable length (settings.api.cache_min_tokens; below
                   it the API caches nothing, and no cache reads are assumed); batch: no cache hits
@@ -32,11 +38,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.inflight import InFlightBound
-from docmill.models import min_cacheable_tokens
-from docmill.prices import BATCH_DISCOUNT, CACHE_READ, CACHE_WRITE_5M, price_of, price_table
+from docmill.models import min_cacheable_tokens, thinking_tokens
+from docmill.prices import Price, override_lines, price_on, worst_usd
 from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.media import SendAs, load_payload, media_tokens, needs_parts, page_parts, send_as
 from tasks.per_file.requests import file_request, recipe_parts
+from tasks.recipes.thinking import effort_config
+from tasks.sizing import answer_chars, content_tokens
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -44,9 +52,10 @@ if TYPE_CHECKING:
     from tasks.recipes import Recipe
 
 METHOD = (
-    "an estimate, no model call: input = request content characters / 4 (PDF pages and images as the API "
-    "bills them), output = a typical answer to the recipe's schema "
-    "(worst case: max_tokens), priced with the docmill price table; realtime reads the system prompt "
+    "an estimate, no model call: input = request content characters / 4 (PDF pages and images as the "
+    "API bills them), output = a typical answer to the recipe's schema "
+    "plus the thinking the recipe's effort allows (worst case: max_tokens), priced with the docmill "
+    "price table on the run's day; realtime reads the system prompt "
     "from the cache after the first request when it reaches the model's minimum cacheable length, batch = 50 % without cache hits; repairs not included"
 )
 
@@ -65,20 +74,28 @@ class IntegrationEstimate:
     read_records: int
     slice_records: int
     max_tokens: int
+    thinking_tokens: int = 0  # per call (the model's default effort when it thinks adaptively)
 
     def calls(self, documents: int) -> int:
         return math.ceil(min(documents, self.read_records) / self.slice_records) if documents else 0
 
     def usd(self, documents: int, *, worst: bool = False) -> float:
-        """Realtime price of integrating `documents` new or changed documents."""
-        p = price_table()[self.model]
+        """Realtime price of integrating `documents` new or changed documents (calls send no thinking
+        policy: the model's default effort; 0 without a price)."""
+        price = price_on(self.model)
         read = min(documents, self.read_records)
         calls = self.calls(documents)
+        if price is None or not calls:
+            return 0.0
         inp = calls * self.prompt_tokens + read * self.result_tokens
+        think = calls * self.thinking_tokens
         out = (
-            calls * self.max_tokens if worst else min(read * NOTE_TOKENS_PER_RESULT, calls * self.max_tokens)
+            calls * self.max_tokens
+            if worst
+            else min(read * NOTE_TOKENS_PER_RESULT + think, calls * self.max_tokens)
         )
-        return (inp * p["input"] + out * p["output"]) / 1e6
+        rates = price.rates_for(inp // calls)
+        return (inp * rates.input + out * rates.output) / 1e6
 
     def lines(self, documents: int, per_file_usd: float) -> list[str]:
         full = self.usd(documents)
@@ -93,15 +110,24 @@ class IntegrationEstimate:
         ]
 
 
-def integration_estimate(recipe: Any, settings: Any, system_tokens: int) -> IntegrationEstimate:
+def integration_estimate(
+    recipe: Any, settings: Any, system_tokens: int, typical: int | None = None
+) -> IntegrationEstimate:
+    """`typical`: one per-file answer's tokens (measured or the heuristic; default the heuristic)."""
     s = settings.integration
+    typical = typical if typical is not None else typical_output_tokens(recipe, int(settings.api.max_tokens))
     return IntegrationEstimate(
         model=settings.api.integration_model,
         prompt_tokens=system_tokens + DIGEST_TOKENS,
-        result_tokens=max(16, typical_output_tokens(recipe, int(settings.api.max_tokens)) // 2),
+        result_tokens=max(16, typical // 2),
         read_records=s.read_records,
         slice_records=s.slice_records,
         max_tokens=s.max_tokens,
+        thinking_tokens=thinking_tokens(
+            settings.api.integration_model,
+            None,
+            effort_config(settings.api.integration_model, recipe.thinking).get("effort"),
+        ),
     )
 
 
@@ -114,27 +140,46 @@ class Estimate:
     cached_tokens: int = 0  # of input_tokens: the system prompt of every request after the first
     prefix_tokens: int = 0  # the static prefix (system prompt) of one request
     cache_min_tokens: int = 0  # the model's minimum cacheable prefix (settings.api.cache_min_tokens)
-    typical_output_tokens: int = 0
+    typical_output_tokens: int = 0  # thinking included
+    thinking_tokens: int = 0  # of typical_output_tokens: adaptive thinking (billed as output)
+    effort: str | None = None  # the effort the requests send (None: the model's default)
+    measured_answers: int = 0  # earlier answers the output size was measured on (0: schema heuristic)
     max_output_tokens: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
     sent_as: dict[str, int] = field(default_factory=dict)  # documents by how they go: text, pdf, image
-    long_input_tokens: int = 0  # of input_tokens: PDFs in page ranges (realtime in batch mode too)
-    long_output_tokens: int = 0
-    long_max_output_tokens: int = 0
     integration: IntegrationEstimate | None = None
+    # USD summed per request (a prompt-length band prices each request on its own):
+    # (realtime, realtime worst, batch, batch worst, thinking's share of realtime)
+    _usd: list[float] = field(default_factory=lambda: [0.0] * 5)
+
+    def add(self, price: Price | None, *, fresh: int, written: int, cached: int, out: int, think: int,
+            max_tokens: int, one_hour: bool = False) -> None:  # fmt: skip
+        """One request: `fresh` input, `written` / `cached` prefix tokens, `out` output (with `think`)."""
+        if price is None:
+            return
+        prompt = fresh + written + cached
+        r = price.rates_for(prompt)
+        write = r.cache_write_1h if one_hour else r.cache_write_5m
+        realtime = (fresh * r.input + written * write + cached * r.cache_read + out * r.output) / 1e6
+        batch = (prompt * r.input + out * r.output) / 1e6 * price.batch  # no cache hits assumed in batch
+        self._usd[0] += realtime
+        self._usd[1] += worst_usd(self.model, prompt, max_tokens, one_hour=one_hour) or 0.0
+        self._usd[2] += batch
+        self._usd[3] += worst_usd(self.model, prompt, max_tokens, batch=True, one_hour=one_hour) or 0.0
+        self._usd[4] += think * r.output / 1e6
+
+    def add_realtime(self, price: Price | None, *, inp: int, out: int, max_tokens: int, calls: int) -> None:
+        """Requests that go realtime in either mode (a PDF in page ranges: the long path)."""
+        if price is None:
+            return
+        r = price.rates_for(inp // max(1, calls))
+        usd = (inp * r.input + out * r.output) / 1e6
+        worst = calls * (worst_usd(self.model, inp // max(1, calls), max_tokens) or 0.0)
+        for i, v in enumerate((usd, worst, usd, worst)):
+            self._usd[i] += v
 
     def usd(self, *, batch: bool, worst: bool = False) -> float:
-        p = price_of(self.model) or {"input": 0.0, "output": 0.0}
-        out = self.max_output_tokens if worst else self.typical_output_tokens
-        if batch:
-            long_out = self.long_max_output_tokens if worst else self.long_output_tokens
-            realtime = self.long_input_tokens * p["input"] + long_out * p["output"]
-            batched = (self.input_tokens - self.long_input_tokens) * p["input"] + (out - long_out) * p[
-                "output"
-            ]
-            return (batched * BATCH_DISCOUNT + realtime) / 1e6
-        fresh = self.input_tokens - self.cached_tokens
-        return (fresh * p["input"] + self.cached_tokens * p["input"] * CACHE_READ + out * p["output"]) / 1e6
+        return self._usd[(2 if batch else 0) + (1 if worst else 0)]
 
     def lines(self) -> list[str]:
         rows = [
@@ -145,8 +190,22 @@ class Estimate:
             f"  realtime: ~${self.usd(batch=False):.4f} (worst case ${self.usd(batch=False, worst=True):.4f})",
             f"  batch:    ~${self.usd(batch=True):.4f} (worst case ${self.usd(batch=True, worst=True):.4f})",
         ]
-        if price_of(self.model) is None:
-            rows.append(f"  no price for {self.model}: USD shown as 0 (add it with DOCMILL_PRICES)")
+        if self.measured_answers:
+            rows.append(
+                f"  output measured: the mean size of {self.measured_answers} earlier answers of this recipe "
+                "in the store (not the schema heuristic)"
+            )
+        if self.thinking_tokens:
+            rows.append(
+                f"  thinking: {self.model} thinks adaptively (effort {self.effort or 'default'}): "
+                f"~{self.thinking_tokens:,} of the output tokens, ~${self._usd[4]:.4f} of the realtime cost"
+            )
+        if price_on(self.model) is None:
+            rows.append(
+                f"  no price for {self.model}: USD shown as 0; a run under --max-cost-usd refuses it "
+                "(declare one with DOCMILL_PRICES or DOCMILL_PRICES_FILE)"
+            )
+        rows += [f"  {line}" for line in override_lines()]
         if self.prefix_tokens and self.prefix_tokens < self.cache_min_tokens:
             rows.append(
                 f"  prompt cache: the static prefix (~{self.prefix_tokens:,} tokens) is below {self.model}'s "
@@ -165,67 +224,46 @@ class Estimate:
         return rows
 
 
-ANSWER_ITEMS = 2  # items assumed per list in a typical answer
-EVIDENCE_CHARS = 32  # an evidence excerpt: about one labelled line of a document
-VALUE_CHARS = 10  # a value copied from a document (a number, a date, a name)
-BLOCK_TOKENS = 3  # per content block, message and request: what the API adds around the content
+MEASURED_SAMPLE = 200  # earlier answers read at most
+MEASURED_MIN = 20  # fewer than this: the schema heuristic
 
 
-def _answer_chars(node: Any, defs: dict[str, Any], name: str, depth: int = 0) -> float:
-    """Characters of a typical answer to `node` (the wire schema): every field with a short value,
-    evidence fields with about a line, lists with ANSWER_ITEMS items."""
-    if depth > 12 or not isinstance(node, dict):
-        return VALUE_CHARS
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        return _answer_chars(defs.get(ref.rsplit("/", 1)[-1]) or {}, defs, name, depth + 1)
-    alternatives = [a for a in node.get("anyOf") or [] if isinstance(a, dict) and a.get("type") != "null"]
-    if alternatives:
-        return _answer_chars(alternatives[0], defs, name, depth + 1)
-    kind = node.get("type")
-    if kind == "object" or "properties" in node:
-        props = node.get("properties") or {}
-        return 2 + sum(len(k) + 4 + _answer_chars(v, defs, k, depth + 1) for k, v in props.items())
-    if kind == "array":
-        return 2 + ANSWER_ITEMS * (2 + _answer_chars(node.get("items") or {}, defs, name, depth + 1))
-    if kind == "string":
-        enum = node.get("enum")
-        if enum:
-            return 2 + max(len(str(e)) for e in enum)
-        return 2 + (
-            EVIDENCE_CHARS if "evidence" in name or "quote" in name or "excerpt" in name else VALUE_CHARS
-        )
-    return 6  # number, integer, boolean
-
-
-def typical_output_tokens(recipe: Recipe, max_tokens: int) -> int:
-    """Output tokens of a typical per-file answer, modelled on the recipe's schema (_answer_chars)."""
+def typical_output_tokens(recipe: Recipe, max_tokens: int, measured: int | None = None) -> int:
+    """One answer's text tokens: `measured` (the mean of earlier answers) when given, else a typical
+    answer modelled on the recipe's schema (tasks.sizing.answer_chars); at most max_tokens."""
     schema = recipe_parts(recipe)[2]
-    chars = _answer_chars(schema, schema.get("$defs") or {}, "")
-    return min(max_tokens, max(64, int(chars / 4)))
+    guess = measured if measured is not None else int(answer_chars(schema, schema.get("$defs") or {}, "") / 4)
+    return min(max_tokens, max(64, guess))
 
 
-def content_tokens(request: dict[str, Any]) -> int:
-    """Input tokens of a request as the API counts them: the content (system text, message blocks,
-    the output schema) at 4 characters a token, PDFs and images by pages and pixels, plus a few
-    tokens per block; not the JSON envelope (keys, quotes, escapes) that
-    tasks.api.usage.estimate_input_tokens includes to stay on the safe side for pacing."""
-    from tasks.readers.measure import media_block_tokens
+def measured_answer_tokens(recipe: Recipe, settings: Settings) -> tuple[int, int] | None:
+    """(mean tokens, answers read) of this recipe's earlier succeeded per-file answers in the store's
+    results ledger (chars / 4 of each answer's JSON, thinking not included: it depends on the effort, not
+    the documents), at most MEASURED_SAMPLE of them; None below MEASURED_MIN or without a store."""
+    from pathlib import Path
 
-    def text(t: Any) -> int:
-        return math.ceil(len(str(t)) / 4) + BLOCK_TOKENS
+    from checkpoints.store import open_store
 
-    total = BLOCK_TOKENS + text(json.dumps((request.get("output_config") or {}).get("format") or {}))
-    system = request.get("system") or []
-    total += sum(text(b.get("text", "")) for b in system) if isinstance(system, list) else text(system)
-    for message in request.get("messages") or []:
-        content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-        for block in blocks:
-            media = media_block_tokens(block)
-            total += media + BLOCK_TOKENS if media is not None else text(block.get("text", json.dumps(block)))
-        total += BLOCK_TOKENS
-    return total
+    if "://" not in settings.store and not Path(settings.store).exists():
+        return None  # never create a store to estimate
+    try:
+        store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
+        sizes: list[int] = []
+        for key in store.list("results/file/"):
+            if len(sizes) >= MEASURED_SAMPLE:
+                break
+            record = store.get_json(key)
+            output = record.get("output") if record.get("state") == "succeeded" else None
+            if not isinstance(output, dict):
+                continue
+            try:
+                recipe.file_schema.model_validate(output)  # answers of this recipe only
+            except ValueError:
+                continue
+            sizes.append(-(-len(json.dumps(output, ensure_ascii=False)) // 4))
+    except Exception:  # an estimate never fails on the store: the heuristic stands in
+        return None
+    return (sum(sizes) // len(sizes), len(sizes)) if len(sizes) >= MEASURED_MIN else None
 
 
 def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, Any] | None:
@@ -240,16 +278,19 @@ def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, A
 
 
 def _add_long(est: Estimate, doc: Document, recipe: Recipe, settings: Settings, typical: int) -> None:
-    """A PDF in page ranges: its pages' tokens plus one prompt and one answer per part."""
+    """A PDF in page ranges: its pages' tokens plus one prompt and one answer per part, realtime."""
     parts = len(page_parts(doc, settings))
-    prompt = estimate_input_tokens(file_request(recipe, doc, "", model=settings.api.model, max_tokens=1))
-    tokens = media_tokens(doc) + parts * prompt
-    est.input_tokens += tokens
-    est.long_input_tokens += tokens
+    prompt = content_tokens(file_request(recipe, doc, "", model=settings.api.model, max_tokens=1))
+    inp = media_tokens(doc) + parts * prompt
+    max_tokens = int(settings.api.max_tokens)
+    est.add_realtime(
+        price_on(settings.api.model), inp=inp, out=parts * typical, max_tokens=max_tokens, calls=parts
+    )
+    est.documents += 1
+    est.input_tokens += inp
     est.typical_output_tokens += parts * typical
-    est.long_output_tokens += parts * typical
-    est.max_output_tokens += parts * int(settings.api.max_tokens)
-    est.long_max_output_tokens += parts * int(settings.api.max_tokens)
+    est.max_output_tokens += parts * max_tokens
+    est.sent_as["pdf"] = est.sent_as.get("pdf", 0) + 1
 
 
 def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Estimate:
@@ -258,12 +299,13 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         cache_min_tokens=min_cacheable_tokens(settings.api.model, settings.api.cache_min_tokens),
     )
     max_tokens = int(settings.api.max_tokens)
-    typical = typical_output_tokens(recipe, max_tokens)
+    measured = measured_answer_tokens(recipe, settings)
+    est.measured_answers = measured[1] if measured else 0
+    typical = typical_output_tokens(recipe, max_tokens, measured[0] if measured else None)
+    price = price_on(settings.api.model)
     for doc in docs:
         if doc.status == "ok" and not doc.duplicate_of and needs_parts(doc, recipe, settings):
             _add_long(est, doc, recipe, settings, typical)
-            est.documents += 1
-            est.sent_as["pdf"] = est.sent_as.get("pdf", 0) + 1
             continue
         request = request_of(recipe, doc, settings)
         if request is None:
@@ -273,15 +315,24 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         est.sent_as[mode] = est.sent_as.get(mode, 0) + 1
         prefix = max(1, len(json.dumps(request["system"], ensure_ascii=False)) // 4)
         est.prefix_tokens = max(est.prefix_tokens, prefix)
-        if est.documents and prefix >= est.cache_min_tokens:  # below the minimum nothing is cached
-            est.cached_tokens += prefix
+        cacheable = prefix >= est.cache_min_tokens  # below the minimum nothing is cached
+        cached = prefix if est.documents and cacheable else 0
+        written = prefix if not est.documents and cacheable else 0
+        est.cached_tokens += cached
+        est.effort = (request.get("output_config") or {}).get("effort")
+        think = thinking_tokens(settings.api.model, request.get("thinking"), est.effort)
+        out = min(max_tokens, typical + think)
+        inp = content_tokens(request)
+        est.add(price, fresh=inp - cached - written, written=written, cached=cached, out=out, think=think,
+                max_tokens=max_tokens)  # fmt: skip
         est.documents += 1
-        est.input_tokens += content_tokens(request)
-        est.typical_output_tokens += typical
+        est.input_tokens += inp
+        est.typical_output_tokens += out
+        est.thinking_tokens += think
         est.max_output_tokens += max_tokens
         est.by_type[str(doc.doc_type)] = est.by_type.get(str(doc.doc_type), 0) + 1
     system = max(1, len(recipe.integration_prompt) // 4)
-    est.integration = integration_estimate(recipe, settings, system)
+    est.integration = integration_estimate(recipe, settings, system, typical)
     return est
 
 
@@ -294,15 +345,14 @@ def estimate_source(source: str, recipe_name: str, settings: Settings) -> Estima
 
 
 def worst_case_usd(request: dict[str, Any], *, batch: bool) -> float:
-    """What one request can cost at most: input as 5-minute cache writes, max_tokens of output
-    (the same bound tasks.api.client.ModelClient reserves before a realtime request)."""
-    p = price_of(str(request["model"]))
-    if p is None:
-        return 0.0
-    usd = (
-        estimate_input_tokens(request) * p["input"] * CACHE_WRITE_5M + request["max_tokens"] * p["output"]
-    ) / 1e6
-    return usd * (BATCH_DISCOUNT if batch else 1.0)
+    """What one request can cost at most: input as cache writes, max_tokens of output (the same bound
+    tasks.api.client.ModelClient reserves before a realtime request); 0 without a price."""
+    one_hour = '"ttl": "1h"' in json.dumps(request.get("system"))
+    usd = worst_usd(
+        str(request["model"]), estimate_input_tokens(request), int(request["max_tokens"]), batch=batch,
+        one_hour=one_hour,
+    )  # fmt: skip
+    return usd or 0.0
 
 
 def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings) -> InFlightBound:
@@ -311,8 +361,7 @@ def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings
     them), and the ones in flight at once (at most the concurrency: the largest worst cases). Each
     request is sized from its document's bytes without reading it (bytes / 2 tokens: /4 as
     everywhere, x2 for JSON escapes) plus the prompt, at the dearer of the model and its fallback."""
-    table = price_table()
-    models = [m for m in (settings.api.model, settings.api.fallback_model) if m and m in table]
+    models = [m for m in (settings.api.model, settings.api.fallback_model) if m and price_on(m) is not None]
     worst: list[float] = []
     for doc in docs:
         if doc.status != "ok" or doc.duplicate_of:
@@ -321,9 +370,8 @@ def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings
         for model in models:
             request = file_request(recipe, doc, "", model=model, max_tokens=settings.api.max_tokens)
             media = send_as(doc, recipe) is not SendAs.TEXT  # pages and pixels, not bytes
-            tokens = media_tokens(doc) if media else doc.size / 2
-            text_usd = tokens * table[model]["input"] * CACHE_WRITE_5M / 1e6
-            each.append(worst_case_usd(request, batch=False) + text_usd)
+            sized = estimate_input_tokens(request) + (media_tokens(doc) if media else doc.size // 2)
+            each.append(worst_usd(model, sized, int(settings.api.max_tokens)) or 0.0)
         worst.append(max(each, default=0.0))
     k = min(len(worst), int(settings.api.concurrency))
     return InFlightBound(

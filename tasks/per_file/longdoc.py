@@ -33,6 +33,7 @@ from tasks.conversation.task import ConversationTask
 from tasks.per_file.gate import PAGE_MARK, evidence_report, strip_page_marks
 from tasks.per_file.media import Payload, SendAs, part_payload
 from tasks.per_file.requests import INSTRUCTION, SYSTEM_RULES, document_blocks, neutralize, wrap_document
+from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -270,7 +271,10 @@ def extract_long(
         pass_name=PASS,
         doc_id=doc_id,
     )
-    fmt = {"format": {"type": "json_schema", "schema": transform_schema(recipe.file_schema)}}
+    fmt = {
+        "format": {"type": "json_schema", "schema": transform_schema(recipe.file_schema)},
+        **effort_config(settings.api.model, recipe.thinking),  # thinking must not eat max_tokens
+    }
     task.state.setdefault("outputs", {})
     for chunk in chunks[task.exchanges :]:
         task.forget_history()  # the chunk alone, with the pinned facts: no earlier chunk is re-sent

@@ -25,6 +25,7 @@ from anthropic import transform_schema
 
 from checkpoints.keys import content_hash, idempotency_key
 from tasks.per_file.media import MEDIA_NOTE, PAGE_RULE, Payload, SendAs, media_block, media_label, send_as
+from tasks.recipes.thinking import thinking_params
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -117,12 +118,18 @@ def file_request(
     payload of tasks.per_file.media.load_payload)."""
     # The wrapper below is the only document tag in a request: tags the prompt mentions are made inert.
     system_text = f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}"
+    policy = thinking_params(model, recipe.thinking)  # the recipe's thinking / effort for this model
+    output_config: dict[str, Any] = {"format": {"type": "json_schema", "schema": recipe_parts(recipe)[2]}}
+    if "effort" in policy:
+        output_config["effort"] = policy["effort"]
+    thinking = {"thinking": policy["thinking"]} if "thinking" in policy else {}
     return {
         "model": model,
         "max_tokens": max_tokens,
         "system": [{"type": "text", "text": system_text, "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": document_blocks(doc.doc_id, str(doc.doc_type), text)}],
-        "output_config": {"format": {"type": "json_schema", "schema": recipe_parts(recipe)[2]}},
+        "output_config": output_config,
+        **thinking,
     }
 
 
@@ -139,6 +146,9 @@ def file_key(recipe: Recipe, doc: Document, model: str, params: dict[str, Any]) 
     mode = send_as(doc, recipe)
     if mode is not SendAs.TEXT:  # the bytes sent (doc.sha256) and how: a new layout, a new key
         all_params.update({"send_as": mode.value, "media_template": MEDIA_TEMPLATE_HASH})
+    policy = thinking_params(model, recipe.thinking)
+    if policy:  # the thinking / effort sent changes the answer: hashed (absent where nothing is sent)
+        all_params["thinking_policy"] = policy
     prompt_hash, schema_hash, _ = recipe_parts(recipe)
     return idempotency_key(
         FILE_PASS, str(recipe.version), prompt_hash, schema_hash, model, doc.sha256, all_params

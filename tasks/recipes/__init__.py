@@ -12,6 +12,9 @@ under a field of that name (at any depth of the file schema) occurs verbatim in 
 declared name the schema does not have is a `ConfigError` when the recipe is built. A recipe that
 declares none gets the conventional names its schema has (`evidence`, `quote`, `excerpt`,
 `*_evidence`, `*_quote`), listed in `recipe.evidence_fields` so nothing is checked silently.
+
+`thinking` is the recipe's thinking / effort policy for the per-file call (`ThinkingPolicy`: effort
+low by default; `tasks.recipes.thinking` turns it into parameters per model).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
@@ -31,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from docmill.errors import ConfigError
+from tasks.recipes.thinking import ThinkingPolicy
 
 EVIDENCE_KEYS = frozenset({"evidence", "quote", "excerpt"})
 EVIDENCE_SUFFIXES = ("_evidence", "_quote")
@@ -142,6 +147,8 @@ class Recipe:
     key_fields: tuple[str, ...] = ()
     evidence_fields: tuple[str, ...] | None = None  # None: the conventional names (see the module doc)
     pdf_mode: str = "auto"  # how PDFs are sent: auto (settings.formats.pdf_send_as), text, or pdf
+    # per-file thinking / effort (tasks.recipes.thinking)
+    thinking: ThinkingPolicy = dc_field(default_factory=ThinkingPolicy)
 
     def __post_init__(self) -> None:
         for attr in ("file_schema", "integration_schema"):

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.recipes import Recipe, read_prompt
+from tasks.recipes.thinking import ThinkingPolicy
 
 VERSION = "1"
 # Every document format docmill reads (tasks.readers); macro-enabled Office files are listed so they
@@ -161,4 +162,7 @@ RECIPE = Recipe(
     doc_types=DOC_TYPES,
     evidence_fields=("evidence",),
     key_fields=("invoice_number", "vendor_name"),
+    # copying fields out of an invoice needs little deliberation: low effort, the model decides whether
+    # to think at all (an ambiguous total may need a little); "off" would drop thinking where allowed
+    thinking=ThinkingPolicy(effort="low", thinking="adaptive"),
 )

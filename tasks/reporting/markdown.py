@@ -225,7 +225,8 @@ def _costs(costs: dict[str, Any]) -> list[str]:
         lines += [
             f"**Unpriced:** {costs['unpriced']} answer(s) of "
             f"{', '.join(f'`{m}`' for m in costs.get('unpriced_models') or [])} have no price: their "
-            "tokens are counted below, their cost is not in the total (add it with DOCMILL_PRICES).",
+            f"{costs.get('unpriced_tokens', 0):,} tokens are counted below, their cost is not in the total "
+            "(declare a price with DOCMILL_PRICES or DOCMILL_PRICES_FILE).",
             "",
         ]
     for group in ("by_pass", "by_model"):
@@ -234,6 +235,11 @@ def _costs(costs: dict[str, Any]) -> list[str]:
     tokens = costs.get("tokens") or {}
     if tokens:
         lines.append("- tokens: " + ", ".join(f"{k} {v:,}" for k, v in tokens.items() if v))
+    if tokens.get("thinking_tokens"):
+        lines.append(
+            f"- thinking: {tokens['thinking_tokens']:,} of the output tokens were adaptive thinking, "
+            f"${costs.get('thinking_usd', 0.0):.4f} of the cost (the recipe's effort sets how much)"
+        )
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
     if top:
         lines.append("- most expensive documents: " + ", ".join(f"`{d}` ${u:.4f}" for d, u in top))
