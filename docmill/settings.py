@@ -102,6 +102,11 @@ class GateSettings(BaseModel):
     truncation_max_tokens: int = Field(
         8192, ge=1, description="max_tokens for the one retry after truncation."
     )
+    unverified_evidence: Literal["accept", "review"] = Field(
+        "accept",
+        description="Evidence on a page without a text layer (scans, images) cannot be checked "
+        "verbatim: accept marks it unverified (never verified), review sends the document to review.",
+    )
 
 
 class BatchSettings(BaseModel):
@@ -190,6 +195,40 @@ class InventorySettings(BaseModel):
         False,
         description="Read symlinks that resolve outside the source and walk symlinked folders "
         "(otherwise: skipped as outside_source / symlinked_folder).",
+    )
+
+
+class FormatSettings(BaseModel):
+    """How documents of each format are read and sent (issue 24; docs/formats.md)."""
+
+    pdf_text_min_chars: int = Field(
+        40,
+        ge=0,
+        description="A PDF page whose text layer has fewer visible characters is textless "
+        "(scanned); a PDF with a textless page is sent to the API as a PDF (document block).",
+    )
+    pdf_send_as: Literal["auto", "text", "pdf"] = Field(
+        "auto",
+        description="auto: PDFs with a textless page go as PDF, others as their text; text or "
+        "pdf: always so (a recipe's own pdf_mode wins; a PDF without any text always goes as PDF).",
+    )
+    max_pdf_pages: int = Field(1000, ge=1, description="Longer PDFs are skipped (over_limit).")
+    max_attachments: int = Field(
+        100,
+        ge=0,
+        description="Attachments of one e-mail taken as documents; the rest are skipped (over_limit).",
+    )
+    max_nesting: int = Field(
+        5, ge=0, description="Messages attached inside messages followed this deep; deeper: over_limit."
+    )
+    max_unzipped_bytes: int = Field(
+        200 * 1024 * 1024, ge=1, description="An Office file unpacking to more is skipped (over_limit)."
+    )
+    max_zip_ratio: int = Field(
+        100, ge=1, description="An Office file compressed more than this (unpacked:packed) is a zip bomb."
+    )
+    allow_macros: bool = Field(
+        False, description="Read the text of macro-enabled Office files (macros never run); else skipped."
     )
 
 
@@ -315,6 +354,7 @@ class Settings(BaseSettings):
     cost: CostSettings = Field(default_factory=CostSettings)
     integration: IntegrationSettings = Field(default_factory=IntegrationSettings)
     inventory: InventorySettings = Field(default_factory=InventorySettings)
+    formats: FormatSettings = Field(default_factory=FormatSettings)
     store_io: StoreSettings = Field(default_factory=StoreSettings)
     review: ReviewSettings = Field(default_factory=ReviewSettings)
 

@@ -16,7 +16,15 @@ from typing import Any
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings, severity_counts
 from tasks.reporting.html_sections import REVIEW_REASONS
-from tasks.reporting.results import SKIP_REASONS, DocView, ReportExtras, display_counts, doc_view, key_columns
+from tasks.reporting.results import (
+    SKIP_REASONS,
+    DocView,
+    ReportExtras,
+    display_counts,
+    doc_view,
+    key_columns,
+    where_text,
+)
 from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
 
 
@@ -110,7 +118,7 @@ def _fields(views: list[DocView]) -> list[str]:
             if f["value"] is not None:
                 stated[f["name"]] += 1
                 if f["evidence"] and f["name"] not in example:
-                    where = f" (chars {f['start']}–{f['end']})" if f["start"] is not None else ""
+                    where = f" ({where_text(f)})" if where_text(f) else ""
                     example[f["name"]] = (
                         f"`{v['doc_id']}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
                     )
@@ -140,10 +148,16 @@ def _documents(views: list[DocView], columns: list[str]) -> list[str]:
             shown = _cell(f["value"]) + (f" (was {_cell(f['original'])})" if f["corrected"] else "")
             if f["evidence"]:
                 where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
+                where = (
+                    f" @{where_text(f)}"
+                    if f.get("page") is not None or not f.get("verified", True)
+                    else where
+                )
                 shown += f" «{_cell(f['evidence'])[:120]}»{where}"
             cells.append(shown)
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
         state = v["state"] + review + (f": {_cell(v['why'])}" if v["why"] else "")
+        state += f" ({_cell(v['note'])})" if v.get("note") else ""
         link = f" ([result]({_cell('../../' + v['result_key'])}))" if v["result_key"] else ""
         link += f" ([responses]({_cell('../../' + v['responses_key'])}))" if v["responses_key"] else ""
         lines.append(f"| `{_cell(v['doc_id'])}`{link} | {state} | " + " | ".join(cells) + " |")
