@@ -217,8 +217,8 @@ def _costs(costs: dict[str, Any]) -> list[str]:
         ]
     if costs.get("possibly_billed"):
         lines += [
-            f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out after they were sent; "
-            f"counted at their worst case (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
+            f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out or broke after they were "
+            f"sent; counted at their upper bound (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
             "",
         ]
     if costs.get("unpriced"):
