@@ -50,6 +50,7 @@ from tasks.api.ladder import Ladder, call_error
 from tasks.api.pacing import Budget, RateLimiter, Told
 from tasks.api.retrying import (
     describe,
+    is_invalid_request,
     is_retryable,
     is_spend_limit,
     spend_limit_error,
@@ -380,6 +381,8 @@ class ModelClient:
             if status in API_CAUSES:
                 self.breaker.api(API_CAUSES[status], describe(e))
                 self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
+            elif is_invalid_request(e):  # the same 400 for every document: systemic (issue 22)
+                self.breaker.invalid_request(describe(e), doc_id)
             raise call_error(e, ladder, key, doc_id, pass_name, kind) from e
         except anthropic.APIResponseValidationError as e:
             self.breaker.api("not_a_message", str(e))

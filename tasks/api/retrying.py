@@ -90,6 +90,16 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, anthropic.APIConnectionError)
 
 
+def is_invalid_request(exc: BaseException) -> bool:
+    """A 400 `invalid_request_error`: final for its document; the same one for every document is a
+    systemic failure (tasks.api.breaker)."""
+    return (
+        isinstance(exc, anthropic.APIStatusError)
+        and exc.status_code == 400
+        and getattr(exc, "type", None) == "invalid_request_error"
+    )
+
+
 def is_spend_limit(exc: BaseException) -> bool:
     """A refusal because a spend limit is reached (429/402 with a spend-limit `error_code`)."""
     return isinstance(exc, anthropic.APIStatusError) and exc.error_code in SPEND_LIMIT_CODES
