@@ -167,7 +167,8 @@ class CostLedger:
         """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries", "unpriced", "unpriced_models",
         "possibly_billed", "possibly_billed_usd"} over every recorded entry (`unpriced`: entries with no
         price, their tokens still counted; `possibly_billed`: timeouts and broken streams after sending,
-        at their upper bound, included in usd)."""
+        at their upper bound, included in usd; `cache_saved_usd`: what the prompt cache saved, net of its
+        write premium, against the same answers uncached)."""
         usd = 0.0
         by_pass: dict[str, float] = {}
         by_model: dict[str, float] = {}
@@ -177,9 +178,10 @@ class CostLedger:
         unpriced: set[str] = set()
         unpriced_count = possibly = unpriced_tokens = 0
         thinking_usd = 0.0
-        possibly_usd = 0.0
+        possibly_usd = saved = 0.0
         for e in self.entries():
             count += 1
+            saved += cache_saving(e)
             if e.possibly_billed:
                 possibly += 1
                 possibly_usd += e.usd
@@ -213,4 +215,20 @@ class CostLedger:
             "thinking_usd": thinking_usd,
             "possibly_billed": possibly,
             "possibly_billed_usd": possibly_usd,
+            "cache_saved_usd": saved,
         }
+
+
+def cache_saving(e: CostEntry) -> float:
+    """What the prompt cache saved on one answer: its price with every input token uncached, less what
+    it cost (negative when a write was never read). 0 for entries without cache tokens, unpriced or
+    possibly billed ones."""
+    if e.unpriced or e.possibly_billed or not (e.cache_read_input_tokens or e.cache_creation_input_tokens):
+        return 0.0
+    prompt = e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
+    plain = {
+        "input_tokens": prompt + e.compaction_input_tokens,
+        "output_tokens": e.output_tokens + e.compaction_output_tokens,
+    }
+    uncached = priced_usd(e.model, plain, batch=e.batch)
+    return 0.0 if uncached is None else uncached - e.usd

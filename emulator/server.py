@@ -156,6 +156,8 @@ def api_route(
                     ErrorType.AUTHENTICATION, "x-api-key header or Authorization: Bearer is required"
                 )
             call = Call(request, state, request_id, key or "anonymous")
+            if not call.version:  # the API requires it on every /v1 call (the SDK always sends it)
+                raise invalid("anthropic-version: header is required")
             if json_body:
                 chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
                 if chunked and state.config.reject_chunked_bodies:
@@ -227,8 +229,10 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
     state.validate(body, betas=call.betas, legacy=call.legacy)
     limiter = state.limiter
     if limiter.active:
-        input_estimate = tokens.count_tokens(body)
-        wait, which = limiter.check(input_estimate)
+        counted = tokens.count_tokens(body)
+        if not state.config.input_limit_counts_cache_reads:  # the API does not count cache reads
+            counted -= messages.cache_read_tokens(state, body, call.api_key)
+        wait, which = limiter.check(counted, int(body["max_tokens"]))
         call.extra_headers.update(limiter.headers())
         if which is not None:
             raise rate_limit_error(wait, f"Rate limit exceeded: {which} per minute", call.extra_headers)
@@ -242,7 +246,7 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
         validate=False,
     )
     if limiter.active:
-        limiter.debit_output(ans.output_tokens)
+        limiter.settle_output(int(body["max_tokens"]), ans.output_tokens)
         call.extra_headers.update(limiter.headers())
     generation = _generation_seconds(state, ans.output_tokens)
     stall = state.clock.real_seconds(call.stall.seconds) if call.stall is not None else 0.0

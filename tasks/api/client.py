@@ -106,7 +106,7 @@ class ModelClient:
         self.limiter = RateLimiter(
             api.requests_per_minute, api.input_tokens_per_minute, api.output_tokens_per_minute,
             concurrency=api.concurrency, ramp_seconds=api.ramp_seconds, ramp_start=api.ramp_start,
-            clock=clock, sleep=sleep,
+            clock=clock, sleep=sleep, counts_cache_reads=api.input_limit_counts_cache_reads,
         )  # fmt: skip
         self._sleep, self._rng = sleep, rng
         self.budget = budget or Budget(settings.cost.max_cost_usd)

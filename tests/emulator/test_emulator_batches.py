@@ -162,7 +162,7 @@ def test_results_are_shuffled_jsonl_streamed(emulator: EmulatorServer) -> None:
     order = [r.custom_id for r in client.messages.batches.results(batch.id)]
     assert sorted(order) == [f"s{i:03d}" for i in range(300)] and order != sorted(order)
     assert order == [r.custom_id for r in client.messages.batches.results(batch.id)]  # stable
-    raw = httpx2.get(batch.results_url or "", headers={"x-api-key": "k"})
+    raw = httpx2.get(batch.results_url or "", headers={"x-api-key": "k", "anthropic-version": "2026-10-21"})
     assert raw.status_code == 200 and raw.text.endswith("\n") and len(raw.text.splitlines()) == 300
 
 

@@ -74,6 +74,6 @@ def test_every_request_docmill_sends_matches_the_sdk_types(tmp_path: Path, emula
     kinds = {(r.path, bool(r.betas), bool(isinstance(r.body, dict) and r.body.get("stream"))) for r in sent}
     assert ("/v1/messages", False, True) in kinds  # streamed (the 8,192-token retry after truncation)
     assert ("/v1/messages", False, False) in kinds
-    assert ("/v1/messages", True, False) in kinds  # beta: compaction
+    assert ("/v1/messages", True, True) in kinds  # beta: compaction, streamed like every long-task call
     assert ("/v1/messages/count_tokens", False, False) in kinds
     assert ("/v1/messages/batches", False, False) in kinds
