@@ -72,7 +72,9 @@ class EmulatorConfig:
     system_message_models: list[str] = field(default_factory=list)  # take `role: system` mid-conversation
     allow_max_tokens_zero: bool = False  # max_tokens 0 (cache pre-warming, SDK docstring): refused by default
     batch_seconds_per_request: float = 0.0
-    batch_base_seconds: float = 0.0
+    batch_base_seconds: float = 60.0  # virtual seconds before a batch's first item ends: a batch is
+    # `in_progress` when created and for a while after (docmill polls it); tests that want batches quick
+    # speed the clock up (`clock_speed`) or advance it, never set this to 0
     batch_cancel_seconds: float = 0.0
     batch_expiry_seconds: float = 24 * 3600.0
     batch_archive_seconds: float = 29 * 24 * 3600.0

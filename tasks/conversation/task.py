@@ -206,8 +206,12 @@ class ConversationTask:
     def params(
         self, messages: list[dict[str, Any]], *, with_pinned: bool = True, **extra: Any
     ) -> dict[str, Any]:
-        """The full request for `messages`: static system, pinned block last, tools, extras."""
+        """The full request for `messages`: static system (its last block marked for the prompt cache:
+        the stable prefix every turn and every compaction repeats), pinned block last (it changes, so it
+        comes after the breakpoint), tools, extras."""
         system = [dict(b) for b in self.system]
+        if system and not any("cache_control" in b for b in system):
+            system[-1]["cache_control"] = {"type": "ephemeral"}
         if with_pinned and len(self.pinned):
             system.append({"type": "text", "text": self.pinned.render()})
         out: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "system": system}

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from docmill.settings import get_settings
+from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus
 
 
@@ -158,6 +159,8 @@ def test_flow_run_shows_per_file_progress_in_documents(
     from flows.extract import extract
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=4)
+    if mode == "batch":
+        fast_batches(emulator)
     state = extract(str(corpus), "invoices", mode=mode, chunk_size=5, return_state=True)
     summary = state.result()
     assert summary["phase"] == "done"
