@@ -20,6 +20,8 @@ def env_for(monkeypatch: pytest.MonkeyPatch, emulator: Any, tmp_path: Path) -> s
     store = str(tmp_path / "store")
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
     monkeypatch.setenv("DOCMILL_STORE", store)
+    monkeypatch.setenv("DOCMILL_BATCH__POLL_SECONDS", "0.05")  # a batch is in_progress when created
+    monkeypatch.setenv("DOCMILL_BATCH__POLL_MAX_SECONDS", "0.2")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     get_settings.cache_clear()
     yield store
