@@ -20,7 +20,8 @@ The policy here is shared by every path that calls the Messages API (`client.Mod
   (invariant 13): nothing (refused before the model: 4xx/5xx statuses, nothing sent), the stream's
   final usage (exact: it broke after `message_delta`), or an upper bound flagged possibly billed
   (the input `message_start` reported plus max_tokens of output; else the request's worst case).
-- `PossiblyBilled`: the record of such an attempt, handed to the run's cost ledger.
+- `PossiblyBilled` (`paid_record`): the record of such an attempt, handed to the run's cost ledger.
+- `answer_async`: `answer` on `AsyncAnthropic`, for a per-file pass on one event loop.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from typing import Any
 
 import anthropic
 import httpx2
+
+from tasks.api.usage import prompt_tokens
 
 # A failure of the connection after the request went out: the API may have answered and billed it.
 SENT_THEN_BROKEN = (httpx2.ReadError, httpx2.RemoteProtocolError, httpx2.ReadTimeout)
@@ -176,6 +179,18 @@ def _broken_reason(exc: BaseException) -> str:
     return "timeout" if isinstance(exc, StreamBroken) and exc.timed_out else "dropped"
 
 
+def paid_record(label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int, paid: Paid,
+                at: float) -> PossiblyBilled:  # fmt: skip
+    """The record of a paid attempt without a whole answer, for the run's cost ledger (input tokens as
+    the stream reported them, else the caller's estimate)."""
+    input_tokens = prompt_tokens(paid.usage) if paid.usage else estimate
+    return PossiblyBilled(
+        pass_name=label.pass_name, doc_id=label.doc_id, key=label.key, attempt=attempt, model=model,
+        input_tokens=input_tokens, max_tokens=max_tokens, usd=paid.usd, at=at, usage=paid.usage,
+        possibly=paid.possibly, reason=paid.reason,
+    )  # fmt: skip
+
+
 def message_dict(raw: Any) -> dict[str, Any]:
     """The answer as the JSON the API sent: what the response log keeps (and ~0.3 ms cheaper per
     call than building the SDK's Message model and dumping it back). A 200 that is not a Message
@@ -184,13 +199,18 @@ def message_dict(raw: Any) -> dict[str, Any]:
         data = raw.json()
     except ValueError:
         data = None
+    return as_message(data, raw.http_response)
+
+
+def as_message(data: Any, http_response: httpx2.Response) -> dict[str, Any]:
+    """`data` (a response body parsed as JSON, or None) when it is a Message, else the error above."""
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-        kind = raw.http_response.headers.get("content-type") or "no content type"
+        kind = http_response.headers.get("content-type") or "no content type"
         raise anthropic.APIResponseValidationError(
-            response=raw.http_response,
+            response=http_response,
             body=None,
-            message=f"the endpoint answered {raw.http_response.status_code} with something that is not a "
-            f"Message ({kind}, {len(raw.http_response.content)} bytes)",
+            message=f"the endpoint answered {http_response.status_code} with something that is not a "
+            f"Message ({kind}, {len(http_response.content)} bytes)",
         )
     return data
 
@@ -234,3 +254,37 @@ def answer(
             return data, events.request_id, events.response.headers
     raw = sdk.messages.with_raw_response.create(**body)
     return message_dict(raw), raw.request_id, raw.headers
+
+
+async def _read_async(events: Any, progress: StreamProgress) -> Any:
+    """`_read` for an `AsyncMessageStream`: the same events noted, the same `StreamBroken`."""
+    progress.on_response(events.request_id, events.response.headers)
+    try:
+        async for event in events:
+            progress.on_event(event)
+        return await events.get_final_message()
+    except httpx2.TransportError as e:
+        raise StreamBroken(e, events.response.request, progress) from e
+
+
+async def answer_async(
+    sdk: anthropic.AsyncAnthropic,
+    body: dict[str, Any],
+    *,
+    stream: bool,
+    progress: StreamProgress | None = None,
+) -> tuple[dict[str, Any], str | None, Any]:
+    """`answer` on the SDK's `AsyncAnthropic` (one event loop for many requests in flight): the same
+    result, the same `StreamProgress` and `StreamBroken`, so `paid_attempt` decides the same way."""
+    progress = progress if progress is not None else StreamProgress()
+    if stream:
+        async with sdk.messages.stream(**body) as events:
+            final = await _read_async(events, progress)
+            data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
+            return data, events.request_id, events.response.headers
+    raw = await sdk.messages.with_raw_response.create(**body)
+    try:
+        parsed = await raw.json()
+    except ValueError:
+        parsed = None
+    return as_message(parsed, raw.http_response), raw.request_id, raw.headers

@@ -42,6 +42,7 @@ from tasks.api.answers import (
     StreamProgress,
     answer,
     paid_attempt,
+    paid_record,
     stream_message,
     timed_out_after_sending,
 )
@@ -56,7 +57,7 @@ from tasks.api.retrying import (
     spend_limit_error,
     wait_seconds,
 )
-from tasks.api.usage import add_usage, estimate_input_tokens, prompt_tokens, usage_of
+from tasks.api.usage import add_usage, estimate_input_tokens, usage_of
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -273,13 +274,7 @@ class ModelClient:
                      paid: Paid) -> None:  # fmt: skip
         """Keep (and hand to the run's cost ledger) an attempt that may have been billed without an
         answer: a timeout after sending, a connection or stream broken after the request went out."""
-        usage = paid.usage or {}
-        input_tokens = prompt_tokens(usage) if usage else estimate
-        entry = PossiblyBilled(
-            pass_name=label.pass_name, doc_id=label.doc_id, key=label.key, attempt=attempt, model=model,
-            input_tokens=input_tokens, max_tokens=max_tokens, usd=paid.usd, at=self.wall(),
-            usage=paid.usage, possibly=paid.possibly, reason=paid.reason,
-        )  # fmt: skip
+        entry = paid_record(label, attempt, model, estimate, max_tokens, paid, self.wall())
         self.possibly_billed.append(entry)
         what = "possibly billed (at most" if paid.possibly else "billed (exactly"
         log.warning(
