@@ -87,15 +87,20 @@ class StreamProgress:
         self.answered, self.request_id, self.headers = True, request_id, headers
 
     def on_event(self, event: Any) -> None:
-        """Read one stream event (sync or async stream alike)."""
+        """Read one stream event: the SDK's typed event (sync or async stream alike) or the event's
+        JSON as a dict (a reader of the raw SSE bytes)."""
         self.events += 1
-        kind = getattr(event, "type", None)
+        kind = _field(event, "type")
         if kind == "message_start":
-            self.start_usage = _dump(event.message.usage)
+            self.start_usage = _dump(_field(_field(event, "message"), "usage"))
         elif kind == "message_delta":
             merged = dict(self.final_usage or self.start_usage or {})
-            merged.update({k: v for k, v in _dump(event.usage).items() if v is not None})
+            merged.update({k: v for k, v in _dump(_field(event, "usage")).items() if v is not None})
             self.final_usage = merged
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
 def _dump(usage: Any) -> dict[str, Any]:

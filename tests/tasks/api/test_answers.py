@@ -71,3 +71,27 @@ def test_an_async_answer_is_the_json_the_api_sent(emulator: Any) -> None:
     for data in (plain, streamed):
         assert data["type"] == "message" and data["content"][0]["type"] == "text"
         assert data["usage"]["output_tokens"] > 0 and "parsed_output" not in data["content"][0]
+
+
+def test_progress_reads_typed_events_and_raw_event_json_alike() -> None:
+    """A reader of the raw SSE bytes (dicts) and the SDK's stream (typed events) note the same usage."""
+    from anthropic.types import RawMessageDeltaEvent, RawMessageStartEvent
+
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 40, "output_tokens": 1, "cache_read_input_tokens": 900},
+        },
+    }  # fmt: skip
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 77}}
+    typed, raw = StreamProgress(), StreamProgress()
+    for event in (RawMessageStartEvent.model_validate(start), RawMessageDeltaEvent.model_validate(delta)):
+        typed.on_event(event)
+    for data in (start, delta):
+        raw.on_event(data)
+    for progress in (typed, raw):
+        assert progress.start_usage is not None and progress.start_usage["cache_read_input_tokens"] == 900
+        assert progress.final_usage is not None
+        assert (progress.final_usage["input_tokens"], progress.final_usage["output_tokens"]) == (40, 77)
