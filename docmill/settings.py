@@ -51,6 +51,11 @@ class ApiSettings(BaseModel):
     output_tokens_per_minute: int | None = Field(
         None, ge=1, description="Output-token limit assumed until the API's headers say; None: unknown."
     )
+    input_limit_counts_cache_reads: bool = Field(
+        False,
+        description="Count cache reads against the input-token limit when pacing (the API does not for "
+        "current models; set it for an endpoint or an older model that does).",
+    )
     ramp_seconds: float = Field(
         20.0, ge=0, description="Seconds over which the send rate ramps from ramp_start to the limit."
     )

@@ -21,7 +21,7 @@ from prefect.cache_policies import NONE
 from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from checkpoints.costs import CostLedger, possibly_billed_entry
+from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import install
@@ -186,12 +186,20 @@ def run_extract(
 
 
 def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
-    """A request that timed out after it was sent goes into the run's cost ledger at once, flagged."""
-    entry = possibly_billed_entry(
-        run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
-        model=p.model, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd, at=p.at,
-    )  # fmt: skip
-    ledger.record(f"timeout-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
+    """An attempt that may have been billed without a whole answer (a timeout after sending, a broken
+    stream) goes into the run's cost ledger at once: exact when the stream reported its final usage,
+    else flagged possibly billed at its upper bound."""
+    if p.usage is not None:
+        entry = CostEntry.from_usage(
+            run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
+            model=p.model, usage=p.usage, at=p.at,
+        ).model_copy(update={"usd": p.usd, "possibly_billed": p.possibly, "unanswered": True})  # fmt: skip
+    else:
+        entry = possibly_billed_entry(
+            run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
+            model=p.model, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd, at=p.at,
+        )  # fmt: skip
+    ledger.record(f"{p.reason}-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
 
 
 def _budget_guard(call: Any) -> dict[str, Any]:

@@ -52,3 +52,17 @@ def estimate_input_tokens(request: dict[str, Any]) -> int:
     image block by its pages and pixels (tasks.readers.measure)."""
     body, media = _without_media(request)
     return max(1, len(json.dumps(body, ensure_ascii=False)) // 4 + media)
+
+
+def prompt_tokens(usage: dict[str, Any]) -> int:
+    """Every input token of a usage: uncached, written to the cache and read from it."""
+    return sum(int(usage.get(f) or 0) for f in USAGE_FIELDS if f != "output_tokens")
+
+
+def usage_of(result: Any) -> dict[str, Any] | None:
+    """The usage of an SDK result as a dict (None for results without one, e.g. a token count)."""
+    usage = getattr(result, "usage", None)
+    if usage is None:
+        return None
+    dumped = usage.model_dump(mode="json") if hasattr(usage, "model_dump") else usage
+    return dumped if isinstance(dumped, dict) else None

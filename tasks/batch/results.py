@@ -26,7 +26,7 @@ from tasks.per_file.accounting import account_attempt, answered_model, file_cost
 from tasks.per_file.gate import Action, Verdict, check, next_request
 from tasks.per_file.media import Payload, load_payload
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, file_request
+from tasks.per_file.requests import FILE_PASS, cache_ttl, file_request
 from tasks.per_file.settle import (
     Pass,
     decide_next,
@@ -60,6 +60,7 @@ class ResultRouter:
     def __init__(self, p: Pass) -> None:
         self.p = p
         self.model = str(p.settings.api.model)
+        self.ttl = cache_ttl(p.recipe, self.model, p.settings, batch=True)  # batches: 1 h when it pays
         # custom_id -> the verdict of its answer gated elsewhere (tasks.batch.ingest), taken once
         self.prechecked: dict[str, Callable[[], tuple[str, Any]]] = {}
 
@@ -71,7 +72,9 @@ class ResultRouter:
             return item.request
         doc = doc or Document.model_validate(item.doc)
         text = text if text is not None else load_payload(doc, self.p.recipe, self.p.settings)
-        return file_request(self.p.recipe, doc, text, model=self.model, max_tokens=item.max_tokens)
+        return file_request(
+            self.p.recipe, doc, text, model=self.model, max_tokens=item.max_tokens, ttl=self.ttl
+        )
 
     def route(
         self, kind: str, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]

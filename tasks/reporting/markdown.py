@@ -25,6 +25,7 @@ from tasks.reporting.results import (
     key_columns,
     where_text,
 )
+from tasks.reporting.summary import cache_line
 from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
 
 
@@ -217,8 +218,8 @@ def _costs(costs: dict[str, Any]) -> list[str]:
         ]
     if costs.get("possibly_billed"):
         lines += [
-            f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out after they were sent; "
-            f"counted at their worst case (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
+            f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out or broke after they were "
+            f"sent; counted at their upper bound (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
             "",
         ]
     if costs.get("unpriced"):
@@ -240,6 +241,8 @@ def _costs(costs: dict[str, Any]) -> list[str]:
             f"- thinking: {tokens['thinking_tokens']:,} of the output tokens were adaptive thinking, "
             f"${costs.get('thinking_usd', 0.0):.4f} of the cost (the recipe's effort sets how much)"
         )
+    if tokens.get("cache_read_input_tokens") or tokens.get("cache_creation_input_tokens"):
+        lines.append("- " + cache_line(costs))
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
     if top:
         lines.append("- most expensive documents: " + ", ".join(f"`{d}` ${u:.4f}" for d, u in top))

@@ -10,6 +10,7 @@ import pytest
 
 from checkpoints.store import open_store
 from flows.extract import resume_run, run_extract
+from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of, settings_for, value
 
 NUMERIC = ("subtotal", "tax", "total")
@@ -137,6 +138,8 @@ def test_resume_after_a_crash_sends_nothing_twice(tmp_path: Path, emulator: Any)
 
 @pytest.mark.parametrize("mode", ["realtime", "batch"])
 def test_unchanged_source_run_again_makes_no_call(tmp_path: Path, emulator: Any, mode: str) -> None:
+    if mode == "batch":
+        fast_batches(emulator)
     """300 invoices: the second run of the unchanged source is free, integration included, and
     reports the same conflicts (the integration state and the ledger answer everything)."""
     from docmill.settings import BatchSettings
@@ -160,6 +163,7 @@ def test_unchanged_source_run_again_makes_no_call(tmp_path: Path, emulator: Any,
 
 
 def test_auto_mode_takes_batches_above_threshold(tmp_path: Path, emulator: Any) -> None:
+    fast_batches(emulator)
     from docmill.settings import BatchSettings
 
     corpus, truth = make_corpus(tmp_path, count=24, seed=12)

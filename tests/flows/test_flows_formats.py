@@ -17,6 +17,7 @@ from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
 from flows.extract import run_extract
 from tasks.estimate import estimate_source
+from tests.fixtures.emulator import fast_batches
 from tests.fixtures.formats import make_mixed
 from tests.flows.helpers import outcomes_of
 
@@ -34,6 +35,8 @@ def test_mixed_corpus_extracts_every_format_with_pages_and_a_true_estimate(
     tmp_path: Path, emulator: Any, mode: str
 ) -> None:
     sent = make_mixed(tmp_path / "corpus")
+    if mode == "batch":
+        fast_batches(emulator)  # a batch takes a minute of virtual time
     settings = _settings(emulator, tmp_path / "store")
     est = estimate_source(str(tmp_path / "corpus"), "invoices", settings)
     assert est.sent_as == {"text": 7, "pdf": 1, "image": 3}

@@ -14,6 +14,7 @@ from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
 from flows.extract import run_extract
 from tasks.reporting.status import run_status, status_text
+from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of
 from tests.flows.test_flows_cost import assert_ledger_matches_emulator
 
@@ -33,6 +34,8 @@ def _settings(emulator: Any, store: str, model: str, **api: Any) -> Settings:
 
 @pytest.mark.parametrize("mode", ["realtime", "batch"])
 def test_dated_model_in_answers_prices_on_every_path(tmp_path: Path, emulator: Any, mode: str) -> None:
+    if mode == "batch":
+        fast_batches(emulator)
     corpus, _ = make_corpus(tmp_path, count=8, seed=4)
     settings = _settings(emulator, str(tmp_path / "store"), HAIKU, fallback_model=None)
     summary = run_extract(str(corpus), "invoices", mode=mode, settings=settings, progress=False)
