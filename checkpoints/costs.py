@@ -29,6 +29,7 @@ TOKEN_KINDS = (
     "cache_read_input_tokens",
     "compaction_input_tokens",
     "compaction_output_tokens",
+    "thinking_tokens",
 )
 
 
@@ -48,6 +49,7 @@ class CostEntry(BaseModel):
     answered_model: str | None = None  # the answer's own `model` (a dated id for older aliases)
     unpriced: bool = False  # no price for `model`: tokens recorded, usd 0
     possibly_billed: bool = False  # timed out after sending: usd is the worst case, tokens estimated
+    unanswered: bool = False  # a paid attempt whose answer never arrived whole (timeout, broken stream)
     request_id: str | None = None
     batch: bool = False
     input_tokens: int = 0
@@ -56,6 +58,7 @@ class CostEntry(BaseModel):
     cache_read_input_tokens: int = 0
     compaction_input_tokens: int = 0
     compaction_output_tokens: int = 0
+    thinking_tokens: int = 0  # of output_tokens: adaptive thinking (usage.output_tokens_details)
     usd: float = 0.0
     at: float | None = None  # unix time the answer was accounted (report throughput charts)
     sent_at: float | None = None  # unix time the request was sent (realtime; the report's timeline)
@@ -63,9 +66,14 @@ class CostEntry(BaseModel):
     @property
     def identity(self) -> str | None:
         """The billed answer this entry stands for, when that is knowable: a realtime per-file
-        attempt (one response-log slot). Entries of other passes, of batches and possibly billed
-        timeouts (recorded once, the moment they happen) are never merged."""
-        if self.pass_name == SLOT_PASS and not self.batch and self.attempt > 0 and not self.possibly_billed:
+        attempt (one response-log slot). Entries of other passes, of batches and of unanswered
+        attempts (timeouts, broken streams: recorded once, the moment they happen) are never merged."""
+        if (
+            self.pass_name == SLOT_PASS
+            and not self.batch
+            and self.attempt > 0
+            and not (self.unanswered or self.possibly_billed)
+        ):
             return f"{self.key}/{self.attempt}"
         return None
 
@@ -108,6 +116,7 @@ class CostEntry(BaseModel):
             output_tokens=int(_field(usage, "output_tokens") or 0),
             cache_creation_input_tokens=int(_field(usage, "cache_creation_input_tokens") or 0),
             cache_read_input_tokens=int(_field(usage, "cache_read_input_tokens") or 0),
+            thinking_tokens=int(_field(_field(usage, "output_tokens_details") or {}, "thinking_tokens") or 0),
             compaction_input_tokens=comp_in,
             compaction_output_tokens=comp_out,
             usd=usd or 0.0,
@@ -124,7 +133,8 @@ def possibly_billed_entry(
     its worst case (input as cache writes, max_tokens of output), tokens as estimated."""
     return CostEntry(
         run_id=run_id, pass_name=pass_name, doc_id=doc_id, key=key, attempt=attempt, model=model,
-        possibly_billed=True, input_tokens=input_tokens, output_tokens=max_tokens, usd=usd, at=at,
+        possibly_billed=True, unanswered=True, input_tokens=input_tokens, output_tokens=max_tokens, usd=usd,
+        at=at,
     )  # fmt: skip
 
 
@@ -156,8 +166,9 @@ class CostLedger:
     def totals(self) -> dict[str, Any]:
         """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries", "unpriced", "unpriced_models",
         "possibly_billed", "possibly_billed_usd"} over every recorded entry (`unpriced`: entries with no
-        price, their tokens still counted; `possibly_billed`: timeouts after sending, at their worst
-        case, included in usd)."""
+        price, their tokens still counted; `possibly_billed`: timeouts and broken streams after sending,
+        at their upper bound, included in usd; `cache_saved_usd`: what the prompt cache saved, net of its
+        write premium, against the same answers uncached)."""
         usd = 0.0
         by_pass: dict[str, float] = {}
         by_model: dict[str, float] = {}
@@ -165,17 +176,27 @@ class CostLedger:
         tokens = dict.fromkeys(TOKEN_KINDS, 0)
         count = 0
         unpriced: set[str] = set()
-        unpriced_count = possibly = 0
-        possibly_usd = 0.0
+        unpriced_count = possibly = unpriced_tokens = 0
+        thinking_usd = 0.0
+        possibly_usd = saved = 0.0
         for e in self.entries():
             count += 1
+            saved += cache_saving(e)
             if e.possibly_billed:
                 possibly += 1
                 possibly_usd += e.usd
             if e.unpriced:
                 unpriced_count += 1
                 unpriced.add(e.model)
+                unpriced_tokens += e.input_tokens + e.output_tokens + e.cache_creation_input_tokens
+                unpriced_tokens += (
+                    e.cache_read_input_tokens + e.compaction_input_tokens + e.compaction_output_tokens
+                )
             usd += e.usd
+            if e.thinking_tokens and not e.unpriced:  # thinking is billed as output: its share of usd
+                thinking_usd += (
+                    priced_usd(e.model, {"output_tokens": e.thinking_tokens}, batch=e.batch) or 0.0
+                )
             by_pass[e.pass_name] = by_pass.get(e.pass_name, 0.0) + e.usd
             by_model[e.model] = by_model.get(e.model, 0.0) + e.usd
             by_doc[e.doc_id] = by_doc.get(e.doc_id, 0.0) + e.usd
@@ -190,6 +211,24 @@ class CostLedger:
             "entries": count,
             "unpriced": unpriced_count,
             "unpriced_models": sorted(unpriced),
+            "unpriced_tokens": unpriced_tokens,
+            "thinking_usd": thinking_usd,
             "possibly_billed": possibly,
             "possibly_billed_usd": possibly_usd,
+            "cache_saved_usd": saved,
         }
+
+
+def cache_saving(e: CostEntry) -> float:
+    """What the prompt cache saved on one answer: its price with every input token uncached, less what
+    it cost (negative when a write was never read). 0 for entries without cache tokens, unpriced or
+    possibly billed ones."""
+    if e.unpriced or e.possibly_billed or not (e.cache_read_input_tokens or e.cache_creation_input_tokens):
+        return 0.0
+    prompt = e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
+    plain = {
+        "input_tokens": prompt + e.compaction_input_tokens,
+        "output_tokens": e.output_tokens + e.compaction_output_tokens,
+    }
+    uncached = priced_usd(e.model, plain, batch=e.batch)
+    return 0.0 if uncached is None else uncached - e.usd

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field, fields
 from datetime import date
 from typing import Any
 
-from docmill.prices import price_table
-from emulator import catalog
+from docmill.models import THINKING_TOKENS_BY_EFFORT
+from docmill.prices import Price, price_on
+from emulator import catalog, model_rules
 from emulator.accounting import Accounting
 from emulator.batches import BatchStore
 from emulator.caching import PromptCache
 from emulator.clock import VirtualClock, rfc3339
 from emulator.faults import FaultPlan, parse_rules
-from emulator.validation import validate_message_body
+from emulator.validation import Rules, validate_message_body
 
 ENV_PREFIX = "DOCMILL_EMULATOR_"
 # Shown in anthropic-ratelimit-* headers when no limit of that kind is configured (a high tier).
@@ -44,8 +45,13 @@ class EmulatorConfig:
     cache_min_tokens: int = catalog.CACHE_MIN_TOKENS_UNKNOWN
     cache_min_tokens_by_model: dict[str, int] = field(default_factory=lambda: dict(catalog.CACHE_MIN_TOKENS))
     cache_counts_output_schema: bool = False  # True: output_config.format's schema is in the cached prefix
-    extra_models: dict[str, dict[str, float]] = field(default_factory=dict)  # served beyond the price
-    # table, billed at these prices ({"input", "output"} USD/MTok): a model docmill has no price for
+    extra_models: dict[str, dict[str, float]] = field(default_factory=dict)  # served beyond docmill's
+    # model table, billed at these prices ({"input", "output"} USD/MTok): a model docmill does not know
+    unpriced_price: dict[str, float] | None = None  # what a served model with no published price is
+    # billed at ({"input", "output", ...}); None: the dearest published rates of the table that day
+    thinking_tokens_by_effort: dict[str, int] = field(default_factory=lambda: dict(THINKING_TOKENS_BY_EFFORT))
+    # thinking tokens of one adaptive answer per effort (5.x think by default; billed as output)
+    model_thinking: bool = True  # False: no model thinks (answers as before adaptive thinking)
     resolve_aliases: bool = True  # answer a pre-4.6 alias with its dated id (SDK types/model.py)
     end_of_life: dict[str, str] = field(default_factory=catalog.table_end_of_life)  # model -> ISO date
     today: str | None = None  # YYYY-MM-DD model lifecycles are read at; None: the virtual clock's date
@@ -62,8 +68,13 @@ class EmulatorConfig:
     requests_per_minute: int | None = None
     input_tokens_per_minute: int | None = None
     output_tokens_per_minute: int | None = None
+    input_limit_counts_cache_reads: bool = False  # current models: cache reads are not counted
+    system_message_models: list[str] = field(default_factory=list)  # take `role: system` mid-conversation
+    allow_max_tokens_zero: bool = False  # max_tokens 0 (cache pre-warming, SDK docstring): refused by default
     batch_seconds_per_request: float = 0.0
-    batch_base_seconds: float = 0.0
+    batch_base_seconds: float = 60.0  # virtual seconds before a batch's first item ends: a batch is
+    # `in_progress` when created and for a while after (docmill polls it); tests that want batches quick
+    # speed the clock up (`clock_speed`) or advance it, never set this to 0
     batch_cancel_seconds: float = 0.0
     batch_expiry_seconds: float = 24 * 3600.0
     batch_archive_seconds: float = 29 * 24 * 3600.0
@@ -104,7 +115,7 @@ def _parse_env(kind: str, raw: str) -> Any:
     base = kind.removesuffix(" | None")
     if base == "bool":
         return raw.strip().lower() in ("1", "true", "yes", "on")
-    if base.startswith("dict"):
+    if base.startswith(("dict", "list")):
         return json.loads(raw)
     if base == "int":
         return int(raw)
@@ -150,10 +161,12 @@ class RateLimiter:
     def active(self) -> bool:
         return bool(self.buckets)
 
-    def check(self, input_tokens: int) -> tuple[float, str | None]:
-        """(seconds to wait, which limit) before a request of `input_tokens` may run; debits on success."""
+    def check(self, input_tokens: int, max_tokens: int = 1) -> tuple[float, str | None]:
+        """(seconds to wait, which limit) before a request may run: `input_tokens` as the input limit
+        counts them, `max_tokens` of output reserved (the API estimates output by max_tokens at the
+        start and corrects it at the end: `settle_output`). Debits on success."""
         now = self.clock.now()
-        wants = {"requests": 1.0, "input-tokens": float(input_tokens), "output-tokens": 1.0}
+        wants = {"requests": 1.0, "input-tokens": float(input_tokens), "output-tokens": float(max_tokens)}
         worst, which = 0.0, None
         for kind, bucket in self.buckets.items():
             bucket.refill(now)
@@ -162,15 +175,15 @@ class RateLimiter:
                 worst, which = wait, kind
         if which is None:
             for kind, bucket in self.buckets.items():
-                if kind != "output-tokens":
-                    bucket.level -= wants[kind]
+                bucket.level -= wants[kind]
         return worst, which
 
-    def debit_output(self, tokens: int) -> None:
+    def settle_output(self, reserved: int, used: int) -> None:
+        """The answer used `used` of the `reserved` output tokens: the rest goes back."""
         if "output-tokens" in self.buckets:
             bucket = self.buckets["output-tokens"]
             bucket.refill(self.clock.now())
-            bucket.level -= tokens
+            bucket.level = min(float(bucket.limit), bucket.level + reserved - used)
 
     def headers(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -187,6 +200,18 @@ class RateLimiter:
         return out
 
 
+def with_tokens_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Add `anthropic-ratelimit-tokens-*`: the token limit (input or output) most restrictive now,
+    i.e. with the fewest tokens remaining, as the API's rate-limit headers describe them."""
+    kinds = [k for k in ("input-tokens", "output-tokens") if f"anthropic-ratelimit-{k}-remaining" in headers]
+    if not kinds:
+        return headers
+    tightest = min(kinds, key=lambda k: int(headers[f"anthropic-ratelimit-{k}-remaining"]))
+    for part in ("limit", "remaining", "reset"):
+        headers[f"anthropic-ratelimit-tokens-{part}"] = headers[f"anthropic-ratelimit-{tightest}-{part}"]
+    return headers
+
+
 def exhausted_headers(now: float, retry_after: float) -> dict[str, str]:
     """Rate-limit headers for an injected 429 when no real bucket is configured."""
     reset = rfc3339(now + retry_after)
@@ -195,7 +220,7 @@ def exhausted_headers(now: float, retry_after: float) -> dict[str, str]:
         out[f"anthropic-ratelimit-{kind}-limit"] = limit
         out[f"anthropic-ratelimit-{kind}-remaining"] = "0" if kind == "requests" else limit
         out[f"anthropic-ratelimit-{kind}-reset"] = reset
-    return out
+    return with_tokens_headers(out)
 
 
 def ratelimit_headers(limiter: RateLimiter, defaults: Mapping[str, int]) -> dict[str, str]:
@@ -208,14 +233,14 @@ def ratelimit_headers(limiter: RateLimiter, defaults: Mapping[str, int]) -> dict
         out[f"anthropic-ratelimit-{kind}-remaining"] = str(limit)
         out[f"anthropic-ratelimit-{kind}-reset"] = now
     out.update(limiter.headers())
-    return out
+    return with_tokens_headers(out)
 
 
 class EmulatorState:
     def __init__(self, config: EmulatorConfig | None = None) -> None:
         self.config = config or EmulatorConfig.from_env()
         self.clock = VirtualClock(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
-        self._priced: set[str] = catalog.known_models(price_table())
+        self._known: set[str] = catalog.table_models()
         self.accounting = Accounting()
         self.cache = PromptCache()
         self.faults = FaultPlan(self.config.seed)
@@ -231,23 +256,60 @@ class EmulatorState:
 
     @property
     def models(self) -> set[str]:
-        """Every model id the emulator answers: priced ones, their dated ids, `extra_models`."""
-        return self._priced | set(self.config.extra_models)
+        """Every model id the emulator knows: docmill's table (with dated ids) and `extra_models`;
+        the retired ones among them answer 404 too (`retired`)."""
+        return self._known | set(self.config.extra_models)
+
+    def served(self) -> set[str]:
+        """The models answered on the emulator's day (`/v1/models`): known and not retired."""
+        return {m for m in self.models if self.retired(m) is None}
 
     def validate(self, body: Any, **kw: Any) -> None:
-        """`validation.validate_message_body` with this emulator's models, retirement and grammar rule."""
-        validate_message_body(
-            body,
+        """`validation.validate_message_body` with this emulator's models, their output limits (docmill's
+        model table), retirement, the grammar rule and the knobs, then the per-model rules (thinking,
+        effort, sampling: `emulator.model_rules`)."""
+        rules = Rules(
             models=self.models,
             retired=self.retired,
             grammar_limit=self.config.grammar_max_complexity,
-            **kw,
+            max_output=catalog.max_output_tokens,
+            system_message_models=frozenset(self.config.system_message_models),
+            allow_max_tokens_zero=self.config.allow_max_tokens_zero,
+        )
+        validate_message_body(body, rules=rules, **kw)
+        model_rules.check_model_params(body, path=kw.get("path", ""), legacy=kw.get("legacy", False))
+
+    def day(self) -> date:
+        """The emulator's day: the `today` knob, else the virtual clock's date (UTC)."""
+        return (
+            date.fromisoformat(self.config.today) if self.config.today else catalog.day_of(self.clock.now())
         )
 
     def retired(self, model: str) -> str | None:
-        """The end-of-life date of `model` when the virtual clock is past it, else None."""
-        day = date.fromisoformat(self.config.today) if self.config.today else catalog.day_of(self.clock.now())
-        return catalog.retired_on(model, self.config.end_of_life, day)
+        """The end-of-life date of `model` when the emulator's day is past it, else None."""
+        return catalog.retired_on(model, self.config.end_of_life, self.day())
+
+    def price_for(self, model: str) -> Price:
+        """What an answer of `model` is billed at: an `extra_models` entry, docmill's dated price on the
+        emulator's day (docmill.prices, the pipeline's own cost path), or for a model with no published
+        price the `unpriced_price` knob, else the dearest published rates that day."""
+        extra = self.config.extra_models.get(model)
+        if extra is not None:
+            return Price.from_mapping(model, extra, source="emulator extra_models", confirmed="override")
+        price = price_on(model, self.day())
+        if price is not None:
+            return price
+        if self.config.unpriced_price is not None:
+            return Price.from_mapping(
+                model, self.config.unpriced_price, source="emulator knob", confirmed="override"
+            )
+        return catalog.dearest_price(self.day())
+
+    def thinking_tokens(self, body: Any) -> int:
+        """Thinking tokens an answer to `body` spends (0 with `model_thinking` off)."""
+        if not self.config.model_thinking:
+            return 0
+        return model_rules.thinking_tokens(body, self.config.thinking_tokens_by_effort)
 
     def answer_model(self, model: str) -> str:
         """The `model` an answer carries: a pre-4.6 alias resolves to its dated id (knob)."""

@@ -478,7 +478,12 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         print("  " + check.line())
     failed = [c for c in checks if not c.ok]
     total = sum(c.usd for c in checks)
-    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed; the checks cost ${total:.6f}")
+    warned = sum(c.ok and c.warn for c in checks)
+    print(
+        f"{len(checks) - len(failed)} of {len(checks)} checks passed"
+        + (f" ({warned} with a warning)" if warned else "")
+        + f"; the checks cost ${total:.6f}"
+    )
     for check in failed:
         print(f"docmill: doctor: {check.name}: {check.detail}", file=sys.stderr)
     return EXIT_INPUT if failed else EXIT_OK

@@ -21,7 +21,7 @@ from prefect.cache_policies import NONE
 from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from checkpoints.costs import CostLedger, possibly_billed_entry
+from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import install
@@ -29,7 +29,7 @@ from flows import pipeline, spread
 from flows.artifacts import publish_run
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id, share_limit
 from tasks.api.client import PossiblyBilled
-from tasks.api.models import check_models
+from tasks.api.models import check_models, check_served
 from tasks.reporting.summary import integration_text
 
 log = get_logger("flows")
@@ -175,7 +175,7 @@ def run_extract(
         finish_by = finish_by or m.extra.get("finish_by")
     if finish_by:  # a deadline: the batch pass, with what will not finish in time sent realtime
         finish_by, mode = deadline_iso(finish_by), "batch"
-    for note in check_models(settings):  # a retired model stops here, before anything is sent
+    for note in check_models(settings):  # a retired or (under a cap) unpriced model stops here
         log.warning("docmill: %s", note)
     for line in lines:
         print(line, file=sys.stderr)
@@ -187,6 +187,8 @@ def run_extract(
             launcher.check()  # a server and the deployment, before anything is sent
     with api_endpoint(settings, quiet=not progress, store=st) as endpoint:
         client, sdk = make_clients(settings, endpoint)
+        for note in check_served(settings, sdk):  # a model nobody serves stops here, nothing sent
+            log.warning("docmill: %s", note)
         ctx = RunContext(settings, st, rec, choice.run_id, endpoint, client, sdk, on_progress=on_progress)
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, ctx.run_id))
         if finish_by:
@@ -219,12 +221,20 @@ def deadline_iso(text: str) -> str:
 
 
 def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
-    """A request that timed out after it was sent goes into the run's cost ledger at once, flagged."""
-    entry = possibly_billed_entry(
-        run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
-        model=p.model, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd, at=p.at,
-    )  # fmt: skip
-    ledger.record(f"timeout-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
+    """An attempt that may have been billed without a whole answer (a timeout after sending, a broken
+    stream) goes into the run's cost ledger at once: exact when the stream reported its final usage,
+    else flagged possibly billed at its upper bound."""
+    if p.usage is not None:
+        entry = CostEntry.from_usage(
+            run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
+            model=p.model, usage=p.usage, at=p.at,
+        ).model_copy(update={"usd": p.usd, "possibly_billed": p.possibly, "unanswered": True})  # fmt: skip
+    else:
+        entry = possibly_billed_entry(
+            run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
+            model=p.model, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd, at=p.at,
+        )  # fmt: skip
+    ledger.record(f"{p.reason}-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
 
 
 def _budget_guard(call: Any) -> dict[str, Any]:

@@ -16,12 +16,14 @@ bounded concurrency, client-side pacing and the overload degradation ladder.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
@@ -30,20 +32,32 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 
 from docmill.errors import SpendLimitReached
 from docmill.logs import get_logger
-from docmill.prices import CACHE_WRITE_5M, price_of, priced_usd
+from docmill.prices import priced_usd, worst_usd
 from docmill.shutdown import SHUTDOWN
-from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
+from tasks.api.answers import (
+    CallLabel,
+    OnPossiblyBilled,
+    Paid,
+    PossiblyBilled,
+    StreamProgress,
+    answer,
+    paid_attempt,
+    paid_record,
+    stream_message,
+    timed_out_after_sending,
+)
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
 from tasks.api.ladder import Ladder, call_error
 from tasks.api.pacing import Budget, RateLimiter, Told
 from tasks.api.retrying import (
     describe,
+    is_invalid_request,
     is_retryable,
     is_spend_limit,
     spend_limit_error,
     wait_seconds,
 )
-from tasks.api.usage import add_usage, estimate_input_tokens
+from tasks.api.usage import add_usage, estimate_input_tokens, usage_of
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -93,7 +107,7 @@ class ModelClient:
         self.limiter = RateLimiter(
             api.requests_per_minute, api.input_tokens_per_minute, api.output_tokens_per_minute,
             concurrency=api.concurrency, ramp_seconds=api.ramp_seconds, ramp_start=api.ramp_start,
-            clock=clock, sleep=sleep,
+            clock=clock, sleep=sleep, counts_cache_reads=api.input_limit_counts_cache_reads,
         )  # fmt: skip
         self._sleep, self._rng = sleep, rng
         self.budget = budget or Budget(settings.cost.max_cost_usd)
@@ -127,41 +141,61 @@ class ModelClient:
         return self._sdk
 
     def run(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
-            max_tokens: int = 0) -> T:  # fmt: skip
-        """Any other SDK call (count_tokens, compaction, ...) through the one transport layer: retries,
-        pacer, concurrency bound and, given `model`, the cost cap (worst case reserved, then settled)."""
+            max_tokens: int = 0, label: CallLabel | None = None) -> T:  # fmt: skip
+        """Any other SDK call (count_tokens, ...) through the one transport layer: retries, pacer,
+        concurrency bound and, given `model`, the cost cap (worst case reserved, then settled) and the
+        record of an attempt that may have been billed without an answer (against `label`)."""
+        return self._run(lambda _progress: fn(), pace_tokens, model, max_tokens, label)
+
+    def stream(self, body: dict[str, Any], *, label: CallLabel, betas: list[str] | None = None) -> Any:
+        """One Messages call that may run long (long documents, long tasks, compaction), streamed so a
+        long answer never meets the read timeout; the SDK's final Message (beta when `betas`). A
+        timeout after sending is possibly billed and resent at most `api.timeout_resends` times; a
+        stream that breaks is retried, each paid attempt recorded (`answers.paid_attempt`)."""
+        pace, model = estimate_input_tokens(body), str(body["model"])
+        fn = partial(stream_message, self._sdk, body, betas=betas)
+        return self._run(fn, pace, model, int(body.get("max_tokens") or 0), label)
+
+    def _run(self, fn: Callable[[StreamProgress], T], pace_tokens: int, model: str | None, max_tokens: int,
+             label: CallLabel | None) -> T:  # fmt: skip
         api = self.settings.api
-        attempts = [0]
+        attempts, timeouts = [0], [0]
 
         def once() -> T:
             SHUTDOWN.check()
             self.breaker.check()
             attempts[0] += 1
             ticket = self.limiter.acquire(pace_tokens, max_tokens) if pace_tokens else None
-            billed, used = 0.0, None
+            billed, used, progress = 0.0, None, StreamProgress()
             try:
                 worst = self._worst_case_usd(model, pace_tokens, max_tokens) if model else 0.0
                 hold = self.budget.reserve(worst) if model else 0.0
                 try:
-                    with self.semaphore:
-                        result = fn()
-                    usage = getattr(result, "usage", None)
-                    used = (
-                        usage.model_dump(mode="json")
-                        if usage is not None and hasattr(usage, "model_dump")
-                        else usage
-                    )
+                    try:
+                        with self.semaphore:
+                            result = fn(progress)
+                    except Exception as e:
+                        if model is None:
+                            raise  # count_tokens and other free calls: nothing is billed
+                        timeouts[0] += timed_out_after_sending(e)
+                        paid = self._paid(e, progress, model, worst, max_tokens)
+                        if paid is not None:
+                            billed = paid.usd
+                            who = label or CallLabel("call", "*", "")
+                            self._record_paid(who, attempts[0], model, pace_tokens, max_tokens, paid)
+                        raise
+                    used = usage_of(result)
                     billed = self._cost(model, used) if model and used is not None else 0.0
                     return result
                 finally:
                     self.budget.settle(hold, billed)
             finally:
                 if ticket is not None:
-                    self.limiter.release(ticket, usage=used if isinstance(used, dict) else None)
+                    self.limiter.release(ticket, usage=used)
 
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
-            stop=lambda _s: attempts[0] >= api.max_attempts,
+            stop=lambda _s: attempts[0] >= api.max_attempts or timeouts[0] > api.timeout_resends,
             wait=lambda st: self._wait_any(st, attempts[0]),
             sleep=self._backoff,
             reraise=True,
@@ -172,6 +206,13 @@ class ModelClient:
             if is_spend_limit(e):
                 raise spend_limit_error(e) from e
             raise
+
+    def _paid(self, exc: BaseException, progress: StreamProgress, model: str, worst: float,
+              max_tokens: int) -> Paid | None:  # fmt: skip
+        """What a failed attempt may have cost (the one policy: tasks.api.answers.paid_attempt)."""
+        return paid_attempt(
+            exc, progress, worst_usd=worst, max_tokens=max_tokens, price=lambda u: priced_usd(model, u)
+        )
 
     # ---- one HTTP attempt ----------------------------------------------------------------------
 
@@ -187,6 +228,7 @@ class ModelClient:
         max_tokens = int(body["max_tokens"])
         ticket = self.limiter.acquire(estimate, max_tokens)
         told: Told = {}
+        progress = StreamProgress()
         try:
             worst = self._worst_case_usd(ladder.model, estimate, max_tokens)
             hold = self.budget.reserve(worst)
@@ -196,11 +238,10 @@ class ModelClient:
                     SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
                     self.breaker.admit(SHUTDOWN.check)  # a streak near the threshold: one at a time
                     try:
-                        data, request_id, headers = self._post(body, ladder, told)
-                    except anthropic.APITimeoutError as e:
-                        if sent_before_timeout(e):
-                            billed = worst  # the cap keeps what it may have cost
-                            self._possibly_billed(ladder, body, estimate, worst)
+                        data, request_id, headers = self._post(body, ladder, told, progress)
+                    except Exception as e:
+                        ladder.timeouts += timed_out_after_sending(e)
+                        billed = self._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, told)
                         raise
                     finally:
                         self.breaker.done()
@@ -217,31 +258,42 @@ class ModelClient:
             self.limiter.release(ticket, **told)
         return data
 
-    def _possibly_billed(self, ladder: Ladder, body: dict[str, Any], estimate: int, worst: float) -> None:
-        ladder.timeouts += 1
-        entry = PossiblyBilled(
-            pass_name=ladder.pass_name, doc_id=ladder.doc_id, key=ladder.key, attempt=ladder.attempts,
-            model=ladder.model, input_tokens=estimate, max_tokens=int(body["max_tokens"]), usd=worst,
-            at=self.wall(),
-        )  # fmt: skip
+    def _failed_attempt(self, exc: BaseException, progress: StreamProgress, ladder: Ladder, worst: float,
+                        estimate: int, max_tokens: int, told: Told) -> float:  # fmt: skip
+        """What a failed per-call attempt may have cost (0: nothing), recorded when it is not 0."""
+        paid = self._paid(exc, progress, ladder.model, worst, max_tokens)
+        if paid is None:
+            return 0.0
+        if not paid.possibly and paid.usage is not None:
+            told["usage"] = paid.usage  # the pacer learns what it really took
+        label = CallLabel(ladder.pass_name, ladder.doc_id, ladder.key)
+        self._record_paid(label, ladder.attempts, ladder.model, estimate, max_tokens, paid)
+        return paid.usd  # the cap keeps what it may have cost
+
+    def _record_paid(self, label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int,
+                     paid: Paid) -> None:  # fmt: skip
+        """Keep (and hand to the run's cost ledger) an attempt that may have been billed without an
+        answer: a timeout after sending, a connection or stream broken after the request went out."""
+        entry = paid_record(label, attempt, model, estimate, max_tokens, paid, self.wall())
         self.possibly_billed.append(entry)
+        what = "possibly billed (at most" if paid.possibly else "billed (exactly"
         log.warning(
-            "%s call for %s timed out after it was sent: recorded as possibly billed (worst case $%.4f)",
-            ladder.pass_name, ladder.doc_id, worst, extra={"doc_id": ladder.doc_id, "model": ladder.model},
+            "%s call for %s brought no whole answer (%s) after it was sent: recorded as %s $%.4f)",
+            label.pass_name, label.doc_id, paid.reason, what, paid.usd,
+            extra={"doc_id": label.doc_id, "model": model},
         )  # fmt: skip
         if self.on_possibly_billed is not None:
             self.on_possibly_billed(entry)
 
     def _post(
-        self, body: dict[str, Any], ladder: Ladder, told: Told
+        self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
     ) -> tuple[dict[str, Any], str | None, Any]:
         """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
         max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so
         a long answer never meets the read timeout while it is being generated."""
         try:
-            return answer(
-                self._sdk, body, stream=int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
-            )
+            stream = int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
+            return answer(self._sdk, body, stream=stream, progress=progress)
         except anthropic.APIStatusError as e:
             told["headers"] = e.response.headers
             told["throttled"] = e.status_code == 429
@@ -258,21 +310,15 @@ class ModelClient:
         return priced_usd(model, usage or {}) or 0.0
 
     def _worst_case_usd(self, model: str, input_tokens: int, max_tokens: int) -> float:
-        """What a request can cost at most (input as 5-minute cache writes, max_tokens of output)."""
-        price = price_of(model)
-        if price is None:
-            return 0.0
-        return (input_tokens * price["input"] * CACHE_WRITE_5M + max_tokens * price["output"]) / 1e6
+        """What a request can cost at most (docmill.prices.worst_usd). A model with no price reserves
+        0 without a cap and infinity under one (the start check refuses it first: the cap is never off)."""
+        worst = worst_usd(model, input_tokens, max_tokens)
+        if worst is None:
+            return math.inf if self.budget.cap_usd is not None else 0.0
+        return worst
 
     def _wait(self, state: RetryCallState, ladder: Ladder) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        if exc is None:
-            return 0.0
-        api = self.settings.api
-        return wait_seconds(
-            exc, max(ladder.attempts_on_model, 1), api.backoff_max_seconds, self._rng,
-            asked_max=api.retry_after_max_seconds,
-        )  # fmt: skip
+        return self._wait_any(state, max(ladder.attempts_on_model, 1))
 
     def _wait_any(self, state: RetryCallState, attempt: int) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -329,6 +375,9 @@ class ModelClient:
             kind = f"api_error:{status}" if status is not None else "transport_exhausted"
             if status in API_CAUSES:
                 self.breaker.api(API_CAUSES[status], describe(e))
+                self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
+            elif is_invalid_request(e):  # the same 400 for every document: systemic (issue 22)
+                self.breaker.invalid_request(describe(e), doc_id)
             raise call_error(e, ladder, key, doc_id, pass_name, kind) from e
         except anthropic.APIResponseValidationError as e:
             self.breaker.api("not_a_message", str(e))

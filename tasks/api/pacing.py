@@ -13,8 +13,10 @@
   never above the limit, so the server's bucket stays near full and absorbs latency jitter.
 - **Output tokens count**: a request reserves its `max_tokens` when sent and the answer's usage
   gives back what it did not use (as the API itself does). Input tokens are estimated from the body,
-  corrected by the ratio billed/estimate seen so far (cache reads counted: conservative where the
-  API does not count them).
+  corrected by the ratio counted/estimate seen so far. What counts is what the API counts against
+  the input-token limit: uncached input and cache writes; cache reads do not for current models
+  (`counts_cache_reads=True` for an endpoint that counts them), so a cached prefix lets more
+  requests through, as it does on the API.
 - **In flight: as many as the limit needs, at most `concurrency`**: about twice the requests the
   rate admits during the observed latency, plus two.
 - `retry-after` is not handled here: it delays only the request that got the 429 (tasks.api.client).
@@ -45,6 +47,7 @@ MARGIN = 0.01  # of a limit kept unspent in the local picture (header rounding, 
 EWMA = 0.2  # weight of the newest latency / token-ratio sample
 MIN_WAIT = 0.001
 WINDOW_START = 4  # requests in flight before the first answer says how long answers take
+INPUT_COUNTED = ("input_tokens", "cache_creation_input_tokens")  # against the input-token limit
 
 
 @dataclass
@@ -130,8 +133,10 @@ class RateLimiter:
         ramp_start: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        counts_cache_reads: bool = False,
     ) -> None:
         self._clock, self._sleep = clock, sleep
+        self.counts_cache_reads = counts_cache_reads
         self.concurrency = concurrency
         self.ramp_seconds, self._ramp_floor = ramp_seconds, ramp_start
         now = clock()
@@ -263,12 +268,9 @@ class RateLimiter:
             self._lock.notify_all()
 
     def _settle_usage(self, ticket: Ticket, usage: Mapping[str, Any]) -> None:
-        # every input token, cache reads included: some models and the emulator count them, and a
-        # per-file prompt is rarely long enough to be cached by the real API anyway
-        billed_in = sum(
-            int(usage.get(f) or 0)
-            for f in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        )
+        # the input tokens the API counts against its limit: cache reads only where it counts them
+        counted = INPUT_COUNTED + (("cache_read_input_tokens",) if self.counts_cache_reads else ())
+        billed_in = sum(int(usage.get(f) or 0) for f in counted)
         billed_out = int(usage.get("output_tokens") or 0)
         if billed_in and ticket.estimate:
             sample = billed_in / ticket.estimate

@@ -29,6 +29,7 @@ from tasks.reporting.html_sections import (
 from tasks.reporting.htmlkit import CSS, PAGER_JS, e, table, td
 from tasks.reporting.results import ReportExtras, display_counts, doc_view, key_columns
 from tasks.reporting.spread import html_section
+from tasks.reporting.summary import cache_line
 from tasks.reporting.timeline import Timeline, run_span, run_timeline, span_text, timeline_svg
 
 STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad", "skipped": "skip"}
@@ -55,10 +56,17 @@ def _costs(costs: dict[str, Any]) -> str:
     tokens = [[_td(k), _td(f"{v:,}", num=True)] for k, v in (costs.get("tokens") or {}).items() if v]
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
     docs = [[_td(f"<code>{_e(d)}</code>", raw=True), _td(f"${u:.4f}", num=True)] for d, u in top]
+    cached = costs.get("tokens") or {}
+    cache = (
+        f'<p id="cost-cache">{_e(cache_line(costs)).capitalize()}.</p>'
+        if cached.get("cache_read_input_tokens") or cached.get("cache_creation_input_tokens")
+        else ""
+    )
     return (
         f'<p>Total <b id="cost-total">${costs.get("usd", 0.0):.4f}</b> over '
         f'<span id="cost-entries">{costs.get("entries", 0)}</span> billed answers '
         "(every attempt: retries, repairs, batch items at 50 %, compaction iterations).</p>"
+        + cache
         + _table(["breakdown", "USD"], rows)
         + _table(["tokens", "count"], tokens, "No tokens billed.")
         + "<p class='small muted'>Most expensive documents:</p>"

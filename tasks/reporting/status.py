@@ -175,7 +175,7 @@ def status_text(st: dict[str, Any]) -> str:
             else ""
         )
         + (
-            f"; {st['possibly_billed']} timed out after sending (possibly billed, at worst case)"
+            f"; {st['possibly_billed']} timed out or broke after sending (possibly billed, at most)"
             if st.get("possibly_billed")
             else ""
         )

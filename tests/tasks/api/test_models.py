@@ -110,7 +110,10 @@ def test_legacy_and_unknown_models_are_notes() -> None:
     assert any(
         n.startswith("api.integration_model claude-future-9 is not in docmill's model table") for n in notes
     )
-    assert "api.integration_model claude-future-9 has no price: its answers are recorded as unpriced" in notes
+    assert (
+        "api.integration_model claude-future-9 has no price: its tokens are recorded and reported as unpriced"
+        in notes
+    )
 
 
 @pytest.fixture

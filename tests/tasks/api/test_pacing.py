@@ -104,8 +104,26 @@ def test_the_estimate_correction_converges_with_many_requests_in_flight() -> Non
     lim._latency = 10.0  # (a window wide enough for 20 requests in flight)
     held = [lim.acquire(1000) for _ in range(20)]  # all estimated before any answer
     for t in held:  # each billed a tenth of its estimate: the ratio must settle at 0.1, not run away
-        lim.release(t, usage={"input_tokens": 60, "cache_read_input_tokens": 40})
+        lim.release(t, usage={"input_tokens": 60, "cache_creation_input_tokens": 40})
     assert lim.acquire(1000).input_tokens == pytest.approx(100, rel=0.15)  # EWMA: 0.1 + 0.9 x 0.8^20
+
+
+@pytest.mark.parametrize("counts_reads", [False, True])
+def test_cache_reads_do_not_count_against_the_input_limit(counts_reads: bool) -> None:
+    """Current models do not count cache reads against the input-token limit: a request whose prefix
+    is read from the cache takes only its uncached part (and its cache writes) from the bucket."""
+    fake = FakeTime()
+    lim = limiter(fake, counts_cache_reads=counts_reads)
+    lim.observe(headers(fake, "input-tokens", 60_000, 60_000))
+    start, sent = fake.now, 0
+    while fake.now - start < 60.0:  # 3,000-token requests, 2,800 of them read from the cache
+        lim.release(lim.acquire(3000), usage={"input_tokens": 200, "cache_read_input_tokens": 2800})
+        sent += 1
+    if counts_reads:
+        assert sent <= 2 * 60_000 / 3000  # 3,000 counted tokens each: about 20 a minute
+    else:
+        assert sent > 5 * 60_000 / 3000  # 200 counted tokens each: many times more
+        assert lim.acquire(3000).input_tokens == pytest.approx(200, rel=0.05)
 
 
 def test_output_tokens_reserve_max_tokens_and_get_back_what_was_not_used() -> None:
