@@ -13,6 +13,7 @@ import pytest
 from checkpoints.store import open_store
 from docmill.settings import get_settings
 from flows.cli import main
+from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus
 
 
@@ -59,6 +60,7 @@ def test_finish_by_too_close_for_a_batch_goes_realtime_at_once(
 def test_finish_by_that_batches_can_meet_costs_batch_only(
     offline_env: str, tmp_path: Path, emulator: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    fast_batches(emulator)  # a batch takes a minute of the emulator's time: a second of ours
     corpus, _ = make_corpus(tmp_path, count=12, seed=9)
     assert main(["--store", offline_env, "run", str(corpus), "--no-prefect", "--finish-by", "+2h"]) == 0
     deadline = _status(offline_env, capsys)["deadline"]
