@@ -60,6 +60,7 @@ WORKER_ENV = {
     "DOCMILL_API__CONCURRENCY": "4",
     "DOCMILL_BATCH__POLL_SECONDS": "0.5",
     "DOCMILL_BATCH__POLL_MAX_SECONDS": "1",
+    "DOCMILL_API__RAMP_SECONDS": "2",  # a short run: the pacer reaches the limit in 2 s, not 20
 }
 
 
