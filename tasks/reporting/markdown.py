@@ -17,11 +17,30 @@ from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings, severity_counts
 from tasks.reporting.html_sections import REVIEW_REASONS
 from tasks.reporting.results import SKIP_REASONS, DocView, ReportExtras, display_counts, doc_view, key_columns
+from tasks.reporting.summary import stop
 from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
 
 
 def _cell(v: Any) -> str:
     return str("" if v is None else v).replace("|", "\\|").replace("\n", " ")
+
+
+def _was(v: Any) -> str:
+    """The model's value beside a correction: `null` when it had none (never an empty "(was )")."""
+    return "null" if v is None or v == "" else _cell(v)
+
+
+def stop_lines(manifest: dict[str, Any]) -> list[str]:
+    note = stop(manifest)
+    if note is None:
+        return []
+    return [
+        "",
+        f"**The run stopped before it was done.** {_cell(note.get('error'))}",
+        "",
+        f"Everything answered so far is kept; `{note.get('continue')}` continues the run"
+        + (" once the cause is fixed." if note.get("kind") == "breaker" else "."),
+    ]
 
 
 def _when(manifest: dict[str, Any], entries: list[dict[str, Any]], extra: ReportExtras) -> list[str]:
@@ -137,7 +156,7 @@ def _documents(views: list[DocView], columns: list[str]) -> list[str]:
                 n = v["items"].get(c)
                 cells.append("" if n is None else f"{n} item(s)")
                 continue
-            shown = _cell(f["value"]) + (f" (was {_cell(f['original'])})" if f["corrected"] else "")
+            shown = _cell(f["value"]) + (f" (was {_was(f['original'])})" if f["corrected"] else "")
             if f["evidence"]:
                 where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
                 shown += f" «{_cell(f['evidence'])[:120]}»{where}"
@@ -275,6 +294,7 @@ def markdown(
         "",
         f"Source `{manifest.get('source')}`, recipe `{recipe}` v{manifest.get('recipe_version')}, "
         f"mode {manifest.get('mode')}, phase **{manifest.get('phase')}**.",
+        *stop_lines(manifest),
         *_when(manifest, entries or [], extra),
         "",
         "## Summary",
