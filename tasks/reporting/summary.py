@@ -46,3 +46,12 @@ def integration_text(summary: Mapping[str, Any], *, markdown: bool = False) -> s
         f"integration: {status.upper()} ({problems}; code-built conflicts, duplicates and gaps are complete; "
         "see the report; the next run asks again)"
     )
+
+
+def stop(manifest: dict[str, Any]) -> dict[str, str] | None:
+    """Why a stopped run stopped and the command that continues it (manifest `extra.stop`, written by
+    the run driver); None unless the run is stopped or out of budget."""
+    note = (manifest.get("extra") or {}).get("stop")
+    return (
+        note if manifest.get("phase") in ("stopped", "budget_exhausted") and isinstance(note, dict) else None
+    )
