@@ -479,6 +479,8 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     from tasks.recipes import BuiltIn, load_recipe
 
     settings = get_settings()
+    if a.model:  # as `docmill run --model` pins it
+        settings = settings.model_copy(update={"api": settings.api.model_copy(update={"model": a.model})})
     recipes = [load_recipe(r) for r in (a.recipe or [b.value for b in BuiltIn])]
     with api_endpoint(settings) as endpoint:
         sdk = anthropic.Anthropic(
@@ -492,7 +494,9 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         print("  " + check.line())
     failed = [c for c in checks if not c.ok]
     total = sum(c.usd for c in checks)
-    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed; the checks cost ${total:.6f}")
+    warned = sum(1 for c in checks if c.ok and c.warn)
+    note = f" ({warned} with a warning)" if warned else ""
+    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed{note}; the checks cost ${total:.6f}")
     for check in failed:
         print(f"docmill: doctor: {check.name}: {check.detail}", file=sys.stderr)
     return EXIT_INPUT if failed else EXIT_OK
