@@ -120,6 +120,7 @@ def _finish(summary: dict[str, Any]) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    from docmill.settings import get_settings
     from flows.extract import _settings, extract, run_extract
 
     _quiet_prefect_services()
@@ -130,6 +131,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
         raise InputError(f"source {a.source!r} does not exist", hint="give a folder or an s3://bucket/prefix")
     check_store(_store(a), _store_uri(a))
+    recipe = a.recipe or get_settings().recipe
     overrides = {
         "allow_empty": a.allow_empty or None,
         "cost.max_doc_cost_usd": a.max_doc_cost_usd,
@@ -144,13 +146,13 @@ def cmd_run(a: argparse.Namespace) -> int:
     }
     if a.no_prefect:
         summary = run_extract(
-            a.source, a.recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
+            a.source, recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
             new_run=a.new_run, given=overrides,
         )  # fmt: skip
     else:  # in the foreground the person (or cron) running the command is the retry
         summary = extract.with_options(retries=0)(
             a.source,
-            a.recipe,
+            recipe,
             store=a.store,
             mode=a.mode,
             run_id=a.run_id,
@@ -410,7 +412,7 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         "inventory.exclude": a.exclude,
     }
     settings = _settings(getattr(a, "store", None), overrides)
-    print("\n".join(estimate_source(a.source, a.recipe, settings).lines()))
+    print("\n".join(estimate_source(a.source, a.recipe or settings.recipe, settings).lines()))
     return EXIT_OK
 
 

@@ -54,7 +54,10 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="extract a source with a recipe", parents=common)
     r.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    r.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
+    r.add_argument(
+        "--recipe",
+        help="invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)",
+    )
     r.add_argument(
         "--mode", choices=["realtime", "batch", "auto"], default="realtime",
         help="realtime (Messages API), batch (Message Batches: half price, results within 24 h), or auto "
@@ -157,7 +160,10 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "estimate", help="estimate the cost of a source, realtime vs batch (no model call)", parents=common
     )
     es.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    es.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
+    es.add_argument(
+        "--recipe",
+        help="invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)",
+    )
     es.add_argument("--model", help="price this model instead of the configured one")
     es.add_argument(
         "--max-tokens", type=setting_flag("api.max_tokens", int), help="max_tokens per request (worst case)"

@@ -19,6 +19,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NONE
+from prefect.settings import PREFECT_API_URL
 from prefect.states import Cancelled, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -36,6 +37,11 @@ from tasks.reporting.summary import integration_text
 
 log = get_logger("flows")
 RUNNER: Any = ThreadPoolTaskRunner(max_workers=pipeline.CHUNK_WORKERS)  # always bounded
+
+if not PREFECT_API_URL.value():  # a flow called from Python gets the server the CLI gets
+    from flows.prefect_server import adopt_ephemeral_server
+
+    adopt_ephemeral_server()
 
 
 def chunk_label(cid: str, docs: list[dict[str, Any]]) -> str:
@@ -327,7 +333,7 @@ def _flow(name: str) -> Any:
 @_flow("extract")
 def extract(
     source: str,
-    recipe: str = "invoices",
+    recipe: str | None = None,
     store: str | None = None,
     mode: str = "realtime",
     run_id: str | None = None,
@@ -345,9 +351,11 @@ def extract(
     allow_empty: bool = False,
 ) -> dict[str, Any]:
     """The chain: inventory -> per-file pass -> gate -> integration -> report. A stopped run of the
-    same recipe, model and source is continued unless `new_run`. `include` / `exclude`: glob patterns
-    over paths relative to the source (default: every file). `integration`: incremental (default),
-    full or skip."""
+    same recipe, model and source is continued unless `new_run`. `recipe`: a built-in name or
+    path/to/module.py:NAME (None: DOCMILL_RECIPE, default invoices); `model`, `max_cost_usd`: None
+    keeps DOCMILL_API__MODEL, DOCMILL_COST__MAX_COST_USD. `include` / `exclude`: glob patterns over
+    paths relative to the source (default: every file). `integration`: incremental (default), full
+    or skip."""
     given = {
         "chunk_size": chunk_size,
         "cost.max_cost_usd": max_cost_usd,
@@ -360,46 +368,61 @@ def extract(
         "allow_empty": allow_empty or None,
     }
     return _in_flow(
-        run_extract, source, recipe, mode=mode, run_id=run_id, settings=_settings(store, given),
+        run_extract, source, _recipe(recipe), mode=mode, run_id=run_id, settings=_settings(store, given),
         progress=progress, new_run=new_run, given=given,
     )  # fmt: skip
+
+
+def _recipe(recipe: str | None) -> str:
+    """A flow's recipe parameter; None (a deployment's default) is the worker's DOCMILL_RECIPE."""
+    return recipe or get_settings().recipe
 
 
 @_flow("nightly")
 def nightly(
     source: str,
-    recipe: str = "invoices",
+    recipe: str | None = None,
     store: str | None = None,
-    include: list[str] | None = None,
-    exclude: list[str] | None = None,
-    integration: str | None = None,
-) -> dict[str, Any]:
-    """Incremental: unchanged documents hit the ledger by content hash and cost nothing, and the
-    integration merges only new or changed results into the source's stored state."""
-    settings = _settings(store, {**_filters(include, exclude), "integration.mode": integration})
-    return _in_flow(run_extract, source, recipe, settings=settings, progress=False)
-
-
-@_flow("backfill")
-def backfill(
-    source: str,
-    recipe: str = "invoices",
-    store: str | None = None,
-    mode: str = "batch",
-    run_id: str | None = None,
-    chunk_size: int | None = None,
+    model: str | None = None,
     max_cost_usd: float | None = None,
     include: list[str] | None = None,
     exclude: list[str] | None = None,
     integration: str | None = None,
 ) -> dict[str, Any]:
-    """A large source, batch mode by default; continues a stopped backfill of the same source."""
+    """Incremental: unchanged documents hit the ledger by content hash and cost nothing, and the
+    integration merges only new or changed results into the source's stored state. `recipe`,
+    `model`, `max_cost_usd`: as for `extract` (None: the worker's settings)."""
     given = {
-        "chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd, **_filters(include, exclude),
+        "api.model": model, "cost.max_cost_usd": max_cost_usd, **_filters(include, exclude),
         "integration.mode": integration,
     }  # fmt: skip
     return _in_flow(
-        run_extract, source, recipe, mode=mode, run_id=run_id, settings=_settings(store, given),
+        run_extract, source, _recipe(recipe), settings=_settings(store, given), progress=False, given=given
+    )
+
+
+@_flow("backfill")
+def backfill(
+    source: str,
+    recipe: str | None = None,
+    store: str | None = None,
+    mode: str = "batch",
+    run_id: str | None = None,
+    chunk_size: int | None = None,
+    max_cost_usd: float | None = None,
+    model: str | None = None,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    integration: str | None = None,
+) -> dict[str, Any]:
+    """A large source, batch mode by default; continues a stopped backfill of the same source.
+    `recipe`, `model`, `max_cost_usd`: as for `extract` (None: the worker's settings)."""
+    given = {
+        "chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd, "api.model": model,
+        **_filters(include, exclude), "integration.mode": integration,
+    }  # fmt: skip
+    return _in_flow(
+        run_extract, source, _recipe(recipe), mode=mode, run_id=run_id, settings=_settings(store, given),
         progress=False, given=given,
     )  # fmt: skip
 

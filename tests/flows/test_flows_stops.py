@@ -164,3 +164,20 @@ def test_after_a_budget_stop_the_progress_bar_and_status_count_the_same(
     shown, total = map(int, bars[-1])
     st = run_status(open_store(store_dir), "bar-1")
     assert (shown, total) == (st["progress"], st["documents"]) and shown < total
+
+
+def test_the_nightly_flow_takes_recipe_model_and_budget(
+    prefect_engine: None, env_for: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deploy/prefect.yaml's nightly deployment passes recipe (null: DOCMILL_RECIPE), model and
+    max_cost_usd; the cap stops it as it stops `docmill run`."""
+    from flows.extract import nightly
+
+    corpus, _ = make_corpus(tmp_path, count=12, seed=9)
+    monkeypatch.setenv("DOCMILL_RECIPE", "invoices")
+    get_settings.cache_clear()
+    state = nightly(str(corpus), None, model="claude-haiku-4-5", max_cost_usd=0.0001, return_state=True)
+    assert state.is_cancelled() and state.name == "Budget spent", state
+    (run_id,) = ManifestStore(open_store(env_for)).list_runs()
+    m = ManifestStore(open_store(env_for)).load(run_id)
+    assert (m.recipe, m.config["api"]["model"], m.budget_usd) == ("invoices", "claude-haiku-4-5", 0.0001)
