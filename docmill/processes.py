@@ -22,6 +22,7 @@ Processes that multiprocessing starts (tasks.batch.ingest) call `lifeline.die_wi
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import signal
@@ -50,7 +51,9 @@ class ChildRecord(TypedDict):
     command: list[str]
 
 
+SLOTS = 64  # processes that may hold a slot of one folder at once
 _pipe: tuple[int, int, int] | None = None  # (pid that made it, read end, write end)
+_slots: dict[tuple[Path, str], tuple[int, Path]] = {}  # (folder, stem) -> (lock fd, the slot's file)
 _pipe_lock = threading.Lock()
 _mine: list[Path] = []
 
@@ -201,3 +204,28 @@ def reaped_line(stale: list[ChildRecord]) -> str:
     """One line for the user about what `reap_stale` stopped."""
     what = ", ".join(f"{r['role']} (pid {r['pid']})" for r in stale)
     return f"docmill: stopped {len(stale)} process(es) left running by an earlier docmill run that was killed: {what}"
+
+
+def hold_slot(folder: Path, stem: str, suffix: str) -> Path:
+    """`folder/<stem>-N<suffix>` for the first N no other live process holds, held by this one for its
+    life (an flock on `<stem>-N.lock` that the kernel releases however the holder ends); the same path
+    on every call. Raises OSError when the folder cannot be used or all `SLOTS` are taken. Callers:
+    flows.prefect_server (the temporary server's own SQLite database)."""
+    if (folder, stem) in _slots:
+        return _slots[(folder, stem)][1]
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(SLOTS):
+        fd = os.open(folder / f"{stem}-{n}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        _slots[(folder, stem)] = (fd, folder / f"{stem}-{n}{suffix}")
+        return _slots[(folder, stem)][1]
+    raise OSError(f"all {SLOTS} slots of {folder / stem} are held by running processes")
+
+
+def held_slots() -> list[tuple[int, Path]]:
+    """(lock fd, file) of every slot this process holds (a child given the fd holds the slot too)."""
+    return list(_slots.values())
