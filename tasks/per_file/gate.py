@@ -1,8 +1,10 @@
 """The code gate after every model answer, and the repair policy that follows it.
 
 `check()` turns one Message (as a dict) into a `Verdict`: parsed JSON, pydantic validation
-against the recipe's file schema, and verbatim evidence (every excerpt must occur in the document
-after whitespace normalization; an accepted answer keeps each excerpt's character offsets). `decide()` is the one repair policy, shared by the realtime and
+against the recipe's file schema, and evidence: every excerpt must occur in the document after
+whitespace normalization (it was not invented), and every `{value, evidence}` excerpt must contain
+its value in a normalised form (it is about the field: tasks.per_file.support); an accepted answer
+keeps each excerpt's character offsets. `decide()` is the one repair policy, shared by the realtime and
 the batch pass: given a verdict and what was tried so far, accept, repair (re-ask with the errors,
 own attempt and token budget — the validation retry layer of invariant 6), retry once with a larger
 `max_tokens` after truncation, or send the document to review with a reason.
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from tasks.per_file.requests import neutralize, repair_request, with_max_tokens
+from tasks.per_file.support import support_flags
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -35,6 +38,7 @@ class Problem(StrEnum):
     CONTEXT_EXCEEDED = "context_window_exceeded"
     INVALID = "validation_failed"
     EVIDENCE = "evidence_not_found"
+    UNSUPPORTED = "evidence_unsupported"  # the excerpt occurs, but does not contain the value
 
 
 @dataclass
@@ -85,14 +89,27 @@ def _validation_errors(e: ValidationError) -> list[str]:
 
 
 def evidence_flags(recipe: Recipe, output: dict[str, Any], document_text: str) -> list[dict[str, Any]]:
-    """A flag for every evidence excerpt that does not occur verbatim (whitespace-normalized)."""
+    """A flag for every evidence excerpt that does not occur verbatim (whitespace-normalized), and
+    for every `{value, evidence}` pair whose excerpt does not contain its value (tasks.per_file.support:
+    an excerpt must be in the document, and about the field)."""
     haystacks = (normalize_ws(document_text), normalize_ws(neutralize(document_text)))
     flags = []
     for path, excerpt in recipe.evidence(output):
         needle = normalize_ws(str(excerpt or ""))
         if not needle or not any(needle in h for h in haystacks):
             flags.append({"path": str(path), "excerpt": excerpt, "problem": Problem.EVIDENCE.value})
+    missing = {f["path"] for f in flags}
+    flags += [f for f in support_flags(output, recipe.evidence_fields or ()) if f["path"] not in missing]
     return flags
+
+
+def _flag_error(f: dict[str, Any]) -> str:
+    if f["problem"] == Problem.UNSUPPORTED.value:
+        return (
+            f"{f['path']}: evidence excerpt {f['excerpt']!r} does not contain the value {f['value']!r}: "
+            "quote the text that states the value"
+        )
+    return f"{f['path']}: evidence excerpt {f['excerpt']!r} does not occur verbatim in the document"
 
 
 def evidence_offsets(recipe: Any, output: dict[str, Any], document_text: str) -> dict[str, dict[str, int]]:
@@ -137,11 +154,11 @@ def check(recipe: Recipe, text: str, message: dict[str, Any]) -> Verdict:
     output = model.model_dump(mode="json")
     flags = evidence_flags(recipe, output, text)
     if flags:
-        errors = [
-            f"{f['path']}: evidence excerpt {f['excerpt']!r} does not occur verbatim in the document"
-            for f in flags
-        ]
-        return Verdict(False, Problem.EVIDENCE, output, errors, flags, stop, raw)
+        errors = [_flag_error(f) for f in flags]
+        verbatim = any(f["problem"] == Problem.EVIDENCE.value for f in flags)
+        return Verdict(
+            False, Problem.EVIDENCE if verbatim else Problem.UNSUPPORTED, output, errors, flags, stop, raw
+        )
     offsets = evidence_offsets(recipe, output, text)
     return Verdict(True, Problem.NONE, output, [], [], stop, raw, offsets)
 
@@ -229,6 +246,7 @@ POLICY: dict[Problem, Callable[[Verdict, Progress, Any, int], Decision]] = {
     Problem.TRUNCATED: _on_truncated,
     Problem.INVALID: _on_repairable,
     Problem.EVIDENCE: _on_repairable,
+    Problem.UNSUPPORTED: _on_repairable,
 }
 
 
