@@ -94,7 +94,7 @@ def _summary_line(s: dict[str, Any]) -> str:
     return (
         f"docmill: run {s['run_id']} {s['phase']}: {st['succeeded']} succeeded, {st['needs_review']} need review, "
         f"{st['failed']} failed{_retryable(s)}, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
-        f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflicts across documents.\n"
+        f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflict{'' if s['conflicts'] == 1 else 's'} across documents.\n"
         f"  {integration_text(s)}\n"
         f"  report: {s['report']}\n  exports: {s['exports']}\n  review queue: {s['review_queue']}"
     )

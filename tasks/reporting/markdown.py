@@ -210,6 +210,27 @@ def _review(review: list[dict[str, Any]], counts: dict[str, int], decided: int) 
     return lines
 
 
+def _decisions(outcomes: list[dict[str, Any]]) -> list[str]:
+    """Every review decision in force: who, when, each corrected field with the model's value."""
+    marked = [o for o in outcomes if o.get("review")]
+    if not marked:
+        return []
+    lines = ["", f"## Review decisions ({len(marked)})", ""]
+    for o in marked:
+        mark = o["review"]
+        fixes = "; ".join(
+            f"{k} {_cell(c.get('to'))} (was {_was(c.get('from'))})"
+            for k, c in (mark.get("corrections") or {}).items()
+        )
+        note = f" — {_cell(mark.get('note'))}" if mark.get("note") else ""
+        lines.append(
+            f"- `{_cell(o['doc_id'])}`: {mark['action']} by {mark['by']} at {mark['at']}"
+            + (f": {fixes}" if fixes else "")
+            + note
+        )
+    return lines
+
+
 def _costs(costs: dict[str, Any]) -> list[str]:
     lines = ["", "## Cost", "", f"Total: ${costs.get('usd', 0.0):.4f} over {costs.get('entries', 0)} billed answers "
              "(every attempt, retries and repairs included).", ""]  # fmt: skip
@@ -314,6 +335,7 @@ def markdown(
     lines += _not_succeeded(views)
     if review is not None:
         lines += _review(review, counts, int(extra.get("decided") or 0))
+    lines += _decisions(outcomes)
     if costs:
         lines += _costs(costs)
     lines.append("")

@@ -169,10 +169,12 @@ def status_text(st: dict[str, Any]) -> str:
         + ("final outcomes: " if st["phase"] == "done" else "final outcomes so far: ")
         + states
         + (
-            f"; {kept} more answered and kept (their chunks had not ended: the resume takes them from the "
-            "ledger, paying nothing again)"
-            if kept > 0 and st["phase"] != "done"
-            else ""
+            ""
+            if kept <= 0 or st["phase"] == "done"
+            else f"; {kept} more answered in chunks still running"
+            if st["driver"] == "running"
+            else f"; {kept} more answered and kept (their chunks had not ended: the resume takes them from "
+            "the ledger, paying nothing again)"
         ),
         f"review     {st['review_queue']} item(s) in the review queue",
         f"batches    {len(st['batches_in_flight'])} in flight of {st['batches']}"
