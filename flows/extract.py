@@ -258,7 +258,7 @@ def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
     ledger.record(f"timeout-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
 
 
-def _budget_guard(call: Any) -> dict[str, Any]:
+def _logged_to_run(call: Any) -> dict[str, Any]:
     """Run the chain inside a flow, docmill's log lines going to the flow run's Logs tab."""
     # Prefect's flow engine turns SIGTERM into a crash of the flow run; docmill's own handler
     # stops sending and lets requests in flight finish (docmill.shutdown), on this path too.
@@ -298,7 +298,7 @@ def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> Any
     settings = kw.get("settings") or _settings(kw.get("store"), {})
     bound = str(flow_run.id) if flow_run.id else None
     try:
-        summary = _budget_guard(
+        summary = _logged_to_run(
             lambda: chain(
                 *args, map_chunks=prefect_map, on_progress=ProgressArtifact(), flow_run_id=bound, **kw
             )

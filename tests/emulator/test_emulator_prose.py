@@ -13,7 +13,6 @@ from anthropic import transform_schema
 
 from emulator.model import respond
 from examples.recipes.contracts import Contract
-from tasks.per_file.support import supports
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "recipes" / "contracts"
@@ -34,6 +33,8 @@ def answer(doc_id: str, text: str) -> dict[str, Any]:
 
 
 def test_a_prose_contract_yields_values_with_the_sentence_that_states_them() -> None:
+    from tasks.per_file.support import supports
+
     path = CORPUS / "agreements" / "msa-2041-harbor.txt"
     text = path.read_text()
     out = answer("agreements/msa-2041-harbor.txt", text)
@@ -68,3 +69,28 @@ def test_no_kinder_than_the_api_unnamed_fields_stay_null_and_a_purchase_order_st
     out = answer("agreements/vague.txt", vague)
     assert out["effective_date"]["value"] is None and out["fee"]["value"] is None  # not stated: missed
     assert out["governing_law"]["value"] is None
+
+
+def test_a_flat_evidence_sibling_of_an_unfound_value_is_null_never_another_fields_line() -> None:
+    """The purchase order of the first-week report, through a schema with flat `*_evidence` siblings
+    (docmill refuses such a recipe at load; the emulator still answers it as a model would)."""
+    from pydantic import BaseModel
+
+    class Flat(BaseModel):
+        total: float | None
+        total_evidence: str | None
+        effective_date: str | None
+        effective_date_evidence: str | None
+        governing_law: str | None
+        governing_law_evidence: str | None
+
+    body = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 2000,
+        "system": "Evidence copied verbatim.",
+        "messages": [{"role": "user", "content": f'<document id="po.txt" type="txt">\n{(CORPUS / "purchase-orders" / "po-7781.txt").read_text()}</document>'}],
+        "output_config": {"format": {"type": "json_schema", "schema": transform_schema(Flat)}},
+    }  # fmt: skip
+    out = json.loads(respond(body)["content"][0]["text"])
+    assert out["total"] == 4828.0 and out["total_evidence"] == "Total: USD 4,828.00"
+    assert out["effective_date_evidence"] is None and out["governing_law_evidence"] is None
