@@ -44,7 +44,10 @@ def test_each_running_docmill_process_gets_a_database_of_its_own(tmp_path: Path)
 
 
 def test_the_server_uses_its_own_database_unless_one_is_configured(tmp_path: Path) -> None:
-    with temporary_settings(updates={PREFECT_HOME: tmp_path / "home"}):
+    # the suite's Prefect harness may have configured a database: this is the case of none configured
+    with temporary_settings(
+        updates={PREFECT_HOME: tmp_path / "home"}, restore_defaults={PREFECT_SERVER_DATABASE_CONNECTION_URL}
+    ):
         url = server_environment()[DB_URL]
     assert url.startswith(f"sqlite+aiosqlite:///{tmp_path}/home/docmill/prefect-") and url.endswith(".db")
     assert url != f"sqlite+aiosqlite:///{tmp_path}/home/prefect.db"
