@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
+# pytest-xdist workers: most tests wait on servers and subprocesses, so two cores run two files at once
+TEST_WORKERS ?= 2
 UV := $(BIN)/uv
 # What the lock is resolved for: Python 3.11 and newer, every platform (markers keep each one's wheels).
 LOCK_FLAGS := pyproject.toml --extra dev --generate-hashes --universal --python-version 3.11 --quiet
@@ -28,13 +30,13 @@ $(STAMP): $(LOCK) pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python examples/make_invoices.py --out examples/corpus/invoices --count 40 --seed 7
+	$(BIN)/python examples/make_invoices.py --out examples/corpus/invoices --count 40 --seed 7 --media
 	$(BIN)/docmill run examples/corpus/invoices --recipe invoices --store ./docmill-store
 
 test: $(STAMP)
 	$(BIN)/ruff check --no-cache .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy

@@ -29,6 +29,7 @@ TOKEN_KINDS = (
     "cache_read_input_tokens",
     "compaction_input_tokens",
     "compaction_output_tokens",
+    "thinking_tokens",
 )
 
 
@@ -56,6 +57,7 @@ class CostEntry(BaseModel):
     cache_read_input_tokens: int = 0
     compaction_input_tokens: int = 0
     compaction_output_tokens: int = 0
+    thinking_tokens: int = 0  # of output_tokens: adaptive thinking (usage.output_tokens_details)
     usd: float = 0.0
     at: float | None = None  # unix time the answer was accounted (report throughput charts)
     sent_at: float | None = None  # unix time the request was sent (realtime; the report's timeline)
@@ -108,6 +110,7 @@ class CostEntry(BaseModel):
             output_tokens=int(_field(usage, "output_tokens") or 0),
             cache_creation_input_tokens=int(_field(usage, "cache_creation_input_tokens") or 0),
             cache_read_input_tokens=int(_field(usage, "cache_read_input_tokens") or 0),
+            thinking_tokens=int(_field(_field(usage, "output_tokens_details") or {}, "thinking_tokens") or 0),
             compaction_input_tokens=comp_in,
             compaction_output_tokens=comp_out,
             usd=usd or 0.0,
@@ -165,7 +168,8 @@ class CostLedger:
         tokens = dict.fromkeys(TOKEN_KINDS, 0)
         count = 0
         unpriced: set[str] = set()
-        unpriced_count = possibly = 0
+        unpriced_count = possibly = unpriced_tokens = 0
+        thinking_usd = 0.0
         possibly_usd = 0.0
         for e in self.entries():
             count += 1
@@ -175,7 +179,15 @@ class CostLedger:
             if e.unpriced:
                 unpriced_count += 1
                 unpriced.add(e.model)
+                unpriced_tokens += e.input_tokens + e.output_tokens + e.cache_creation_input_tokens
+                unpriced_tokens += (
+                    e.cache_read_input_tokens + e.compaction_input_tokens + e.compaction_output_tokens
+                )
             usd += e.usd
+            if e.thinking_tokens and not e.unpriced:  # thinking is billed as output: its share of usd
+                thinking_usd += (
+                    priced_usd(e.model, {"output_tokens": e.thinking_tokens}, batch=e.batch) or 0.0
+                )
             by_pass[e.pass_name] = by_pass.get(e.pass_name, 0.0) + e.usd
             by_model[e.model] = by_model.get(e.model, 0.0) + e.usd
             by_doc[e.doc_id] = by_doc.get(e.doc_id, 0.0) + e.usd
@@ -190,6 +202,8 @@ class CostLedger:
             "entries": count,
             "unpriced": unpriced_count,
             "unpriced_models": sorted(unpriced),
+            "unpriced_tokens": unpriced_tokens,
+            "thinking_usd": thinking_usd,
             "possibly_billed": possibly,
             "possibly_billed_usd": possibly_usd,
         }

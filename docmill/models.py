@@ -7,6 +7,10 @@ A leaf (standard library only) for prices, settings, the pipeline's model checks
 - `price_id`: a `-YYYYMMDD` suffix dropped. Before the 4.6 generation an alias resolves to a dated id
   and answers name it (`claude-haiku-4-5` -> `claude-haiku-4-5-20251001`); both price the same.
 - `CACHE_MIN_TOKENS`: the shortest prompt prefix each model caches (from the table).
+- `thinking_types` / `effort` / `default_effort`: what a model accepts for `thinking` and
+  `output_config.effort` (the per-file request builds its thinking policy from them, the emulator
+  refuses the rest with 400), and `THINKING_TOKENS_BY_EFFORT`: docmill's assumption of the thinking
+  tokens one adaptive answer spends at each effort (estimates; the emulator's default knob).
 
 The SDK's private deprecation data is not read here (see `docmill.sdk_hints`: a warning source only).
 """
@@ -23,6 +27,16 @@ from importlib import resources
 from typing import Any
 
 DATED_SUFFIX = re.compile(r"-\d{8}$")
+# Thinking tokens one extraction answer spends at each effort when adaptive thinking is on: an
+# assumption (no published figure), used by `estimate` and as the emulator's default; set the
+# emulator's `thinking_tokens_by_effort` knob to measure others. Billed as output tokens.
+THINKING_TOKENS_BY_EFFORT: dict[str, int] = {
+    "low": 128,
+    "medium": 512,
+    "high": 1536,
+    "xhigh": 3072,
+    "max": 6144,
+}
 CACHE_MIN_TOKENS_UNKNOWN = 4096  # a model outside the table: the largest known minimum
 
 
@@ -49,6 +63,14 @@ class ModelInfo:
     thinking: str  # "adaptive" (on by default, 5.x) or "manual" (budget_tokens, 4.x)
     source: str
     dated_id: str | None = None
+    thinking_types: tuple[str, ...] = ("enabled", "disabled")  # `thinking.type` values accepted
+    effort: bool = False  # `output_config.effort` accepted
+    default_effort: str | None = None  # the effort the API uses when none is sent
+
+    @property
+    def thinks_by_default(self) -> bool:
+        """Adaptive thinking runs unless the request turns it off (5.x): thinking tokens are output."""
+        return self.thinking == "adaptive"
 
     def status_on(self, day: date) -> Status:
         if self.retires is not None and day >= self.retires:
@@ -80,6 +102,9 @@ def _load() -> tuple[str, dict[str, ModelInfo]]:
             thinking=row["thinking"],
             source=row["source"],
             dated_id=row.get("dated_id"),
+            thinking_types=tuple(row.get("thinking_types") or ("enabled", "disabled")),
+            effort=bool(row.get("effort", False)),
+            default_effort=row.get("default_effort"),
         )
         rows[info.id] = info
     return raw["checked"], rows
@@ -122,3 +147,25 @@ def min_cacheable_tokens(model: str, table: Mapping[str, int] | None = None) -> 
     table = CACHE_MIN_TOKENS if table is None else table
     found = table.get(model, table.get(price_id(model)))
     return CACHE_MIN_TOKENS_UNKNOWN if found is None else found
+
+
+def thinking_tokens(
+    model: str, thinking: Mapping[str, Any] | None, effort: str | None, table: Mapping[str, int] | None = None
+) -> int:
+    """Thinking tokens one answer of `model` spends for a request's `thinking` and
+    `output_config.effort` (`table`: effort -> tokens, default THINKING_TOKENS_BY_EFFORT): adaptive
+    thinking (on by default on 5.x, or asked for) spends the effort's share; `disabled` and
+    `between_tools` (no tool calls in docmill's requests) spend none; manual `enabled` at most its
+    budget. The same rule for `estimate` and the emulator."""
+    table = THINKING_TOKENS_BY_EFFORT if table is None else table
+    info = model_info(model)
+    kind = (thinking or {}).get("type")
+    if kind in ("disabled", "between_tools"):
+        return 0
+    if kind == "enabled":
+        budget = (thinking or {}).get("budget_tokens")
+        return min(int(budget), table.get("high", 0)) if isinstance(budget, int) else 0
+    if kind != "adaptive" and (info is None or not info.thinks_by_default):
+        return 0
+    level = effort or (info.default_effort if info is not None else None) or "high"
+    return int(table.get(level, table.get("high", 0)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,13 +20,17 @@ from docmill.models import CACHE_MIN_TOKENS
 class ApiSettings(BaseModel):
     """How docmill talks to Claude."""
 
-    model: str = Field("claude-sonnet-4-6", description="Pinned model id for the per-file pass.")
+    model: str = Field(
+        "claude-sonnet-5-5", description="Pinned model id for the per-file pass (the current Sonnet)."
+    )
     integration_model: str = Field(
-        "claude-sonnet-4-6", description="Pinned model id for the integration pass."
+        "claude-sonnet-5-5", description="Pinned model id for the integration pass (the current Sonnet)."
     )
     fallback_model: str | None = Field(
-        "claude-haiku-4-5",
-        description="Model that takes a document only after the primary keeps failing with overload.",
+        "claude-haiku-5-5",
+        description="Model that takes a document only after the primary keeps failing with overload "
+        "(a current model of another family, cheaper than the default: it never raises the cap's worst "
+        "case); None: no fallback.",
     )
     base_url: str | None = Field(
         None, description="API base URL; None means the real API when a key is set, else the emulator."
@@ -97,6 +101,11 @@ class GateSettings(BaseModel):
     repair_token_budget: int = Field(20_000, ge=0, description="Output+input tokens repairs may spend.")
     truncation_max_tokens: int = Field(
         8192, ge=1, description="max_tokens for the one retry after truncation."
+    )
+    unverified_evidence: Literal["accept", "review"] = Field(
+        "accept",
+        description="Evidence on a page without a text layer (scans, images) cannot be checked "
+        "verbatim: accept marks it unverified (never verified), review sends the document to review.",
     )
 
 
@@ -186,6 +195,40 @@ class InventorySettings(BaseModel):
         False,
         description="Read symlinks that resolve outside the source and walk symlinked folders "
         "(otherwise: skipped as outside_source / symlinked_folder).",
+    )
+
+
+class FormatSettings(BaseModel):
+    """How documents of each format are read and sent (issue 24; docs/formats.md)."""
+
+    pdf_text_min_chars: int = Field(
+        40,
+        ge=0,
+        description="A PDF page whose text layer has fewer visible characters is textless "
+        "(scanned); a PDF with a textless page is sent to the API as a PDF (document block).",
+    )
+    pdf_send_as: Literal["auto", "text", "pdf"] = Field(
+        "auto",
+        description="auto: PDFs with a textless page go as PDF, others as their text; text or "
+        "pdf: always so (a recipe's own pdf_mode wins; a PDF without any text always goes as PDF).",
+    )
+    max_pdf_pages: int = Field(1000, ge=1, description="Longer PDFs are skipped (over_limit).")
+    max_attachments: int = Field(
+        100,
+        ge=0,
+        description="Attachments of one e-mail taken as documents; the rest are skipped (over_limit).",
+    )
+    max_nesting: int = Field(
+        5, ge=0, description="Messages attached inside messages followed this deep; deeper: over_limit."
+    )
+    max_unzipped_bytes: int = Field(
+        200 * 1024 * 1024, ge=1, description="An Office file unpacking to more is skipped (over_limit)."
+    )
+    max_zip_ratio: int = Field(
+        100, ge=1, description="An Office file compressed more than this (unpacked:packed) is a zip bomb."
+    )
+    allow_macros: bool = Field(
+        False, description="Read the text of macro-enabled Office files (macros never run); else skipped."
     )
 
 
@@ -301,9 +344,16 @@ class Settings(BaseSettings):
         description="How long the temporary Prefect API server may take to start (it is tried twice) when "
         "PREFECT_API_URL is not set; a busy machine needs more than Prefect's own 30 s.",
     )
-    prices: dict[str, dict[str, float]] = Field(
+    prices: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description='Extra or overriding model prices, USD/MTok: {"model": {"input": 3, "output": 15}}.',
+        description="Extra or overriding model prices, USD/MTok, over the dated table and the prices file: "
+        '{"model": {"input": 3, "output": 15}} (optional: cache_write_5m, cache_write_1h, cache_read, batch, '
+        "bands); shown by `estimate` and `doctor`.",
+    )
+    prices_file: str | None = Field(
+        None,
+        description="A JSON file of price overrides in the shape of DOCMILL_PRICES (over the dated table "
+        "docmill/data/prices.json; DOCMILL_PRICES wins over it).",
     )
     api: ApiSettings = Field(default_factory=ApiSettings)
     gate: GateSettings = Field(default_factory=GateSettings)
@@ -312,6 +362,7 @@ class Settings(BaseSettings):
     cost: CostSettings = Field(default_factory=CostSettings)
     integration: IntegrationSettings = Field(default_factory=IntegrationSettings)
     inventory: InventorySettings = Field(default_factory=InventorySettings)
+    formats: FormatSettings = Field(default_factory=FormatSettings)
     store_io: StoreSettings = Field(default_factory=StoreSettings)
     review: ReviewSettings = Field(default_factory=ReviewSettings)
 

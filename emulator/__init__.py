@@ -6,21 +6,30 @@ Pipeline code (tasks/, checkpoints/) never imports this package.
 Key contracts (each covered by tests/emulator/):
 - One token counter (`tokens.count_tokens`) feeds count_tokens and `usage`; input_tokens +
   cache_creation_input_tokens + cache_read_input_tokens == count_tokens(body).
-- Every billed request is in `state.accounting.billed` with usd from `docmill.prices.cost_usd`
-  (batch items at 50 %); errors are never billed; `accounting.received` counts every request.
+- Every billed request is in `state.accounting.billed` with usd from `docmill.prices.usd_at` at the
+  price `state.price_for(model)` gives: docmill's dated table on the emulator's day (batch items at the
+  model's batch multiplier), an `extra_models` entry, or for a served model with no published price
+  the dearest published rates (knob `unpriced_price`); errors are never billed; `accounting.received`
+  counts every request.
+- The model list is docmill's dated model table: every model not retired on the emulator's day is
+  served; retired and unknown ids answer 404 not_found_error. Per-model rules (`model_rules`): a
+  `thinking.type` the model refuses, effort where unsupported, non-default sampling on 5.x: 400.
+  Adaptive thinking (5.x, on by default) is modelled: a thinking block before the text, deterministic
+  tokens per effort (knob `thinking_tokens_by_effort`, off with `model_thinking`), billed as output.
 - Every /v1 response has a `request-id` header; error bodies repeat it as `request_id`.
 - Time is the virtual clock (`state.clock`): cache TTLs, batch progress, expiry, archive and
   rate-limit refill all follow it; tests advance it instead of sleeping.
 - Faults are data (`faults.FaultRule`), consumed in order, seeded; see `faults` for the kinds.
 - No kinder than the API (reference §00): pre-4.6 aliases answer with their dated ids, models past
-  the SDK's end-of-life date answer 404, cache minimums are per model (`catalog`) and the output
+  their retirement day in docmill's table answer 404, cache minimums are per model (`catalog`) and the output
   schema is not in the cached prefix, every answer has `anthropic-ratelimit-*` headers,
   `results_url` is on the emulator's own address; optional: the "compiled grammar is too large"
   400 (`grammar`), answer time growing with output tokens (`output_tokens_per_second`).
 
 Modules: server (app + routes), messages (one request end to end + SSE), batches, compaction,
 caching, tokens, faults, validation, accounting, state (config, rate limits), clock (virtual time,
-RFC 3339), catalog (model ids, end of life, cache minimums), grammar (schema size rule), control
+RFC 3339), catalog (model ids, end of life, cache minimums, the unpriced rate), model_rules (per-model
+thinking / effort / sampling rules, adaptive thinking tokens), grammar (schema size rule), control
 (/_emulator/ endpoints), cli. The deterministic answers: model (respond, summarize), grounding
 (reading a request's documents and labelled lines), schema_fill + schema_hints (a JSON schema filled
 with grounded values), item_frames, line_items, source_code, claims, records, roles, frames, values,

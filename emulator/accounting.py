@@ -1,6 +1,6 @@
 """What the emulator billed, and every request it received (billed or not).
 
-Errors are never billed. A dated model id is priced as its alias. Batch items are billed (at 50 %) when their batch processes them.
+Errors are never billed. A dated model id is priced as its alias (docmill.prices). Batch items are billed (at 50 %) when their batch processes them.
 `GET /_emulator/accounting` returns `Accounting.snapshot()`; in-process tests read
 `server.state.accounting` directly.
 """
@@ -13,8 +13,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from docmill.prices import cost_usd, usd_at
-from emulator.catalog import price_id
+from docmill.prices import Price, usd_at
 
 
 def body_hash(body: Any) -> str:
@@ -87,10 +86,11 @@ class Accounting:
         custom_id: str | None = None,
         batch_id: str | None = None,
         at: float = 0.0,
-        price: dict[str, float] | None = None,
+        price: Price,
     ) -> BilledRequest:
-        """Record one billed request; `price` overrides the price table (an `extra_models` entry)."""
-        usd = usd_at(price, usage, batch=batch) if price else cost_usd(price_id(model), usage, batch=batch)
+        """Record one billed request at `price` (the state's `price_for(model)`: docmill's dated table on
+        the emulator's day, an `extra_models` entry, or the unpriced-model rate)."""
+        usd = usd_at(price, usage, batch=batch)
         record = BilledRequest(
             seq=len(self.billed) + 1,
             path=path,

@@ -7,6 +7,10 @@ same one the pipeline checks against, never the SDK's private data.
   model that does not exist. The day is the emulator's `today` knob, else its virtual clock's date.
 - Minimum cacheable prefix per model (reference §7.1; where sources differ, the larger value).
 - A dated id is priced as its alias (`price_id`).
+- Served: every model of the table (and its dated id) not retired on the emulator's day; anything
+  else answers 404 `not_found_error` (`table_models`).
+- A served model with no published price is billed at the dearest published rates of the table on
+  that day (`dearest_price`, the harsher case; the `unpriced_price` knob sets another).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from docmill.models import CACHE_MIN_TOKENS as PIPELINE_CACHE_MIN_TOKENS
 from docmill.models import CACHE_MIN_TOKENS_UNKNOWN as PIPELINE_UNKNOWN
 from docmill.models import MODELS, price_id
 from docmill.models import dated_aliases as table_dated_aliases
+from docmill.prices import RATE_FIELDS, Price, Rates, price_on
 
 __all__ = ["price_id"]
 
@@ -46,6 +51,15 @@ def retired_on(model: str, end_of_life: Mapping[str, str], day: date) -> str | N
     return when if when is not None and day >= date.fromisoformat(when) else None
 
 
-def known_models(priced: Mapping[str, object]) -> set[str]:
-    """Ids the emulator accepts: every priced id plus the dated ids of priced aliases."""
-    return set(priced) | {dated for alias, dated in dated_aliases().items() if alias in priced}
+def table_models() -> set[str]:
+    """Every id of docmill's model table and the dated ids of its aliases (retired ones included:
+    `retired_on` refuses them by day)."""
+    return set(MODELS) | set(dated_aliases().values())
+
+
+def dearest_price(day: date) -> Price:
+    """A price whose every rate is the dearest any model of the table has on `day` (no bands)."""
+    prices = [p for p in (price_on(m, day) for m in MODELS) if p is not None]
+    rates = [r for p in prices for r in (p.rates, *(b.rates for b in p.bands))]
+    top = {f: max(getattr(r, f) for r in rates) for f in RATE_FIELDS}
+    return Price(model="(no published price)", rates=Rates(**top), source="emulator: dearest published rates")

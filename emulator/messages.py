@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from emulator import compaction, model, tokens
+from emulator import compaction, model, model_rules, tokens
 from emulator.faults import FaultRule, shape_response
 
 if TYPE_CHECKING:
@@ -121,10 +121,13 @@ def answer(
         content, stop_sequence = apply_stop_sequences(content, body.get("stop_sequences"))
         if stop_sequence is not None:
             stop_reason = "stop_sequence"
-        content, cut = cut_to_max_tokens(content, int(body["max_tokens"]))
+        thought = min(state.thinking_tokens(body), int(body["max_tokens"]))  # before the text, in max_tokens
+        content, cut = cut_to_max_tokens(content, int(body["max_tokens"]) - thought)
         if cut:
             stop_reason = "max_tokens"
-        out_tokens = tokens.output_tokens(content)
+        out_tokens = tokens.output_tokens(content) + thought
+        if thought:
+            content = [model_rules.thinking_block(body), *content]
         cache = state.cache.apply(
             scope=api_key,
             model=model_name,
@@ -136,6 +139,8 @@ def answer(
             counts_schema=state.config.cache_counts_output_schema,
         )
         usage = {**cache.usage_fields(), "output_tokens": out_tokens}
+        if thought:
+            usage["output_tokens_details"] = {"thinking_tokens": thought}
         input_counted = input_total
     usage.update(
         {
@@ -143,7 +148,7 @@ def answer(
             "service_tier": "batch" if batch else "standard",
             "inference_geo": None,
             "speed": None,
-            "output_tokens_details": None,
+            "output_tokens_details": usage.get("output_tokens_details"),
         }
     )
     if iterations is None:
@@ -170,7 +175,7 @@ def answer(
         custom_id=custom_id,
         batch_id=batch_id,
         at=state.clock.now(),
-        price=state.config.extra_models.get(model_name),
+        price=state.price_for(model_name),
     )
     return Answer(message, input_counted, out_tokens)
 
@@ -209,6 +214,13 @@ def sse_events(message: Mapping[str, Any], *, fail: bool = False) -> Iterator[by
             )
             partial = json.dumps(block.get("input", {}))
             delta = {"type": "input_json_delta", "partial_json": partial}
+            yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+        elif kind == "thinking":
+            head = {**block, "thinking": "", "signature": ""}
+            yield _sse(
+                "content_block_start", {"type": "content_block_start", "index": i, "content_block": head}
+            )
+            delta = {"type": "signature_delta", "signature": block.get("signature", "")}
             yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
         elif kind == "compaction":
             head = {**block, "content": None}

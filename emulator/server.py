@@ -287,7 +287,7 @@ def _model_info(model_id: str) -> dict[str, Any]:
 
 
 async def list_models(call: Call) -> dict[str, Any]:
-    data = [_model_info(m) for m in sorted(call.state.models)]
+    data = [_model_info(m) for m in sorted(call.state.served())]
     return {
         "data": data,
         "has_more": False,
@@ -298,7 +298,7 @@ async def list_models(call: Call) -> dict[str, Any]:
 
 async def get_model(call: Call) -> dict[str, Any]:
     model_id = call.request.path_params["model_id"]
-    if model_id not in call.state.models:
+    if model_id not in call.state.served():
         raise ApiError(ErrorType.NOT_FOUND, f"model: {model_id}")
     return _model_info(model_id)
 

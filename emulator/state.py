@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, fields
 from datetime import date
 from typing import Any
 
-from docmill.prices import price_table
-from emulator import catalog
+from docmill.models import THINKING_TOKENS_BY_EFFORT
+from docmill.prices import Price, price_on
+from emulator import catalog, model_rules
 from emulator.accounting import Accounting
 from emulator.batches import BatchStore
 from emulator.caching import PromptCache
@@ -44,8 +45,13 @@ class EmulatorConfig:
     cache_min_tokens: int = catalog.CACHE_MIN_TOKENS_UNKNOWN
     cache_min_tokens_by_model: dict[str, int] = field(default_factory=lambda: dict(catalog.CACHE_MIN_TOKENS))
     cache_counts_output_schema: bool = False  # True: output_config.format's schema is in the cached prefix
-    extra_models: dict[str, dict[str, float]] = field(default_factory=dict)  # served beyond the price
-    # table, billed at these prices ({"input", "output"} USD/MTok): a model docmill has no price for
+    extra_models: dict[str, dict[str, float]] = field(default_factory=dict)  # served beyond docmill's
+    # model table, billed at these prices ({"input", "output"} USD/MTok): a model docmill does not know
+    unpriced_price: dict[str, float] | None = None  # what a served model with no published price is
+    # billed at ({"input", "output", ...}); None: the dearest published rates of the table that day
+    thinking_tokens_by_effort: dict[str, int] = field(default_factory=lambda: dict(THINKING_TOKENS_BY_EFFORT))
+    # thinking tokens of one adaptive answer per effort (5.x think by default; billed as output)
+    model_thinking: bool = True  # False: no model thinks (answers as before adaptive thinking)
     resolve_aliases: bool = True  # answer a pre-4.6 alias with its dated id (SDK types/model.py)
     end_of_life: dict[str, str] = field(default_factory=catalog.table_end_of_life)  # model -> ISO date
     today: str | None = None  # YYYY-MM-DD model lifecycles are read at; None: the virtual clock's date
@@ -215,7 +221,7 @@ class EmulatorState:
     def __init__(self, config: EmulatorConfig | None = None) -> None:
         self.config = config or EmulatorConfig.from_env()
         self.clock = VirtualClock(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
-        self._priced: set[str] = catalog.known_models(price_table())
+        self._known: set[str] = catalog.table_models()
         self.accounting = Accounting()
         self.cache = PromptCache()
         self.faults = FaultPlan(self.config.seed)
@@ -231,11 +237,17 @@ class EmulatorState:
 
     @property
     def models(self) -> set[str]:
-        """Every model id the emulator answers: priced ones, their dated ids, `extra_models`."""
-        return self._priced | set(self.config.extra_models)
+        """Every model id the emulator knows: docmill's table (with dated ids) and `extra_models`;
+        the retired ones among them answer 404 too (`retired`)."""
+        return self._known | set(self.config.extra_models)
+
+    def served(self) -> set[str]:
+        """The models answered on the emulator's day (`/v1/models`): known and not retired."""
+        return {m for m in self.models if self.retired(m) is None}
 
     def validate(self, body: Any, **kw: Any) -> None:
-        """`validation.validate_message_body` with this emulator's models, retirement and grammar rule."""
+        """`validation.validate_message_body` with this emulator's models, retirement and grammar rule,
+        then the per-model rules (thinking, effort, sampling: `emulator.model_rules`)."""
         validate_message_body(
             body,
             models=self.models,
@@ -243,11 +255,39 @@ class EmulatorState:
             grammar_limit=self.config.grammar_max_complexity,
             **kw,
         )
+        model_rules.check_model_params(body, path=kw.get("path", ""), legacy=kw.get("legacy", False))
+
+    def day(self) -> date:
+        """The emulator's day: the `today` knob, else the virtual clock's date (UTC)."""
+        return (
+            date.fromisoformat(self.config.today) if self.config.today else catalog.day_of(self.clock.now())
+        )
 
     def retired(self, model: str) -> str | None:
-        """The end-of-life date of `model` when the virtual clock is past it, else None."""
-        day = date.fromisoformat(self.config.today) if self.config.today else catalog.day_of(self.clock.now())
-        return catalog.retired_on(model, self.config.end_of_life, day)
+        """The end-of-life date of `model` when the emulator's day is past it, else None."""
+        return catalog.retired_on(model, self.config.end_of_life, self.day())
+
+    def price_for(self, model: str) -> Price:
+        """What an answer of `model` is billed at: an `extra_models` entry, docmill's dated price on the
+        emulator's day (docmill.prices, the pipeline's own cost path), or for a model with no published
+        price the `unpriced_price` knob, else the dearest published rates that day."""
+        extra = self.config.extra_models.get(model)
+        if extra is not None:
+            return Price.from_mapping(model, extra, source="emulator extra_models", confirmed="override")
+        price = price_on(model, self.day())
+        if price is not None:
+            return price
+        if self.config.unpriced_price is not None:
+            return Price.from_mapping(
+                model, self.config.unpriced_price, source="emulator knob", confirmed="override"
+            )
+        return catalog.dearest_price(self.day())
+
+    def thinking_tokens(self, body: Any) -> int:
+        """Thinking tokens an answer to `body` spends (0 with `model_thinking` off)."""
+        if not self.config.model_thinking:
+            return 0
+        return model_rules.thinking_tokens(body, self.config.thinking_tokens_by_effort)
 
     def answer_model(self, model: str) -> str:
         """The `model` an answer carries: a pre-4.6 alias resolves to its dated id (knob)."""

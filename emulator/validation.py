@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping
 from enum import StrEnum
 from typing import Any
 
-from emulator import grammar
+from emulator import grammar, media
 
 
 class ErrorType(StrEnum):
@@ -51,6 +51,7 @@ class ApiError(Exception):
         status: int | None = None,
         error_code: str | None = None,
         headers: Mapping[str, str] | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.error_type = error_type
@@ -58,9 +59,10 @@ class ApiError(Exception):
         self.status = status if status is not None else STATUS[error_type]
         self.error_code = error_code
         self.headers = dict(headers or {})
+        self.details = dict(details or {})  # more `error.details` fields beside error_code
 
     def error_object(self) -> dict[str, Any]:
-        details = {"error_code": self.error_code} if self.error_code else None
+        details = {"error_code": self.error_code, **self.details} if self.error_code else None
         return {"type": str(self.error_type), "message": self.message, "details": details}
 
     def body(self, request_id: str | None) -> dict[str, Any]:
@@ -120,6 +122,12 @@ def validate_message_body(
     _check_system(body.get("system"), p)
     _check_tools(body.get("tools"), p)
     _check_messages(body["messages"], p)
+    try:  # PDFs and images: valid, unencrypted, within the API's pages, bytes and pixels
+        media.check_request(body["messages"])
+    except media.MediaError as e:
+        raise ApiError(
+            ErrorType.INVALID_REQUEST, f"{p}{e.field}: {e.message}", error_code=e.code, details=e.extra
+        ) from e
     _check_breakpoints(body, p)
     if body["model"] not in models:
         raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']}")

@@ -32,7 +32,7 @@ from flows import pipeline
 from flows.artifacts import publish_run
 from flows.context import RunContext, api_endpoint, make_clients, new_run_id
 from tasks.api.client import PossiblyBilled
-from tasks.api.models import check_models
+from tasks.api.models import check_models, check_served
 from tasks.reporting.summary import integration_text
 
 log = get_logger("flows")
@@ -231,7 +231,7 @@ def run_extract(
                 hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
             )
         mode = mode_of(st, m, mode)
-    for note in check_models(settings):  # a retired model stops here, before anything is sent
+    for note in check_models(settings):  # a retired or (under a cap) unpriced model stops here
         log.warning("docmill: %s", note)
     for line in lines:
         print(line, file=sys.stderr)
@@ -239,6 +239,8 @@ def run_extract(
     rec = load_recipe(recipe)
     with api_endpoint(settings, quiet=not progress, store=st) as endpoint:
         client, sdk = make_clients(settings, endpoint)
+        for note in check_served(settings, sdk):  # a model nobody serves stops here, nothing sent
+            log.warning("docmill: %s", note)
         ctx = RunContext(settings, st, rec, choice.run_id, endpoint, client, sdk, on_progress=on_progress)
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, ctx.run_id))
         return pipeline.run(

@@ -271,11 +271,12 @@ def spent_usd(ctx: RunContext) -> float:
     )
 
 
-def budget_stop(ctx: RunContext, where: str) -> BudgetExhausted:
+def budget_stop(ctx: RunContext, where: str, why: str | None = None) -> BudgetExhausted:
     spent = spent_usd(ctx)
     cap = ctx.settings.cost.max_cost_usd
+    why = why or "the next request would pass"
     return BudgetExhausted(
-        f"run {ctx.run_id} stopped {where}: the next request would pass its cap of ${cap or 0:.4f} "
+        f"run {ctx.run_id} stopped {where}: {why} its cap of ${cap or 0:.4f} "
         f"(spent ${spent:.4f}); requests in flight were finished and everything is kept",
         hint=f"`docmill resume {ctx.run_id} --max-cost-usd <higher>` finishes it",
         spent_usd=spent,
@@ -299,14 +300,15 @@ def per_file_pass(
         from tasks.inventory import Document
 
         spent = spent_usd(ctx)
-        wanted = len(pending)
-        pending, _ = affordable_chunks(
+        full = {cid: chunk for cid, chunk in pending}  # a chunk cut short by the cap is never written
+        fit = affordable_chunks(
             pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
         )
+        pending = fit.chunks
         docs = (Document.model_validate(d) for _, chunk in pending for d in chunk)
         chunk_of = {d["doc_id"]: cid for cid, chunk in pending for d in chunk}
-        sizes = {cid: len(chunk) for cid, chunk in pending}
-        order = {cid: [d["doc_id"] for d in chunk] for cid, chunk in pending}
+        sizes = {cid: len(full[cid]) for cid, _ in pending}
+        order = {cid: [d["doc_id"] for d in full[cid]] for cid, _ in pending}
         buffered: dict[str, dict[str, dict[str, Any]]] = {}
         stopped = False
         outcomes = run_batches(
@@ -329,8 +331,13 @@ def per_file_pass(
         if stopped:
             bar.finish()
             raise budget_stop(ctx, "during the batch pass")
-        if len(pending) < wanted:
-            raise budget_stop(ctx, "before submitting a batch")
+        if not fit.complete:
+            raise budget_stop(
+                ctx, "before submitting the rest of the batch",
+                f"{fit.left_documents} more request(s) with a worst case of ${fit.left_usd:.4f} (every "
+                f"answer at max_tokens, input as cache writes; {len(pending)} chunk(s) with a worst case of "
+                f"${fit.reserved_usd:.4f} went) would pass",
+            )  # fmt: skip
         return
 
     def fn(cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """`docmill doctor`: the configuration and the endpoint, checked before a big run.
 
 Each check is one small call, so a problem costs cents instead of a night:
-  models    the pinned models against the SDK's end-of-life data and the price table (no call)
+  models    the pinned models against the model table and the dated price table (no call)
+  prices    the user's price overrides in force (DOCMILL_PRICES, DOCMILL_PRICES_FILE), when there are any
   key       one `count_tokens` (free): the key and the endpoint work
   model     each pinned model answers one tiny message (max_tokens 8); its cost is shown
   schema    each recipe's per-file and integration schema in one minimal structured call, so a schema
@@ -24,7 +25,7 @@ from anthropic import transform_schema
 
 from docmill.errors import ConfigError
 from docmill.models import min_cacheable_tokens
-from docmill.prices import priced_usd
+from docmill.prices import override_lines, priced_usd
 from tasks.api.models import check_models, pinned_models
 from tasks.api.retrying import describe
 from tasks.per_file.requests import SYSTEM_RULES, neutralize, recipe_parts
@@ -103,11 +104,18 @@ def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recip
     """Every check, in order; a failed one does not stop the others."""
     checks: list[Check] = []
     try:
-        notes = check_models(settings)  # each a warning of its own (legacy, no price, ...), never "ok"
+        notes = check_models(settings, everything=True)  # each a warning of its own, never "ok"
         checks += [Check("models", True, note, warn=True) for note in notes]
         checks += [] if notes else [Check("models", True, "pinned models current and priced")]
     except ConfigError as e:
         checks.append(Check("models", False, e.message))
+    try:
+        overridden = override_lines()
+    except ConfigError as e:  # an unreadable prices file
+        checks.append(Check("prices", False, e.message))
+    else:
+        if overridden:  # the user's prices win over docmill's table: say which are in force
+            checks.append(Check("prices", True, "; ".join(overridden)))
     api = settings.api
     try:
         counted = sdk.messages.count_tokens(model=api.model, messages=PING)

@@ -1,10 +1,20 @@
 """Cost estimates without calling the model: `docmill estimate` and the batch-mode budget check.
 
 How a document is estimated (say so wherever a number is shown — it is an estimate):
-  input tokens  = characters of the exact per-file request body / 4 (tasks.per_file.requests.estimate_input_tokens)
-  output tokens = typical: the size of the recipe's output schema / 8 (the answer mirrors the
-                  schema's fields with values and evidence), capped at max_tokens; worst case: max_tokens
-  USD           = tokens x the price table (docmill.prices); batch = 50 %. Realtime: the shared
+  input tokens  = characters of the exact per-file request's content / 4 (`content_tokens`, not its JSON
+                  envelope); a PDF or image sent as what it is: every page as its text plus an image of
+                  the page, an image by its pixels, as the API bills them (tasks.readers.measure); a PDF
+                  in page ranges (tasks.per_file.media): its pages' tokens plus one prompt per part,
+                  priced realtime in batch mode too (the long path is realtime)
+  output tokens = typical: the mean of earlier answers in the store, else an answer modelled on the
+                  recipe's schema (every field with a short value, evidence about a line, two items a
+                  list), capped at max_tokens; worst case: max_tokens
+  thinking      = per answer, docmill.models.THINKING_TOKENS_BY_EFFORT at the effort the request sends
+                  (or the model's default) when the model thinks adaptively and the recipe's policy
+                  does not turn it off (5.x); billed as output, so it is in the output tokens
+  USD           = tokens x the dated price table on settings.on_day() (docmill.prices: bands by the
+                  request's prompt length, user overrides first); batch = the model's batch
+                  multiplier (50 %). Realtime: the shared
                   system prompt is written to the cache once (1.25x) and read after (0.1x) when it
                   reaches the model's minimum cacheable length (settings.api.cache_min_tokens; below
                   it the API caches nothing, and no cache reads are assumed); batch: no cache hits
@@ -28,10 +38,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.inflight import InFlightBound
-from docmill.models import min_cacheable_tokens
-from docmill.prices import BATCH_DISCOUNT, CACHE_READ, CACHE_WRITE_5M, price_of, price_table
+from docmill.models import min_cacheable_tokens, thinking_tokens
+from docmill.prices import Price, override_lines, price_on, worst_usd
 from tasks.api.usage import estimate_input_tokens
+from tasks.per_file.media import SendAs, load_payload, media_tokens, needs_parts, page_parts, send_as
 from tasks.per_file.requests import file_request, recipe_parts
+from tasks.recipes.thinking import effort_config
+from tasks.sizing import answer_chars, content_tokens
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -39,8 +52,10 @@ if TYPE_CHECKING:
     from tasks.recipes import Recipe
 
 METHOD = (
-    "an estimate, no model call: input = request characters / 4, output = recipe schema size / 8 "
-    "(worst case: max_tokens), priced with the docmill price table; realtime reads the system prompt "
+    "an estimate, no model call: input = request content characters / 4 (PDF pages and images as the "
+    "API bills them), output = a typical answer to the recipe's schema "
+    "plus the thinking the recipe's effort allows (worst case: max_tokens), priced with the docmill "
+    "price table on the run's day; realtime reads the system prompt "
     "from the cache after the first request when it reaches the model's minimum cacheable length, batch = 50 % without cache hits; repairs not included"
 )
 
@@ -59,20 +74,28 @@ class IntegrationEstimate:
     read_records: int
     slice_records: int
     max_tokens: int
+    thinking_tokens: int = 0  # per call (the model's default effort when it thinks adaptively)
 
     def calls(self, documents: int) -> int:
         return math.ceil(min(documents, self.read_records) / self.slice_records) if documents else 0
 
     def usd(self, documents: int, *, worst: bool = False) -> float:
-        """Realtime price of integrating `documents` new or changed documents."""
-        p = price_table()[self.model]
+        """Realtime price of integrating `documents` new or changed documents (calls send no thinking
+        policy: the model's default effort; 0 without a price)."""
+        price = price_on(self.model)
         read = min(documents, self.read_records)
         calls = self.calls(documents)
+        if price is None or not calls:
+            return 0.0
         inp = calls * self.prompt_tokens + read * self.result_tokens
+        think = calls * self.thinking_tokens
         out = (
-            calls * self.max_tokens if worst else min(read * NOTE_TOKENS_PER_RESULT, calls * self.max_tokens)
+            calls * self.max_tokens
+            if worst
+            else min(read * NOTE_TOKENS_PER_RESULT + think, calls * self.max_tokens)
         )
-        return (inp * p["input"] + out * p["output"]) / 1e6
+        rates = price.rates_for(inp // calls)
+        return (inp * rates.input + out * rates.output) / 1e6
 
     def lines(self, documents: int, per_file_usd: float) -> list[str]:
         full = self.usd(documents)
@@ -87,15 +110,24 @@ class IntegrationEstimate:
         ]
 
 
-def integration_estimate(recipe: Any, settings: Any, system_tokens: int) -> IntegrationEstimate:
+def integration_estimate(
+    recipe: Any, settings: Any, system_tokens: int, typical: int | None = None
+) -> IntegrationEstimate:
+    """`typical`: one per-file answer's tokens (measured or the heuristic; default the heuristic)."""
     s = settings.integration
+    typical = typical if typical is not None else typical_output_tokens(recipe, int(settings.api.max_tokens))
     return IntegrationEstimate(
         model=settings.api.integration_model,
         prompt_tokens=system_tokens + DIGEST_TOKENS,
-        result_tokens=max(16, typical_output_tokens(recipe, int(settings.api.max_tokens)) // 2),
+        result_tokens=max(16, typical // 2),
         read_records=s.read_records,
         slice_records=s.slice_records,
         max_tokens=s.max_tokens,
+        thinking_tokens=thinking_tokens(
+            settings.api.integration_model,
+            None,
+            effort_config(settings.api.integration_model, recipe.thinking).get("effort"),
+        ),
     )
 
 
@@ -108,18 +140,46 @@ class Estimate:
     cached_tokens: int = 0  # of input_tokens: the system prompt of every request after the first
     prefix_tokens: int = 0  # the static prefix (system prompt) of one request
     cache_min_tokens: int = 0  # the model's minimum cacheable prefix (settings.api.cache_min_tokens)
-    typical_output_tokens: int = 0
+    typical_output_tokens: int = 0  # thinking included
+    thinking_tokens: int = 0  # of typical_output_tokens: adaptive thinking (billed as output)
+    effort: str | None = None  # the effort the requests send (None: the model's default)
+    measured_answers: int = 0  # earlier answers the output size was measured on (0: schema heuristic)
     max_output_tokens: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
+    sent_as: dict[str, int] = field(default_factory=dict)  # documents by how they go: text, pdf, image
     integration: IntegrationEstimate | None = None
+    # USD summed per request (a prompt-length band prices each request on its own):
+    # (realtime, realtime worst, batch, batch worst, thinking's share of realtime)
+    _usd: list[float] = field(default_factory=lambda: [0.0] * 5)
+
+    def add(self, price: Price | None, *, fresh: int, written: int, cached: int, out: int, think: int,
+            max_tokens: int, one_hour: bool = False) -> None:  # fmt: skip
+        """One request: `fresh` input, `written` / `cached` prefix tokens, `out` output (with `think`)."""
+        if price is None:
+            return
+        prompt = fresh + written + cached
+        r = price.rates_for(prompt)
+        write = r.cache_write_1h if one_hour else r.cache_write_5m
+        realtime = (fresh * r.input + written * write + cached * r.cache_read + out * r.output) / 1e6
+        batch = (prompt * r.input + out * r.output) / 1e6 * price.batch  # no cache hits assumed in batch
+        self._usd[0] += realtime
+        self._usd[1] += worst_usd(self.model, prompt, max_tokens, one_hour=one_hour) or 0.0
+        self._usd[2] += batch
+        self._usd[3] += worst_usd(self.model, prompt, max_tokens, batch=True, one_hour=one_hour) or 0.0
+        self._usd[4] += think * r.output / 1e6
+
+    def add_realtime(self, price: Price | None, *, inp: int, out: int, max_tokens: int, calls: int) -> None:
+        """Requests that go realtime in either mode (a PDF in page ranges: the long path)."""
+        if price is None:
+            return
+        r = price.rates_for(inp // max(1, calls))
+        usd = (inp * r.input + out * r.output) / 1e6
+        worst = calls * (worst_usd(self.model, inp // max(1, calls), max_tokens) or 0.0)
+        for i, v in enumerate((usd, worst, usd, worst)):
+            self._usd[i] += v
 
     def usd(self, *, batch: bool, worst: bool = False) -> float:
-        p = price_of(self.model) or {"input": 0.0, "output": 0.0}
-        out = self.max_output_tokens if worst else self.typical_output_tokens
-        if batch:
-            return (self.input_tokens * p["input"] + out * p["output"]) / 1e6 * BATCH_DISCOUNT
-        fresh = self.input_tokens - self.cached_tokens
-        return (fresh * p["input"] + self.cached_tokens * p["input"] * CACHE_READ + out * p["output"]) / 1e6
+        return self._usd[(2 if batch else 0) + (1 if worst else 0)]
 
     def lines(self) -> list[str]:
         rows = [
@@ -130,8 +190,22 @@ class Estimate:
             f"  realtime: ~${self.usd(batch=False):.4f} (worst case ${self.usd(batch=False, worst=True):.4f})",
             f"  batch:    ~${self.usd(batch=True):.4f} (worst case ${self.usd(batch=True, worst=True):.4f})",
         ]
-        if price_of(self.model) is None:
-            rows.append(f"  no price for {self.model}: USD shown as 0 (add it with DOCMILL_PRICES)")
+        if self.measured_answers:
+            rows.append(
+                f"  output measured: the mean size of {self.measured_answers} earlier answers of this recipe "
+                "in the store (not the schema heuristic)"
+            )
+        if self.thinking_tokens:
+            rows.append(
+                f"  thinking: {self.model} thinks adaptively (effort {self.effort or 'default'}): "
+                f"~{self.thinking_tokens:,} of the output tokens, ~${self._usd[4]:.4f} of the realtime cost"
+            )
+        if price_on(self.model) is None:
+            rows.append(
+                f"  no price for {self.model}: USD shown as 0; a run under --max-cost-usd refuses it "
+                "(declare one with DOCMILL_PRICES or DOCMILL_PRICES_FILE)"
+            )
+        rows += [f"  {line}" for line in override_lines()]
         if self.prefix_tokens and self.prefix_tokens < self.cache_min_tokens:
             rows.append(
                 f"  prompt cache: the static prefix (~{self.prefix_tokens:,} tokens) is below {self.model}'s "
@@ -139,26 +213,84 @@ class Estimate:
             )
         if self.by_type:
             rows.append("  by type: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_type.items())))
+        if set(self.sent_as) - {"text"}:
+            rows.append(
+                "  sent as: "
+                + ", ".join(f"{k}={v}" for k, v in sorted(self.sent_as.items()))
+                + " (PDF pages and images counted as the API bills them)"
+            )
         if self.integration is not None:
             rows += self.integration.lines(self.documents, self.usd(batch=False))
         return rows
 
 
-def typical_output_tokens(recipe: Recipe, max_tokens: int) -> int:
-    return min(max_tokens, max(64, len(json.dumps(recipe_parts(recipe)[2])) // 8))
+MEASURED_SAMPLE = 200  # earlier answers read at most
+MEASURED_MIN = 20  # fewer than this: the schema heuristic
+
+
+def typical_output_tokens(recipe: Recipe, max_tokens: int, measured: int | None = None) -> int:
+    """One answer's text tokens: `measured` (the mean of earlier answers) when given, else a typical
+    answer modelled on the recipe's schema (tasks.sizing.answer_chars); at most max_tokens."""
+    schema = recipe_parts(recipe)[2]
+    guess = measured if measured is not None else int(answer_chars(schema, schema.get("$defs") or {}, "") / 4)
+    return min(max_tokens, max(64, guess))
+
+
+def measured_answer_tokens(recipe: Recipe, settings: Settings) -> tuple[int, int] | None:
+    """(mean tokens, answers read) of this recipe's earlier succeeded per-file answers in the store's
+    results ledger (chars / 4 of each answer's JSON, thinking not included: it depends on the effort, not
+    the documents), at most MEASURED_SAMPLE of them; None below MEASURED_MIN or without a store."""
+    from pathlib import Path
+
+    from checkpoints.store import open_store
+
+    if "://" not in settings.store and not Path(settings.store).exists():
+        return None  # never create a store to estimate
+    try:
+        store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
+        sizes: list[int] = []
+        for key in store.list("results/file/"):
+            if len(sizes) >= MEASURED_SAMPLE:
+                break
+            record = store.get_json(key)
+            output = record.get("output") if record.get("state") == "succeeded" else None
+            if not isinstance(output, dict):
+                continue
+            try:
+                recipe.file_schema.model_validate(output)  # answers of this recipe only
+            except ValueError:
+                continue
+            sizes.append(-(-len(json.dumps(output, ensure_ascii=False)) // 4))
+    except Exception:  # an estimate never fails on the store: the heuristic stands in
+        return None
+    return (sum(sizes) // len(sizes), len(sizes)) if len(sizes) >= MEASURED_MIN else None
 
 
 def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, Any] | None:
     """The per-file request of a document, or None when it would not be sent (skipped, unreadable)."""
-    from tasks.inventory import load_text
-
     if doc.status != "ok" or doc.duplicate_of:
         return None
     try:
-        text = load_text(doc)
+        payload = load_payload(doc, recipe, settings)
     except Exception:
         return None
-    return file_request(recipe, doc, text, model=settings.api.model, max_tokens=settings.api.max_tokens)
+    return file_request(recipe, doc, payload, model=settings.api.model, max_tokens=settings.api.max_tokens)
+
+
+def _add_long(est: Estimate, doc: Document, recipe: Recipe, settings: Settings, typical: int) -> None:
+    """A PDF in page ranges: its pages' tokens plus one prompt and one answer per part, realtime."""
+    parts = len(page_parts(doc, settings))
+    prompt = content_tokens(file_request(recipe, doc, "", model=settings.api.model, max_tokens=1))
+    inp = media_tokens(doc) + parts * prompt
+    max_tokens = int(settings.api.max_tokens)
+    est.add_realtime(
+        price_on(settings.api.model), inp=inp, out=parts * typical, max_tokens=max_tokens, calls=parts
+    )
+    est.documents += 1
+    est.input_tokens += inp
+    est.typical_output_tokens += parts * typical
+    est.max_output_tokens += parts * max_tokens
+    est.sent_as["pdf"] = est.sent_as.get("pdf", 0) + 1
 
 
 def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Estimate:
@@ -167,23 +299,40 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         cache_min_tokens=min_cacheable_tokens(settings.api.model, settings.api.cache_min_tokens),
     )
     max_tokens = int(settings.api.max_tokens)
-    typical = typical_output_tokens(recipe, max_tokens)
+    measured = measured_answer_tokens(recipe, settings)
+    est.measured_answers = measured[1] if measured else 0
+    typical = typical_output_tokens(recipe, max_tokens, measured[0] if measured else None)
+    price = price_on(settings.api.model)
     for doc in docs:
+        if doc.status == "ok" and not doc.duplicate_of and needs_parts(doc, recipe, settings):
+            _add_long(est, doc, recipe, settings, typical)
+            continue
         request = request_of(recipe, doc, settings)
         if request is None:
             est.skipped += 1
             continue
+        mode = send_as(doc, recipe).value
+        est.sent_as[mode] = est.sent_as.get(mode, 0) + 1
         prefix = max(1, len(json.dumps(request["system"], ensure_ascii=False)) // 4)
         est.prefix_tokens = max(est.prefix_tokens, prefix)
-        if est.documents and prefix >= est.cache_min_tokens:  # below the minimum nothing is cached
-            est.cached_tokens += prefix
+        cacheable = prefix >= est.cache_min_tokens  # below the minimum nothing is cached
+        cached = prefix if est.documents and cacheable else 0
+        written = prefix if not est.documents and cacheable else 0
+        est.cached_tokens += cached
+        est.effort = (request.get("output_config") or {}).get("effort")
+        think = thinking_tokens(settings.api.model, request.get("thinking"), est.effort)
+        out = min(max_tokens, typical + think)
+        inp = content_tokens(request)
+        est.add(price, fresh=inp - cached - written, written=written, cached=cached, out=out, think=think,
+                max_tokens=max_tokens)  # fmt: skip
         est.documents += 1
-        est.input_tokens += estimate_input_tokens(request)
-        est.typical_output_tokens += typical
+        est.input_tokens += inp
+        est.typical_output_tokens += out
+        est.thinking_tokens += think
         est.max_output_tokens += max_tokens
         est.by_type[str(doc.doc_type)] = est.by_type.get(str(doc.doc_type), 0) + 1
     system = max(1, len(recipe.integration_prompt) // 4)
-    est.integration = integration_estimate(recipe, settings, system)
+    est.integration = integration_estimate(recipe, settings, system, typical)
     return est
 
 
@@ -196,15 +345,14 @@ def estimate_source(source: str, recipe_name: str, settings: Settings) -> Estima
 
 
 def worst_case_usd(request: dict[str, Any], *, batch: bool) -> float:
-    """What one request can cost at most: input as 5-minute cache writes, max_tokens of output
-    (the same bound tasks.api.client.ModelClient reserves before a realtime request)."""
-    p = price_of(str(request["model"]))
-    if p is None:
-        return 0.0
-    usd = (
-        estimate_input_tokens(request) * p["input"] * CACHE_WRITE_5M + request["max_tokens"] * p["output"]
-    ) / 1e6
-    return usd * (BATCH_DISCOUNT if batch else 1.0)
+    """What one request can cost at most: input as cache writes, max_tokens of output (the same bound
+    tasks.api.client.ModelClient reserves before a realtime request); 0 without a price."""
+    one_hour = '"ttl": "1h"' in json.dumps(request.get("system"))
+    usd = worst_usd(
+        str(request["model"]), estimate_input_tokens(request), int(request["max_tokens"]), batch=batch,
+        one_hour=one_hour,
+    )  # fmt: skip
+    return usd or 0.0
 
 
 def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings) -> InFlightBound:
@@ -213,8 +361,7 @@ def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings
     them), and the ones in flight at once (at most the concurrency: the largest worst cases). Each
     request is sized from its document's bytes without reading it (bytes / 2 tokens: /4 as
     everywhere, x2 for JSON escapes) plus the prompt, at the dearer of the model and its fallback."""
-    table = price_table()
-    models = [m for m in (settings.api.model, settings.api.fallback_model) if m and m in table]
+    models = [m for m in (settings.api.model, settings.api.fallback_model) if m and price_on(m) is not None]
     worst: list[float] = []
     for doc in docs:
         if doc.status != "ok" or doc.duplicate_of:
@@ -222,8 +369,9 @@ def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings
         each = []
         for model in models:
             request = file_request(recipe, doc, "", model=model, max_tokens=settings.api.max_tokens)
-            text_usd = doc.size / 2 * table[model]["input"] * CACHE_WRITE_5M / 1e6
-            each.append(worst_case_usd(request, batch=False) + text_usd)
+            media = send_as(doc, recipe) is not SendAs.TEXT  # pages and pixels, not bytes
+            sized = estimate_input_tokens(request) + (media_tokens(doc) if media else doc.size // 2)
+            each.append(worst_usd(model, sized, int(settings.api.max_tokens)) or 0.0)
         worst.append(max(each, default=0.0))
     k = min(len(worst), int(settings.api.concurrency))
     return InFlightBound(

@@ -11,7 +11,8 @@ Two streaks, both reset by a healthy call:
   same first validation error, or a refusal). An accepted answer resets it; an answer with another
   problem starts a new streak.
 One bad file (at most 1 + repairs answers) or one 400 never reaches the default of 20
-(`settings.api.circuit_breaker_calls`). Once tripped, every later call raises `SystemicFailure` before
+(`settings.api.circuit_breaker_calls`). A 404 for the model trips at once (`IMMEDIATE`): the model is
+unknown or retired for this key, and every document would get the same answer. Once tripped, every later call raises `SystemicFailure` before
 it is sent. So that the trip comes within N calls, not N plus whatever was in flight: while a streak
 plus the requests in flight could reach N, a new request waits until those answer (`admit`/`done`;
 a healthy run, whose streaks stay at 0, never waits). Callers: tasks.api.client.ModelClient,
@@ -26,6 +27,9 @@ from collections.abc import Callable
 from docmill.errors import SystemicFailure
 
 API_CAUSES = {401: "auth", 402: "billing", 403: "permission", 404: "model_not_found"}
+# Causes that trip at the first call: a 404 for the model answers every later call the same way
+# (the model is unknown or retired for this key), so no document is sent after it.
+IMMEDIATE = frozenset({"model_not_found"})
 HINTS = {
     "auth": "the API key is rejected: check ANTHROPIC_API_KEY",
     "billing": "the account cannot be billed: fix billing",
@@ -93,9 +97,10 @@ class CircuitBreaker:
             n = 0 if cause is None else (n + 1 if cause == last else 1)
             self._streaks[streak] = (cause, n, detail)
             self._lock.notify_all()
-            if cause is None or n < self.threshold or self.tripped is not None:
+            kind = cause.split(":", 1)[0] if streak == "api" and cause else "invalid_answers"
+            threshold = 1 if streak == "api" and kind in IMMEDIATE else self.threshold
+            if cause is None or n < threshold or self.tripped is not None:
                 return
-            kind = cause.split(":", 1)[0] if streak == "api" else "invalid_answers"
             self.tripped = SystemicFailure(
                 f"{n} calls in a row failed the same way ({kind}): {detail[:200]}",
                 hint=f"{HINTS.get(kind, 'fix the cause')}, then `docmill resume RUN_ID`",

@@ -16,6 +16,7 @@ bounded concurrency, client-side pacing and the overload degradation ladder.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -30,7 +31,7 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 
 from docmill.errors import SpendLimitReached
 from docmill.logs import get_logger
-from docmill.prices import CACHE_WRITE_5M, price_of, priced_usd
+from docmill.prices import priced_usd, worst_usd
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
@@ -258,11 +259,12 @@ class ModelClient:
         return priced_usd(model, usage or {}) or 0.0
 
     def _worst_case_usd(self, model: str, input_tokens: int, max_tokens: int) -> float:
-        """What a request can cost at most (input as 5-minute cache writes, max_tokens of output)."""
-        price = price_of(model)
-        if price is None:
-            return 0.0
-        return (input_tokens * price["input"] * CACHE_WRITE_5M + max_tokens * price["output"]) / 1e6
+        """What a request can cost at most (docmill.prices.worst_usd). A model with no price reserves
+        0 without a cap and infinity under one (the start check refuses it first: the cap is never off)."""
+        worst = worst_usd(model, input_tokens, max_tokens)
+        if worst is None:
+            return math.inf if self.budget.cap_usd is not None else 0.0
+        return worst
 
     def _wait(self, state: RetryCallState, ladder: Ladder) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -329,6 +331,7 @@ class ModelClient:
             kind = f"api_error:{status}" if status is not None else "transport_exhausted"
             if status in API_CAUSES:
                 self.breaker.api(API_CAUSES[status], describe(e))
+                self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
             raise call_error(e, ladder, key, doc_id, pass_name, kind) from e
         except anthropic.APIResponseValidationError as e:
             self.breaker.api("not_a_message", str(e))

@@ -3,21 +3,27 @@
 - A model retired on that day in docmill's model table (`docmill/data/models.json`, e.g.
   `claude-sonnet-4-5`: 2026-11-30) is refused by the API: `check_models` raises one `ConfigError` line
   naming the setting (exit 2), so no run starts on it.
-- A deprecated model (retirement ahead), a legacy one, one outside the table, or one with no price is
-  a note: the run goes on (answers of an unpriced model are kept and their tokens recorded as `unpriced`).
+- A model with no price (an explicit "no published price" row, or none) under a cost cap stops the run
+  (`ConfigError`, exit 2, naming how to declare a price): the cap is never off. Without a cap it is a
+  warning, and its answers are kept with their tokens recorded as `unpriced`.
+- A model outside the table is probed once (`check_served`: a free `count_tokens` against the
+  endpoint, as `doctor` does): a 404 stops the run (exit 2), nothing sent.
+- A deprecated model (retirement ahead), a legacy one with a retirement date, or one outside the table
+  is a warning: the run goes on.
 - The installed SDK's own end-of-life list (`docmill.sdk_hints`) adds a note when it knows a date the
   table does not, or an earlier one; it never stops a run.
+A legacy model with no retirement date is only listed by `docmill doctor`.
 Used by `flows.extract.run_extract` and `docmill doctor`.
 """
 
 from __future__ import annotations
 
 from datetime import date
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from docmill.errors import ConfigError
 from docmill.models import TABLE_CHECKED, Status, current_models, model_info, price_id
-from docmill.prices import price_of
+from docmill.prices import declare_hint, note_unpriced, price_on
 from docmill.sdk_hints import sdk_end_of_life
 
 if TYPE_CHECKING:
@@ -59,20 +65,23 @@ def lifecycle_note(name: str, model: str, day: date) -> str | None:
     return None
 
 
-def check_models(settings: Settings, *, today: date | None = None) -> list[str]:
-    """Notes about the pinned models on `today` (default `settings.on_day()`); raises `ConfigError`
-    when one is retired that day."""
+def check_models(settings: Settings, *, today: date | None = None, everything: bool = False) -> list[str]:
+    """Warnings about the pinned models on `today` (default `settings.on_day()`); raises `ConfigError`
+    when one is retired that day. A legacy model with no retirement date yet is worth a line in
+    `doctor` (`everything=True`), not a warning on every run."""
     day = settings.on_day() if today is None else today
     hints = sdk_end_of_life()
     retired: list[str] = []
+    unpriced: list[str] = []
     notes: list[str] = []
+    cap = settings.cost.max_cost_usd
     for name, model in pinned_models(settings):
         info = model_info(model)
         if info is not None and info.status_on(day) is Status.RETIRED:
             retired.append(f"{name} {model} retired on {info.retires}")
             continue
         note = lifecycle_note(name, model, day)
-        if note:
+        if note and (everything or info is None or info.retires is not None):
             notes.append(note)
         sdk_day = hints.get(model) or hints.get(price_id(model))
         table_day = info.retires if info is not None else None
@@ -81,12 +90,46 @@ def check_models(settings: Settings, *, today: date | None = None) -> list[str]:
                 f"{name} {model}: the installed anthropic SDK lists an end of life on {sdk_day} "
                 f"(docmill's table: {table_day or 'none'}); check the model deprecations page"
             )
-        if price_of(model) is None:
-            notes.append(f"{name} {model} has no price: its answers are recorded as unpriced")
+        if price_on(model, day) is None:
+            if cap is not None:
+                unpriced.append(f"{name} {model}")
+            else:
+                notes.append(f"{name} {model} has no price: its tokens are recorded and reported as unpriced")
+                note_unpriced(model)  # warned once, here
     if retired:
         raise ConfigError(
             "; ".join(retired),
             hint="pin a current model (DOCMILL_API__MODEL, DOCMILL_API__INTEGRATION_MODEL, "
             "DOCMILL_API__FALLBACK_MODEL); nothing was sent",
         )
+    if unpriced:
+        first = unpriced[0].split(" ")[-1]
+        raise ConfigError(
+            f"{', '.join(unpriced)} has no price, so the cost cap of ${cap:.4f} cannot hold; nothing was sent",
+            hint=declare_hint(first),
+        )
     return list(dict.fromkeys(notes))
+
+
+def check_served(settings: Settings, sdk: Any) -> list[str]:
+    """Probe each pinned model that is not in docmill's table with one free `count_tokens` call (as
+    `doctor` does): a 404 is a `ConfigError` (exit 2) before anything is sent; a served one is a
+    note. Other errors are left to the run (its key, endpoint and breaker checks)."""
+    import anthropic
+
+    notes: list[str] = []
+    for name, model in pinned_models(settings):
+        if model_info(model) is not None:
+            continue
+        try:
+            sdk.messages.count_tokens(model=model, messages=[{"role": "user", "content": "ping"}])
+        except anthropic.NotFoundError as e:
+            raise ConfigError(
+                f"{name} {model} is neither in docmill's model table (checked {TABLE_CHECKED}) nor served "
+                f"by the endpoint (404: {e.message[:120]}); nothing was sent",
+                hint="pin a model the API serves (DOCMILL_API__MODEL / --model); `docmill doctor` checks them",
+            ) from e
+        except anthropic.APIError:
+            continue
+        notes.append(f"{name} {model} is not in docmill's model table but the endpoint serves it")
+    return notes

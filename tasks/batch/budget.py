@@ -1,14 +1,17 @@
-"""The run's cost cap for batch mode: reserve a batch's projected cost before submitting it.
+"""The run's cost cap for batch mode: reserve a batch's worst case before submitting it.
 
 Realtime requests reserve their worst case one by one in tasks.api.client.ModelClient (Budget).
-A batch is submitted whole, so here the worst case of every request it would carry (input as
-cache writes, max_tokens of output, at the batch discount) is reserved chunk by chunk; the
-chunks that fit are submitted, the rest wait for a resume with a higher cap. Documents whose
-key is already in the results ledger cost nothing and reserve nothing.
+A batch is submitted whole, so here the worst case of every request it would carry (input as cache
+writes, max_tokens of output, at the model's batch multiplier: docmill.prices.worst_usd) is reserved
+document by document, in inventory order, against what is left under the cap: the documents that fit
+are submitted (a smaller batch), the rest wait for a resume with a higher cap, and the stop names the
+worst case that would have passed the cap (`Affordable.left_usd`). Documents whose key is already in
+the results ledger cost nothing and reserve nothing.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.ledger import ResultsLedger
@@ -23,37 +26,56 @@ if TYPE_CHECKING:
 Chunk = tuple[str, list[dict[str, Any]]]
 
 
-def chunk_worst_case_usd(docs: list[Any], recipe: Recipe, settings: Settings, ledger: ResultsLedger) -> float:
-    total = 0.0
-    params = file_params(settings)
-    for doc in docs:
-        request = request_of(recipe, doc, settings)
-        if request is None:
-            continue
-        if ledger.get(FILE_PASS, file_key(recipe, doc, settings.api.model, params)) is not None:
-            continue
-        total += worst_case_usd(request, batch=True)
-    return total
+@dataclass
+class Affordable:
+    """What a batch under the cap may carry: `chunks` (the last one possibly cut short), the worst case
+    reserved for them, and the worst case of the documents left out (0: everything fits)."""
+
+    chunks: list[Chunk] = field(default_factory=list)
+    reserved_usd: float = 0.0
+    left_usd: float = 0.0
+    left_documents: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.left_documents == 0
+
+
+def doc_worst_case_usd(doc: Any, recipe: Recipe, settings: Settings, ledger: ResultsLedger) -> float:
+    """A document's batch worst case; 0 when it sends nothing (skipped, or its result is in the ledger)."""
+    request = request_of(recipe, doc, settings)
+    if request is None:
+        return 0.0
+    if ledger.get(FILE_PASS, file_key(recipe, doc, settings.api.model, file_params(settings))) is not None:
+        return 0.0
+    return worst_case_usd(request, batch=True)
 
 
 def affordable_chunks(
     pending: list[Chunk], *, recipe: Recipe, settings: Settings, store: ObjectStore, spent_usd: float
-) -> tuple[list[Chunk], float]:
-    """The leading chunks whose projected batch cost fits under settings.cost.max_cost_usd,
-    and the USD reserved for them. All chunks when there is no cap."""
+) -> Affordable:
+    """The leading documents whose batch worst case fits under settings.cost.max_cost_usd after
+    `spent_usd` (all of them when there is no cap). Duplicates wait when any document was left out
+    (their originals may not be sent)."""
     from tasks.inventory import Document
 
     cap = settings.cost.max_cost_usd
     if cap is None:
-        return pending, 0.0
+        return Affordable(chunks=list(pending))
     ledger = ResultsLedger(store)
-    reserved = 0.0
-    out: list[Chunk] = []
+    out = Affordable()
     for cid, chunk in pending:
-        cost = chunk_worst_case_usd([Document.model_validate(d) for d in chunk], recipe, settings, ledger)
-        if spent_usd + reserved + cost > cap:
-            # duplicates wait for the resume that sends their originals
-            return [c for c in out if not any(d.get("duplicate_of") for d in c[1])], reserved
-        reserved += cost
-        out.append((cid, chunk))
-    return out, reserved
+        taken: list[dict[str, Any]] = []
+        for d in chunk:
+            cost = doc_worst_case_usd(Document.model_validate(d), recipe, settings, ledger)
+            if out.left_documents or spent_usd + out.reserved_usd + cost > cap:
+                out.left_documents += 1  # this one and every later one wait (inventory order)
+                out.left_usd += cost
+                continue
+            out.reserved_usd += cost
+            taken.append(d)
+        if taken:
+            out.chunks.append((cid, taken))
+    if not out.complete:
+        out.chunks = [c for c in out.chunks if not any(d.get("duplicate_of") for d in c[1])]
+    return out

@@ -21,9 +21,10 @@ from tasks.api.retrying import RETRYABLE_ERROR_TYPES
 from tasks.api.usage import add_usage
 from tasks.batch.items import WorkItem
 from tasks.batch.lifecycle import crash_point
-from tasks.inventory import Document, load_text
+from tasks.inventory import Document
 from tasks.per_file.accounting import account_attempt, answered_model, file_cost_entry
 from tasks.per_file.gate import Action, Verdict, check, next_request
+from tasks.per_file.media import Payload, load_payload
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_request
 from tasks.per_file.settle import (
@@ -62,12 +63,14 @@ class ResultRouter:
         # custom_id -> the verdict of its answer gated elsewhere (tasks.batch.ingest), taken once
         self.prechecked: dict[str, Callable[[], tuple[str, Any]]] = {}
 
-    def request(self, item: WorkItem, doc: Document | None = None, text: str | None = None) -> dict[str, Any]:
+    def request(
+        self, item: WorkItem, doc: Document | None = None, text: Payload | None = None
+    ) -> dict[str, Any]:
         """The request an item sends: its follow-up request, or the first one rebuilt from the document."""
         if item.request is not None:
             return item.request
         doc = doc or Document.model_validate(item.doc)
-        text = text if text is not None else load_text(doc, self.p.settings)
+        text = text if text is not None else load_payload(doc, self.p.recipe, self.p.settings)
         return file_request(self.p.recipe, doc, text, model=self.model, max_tokens=item.max_tokens)
 
     def route(
@@ -108,7 +111,7 @@ class ResultRouter:
     ) -> tuple[DocOutcome | None, WorkItem | None]:
         """Gate one answer: a terminal outcome, or the item with its follow-up request."""
         doc = Document.model_validate(item.doc)
-        text: str | None = None
+        text: Payload | None = None
         verdict: Verdict | None = None
         pre = self.prechecked.pop(item.custom_id, None)  # gated in a worker process (batch_ingest)
         if pre is not None:
@@ -119,7 +122,7 @@ class ResultRouter:
         while True:
             if verdict is None or (not verdict.ok and text is None):
                 try:
-                    text = load_text(doc, self.p.settings) if text is None else text
+                    text = load_payload(doc, self.p.recipe, self.p.settings) if text is None else text
                 except InputError as e:
                     return self.fail(item, "input:unreadable", e.one_line(), permanent=False), None
             if verdict is None:

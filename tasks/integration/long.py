@@ -27,6 +27,7 @@ from docmill.errors import ContextError
 from tasks.conversation.pinned import PinnedFacts, compress_ids
 from tasks.conversation.task import ConversationTask
 from tasks.integration.records import compact_value, evidence_of
+from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -276,7 +277,8 @@ def _final_output(
             FINAL_ASK,
             max_tokens=min(settings.api.max_tokens, budget // 3),
             output_config={
-                "format": {"type": "json_schema", "schema": transform_schema(recipe.integration_schema)}
+                "format": {"type": "json_schema", "schema": transform_schema(recipe.integration_schema)},
+                **effort_config(settings.api.integration_model, recipe.thinking),
             },
         )
         final = {"content": reply.get("content") or []}

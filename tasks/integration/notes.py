@@ -30,6 +30,7 @@ from docmill.errors import ApiCallError
 from tasks.integration.checks import cited_ids, drop_unknown
 from tasks.integration.facts import model_sections
 from tasks.integration.records import PASS
+from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -83,7 +84,10 @@ def notes_request(
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": text}, {"type": "text", "text": ask}]}
         ],
-        "output_config": {"format": {"type": "json_schema", "schema": transform_schema(schema)}},
+        "output_config": {
+            "format": {"type": "json_schema", "schema": transform_schema(schema)},
+            **effort_config(model, recipe.thinking),  # the recipe's effort: thinking within max_tokens
+        },
     }
 
 

@@ -44,6 +44,7 @@ from tasks.integration.state import (
     save_state,
     scope_of,
 )
+from tasks.recipes.thinking import effort_config
 from tasks.records import IntegrationChecks, IntegrationResult
 
 if TYPE_CHECKING:
@@ -103,7 +104,8 @@ def integration_request(
             }
         ],
         "output_config": {
-            "format": {"type": "json_schema", "schema": transform_schema(recipe.integration_schema)}
+            "format": {"type": "json_schema", "schema": transform_schema(recipe.integration_schema)},
+            **effort_config(model, recipe.thinking),  # the recipe's effort: thinking within max_tokens
         },
     }
 

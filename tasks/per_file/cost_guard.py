@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from docmill.prices import CACHE_WRITE_5M, price_table
+from docmill.prices import worst_usd
 from tasks.api.usage import estimate_input_tokens
 
 if TYPE_CHECKING:
@@ -32,31 +32,23 @@ class Held:
     why: str
 
 
-def _price(model: str) -> dict[str, float] | None:
-    return price_table().get(model)
-
-
 def request_worst_usd(settings: Settings, request: dict[str, Any]) -> float:
     """What a per-file request and the follow-ups the repair policy allows can cost at most."""
-    price = _price(str(request.get("model")))
-    if price is None:
-        return 0.0
     calls = 1 + settings.gate.repair_attempts + 1
-    input_tokens = estimate_input_tokens(request)
     out = max(int(request.get("max_tokens") or 0), settings.gate.truncation_max_tokens)
-    return calls * (input_tokens * price["input"] * CACHE_WRITE_5M + out * price["output"]) / 1e6
+    one = worst_usd(str(request.get("model")), estimate_input_tokens(request), out)
+    return 0.0 if one is None else calls * one
 
 
 def long_worst_usd(settings: Settings, model: str, text_tokens: int) -> float:
     """What extracting a long document chunk by chunk can cost at most (see the module docstring)."""
-    price = _price(model)
-    if price is None:
-        return 0.0
     chunk = settings.context.document_budget_tokens
     turns = max(1, math.ceil(text_tokens / chunk))
-    sent = sum(min(settings.context.budget_tokens, (i + 1) * chunk) for i in range(turns))
-    out = turns * settings.api.max_tokens
-    return (sent * price["input"] * CACHE_WRITE_5M + out * price["output"]) / 1e6
+    each = [
+        worst_usd(model, min(settings.context.budget_tokens, (i + 1) * chunk), settings.api.max_tokens)
+        for i in range(turns)
+    ]
+    return sum(u or 0.0 for u in each)
 
 
 def over_guard(settings: Settings, worst_usd: float) -> str | None:

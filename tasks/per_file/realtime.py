@@ -29,7 +29,6 @@ from docmill.errors import (
     SystemicFailure,
 )
 from docmill.logs import get_logger, redact
-from tasks.inventory import load_text
 from tasks.per_file.accounting import account_attempt, answered_model, flush_costs, recount_attempts
 from tasks.per_file.cost_guard import COST_GUARD, long_worst_usd, over_guard, request_worst_usd
 from tasks.per_file.gate import (
@@ -40,10 +39,9 @@ from tasks.per_file.gate import (
     Verdict,
     action_of,
     check,
-    evidence_flags,
     next_request,
 )
-from tasks.per_file.longdoc import CHARS_PER_TOKEN, extract_long, is_long
+from tasks.per_file.media import Payload, goes_long, load_payload, long_tokens
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_request
 from tasks.per_file.settle import (
@@ -246,15 +244,16 @@ def _review_one(p: Pass, doc: Document, key: str) -> DocOutcome:
         if record.get("origin_run") == p.run_id:  # this run wrote it: a chunk run again after a crash
             recount_attempts(p, doc.doc_id, key)
         return outcome_from_ledger(p, doc, record)
-    text = load_text(doc)
-    long = is_long(text, p.settings)
+    payload = load_payload(doc, p.recipe, p.settings)
+    text = payload.text
+    long = goes_long(doc, p.recipe, payload, p.settings)
     max_tokens = int(p.settings.api.max_tokens)
-    request = {} if long else file_request(p.recipe, doc, text, model=p.model, max_tokens=max_tokens)
+    request = {} if long else file_request(p.recipe, doc, payload, model=p.model, max_tokens=max_tokens)
     held = _held(p, doc, key, text, request)
     if held is not None:
         return held
     if long:
-        return _review_long(p, doc, key, text)
+        return _review_long(p, doc, key, payload)
     tries = Attempts(p, doc.doc_id, key, model=p.model)
     progress = Progress(max_tokens=max_tokens)
     action: Action | None = None
@@ -263,7 +262,7 @@ def _review_one(p: Pass, doc: Document, key: str) -> DocOutcome:
         if message is None:
             message = tries.call(request, "first")
         while True:
-            verdict = check(p.recipe, text, message)
+            verdict = check(p.recipe, payload, message)
             p.client.breaker.answer(*answer_cause(verdict))
             progress.note(action, message.get("usage"))
             tries.note_verdict(verdict)
@@ -286,7 +285,7 @@ def _held(p: Pass, doc: Document, key: str, text: str, request: dict[str, Any]) 
     if request:
         worst = request_worst_usd(p.settings, request)
     else:
-        worst = long_worst_usd(p.settings, p.model, int(len(text) / CHARS_PER_TOKEN))
+        worst = long_worst_usd(p.settings, p.model, long_tokens(doc, p.recipe, text))
     why = over_guard(p.settings, worst)
     if why is None:
         return None
@@ -306,35 +305,11 @@ def answer_cause(verdict: Verdict) -> tuple[str | None, str]:
     return f"{verdict.problem.value}:{first[:60]}", first
 
 
-def _review_long(p: Pass, doc: Document, key: str, text: str) -> DocOutcome:
-    """A document above the per-file budget: split on structure, extracted chunk by chunk in one
-    conversation task (tasks.per_file.longdoc), merged with provenance, then gated like any answer."""
-    from pydantic import ValidationError
+def _review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcome:
+    """A document above the per-file budget (tasks.per_file.longdoc.review_long)."""
+    from tasks.per_file.longdoc import review_long
 
-    result = extract_long(
-        text, doc_id=doc.doc_id, doc_type=doc.doc_type, recipe=p.recipe, run_id=p.run_id, store=p.store,
-        client=p.client, settings=p.settings,
-    )  # fmt: skip
-    errors: list[str] = []
-    flags: list[dict[str, Any]] = []
-    output: dict[str, Any] | None = None
-    try:
-        output = p.recipe.file_schema.model_validate(result["output"]).model_dump(mode="json")
-        flags = evidence_flags(p.recipe, output, text)
-    except ValidationError as e:
-        errors = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:20]]
-    if result["failed_chunks"]:
-        errors.append(f"chunks without a valid answer: {result['failed_chunks']}")
-    ok = not errors and not flags
-    outcome = DocOutcome(
-        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS,
-        state=DocState.SUCCEEDED if ok else DocState.NEEDS_REVIEW,
-        reason=None if ok else ("validation_failed" if errors else "evidence_not_found"),
-        output=output if output is not None else result["output"], flags=flags,
-        last_error="; ".join(errors)[:2000] or None, model=p.model, attempts=len(result["chunks"]),
-        provenance={"chunks": result["chunks"], "fields": result["provenance"]},
-    )  # fmt: skip
-    return enqueue_review(p, doc, write_outcome(p, outcome), errors=errors)
+    return review_long(p, doc, key, payload)
 
 
 def _finish(

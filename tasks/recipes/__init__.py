@@ -12,6 +12,9 @@ under a field of that name (at any depth of the file schema) occurs verbatim in 
 declared name the schema does not have is a `ConfigError` when the recipe is built. A recipe that
 declares none gets the conventional names its schema has (`evidence`, `quote`, `excerpt`,
 `*_evidence`, `*_quote`), listed in `recipe.evidence_fields` so nothing is checked silently.
+
+`thinking` is the recipe's thinking / effort policy for the per-file call (`ThinkingPolicy`: effort
+low by default; `tasks.recipes.thinking` turns it into parameters per model).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
@@ -32,6 +36,7 @@ from pydantic import BaseModel
 
 from docmill.errors import ConfigError
 from tasks.recipes.shape import PATTERN_HINT, shape_problems
+from tasks.recipes.thinking import ThinkingPolicy
 
 EVIDENCE_KEYS = frozenset({"evidence", "quote", "excerpt"})
 EVIDENCE_SUFFIXES = ("_evidence", "_quote")
@@ -116,6 +121,19 @@ def _evidence_fields(name: str, schema: type[BaseModel], declared: tuple[str, ..
     return tuple(declared)
 
 
+def _check_doc_types(name: str, doc_types: frozenset[str]) -> None:
+    """A recipe may list only types docmill reads: refused at load, never skipped file by file."""
+    from tasks.readers import ALL_TYPES, NOT_READ
+
+    bad = sorted(doc_types - ALL_TYPES)
+    if bad:
+        why = "; ".join(NOT_READ.get(t, f"no reader for {t!r}") for t in bad)
+        raise ConfigError(
+            f"recipe {name!r} lists file types docmill cannot read: {', '.join(bad)} ({why})",
+            hint="remove them from doc_types; docs/formats.md lists what docmill reads",
+        )
+
+
 @dataclass(frozen=True)
 class Recipe:
     """Per-file schema + prompt, integration schema + prompt, and the version of the bundle."""
@@ -129,6 +147,9 @@ class Recipe:
     doc_types: frozenset[str]
     key_fields: tuple[str, ...] = ()
     evidence_fields: tuple[str, ...] | None = None  # None: the conventional names (see the module doc)
+    pdf_mode: str = "auto"  # how PDFs are sent: auto (settings.formats.pdf_send_as), text, or pdf
+    # per-file thinking / effort (tasks.recipes.thinking)
+    thinking: ThinkingPolicy = dc_field(default_factory=ThinkingPolicy)
 
     def __post_init__(self) -> None:
         for attr in ("file_schema", "integration_schema"):
@@ -139,6 +160,11 @@ class Recipe:
             if not str(getattr(self, attr)).strip():
                 raise ConfigError(f"recipe {self.name!r}: {attr} is empty")
         object.__setattr__(self, "doc_types", frozenset(self.doc_types))
+        _check_doc_types(self.name, self.doc_types)
+        if self.pdf_mode not in ("auto", "text", "pdf"):
+            raise ConfigError(
+                f"recipe {self.name!r}: pdf_mode {self.pdf_mode!r}", hint="use auto, text or pdf"
+            )
         object.__setattr__(self, "key_fields", tuple(self.key_fields))
         if isinstance(self.evidence_fields, str):
             raise ConfigError(

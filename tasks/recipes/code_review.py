@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.recipes import Recipe, read_prompt
+from tasks.recipes.thinking import ThinkingPolicy
 
 VERSION = "1"
 
@@ -87,4 +88,6 @@ RECIPE = Recipe(
     doc_types=SOURCE_TYPES,
     evidence_fields=("quote",),
     key_fields=(),
+    # judging code is closer to reasoning than copying: the model may think, at medium effort
+    thinking=ThinkingPolicy(effort="medium", thinking="adaptive"),
 )

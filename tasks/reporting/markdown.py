@@ -16,7 +16,15 @@ from typing import Any
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings, severity_counts
 from tasks.reporting.html_sections import REVIEW_REASONS
-from tasks.reporting.results import SKIP_REASONS, DocView, ReportExtras, display_counts, doc_view, key_columns
+from tasks.reporting.results import (
+    SKIP_REASONS,
+    DocView,
+    ReportExtras,
+    display_counts,
+    doc_view,
+    key_columns,
+    where_text,
+)
 from tasks.reporting.summary import stop
 from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
 
@@ -129,7 +137,7 @@ def _fields(views: list[DocView]) -> list[str]:
             if f["value"] is not None:
                 stated[f["name"]] += 1
                 if f["evidence"] and f["name"] not in example:
-                    where = f" (chars {f['start']}–{f['end']})" if f["start"] is not None else ""
+                    where = f" ({where_text(f)})" if where_text(f) else ""
                     example[f["name"]] = (
                         f"`{v['doc_id']}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
                     )
@@ -159,10 +167,16 @@ def _documents(views: list[DocView], columns: list[str]) -> list[str]:
             shown = _cell(f["value"]) + (f" (was {_was(f['original'])})" if f["corrected"] else "")
             if f["evidence"]:
                 where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
+                where = (
+                    f" @{where_text(f)}"
+                    if f.get("page") is not None or not f.get("verified", True)
+                    else where
+                )
                 shown += f" «{_cell(f['evidence'])[:120]}»{where}"
             cells.append(shown)
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
         state = v["state"] + review + (f": {_cell(v['why'])}" if v["why"] else "")
+        state += f" ({_cell(v['note'])})" if v.get("note") else ""
         link = f" ([result]({_cell('../../' + v['result_key'])}))" if v["result_key"] else ""
         link += f" ([responses]({_cell('../../' + v['responses_key'])}))" if v["responses_key"] else ""
         lines.append(f"| `{_cell(v['doc_id'])}`{link} | {state} | " + " | ".join(cells) + " |")
@@ -251,7 +265,8 @@ def _costs(costs: dict[str, Any]) -> list[str]:
         lines += [
             f"**Unpriced:** {costs['unpriced']} answer(s) of "
             f"{', '.join(f'`{m}`' for m in costs.get('unpriced_models') or [])} have no price: their "
-            "tokens are counted below, their cost is not in the total (add it with DOCMILL_PRICES).",
+            f"{costs.get('unpriced_tokens', 0):,} tokens are counted below, their cost is not in the total "
+            "(declare a price with DOCMILL_PRICES or DOCMILL_PRICES_FILE).",
             "",
         ]
     for group in ("by_pass", "by_model"):
@@ -260,6 +275,11 @@ def _costs(costs: dict[str, Any]) -> list[str]:
     tokens = costs.get("tokens") or {}
     if tokens:
         lines.append("- tokens: " + ", ".join(f"{k} {v:,}" for k, v in tokens.items() if v))
+    if tokens.get("thinking_tokens"):
+        lines.append(
+            f"- thinking: {tokens['thinking_tokens']:,} of the output tokens were adaptive thinking, "
+            f"${costs.get('thinking_usd', 0.0):.4f} of the cost (the recipe's effort sets how much)"
+        )
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
     if top:
         lines.append("- most expensive documents: " + ", ".join(f"`{d}` ${u:.4f}" for d, u in top))

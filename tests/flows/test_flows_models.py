@@ -74,7 +74,9 @@ def test_retired_pinned_model_stops_at_start_with_exit_2(
     from flows.cli import main
 
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
-    monkeypatch.setenv("DOCMILL_API__FALLBACK_MODEL", "claude-sonnet-4-5")  # retired 2026-11-30 (docmill's model table)
+    monkeypatch.setenv(
+        "DOCMILL_API__FALLBACK_MODEL", "claude-sonnet-4-5"
+    )  # retired 2026-11-30 (docmill's model table)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("DOCMILL_RAISE_ERRORS", raising=False)
     get_settings.cache_clear()

@@ -204,8 +204,10 @@ def test_exports_open_and_match_the_outcomes(finished_run: dict[str, Any]) -> No
             for field in ("invoice_number", "total", "currency"):
                 want = value(o["output"][field])
                 assert j["values"][field] == want
+                if want is None:  # the Latin-1 note (read in a guessed encoding) states no invoice
+                    continue
                 assert c[f"value.{field}"] == p[f"value.{field}"] == str(want)
-            assert c["value.total.evidence"] == o["output"]["total"]["evidence"]
+            assert c["value.total.evidence"] == (o["output"]["total"]["evidence"] or "")
     truth = {t["doc_id"]: t for t in finished_run["truth"] if t["record"] == "document"}
     ok = [
         r for r in rows if r["state"] == "succeeded" and r["doc_id"] in truth and truth[r["doc_id"]]["fields"]

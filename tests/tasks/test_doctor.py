@@ -34,7 +34,8 @@ def test_doctor_passes_and_shows_models_costs_and_limits(
     code, out, err = _doctor(emulator, monkeypatch, capsys)
     assert code == 0 and err == []
     assert "ok   key: accepted" in out
-    assert "model claude-haiku-4-5 (api.fallback_model): answered by claude-haiku-4-5-20251001" in out
+    assert "model claude-haiku-5-5 (api.fallback_model): answered by claude-haiku-5-5" in out
+    assert "prices:" not in out  # no override in force
     assert "recipe invoices per-file schema: accepted" in out and "code-review integration schema" in out
     assert "requests 4000/min" in out and "checks cost $" in out
     assert "recipe invoices prompt cache: static prefix ~" in out and "below it: never cached" in out
@@ -61,7 +62,9 @@ def test_schema_over_the_grammar_limit_fails_doctor_naming_the_schema(
 def test_retired_pinned_model_fails_doctor(
     emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("DOCMILL_API__INTEGRATION_MODEL", "claude-sonnet-4-5")  # retired 2026-11-30 (docmill's model table)
+    monkeypatch.setenv(
+        "DOCMILL_API__INTEGRATION_MODEL", "claude-sonnet-4-5"
+    )  # retired 2026-11-30 (docmill's model table)
     code, _, err = _doctor(emulator, monkeypatch, capsys, "--recipe", "invoices")
     assert code == 2
     assert any("models: api.integration_model claude-sonnet-4-5 retired on 2026-11-30" in e for e in err)
@@ -82,3 +85,14 @@ def test_doctor_help_describes_it_and_takes_a_model_whose_404_is_the_models_not_
     assert "warn models: api.model claude-nowhere-9 has no price" in out  # a warning, never "ok"
     assert not any(line.startswith("ok") and "no price" in line for line in out.splitlines())
     assert not any("key" in line for line in err)  # the failure lines blame the model
+
+
+def test_doctor_shows_the_price_overrides_in_force(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DOCMILL_PRICES", '{"claude-sonnet-5-5": {"input": 2.5, "output": 12}}')
+    code, out, _ = _doctor(emulator, monkeypatch, capsys, "--recipe", "invoices")
+    assert code == 0
+    assert (
+        "ok   prices: price override for claude-sonnet-5-5 (DOCMILL_PRICES): input $2.5 / output $12" in out
+    )

@@ -46,22 +46,18 @@ def _answered(emulator: Any) -> int:
     ("setup", "cause"),
     [
         (
-            lambda em, _m: em.state.faults.add(
-                kind="invalid_request", status=401, message="invalid x-api-key"
-            ),
+            lambda em: em.state.faults.add(kind="invalid_request", status=401, message="invalid x-api-key"),
             "auth",
         ),
-        (lambda _em, m: m.append("--model=claude-nonexistent-9"), "model_not_found"),
-        (lambda em, _m: em.state.faults.add(kind="prose"), "invalid_answers"),
+        (lambda em: em.state.faults.add(kind="prose"), "invalid_answers"),
     ],
-    ids=["401", "unknown-model", "prose"],
+    ids=["401", "prose"],
 )
 def test_systemic_failure_stops_the_run_within_20_calls_then_resume_continues(
     env: str, emulator: Any, corpus: Path, capsys: pytest.CaptureFixture[str], setup: Any, cause: str
 ) -> None:
-    extra: list[str] = []
-    setup(emulator, extra)
-    code = main(["--store", env, "run", str(corpus), "--no-prefect", "--run-id", "sys-1", *extra])
+    setup(emulator)
+    code = main(["--store", env, "run", str(corpus), "--no-prefect", "--run-id", "sys-1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 3, err
     said = [line for line in err if line.startswith("docmill:")]  # (per-call warnings are log lines)
@@ -70,8 +66,6 @@ def test_systemic_failure_stops_the_run_within_20_calls_then_resume_continues(
     # judged after they return, so up to concurrency - 1 more may have been sent meanwhile
     assert _answered(emulator) <= (20 if cause != "invalid_answers" else 20 + 1)
     assert ManifestStore(open_store(env)).load("sys-1").phase == "stopped"
-    if extra:  # the cause is in the run's own settings: nothing to resume into
-        return
     emulator.state.faults.clear()  # the fix
     assert main(["--store", env, "resume", "sys-1", "--no-prefect"]) == 0
     outs = outcomes_of(open_store(env), "sys-1")
@@ -79,6 +73,34 @@ def test_systemic_failure_stops_the_run_within_20_calls_then_resume_continues(
     assert (
         sum(o["state"] == "succeeded" for o in outs.values()) >= 20
     )  # (prose answers before the trip: review)
+
+
+def test_a_model_nobody_knows_stops_at_start_with_nothing_sent(
+    env: str, emulator: Any, corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Neither in docmill's table nor served by the endpoint: one free count_tokens probe, exit 2."""
+    code = main(["--store", env, "run", str(corpus), "--no-prefect", "--model", "claude-nonexistent-9"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    said = [line for line in err if line.startswith("docmill:")]
+    assert len(said) == 1 and "claude-nonexistent-9" in said[0] and "nothing was sent" in said[0], err
+    assert _answered(emulator) == 0
+    assert emulator.state.accounting.received_by_path["/v1/messages/count_tokens"] == 1
+
+
+def test_a_404_for_the_model_mid_run_stops_it_at_once(env: str, emulator: Any, corpus: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """A model the table knows but the endpoint refuses (404 not_found_error): systemic at the first
+    answer, exit 3, no document failed (a resume sends them again once the model is fixed)."""
+    emulator.state.faults.add(kind="invalid_request", status=404, message="model: claude-sonnet-5-5")
+    code = main(["--store", env, "run", str(corpus), "--no-prefect", "--run-id", "gone"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3, err
+    said = [line for line in err if line.startswith("docmill:")]
+    assert len(said) == 1 and "(model_not_found)" in said[0], err
+    assert _answered(emulator) <= 2  # the requests in flight at the trip (concurrency 2), no more
+    assert ManifestStore(open_store(env)).load("gone").phase == "stopped"
+    assert not outcomes_of(open_store(env), "gone")  # no document ends failed: the chunk is redone
 
 
 def test_nothing_listening_stops_the_run(env: str, corpus: Path, monkeypatch: pytest.MonkeyPatch,
@@ -107,7 +129,7 @@ def test_one_bad_file_or_one_400_never_trips(env: str, emulator: Any, corpus: Pa
 
 def test_streaks_are_per_cause_and_reset_by_a_healthy_call() -> None:
     b = CircuitBreaker(3)
-    for cause in ("auth", "auth", None, "auth", "auth", "model_not_found", "auth", "auth"):
+    for cause in ("auth", "auth", None, "auth", "auth", "permission", "auth", "auth"):
         b.api(cause, "x")
     b.check()  # never 3 alike in a row
     b.answer("validation_failed:a", "a")

@@ -89,17 +89,31 @@ def test_the_suite_runs_on_its_injected_day(monkeypatch: pytest.MonkeyPatch) -> 
     assert Settings().on_day() == TODAY + timedelta(days=400)
 
 
+def test_a_legacy_model_without_a_retirement_date_is_a_doctor_line_not_a_run_warning() -> None:
+    settings = Settings(api=ApiSettings(model="claude-sonnet-4-6", integration_model="claude-sonnet-4-6",
+                                        fallback_model=None))  # fmt: skip
+    assert check_models(settings, today=D("2026-12-02")) == []
+    assert check_models(settings, today=D("2026-12-02"), everything=True) == [
+        "api.model claude-sonnet-4-6 is legacy; the current sonnet is claude-sonnet-5-5",
+        "api.integration_model claude-sonnet-4-6 is legacy; the current sonnet is claude-sonnet-5-5",
+    ]
+
+
 def test_legacy_and_unknown_models_are_notes() -> None:
     notes = check_models(
         Settings(api=ApiSettings(model="claude-sonnet-4-6", integration_model="claude-future-9",
                                  fallback_model=None)),
         today=D("2026-12-02"),
+        everything=True,
     )  # fmt: skip
     assert "api.model claude-sonnet-4-6 is legacy; the current sonnet is claude-sonnet-5-5" in notes
     assert any(
         n.startswith("api.integration_model claude-future-9 is not in docmill's model table") for n in notes
     )
-    assert "api.integration_model claude-future-9 has no price: its answers are recorded as unpriced" in notes
+    assert (
+        "api.integration_model claude-future-9 has no price: its tokens are recorded and reported as unpriced"
+        in notes
+    )
 
 
 @pytest.fixture

@@ -42,7 +42,13 @@ class Harness:
         self.store = open_store(tmp_path / "store")
         self.emulator = emulator
         self.fake = FakeTime()
-        values = {"backoff_max_seconds": 0.0, "fallback_model": FALLBACK, "concurrency": 4, **api}
+        values = {
+            "backoff_max_seconds": 0.0,
+            "model": PRIMARY,
+            "fallback_model": FALLBACK,
+            "concurrency": 4,
+            **api,
+        }
         self.settings = Settings(api=values, gate={"repair_attempts": 2, "truncation_max_tokens": 8192})
         self.client = ModelClient(
             self.settings,
@@ -329,7 +335,7 @@ from tasks.api.client import ModelClient
 from tasks.recipes import load_recipe
 from tasks.per_file.realtime import extract_chunk
 src, store, base_url = sys.argv[1:4]
-settings = Settings(api={"concurrency": 4})
+settings = Settings(api={"concurrency": 4, "model": "claude-sonnet-4-6"})  # the harness's PRIMARY
 recipe = load_recipe("invoices")
 docs = list(inventory(src, settings, doc_types=recipe.doc_types))
 client = ModelClient(settings, base_url=base_url, api_key="test-key")
