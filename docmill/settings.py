@@ -400,8 +400,16 @@ class Settings(BaseSettings):
         le=10,
         description="Retries of a failed Prefect flow run (each continues the same docmill run).",
     )
-    flow_retry_delay_seconds: float = Field(
-        120.0, ge=0, description="Wait before each retry of a failed Prefect flow run."
+    flow_retry_delay_seconds: int = Field(
+        120,
+        ge=0,
+        description="Wait before each retry of a failed Prefect flow run, in whole seconds (Prefect's "
+        "flow-run policy holds an int: a float made its workers log a pydantic warning).",
+    )
+    recipe: str = Field(
+        "invoices",
+        description="The recipe when none is given (`docmill run` without --recipe, a deployment's "
+        "recipe parameter left null): a built-in name or path/to/module.py:NAME.",
     )
     allow_empty: bool = Field(
         False, description="A source with no files is a run of 0 documents instead of an error (exit 2)."

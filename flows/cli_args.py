@@ -65,7 +65,10 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="extract a source with a recipe", parents=common)
     r.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    r.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
+    r.add_argument(
+        "--recipe",
+        help="invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)",
+    )
     r.add_argument(
         "--mode", choices=["realtime", "batch", "auto"], default="realtime",
         help="realtime (Messages API), batch (Message Batches: half price, results within 24 h), or auto "
@@ -178,7 +181,10 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "estimate", help="estimate the cost of a source, realtime vs batch (no model call)", parents=common
     )
     es.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    es.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
+    es.add_argument(
+        "--recipe",
+        help="invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)",
+    )
     es.add_argument("--model", help="price this model instead of the configured one")
     es.add_argument(
         "--max-tokens", type=setting_flag("api.max_tokens", int), help="max_tokens per request (worst case)"
@@ -202,11 +208,19 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     dr = sub.add_parser(
         "doctor",
         help="check the key, the pinned models, each recipe's schemas and the rate limits (a few cents)",
+        description="Check what would otherwise fail at the first document of a night, for a few cents: "
+        "the key (one count_tokens), that each pinned model answers (one tiny message each), that each "
+        "recipe's per-file and integration schema is accepted, its prompt-cache prefix, and the rate "
+        "limits of the key. Lines read ok, warn (passes, but act on it: a legacy or unpriced model) or "
+        "FAIL; exit 0 when nothing fails, 2 with one line per failure. Without ANTHROPIC_API_KEY the "
+        "checks run against the built-in emulator.",
         parents=common,
-    )
+    )  # fmt: skip
     dr.add_argument(
-        "--recipe", action="append", help="check only this recipe (repeatable; default: the built-in ones)"
-    )
+        "--recipe", action="append",
+        help="check this recipe: a built-in name or path/to/module.py:NAME (repeatable; default: the built-in ones)",
+    )  # fmt: skip
+    dr.add_argument("--model", help="check this model for the per-file pass (default: DOCMILL_API__MODEL)")
     dr.set_defaults(fn="doctor")
 
     e = sub.add_parser(

@@ -45,12 +45,19 @@ class Check:
     ok: bool
     detail: str
     usd: float = 0.0
-    warn: bool = False  # passes, but something costs more than it needs to
+    warn: bool = False  # passed, with something to act on (a legacy or unpriced model): not an exit 2
 
     def line(self) -> str:
         cost = f" (${self.usd:.6f})" if self.usd else ""
-        status = "FAIL" if not self.ok else ("warn" if self.warn else "ok  ")
-        return f"{status} {self.name}: {self.detail}{cost}"
+        mark = "FAIL" if not self.ok else "warn" if self.warn else "ok  "
+        return f"{mark} {self.name}: {self.detail}{cost}"
+
+
+def _failed(e: anthropic.APIStatusError | anthropic.APIConnectionError, model: str) -> str:
+    """A failed check's detail; a 404 names the model, not the key: the endpoint does not serve it."""
+    if isinstance(e, anthropic.NotFoundError):
+        return f"the endpoint does not know the model {model} ({describe(e)}): pin a model it serves"
+    return describe(e)
 
 
 def rate_limits(headers: Any) -> str:
@@ -73,7 +80,7 @@ def _call(
             model=model, max_tokens=8 if "output_config" not in extra else 16, messages=PING, **extra
         )
     except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-        return Check(name, False, describe(e)), None
+        return Check(name, False, _failed(e, model)), None
     message = raw.parse()
     usage = message.usage.model_dump(mode="json")
     usd = priced_usd(model, usage) or 0.0
@@ -114,8 +121,9 @@ def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recip
     """Every check, in order; a failed one does not stop the others."""
     checks: list[Check] = []
     try:
-        notes = check_models(settings, everything=True)
-        checks.append(Check("models", True, "; ".join(notes) or "pinned models current and priced"))
+        notes = check_models(settings, everything=True)  # each a warning of its own, never "ok"
+        checks += [Check("models", True, note, warn=True) for note in notes]
+        checks += [] if notes else [Check("models", True, "pinned models current and priced")]
     except ConfigError as e:
         checks.append(Check("models", False, e.message))
     try:
@@ -129,6 +137,8 @@ def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recip
     try:
         counted = sdk.messages.count_tokens(model=api.model, messages=PING)
         checks.append(Check("key", True, f"accepted (count_tokens: {counted.input_tokens} input tokens)"))
+    except anthropic.NotFoundError:  # the key got through; the model is what the endpoint lacks
+        checks.append(Check("key", True, f"accepted (the model {api.model} is not known: see its check)"))
     except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
         checks.append(Check("key", False, describe(e)))
     create = sdk.messages.with_raw_response.create

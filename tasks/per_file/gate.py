@@ -1,8 +1,10 @@
 """The code gate after every model answer, and the repair policy that follows it.
 
 `check()` turns one Message (as a dict) into a `Verdict`: parsed JSON, pydantic validation
-against the recipe's file schema, and verbatim evidence (every excerpt must occur in the document
-after whitespace normalization; an accepted answer keeps each excerpt's character offsets and page).
+against the recipe's file schema, and evidence: every excerpt must occur in the document after
+whitespace normalization (it was not invented; an accepted answer keeps each excerpt's character
+offsets and page), and every `{value, evidence}` excerpt must contain its value in a normalised form
+(it is about the field: tasks.per_file.support, `evidence_unsupported`).
 
 Documents sent as a PDF or an image (tasks.per_file.media) name the page of each excerpt
 (`[page N] ...`, stripped from the stored output). The verbatim rule for them: an excerpt found in
@@ -30,6 +32,7 @@ from pydantic import ValidationError
 
 from tasks.per_file.media import Payload, SendAs, text_payload
 from tasks.per_file.requests import neutralize, repair_request, with_max_tokens
+from tasks.per_file.support import support_flags
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -45,6 +48,7 @@ class Problem(StrEnum):
     CONTEXT_EXCEEDED = "context_window_exceeded"
     INVALID = "validation_failed"
     EVIDENCE = "evidence_not_found"
+    UNSUPPORTED = "evidence_unsupported"  # the excerpt occurs, but does not contain the value
 
 
 UNVERIFIED = "evidence_unverified"  # the review reason under settings.gate.unverified_evidence = "review"
@@ -147,7 +151,8 @@ def _judge(payload: Payload, excerpt: str, haystacks: tuple[str, ...]) -> dict[s
 def evidence_report(
     recipe: Recipe, output: dict[str, Any], source: str | Payload
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """(flags for excerpts that fail the verbatim rule, where each other excerpt sits by path)."""
+    """(flags for excerpts that fail the verbatim rule or do not contain their value, where each other
+    excerpt sits by path)."""
     payload = source if isinstance(source, Payload) else text_payload(source)
     haystacks = (normalize_ws(payload.text), normalize_ws(neutralize(payload.text)))
     flags: list[dict[str, Any]] = []
@@ -160,6 +165,11 @@ def evidence_report(
             )
         elif verdict["start"] is not None or verdict["verified"] is False:
             found[str(path)] = verdict
+    missing = {f["path"] for f in flags}
+    for f in support_flags(strip_page_marks(recipe, output), recipe.evidence_fields or ()):
+        if f["path"] not in missing:  # an excerpt in the document that does not state its value
+            why = f"does not contain the value {f['value']!r}: quote the text that states the value"
+            flags.append({**f, "why": why})
     return flags, found
 
 
@@ -169,7 +179,8 @@ def _bare(flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def evidence_flags(recipe: Recipe, output: dict[str, Any], document: str | Payload) -> list[dict[str, Any]]:
-    """A flag for every evidence excerpt that fails the verbatim rule (see the module docstring)."""
+    """A flag for every evidence excerpt that fails the verbatim rule or does not state its value
+    (see the module docstring)."""
     return _bare(evidence_report(recipe, output, document)[0])
 
 
@@ -229,7 +240,9 @@ def check(recipe: Recipe, text: str | Payload, message: dict[str, Any]) -> Verdi
     sent = text.send.value if isinstance(text, Payload) else SendAs.TEXT.value
     if flags:
         errors = [f"{f['path']}: evidence excerpt {f['excerpt']!r} {f['why']}" for f in flags]
-        return Verdict(False, Problem.EVIDENCE, output, errors, _bare(flags), stop, raw, sent_as=sent)
+        verbatim = any(f["problem"] == Problem.EVIDENCE.value for f in flags)
+        problem = Problem.EVIDENCE if verbatim else Problem.UNSUPPORTED
+        return Verdict(False, problem, output, errors, _bare(flags), stop, raw, sent_as=sent)
     if sent != SendAs.TEXT.value:
         output = strip_page_marks(recipe, output)
     guess = text.content.encoding if isinstance(text, Payload) and text.content.guessed else None
@@ -321,6 +334,7 @@ POLICY: dict[Problem, Callable[[Verdict, Progress, Any, int], Decision]] = {
     Problem.TRUNCATED: _on_truncated,
     Problem.INVALID: _on_repairable,
     Problem.EVIDENCE: _on_repairable,
+    Problem.UNSUPPORTED: _on_repairable,
 }
 
 

@@ -29,7 +29,7 @@ from tasks.reporting.html_sections import (
 from tasks.reporting.htmlkit import CSS, PAGER_JS, e, table, td
 from tasks.reporting.results import ReportExtras, display_counts, doc_view, key_columns
 from tasks.reporting.spread import html_section
-from tasks.reporting.summary import cache_line
+from tasks.reporting.summary import cache_line, stop
 from tasks.reporting.timeline import Timeline, run_span, run_timeline, span_text, timeline_svg
 
 STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad", "skipped": "skip"}
@@ -143,6 +143,18 @@ def _integration_state(integration: IntegrationResult | None) -> str:
     )
 
 
+def _stopped(manifest: dict[str, Any]) -> str:
+    """Why a stopped run stopped and the command that continues it (nothing for other phases)."""
+    note = stop(manifest)
+    if note is None:
+        return ""
+    after = " once the cause is fixed" if note.get("kind") == "breaker" else ""
+    return (
+        f'<p id="stopped"><b>The run stopped before it was done.</b> {_e(note.get("error"))}<br>'
+        f"Everything answered so far is kept; <code>{_e(note.get('continue'))}</code> continues the run{after}.</p>\n"
+    )
+
+
 def html_report(
     manifest: dict[str, Any],
     outcomes: list[dict[str, Any]],
@@ -180,7 +192,7 @@ def html_report(
 <div class="meta">source <code>{_e(manifest.get("source"))}</code> · recipe <code>{_e(manifest.get("recipe"))}</code>
 v{_e(manifest.get("recipe_version"))} · mode {_e(manifest.get("mode"))} · phase <b id="phase">{_e(manifest.get("phase"))}</b>
 · {reused} reused from the ledger · generated {generated}<br>{_when(manifest, timeline)}</div>
-<div class="cards">{cards}</div>
+{_stopped(manifest)}<div class="cards">{cards}</div>
 {_integration_state(integration)}
 {html_section(extra.get("spread"), extra.get("deadline"))}
 <h2>Timeline ({unit}: submitted, in flight, {"answered" if timeline["mode"] == "realtime" else "ended, ingested"})</h2>

@@ -27,7 +27,7 @@ def _where(f: FieldView) -> str:
 def _value(f: FieldView) -> str:
     shown = e(f["value"]) if f["value"] is not None else '<span class="muted">null</span>'
     if f["corrected"]:
-        shown += f' <span class="was" title="the model\'s value">{e(f["original"])}</span>'
+        shown += f' <span class="was" title="the model\'s value">{_was(f["original"])}</span>'
     if f["evidence"]:
         tip = f"evidence: {f['evidence']} ({_where(f)})"
         return f'<span class="ev" title="{e(tip)}">{shown}</span>'
@@ -36,7 +36,12 @@ def _value(f: FieldView) -> str:
 
 def _plain(f: FieldView) -> str:
     shown = e(f["value"]) if f["value"] is not None else "<i>null</i>"
-    return shown + (f' <s title="the model\'s value">{e(f["original"])}</s>' if f["corrected"] else "")
+    return shown + (f' <s title="the model\'s value">{_was(f["original"])}</s>' if f["corrected"] else "")
+
+
+def _was(v: object) -> str:
+    """The model's value beside a correction; `null` when it had none (never an empty mark)."""
+    return "null" if v is None or v == "" else e(v)
 
 
 def _fields_table(fields: list[FieldView], items: dict[str, int]) -> str:

@@ -26,12 +26,30 @@ from tasks.reporting.results import (
     where_text,
 )
 from tasks.reporting.spread import markdown_section
-from tasks.reporting.summary import cache_line
+from tasks.reporting.summary import cache_line, stop
 from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
 
 
 def _cell(v: Any) -> str:
     return str("" if v is None else v).replace("|", "\\|").replace("\n", " ")
+
+
+def _was(v: Any) -> str:
+    """The model's value beside a correction: `null` when it had none (never an empty "(was )")."""
+    return "null" if v is None or v == "" else _cell(v)
+
+
+def stop_lines(manifest: dict[str, Any]) -> list[str]:
+    note = stop(manifest)
+    if note is None:
+        return []
+    return [
+        "",
+        f"**The run stopped before it was done.** {_cell(note.get('error'))}",
+        "",
+        f"Everything answered so far is kept; `{note.get('continue')}` continues the run"
+        + (" once the cause is fixed." if note.get("kind") == "breaker" else "."),
+    ]
 
 
 def _when(manifest: dict[str, Any], entries: list[dict[str, Any]], extra: ReportExtras) -> list[str]:
@@ -147,7 +165,7 @@ def _documents(views: list[DocView], columns: list[str]) -> list[str]:
                 n = v["items"].get(c)
                 cells.append("" if n is None else f"{n} item(s)")
                 continue
-            shown = _cell(f["value"]) + (f" (was {_cell(f['original'])})" if f["corrected"] else "")
+            shown = _cell(f["value"]) + (f" (was {_was(f['original'])})" if f["corrected"] else "")
             if f["evidence"]:
                 where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
                 where = (
@@ -204,6 +222,27 @@ def _review(review: list[dict[str, Any]], counts: dict[str, int], decided: int) 
         + (f" — {str((r.get('errors') or [''])[0])[:160]}" if r.get("errors") else "")
         for r in review
     ] or ["Empty."]
+    return lines
+
+
+def _decisions(outcomes: list[dict[str, Any]]) -> list[str]:
+    """Every review decision in force: who, when, each corrected field with the model's value."""
+    marked = [o for o in outcomes if o.get("review")]
+    if not marked:
+        return []
+    lines = ["", f"## Review decisions ({len(marked)})", ""]
+    for o in marked:
+        mark = o["review"]
+        fixes = "; ".join(
+            f"{k} {_cell(c.get('to'))} (was {_was(c.get('from'))})"
+            for k, c in (mark.get("corrections") or {}).items()
+        )
+        note = f" — {_cell(mark.get('note'))}" if mark.get("note") else ""
+        lines.append(
+            f"- `{_cell(o['doc_id'])}`: {mark['action']} by {mark['by']} at {mark['at']}"
+            + (f": {fixes}" if fixes else "")
+            + note
+        )
     return lines
 
 
@@ -299,6 +338,7 @@ def markdown(
         "",
         f"Source `{manifest.get('source')}`, recipe `{recipe}` v{manifest.get('recipe_version')}, "
         f"mode {manifest.get('mode')}, phase **{manifest.get('phase')}**.",
+        *stop_lines(manifest),
         *_when(manifest, entries or [], extra),
         "",
         "## Summary",
@@ -319,6 +359,7 @@ def markdown(
     lines += _not_succeeded(views)
     if review is not None:
         lines += _review(review, counts, int(extra.get("decided") or 0))
+    lines += _decisions(outcomes)
     if costs:
         lines += _costs(costs)
     lines.append("")

@@ -58,3 +58,12 @@ def cache_line(costs: dict[str, Any]) -> str:
         f"{tokens.get('cache_creation_input_tokens', 0):,} written; {verdict} against the same requests "
         "uncached"
     )
+
+
+def stop(manifest: dict[str, Any]) -> dict[str, str] | None:
+    """Why a stopped run stopped and the command that continues it (manifest `extra.stop`, written by
+    the run driver); None unless the run is stopped or out of budget."""
+    note = (manifest.get("extra") or {}).get("stop")
+    return (
+        note if manifest.get("phase") in ("stopped", "budget_exhausted") and isinstance(note, dict) else None
+    )

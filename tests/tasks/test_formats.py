@@ -154,12 +154,13 @@ def test_gate_rule_for_pages_without_text(tmp_path: Path) -> None:
     doc = docs_of(tmp_path)["mixed.pdf"]
     payload = load_payload(doc, RECIPE, Settings())
 
-    def judge(evidence: str) -> tuple[list[dict], dict]:
-        return evidence_report(RECIPE, {"total": {"value": 1.0, "evidence": evidence}}, payload)
+    def judge(evidence: str, value: float = 1.0) -> tuple[list[dict], dict]:
+        # the value its evidence states (the gate also checks that an excerpt contains its value)
+        return evidence_report(RECIPE, {"total": {"value": value, "evidence": evidence}}, payload)
 
-    flags, found = judge("[page 1] Total: 1,190.00")
+    flags, found = judge("[page 1] Total: 1,190.00", 1190.0)
     assert not flags and found["$.total.evidence"]["verified"] and found["$.total.evidence"]["page"] == 1
-    flags, found = judge("[page 2] Total: 9,999.00")  # page 2 has no text layer: not checkable
+    flags, found = judge("[page 2] Total: 9,999.00", 9999.0)  # page 2 has no text layer: not checkable
     assert not flags and found["$.total.evidence"] == {
         "start": None,
         "end": None,
@@ -170,6 +171,8 @@ def test_gate_rule_for_pages_without_text(tmp_path: Path) -> None:
     assert flags and "page 1" in flags[0]["why"]
     flags, _ = judge("[page 7] Total: 1.00")
     assert flags and "2 page(s)" in flags[0]["why"]
+    flags, _ = judge("[page 2] Total: 9,999.00", 1.0)  # unverifiable, but it must state its value
+    assert [f["problem"] for f in flags] == ["evidence_unsupported"]
 
 
 def test_a_recipe_listing_a_type_docmill_cannot_read_is_refused_at_load() -> None:
