@@ -27,7 +27,8 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from prefect import flow
+from prefect import flow, task
+from prefect.cache_policies import NONE
 
 from checkpoints.allowance import Allowance
 from checkpoints.costs import CostLedger
@@ -43,7 +44,7 @@ from docmill.shutdown import SHUTDOWN, install
 from flows import pipeline
 from flows.context import RunContext, api_endpoint, holder_id, make_clients, share_limit
 from flows.continuation import pinned_settings
-from flows.extract import FLOW_RETRIES, FLOW_RETRY_DELAYS, RUNNER, prefect_map, record_possibly_billed
+from flows.extract import FLOW_RETRIES, FLOW_RETRY_DELAYS, RUNNER, chunk_label, record_possibly_billed
 
 log = get_logger("flows")
 INTERRUPT = "interrupted"  # the stop kind the driver writes on its Ctrl-C / SIGTERM
@@ -202,21 +203,21 @@ class ShardWorker:
         def loop() -> None:
             last = time.monotonic()
             while not stop.wait(min(self.conf.poll_seconds, ttl / 4)):
-                halt = self.table.stopped()
-                if halt and halt.get("kind") == INTERRUPT:
-                    SHUTDOWN.request("SIGINT")  # the driver was stopped: no new request from here
-                if time.monotonic() - last < ttl / 4:
-                    continue
-                last = time.monotonic()
                 try:
+                    halt = self.table.stopped()
+                    if halt and halt.get("kind") == INTERRUPT:
+                        SHUTDOWN.request("SIGINT")  # the driver was stopped: no new request from here
+                    if time.monotonic() - last < ttl / 4:
+                        continue
+                    last = time.monotonic()
                     if not self.table.renew(sid, self.holder, ttl):
                         log.error(
-                            "shard %s: claim lost (renewals failed for %.0fs); another worker has it",
+                            "shard %s: claim lost; another worker has it (renewals failed for %.0fs)",
                             sid,
                             ttl,
                         )
                     self.beat(sid)
-                except Exception as e:  # the next renewal may pass; the lease is four renewals long
+                except Exception as e:  # the next try may pass; the lease is four renewals long
                     log.error("shard %s: claim renewal failed: %s", sid, e)
 
         keeper = threading.Thread(target=loop, name="docmill-shard-claim", daemon=True)
@@ -226,6 +227,21 @@ class ShardWorker:
         finally:
             stop.set()
             keeper.join(timeout=5)
+
+
+@task(name="shard-chunk", task_run_name="shard-chunk {label}", cache_policy=NONE, retries=0)
+def shard_chunk(fn: Any, cid: str, docs: list[dict[str, Any]], label: str = "") -> dict[str, int]:
+    """One chunk of a shard. Unlike the one-process runs' chunk tasks it takes no slot of the chunk
+    limit (DOCMILL_CHUNK_LIMIT_NAME): a worker that dies would hold its slots for good (Prefect frees
+    a global concurrency slot only when the holder releases it) and stall every other worker; the
+    shared rate limit paces these chunks instead."""
+    return dict(fn(cid, docs))
+
+
+def shard_map(fn: pipeline.ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
+    """A shard's chunks as Prefect task runs on the flow's bounded runner."""
+    futures = [shard_chunk.submit(fn, cid, docs, label=chunk_label(cid, docs)) for cid, docs in chunks]
+    return [f.result() for f in futures]
 
 
 @flow(
@@ -238,7 +254,7 @@ def shard_worker(run_id: str, generation: int, store: str | None = None) -> dict
     restore = install(get_settings().shutdown_grace_seconds)
     with to_prefect_run():
         try:
-            return work_shards(run_id, generation, store=store, map_chunks=prefect_map)
+            return work_shards(run_id, generation, store=store, map_chunks=shard_map)
         except (BudgetExhausted, Interrupted) as e:
             return {"stopped": e.one_line()}
         except DocmillError as e:
