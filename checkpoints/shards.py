@@ -158,6 +158,10 @@ class ShardTable:
         record = {"kind": kind, "message": message, "by": by, "at": self.clock()}
         self.store.put_json(self.prefix + "stop.json", record, if_absent=True)
 
+    def resume(self) -> None:
+        """Clear a stop (a driver interrupted, now back): the generation's workers may claim again."""
+        self.store.delete(self.prefix + "stop.json")
+
     def stopped(self) -> dict[str, Any] | None:
         found = self.store.get_json_or_none(self.prefix + "stop.json")
         return found if isinstance(found, dict) else None

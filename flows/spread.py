@@ -141,7 +141,10 @@ class Spread:
         gens = ShardTable.generations(store, run_id)
         if gens:
             last = ShardTable(store, run_id, gens[-1])
-            if not last.stopped() and len(last.done()) < len(last.plan()):
+            stop = last.stopped()
+            if (stop is None or stop.get("kind") == INTERRUPT) and len(last.done()) < len(last.plan()):
+                if stop is not None:
+                    last.resume()  # its claims still keep a worker that is finishing from a second one
                 return last
         table = ShardTable(store, run_id, (gens[-1] + 1) if gens else 1, clock=self.clock)
         cap = self.ctx.settings.cost.max_cost_usd

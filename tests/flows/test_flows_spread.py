@@ -129,6 +129,48 @@ def test_spread_shard_of_a_silent_worker_is_claimed_after_its_lease(emulator: An
     assert max(billed.values()) == 1
 
 
+def test_spread_same_command_after_the_driver_dies_continues_the_same_run(
+    emulator: Any, tmp_path: Path
+) -> None:
+    """The driver stops once the first shard is done (Ctrl-C: its workers stop sending too); the same
+    command again continues that run and its unfinished set of shards, never a second plan."""
+    from docmill.shutdown import SHUTDOWN
+
+    corpus, _ = make_corpus(tmp_path, count=24, seed=5)
+    settings = _settings(emulator, tmp_path / "s")
+    store = open_store(str(tmp_path / "s"))
+    first = ThreadLauncher(settings)
+    launched_gone = first.gone
+
+    def gone_until_a_shard_is_done(handle: str) -> bool:  # the driver asks this while it waits
+        if any(k.endswith(".done.json") for k in store.list("runs/")):
+            raise KeyboardInterrupt
+        return launched_gone(handle)
+
+    first.gone = gone_until_a_shard_is_done  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        run_extract(str(corpus), "invoices", settings=settings, workers=2, launcher=first, progress=False)
+    for thread in first.threads.values():
+        thread.join(30)
+    SHUTDOWN.reset()  # the workers' stop (as on their own Ctrl-C) belonged to that life
+    (run_id,) = [k.split("/")[1] for k in store.list("runs/") if k.endswith("/manifest.json")]
+    done_before = len(ShardTable(store, run_id, 1).done())
+    assert 1 <= done_before < 4
+
+    summary = run_extract(
+        str(corpus),
+        "invoices",
+        settings=settings,
+        workers=2,
+        launcher=ThreadLauncher(settings),
+        progress=False,
+    )
+    assert summary["run_id"] == run_id and summary["phase"] == "done"
+    assert ShardTable.generations(store, run_id) == [1]  # the same shards, continued
+    billed = Counter(b.body_sha256 for b in emulator.state.accounting.billed)
+    assert max(billed.values()) == 1
+
+
 def test_spread_workers_share_the_cost_cap_and_never_pass_it(emulator: Any, tmp_path: Path) -> None:
     """Two workers under one cap: each spends only its grant of what is left; the run stops on its
     budget without passing it (answers, and what may be in flight, counted), and a resume with a
