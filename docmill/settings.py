@@ -203,6 +203,91 @@ class InventorySettings(BaseModel):
     )
 
 
+class SharedLimitSettings(BaseModel):
+    """The organisation's rate limits, shared by every docmill process that uses this store
+    (tasks.api.shared_limit): each paces at its share, no split by hand."""
+
+    enabled: bool = Field(
+        True,
+        description="Share the limits through the store (limits/<scope>.json) with every other docmill "
+        "process using it; off: this process assumes the whole limit is its own.",
+    )
+    scope: str = Field(
+        "default",
+        min_length=1,
+        description="Name of the shared pool: one per organisation (API key) and endpoint. Processes with "
+        "different API keys that use one store must use different scopes.",
+    )
+    lease_seconds: float = Field(
+        15.0,
+        gt=0,
+        description="A member's lease: renewed every third of it; a process that dies gives its share back "
+        "within this time.",
+    )
+    store: str | None = Field(
+        None,
+        description="Where the pool lives (a folder or s3://bucket/prefix) when runs of one organisation use "
+        "different stores; None: the run's store.",
+    )
+
+
+class WorkerSettings(BaseModel):
+    """`docmill run --workers N`: one run spread over Prefect workers (flows.spread, flows.shards)."""
+
+    deployment: str = Field(
+        "shard-worker/shard-worker",
+        description="The Prefect deployment (flow/deployment) whose runs work on a spread run's shards "
+        "(deploy/prefect.yaml registers it).",
+    )
+    shards_per_worker: int = Field(
+        4, ge=1, le=64, description="Shards per worker: more balance the tail, fewer cost less bookkeeping."
+    )
+    claim_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="A shard claim's lease, renewed every quarter of it: a shard whose worker stops "
+        "renewing is claimed by another after this time (at once when its process is known dead).",
+    )
+    poll_seconds: float = Field(
+        2.0, gt=0, description="How often an idle worker looks for a shard and the driver for progress."
+    )
+
+
+class DeadlineSettings(BaseModel):
+    """`--finish-by TIME`: batch what can finish in time, realtime the rest near the deadline
+    (tasks.deadline)."""
+
+    margin_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="Kept free before the deadline (plus margin_fraction of the time given): the integration "
+        "pass and the report come after the per-file pass.",
+    )
+    margin_fraction: float = Field(
+        0.05, ge=0, lt=1, description="Share of the time between start and deadline kept free as well."
+    )
+    cancel_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="Time a batch cancel is assumed to take to settle (until one was measured).",
+    )
+    latency_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a realtime answer is assumed to take (until answers were measured).",
+    )
+    poll_seconds: float = Field(
+        30.0, gt=0, description="How often batches are checked while a deadline is set (at most)."
+    )
+    batches: int = Field(
+        4,
+        ge=1,
+        le=1000,
+        description="The batch pass is cut into at least this many batches, so their ends show progress "
+        "(the API counts a batch's requests as processing until the whole batch ends).",
+    )
+
+
 class FormatSettings(BaseModel):
     """How documents of each format are read and sent (issue 24; docs/formats.md)."""
 
@@ -370,6 +455,9 @@ class Settings(BaseSettings):
     formats: FormatSettings = Field(default_factory=FormatSettings)
     store_io: StoreSettings = Field(default_factory=StoreSettings)
     review: ReviewSettings = Field(default_factory=ReviewSettings)
+    shared_limit: SharedLimitSettings = Field(default_factory=SharedLimitSettings)
+    workers: WorkerSettings = Field(default_factory=WorkerSettings)
+    deadline: DeadlineSettings = Field(default_factory=DeadlineSettings)
 
     def on_day(self) -> date:
         """`today`, else the real date in UTC: the one place the pipeline reads the calendar."""

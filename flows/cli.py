@@ -120,12 +120,20 @@ def _finish(summary: dict[str, Any]) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    if a.workers:  # workers need a Prefect server with a pool: no temporary one is started for them
+        from flows.spread import PrefectLauncher
+
+        PrefectLauncher.needs_server()
     from docmill.settings import get_settings
     from flows.extract import _settings, extract, run_extract
 
     _quiet_prefect_services()
     _own_processes()
 
+    if a.finish_by:  # a bad time is one line before anything starts
+        from flows.extract import deadline_iso
+
+        a.finish_by = deadline_iso(a.finish_by)
     if not os.path.exists(a.source) and not a.source.startswith("s3://"):
         from docmill.errors import InputError
 
@@ -145,9 +153,13 @@ def cmd_run(a: argparse.Namespace) -> int:
         "integration.mode": a.integration,
     }
     if a.no_prefect:
+        if a.workers:
+            from docmill.errors import InputError
+
+            raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
         summary = run_extract(
             a.source, recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
-            new_run=a.new_run, given=overrides,
+            new_run=a.new_run, given=overrides, finish_by=a.finish_by,
         )  # fmt: skip
     else:  # in the foreground the person (or cron) running the command is the retry
         summary = extract.with_options(retries=0)(
@@ -168,6 +180,8 @@ def cmd_run(a: argparse.Namespace) -> int:
             allow_empty=a.allow_empty,
             progress=True,
             new_run=a.new_run,
+            workers=a.workers,
+            finish_by=a.finish_by,
         )
     return _finish(summary)
 

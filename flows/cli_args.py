@@ -31,6 +31,17 @@ def _common(sub: bool) -> OneLineParser:
     return c
 
 
+def worker_count(text: str) -> int:
+    """--workers N: 1 to 256."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid number of workers: give 1 to 256")
+    return n
+
+
 def _source_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--include", action="append", metavar="GLOB",
@@ -86,6 +97,16 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="a source with no files is a run of 0 documents, not an error",
     )
+    r.add_argument(
+        "--workers", type=worker_count, metavar="N",
+        help="spread the run over N Prefect workers of the work pool (they share the organisation's rate "
+        "limit; needs PREFECT_API_URL and the shard-worker deployment: deploy/README.md)",
+    )  # fmt: skip
+    r.add_argument(
+        "--finish-by", metavar="TIME",
+        help="a deadline (+2h, 06:00, or ISO 8601): send as batches (half price) what can finish by then, "
+        "and what will not realtime near it; the report says which went which way and what it cost",
+    )  # fmt: skip
     r.add_argument("--run-id", type=run_id_flag, help="continue or name a run")
     r.add_argument(
         "--new-run", action="store_true",

@@ -28,9 +28,9 @@ from docmill.errors import BudgetExhausted, Interrupted
 from docmill.logs import current_run, get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import SHUTDOWN, install, resume_line
-from flows import pipeline
+from flows import pipeline, spread
 from flows.artifacts import publish_run
-from flows.context import RunContext, api_endpoint, make_clients, new_run_id
+from flows.context import RunContext, api_endpoint, make_clients, new_run_id, share_limit
 from tasks.api.client import PossiblyBilled
 from tasks.api.models import check_models, check_served
 from tasks.reporting.summary import integration_text
@@ -201,9 +201,15 @@ def run_extract(
     new_run: bool = False,
     given: dict[str, Any] | None = None,
     flow_run_id: str | None = None,
+    workers: int | None = None,
+    launcher: Any = None,
+    finish_by: str | None = None,
 ) -> dict[str, Any]:
     """The chain without Prefect bookkeeping (used by the flows and by fast tests); `on_progress`
-    hears (documents done, total) of the per-file pass.
+    hears (documents done, total) of the per-file pass. `workers`: the per-file pass spread over
+    that many shard workers started by `launcher` (default: runs of the shard-worker deployment;
+    flows.spread); `finish_by` (a time: `+2h`, `06:00`, ISO 8601): batch what can finish by then,
+    the rest realtime (flows.deadline). A continued run keeps its own of both unless given.
 
     The run driven is the one `flows.continuation.choose_run` picks: `run_id`, the run bound to
     `flow_run_id`, a stopped run of the same recipe, model and source (unless `new_run`), or a new
@@ -231,24 +237,53 @@ def run_extract(
                 hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
             )
         mode = mode_of(st, m, mode)
+        workers = workers or m.extra.get("workers")
+        finish_by = finish_by or m.extra.get("finish_by")
+    if finish_by:  # a deadline: the batch pass, with what will not finish in time sent realtime
+        finish_by, mode = deadline_iso(finish_by), "batch"
     for note in check_models(settings):  # a retired or (under a cap) unpriced model stops here
         log.warning("docmill: %s", note)
     for line in lines:
         print(line, file=sys.stderr)
         log.info("%s", line)
     rec = load_recipe(recipe)
+    if workers:
+        launcher = launcher or spread.PrefectLauncher(settings.workers.deployment)
+        if isinstance(launcher, spread.PrefectLauncher):
+            launcher.check()  # a server and the deployment, before anything is sent
     with api_endpoint(settings, quiet=not progress, store=st) as endpoint:
         client, sdk = make_clients(settings, endpoint)
         for note in check_served(settings, sdk):  # a model nobody serves stops here, nothing sent
             log.warning("docmill: %s", note)
         ctx = RunContext(settings, st, rec, choice.run_id, endpoint, client, sdk, on_progress=on_progress)
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, ctx.run_id))
-        return pipeline.run(
-            ctx,
-            pipeline.RunParams(source, recipe, mode, choice.run_id),
-            map_chunks=map_chunks,
-            progress=progress,
-        )
+        if finish_by:
+            ctx.extra["finish_by"] = finish_by
+        if workers:
+            ctx.extra["workers"] = int(workers)
+            map_chunks = spread.spread_map(ctx, int(workers), launcher, local=map_chunks, progress=progress)
+        with share_limit(ctx, name="driver"):  # the organisation's limit, shared with other processes
+            return pipeline.run(
+                ctx,
+                pipeline.RunParams(source, recipe, mode, choice.run_id),
+                map_chunks=map_chunks,
+                progress=progress,
+            )
+
+
+def deadline_iso(text: str) -> str:
+    """A --finish-by time as an ISO 8601 instant (`+2h` and `06:00` counted from now, local time)."""
+    from datetime import datetime
+
+    from tasks.deadline.plan import parse_finish_by
+
+    try:
+        when = datetime.fromisoformat(text)
+        if when.tzinfo is not None:
+            return when.isoformat()
+    except ValueError:
+        pass
+    return parse_finish_by(text, datetime.now().astimezone()).isoformat()
 
 
 def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
@@ -359,13 +394,16 @@ def extract(
     max_doc_cost_usd: float | None = None,
     follow_symlinks: bool = False,
     allow_empty: bool = False,
+    workers: int | None = None,
+    finish_by: str | None = None,
 ) -> dict[str, Any]:
     """The chain: inventory -> per-file pass -> gate -> integration -> report. A stopped run of the
     same recipe, model and source is continued unless `new_run`. `recipe`: a built-in name or
     path/to/module.py:NAME (None: DOCMILL_RECIPE, default invoices); `model`, `max_cost_usd`: None
     keeps DOCMILL_API__MODEL, DOCMILL_COST__MAX_COST_USD. `include` / `exclude`: glob patterns over
     paths relative to the source (default: every file). `integration`: incremental (default), full
-    or skip."""
+    or skip. `workers`: spread the per-file pass over that many shard workers of the work pool.
+    `finish_by` (`+2h`, `06:00`, ISO 8601): batch what can finish by then, the rest realtime."""
     given = {
         "chunk_size": chunk_size,
         "cost.max_cost_usd": max_cost_usd,
@@ -379,7 +417,7 @@ def extract(
     }
     return _in_flow(
         run_extract, source, _recipe(recipe), mode=mode, run_id=run_id, settings=_settings(store, given),
-        progress=progress, new_run=new_run, given=given,
+        progress=progress, new_run=new_run, given=given, workers=workers, finish_by=finish_by,
     )  # fmt: skip
 
 
@@ -398,17 +436,22 @@ def nightly(
     include: list[str] | None = None,
     exclude: list[str] | None = None,
     integration: str | None = None,
+    workers: int | None = None,
+    finish_by: str | None = None,
 ) -> dict[str, Any]:
     """Incremental: unchanged documents hit the ledger by content hash and cost nothing, and the
     integration merges only new or changed results into the source's stored state. `recipe`,
-    `model`, `max_cost_usd`: as for `extract` (None: the worker's settings)."""
+    `model`, `max_cost_usd`: as for `extract` (None: the worker's settings). `workers`: spread over
+    that many workers of the pool; `finish_by` (e.g. `06:00`): the new documents as batches, what will
+    not finish by then realtime."""
     given = {
         "api.model": model, "cost.max_cost_usd": max_cost_usd, **_filters(include, exclude),
         "integration.mode": integration,
     }  # fmt: skip
     return _in_flow(
-        run_extract, source, _recipe(recipe), settings=_settings(store, given), progress=False, given=given
-    )
+        run_extract, source, _recipe(recipe), settings=_settings(store, given), progress=False, given=given,
+        workers=workers, finish_by=finish_by,
+    )  # fmt: skip
 
 
 @_flow("backfill")
@@ -424,16 +467,20 @@ def backfill(
     include: list[str] | None = None,
     exclude: list[str] | None = None,
     integration: str | None = None,
+    workers: int | None = None,
+    finish_by: str | None = None,
 ) -> dict[str, Any]:
     """A large source, batch mode by default; continues a stopped backfill of the same source.
-    `recipe`, `model`, `max_cost_usd`: as for `extract` (None: the worker's settings)."""
+    `recipe`, `model`, `max_cost_usd`: as for `extract` (None: the worker's settings). `workers`
+    (realtime): spread over that many workers of the pool; `finish_by`: what will not finish as
+    batches by then goes realtime near it."""
     given = {
         "chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd, "api.model": model,
         **_filters(include, exclude), "integration.mode": integration,
     }  # fmt: skip
     return _in_flow(
         run_extract, source, _recipe(recipe), mode=mode, run_id=run_id, settings=_settings(store, given),
-        progress=False, given=given,
+        progress=False, given=given, workers=workers, finish_by=finish_by,
     )  # fmt: skip
 
 
@@ -458,9 +505,10 @@ def resume_run(
     concurrency: int | None = None,
     on_progress: pipeline.OnProgress | None = None,
     flow_run_id: str | None = None,
+    launcher: Any = None,
 ) -> dict[str, Any]:
     """Continue a run with its own settings (its manifest's); only the cost cap and the concurrency
-    may be given anew."""
+    may be given anew. A run spread over workers is continued over workers (`launcher`: flows.spread)."""
     from checkpoints.manifest import ManifestStore
     from checkpoints.store import open_store
 
@@ -477,4 +525,5 @@ def resume_run(
         on_progress=on_progress,
         given={"cost.max_cost_usd": max_cost_usd, "api.concurrency": concurrency},
         flow_run_id=flow_run_id,
+        launcher=launcher,
     )

@@ -191,7 +191,7 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
             mode="realtime" if params.mode == "auto" else params.mode,  # auto is decided after inventory
             config=config,
             budget_usd=ctx.settings.cost.max_cost_usd,
-            extra={"mode_asked": params.mode},
+            extra={"mode_asked": params.mode, **ctx.extra},  # ctx.extra: workers, finish_by
         )
         manifests.create(m)
     elif m.recipe != params.recipe or source_id(m.source) != source_id(params.source):
@@ -202,6 +202,8 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
     elif m.budget_usd != ctx.settings.cost.max_cost_usd:
         cap = ctx.settings.cost.max_cost_usd
         m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"budget_usd": cap}))
+    if any(m.extra.get(k) != v for k, v in ctx.extra.items()):  # given anew to a continued run
+        m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"extra": {**x.extra, **ctx.extra}}))
     return m
 
 
@@ -311,10 +313,21 @@ def per_file_pass(
         order = {cid: [d["doc_id"] for d in full[cid]] for cid, _ in pending}
         buffered: dict[str, dict[str, dict[str, Any]]] = {}
         stopped = False
-        outcomes = run_batches(
-            docs, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.sdk,
-            settings=ctx.settings, model_client=ctx.client,
-        )  # fmt: skip
+        if ctx.extra.get("finish_by"):  # batch what can finish in time, the rest realtime (flows.deadline)
+            from flows.deadline import deadline_pass
+
+            outcomes = deadline_pass(
+                ctx,
+                docs,
+                expected=sum(sizes.values()),
+                finish_by=ctx.extra["finish_by"],
+                threads=CHUNK_WORKERS,
+            )
+        else:
+            outcomes = run_batches(
+                docs, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.sdk,
+                settings=ctx.settings, model_client=ctx.client,
+            )  # fmt: skip
         for o in outcomes:  # results arrive in any order: a chunk is written once all of it is in
             cid = chunk_of[o.doc_id]
             got = buffered.setdefault(cid, {})

@@ -20,6 +20,11 @@
 - **In flight: as many as the limit needs, at most `concurrency`**: about twice the requests the
   rate admits during the observed latency, plus two.
 - `retry-after` is not handled here: it delays only the request that got the 429 (tasks.api.client).
+- **A share of the organisation's limits.** `set_share(fraction)` makes this process use that
+  fraction of every limit (configured or stated by the headers, whose `-remaining` counts the whole
+  organisation); tasks.api.shared_limit sets it from the store, so processes on several machines
+  share one limit instead of each assuming all of it. `stats.adopted` keeps the limits as the
+  headers state them (whole organisation) and `stats.sent` counts requests sent, for that layer.
 
 Time is injectable (`clock`, `sleep`) so tests record waits instead of sleeping.
 """
@@ -112,7 +117,8 @@ class PacerStats:
 
     waits: list[float] = field(default_factory=list)
     throttled: int = 0
-    adopted: dict[str, float] = field(default_factory=dict)
+    adopted: dict[str, float] = field(default_factory=dict)  # the organisation's, as headers state them
+    sent: int = 0
 
 
 class RateLimiter:
@@ -147,6 +153,7 @@ class RateLimiter:
         self._in_flight = 0
         self._lock = threading.Condition()
         self.stats = PacerStats()
+        self._share = 1.0  # of the organisation's limits (set_share)
 
     @staticmethod
     def _new_kind(per_minute: float | None, now: float) -> _Kind:
@@ -222,6 +229,7 @@ class RateLimiter:
                             if bucket is not None:
                                 bucket.take(amount)
                     self._in_flight += 1
+                    self.stats.sent += 1
                     return Ticket(tokens, max_tokens, now, total, self._ramps, input_tokens)
             wait = max(wait, MIN_WAIT)  # a float-rounding sliver must still move the clock
             self._sleep(wait)
@@ -275,6 +283,21 @@ class RateLimiter:
             if bucket is not None and held:
                 bucket.level = min(bucket.capacity, bucket.level + held - billed)
 
+    def set_share(self, fraction: float) -> None:
+        """Use `fraction` (0 < f <= 1) of the organisation's limits from now on: the local picture of
+        each server bucket is scaled to it (tasks.api.shared_limit calls this as shares change)."""
+        with self._lock:
+            fraction = min(1.0, max(float(fraction), 1e-4))
+            scale, self._share = fraction / self._share, fraction
+            now = self._clock()
+            for state in self._kinds.values():
+                if state.server is not None:
+                    state.server.refill(now)
+                    state.server.per_minute *= scale
+                    state.server.capacity *= scale
+                    state.server.level *= scale
+            self._lock.notify_all()
+
     def observe(self, headers: Mapping[str, str] | Any) -> None:
         """Adopt `anthropic-ratelimit-<kind>-limit` / `-remaining` from a response's headers."""
         with self._lock:
@@ -287,17 +310,18 @@ class RateLimiter:
             limit = _number(headers.get(f"anthropic-ratelimit-{kind}-limit"))
             remaining = _number(headers.get(f"anthropic-ratelimit-{kind}-remaining"))
             if limit is not None and limit > 0:
+                self.stats.adopted[kind] = limit
+                limit *= self._share  # this process's share of the organisation's limit
                 if state.server is None:
                     state.server = TokenBucket(limit, limit, now)
                 state.server.refill(now)
                 state.server.per_minute = state.server.capacity = limit
                 state.server.level = min(state.server.level, limit)
                 state.adopted = True
-                self.stats.adopted[kind] = limit
             if remaining is not None and state.server is not None:
-                # what the server counted, less what we sent that it may not have counted yet
+                # our share of what the server counted, less what we sent it may not have counted yet
                 state.server.refill(now)
-                state.server.level = min(state.server.capacity, remaining - state.in_flight)
+                state.server.level = min(state.server.capacity, remaining * self._share - state.in_flight)
 
 
 def _number(value: Any) -> float | None:

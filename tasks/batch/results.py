@@ -152,6 +152,21 @@ class ResultRouter:
                 return self.outcome(item, DocState.FAILED, failure_type=failure, last_error=last), None
             verdict = None
 
+    def finish_realtime(self, item: WorkItem) -> DocOutcome:
+        """An item with a follow-up request, finished realtime (its batch ended: a deadline moved it
+        there, tasks.deadline): the request, then the gate, its own repairs realtime too."""
+        if not self.p.settings.batch.repairs_realtime:
+            batch = self.p.settings.batch.model_copy(update={"repairs_realtime": True})
+            self.p.settings = self.p.settings.model_copy(update={"batch": batch})
+        try:
+            message, model = self._realtime(item)
+        except ApiCallError as e:
+            last = e.last_error or e.message
+            return self.outcome(item, DocState.FAILED, failure_type=e.failure_type, last_error=last)
+        outcome, _ = self.gated(item, message, model)
+        assert outcome is not None  # repairs realtime: the gate always ends with an outcome
+        return outcome
+
     def _realtime(self, item: WorkItem) -> tuple[dict[str, Any], str]:
         """Send a follow-up realtime (settings.batch.repairs_realtime). The answer is persisted the
         moment it arrives (invariant 3) under its attempt number; a resume reuses it, never resends."""

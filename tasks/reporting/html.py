@@ -28,6 +28,7 @@ from tasks.reporting.html_sections import (
 )
 from tasks.reporting.htmlkit import CSS, PAGER_JS, e, table, td
 from tasks.reporting.results import ReportExtras, display_counts, doc_view, key_columns
+from tasks.reporting.spread import html_section
 from tasks.reporting.summary import cache_line, stop
 from tasks.reporting.timeline import Timeline, run_span, run_timeline, span_text, timeline_svg
 
@@ -193,6 +194,7 @@ v{_e(manifest.get("recipe_version"))} · mode {_e(manifest.get("mode"))} · phas
 · {reused} reused from the ledger · generated {generated}<br>{_when(manifest, timeline)}</div>
 {_stopped(manifest)}<div class="cards">{cards}</div>
 {_integration_state(integration)}
+{html_section(extra.get("spread"), extra.get("deadline"))}
 <h2>Timeline ({unit}: submitted, in flight, {"answered" if timeline["mode"] == "realtime" else "ended, ingested"})</h2>
 {timeline_svg(timeline)}
 <h2>Integration: key findings and flags</h2>{integration_output_section(integration)}

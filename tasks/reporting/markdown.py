@@ -25,6 +25,7 @@ from tasks.reporting.results import (
     key_columns,
     where_text,
 )
+from tasks.reporting.spread import markdown_section
 from tasks.reporting.summary import cache_line, stop
 from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
 
@@ -349,6 +350,7 @@ def markdown(
         "",
         f"Reused from the ledger without an API call: {sum(1 for o in outcomes if o.get('from_ledger'))}.",
         *integration_state_lines(integration),
+        *markdown_section(extra.get("spread"), extra.get("deadline")),
     ]
     lines += _integration(integration)
     lines += _findings(outcomes, recipe) if has_findings(outcomes) else _fields(views)

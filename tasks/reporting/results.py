@@ -199,3 +199,5 @@ class ReportExtras(TypedDict, total=False):
     batches: list[dict[str, Any]]
     decided: int
     generated_at: float
+    spread: Any  # tasks.reporting.spread.SpreadSummary | None: shards and workers
+    deadline: Any  # tasks.reporting.spread.DeadlineSummary | None: what went batch, what realtime

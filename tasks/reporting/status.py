@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoints.inflight import InFlight
 from checkpoints.manifest import ManifestStore
+from tasks.reporting.spread import deadline_lines, deadline_summary, spread_lines, spread_summary
 from tasks.reporting.summary import stop
 
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
         "docs_per_second": rate,
         "eta_seconds": eta,
         "integration": integration_state(store, run_id),
+        "spread": spread_summary(store, run_id),  # shards and workers of a run over several workers
+        "deadline": deadline_summary(store, run_id, [e.model_dump(mode="json") for e in entries]),
         "stop": stop(m.model_dump(mode="json", include={"phase", "extra"})),
         "manifest": m.model_dump(mode="json", exclude={"config"}),
     }
@@ -201,10 +204,17 @@ def status_text(st: dict[str, Any]) -> str:
             else ""
         ),
         f"eta        {eta}",
+        *_labelled("workers", spread_lines(st.get("spread"))),
+        *_labelled("deadline", deadline_lines(st.get("deadline"))),
         integration_text(st),
         f"updated    {st['updated_at']}",
     ]
     return "\n".join(lines)
+
+
+def _labelled(label: str, lines: list[str]) -> list[str]:
+    """`label` before the first line, the rest indented under it."""
+    return [f"{label if i == 0 else '':<10} {line}" for i, line in enumerate(lines)]
 
 
 def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
