@@ -30,7 +30,7 @@ $(STAMP): $(LOCK) pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python examples/make_invoices.py --out examples/corpus/invoices --count 40 --seed 7
+	$(BIN)/python examples/make_invoices.py --out examples/corpus/invoices --count 40 --seed 7 --media
 	$(BIN)/docmill run examples/corpus/invoices --recipe invoices --store ./docmill-store
 
 test: $(STAMP)

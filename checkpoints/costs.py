@@ -49,6 +49,7 @@ class CostEntry(BaseModel):
     answered_model: str | None = None  # the answer's own `model` (a dated id for older aliases)
     unpriced: bool = False  # no price for `model`: tokens recorded, usd 0
     possibly_billed: bool = False  # timed out after sending: usd is the worst case, tokens estimated
+    unanswered: bool = False  # a paid attempt whose answer never arrived whole (timeout, broken stream)
     request_id: str | None = None
     batch: bool = False
     input_tokens: int = 0
@@ -65,9 +66,14 @@ class CostEntry(BaseModel):
     @property
     def identity(self) -> str | None:
         """The billed answer this entry stands for, when that is knowable: a realtime per-file
-        attempt (one response-log slot). Entries of other passes, of batches and possibly billed
-        timeouts (recorded once, the moment they happen) are never merged."""
-        if self.pass_name == SLOT_PASS and not self.batch and self.attempt > 0 and not self.possibly_billed:
+        attempt (one response-log slot). Entries of other passes, of batches and of unanswered
+        attempts (timeouts, broken streams: recorded once, the moment they happen) are never merged."""
+        if (
+            self.pass_name == SLOT_PASS
+            and not self.batch
+            and self.attempt > 0
+            and not (self.unanswered or self.possibly_billed)
+        ):
             return f"{self.key}/{self.attempt}"
         return None
 
@@ -127,7 +133,8 @@ def possibly_billed_entry(
     its worst case (input as cache writes, max_tokens of output), tokens as estimated."""
     return CostEntry(
         run_id=run_id, pass_name=pass_name, doc_id=doc_id, key=key, attempt=attempt, model=model,
-        possibly_billed=True, input_tokens=input_tokens, output_tokens=max_tokens, usd=usd, at=at,
+        possibly_billed=True, unanswered=True, input_tokens=input_tokens, output_tokens=max_tokens, usd=usd,
+        at=at,
     )  # fmt: skip
 
 
@@ -159,8 +166,9 @@ class CostLedger:
     def totals(self) -> dict[str, Any]:
         """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries", "unpriced", "unpriced_models",
         "possibly_billed", "possibly_billed_usd"} over every recorded entry (`unpriced`: entries with no
-        price, their tokens still counted; `possibly_billed`: timeouts after sending, at their worst
-        case, included in usd)."""
+        price, their tokens still counted; `possibly_billed`: timeouts and broken streams after sending,
+        at their upper bound, included in usd; `cache_saved_usd`: what the prompt cache saved, net of its
+        write premium, against the same answers uncached)."""
         usd = 0.0
         by_pass: dict[str, float] = {}
         by_model: dict[str, float] = {}
@@ -170,9 +178,10 @@ class CostLedger:
         unpriced: set[str] = set()
         unpriced_count = possibly = unpriced_tokens = 0
         thinking_usd = 0.0
-        possibly_usd = 0.0
+        possibly_usd = saved = 0.0
         for e in self.entries():
             count += 1
+            saved += cache_saving(e)
             if e.possibly_billed:
                 possibly += 1
                 possibly_usd += e.usd
@@ -206,4 +215,20 @@ class CostLedger:
             "thinking_usd": thinking_usd,
             "possibly_billed": possibly,
             "possibly_billed_usd": possibly_usd,
+            "cache_saved_usd": saved,
         }
+
+
+def cache_saving(e: CostEntry) -> float:
+    """What the prompt cache saved on one answer: its price with every input token uncached, less what
+    it cost (negative when a write was never read). 0 for entries without cache tokens, unpriced or
+    possibly billed ones."""
+    if e.unpriced or e.possibly_billed or not (e.cache_read_input_tokens or e.cache_creation_input_tokens):
+        return 0.0
+    prompt = e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
+    plain = {
+        "input_tokens": prompt + e.compaction_input_tokens,
+        "output_tokens": e.output_tokens + e.compaction_output_tokens,
+    }
+    uncached = priced_usd(e.model, plain, batch=e.batch)
+    return 0.0 if uncached is None else uncached - e.usd

@@ -83,7 +83,11 @@ def _leave() -> None:
 def watch_parent_then(initializer: bytes) -> None:
     """A multiprocessing initializer: watch the parent first, then unpickle and run the real
     initializer (a pickled `(function, *args)`). Unpickling it imports the worker's modules, which
-    takes seconds on a busy machine; a parent killed meanwhile must not leave the worker behind."""
+    takes seconds on a busy machine; a parent killed meanwhile must not leave the worker behind.
+    A terminal's Ctrl-C reaches the worker too (it shares docmill's process group): it is ignored,
+    since stopping is docmill's decision (docmill.shutdown), and a worker that died of it would
+    break the pool under docmill's graceful shutdown."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
     if parent is not None:  # its sentinel reads end-of-file once it is gone
         die_with_parent(parent.pid, parent.sentinel)

@@ -7,7 +7,8 @@ only this process writes to and exits when this process is gone, however it ende
 OOM killer). A Python child (`python -m MODULE ...`, `-c CODE` or `SCRIPT.py ...`) runs in the
 launcher's own process, so nothing extra is started; any other program gets a small supervisor.
 Each child is marked (`DOCMILL_CHILD_OF=<our pid>` in its environment) and recorded in a pid file
-under the runtime folder (settings.runtime_dir).
+under the runtime folder (settings.runtime_dir). Each runs in a session of its own, so signals a
+terminal sends to docmill's process group (Ctrl-C, hang-up) reach docmill only.
 
 `reap_stale` is the backstop, run when `docmill run` / `resume` starts: a recorded child whose
 docmill process is gone but which still runs (its watch could not act: it was stopped, or started
@@ -21,6 +22,7 @@ Processes that multiprocessing starts (tasks.batch.ingest) call `lifeline.die_wi
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import signal
@@ -49,7 +51,9 @@ class ChildRecord(TypedDict):
     command: list[str]
 
 
+SLOTS = 64  # processes that may hold a slot of one folder at once
 _pipe: tuple[int, int, int] | None = None  # (pid that made it, read end, write end)
+_slots: dict[tuple[Path, str], tuple[int, Path]] = {}  # (folder, stem) -> (lock fd, the slot's file)
 _pipe_lock = threading.Lock()
 _mine: list[Path] = []
 
@@ -99,10 +103,16 @@ def spawn(
     runtime: str | None = None,
     **popen: Any,
 ) -> subprocess.Popen[Any]:
-    """Start `argv` as a child that exits when this process does; `popen` goes to subprocess.Popen."""
+    """Start `argv` as a child that exits when this process does; `popen` goes to subprocess.Popen.
+
+    The child gets a session (and process group) of its own: a terminal's Ctrl-C, sent to the whole
+    foreground process group, and its hang-up are docmill's to handle. A helper that died of them
+    first would leave docmill's graceful shutdown talking to nobody (the Prefect server: minutes of
+    connection errors). It still dies with docmill, through the lifeline."""
     fd = _lifeline_fd()
     child_env = {**(os.environ if env is None else env), ENV_CHILD_OF: str(os.getpid()), ENV_FD: str(fd)}
     pass_fds = (*popen.pop("pass_fds", ()), fd)
+    popen.setdefault("start_new_session", True)
     proc = subprocess.Popen(launcher(argv), env=child_env, pass_fds=pass_fds, **popen)
     _record(proc.pid, role, list(argv), runtime)
     return proc
@@ -194,3 +204,28 @@ def reaped_line(stale: list[ChildRecord]) -> str:
     """One line for the user about what `reap_stale` stopped."""
     what = ", ".join(f"{r['role']} (pid {r['pid']})" for r in stale)
     return f"docmill: stopped {len(stale)} process(es) left running by an earlier docmill run that was killed: {what}"
+
+
+def hold_slot(folder: Path, stem: str, suffix: str) -> Path:
+    """`folder/<stem>-N<suffix>` for the first N no other live process holds, held by this one for its
+    life (an flock on `<stem>-N.lock` that the kernel releases however the holder ends); the same path
+    on every call. Raises OSError when the folder cannot be used or all `SLOTS` are taken. Callers:
+    flows.prefect_server (the temporary server's own SQLite database)."""
+    if (folder, stem) in _slots:
+        return _slots[(folder, stem)][1]
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(SLOTS):
+        fd = os.open(folder / f"{stem}-{n}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        _slots[(folder, stem)] = (fd, folder / f"{stem}-{n}{suffix}")
+        return _slots[(folder, stem)][1]
+    raise OSError(f"all {SLOTS} slots of {folder / stem} are held by running processes")
+
+
+def held_slots() -> list[tuple[int, Path]]:
+    """(lock fd, file) of every slot this process holds (a child given the fd holds the slot too)."""
+    return list(_slots.values())

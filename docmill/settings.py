@@ -51,13 +51,10 @@ class ApiSettings(BaseModel):
     output_tokens_per_minute: int | None = Field(
         None, ge=1, description="Output-token limit assumed until the API's headers say; None: unknown."
     )
-    limit_share: float = Field(
-        1.0,
-        gt=0,
-        le=1,
-        description="Share of the organisation's rate limits (read from the API's headers) this process "
-        "paces at: 1 when one process sends at a time; with R flow-run processes sending at once, about "
-        "0.9 / R. A pacer shared across workers may change it at runtime (RateLimiter.set_share).",
+    input_limit_counts_cache_reads: bool = Field(
+        False,
+        description="Count cache reads against the input-token limit when pacing (the API does not for "
+        "current models; set it for an endpoint or an older model that does).",
     )
     ramp_seconds: float = Field(
         20.0, ge=0, description="Seconds over which the send rate ramps from ramp_start to the limit."
@@ -113,6 +110,11 @@ class GateSettings(BaseModel):
     repair_token_budget: int = Field(20_000, ge=0, description="Output+input tokens repairs may spend.")
     truncation_max_tokens: int = Field(
         8192, ge=1, description="max_tokens for the one retry after truncation."
+    )
+    unverified_evidence: Literal["accept", "review"] = Field(
+        "accept",
+        description="Evidence on a page without a text layer (scans, images) cannot be checked "
+        "verbatim: accept marks it unverified (never verified), review sends the document to review.",
     )
 
 
@@ -205,6 +207,125 @@ class InventorySettings(BaseModel):
     )
 
 
+class SharedLimitSettings(BaseModel):
+    """The organisation's rate limits, shared by every docmill process that uses this store
+    (tasks.api.shared_limit): each paces at its share, no split by hand."""
+
+    enabled: bool = Field(
+        True,
+        description="Share the limits through the store (limits/<scope>.json) with every other docmill "
+        "process using it; off: this process assumes the whole limit is its own.",
+    )
+    scope: str = Field(
+        "default",
+        min_length=1,
+        description="Name of the shared pool: one per organisation (API key) and endpoint. Processes with "
+        "different API keys that use one store must use different scopes.",
+    )
+    lease_seconds: float = Field(
+        15.0,
+        gt=0,
+        description="A member's lease: renewed every third of it; a process that dies gives its share back "
+        "within this time.",
+    )
+    store: str | None = Field(
+        None,
+        description="Where the pool lives (a folder or s3://bucket/prefix) when runs of one organisation use "
+        "different stores; None: the run's store.",
+    )
+
+
+class WorkerSettings(BaseModel):
+    """`docmill run --workers N`: one run spread over Prefect workers (flows.spread, flows.shards)."""
+
+    deployment: str = Field(
+        "shard-worker/shard-worker",
+        description="The Prefect deployment (flow/deployment) whose runs work on a spread run's shards "
+        "(deploy/prefect.yaml registers it).",
+    )
+    shards_per_worker: int = Field(
+        4, ge=1, le=64, description="Shards per worker: more balance the tail, fewer cost less bookkeeping."
+    )
+    claim_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="A shard claim's lease, renewed every quarter of it: a shard whose worker stops "
+        "renewing is claimed by another after this time (at once when its process is known dead).",
+    )
+    poll_seconds: float = Field(
+        2.0, gt=0, description="How often an idle worker looks for a shard and the driver for progress."
+    )
+
+
+class DeadlineSettings(BaseModel):
+    """`--finish-by TIME`: batch what can finish in time, realtime the rest near the deadline
+    (tasks.deadline)."""
+
+    margin_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="Kept free before the deadline (plus margin_fraction of the time given): the integration "
+        "pass and the report come after the per-file pass.",
+    )
+    margin_fraction: float = Field(
+        0.05, ge=0, lt=1, description="Share of the time between start and deadline kept free as well."
+    )
+    cancel_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="Time a batch cancel is assumed to take to settle (until one was measured).",
+    )
+    latency_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a realtime answer is assumed to take (until answers were measured).",
+    )
+    poll_seconds: float = Field(
+        30.0, gt=0, description="How often batches are checked while a deadline is set (at most)."
+    )
+    batches: int = Field(
+        4,
+        ge=1,
+        le=1000,
+        description="The batch pass is cut into at least this many batches, so their ends show progress "
+        "(the API counts a batch's requests as processing until the whole batch ends).",
+    )
+
+
+class FormatSettings(BaseModel):
+    """How documents of each format are read and sent (issue 24; docs/formats.md)."""
+
+    pdf_text_min_chars: int = Field(
+        40,
+        ge=0,
+        description="A PDF page whose text layer has fewer visible characters is textless "
+        "(scanned); a PDF with a textless page is sent to the API as a PDF (document block).",
+    )
+    pdf_send_as: Literal["auto", "text", "pdf"] = Field(
+        "auto",
+        description="auto: PDFs with a textless page go as PDF, others as their text; text or "
+        "pdf: always so (a recipe's own pdf_mode wins; a PDF without any text always goes as PDF).",
+    )
+    max_pdf_pages: int = Field(1000, ge=1, description="Longer PDFs are skipped (over_limit).")
+    max_attachments: int = Field(
+        100,
+        ge=0,
+        description="Attachments of one e-mail taken as documents; the rest are skipped (over_limit).",
+    )
+    max_nesting: int = Field(
+        5, ge=0, description="Messages attached inside messages followed this deep; deeper: over_limit."
+    )
+    max_unzipped_bytes: int = Field(
+        200 * 1024 * 1024, ge=1, description="An Office file unpacking to more is skipped (over_limit)."
+    )
+    max_zip_ratio: int = Field(
+        100, ge=1, description="An Office file compressed more than this (unpacked:packed) is a zip bomb."
+    )
+    allow_macros: bool = Field(
+        False, description="Read the text of macro-enabled Office files (macros never run); else skipped."
+    )
+
+
 class StoreSettings(BaseModel):
     """How the object store behaves."""
 
@@ -284,8 +405,16 @@ class Settings(BaseSettings):
         le=10,
         description="Retries of a failed Prefect flow run (each continues the same docmill run).",
     )
-    flow_retry_delay_seconds: float = Field(
-        120.0, ge=0, description="Wait before each retry of a failed Prefect flow run."
+    flow_retry_delay_seconds: int = Field(
+        120,
+        ge=0,
+        description="Wait before each retry of a failed Prefect flow run, in whole seconds (Prefect's "
+        "flow-run policy holds an int: a float made its workers log a pydantic warning).",
+    )
+    recipe: str = Field(
+        "invoices",
+        description="The recipe when none is given (`docmill run` without --recipe, a deployment's "
+        "recipe parameter left null): a built-in name or path/to/module.py:NAME.",
     )
     allow_empty: bool = Field(
         False, description="A source with no files is a run of 0 documents instead of an error (exit 2)."
@@ -334,8 +463,12 @@ class Settings(BaseSettings):
     cost: CostSettings = Field(default_factory=CostSettings)
     integration: IntegrationSettings = Field(default_factory=IntegrationSettings)
     inventory: InventorySettings = Field(default_factory=InventorySettings)
+    formats: FormatSettings = Field(default_factory=FormatSettings)
     store_io: StoreSettings = Field(default_factory=StoreSettings)
     review: ReviewSettings = Field(default_factory=ReviewSettings)
+    shared_limit: SharedLimitSettings = Field(default_factory=SharedLimitSettings)
+    workers: WorkerSettings = Field(default_factory=WorkerSettings)
+    deadline: DeadlineSettings = Field(default_factory=DeadlineSettings)
 
     def on_day(self) -> date:
         """`today`, else the real date in UTC: the one place the pipeline reads the calendar."""

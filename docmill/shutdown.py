@@ -8,6 +8,11 @@ persisted as usual; the run is marked `stopped` and the CLI exits 130 (SIGINT) o
 printing the run id and `docmill resume RUN_ID`. If the in-flight work outlives the grace period, or
 a second signal arrives, the process leaves at once with the same line (everything persisted so far
 is kept; a resume re-sends at most the requests that were in flight: invariant 3).
+
+The grace period bounds the whole way out, not only the requests: once a stop is requested its timer
+stays armed until the command is over (`Shutdown.reset`), so an orchestrator still reporting to a
+server that is gone (Prefect's engine retries for minutes) cannot hold the exit past it; and
+`leave_within` bounds the interpreter's own teardown (atexit flushes) after the command returned.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class Shutdown:
     def __init__(self) -> None:
         self._event = threading.Event()
         self.signal_name = ""
+        self.timers: list[threading.Timer] = []  # grace deadlines of a requested stop
+        self.said = False  # the resume line was printed (the deadline then leaves silently)
 
     @property
     def requested(self) -> bool:
@@ -52,9 +59,14 @@ class Shutdown:
             )
 
     def reset(self) -> None:
-        """Clear the flag (tests, and a process that runs again after an interruption)."""
+        """Clear the flag and cancel the grace deadline: the command is over (tests, and a process
+        that runs again after an interruption)."""
+        for timer in self.timers:
+            timer.cancel()
+        self.timers.clear()
         self._event.clear()
         self.signal_name = ""
+        self.said = False
 
 
 SHUTDOWN = Shutdown()
@@ -67,9 +79,34 @@ def resume_line(signal_name: str, run_id: str | None) -> str:
     return f"docmill: interrupted ({signal_name}) before a run started; nothing to resume"
 
 
+def say_stopped(signal_name: str, run_id: str | None) -> None:
+    """Print the resume line once (the CLI's own end, or the grace deadline's)."""
+    if not SHUTDOWN.said:
+        SHUTDOWN.said = True
+        print(resume_line(signal_name, run_id), file=sys.stderr, flush=True)
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
 def _leave(signal_name: str) -> None:
-    print(resume_line(signal_name, current_run()), file=sys.stderr, flush=True)
-    os._exit(EXIT_CODES.get(signal_name, 130))
+    say_stopped(signal_name, current_run())
+    _exit_now(EXIT_CODES.get(signal_name, 130))
+
+
+def leave_within(seconds: float, code: int) -> None:
+    """Exit with `code` at the latest `seconds` from now, whatever the interpreter's teardown still
+    waits for (a Prefect client flushing events to a server that is gone). Console use only: a
+    process that goes on running must not call it."""
+    timer = threading.Timer(seconds, _exit_now, args=(code,))
+    timer.daemon = True
+    timer.start()
 
 
 def install(grace_seconds: float) -> Callable[[], None]:
@@ -77,7 +114,6 @@ def install(grace_seconds: float) -> Callable[[], None]:
     that puts the previous handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    timers: list[threading.Timer] = []
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -93,14 +129,13 @@ def install(grace_seconds: float) -> Callable[[], None]:
         timer = threading.Timer(grace_seconds, _leave, args=(name,))
         timer.daemon = True
         timer.start()
-        timers.append(timer)
+        SHUTDOWN.timers.append(timer)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def restore() -> None:
-        """The previous handlers back; a grace timer still running is canceled (the work ended)."""
-        for timer in timers:
-            timer.cancel()
+        """The previous handlers back. A requested stop keeps its grace deadline (the way out is
+        not over yet: `SHUTDOWN.reset()` ends it)."""
         for s, h in previous.items():
             signal.signal(s, h)
 

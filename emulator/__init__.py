@@ -22,9 +22,16 @@ Key contracts (each covered by tests/emulator/):
 - Faults are data (`faults.FaultRule`), consumed in order, seeded; see `faults` for the kinds.
 - No kinder than the API (reference §00): pre-4.6 aliases answer with their dated ids, models past
   their retirement day in docmill's table answer 404, cache minimums are per model (`catalog`) and the output
-  schema is not in the cached prefix, every answer has `anthropic-ratelimit-*` headers,
-  `results_url` is on the emulator's own address; optional: the "compiled grammar is too large"
-  400 (`grammar`), answer time growing with output tokens (`output_tokens_per_second`).
+  schema is not in the cached prefix, every answer has `anthropic-ratelimit-*` headers (`tokens-*`:
+  the tightest token limit), `results_url` is on the emulator's own address; a request the API
+  refuses is refused in its error shape (`validation`: unknown top-level keys — the SDK's TypedDicts —,
+  `role: system` first or mid-conversation, empty messages, `max_tokens` 0 or above the model's limit
+  from docmill's table, `tool_choice` without tools, a malformed `output_config`, no
+  `anthropic-version`); admission reserves `max_tokens` of the output-token limit and does not count
+  cache reads against the input one (`input_limit_counts_cache_reads`); a batch is `in_progress` for
+  `batch_base_seconds` (a minute) of virtual time; a dropped stream is billed in full. Optional: the
+  "compiled grammar is too large" 400 (`grammar`), answer time growing with output tokens
+  (`output_tokens_per_second`, virtual seconds at `clock_speed`).
 
 Modules: server (app + routes), messages (one request end to end + SSE), batches, compaction,
 caching, tokens, faults, validation, accounting, state (config, rate limits), clock (virtual time,

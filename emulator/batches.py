@@ -1,7 +1,8 @@
 """Message Batches (reference §5) on the virtual clock.
 
 Item i of a batch finishes at created_at + base + slow + (i+1) * seconds_per_request (all at
-once when seconds_per_request is 0). Items are processed lazily, in chunks that yield to the
+once when seconds_per_request is 0; base defaults to a minute of virtual time, so a new batch is
+`in_progress` and its client polls it). `create` never processes anything. Items are processed lazily, in chunks that yield to the
 event loop, whenever the batch is looked at; each runs through `messages.answer` (batch=True:
 50 % price, service_tier "batch") unless a fault rule makes it `errored`. Cancel -> `canceling`
 -> `ended` with unstarted items `canceled`; past expires_at (24 h) unprocessed items `expired`;
@@ -282,9 +283,9 @@ class BatchStore:
 
 
 async def create_batch(call: Call) -> dict[str, Any]:
+    """A new batch is always `in_progress` (as on the API): processing starts on the virtual clock."""
     store = call.state.batches
     batch = store.create(call.body, call.api_key, call.base_url, legacy=call.legacy)
-    await store.refresh(batch)
     return store.to_dict(batch)
 
 

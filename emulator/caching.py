@@ -69,8 +69,10 @@ class PromptCache:
         now: float,
         min_tokens: int,
         counts_schema: bool = False,
+        dry_run: bool = False,
     ) -> CacheUsage:
-        """Usage split for one request; records writes and refreshes hits.
+        """Usage split for one request; records writes and refreshes hits (`dry_run`: only the tokens
+        it would read, nothing recorded: what admission counts against the input-token limit).
 
         Unless `counts_schema`, the output schema's tokens are not part of any cached prefix (they
         stay `input_tokens` and do not help reach `min_tokens`); it is still part of the cache key.
@@ -96,10 +98,13 @@ class PromptCache:
         for idx, _ttl in reversed(points):
             entry = self.entries.get(hashes[idx])
             if entry is not None and entry.expires_at > now:
-                entry.expires_at = now + entry.ttl
+                if not dry_run:
+                    entry.expires_at = now + entry.ttl
                 read_at = idx
                 break
         read = cumulative[read_at] if read_at >= 0 else 0
+        if dry_run:
+            return CacheUsage(read=read, uncached=max(total_tokens - read, 0))
 
         written = {"5m": 0, "1h": 0}
         covered = read

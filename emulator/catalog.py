@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime
 
 from docmill.models import CACHE_MIN_TOKENS as PIPELINE_CACHE_MIN_TOKENS
 from docmill.models import CACHE_MIN_TOKENS_UNKNOWN as PIPELINE_UNKNOWN
-from docmill.models import MODELS, price_id
+from docmill.models import MODELS, model_info, price_id
 from docmill.models import dated_aliases as table_dated_aliases
 from docmill.prices import RATE_FIELDS, Price, Rates, price_on
 
@@ -63,3 +63,9 @@ def dearest_price(day: date) -> Price:
     rates = [r for p in prices for r in (p.rates, *(b.rates for b in p.bands))]
     top = {f: max(getattr(r, f) for r in rates) for f in RATE_FIELDS}
     return Price(model="(no published price)", rates=Rates(**top), source="emulator: dearest published rates")
+
+
+def max_output_tokens(model: str) -> int | None:
+    """The model's output limit (docmill's table; None for a model outside it, e.g. `extra_models`)."""
+    info = model_info(model)
+    return None if info is None else info.max_output_tokens

@@ -39,6 +39,11 @@ class VirtualClock:
         self.offset += seconds
         return self.now()
 
+    def real_seconds(self, virtual: float) -> float:
+        """Real seconds that `virtual` seconds of this clock take (scaled by its speed): how long a
+        stall or an answer's generation keeps a client waiting."""
+        return max(0.0, virtual) / self._speed if self._speed > 0 else 0.0
+
 
 def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

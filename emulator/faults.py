@@ -12,6 +12,10 @@ Phases: `ERROR_KINDS` answer with an error status instead of a message (in a bat
 `RESPONSE_KINDS` change a successful answer (truncated, malformed, prose, refusal, schema-invalid,
 or for `stream: true` an `error` event mid-stream after the 200);
 `SLOW_BATCH` makes a batch that contains a matching request take `seconds` longer.
+For `stream: true` answers, `STREAM_DROP` drops the connection after `after_events` SSE events
+(default: half of them, mid-content; the answer is billed in full, as the API generated it: the
+harsher case), and `STALL` goes silent for `seconds` of virtual time after `after_events` events
+(default 1; before the body of an unstreamed answer): the client's read timeout decides.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class FaultKind(StrEnum):
     REFUSAL = "refusal"
     SCHEMA_INVALID = "schema_invalid"
     STREAM_ERROR = "stream_error"
+    STREAM_DROP = "stream_drop"  # the connection drops mid-stream (httpx2 RemoteProtocolError)
+    STALL = "stall"  # silence mid-answer for `seconds` of virtual time
     SLOW_BATCH = "slow_batch"
 
 
@@ -70,6 +76,7 @@ RESPONSE_KINDS = frozenset(
     }
 )
 MESSAGES_PATH = "/v1/messages"
+STREAM_ONLY = frozenset({FaultKind.STREAM_ERROR, FaultKind.STREAM_DROP})
 
 
 @dataclass
@@ -88,6 +95,7 @@ class FaultRule:
     latency_ms: float = 0.0
     seconds: float = 0.0
     after_lines: int | None = None  # connection_reset of a streamed body: cut after this many lines
+    after_events: int | None = None  # stream_drop / stall: after this many SSE events
     hits: int = field(default=0)
 
     @classmethod
@@ -112,12 +120,12 @@ class FaultRule:
             isinstance(body, dict) and "compaction" in body
         ):
             return False
-        if self.kind is FaultKind.STREAM_ERROR and not (isinstance(body, dict) and body.get("stream")):
+        if self.kind in STREAM_ONLY and not (isinstance(body, dict) and body.get("stream")):
             return False
         return self.marker is None or self.marker in text
 
     def matches_item(self, custom_id: str, text: str) -> bool:
-        if self.kind is FaultKind.STREAM_ERROR:
+        if self.kind in STREAM_ONLY or self.kind is FaultKind.STALL:
             return False
         if self.custom_id is not None:
             return self.custom_id == custom_id
@@ -206,6 +214,8 @@ class FaultHits:
     latency_ms: float = 0.0
     response: FaultRule | None = None
     slow_seconds: float = 0.0
+    drop: FaultRule | None = None
+    stall: FaultRule | None = None
 
 
 class FaultPlan:
@@ -252,6 +262,8 @@ class FaultPlan:
                 or (kind is FaultKind.CONNECTION_RESET and hits.reset is None)
                 or (kind in RESPONSE_KINDS and hits.response is None)
                 or kind in (FaultKind.LATENCY, FaultKind.SLOW_BATCH)
+                or (kind is FaultKind.STREAM_DROP and hits.drop is None)
+                or (kind is FaultKind.STALL and hits.stall is None)
             )
             if not wanted or not self._fire(rule):
                 continue
@@ -261,6 +273,10 @@ class FaultPlan:
                 hits.reset = rule
             elif kind in RESPONSE_KINDS:
                 hits.response = rule
+            elif kind is FaultKind.STREAM_DROP:
+                hits.drop = rule
+            elif kind is FaultKind.STALL:
+                hits.stall = rule
             elif kind is FaultKind.LATENCY:
                 hits.latency_ms += rule.latency_ms
             else:

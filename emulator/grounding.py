@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from emulator import media
 from emulator.records import json_records
 from emulator.values import DATE_RE, NUMBER, numbers_in
 from emulator.words import tokens
@@ -29,6 +30,7 @@ class Line:
     doc_id: str | None
     number: int  # 1-based within its document
     text: str  # stripped; always a substring of the document
+    page: int | None = None  # a PDF / image sent as what it is: the page the line is on (1-based)
 
     @property
     def numbers(self) -> list[float]:
@@ -47,14 +49,19 @@ class Label:
 class Doc:
     doc_id: str | None
     text: str
+    paged: bool = False  # sent as a PDF or image: pages split by form feeds, lines know their page
 
     @cached_property
     def lines(self) -> list[Line]:
         out = []
-        for i, raw in enumerate(self.text.split("\n"), start=1):
-            stripped = raw.strip()
-            if stripped:
-                out.append(Line(self.doc_id, i, stripped))
+        number = 0
+        pages = self.text.split("\f") if self.paged else [self.text]
+        for page_no, page in enumerate(pages, start=1):
+            for raw in page.split("\n"):
+                number += 1
+                stripped = raw.strip()
+                if stripped:
+                    out.append(Line(self.doc_id, number, stripped, page_no if self.paged else None))
         return out
 
     @cached_property
@@ -168,15 +175,41 @@ def block_text(content: Any) -> list[str]:
     return out
 
 
+MEDIA_LABEL = re.compile(r"<document\b([^>]*)/>")
+
+
+def media_docs(content: Any) -> list[Doc]:
+    """Documents sent as PDFs or images: what the model reads of each page (emulator.media), named
+    by the document block's title or the label before an image."""
+    out: list[Doc] = []
+    label: str | None = None
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text":
+            for m in MEDIA_LABEL.finditer(str(block.get("text", ""))):
+                attr = ID_ATTR.search(m.group(1))
+                label = html.unescape(attr.group(1)) if attr else label
+            continue
+        got = media.read_block(block)
+        if got is not None:
+            kind, pages = got
+            name = str(block.get("title") or label or "") if kind == "pdf" else label
+            out.append(Doc(name or None, "\f".join(pages), paged=True))
+    return out
+
+
 def read_prompt(body: dict[str, Any]) -> Prompt:
     system = body.get("system") or ""
     parts = block_text(system)
     user_parts: list[str] = []
+    sent_media: list[Doc] = []
     for message in body.get("messages") or []:
         texts = block_text(message.get("content", ""))
         parts.extend(texts)
         if message.get("role") == "user":
             user_parts.extend(texts)
+            sent_media.extend(media_docs(message.get("content")))
     full = "\n".join(parts)
     docs = []
     for match in DOC_TAG.finditer(full):
@@ -184,6 +217,7 @@ def read_prompt(body: dict[str, Any]) -> Prompt:
         text = match.group(2)
         text = text[2:] if text.startswith("\r\n") else text[1:] if text.startswith("\n") else text
         docs.append(Doc(html.unescape(attr.group(1)) if attr else None, text))
+    docs.extend(sent_media)
     if not docs:
         docs = [Doc(None, "\n".join(user_parts))]
     ids: list[str] = []

@@ -65,6 +65,25 @@ def apply_stop_sequences(
     return content, None
 
 
+def cache_read_tokens(state: EmulatorState, body: Mapping[str, Any], api_key: str) -> int:
+    """The tokens a request would read from the prompt cache now (nothing recorded or refreshed)."""
+    if "compaction" in body:
+        return 0
+    segs = tokens.segments(body)
+    model_name = str(body["model"])
+    return state.cache.apply(
+        scope=api_key,
+        model=model_name,
+        segments=segs,
+        total_tokens=tokens.total(segs),
+        top_level=body.get("cache_control"),
+        now=state.clock.now(),
+        min_tokens=state.config.min_cache_tokens(model_name),
+        counts_schema=state.config.cache_counts_output_schema,
+        dry_run=True,
+    ).read
+
+
 def answer(
     state: EmulatorState,
     body: Mapping[str, Any],

@@ -9,6 +9,7 @@ from typing import Any
 from emulator.frames import Frame
 from emulator.grounding import Label, Line, Prompt
 from emulator.item_frames import ItemFrames
+from emulator.prose import Found, find
 from emulator.roles import Role, roles_of
 from emulator.schema_hints import (
     ALNUM,
@@ -29,6 +30,11 @@ from emulator.words import strong, tokens
 DEFERRED = (Role.EVIDENCE, Role.CONFIDENCE)
 VERBATIM = re.compile(r"\bverbatim\b|\bexact text\b|\bcopied exactly\b", re.IGNORECASE)
 GENERIC_ITEMS = 3  # items of a list whose name says nothing the filler knows: the first informative lines
+
+
+def _words_of(member: Any) -> set[str]:
+    """An enum member as the words a document would write it in: `purchase_order` -> purchase, order."""
+    return {alnum_key(w) for w in re.split(r"[\W_]+", str(member)) if alnum_key(w)}
 
 
 def field_roles(name: str, schema: dict[str, Any]) -> tuple[Role, ...]:
@@ -151,6 +157,13 @@ class Filler:
                 best, best_score = lab, score
         return best
 
+    def prose(self, name: str, kind: str, frame: Frame) -> Found | None:
+        """A top-level field of a per-file request stated in a sentence (emulator.prose), after its
+        labelled lines found nothing."""
+        if not (frame.top and self.per_file):
+            return None
+        return find(frame.doc, name, kind)
+
     def fallback_line(self, frame: Frame) -> Line | None:
         if frame.line is not None:
             return frame.line
@@ -199,7 +212,8 @@ class Filler:
                 )
                 continue
             base = pname.rsplit("_", 1)[0] if "_" in pname else ""
-            src = outs[base].line if base in outs and outs[base].line is not None else first
+            # `X_evidence` beside `X`: X's own line, none when X was not found (never another field's)
+            src = outs[base].line if base in outs else first
             outs[pname] = self.evidence(props[pname], src, frame)
         return Out({k: outs[k].value for k in props}, first, found)
 
@@ -242,6 +256,9 @@ class Filler:
         lab = self.label(eff, schema, accept)
         if lab is not None:
             return self.limit(schema, Out(as_date(lab.value, fmt), lab.line, True))
+        found = self.prose(eff, "date" if fmt in ("date", "date-time", "iso-if-date") else "text", frame)
+        if found is not None:
+            return self.limit(schema, Out(as_date(str(found.value), fmt), found.line, True))
         line = self.fallback_line(frame)
         if fmt in ("date", "date-time"):
             return Out(as_date("1970-01-01", fmt))
@@ -275,6 +292,10 @@ class Filler:
             lab = self.label(effective(name, parent), schema, lambda v: parse_number(v) is not None)
             if lab is not None:
                 value, line = parse_number(lab.value), lab.line
+        if value is None:
+            stated = self.prose(effective(name, parent), "number", frame)
+            if stated is not None:
+                value, line = float(stated.value), stated.line
         found = value is not None
         limits = constraints(schema)
         value = value if value is not None else 0.0
@@ -329,7 +350,7 @@ class Filler:
                 return Out(hit, frame.line, True)
         if self._doc_words is None:
             self._doc_words = {w for doc in self.prompt.docs for w in ALNUM.findall(doc.text.lower())}
-        hit = next((m for m in members if alnum_key(m) and alnum_key(m) in self._doc_words), None)
+        hit = next((m for m in members if _words_of(m) and _words_of(m) <= self._doc_words), None)
         return Out(hit if hit is not None else members[0], None, hit is not None)
 
     def array(self, schema: dict[str, Any], name: str, parent: str, frame: Frame) -> Out:

@@ -66,8 +66,8 @@ def nullable(schema: dict[str, Any]) -> bool:
 
 
 def as_text(value: Any) -> str:
-    if isinstance(value, Line):
-        return value.text
+    if isinstance(value, Line):  # a line of a PDF or image names its page, as the prompt asks
+        return value.text if value.page is None else f"[page {value.page}] {value.text}"
     if isinstance(value, list):
         shown = [as_text(v) for v in value]
         return shown[0] if len(set(shown)) == 1 else " vs ".join(shown)

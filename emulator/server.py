@@ -17,6 +17,7 @@ import logging
 import socket
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
@@ -98,6 +99,8 @@ class Call:
         self.legacy = self.version in OLD_API_VERSIONS
         self.body: Any = None
         self.shape: FaultRule | None = None
+        self.drop: FaultRule | None = None  # stream_drop: cut the SSE stream mid-way
+        self.stall: FaultRule | None = None  # stall: silence mid-answer
         self.extra_headers: dict[str, str] = {}
 
     @property
@@ -153,6 +156,8 @@ def api_route(
                     ErrorType.AUTHENTICATION, "x-api-key header or Authorization: Bearer is required"
                 )
             call = Call(request, state, request_id, key or "anonymous")
+            if not call.version:  # the API requires it on every /v1 call (the SDK always sends it)
+                raise invalid("anthropic-version: header is required")
             if json_body:
                 chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
                 if chunked and state.config.reject_chunked_bodies:
@@ -190,7 +195,7 @@ def api_route(
                 raise error_for(hits.error)
             if hits.reset is not None and hits.reset.after_lines is None:
                 return ResetResponse(request_id)
-            call.shape = hits.response
+            call.shape, call.drop, call.stall = hits.response, hits.drop, hits.stall
             result = await handler(call)
             if hits.reset is not None and isinstance(result, StreamingResponse):
                 result.body_iterator = _cut_after(result.body_iterator, hits.reset.after_lines or 0)
@@ -224,8 +229,10 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
     state.validate(body, betas=call.betas, legacy=call.legacy)
     limiter = state.limiter
     if limiter.active:
-        input_estimate = tokens.count_tokens(body)
-        wait, which = limiter.check(input_estimate)
+        counted = tokens.count_tokens(body)
+        if not state.config.input_limit_counts_cache_reads:  # the API does not count cache reads
+            counted -= messages.cache_read_tokens(state, body, call.api_key)
+        wait, which = limiter.check(counted, int(body["max_tokens"]))
         call.extra_headers.update(limiter.headers())
         if which is not None:
             raise rate_limit_error(wait, f"Rate limit exceeded: {which} per minute", call.extra_headers)
@@ -239,31 +246,60 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
         validate=False,
     )
     if limiter.active:
-        limiter.debit_output(ans.output_tokens)
+        limiter.settle_output(int(body["max_tokens"]), ans.output_tokens)
         call.extra_headers.update(limiter.headers())
     generation = _generation_seconds(state, ans.output_tokens)
+    stall = state.clock.real_seconds(call.stall.seconds) if call.stall is not None else 0.0
     if body.get("stream"):
         fail = call.shape is not None and call.shape.kind is FaultKind.STREAM_ERROR
+        events = list(messages.sse_events(ans.message, fail=fail))
+        plan = StreamPlan(
+            generation,
+            stall_at=_at(call.stall, 1, len(events)) if call.stall is not None else None,
+            stall_seconds=stall,
+            drop_at=_at(call.drop, len(events) // 2, len(events)) if call.drop is not None else None,
+        )
         return StreamingResponse(
-            _paced(list(messages.sse_events(ans.message, fail=fail)), generation),
+            _paced(events, plan),
             media_type="text/event-stream",
             headers={**call.extra_headers, "cache-control": "no-cache"},
         )
-    if generation > 0:
-        await asyncio.sleep(generation)  # the whole answer is generated before the first byte
+    if generation + stall > 0:
+        await asyncio.sleep(generation + stall)  # the whole answer is generated before the first byte
     return ans.message
 
 
 def _generation_seconds(state: EmulatorState, output_tokens: int) -> float:
-    """Latency model: an answer takes output_tokens / output_tokens_per_second (0 when off)."""
+    """Latency model: an answer takes output_tokens / output_tokens_per_second of virtual time (0
+    when off), in real seconds at the clock's speed."""
     rate = state.config.output_tokens_per_second
-    return output_tokens / rate if rate > 0 else 0.0
+    return state.clock.real_seconds(output_tokens / rate) if rate > 0 else 0.0
 
 
-async def _paced(chunks: list[bytes], seconds: float) -> Any:
-    """SSE frames with the generation time spread between them (the first frame goes at once)."""
-    step = seconds / max(len(chunks) - 1, 1)
+def _at(rule: FaultRule, default: int, events: int) -> int:
+    """After how many SSE events a stream fault strikes (at least 1: the 200 and message_start)."""
+    return max(1, min(events - 1, default if rule.after_events is None else rule.after_events))
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """How one SSE answer goes out: its generation time spread between the events, a stall, a drop."""
+
+    seconds: float
+    stall_at: int | None = None
+    stall_seconds: float = 0.0
+    drop_at: int | None = None
+
+
+async def _paced(chunks: list[bytes], plan: StreamPlan) -> Any:
+    """SSE frames with the generation time spread between them (the first frame goes at once); a
+    stall before frame `stall_at`, the connection dropped before frame `drop_at`."""
+    step = plan.seconds / max(len(chunks) - 1, 1)
     for i, chunk in enumerate(chunks):
+        if i == plan.drop_at:
+            raise ConnectionResetFault("injected connection drop mid-stream")
+        if i == plan.stall_at and plan.stall_seconds > 0:
+            await asyncio.sleep(plan.stall_seconds)
         if i and step > 0:
             await asyncio.sleep(step)
         yield chunk

@@ -24,7 +24,7 @@ from emulator.batches import BatchStore
 from emulator.caching import PromptCache
 from emulator.clock import VirtualClock, rfc3339
 from emulator.faults import FaultPlan, parse_rules
-from emulator.validation import validate_message_body
+from emulator.validation import Rules, validate_message_body
 
 ENV_PREFIX = "DOCMILL_EMULATOR_"
 # Shown in anthropic-ratelimit-* headers when no limit of that kind is configured (a high tier).
@@ -68,8 +68,13 @@ class EmulatorConfig:
     requests_per_minute: int | None = None
     input_tokens_per_minute: int | None = None
     output_tokens_per_minute: int | None = None
+    input_limit_counts_cache_reads: bool = False  # current models: cache reads are not counted
+    system_message_models: list[str] = field(default_factory=list)  # take `role: system` mid-conversation
+    allow_max_tokens_zero: bool = False  # max_tokens 0 (cache pre-warming, SDK docstring): refused by default
     batch_seconds_per_request: float = 0.0
-    batch_base_seconds: float = 0.0
+    batch_base_seconds: float = 60.0  # virtual seconds before a batch's first item ends: a batch is
+    # `in_progress` when created and for a while after (docmill polls it); tests that want batches quick
+    # speed the clock up (`clock_speed`) or advance it, never set this to 0
     batch_cancel_seconds: float = 0.0
     batch_expiry_seconds: float = 24 * 3600.0
     batch_archive_seconds: float = 29 * 24 * 3600.0
@@ -110,7 +115,7 @@ def _parse_env(kind: str, raw: str) -> Any:
     base = kind.removesuffix(" | None")
     if base == "bool":
         return raw.strip().lower() in ("1", "true", "yes", "on")
-    if base.startswith("dict"):
+    if base.startswith(("dict", "list")):
         return json.loads(raw)
     if base == "int":
         return int(raw)
@@ -156,10 +161,12 @@ class RateLimiter:
     def active(self) -> bool:
         return bool(self.buckets)
 
-    def check(self, input_tokens: int) -> tuple[float, str | None]:
-        """(seconds to wait, which limit) before a request of `input_tokens` may run; debits on success."""
+    def check(self, input_tokens: int, max_tokens: int = 1) -> tuple[float, str | None]:
+        """(seconds to wait, which limit) before a request may run: `input_tokens` as the input limit
+        counts them, `max_tokens` of output reserved (the API estimates output by max_tokens at the
+        start and corrects it at the end: `settle_output`). Debits on success."""
         now = self.clock.now()
-        wants = {"requests": 1.0, "input-tokens": float(input_tokens), "output-tokens": 1.0}
+        wants = {"requests": 1.0, "input-tokens": float(input_tokens), "output-tokens": float(max_tokens)}
         worst, which = 0.0, None
         for kind, bucket in self.buckets.items():
             bucket.refill(now)
@@ -168,15 +175,15 @@ class RateLimiter:
                 worst, which = wait, kind
         if which is None:
             for kind, bucket in self.buckets.items():
-                if kind != "output-tokens":
-                    bucket.level -= wants[kind]
+                bucket.level -= wants[kind]
         return worst, which
 
-    def debit_output(self, tokens: int) -> None:
+    def settle_output(self, reserved: int, used: int) -> None:
+        """The answer used `used` of the `reserved` output tokens: the rest goes back."""
         if "output-tokens" in self.buckets:
             bucket = self.buckets["output-tokens"]
             bucket.refill(self.clock.now())
-            bucket.level -= tokens
+            bucket.level = min(float(bucket.limit), bucket.level + reserved - used)
 
     def headers(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -193,6 +200,18 @@ class RateLimiter:
         return out
 
 
+def with_tokens_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Add `anthropic-ratelimit-tokens-*`: the token limit (input or output) most restrictive now,
+    i.e. with the fewest tokens remaining, as the API's rate-limit headers describe them."""
+    kinds = [k for k in ("input-tokens", "output-tokens") if f"anthropic-ratelimit-{k}-remaining" in headers]
+    if not kinds:
+        return headers
+    tightest = min(kinds, key=lambda k: int(headers[f"anthropic-ratelimit-{k}-remaining"]))
+    for part in ("limit", "remaining", "reset"):
+        headers[f"anthropic-ratelimit-tokens-{part}"] = headers[f"anthropic-ratelimit-{tightest}-{part}"]
+    return headers
+
+
 def exhausted_headers(now: float, retry_after: float) -> dict[str, str]:
     """Rate-limit headers for an injected 429 when no real bucket is configured."""
     reset = rfc3339(now + retry_after)
@@ -201,7 +220,7 @@ def exhausted_headers(now: float, retry_after: float) -> dict[str, str]:
         out[f"anthropic-ratelimit-{kind}-limit"] = limit
         out[f"anthropic-ratelimit-{kind}-remaining"] = "0" if kind == "requests" else limit
         out[f"anthropic-ratelimit-{kind}-reset"] = reset
-    return out
+    return with_tokens_headers(out)
 
 
 def ratelimit_headers(limiter: RateLimiter, defaults: Mapping[str, int]) -> dict[str, str]:
@@ -214,7 +233,7 @@ def ratelimit_headers(limiter: RateLimiter, defaults: Mapping[str, int]) -> dict
         out[f"anthropic-ratelimit-{kind}-remaining"] = str(limit)
         out[f"anthropic-ratelimit-{kind}-reset"] = now
     out.update(limiter.headers())
-    return out
+    return with_tokens_headers(out)
 
 
 class EmulatorState:
@@ -246,15 +265,18 @@ class EmulatorState:
         return {m for m in self.models if self.retired(m) is None}
 
     def validate(self, body: Any, **kw: Any) -> None:
-        """`validation.validate_message_body` with this emulator's models, retirement and grammar rule,
-        then the per-model rules (thinking, effort, sampling: `emulator.model_rules`)."""
-        validate_message_body(
-            body,
+        """`validation.validate_message_body` with this emulator's models, their output limits (docmill's
+        model table), retirement, the grammar rule and the knobs, then the per-model rules (thinking,
+        effort, sampling: `emulator.model_rules`)."""
+        rules = Rules(
             models=self.models,
             retired=self.retired,
             grammar_limit=self.config.grammar_max_complexity,
-            **kw,
+            max_output=catalog.max_output_tokens,
+            system_message_models=frozenset(self.config.system_message_models),
+            allow_max_tokens_zero=self.config.allow_max_tokens_zero,
         )
+        validate_message_body(body, rules=rules, **kw)
         model_rules.check_model_params(body, path=kw.get("path", ""), legacy=kw.get("legacy", False))
 
     def day(self) -> date:

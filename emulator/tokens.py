@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from emulator import media
+
 REQUEST_OVERHEAD = 7
 MESSAGE_OVERHEAD = 4
 BLOCK_OVERHEAD = 3
@@ -68,6 +70,10 @@ def block_tokens(block: Any) -> int:
         return text_tokens(str(block.get("content") or ""))
     if kind == "thinking":
         return text_tokens(str(block.get("thinking", "")))
+    if kind in ("image", "document"):
+        billed = media.block_tokens(dict(block))  # PDF pages and images as the API bills them
+        if billed is not None:
+            return billed
     if kind == "image":
         return IMAGE_TOKENS
     if kind == "document":

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from emulator import grammar
+from emulator import grammar, media
 
 
 class ErrorType(StrEnum):
@@ -51,6 +52,7 @@ class ApiError(Exception):
         status: int | None = None,
         error_code: str | None = None,
         headers: Mapping[str, str] | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.error_type = error_type
@@ -58,9 +60,10 @@ class ApiError(Exception):
         self.status = status if status is not None else STATUS[error_type]
         self.error_code = error_code
         self.headers = dict(headers or {})
+        self.details = dict(details or {})  # more `error.details` fields beside error_code
 
     def error_object(self) -> dict[str, Any]:
-        details = {"error_code": self.error_code} if self.error_code else None
+        details = {"error_code": self.error_code, **self.details} if self.error_code else None
         return {"type": str(self.error_type), "message": self.message, "details": details}
 
     def body(self, request_id: str | None) -> dict[str, Any]:
@@ -76,25 +79,74 @@ REMOVED_PARAMS = ("temperature", "top_p", "top_k")
 ROLES = {"user", "assistant", "system"}
 MAX_CACHE_BREAKPOINTS = 4
 COMPACTION_BETA = "compact-2026-09-04"
+# The body keys the API takes: the SDK's request TypedDicts (types/message_create_params.py,
+# message_count_tokens_params.py, beta/...) less what the SDK sends as headers (betas, workspace_id,
+# user_profile_id). tests/emulator/test_emulator_validation.py holds them equal to the SDK's.
+CREATE_KEYS = frozenset(
+    {
+        "cache_control", "container", "diagnostics", "inference_geo", "max_tokens", "messages", "metadata",
+        "model", "output_config", "service_tier", "speed", "stop_sequences", "stream", "system", "thinking",
+        "tool_choice", "tools",
+    }
+)  # fmt: skip
+COUNT_KEYS = frozenset(
+    {
+        "cache_control",
+        "messages",
+        "model",
+        "output_config",
+        "speed",
+        "system",
+        "thinking",
+        "tool_choice",
+        "tools",
+    }
+)
+BETA_CREATE_KEYS = frozenset(
+    {
+        "billing_policy",
+        "compaction",
+        "context_management",
+        "fallback_credit_token",
+        "fallbacks",
+        "mcp_servers",
+        "thread",
+    }
+)
+BETA_COUNT_KEYS = frozenset({"billing_policy", "compaction", "context_management", "mcp_servers"})
+OUTPUT_CONFIG_KEYS = frozenset({"format", "effort"})
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+TOOL_CHOICES = ("auto", "any", "tool", "none")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the emulator's API takes beyond the request's shape: models, their limits, knobs."""
+
+    models: Collection[str]
+    retired: Callable[[str], str | None] | None = None
+    grammar_limit: int | None = None
+    max_output: Callable[[str], int | None] = lambda _model: None
+    system_message_models: Collection[str] = ()
+    allow_max_tokens_zero: bool = False
 
 
 def validate_message_body(
     body: Any,
     *,
-    models: Collection[str],
+    rules: Rules,
     batch: bool = False,
     count_only: bool = False,
     betas: frozenset[str] = frozenset(),
     path: str = "",
     legacy: bool = False,
-    retired: Callable[[str], str | None] | None = None,
-    grammar_limit: int | None = None,
 ) -> None:
     """Raise `ApiError` for the first problem in a Messages (or count_tokens) body.
 
-    `legacy` (anthropic-version 2023-06-01) still accepts temperature/top_p/top_k. `retired(model)`
-    gives the end-of-life date of a retired model (answered 404 like an unknown one);
-    `grammar_limit` refuses schemas over that complexity (see `grammar`; not for count_tokens).
+    `legacy` (anthropic-version 2023-06-01) still accepts temperature/top_p/top_k. Beta-only keys
+    need an `anthropic-beta` header. `rules.retired(model)` gives the end-of-life date of a retired
+    model (answered 404 like an unknown one); `rules.grammar_limit` refuses schemas over that
+    complexity (see `grammar`; not for count_tokens); `rules.max_output(model)` is its output limit.
     """
     p = f"{path}." if path else ""
     if not isinstance(body, dict):
@@ -102,6 +154,7 @@ def validate_message_body(
     for name in () if legacy else REMOVED_PARAMS:
         if name in body:
             raise invalid(f"{p}{name}: Extra inputs are not permitted")
+    _check_keys(body, count_only=count_only, betas=betas, legacy=legacy, p=p)
     required = ("model", "messages") if count_only else ("model", "max_tokens", "messages")
     for name in required:
         if name not in body:
@@ -109,7 +162,7 @@ def validate_message_body(
     if not isinstance(body["model"], str) or not body["model"]:
         raise invalid(f"{p}model: Input should be a valid string")
     if not count_only:
-        _check_max_tokens(body["max_tokens"], batch=batch, p=p)
+        _check_max_tokens(body["max_tokens"], batch=batch, p=p, zero_ok=rules.allow_max_tokens_zero)
         if batch and body.get("stream"):
             raise invalid(f"{p}stream: streaming is not supported in batches")
     if "compaction" in body and not count_only:
@@ -119,24 +172,111 @@ def validate_message_body(
     _check_thinking(body.get("thinking"), body.get("max_tokens"), p)
     _check_system(body.get("system"), p)
     _check_tools(body.get("tools"), p)
+    _check_tool_choice(body, p)
+    _check_output_config(body.get("output_config"), p)
     _check_messages(body["messages"], p)
+    try:  # PDFs and images: valid, unencrypted, within the API's pages, bytes and pixels
+        media.check_request(body["messages"])
+    except media.MediaError as e:
+        raise ApiError(
+            ErrorType.INVALID_REQUEST, f"{p}{e.field}: {e.message}", error_code=e.code, details=e.extra
+        ) from e
+    _check_system_messages(body["messages"], body["model"], rules.system_message_models, p)
     _check_breakpoints(body, p)
-    if body["model"] not in models:
+    if body["model"] not in rules.models:
         raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']}")
-    ended = retired(body["model"]) if retired is not None else None
+    ended = rules.retired(body["model"]) if rules.retired is not None else None
     if ended is not None:
         raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']} (end of life {ended})")
-    too_large = None if count_only else grammar.too_large(body, grammar_limit)
+    limit = None if count_only else rules.max_output(body["model"])
+    if limit is not None and body["max_tokens"] > limit:
+        raise invalid(
+            f"{p}max_tokens: {body['max_tokens']} > {limit}, which is the maximum allowed number of output "
+            f"tokens for {body['model']}"
+        )
+    too_large = None if count_only else grammar.too_large(body, rules.grammar_limit)
     if too_large is not None:
         raise invalid(f"{p}{too_large}: {grammar.TOO_LARGE}")
 
 
-def _check_max_tokens(value: Any, *, batch: bool, p: str) -> None:
+def _check_keys(
+    body: Mapping[str, Any], *, count_only: bool, betas: frozenset[str], legacy: bool, p: str
+) -> None:
+    """Unknown top-level keys are refused (the API's request models forbid extra inputs)."""
+    known = COUNT_KEYS if count_only else CREATE_KEYS
+    if betas:
+        known = known | (BETA_COUNT_KEYS if count_only else BETA_CREATE_KEYS)
+    if legacy:
+        known = known | frozenset(REMOVED_PARAMS)
+    for name in body:
+        if name not in known:
+            raise invalid(f"{p}{name}: Extra inputs are not permitted")
+
+
+def _check_max_tokens(value: Any, *, batch: bool, p: str, zero_ok: bool = False) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise invalid(f"{p}max_tokens: Input should be a valid integer")
-    floor = 1 if batch else 0
+    floor = 0 if zero_ok and not batch else 1
     if value < floor:
         raise invalid(f"{p}max_tokens: Input should be greater than or equal to {floor}")
+
+
+def _check_tool_choice(body: Mapping[str, Any], p: str) -> None:
+    choice = body.get("tool_choice")
+    if choice is None:
+        return
+    if not isinstance(choice, dict) or choice.get("type") not in TOOL_CHOICES:
+        raise invalid(f"{p}tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
+    if choice["type"] == "tool" and not isinstance(choice.get("name"), str):
+        raise invalid(f"{p}tool_choice.name: Field required")
+    if not body.get("tools"):
+        raise invalid(f"{p}tool_choice: tool_choice may only be specified while providing tools.")
+
+
+def _check_output_config(config: Any, p: str) -> None:
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise invalid(f"{p}output_config: Input should be an object")
+    for name in config:
+        if name not in OUTPUT_CONFIG_KEYS:
+            raise invalid(f"{p}output_config.{name}: Extra inputs are not permitted")
+    effort = config.get("effort")
+    if effort is not None and effort not in EFFORTS:
+        raise invalid(f"{p}output_config.effort: Input should be {', '.join(repr(e) for e in EFFORTS)}")
+    fmt = config.get("format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict):
+        raise invalid(f"{p}output_config.format: Input should be an object")
+    for name in fmt:
+        if name not in ("type", "schema"):
+            raise invalid(f"{p}output_config.format.{name}: Extra inputs are not permitted")
+    if fmt.get("type") != "json_schema":
+        raise invalid(f"{p}output_config.format.type: Input should be 'json_schema'")
+    if not isinstance(fmt.get("schema"), dict):
+        raise invalid(f"{p}output_config.format.schema: Input should be a valid dictionary")
+
+
+def _check_system_messages(messages: list[Any], model: str, allowed: Collection[str], p: str) -> None:
+    """`role: system` in messages: never the first message (the top-level `system` parameter is the
+    initial system prompt), elsewhere only on a model that takes mid-conversation system messages
+    (knob `system_message_models`; none by default, the harsher case), text only."""
+    for i, msg in enumerate(messages):
+        if msg.get("role") != "system":
+            continue
+        if i == 0:
+            raise invalid(
+                f"{p}messages.0: use the top-level 'system' parameter for the initial system prompt"
+            )
+        if model not in allowed:
+            raise invalid(
+                f'{p}messages.{i}.role: Unexpected role "system". The Messages API accepts a top-level '
+                '`system` parameter, not "system" as an input message role.'
+            )
+        for j, block in enumerate(_blocks(msg["content"])):
+            if block.get("type") != "text":
+                raise invalid(f"{p}messages.{i}.content.{j}: system messages take text blocks only")
 
 
 def _check_thinking(thinking: Any, max_tokens: Any, p: str) -> None:
@@ -190,6 +330,8 @@ def _blocks(content: Any) -> list[Any]:
 def _check_messages(messages: Any, p: str) -> None:
     if not isinstance(messages, list):
         raise invalid(f"{p}messages: Input should be a valid list")
+    if not messages:
+        raise invalid(f"{p}messages: at least one message is required")
     pending: set[str] = set()
     pending_at = -1
     for i, msg in enumerate(messages):

@@ -8,6 +8,10 @@ OUTSIDE the corpus, at `<out>.truth.jsonl` (or --truth PATH), so the truth is ne
 Same seed and count -> byte-identical corpus and truth. Streaming: one document in memory at a time,
 ~100,000 small files in well under 30 s.
 
+`--media` plants documents as they arrive from outside (issue 24): a scanned invoice (a PDF of
+page images only, no text layer) and an e-mail whose invoice is a PDF attachment (the attachment
+becomes its own document). They count in --count; examples/formats.py makes them.
+
 If --out already holds a corpus from this generator (its truth file exists), it is replaced;
 any other non-empty folder is refused. See examples/README.md for the formats and the truth records.
 """
@@ -29,9 +33,13 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import formats as media  # examples/formats.py, beside this script
+
 GENERATOR_VERSION = "1"
 FORMATS = ("txt", "md", "html", "json", "csv")
-BROKEN = 4  # empty, binary, undecodable, unsupported
+BROKEN = 4  # empty, binary, legacy-encoded (read as a guessed encoding), unsupported
+MEDIA = 2  # with --media: a scanned PDF and an e-mail with a PDF attachment
 
 VENDORS = (  # name, currency, tax rate in basis points
     ("Hartmann Logistics GmbH", "EUR", 1900),
@@ -266,17 +274,46 @@ class Writer:
         self.record(rec)
 
 
-def plan(count: int) -> tuple[int, int, int]:
-    """(normal, duplicates, conflicts) for `count` files in all (plus BROKEN broken ones)."""
+def plan(count: int, extra: int = 0) -> tuple[int, int, int]:
+    """(normal, duplicates, conflicts) for `count` files in all (plus BROKEN broken ones and
+    `extra` media files)."""
     if count < 10:
         return count, 0, 0
     k = 2 + count // 1000
-    return count - BROKEN - 2 * k, k, k
+    return count - BROKEN - 2 * k - extra, k, k
 
 
-def generate(out: Path, truth_path: Path, count: int, seed: int, formats: list[str]) -> dict[str, int]:
+def invoice_lines(inv: Invoice) -> list[str]:
+    """The invoice as the lines printed on a page (scans, PDFs)."""
+    return render_txt(inv).rstrip("\n").split("\n")
+
+
+def plant_media(w: Writer, rng: random.Random, first: int) -> None:
+    """A scanned invoice (page images only) and an e-mail with a text-PDF invoice attached."""
+    scan = make_invoice(rng, first)
+    rel = f"scans/scan-inv-{1000 + first:06d}.pdf"
+    w.document(rel, media.scanned_pdf([invoice_lines(scan)]), "pdf", inv=scan, scanned=True)
+    mailed = make_invoice(rng, first + 1)
+    attached = media.text_pdf([invoice_lines(mailed)])
+    name = f"invoice-{mailed.number}.pdf"
+    eml = media.eml_bytes(
+        f"Invoice {mailed.number} from {mailed.vendor}", "Dear customer,\n\nplease find our invoice attached.\n",
+        [(name, "application/pdf", attached)], message_id=f"<{mailed.number}@example.test>",
+    )  # fmt: skip
+    rel = f"mail/order-{1000 + first + 1:06d}.eml"
+    w.document(rel, eml, "eml", attachments=[f"{rel}/1-{name}"])
+    sha = hashlib.sha256(attached).hexdigest()
+    w.record({"record": "document", "doc_id": f"{rel}/1-{name}", "format": "pdf", "sha256": sha,
+              "size": len(attached), "expected_status": "ok", "expected_skip_reason": None,
+              "duplicate_of": None, "parent": rel, **mailed.truth()})  # fmt: skip
+
+
+def generate(
+    out: Path, truth_path: Path, count: int, seed: int, formats: list[str], with_media: bool = False
+) -> dict[str, int]:
     rng = random.Random(seed)
-    normal, n_dup, n_conf = plan(count)
+    extra = MEDIA if with_media and count >= 10 else 0
+    normal, n_dup, n_conf = plan(count, extra)
     keep: dict[int, tuple[Invoice, str, bytes, str]] = {}  # sources of planted copies
     injected = normal // 2 if count >= 10 else -1
     truth_path.parent.mkdir(parents=True, exist_ok=True)
@@ -284,7 +321,7 @@ def generate(out: Path, truth_path: Path, count: int, seed: int, formats: list[s
         w = Writer(out, truth)
         w.record({"record": "corpus", "generator_version": GENERATOR_VERSION, "seed": seed, "count": count,
                   "formats": formats, "normal": normal, "duplicates": n_dup, "conflicts": n_conf,
-                  "broken": BROKEN if count >= 10 else 0})  # fmt: skip
+                  "broken": BROKEN if count >= 10 else 0, "media": extra})  # fmt: skip
         for i in range(normal):
             inv = make_invoice(rng, i)
             inv.injection = i == injected
@@ -317,11 +354,13 @@ def generate(out: Path, truth_path: Path, count: int, seed: int, formats: list[s
             blob = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(rng.randrange(256) for _ in range(256))
             w.document("misc/scan-0001.txt", blob, "txt", status="skipped", reason="binary")
             legacy = "Rechnung Nr.: R-77\nLieferant: Müller & Söhne KG\nGesamtbetrag: 99,00 EUR\n"
-            w.document("misc/legacy-latin1.txt", legacy.encode("latin-1"), "txt", status="skipped",
-                       reason="undecodable")  # fmt: skip
+            w.document("misc/legacy-latin1.txt", legacy.encode("latin-1"), "txt",
+                       expected_encoding="cp1252")  # fmt: skip
             w.document("misc/archive.xyz", b"PK not really an archive\n", "xyz", status="skipped",
                        reason="unsupported_type")  # fmt: skip
-    return {"files": w.files, "normal": normal, "duplicates": n_dup, "conflicts": n_conf}
+        if extra:
+            plant_media(w, rng, normal)
+    return {"files": w.files, "normal": normal, "duplicates": n_dup, "conflicts": n_conf, "media": extra}
 
 
 def default_truth_path(out: Path) -> Path:
@@ -344,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma list from {','.join(FORMATS)}")
     p.add_argument("--truth", type=Path, help="ground-truth JSONL (default <out>.truth.jsonl)")
+    p.add_argument(
+        "--media", action="store_true", help="plant a scanned PDF and an e-mail with a PDF attachment"
+    )
     args = p.parse_args(argv)
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     bad = sorted(set(formats) - set(FORMATS))
@@ -356,11 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     if truth_path.is_relative_to(out):
         p.error("--truth must be outside --out, or the inventory would read it as a document")
     prepare_out(out, truth_path)
-    stats = generate(out, truth_path, args.count, args.seed, formats)
+    stats = generate(out, truth_path, args.count, args.seed, formats, args.media)
     print(
         f"wrote {stats['files']} files to {args.out} ({stats['duplicates']} duplicates, "
-        f"{stats['conflicts']} conflicts, {args.count - stats['normal'] - stats['duplicates'] - stats['conflicts']}"
-        f" broken); ground truth: {truth_path}"
+        f"{stats['conflicts']} conflicts, {BROKEN if args.count >= 10 else 0} planted inputs, {stats['media']} scans"
+        f" and e-mails); ground truth: {truth_path}"
     )
     return 0
 

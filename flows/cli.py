@@ -53,11 +53,15 @@ def _quiet_prefect_services() -> None:
 
 
 def _one_line_errors(record: Any) -> bool:
-    """False for a log record carrying a docmill error (the CLI prints it in one line)."""
+    """False for a log record carrying a docmill error, or Prefect's "Finished in state" line of a
+    run a signal or the budget stopped (the CLI prints each in one line of its own)."""
     from docmill.errors import DocmillError
 
     exc = record.exc_info[1] if record.exc_info else None
-    return not isinstance(exc, DocmillError)
+    if isinstance(exc, DocmillError):
+        return False
+    extract = sys.modules.get("flows.extract")
+    return extract is None or not extract.is_stop_record(record)
 
 
 def _quiet_prefect() -> None:
@@ -95,7 +99,7 @@ def _summary_line(s: dict[str, Any]) -> str:
     return (
         f"docmill: run {s['run_id']} {s['phase']}: {st['succeeded']} succeeded, {st['needs_review']} need review, "
         f"{st['failed']} failed{_retryable(s)}, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
-        f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflicts across documents.\n"
+        f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflict{'' if s['conflicts'] == 1 else 's'} across documents.\n"
         f"  {integration_text(s)}\n"
         f"  report: {s['report']}\n  exports: {s['exports']}\n  review queue: {s['review_queue']}"
     )
@@ -107,11 +111,8 @@ def _retryable(s: dict[str, Any]) -> str:
 
 
 def _finish(summary: dict[str, Any]) -> int:
-    """Print a run's summary; a Prefect flow returns a budget stop as a summary (exit 4). Documents
-    left failed for a transient cause are not a finished run: exit 3 and the resume command."""
-    if summary.get("phase") == "budget_exhausted":
-        print(f"docmill: {summary['message']}", file=sys.stderr)
-        return EXIT_BUDGET
+    """Print a run's summary. Documents left failed for a transient cause are not a finished run:
+    exit 3 and the resume command. (A budget stop or a signal arrives as an error: `_dispatch`.)"""
     print(_summary_line(summary))
     if summary.get("retryable"):
         print(
@@ -124,15 +125,27 @@ def _finish(summary: dict[str, Any]) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    _own_processes(prefect=not a.no_prefect)  # first: Prefect's server boots while the rest imports
+    if a.workers:  # workers need a Prefect server with a pool: no temporary one is started for them
+        from flows.spread import PrefectLauncher
+
+        PrefectLauncher.needs_server()
+    # then at once: Prefect's temporary server boots while the rest imports (flows.prefect_boot)
+    _own_processes(prefect=not a.no_prefect and not a.workers)
+    from docmill.settings import get_settings
+
     _quiet_prefect_services()
     from flows.extract import _settings, extract, run_extract
 
+    if a.finish_by:  # a bad time is one line before anything starts
+        from flows.extract import deadline_iso
+
+        a.finish_by = deadline_iso(a.finish_by)
     if not os.path.exists(a.source) and not a.source.startswith("s3://"):
         from docmill.errors import InputError
 
         raise InputError(f"source {a.source!r} does not exist", hint="give a folder or an s3://bucket/prefix")
     check_store(_store(a), _store_uri(a))
+    recipe = a.recipe or get_settings().recipe
     overrides = {
         "allow_empty": a.allow_empty or None,
         "cost.max_doc_cost_usd": a.max_doc_cost_usd,
@@ -146,14 +159,18 @@ def cmd_run(a: argparse.Namespace) -> int:
         "integration.mode": a.integration,
     }
     if a.no_prefect:
+        if a.workers:
+            from docmill.errors import InputError
+
+            raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
         summary = run_extract(
-            a.source, a.recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
-            new_run=a.new_run, given=overrides,
+            a.source, recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
+            new_run=a.new_run, given=overrides, finish_by=a.finish_by,
         )  # fmt: skip
     else:  # in the foreground the person (or cron) running the command is the retry
         summary = extract.with_options(retries=0)(
             a.source,
-            a.recipe,
+            recipe,
             store=a.store,
             mode=a.mode,
             run_id=a.run_id,
@@ -169,6 +186,8 @@ def cmd_run(a: argparse.Namespace) -> int:
             allow_empty=a.allow_empty,
             progress=True,
             new_run=a.new_run,
+            workers=a.workers,
+            finish_by=a.finish_by,
         )
     return _finish(summary)
 
@@ -217,7 +236,7 @@ def cmd_status(a: argparse.Namespace) -> int:
     store = _store(a)
     run_id = _run_id(a, store)
     if run_id is None:
-        print("docmill: no runs in this store yet")
+        print(_no_runs(a))
         return EXIT_OK
     st = run_status(store, run_id)
     if a.json:
@@ -237,8 +256,21 @@ def cmd_runs(a: argparse.Namespace) -> int:
     from tasks.reporting.status import runs_table
 
     lines = runs_table(_store(a))
-    print("\n".join(lines) if len(lines) > 1 else "docmill: no runs in this store yet")
+    print("\n".join(lines) if len(lines) > 1 else _no_runs(a))
     return EXIT_OK
+
+
+def _no_runs(a: argparse.Namespace) -> str:
+    """ "No runs" naming the store looked in (a relative default depends on the current folder)."""
+    return f"docmill: no runs in the store {_store_shown(a)} yet; {NO_RUNS_HINT}"
+
+
+NO_RUNS_HINT = "give the store of your runs with --store PATH (or DOCMILL_STORE)"
+
+
+def _store_shown(a: argparse.Namespace) -> str:
+    uri = _store_uri(a)
+    return uri if uri.startswith("s3://") or os.path.isabs(uri) else f"{uri} ({os.path.abspath(uri)})"
 
 
 def _review_target(a: argparse.Namespace, store: Any) -> tuple[str, str | None]:
@@ -253,7 +285,7 @@ def _review_target(a: argparse.Namespace, store: Any) -> tuple[str, str | None]:
         run_id, doc_id = None, run_id
     run_id = run_id or max(runs, default=None)
     if run_id is None:
-        raise InputError("no runs in this store yet", hint="start one with `docmill run SOURCE`")
+        raise InputError(f"no runs in the store {_store_shown(a)} yet", hint=NO_RUNS_HINT)
     if run_id not in runs:
         raise InputError(f"no run {run_id!r} in this store", hint="see `docmill runs`")
     return run_id, doc_id
@@ -297,10 +329,18 @@ def cmd_review(a: argparse.Namespace) -> int:
             raise InputError(
                 "`docmill review show` needs a document id", hint=f"see `docmill review list {run_id}`"
             )
-        shown = q.get(doc_id)
+        from checkpoints.decisions import ReviewDecisions
+        from checkpoints.outcomes import OutcomeLog
+        from tasks.review import review_view
+
+        outcome = next((o for o in OutcomeLog(store, run_id).all() if o["doc_id"] == doc_id), None)
+        history = ReviewDecisions(store, run_id).history(doc_id)
+        shown = review_view(run_id, doc_id, q.get(doc_id), outcome, history)
         if shown is None:
+            state = f" (state: {outcome['state']})" if outcome else ""
             raise InputError(
-                f"no review item for {doc_id!r} in run {run_id}", hint=f"see `docmill review list {run_id}`"
+                f"no review item or decision for {doc_id!r} in run {run_id}{state}",
+                hint=f"see `docmill review list {run_id}`",
             )
         print(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
     elif a.labels:  # the decisions as an `eval --labels` file
@@ -370,7 +410,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     store = _store(a)
     run_id = _run_id(a, store)
     if run_id is None:
-        print("docmill: no runs in this store yet")
+        print(_no_runs(a))
         return EXIT_OK
     m = ManifestStore(store).load(run_id)
     outcomes = sorted(OutcomeLog(store, run_id).all(), key=lambda o: o["doc_id"])
@@ -392,7 +432,7 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         "inventory.exclude": a.exclude,
     }
     settings = _settings(getattr(a, "store", None), overrides)
-    print("\n".join(estimate_source(a.source, a.recipe, settings).lines()))
+    print("\n".join(estimate_source(a.source, a.recipe or settings.recipe, settings).lines()))
     return EXIT_OK
 
 
@@ -425,10 +465,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     if a.labels or reviewed:
         from_file = load_labels(a.labels) if a.labels else {}
         labels = {**reviewed, **from_file}  # a labels file wins for a document in both
-        print(
-            f"labels: {len(labels)} document(s): {len(from_file)} from {a.labels or 'no labels file'}, "
-            f"{len(set(reviewed) - set(from_file))} from review decisions"
-        )
+        print(f"labels: {len(labels)} document(s): {_label_sources(a.labels, from_file, reviewed)}")
         result = evaluate(outcomes, labels, types)
         print("\n".join(eval_lines(result)))
         if a.mismatches:
@@ -445,6 +482,15 @@ def cmd_eval(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _label_sources(path: str | None, from_file: dict[str, Any], reviewed: dict[str, Any]) -> str:
+    """Where `eval`'s labels came from: the file (if one was given) and the review decisions."""
+    parts = [f"{len(from_file)} from {path}"] if path else []
+    decided = len(set(reviewed) - set(from_file))
+    if decided or not path:
+        parts.append(f"{decided} from review decisions")
+    return ", ".join(parts)
+
+
 def cmd_doctor(a: argparse.Namespace) -> int:
     """Check the configuration and the endpoint (real API with a key, else the emulator)."""
     import anthropic
@@ -455,6 +501,8 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     from tasks.recipes import BuiltIn, load_recipe
 
     settings = get_settings()
+    if a.model:  # as `docmill run --model` pins it
+        settings = settings.model_copy(update={"api": settings.api.model_copy(update={"model": a.model})})
     recipes = [load_recipe(r) for r in (a.recipe or [b.value for b in BuiltIn])]
     with api_endpoint(settings) as endpoint:
         sdk = anthropic.Anthropic(
@@ -468,7 +516,9 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         print("  " + check.line())
     failed = [c for c in checks if not c.ok]
     total = sum(c.usd for c in checks)
-    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed; the checks cost ${total:.6f}")
+    warned = sum(1 for c in checks if c.ok and c.warn)
+    note = f" ({warned} with a warning)" if warned else ""
+    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed{note}; the checks cost ${total:.6f}")
     for check in failed:
         print(f"docmill: doctor: {check.name}: {check.detail}", file=sys.stderr)
     return EXIT_INPUT if failed else EXIT_OK
@@ -499,7 +549,11 @@ def build_parser() -> argparse.ArgumentParser:
     return cli_args.build_parser(__doc__)
 
 
+TEARDOWN_SECONDS = 5.0  # after an interrupted command returned: the interpreter's exit, at most
+
+
 def main(argv: list[str] | None = None) -> int:
+    console = argv is None  # the `docmill` command itself (tests pass argv and go on running)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["emulator"]:  # the emulator has its own parser and --help
         from emulator.cli import main as emulator_main
@@ -508,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_prefect()
     from docmill.logs import redact
     from docmill.settings import get_settings
-    from docmill.shutdown import SHUTDOWN, install
+    from docmill.shutdown import SHUTDOWN, install, leave_within
 
     try:
         args = build_parser().parse_args(argv)
@@ -523,10 +577,21 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     SHUTDOWN.reset()
     restore = install(get_settings().shutdown_grace_seconds)  # SIGINT/SIGTERM: stop, finish, 130/143
+    code = EXIT_RUN
     try:
-        return _dispatch(args, raise_errors)
+        code = _dispatch(args, raise_errors)
+        if console:
+            sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:  # the reader went away (`docmill status | head`): nothing left to say
+        code = EXIT_OK
+        if console:  # the interpreter's last flush of stdout must not complain either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return code
     finally:
         restore()
+        if console and SHUTDOWN.requested:  # what is left is teardown: it must not need a server
+            leave_within(TEARDOWN_SECONDS, code)
         SHUTDOWN.reset()  # the stop belonged to this command (tests call main() again in-process)
 
 
@@ -535,7 +600,7 @@ def _dispatch(args: argparse.Namespace, raise_errors: bool) -> int:
     from docmill.errors import BudgetExhausted, ConfigError, DocmillError, InputError, Interrupted, LeaseHeld
     from docmill.logs import configure, current_run, redact
     from docmill.settings import get_settings
-    from docmill.shutdown import EXIT_CODES, resume_line
+    from docmill.shutdown import EXIT_CODES, SHUTDOWN, say_stopped
 
     try:
         settings = get_settings()
@@ -544,12 +609,14 @@ def _dispatch(args: argparse.Namespace, raise_errors: bool) -> int:
             os.environ["DOCMILL_STORE"] = args.store
         return int(COMMANDS[args.fn](args))
     except KeyboardInterrupt:
-        print(resume_line("SIGINT", current_run() or getattr(args, "run_id", None)), file=sys.stderr)
+        say_stopped("SIGINT", current_run() or getattr(args, "run_id", None))
         return EXIT_INTERRUPT
+    except BrokenPipeError:
+        raise  # `main` ends quietly
     except Interrupted as e:  # a signal stopped the run gracefully (docmill.shutdown)
         if raise_errors:
             raise
-        print(resume_line(e.signal_name, e.run_id), file=sys.stderr)
+        say_stopped(e.signal_name, e.run_id)
         return EXIT_CODES.get(e.signal_name, EXIT_INTERRUPT)
     except DocmillError as e:
         if raise_errors:
@@ -565,6 +632,9 @@ def _dispatch(args: argparse.Namespace, raise_errors: bool) -> int:
     except Exception as e:
         if raise_errors:
             raise
+        if SHUTDOWN.requested:  # whatever broke after a signal (an orchestrator gone) is the signal's
+            say_stopped(SHUTDOWN.signal_name, current_run() or getattr(args, "run_id", None))
+            return EXIT_CODES.get(SHUTDOWN.signal_name, EXIT_INTERRUPT)
         print(
             f"docmill: unexpected {type(e).__name__}: {redact(str(e))[:300]} "
             "(set DOCMILL_RAISE_ERRORS=1 for the traceback; resume continues the run)",

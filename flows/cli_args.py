@@ -31,6 +31,17 @@ def _common(sub: bool) -> OneLineParser:
     return c
 
 
+def worker_count(text: str) -> int:
+    """--workers N: 1 to 256."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid number of workers: give 1 to 256")
+    return n
+
+
 def _source_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--include", action="append", metavar="GLOB",
@@ -54,7 +65,10 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="extract a source with a recipe", parents=common)
     r.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    r.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
+    r.add_argument(
+        "--recipe",
+        help="invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)",
+    )
     r.add_argument(
         "--mode", choices=["realtime", "batch", "auto"], default="realtime",
         help="realtime (Messages API), batch (Message Batches: half price, results within 24 h), or auto "
@@ -84,6 +98,16 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="a source with no files is a run of 0 documents, not an error",
     )
+    r.add_argument(
+        "--workers", type=worker_count, metavar="N",
+        help="spread the run over N Prefect workers of the work pool (they share the organisation's rate "
+        "limit; needs PREFECT_API_URL and the shard-worker deployment: deploy/README.md)",
+    )  # fmt: skip
+    r.add_argument(
+        "--finish-by", metavar="TIME",
+        help="a deadline (+2h, 06:00, or ISO 8601): send as batches (half price) what can finish by then, "
+        "and what will not realtime near it; the report says which went which way and what it cost",
+    )  # fmt: skip
     r.add_argument("--run-id", type=run_id_flag, help="continue or name a run")
     r.add_argument(
         "--new-run", action="store_true",
@@ -158,7 +182,10 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "estimate", help="estimate the cost of a source, realtime vs batch (no model call)", parents=common
     )
     es.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    es.add_argument("--recipe", default="invoices", help="invoices, code-review, or path/to/module.py:NAME")
+    es.add_argument(
+        "--recipe",
+        help="invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)",
+    )
     es.add_argument("--model", help="price this model instead of the configured one")
     es.add_argument(
         "--max-tokens", type=setting_flag("api.max_tokens", int), help="max_tokens per request (worst case)"
@@ -182,11 +209,19 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     dr = sub.add_parser(
         "doctor",
         help="check the key, the pinned models, each recipe's schemas and the rate limits (a few cents)",
+        description="Check what would otherwise fail at the first document of a night, for a few cents: "
+        "the key (one count_tokens), that each pinned model answers (one tiny message each), that each "
+        "recipe's per-file and integration schema is accepted, its prompt-cache prefix, and the rate "
+        "limits of the key. Lines read ok, warn (passes, but act on it: a legacy or unpriced model) or "
+        "FAIL; exit 0 when nothing fails, 2 with one line per failure. Without ANTHROPIC_API_KEY the "
+        "checks run against the built-in emulator.",
         parents=common,
-    )
+    )  # fmt: skip
     dr.add_argument(
-        "--recipe", action="append", help="check only this recipe (repeatable; default: the built-in ones)"
-    )
+        "--recipe", action="append",
+        help="check this recipe: a built-in name or path/to/module.py:NAME (repeatable; default: the built-in ones)",
+    )  # fmt: skip
+    dr.add_argument("--model", help="check this model for the per-file pass (default: DOCMILL_API__MODEL)")
     dr.set_defaults(fn="doctor")
 
     e = sub.add_parser(

@@ -77,6 +77,7 @@ class Progress:
         self.total, self.label, self.done, self.enabled = total, label, 0, enabled
         self.started = time.monotonic()
         self._last = -1
+        self._shown = -1  # the count last printed
         self._lock = threading.Lock()  # chunks finish on several threads
         self.listener = listener
         if listener is not None:
@@ -89,7 +90,15 @@ class Progress:
                 self.listener(self.done, self.total)
             self._print()
 
-    def _print(self) -> None:
+    def finish(self) -> None:
+        """A pass that ends early (a budget stop): its last count on a line of its own, so the bar
+        does not end on an older figure (or mid-line on a terminal)."""
+        with self._lock:
+            if self.enabled and self.total and self._shown != self.done:
+                self._last = -100  # print whatever the percentage
+                self._print(final=True)
+
+    def _print(self, final: bool = False) -> None:
         if not self.enabled or not self.total:
             return
         pct = int(100 * self.done / self.total)
@@ -97,11 +106,11 @@ class Progress:
         if tty or pct // 10 != self._last // 10 or self.done == self.total:
             rate = self.done / max(time.monotonic() - self.started, 1e-6)
             bar = "#" * (pct // 5) + "." * (20 - pct // 5)
-            end = "\r" if tty and self.done < self.total else "\n"
+            end = "\r" if tty and self.done < self.total and not final else "\n"
             print(
                 f"{self.label} [{bar}] {self.done}/{self.total} docs {rate:.1f}/s", end=end, file=sys.stderr
             )
-            self._last = pct
+            self._last, self._shown = pct, self.done
 
 
 def write_inventory(ctx: RunContext, source: str) -> list[str]:
@@ -175,7 +184,7 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
             mode="realtime" if params.mode == "auto" else params.mode,  # auto is decided after inventory
             config=config,
             budget_usd=ctx.settings.cost.max_cost_usd,
-            extra={"mode_asked": params.mode},
+            extra={"mode_asked": params.mode, **ctx.extra},  # ctx.extra: workers, finish_by
         )
         manifests.create(m)
     elif m.recipe != params.recipe or source_id(m.source) != source_id(params.source):
@@ -186,6 +195,8 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
     elif m.budget_usd != ctx.settings.cost.max_cost_usd:
         cap = ctx.settings.cost.max_cost_usd
         m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"budget_usd": cap}))
+    if any(m.extra.get(k) != v for k, v in ctx.extra.items()):  # given anew to a continued run
+        m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"extra": {**x.extra, **ctx.extra}}))
     return m
 
 
@@ -232,8 +243,10 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
     inflight.close(mark, settle=None if stopped else cid)  # whole: earlier lives are recounted
     if stopped:
         # not written: a resume redoes this chunk (finished documents are free ledger hits);
-        # returned, not raised, so a Prefect chunk task ends quietly and the driver stops the run
-        return {"budget": 1}
+        # returned, not raised, so a Prefect chunk task ends quietly and the driver stops the run.
+        # `answered`: its documents that got an answer (kept), as `docmill status` counts them.
+        answered = sum(1 for r in records if r.get("failure_type") != "budget" and r.get("attempts"))
+        return {"budget": 1, "answered": answered}
     OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
     counts: dict[str, int] = {}
     for r in records:
@@ -293,10 +306,21 @@ def per_file_pass(
         order = {cid: [d["doc_id"] for d in full[cid]] for cid, _ in pending}
         buffered: dict[str, dict[str, dict[str, Any]]] = {}
         stopped = False
-        outcomes = run_batches(
-            docs, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.sdk,
-            settings=ctx.settings, model_client=ctx.client,
-        )  # fmt: skip
+        if ctx.extra.get("finish_by"):  # batch what can finish in time, the rest realtime (flows.deadline)
+            from flows.deadline import deadline_pass
+
+            outcomes = deadline_pass(
+                ctx,
+                docs,
+                expected=sum(sizes.values()),
+                finish_by=ctx.extra["finish_by"],
+                threads=CHUNK_WORKERS,
+            )
+        else:
+            outcomes = run_batches(
+                docs, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.sdk,
+                settings=ctx.settings, model_client=ctx.client,
+            )  # fmt: skip
         for o in outcomes:  # results arrive in any order: a chunk is written once all of it is in
             cid = chunk_of[o.doc_id]
             got = buffered.setdefault(cid, {})
@@ -311,6 +335,7 @@ def per_file_pass(
             OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
             bar.add(len(records))
         if stopped:
+            bar.finish()
             raise budget_stop(ctx, "during the batch pass")
         if not fit.complete:
             raise budget_stop(
@@ -323,7 +348,7 @@ def per_file_pass(
 
     def fn(cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
         counts = review_one_chunk(ctx, cid, docs)
-        bar.add(len(docs))
+        bar.add(counts["answered"] if counts.get("budget") else len(docs))  # as `docmill status` counts
         return counts
 
     from tasks.per_file.realtime import feed
@@ -335,6 +360,7 @@ def per_file_pass(
         [c for c in pending if c[0].startswith(DUP_PREFIX)],
     ):
         if any(c.get("budget") for c in map_chunks(fn, feed(wave, ctx.client, ctx.settings))):
+            bar.finish()
             raise budget_stop(ctx, "during the per-file pass")
 
 
@@ -442,20 +468,37 @@ def run(
         try:
             return _drive(ctx, params, map_chunks, progress)
         except (SystemicFailure, Interrupted) as e:
-            raise stopped(ctx, e) from e
-        except BudgetExhausted:
-            from tasks.reporting.report import write_report
-
+            again = stopped(ctx, e)
+            if isinstance(again, SystemicFailure):  # the report says what stopped it (a Ctrl-C is quick)
+                report_so_far(ctx, "the stop")
+            raise again from e
+        except BudgetExhausted as e:
             spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+            stop = stop_note("budget", e.one_line(), f"docmill resume {ctx.run_id} --max-cost-usd <higher>")
             set_phase(ctx, Phase.BUDGET_EXHAUSTED)
-            m = ManifestStore(ctx.store).update(
-                ctx.run_id, lambda m: m.model_copy(update={"cost_usd": spent})
+            ManifestStore(ctx.store).update(
+                ctx.run_id,
+                lambda m: m.model_copy(update={"cost_usd": spent, "extra": {**m.extra, "stop": stop}}),
             )
-            try:  # the report of what is done so far; a resume writes it again at the end
-                write_report(ctx.store, m.model_dump(mode="json"), all_outcomes(ctx), None)
-            except Exception as e:  # the budget stop is what the user must see
-                log.error("report after the budget stop failed: %s", e)
+            report_so_far(ctx, "the budget stop")
             raise
+
+
+def stop_note(kind: str, error: str, command: str) -> dict[str, str]:
+    """Why a run stopped and the command that continues it (manifest `extra.stop`: the report and
+    `docmill status` show it)."""
+    return {"kind": kind, "error": error, "continue": command}
+
+
+def report_so_far(ctx: RunContext, what: str) -> None:
+    """The report of what is done so far, for a run that stopped (a resume writes it again at the end)."""
+    from tasks.reporting.report import write_report
+
+    try:
+        m = ManifestStore(ctx.store).load(ctx.run_id)
+        write_report(ctx.store, m.model_dump(mode="json"), all_outcomes(ctx), None)
+    except Exception as exc:  # the stop is what the user must see
+        log.error("report after %s failed: %s", what, exc)
 
 
 def refuse_empty(ctx: RunContext, params: RunParams) -> None:
@@ -473,16 +516,23 @@ def refuse_empty(ctx: RunContext, params: RunParams) -> None:
 
 
 def stopped(ctx: RunContext, e: SystemicFailure | Interrupted) -> SystemicFailure | Interrupted:
-    """Phase `stopped` for a systemic failure or a signal; the error again, naming this run's resume."""
-    try:
-        set_phase(ctx, Phase.STOPPED)
-    except Exception as exc:  # the stop is what the user must see
-        log.error("could not mark run %s stopped: %s", ctx.run_id, exc)
+    """Phase `stopped` for a systemic failure or a signal, with why (manifest `extra.stop`); the
+    error again, naming this run's resume."""
     again = type(e)(
         f"run {ctx.run_id} stopped: {e.message}",
         hint=e.hint.replace("RUN_ID", ctx.run_id) if "RUN_ID" in e.hint else f"`docmill resume {ctx.run_id}`",
         **{**e.fields, "run_id": ctx.run_id},
     )
+    kind = "signal" if isinstance(e, Interrupted) else "breaker"
+    stop = stop_note(kind, again.one_line(), f"docmill resume {ctx.run_id}")
+
+    def fn(m: RunManifest) -> RunManifest:
+        return m.model_copy(update={"phase": Phase.STOPPED, "extra": {**m.extra, "stop": stop}})
+
+    try:
+        ManifestStore(ctx.store).update(ctx.run_id, fn)
+    except Exception as exc:  # the stop is what the user must see
+        log.error("could not mark run %s stopped: %s", ctx.run_id, exc)
     return again
 
 
@@ -525,6 +575,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
 
     def finish(m: RunManifest) -> RunManifest:
         m.phase = Phase.DONE
+        m.extra.pop("stop", None)  # an earlier stop is over
         m.cost_usd = float(costs.get("usd", 0.0))
         m.counts.update(
             {"documents": summary["documents"], **summary["states"], "retryable": summary["retryable"]}

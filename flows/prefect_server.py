@@ -5,26 +5,56 @@ With no PREFECT_API_URL, the first Prefect client of a flow run starts a tempora
 stops it at a normal exit. A SIGKILLed run used to leave it running forever. `adopt_ephemeral_server`
 registers `OwnedServer` as the process's default server (the same slot Prefect's own
 `prefect_test_harness` fills), so that Prefect starts exactly its usual command, but through
-`docmill.processes.spawn`: marked, recorded, and stopped when this process is gone. The process
-flows.prefect_boot started at the run's start, if any, is the one it takes.
+`docmill.processes.spawn`: marked, recorded, and stopped when this process is gone (and in a
+session of its own: a terminal's Ctrl-C is docmill's to handle, see docmill.processes). The process
+flows.prefect_boot started at the run's start, if any, is the one it takes, when it was started
+with the same environment.
+
+Its database is docmill's own, not Prefect's default `$PREFECT_HOME/prefect.db`, which every other
+Prefect process of the user shares (a `prefect server start`, another ephemeral server): SQLite
+let two servers write one file only with "database is locked" tracebacks. `server_environment`
+gives each running docmill process a slot `$PREFECT_HOME/docmill/prefect-N.db`, held by a lock for
+the process's life and the server's (docmill.processes.hold_slot), so runs one after another reuse
+slot 0 (no migrations to wait for) and runs at the same time never share a file. A database URL the
+user configured is kept.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
+from pathlib import Path
 from typing import Any
 
 from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL, get_current_settings
 
 from docmill.errors import OrchestratorUnavailable
-from docmill.processes import spawn
+from docmill.processes import held_slots, hold_slot, spawn
 from docmill.settings import get_settings
 from flows import prefect_boot
 
 ROLE = prefect_boot.ROLE
+DB_URL = prefect_boot.DB_URL
 _STARTING = threading.Lock()
+
+
+def server_environment() -> dict[str, str]:
+    """The temporary server's environment: Prefect's own (as its SubprocessASGIServer builds it), with
+    docmill's database unless one is configured."""
+    configured = get_current_settings().to_environment_variables(exclude_unset=True)
+    env = prefect_boot.server_env(configured)
+    if DB_URL not in configured and "PREFECT_API_DATABASE_CONNECTION_URL" not in os.environ:
+        try:
+            db = hold_slot(Path(get_current_settings().home) / "docmill", "prefect", ".db")
+        except OSError as e:
+            raise OrchestratorUnavailable(
+                f"no database for Prefect's temporary server under {get_current_settings().home}: {e}",
+                hint="point PREFECT_API_URL at a running Prefect server, or run with --no-prefect",
+            ) from e
+        env[DB_URL] = prefect_boot.db_url(db)
+    return env
 
 
 class OwnedServer(SubprocessASGIServer):
@@ -37,10 +67,13 @@ class OwnedServer(SubprocessASGIServer):
         if early is not None:
             return early
         assert self.port is not None
-        env = prefect_boot.server_env(get_current_settings().to_environment_variables(exclude_unset=True))
+        env = server_environment()
+        held = tuple(fd for fd, db in held_slots() if env.get(DB_URL, "").endswith(str(db)))
+        # the server holds its database's slot too: a killed docmill's server, still stopping, keeps it
         return spawn(
-            prefect_boot.server_argv(self.port), role=ROLE, env=env, runtime=get_settings().runtime_dir
-        )
+            prefect_boot.server_argv(self.port), role=ROLE, env=env, runtime=get_settings().runtime_dir,
+            pass_fds=held,
+        )  # fmt: skip
 
     def start(self, timeout: int | None = None) -> None:
         """Prefect's start, with `settings.prefect_start_timeout_seconds` to come up (Prefect's own
@@ -53,6 +86,8 @@ class OwnedServer(SubprocessASGIServer):
     def _start(self, timeout: int | None) -> None:
         if self.running:
             return
+        if prefect_boot.port() is not None and not prefect_boot.fits(server_environment()):
+            prefect_boot.discard()  # started with another environment (a profile's settings): not ours
         self.port = self.port or prefect_boot.port()  # the one started first thing, if any
         seconds = float(timeout or get_settings().prefect_start_timeout_seconds)
         detail = ""

@@ -8,10 +8,11 @@ Each check is one small call, so a problem costs cents instead of a night:
   schema    each recipe's per-file and integration schema in one minimal structured call, so a schema
             the API refuses ("compiled grammar is too large", unsupported keywords) shows up here,
             not as a 400 on every document of a run
-  cache     each recipe's per-file static prefix against the model's minimum cacheable length
+  cache     each recipe's per-file static prefix (counted with `count_tokens`, free) against the model's
+            minimum cacheable length: below it a warning with the cost forgone per 1,000 documents
   limits    the `anthropic-ratelimit-*` headers of an answer (requests / input / output per minute)
 Offline (no key) the same checks run against the emulator. `run_doctor` returns one `Check` per line;
-the CLI exits 0 when all pass, 2 with one line per failure.
+the CLI exits 0 when all pass (warnings included), 2 with one line per failure.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from docmill.models import min_cacheable_tokens
 from docmill.prices import override_lines, priced_usd
 from tasks.api.models import check_models, pinned_models
 from tasks.api.retrying import describe
-from tasks.per_file.requests import SYSTEM_RULES, neutralize, recipe_parts
+from tasks.per_file.requests import recipe_parts, static_system
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -44,10 +45,19 @@ class Check:
     ok: bool
     detail: str
     usd: float = 0.0
+    warn: bool = False  # passed, with something to act on (a legacy or unpriced model): not an exit 2
 
     def line(self) -> str:
         cost = f" (${self.usd:.6f})" if self.usd else ""
-        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}{cost}"
+        mark = "FAIL" if not self.ok else "warn" if self.warn else "ok  "
+        return f"{mark} {self.name}: {self.detail}{cost}"
+
+
+def _failed(e: anthropic.APIStatusError | anthropic.APIConnectionError, model: str) -> str:
+    """A failed check's detail; a 404 names the model, not the key: the endpoint does not serve it."""
+    if isinstance(e, anthropic.NotFoundError):
+        return f"the endpoint does not know the model {model} ({describe(e)}): pin a model it serves"
+    return describe(e)
 
 
 def rate_limits(headers: Any) -> str:
@@ -70,24 +80,40 @@ def _call(
             model=model, max_tokens=8 if "output_config" not in extra else 16, messages=PING, **extra
         )
     except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-        return Check(name, False, describe(e)), None
+        return Check(name, False, _failed(e, model)), None
     message = raw.parse()
     usage = message.usage.model_dump(mode="json")
     usd = priced_usd(model, usage) or 0.0
     return Check(name, True, f"answered by {message.model} ({message.stop_reason})", usd), raw.headers
 
 
-def cache_check(settings: Settings, recipe: Recipe) -> Check:
+def cache_check(settings: Settings, recipe: Recipe, sdk: anthropic.Anthropic) -> Check:
     """Whether the recipe's per-file static prefix (system prompt) reaches the model's minimum
-    cacheable length; below it the API caches nothing and says nothing (an estimate, chars / 4)."""
+    cacheable length. Below it the API caches nothing and says nothing: a warning with what caching
+    would have saved per 1,000 documents. Counted with `count_tokens` (free; chars / 4 if it fails);
+    the output schema is not counted (whether the API caches it is undocumented)."""
     model = settings.api.model
-    prefix = len(f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}") // 4
     minimum = min_cacheable_tokens(model, settings.api.cache_min_tokens)
-    verdict = "cached after the first request" if prefix >= minimum else "below it: never cached"
+    system = static_system(recipe)
+    try:
+        count = sdk.messages.count_tokens
+        prefix = count(model=model, system=system, messages=PING).input_tokens
+        prefix -= count(model=model, messages=PING).input_tokens
+    except (anthropic.APIStatusError, anthropic.APIConnectionError):
+        prefix = len(system) // 4
+    uncached = priced_usd(model, {"input_tokens": prefix})
+    read = priced_usd(model, {"cache_read_input_tokens": prefix})
+    per_1000 = (
+        f"${1000 * (uncached - read):.4f} per 1,000 documents"
+        if uncached is not None and read is not None
+        else "an unknown amount (no price)"
+    )
+    name = f"recipe {recipe.name} prompt cache"
+    if prefix < minimum:
+        detail = f"prefix {prefix:,} tokens < minimum {minimum:,} of {model}: not cached ({per_1000} forgone)"
+        return Check(name, True, detail, warn=True)
     return Check(
-        f"recipe {recipe.name} prompt cache",
-        True,
-        f"static prefix ~{prefix:,} tokens, {model} caches from {minimum:,}: {verdict}",
+        name, True, f"prefix {prefix:,} tokens >= minimum {minimum:,} of {model}: cached ({per_1000} saved)"
     )
 
 
@@ -95,8 +121,9 @@ def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recip
     """Every check, in order; a failed one does not stop the others."""
     checks: list[Check] = []
     try:
-        notes = check_models(settings, everything=True)
-        checks.append(Check("models", True, "; ".join(notes) or "pinned models current and priced"))
+        notes = check_models(settings, everything=True)  # each a warning of its own, never "ok"
+        checks += [Check("models", True, note, warn=True) for note in notes]
+        checks += [] if notes else [Check("models", True, "pinned models current and priced")]
     except ConfigError as e:
         checks.append(Check("models", False, e.message))
     try:
@@ -110,6 +137,8 @@ def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recip
     try:
         counted = sdk.messages.count_tokens(model=api.model, messages=PING)
         checks.append(Check("key", True, f"accepted (count_tokens: {counted.input_tokens} input tokens)"))
+    except anthropic.NotFoundError:  # the key got through; the model is what the endpoint lacks
+        checks.append(Check("key", True, f"accepted (the model {api.model} is not known: see its check)"))
     except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
         checks.append(Check("key", False, describe(e)))
     create = sdk.messages.with_raw_response.create
@@ -130,7 +159,7 @@ def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recip
             if check.ok:
                 check.detail = f"accepted by {model}"
             checks.append(check)
-        checks.append(cache_check(settings, recipe))
+        checks.append(cache_check(settings, recipe, sdk))
     if headers is not None:
         checks.append(Check("limits", True, rate_limits(headers)))
     return checks

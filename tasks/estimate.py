@@ -1,9 +1,14 @@
 """Cost estimates without calling the model: `docmill estimate` and the batch-mode budget check.
 
 How a document is estimated (say so wherever a number is shown — it is an estimate):
-  input tokens  = characters of the exact per-file request body / 4 (tasks.per_file.requests.estimate_input_tokens)
-  output tokens = typical: the size of the recipe's output schema / 8 (the answer mirrors the
-                  schema's fields with values and evidence), capped at max_tokens; worst case: max_tokens
+  input tokens  = characters of the exact per-file request's content / 4 (`content_tokens`, not its JSON
+                  envelope); a PDF or image sent as what it is: every page as its text plus an image of
+                  the page, an image by its pixels, as the API bills them (tasks.readers.measure); a PDF
+                  in page ranges (tasks.per_file.media): its pages' tokens plus one prompt per part,
+                  priced realtime in batch mode too (the long path is realtime)
+  output tokens = typical: the mean of earlier answers in the store, else an answer modelled on the
+                  recipe's schema (every field with a short value, evidence about a line, two items a
+                  list), capped at max_tokens; worst case: max_tokens
   thinking      = per answer, docmill.models.THINKING_TOKENS_BY_EFFORT at the effort the request sends
                   (or the model's default) when the model thinks adaptively and the recipe's policy
                   does not turn it off (5.x); billed as output, so it is in the output tokens
@@ -36,8 +41,10 @@ from checkpoints.inflight import InFlightBound
 from docmill.models import min_cacheable_tokens, thinking_tokens
 from docmill.prices import Price, override_lines, price_on, worst_usd
 from tasks.api.usage import estimate_input_tokens
+from tasks.per_file.media import SendAs, load_payload, media_tokens, needs_parts, page_parts, send_as
 from tasks.per_file.requests import file_request, recipe_parts, wrap_document
 from tasks.recipes.thinking import effort_config
+from tasks.sizing import answer_chars, content_tokens
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -45,7 +52,8 @@ if TYPE_CHECKING:
     from tasks.recipes import Recipe
 
 METHOD = (
-    "an estimate, no model call: input = request characters / 4, output = recipe schema size / 8 "
+    "an estimate, no model call: input = request content characters / 4 (PDF pages and images as the "
+    "API bills them), output = a typical answer to the recipe's schema "
     "plus the thinking the recipe's effort allows (worst case: max_tokens), priced with the docmill "
     "price table on the run's day; realtime reads the system prompt "
     "from the cache after the first request when it reaches the model's minimum cacheable length, batch = 50 % without cache hits; repairs not included"
@@ -138,6 +146,7 @@ class Estimate:
     measured_answers: int = 0  # earlier answers the output size was measured on (0: schema heuristic)
     max_output_tokens: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
+    sent_as: dict[str, int] = field(default_factory=dict)  # documents by how they go: text, pdf, image
     integration: IntegrationEstimate | None = None
     # USD summed per request (a prompt-length band prices each request on its own):
     # (realtime, realtime worst, batch, batch worst, thinking's share of realtime)
@@ -158,6 +167,16 @@ class Estimate:
         self._usd[2] += batch
         self._usd[3] += worst_usd(self.model, prompt, max_tokens, batch=True, one_hour=one_hour) or 0.0
         self._usd[4] += think * r.output / 1e6
+
+    def add_realtime(self, price: Price | None, *, inp: int, out: int, max_tokens: int, calls: int) -> None:
+        """Requests that go realtime in either mode (a PDF in page ranges: the long path)."""
+        if price is None:
+            return
+        r = price.rates_for(inp // max(1, calls))
+        usd = (inp * r.input + out * r.output) / 1e6
+        worst = calls * (worst_usd(self.model, inp // max(1, calls), max_tokens) or 0.0)
+        for i, v in enumerate((usd, worst, usd, worst)):
+            self._usd[i] += v
 
     def usd(self, *, batch: bool, worst: bool = False) -> float:
         return self._usd[(2 if batch else 0) + (1 if worst else 0)]
@@ -194,6 +213,12 @@ class Estimate:
             )
         if self.by_type:
             rows.append("  by type: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_type.items())))
+        if set(self.sent_as) - {"text"}:
+            rows.append(
+                "  sent as: "
+                + ", ".join(f"{k}={v}" for k, v in sorted(self.sent_as.items()))
+                + " (PDF pages and images counted as the API bills them)"
+            )
         if self.integration is not None:
             rows += self.integration.lines(self.documents, self.usd(batch=False))
         return rows
@@ -204,9 +229,10 @@ MEASURED_MIN = 20  # fewer than this: the schema heuristic
 
 
 def typical_output_tokens(recipe: Recipe, max_tokens: int, measured: int | None = None) -> int:
-    """One answer's text tokens: `measured` (the mean of earlier answers) when given, else the size of
-    the recipe's output schema / 8; at most max_tokens."""
-    guess = measured if measured is not None else len(json.dumps(recipe_parts(recipe)[2])) // 8
+    """One answer's text tokens: `measured` (the mean of earlier answers) when given, else a typical
+    answer modelled on the recipe's schema (tasks.sizing.answer_chars); at most max_tokens."""
+    schema = recipe_parts(recipe)[2]
+    guess = measured if measured is not None else int(answer_chars(schema, schema.get("$defs") or {}, "") / 4)
     return min(max_tokens, max(64, guess))
 
 
@@ -242,15 +268,29 @@ def measured_answer_tokens(recipe: Recipe, settings: Settings) -> tuple[int, int
 
 def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, Any] | None:
     """The per-file request of a document, or None when it would not be sent (skipped, unreadable)."""
-    from tasks.inventory import load_text
-
     if doc.status != "ok" or doc.duplicate_of:
         return None
     try:
-        text = load_text(doc)
+        payload = load_payload(doc, recipe, settings)
     except Exception:
         return None
-    return file_request(recipe, doc, text, model=settings.api.model, max_tokens=settings.api.max_tokens)
+    return file_request(recipe, doc, payload, model=settings.api.model, max_tokens=settings.api.max_tokens)
+
+
+def _add_long(est: Estimate, doc: Document, recipe: Recipe, settings: Settings, typical: int) -> None:
+    """A PDF in page ranges: its pages' tokens plus one prompt and one answer per part, realtime."""
+    parts = len(page_parts(doc, settings))
+    prompt = content_tokens(file_request(recipe, doc, "", model=settings.api.model, max_tokens=1))
+    inp = media_tokens(doc) + parts * prompt
+    max_tokens = int(settings.api.max_tokens)
+    est.add_realtime(
+        price_on(settings.api.model), inp=inp, out=parts * typical, max_tokens=max_tokens, calls=parts
+    )
+    est.documents += 1
+    est.input_tokens += inp
+    est.typical_output_tokens += parts * typical
+    est.max_output_tokens += parts * max_tokens
+    est.sent_as["pdf"] = est.sent_as.get("pdf", 0) + 1
 
 
 def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Estimate:
@@ -264,10 +304,15 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
     typical = typical_output_tokens(recipe, max_tokens, measured[0] if measured else None)
     price = price_on(settings.api.model)
     for doc in docs:
+        if doc.status == "ok" and not doc.duplicate_of and needs_parts(doc, recipe, settings):
+            _add_long(est, doc, recipe, settings, typical)
+            continue
         request = request_of(recipe, doc, settings)
         if request is None:
             est.skipped += 1
             continue
+        mode = send_as(doc, recipe).value
+        est.sent_as[mode] = est.sent_as.get(mode, 0) + 1
         prefix = max(1, len(json.dumps(request["system"], ensure_ascii=False)) // 4)
         est.prefix_tokens = max(est.prefix_tokens, prefix)
         cacheable = prefix >= est.cache_min_tokens  # below the minimum nothing is cached
@@ -277,7 +322,7 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         est.effort = (request.get("output_config") or {}).get("effort")
         think = thinking_tokens(settings.api.model, request.get("thinking"), est.effort)
         out = min(max_tokens, typical + think)
-        inp = estimate_input_tokens(request)
+        inp = content_tokens(request)
         est.add(price, fresh=inp - cached - written, written=written, cached=cached, out=out, think=think,
                 max_tokens=max_tokens)  # fmt: skip
         est.documents += 1
@@ -328,7 +373,9 @@ def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings
             if model not in rest:  # the rest is the same for every document: measured once
                 request = file_request(recipe, doc, "", model=model, max_tokens=settings.api.max_tokens)
                 rest[model] = len(json.dumps(request, ensure_ascii=False)) - wrapper
-            sized = max(1, (rest[model] + wrapper) // 4) + doc.size // 2  # = estimate_input_tokens
+            media = send_as(doc, recipe) is not SendAs.TEXT  # pages and pixels, not bytes
+            # = estimate_input_tokens of the request, plus the document's own tokens
+            sized = max(1, (rest[model] + wrapper) // 4) + (media_tokens(doc) if media else doc.size // 2)
             each.append(worst_usd(model, sized, int(settings.api.max_tokens)) or 0.0)
         worst.append(max(each, default=0.0))
     k = min(len(worst), settings.api.concurrency or len(worst))

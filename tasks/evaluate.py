@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
 GROUPS = ("format", "folder")
-MISMATCH_COLUMNS = ("doc_id", "field", "kind", "expected", "got", "state", "format", "folder")
+MISMATCH_COLUMNS = ("doc_id", "field", "kind", "expected", "got", "state", "page", "format", "folder")
 SAMPLE_REASON = "sample"
 
 
@@ -154,8 +154,15 @@ def evaluate(
             if not ok:
                 mismatches.append({"doc_id": doc_id, "field": name, "kind": "wrong" if covered else "missing",
                                    "expected": expected, "got": _value(output.get(name)),
-                                   "state": o.get("state"), **g})  # fmt: skip
+                                   "state": o.get("state"), "page": _page(o, name), **g})  # fmt: skip
     return {"overall": dict(overall), "by_group": by_group, "missing": missing, "mismatches": mismatches}
+
+
+def _page(outcome: dict[str, Any], name: str) -> int | None:
+    """The page the field's evidence names (PDFs, slides, sheets), so a mismatch can be looked up."""
+    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
+    where = fields.get(f"$.{name}.evidence") or fields.get(name) or {}
+    return where.get("page") if isinstance(where, dict) else None
 
 
 def _line(name: str, t: Tally, docs: bool = False) -> str:
@@ -187,6 +194,7 @@ def eval_lines(result: dict[str, Any], *, show_mismatches: int = 20) -> list[str
     for m in mm[:show_mismatches]:
         lines.append(
             f"  {m['doc_id']}  {m['field']}: {m['kind']}, expected {m['expected']!r}, got {m['got']!r}"
+            + (f" (p. {m['page']})" if m.get("page") is not None else "")
         )
     if result["missing"]:
         lines.append(

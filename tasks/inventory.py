@@ -9,10 +9,18 @@ symlinked folder is not walked and shows up as one `symlinked_folder` document (
 settings.inventory.follow_symlinks / `--follow-symlinks`).
 
 Checks, first match wins: unreadable (permission, broken symlink, not a regular file, store
-error) -> unsupported_type (not in `doc_types`) -> oversized (> settings.inventory.max_document_bytes) -> empty (no
-bytes, or no visible text after extraction) -> binary (NUL bytes in a text type) -> undecodable
-(invalid UTF-8, invalid JSON, invalid or encrypted PDF) -> duplicate (same sha256 as an earlier
-`ok` document; `duplicate_of` names it).
+error) -> unsupported_type (not in `doc_types`, or a type docmill does not read) -> oversized
+(> settings.inventory.max_document_bytes) -> empty (no bytes, no visible text, a PDF without pages
+or marks) -> binary (NUL bytes in a text type) -> undecodable (no encoding reads it, invalid JSON) ->
+encrypted / corrupt / over_limit / macro_enabled (the format's reader refuses it: tasks.readers) ->
+duplicate (same sha256 as an earlier `ok` document; `duplicate_of` names it). A PDF or image with
+no text layer is `ok`: it is sent as what it is (tasks.per_file.media).
+
+E-mail: every attachment of an `ok` .eml becomes its own document right after its message, with the
+id `<message id>/<n>-<file name>`, `parent` = the message, and the same checks (an attached message
+is read in turn, to settings.formats.max_nesting levels; one that is its own ancestor by
+Message-ID is `forward_loop`; attachments past settings.formats.max_attachments are `over_limit`).
+Each keeps its place: nothing of a message is dropped silently.
 
 Doc ids are the `/`-separated path relative to the source, made safe with
 `checkpoints.keys.safe_key`. A name that is not safe (control characters, `..`, undecodable
@@ -26,56 +34,25 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING, Any
 
 from docmill.errors import DocmillError, InputError
 from docmill.settings import Settings, get_settings
 from tasks.doc_names import make_doc_id, selected
-from tasks.textract import ALL_TYPES, BinaryContent, DocType, ExtractError, doc_type_for, extract_text
+from tasks.document import Document, SkipReason
+from tasks.loading import load_bytes, load_content, load_text, open_source_store, part_uri, read_limits
+from tasks.readers import ALL_TYPES, Content, ExtractError, Limits, doc_type_for, read
+from tasks.readers.content import sent_as
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
 BLOCK_BYTES = 1024 * 1024
-
-
-class SkipReason(StrEnum):
-    """Why a document is not sent to the model."""
-
-    EMPTY = "empty"
-    BINARY = "binary"
-    UNDECODABLE = "undecodable"
-    OVERSIZED = "oversized"
-    DUPLICATE = "duplicate"
-    UNSUPPORTED_TYPE = "unsupported_type"
-    UNREADABLE = "unreadable"
-    OUTSIDE_SOURCE = "outside_source"  # a symlink resolving outside the source (--follow-symlinks reads it)
-    SYMLINKED_FOLDER = "symlinked_folder"  # not walked without --follow-symlinks
-
-
-class Document(BaseModel):
-    """One input file as the pipeline sees it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    doc_id: str
-    source_uri: str
-    sha256: str
-    size: int
-    doc_type: str
-    status: Literal["ok", "skipped"] = "ok"
-    skip_reason: SkipReason | None = None
-    skip_detail: str | None = None
-    duplicate_of: str | None = None
 
 
 @dataclass
@@ -95,6 +72,7 @@ class _Entry:
     read: Callable[[int], _Read]  # max_bytes -> _Read
     doc_type: str | None = None  # forced type (e.g. "directory" for an unlistable folder)
     skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
+    parent: str | None = None  # an e-mail attachment: its message's doc id
 
 
 def _read_local(path: str) -> Callable[[int], _Read]:
@@ -191,13 +169,6 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
             yield _Entry(rel, path.as_uri(), _read_local(str(path)))
 
 
-@lru_cache(maxsize=16)
-def _open_store(uri: str, endpoint_url: str | None) -> Any:
-    from checkpoints.store import open_store
-
-    return open_store(uri, endpoint_url=endpoint_url)
-
-
 def _read_s3(store: ObjectStore, key: str) -> Callable[[int], _Read]:
     def read(max_bytes: int) -> _Read:
         try:
@@ -212,7 +183,7 @@ def _read_s3(store: ObjectStore, key: str) -> Callable[[int], _Read]:
 
 def _s3_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     base = source.rstrip("/")
-    store = _open_store(base, settings.s3_endpoint_url)
+    store = open_source_store(base, settings.s3_endpoint_url)
     inc, exc = settings.inventory.include, settings.inventory.exclude
     try:
         for key in store.list(""):
@@ -242,26 +213,49 @@ def source_kind(source: str) -> SourceKind:
     return SourceKind.S3 if source.startswith("s3://") else SourceKind.LOCAL
 
 
-def _check_content(doc_type: str, data: bytes) -> tuple[SkipReason, str] | None:
-    """None when the bytes give text; else (reason, detail)."""
+def _check_content(doc_type: str, data: bytes, limits: Limits) -> tuple[SkipReason, str] | Content:
+    """What the reader makes of the bytes, or (reason, detail) when there is nothing to send."""
     if not data:
         return SkipReason.EMPTY, "file has no bytes"
     try:
-        text = extract_text(doc_type, data)
-    except BinaryContent as e:
-        return SkipReason.BINARY, str(e)
+        content = read(doc_type, data, limits)
     except ExtractError as e:
-        return SkipReason.UNDECODABLE, str(e)
-    if not text.strip():
-        what = "no extractable text (scanned PDF?)" if doc_type == DocType.PDF.value else "only whitespace"
-        return SkipReason.EMPTY, what
-    return None
+        return SkipReason(e.reason), str(e)
+    if not content.text.strip() and content.media_type is None and not content.parts:
+        return SkipReason.EMPTY, "only whitespace"
+    return content
 
 
-def _classify(entry: _Entry, max_bytes: int, seen: dict[str, str], types: frozenset[str]) -> Document:
+def _traits(content: Content, settings: Settings) -> dict[str, Any]:
+    """The Document fields that record what the reader found, and how it is sent by default."""
+    return {
+        "send_as": sent_as(content, settings.formats.pdf_send_as),
+        "pages": content.page_count or None,
+        "text_chars": sum(1 for ch in content.text if not ch.isspace()),
+        "textless_pages": len(content.textless_pages),
+        "media_type": content.media_type,
+        "image_tokens": content.image_tokens,
+        "encoding": content.encoding if content.guessed else None,
+    }
+
+
+@dataclass
+class _Scan:
+    """What classifying the entries of one source shares."""
+
+    max_bytes: int
+    types: frozenset[str]
+    limits: Limits
+    settings: Settings
+    seen: dict[str, str]  # sha256 -> the first ok doc id with it
+
+
+def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
     doc_id = make_doc_id(entry.name)
     doc_type = entry.doc_type or doc_type_for(entry.name)
-    base: dict[str, Any] = {"doc_id": doc_id, "source_uri": entry.source_uri, "doc_type": doc_type}
+    base: dict[str, Any] = {
+        "doc_id": doc_id, "source_uri": entry.source_uri, "doc_type": doc_type, "parent": entry.parent,
+    }  # fmt: skip
 
     def skipped(read: _Read, reason: SkipReason, detail: str, dup: str | None = None) -> Document:
         return Document(
@@ -270,22 +264,59 @@ def _classify(entry: _Entry, max_bytes: int, seen: dict[str, str], types: frozen
         )  # fmt: skip
 
     if entry.skip is not None:
-        return skipped(_Read(), *entry.skip)
-    read = entry.read(max_bytes)
-    if read.error is not None:
-        return skipped(read, SkipReason.UNREADABLE, read.error)
-    if doc_type not in types:
-        return skipped(read, SkipReason.UNSUPPORTED_TYPE, f"type {doc_type!r} is not taken by this run")
-    if read.size > max_bytes or read.data is None:
-        return skipped(read, SkipReason.OVERSIZED, f"{read.size} bytes > limit {max_bytes}")
-    problem = _check_content(doc_type, read.data)
-    if problem is not None:
-        return skipped(read, *problem)
-    first = seen.get(read.sha256)
+        return skipped(_Read(), *entry.skip), None
+    got = entry.read(scan.max_bytes)
+    if got.error is not None:
+        return skipped(got, SkipReason.UNREADABLE, got.error), None
+    if doc_type not in scan.types:
+        return skipped(got, SkipReason.UNSUPPORTED_TYPE, f"type {doc_type!r} is not taken by this run"), None
+    if got.size > scan.max_bytes or got.data is None:
+        return skipped(got, SkipReason.OVERSIZED, f"{got.size} bytes > limit {scan.max_bytes}"), None
+    content = _check_content(doc_type, got.data, scan.limits)
+    if not isinstance(content, Content):
+        return skipped(got, *content), None
+    first = scan.seen.get(got.sha256)
     if first is not None:
-        return skipped(read, SkipReason.DUPLICATE, f"same content as {first}", first)
-    seen[read.sha256] = doc_id
-    return Document(**base, sha256=read.sha256, size=read.size)
+        return skipped(got, SkipReason.DUPLICATE, f"same content as {first}", first), None
+    scan.seen[got.sha256] = doc_id
+    return Document(**base, sha256=got.sha256, size=got.size, **_traits(content, scan.settings)), content
+
+
+def _part_read(data: bytes) -> Callable[[int], _Read]:
+    sha = hashlib.sha256(data).hexdigest()
+    return lambda max_bytes: _Read(sha, len(data), data if len(data) <= max_bytes else None)
+
+
+def _attachments(
+    message: Document, content: Content, scan: _Scan, depth: int, chain: frozenset[str]
+) -> Iterator[Document]:
+    """The attachments of an `ok` message as documents, each followed by its own attachments."""
+    formats = scan.settings.formats
+    for i, part in enumerate(content.parts, start=1):
+        entry = _Entry(
+            f"{message.doc_id}/{i}-{part.name}", part_uri(message.source_uri, i), _part_read(part.data),
+            parent=message.doc_id,
+        )  # fmt: skip
+        if i > formats.max_attachments:
+            why = f"attachment {i} of {len(content.parts)}: past formats.max_attachments ({formats.max_attachments})"
+            entry.skip = (SkipReason.OVER_LIMIT, why)
+        doc, inner = _classify(entry, scan)
+        if inner is not None and inner.message_id is not None:
+            if inner.message_id in chain:
+                doc = _refuse(
+                    doc, SkipReason.FORWARD_LOOP, f"message {inner.message_id} is attached inside itself"
+                )
+            elif depth + 1 > formats.max_nesting:
+                doc = _refuse(
+                    doc, SkipReason.OVER_LIMIT, f"a message nested {depth + 1} deep (formats.max_nesting)"
+                )
+        yield doc
+        if doc.status == "ok" and inner is not None and inner.parts:
+            yield from _attachments(doc, inner, scan, depth + 1, chain | {inner.message_id or doc.sha256})
+
+
+def _refuse(doc: Document, reason: SkipReason, detail: str) -> Document:
+    return doc.model_copy(update={"status": "skipped", "skip_reason": reason, "skip_detail": detail})
 
 
 def source_is_empty(source: str, settings: Settings) -> bool:
@@ -296,62 +327,21 @@ def source_is_empty(source: str, settings: Settings) -> bool:
 def inventory(
     source: str, settings: Settings | None = None, *, doc_types: Iterable[str] | None = None
 ) -> Iterator[Document]:
-    """Documents of `source` (folder, file, or s3://bucket/prefix), sorted by relative path.
+    """Documents of `source` (folder, file, or s3://bucket/prefix), sorted by relative path; an
+    e-mail's attachments follow their message.
 
     `doc_types` (e.g. `recipe.doc_types`) limits the types taken; others are skipped as
-    `unsupported_type`. Default: documents (txt, md, html, json, csv, pdf) and source/config files.
+    `unsupported_type`. Default: every type docmill reads (tasks.readers) and source/config files.
     Raises InputError only when the source itself cannot be read; bad files become skipped documents.
     """
     settings = settings or get_settings()
-    max_bytes = settings.inventory.max_document_bytes
     types = ALL_TYPES if doc_types is None else frozenset(t for t in doc_types if t in ALL_TYPES)
-    seen: dict[str, str] = {}
+    scan = _Scan(settings.inventory.max_document_bytes, types, read_limits(settings), settings, {})
     for entry in SOURCES[source_kind(source)](source, settings):
-        yield _classify(entry, max_bytes, seen, types)
-
-
-def _load_local(uri: str) -> bytes:
-    path = os.fsdecode(urllib.parse.unquote_to_bytes(urllib.parse.urlsplit(uri).path))
-    return Path(path).read_bytes()
-
-
-def _load_s3(uri: str, settings: Settings) -> bytes:
-    root, _, key = uri.rpartition("/")
-    data: bytes = _open_store(root, settings.s3_endpoint_url).get(key)
-    return data
-
-
-def load_bytes(doc: Document, settings: Settings | None = None) -> bytes:
-    """The raw bytes of `doc`, checked against the sha256 taken at inventory time."""
-    settings = settings or get_settings()
-    try:
-        if doc.source_uri.startswith("s3://"):
-            data = _load_s3(doc.source_uri, settings)
-        else:
-            data = _load_local(doc.source_uri)
-    except (OSError, DocmillError) as e:
-        raise InputError(f"cannot read {doc.doc_id}: {e}", doc_id=doc.doc_id) from e
-    if hashlib.sha256(data).hexdigest() != doc.sha256:
-        raise InputError(
-            f"{doc.doc_id} changed since the inventory (sha256 differs)",
-            hint="start a new run so the new content gets its own results",
-            doc_id=doc.doc_id,
-        )
-    return data
-
-
-def load_text(doc: Document, settings: Settings | None = None) -> str:
-    """The extracted text of an `ok` document. Raises InputError with a one-line reason."""
-    if doc.status != "ok":
-        raise InputError(
-            f"{doc.doc_id} was skipped ({doc.skip_reason.value if doc.skip_reason else 'unknown'}); it has no text",
-            doc_id=doc.doc_id,
-        )
-    data = load_bytes(doc, settings)
-    try:
-        return extract_text(doc.doc_type, data)
-    except ExtractError as e:
-        raise InputError(f"cannot extract text from {doc.doc_id}: {e}", doc_id=doc.doc_id) from e
+        doc, content = _classify(entry, scan)
+        yield doc
+        if content is not None and content.parts:
+            yield from _attachments(doc, content, scan, 0, frozenset({content.message_id or doc.sha256}))
 
 
 def summarize_inventory(docs: Iterable[Document]) -> dict[str, Any]:
@@ -374,3 +364,15 @@ def summarize_inventory(docs: Iterable[Document]) -> dict[str, Any]:
         "by_reason": dict(sorted(by_reason.items())),
         "by_type": dict(sorted(by_type.items())),
     }
+
+
+__all__ = [
+    "Document",
+    "SkipReason",
+    "inventory",
+    "load_bytes",
+    "load_content",
+    "load_text",
+    "source_is_empty",
+    "summarize_inventory",
+]

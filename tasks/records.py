@@ -102,6 +102,7 @@ class ReviewItem(TypedDict):
     raw_output: str | None
     output: dict[str, Any] | None
     flags: NotRequired[list[dict[str, Any]]]
+    provenance: NotRequired[dict[str, Any] | None]  # evidence pages and offsets (tasks.per_file.gate)
     model: str | None
     attempts: int
     tried: list[dict[str, Any]]

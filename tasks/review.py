@@ -18,6 +18,7 @@ them into what readers use:
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -34,10 +35,15 @@ class ReviewMark(TypedDict):
 
     action: str
     by: str
-    at: float
+    at: str  # ISO 8601, UTC (`2026-12-01T04:20:35Z`)
     note: str | None
     seq: int
     corrections: dict[str, dict[str, Any]]  # field -> {"from": model's value, "to": reviewer's}
+
+
+def timestamp(at: float) -> str:
+    """Unix seconds as an ISO 8601 UTC timestamp to the second, as exports and `review show` print it."""
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def parse_assignments(items: list[str]) -> dict[str, Any]:
@@ -108,7 +114,7 @@ def mark_of(decision: Decision, output: dict[str, Any] | None) -> ReviewMark:
     return {
         "action": decision.action.value,
         "by": decision.by,
-        "at": decision.at,
+        "at": timestamp(decision.at),
         "note": decision.note,
         "seq": decision.seq,
         "corrections": {k: {"from": plain(out.get(k)), "to": v} for k, v in decision.values.items()},
@@ -163,8 +169,37 @@ def label_records(outcomes: list[dict[str, Any]], decisions: dict[str, Decision]
             "source": "review",
             "decision": decisions[doc_id].action.value,
             "by": decisions[doc_id].by,
-            "at": decisions[doc_id].at,
+            "at": timestamp(decisions[doc_id].at),
             "note": decisions[doc_id].note,
         }
         for doc_id, fields in labels.items()
     ]
+
+
+def review_view(
+    run_id: str,
+    doc_id: str,
+    item: dict[str, Any] | None,
+    outcome: dict[str, Any] | None,
+    history: list[Decision],
+) -> dict[str, Any] | None:
+    """What `docmill review show RUN DOC` prints: the review-queue item (if the document is queued),
+    its outcome's state, every decision on it (oldest first, timestamps in ISO 8601) and, when a
+    decision changed values, the output in force with the model's own beside it. None when the
+    document is neither queued nor decided."""
+    if item is None and not history:
+        return None
+    view: dict[str, Any] = dict(item) if item is not None else {"doc_id": doc_id, "run_id": run_id}
+    if outcome is not None:
+        view.setdefault("state", outcome.get("state"))
+        view.setdefault("output", outcome.get("output"))
+    view["decisions"] = [
+        {**d.model_dump(mode="json", exclude={"run_id", "doc_id"}), "at": timestamp(d.at)} for d in history
+    ]
+    if history:
+        in_force = history[-1]
+        view["review"] = mark_of(in_force, (outcome or {}).get("output"))
+        if in_force.values:
+            view["original_output"] = view.get("output")
+            view["output"] = with_values(view.get("output") or {}, in_force.values)
+    return view

@@ -32,6 +32,7 @@ import anthropic
 import httpx2
 
 from docmill.shutdown import SHUTDOWN
+from tasks.api.answers import StreamProgress, read_timeout, streams
 from tasks.api.client import ENDINGS, CallResult, ModelClient, OnResponse
 from tasks.api.pacing import WINDOW_FULL, RateLimiter, Ticket, Told
 from tasks.api.retrying import is_retryable
@@ -284,6 +285,7 @@ class AsyncModelClient:
         follow_up = purpose != "first" or ladder.attempts > 1
         ticket = await self.gate.acquire(estimate, max_tokens, follow_up=follow_up)
         told: Told = {}
+        progress = StreamProgress()
         try:
             worst = c._worst_case_usd(ladder.model, estimate, max_tokens)
             hold = await self._reserve(worst)
@@ -292,9 +294,9 @@ class AsyncModelClient:
                 SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
                 await self._admit()  # a streak near the breaker's threshold: one at a time
                 try:
-                    data, request_id, headers = await self._post(body, ladder, told)
-                except anthropic.APITimeoutError as e:
-                    billed = c._timed_out(e, ladder, body, estimate, worst)
+                    data, request_id, headers = await self._post(body, ladder, told, progress)
+                except Exception as e:  # what it may have cost: the one policy (answers.paid_attempt)
+                    billed = c._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, told)
                     raise
                 finally:
                     c.breaker.done()
@@ -309,12 +311,13 @@ class AsyncModelClient:
         return data
 
     async def _post(
-        self, body: dict[str, Any], ladder: Ladder, told: Told
+        self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
     ) -> tuple[dict[str, Any], Any, Any]:
-        stream = self.client._streams(body)
+        api = self.client.settings.api
+        stream = streams(body, api.stream_min_max_tokens)
         try:
-            timeout = None if stream else self.client._read_timeout(body)
-            return await read_answer(self.sdk, body, stream=stream, timeout=timeout)
+            timeout = None if stream else read_timeout(body, api.timeout_seconds)
+            return await read_answer(self.sdk, body, stream=stream, progress=progress, timeout=timeout)
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             self.client._failed(e, ladder, told)
             raise

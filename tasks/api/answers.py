@@ -1,26 +1,55 @@
-"""One answer off the wire, and what a timeout may have cost (used by `client.ModelClient`).
+"""One answer off the wire, and what an attempt that brought no whole answer may have cost.
 
-- `answer(sdk, body, stream=...)`: one HTTP attempt -> (the answer as the JSON the API sent, request
-  id, response headers). Streamed (`messages.stream` -> final message) when asked, so a long answer
-  keeps the connection busy instead of meeting the read timeout; else the raw `create` response.
-- `sent_before_timeout(exc)`: a timeout after the request went out (read/write/pool), which the API
-  may have answered and billed (invariant 13); a connect timeout sent nothing.
-- `PossiblyBilled`: the record of such a request (worst-case USD), handed to the run's cost ledger.
+The policy here is shared by every path that calls the Messages API (`client.ModelClient.call` and
+`.stream`, and the event loop's `aio.AsyncModelClient.call`): what a failed attempt may have cost is decided by
+`paid_attempt`, never by a caller.
+
+- `answer(sdk, body, stream=..., progress=...)`: one HTTP attempt -> (the answer as the JSON the API
+  sent, request id, response headers). Streamed (`messages.stream` -> final message) when asked, so a
+  long answer keeps the connection busy instead of meeting the read timeout; else the raw `create`.
+- `stream_message(sdk, body, progress, betas=...)`: one streamed attempt -> the SDK's final Message
+  object (beta namespace when `betas`): long tasks and compaction (tasks.conversation).
+- `StreamProgress`: what a streamed attempt showed before it ended or broke (the 200, the request id,
+  `message_start`'s usage, `message_delta`'s cumulative usage). `on_event` is the one place that
+  reads it off the events, sync or async.
+- `StreamBroken`: the connection broke after the API answered 200 (a drop: httpx2
+  `RemoteProtocolError` / `ReadError`; or a read timeout while the answer streamed). The SDK raises
+  those raw out of the stream; they become this `APIConnectionError`, retried by the one transport
+  layer (tasks.api.retrying) like any reset.
+- `paid_attempt(exc, progress, ...)`: THE decision of what a failed attempt may have cost
+  (invariant 13): nothing (refused before the model: 4xx/5xx statuses, nothing sent), the stream's
+  final usage (exact: it broke after `message_delta`), or an upper bound flagged possibly billed
+  (the input `message_start` reported plus max_tokens of output; else the request's worst case).
+- `PossiblyBilled` (`paid_record`): the record of such an attempt, handed to the run's cost ledger.
+- The event loop's reader (tasks.api.sse, the per-file pass) fills the same `StreamProgress` from the
+  raw SSE events and raises the same `StreamBroken`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
+import httpx2
+
+from docmill.logs import get_logger
+from tasks.api.usage import prompt_tokens
+
+log = get_logger("api")
+
+TIMEOUT_COVERS = 2048  # output tokens `api.timeout_seconds` covers unstreamed (see `read_timeout`)
+# A failure of the connection after the request went out: the API may have answered and billed it.
+SENT_THEN_BROKEN = (httpx2.ReadError, httpx2.RemoteProtocolError, httpx2.ReadTimeout)
 
 
 @dataclass(frozen=True)
 class PossiblyBilled:
-    """A request that timed out after it was sent: the API may have answered and billed it.
-    `usd` is the worst case (input as cache writes, max_tokens of output)."""
+    """An attempt that may have been billed but brought no whole answer: a timeout after sending, a
+    connection that broke after the request went out, a stream that broke mid-way. `usd` is an upper
+    bound (input as the stream reported it, else as cache writes; max_tokens of output) unless
+    `possibly` is False: the stream broke after reporting its final usage (`usage`), billed exactly."""
 
     pass_name: str
     doc_id: str
@@ -31,14 +60,159 @@ class PossiblyBilled:
     max_tokens: int
     usd: float
     at: float
+    usage: dict[str, Any] | None = None  # what the stream reported (exact when not `possibly`)
+    possibly: bool = True
+    reason: str = "timeout"  # timeout | dropped | stream_error | broken
 
 
 OnPossiblyBilled = Callable[[PossiblyBilled], None]
 
 
+@dataclass(frozen=True)
+class CallLabel:
+    """Whom a call's costs are attributed to (the cost ledger's pass, document and key)."""
+
+    pass_name: str
+    doc_id: str
+    key: str
+
+
+@dataclass
+class StreamProgress:
+    """What one attempt showed before it ended or broke (one per attempt)."""
+
+    answered: bool = False  # the API answered 200 and began streaming: the request reached the model
+    request_id: str | None = None
+    headers: Any = None
+    start_usage: dict[str, Any] | None = None  # message_start: the input side, exact
+    final_usage: dict[str, Any] | None = None  # message_delta, merged over message_start (cumulative)
+    events: int = field(default=0)
+
+    def on_response(self, request_id: str | None, headers: Any) -> None:
+        self.answered, self.request_id, self.headers = True, request_id, headers
+
+    def on_event(self, event: Any) -> None:
+        """Read one stream event: the SDK's typed event (sync or async stream alike) or the event's
+        JSON as a dict (a reader of the raw SSE bytes)."""
+        self.events += 1
+        kind = _field(event, "type")
+        if kind == "message_start":
+            self.start_usage = _dump(_field(_field(event, "message"), "usage"))
+        elif kind == "message_delta":
+            merged = dict(self.final_usage or self.start_usage or {})
+            merged.update({k: v for k, v in _dump(_field(event, "usage")).items() if v is not None})
+            self.final_usage = merged
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _dump(usage: Any) -> dict[str, Any]:
+    if usage is None:
+        return {}
+    if hasattr(usage, "model_dump"):
+        return dict(usage.model_dump(mode="json"))
+    return dict(usage)
+
+
+class StreamBroken(anthropic.APIConnectionError):
+    """The connection broke after the API answered 200 and began streaming (`timed_out`: a read timed
+    out while the answer streamed). A connection error to the retry layer; `progress` says what the
+    stream had shown."""
+
+    def __init__(self, cause: BaseException, request: httpx2.Request, progress: StreamProgress) -> None:
+        self.timed_out = isinstance(cause, httpx2.TimeoutException)
+        self.progress = progress
+        what = "timed out while the answer streamed" if self.timed_out else "dropped mid-stream"
+        super().__init__(message=f"the connection {what} ({type(cause).__name__})", request=request)
+
+
 def sent_before_timeout(exc: anthropic.APITimeoutError) -> bool:
     """A timeout after the request went out (read / write / pool), not a connect timeout."""
     return type(exc.__cause__).__name__ != "ConnectTimeout"
+
+
+def timed_out_after_sending(exc: BaseException) -> bool:
+    """A timeout after the request was sent (unstreamed, or while an answer streamed): resent at most
+    `api.timeout_resends` times (the caller's stop condition)."""
+    if isinstance(exc, StreamBroken):
+        return exc.timed_out
+    return isinstance(exc, anthropic.APITimeoutError) and sent_before_timeout(exc)
+
+
+@dataclass(frozen=True)
+class Paid:
+    """What a failed attempt may have cost (`paid_attempt`)."""
+
+    usd: float
+    possibly: bool  # False: `usage` is the final usage the API reported (exact)
+    usage: dict[str, Any] | None
+    reason: str
+
+
+def paid_attempt(
+    exc: BaseException,
+    progress: StreamProgress,
+    *,
+    worst_usd: float,
+    max_tokens: int,
+    price: Callable[[Mapping[str, Any]], float | None],
+) -> Paid | None:
+    """What the failed attempt `exc` may have cost, or None when the API cannot have billed it.
+
+    - The API answered 200 and the stream broke (a drop, a read timeout mid-stream, an `error` event):
+      exact when `message_delta` had reported the final usage; else the input `message_start`
+      reported plus `max_tokens` of output, flagged possibly billed; else `worst_usd`.
+    - No answer yet: a timeout after sending, or a connection broken after the request went out
+      (read error, peer closed): `worst_usd`, possibly billed.
+    - Anything else (an error status: the API refused it before the model; nothing sent; a 200 that
+      is not a Message): None.
+    `price(usage)` prices a usage by the model asked for (None: no price, counted 0)."""
+    if progress.answered and not (isinstance(exc, anthropic.APIStatusError) and exc.status_code != 200):
+        reason = "stream_error" if isinstance(exc, anthropic.APIStatusError) else _broken_reason(exc)
+        if progress.final_usage is not None:
+            usage = dict(progress.final_usage)
+            return Paid(price(usage) or 0.0, False, usage, reason)
+        if progress.start_usage is not None:
+            bound = {**progress.start_usage, "output_tokens": max_tokens}
+            return Paid(price(bound) or worst_usd, True, bound, reason)
+        return Paid(worst_usd, True, None, reason)
+    if isinstance(exc, anthropic.APITimeoutError):
+        return Paid(worst_usd, True, None, "timeout") if sent_before_timeout(exc) else None
+    if isinstance(exc, anthropic.APIConnectionError) and isinstance(exc.__cause__, SENT_THEN_BROKEN):
+        return Paid(worst_usd, True, None, "broken")
+    return None
+
+
+def _broken_reason(exc: BaseException) -> str:
+    return "timeout" if isinstance(exc, StreamBroken) and exc.timed_out else "dropped"
+
+
+def paid_record(label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int, paid: Paid,
+                at: float) -> PossiblyBilled:  # fmt: skip
+    """The record of a paid attempt without a whole answer, for the run's cost ledger (input tokens as
+    the stream reported them, else the caller's estimate)."""
+    input_tokens = prompt_tokens(paid.usage) if paid.usage else estimate
+    return PossiblyBilled(
+        pass_name=label.pass_name, doc_id=label.doc_id, key=label.key, attempt=attempt, model=model,
+        input_tokens=input_tokens, max_tokens=max_tokens, usd=paid.usd, at=at, usage=paid.usage,
+        possibly=paid.possibly, reason=paid.reason,
+    )  # fmt: skip
+
+
+def keep_paid(kept: list[PossiblyBilled], hook: OnPossiblyBilled | None, entry: PossiblyBilled) -> None:
+    """Keep (and hand to the run's cost ledger, `hook`) an attempt that may have been billed without an
+    answer: a timeout after sending, a connection or stream broken after the request went out."""
+    kept.append(entry)
+    what = "possibly billed (at most" if entry.possibly else "billed (exactly"
+    log.warning(
+        "%s call for %s brought no whole answer (%s) after it was sent: recorded as %s $%.4f)",
+        entry.pass_name, entry.doc_id, entry.reason, what, entry.usd,
+        extra={"doc_id": entry.doc_id, "model": entry.model},
+    )  # fmt: skip
+    if hook is not None:
+        hook(entry)
 
 
 def message_dict(raw: Any) -> dict[str, Any]:
@@ -49,12 +223,12 @@ def message_dict(raw: Any) -> dict[str, Any]:
         data = raw.json()
     except ValueError:
         data = None
-    return checked_message(data, raw.http_response)
+    return as_message(data, raw.http_response)
 
 
-def checked_message(data: Any, http_response: Any) -> dict[str, Any]:
-    """`data` if it is a Message's JSON, else `APIResponseValidationError` (the check of
-    `message_dict`, shared with the event loop's reader, tasks.api.sse)."""
+def as_message(data: Any, http_response: httpx2.Response) -> dict[str, Any]:
+    """`data` (a response body parsed as JSON, or None) when it is a Message, else the error above
+    (shared with the event loop's reader, tasks.api.sse)."""
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         kind = http_response.headers.get("content-type") or "no content type"
         raise anthropic.APIResponseValidationError(
@@ -66,14 +240,59 @@ def checked_message(data: Any, http_response: Any) -> dict[str, Any]:
     return data
 
 
+def _read(events: Any, progress: StreamProgress) -> Any:
+    """Read a `MessageStream` to its end, noting each event; a broken connection -> `StreamBroken`."""
+    progress.on_response(events.request_id, events.response.headers)
+    try:
+        for event in events:
+            progress.on_event(event)
+        return events.get_final_message()
+    except httpx2.TransportError as e:  # raised raw out of the stream by the SDK: after the 200
+        raise StreamBroken(e, events.response.request, progress) from e
+
+
+def stream_message(
+    sdk: anthropic.Anthropic,
+    body: dict[str, Any],
+    progress: StreamProgress,
+    *,
+    betas: list[str] | None = None,
+) -> Any:
+    """One streamed Messages call -> the SDK's final Message (beta namespace when `betas`), with
+    `_request_id` set like a non-streamed answer's."""
+    opened = sdk.beta.messages.stream(betas=betas, **body) if betas else sdk.messages.stream(**body)
+    with opened as events:
+        final = _read(events, progress)
+    final._request_id = progress.request_id
+    return final
+
+
+def streams(body: dict[str, Any], stream_min_max_tokens: int) -> bool:
+    """Whether the answer streams (`api.stream_min_max_tokens`: a long one, read by read), on a
+    thread (`answer`) and on the event loop (tasks.api.sse) alike."""
+    return int(body["max_tokens"]) >= stream_min_max_tokens
+
+
+def read_timeout(body: dict[str, Any], timeout_seconds: float) -> float:
+    """How long an unstreamed answer may take: `api.timeout_seconds` covers 2,048 output tokens
+    (the SDK estimates 58 s for them); a larger max_tokens gets it in proportion."""
+    return timeout_seconds * max(1.0, int(body["max_tokens"]) / TIMEOUT_COVERS)
+
+
 def answer(
-    sdk: anthropic.Anthropic, body: dict[str, Any], *, stream: bool, timeout: float | None = None
+    sdk: anthropic.Anthropic,
+    body: dict[str, Any],
+    *,
+    stream: bool,
+    progress: StreamProgress | None = None,
+    timeout: float | None = None,
 ) -> tuple[dict[str, Any], str | None, Any]:
     """One HTTP attempt: (the answer's JSON, request id, response headers); `timeout` for an
     unstreamed answer (None: the client's)."""
+    progress = progress if progress is not None else StreamProgress()
     if stream:
         with sdk.messages.stream(**body) as events:
-            final = events.get_final_message()
+            final = _read(events, progress)
             data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
             return data, events.request_id, events.response.headers
     raw = sdk.messages.with_raw_response.create(

@@ -4,9 +4,12 @@ early and loudly instead of paying for every document's doomed attempts.
 Two streaks, both reset by a healthy call:
 - API causes, fed by `ModelClient`: `auth` (401), `billing` (402), `permission` (403),
   `model_not_found` (404), `not_a_message` (a 200 whose body is not a Message: wrong base URL, a
-  proxy's page), `connection_refused` (nothing listens; counted per attempt). Any answered Message
-  resets it. Transient failures (429, 5xx, overload, resets) never count: they are retried and end
-  retryable.
+  proxy's page), `connection_refused` (nothing listens; counted per attempt), `invalid_request`
+  (the same 400 `invalid_request_error`, word for word, for every document: a schema the API's grammar
+  compiler refuses, a parameter it does not take; counted once per document, so one document's
+  repeated 400 never trips it, and a document-specific 400 — one document too large — has its own
+  message and starts a new streak). Any answered Message resets it. Transient failures (429, 5xx,
+  overload, resets) never count: they are retried and end retryable.
 - Answer causes, fed by the per-file pass after the gate: every answer invalid alike (`invalid:` the
   same first validation error, or a refusal). An accepted answer resets it; an answer with another
   problem starts a new streak.
@@ -38,7 +41,10 @@ HINTS = {
     "not_a_message": "the endpoint does not answer like the Messages API: check DOCMILL_API__BASE_URL and proxies",
     "connection_refused": "nothing listens at the API base URL: check DOCMILL_API__BASE_URL",
     "invalid_answers": "every answer fails the gate the same way: check the model, the recipe and the endpoint",
+    "invalid_request": "every document is refused with the same 400: fix the request it names (the recipe's "
+    "schema, a setting; `docmill doctor` checks schemas with one call)",
 }
+INVALID_REQUEST = "invalid_request"
 
 
 class CircuitBreaker:
@@ -52,6 +58,7 @@ class CircuitBreaker:
             "api": (None, 0, ""),
             "answers": (None, 0, ""),
         }
+        self._who: set[str] = set()  # documents of the current API streak (invalid_request counts them)
         self.tripped: SystemicFailure | None = None
 
     def check(self) -> None:
@@ -91,17 +98,29 @@ class CircuitBreaker:
             self.in_flight -= 1
             self._lock.notify_all()
 
-    def api(self, cause: str | None, detail: str = "") -> None:
-        """One API call's systemic cause, or None for an answered Message."""
-        self._note("api", cause, detail)
+    def api(self, cause: str | None, detail: str = "", *, who: str | None = None) -> None:
+        """One API call's systemic cause, or None for an answered Message. With `who` (the document),
+        the streak counts documents: the same one again leaves it where it is."""
+        self._note("api", cause, detail, who)
+
+    def invalid_request(self, detail: str, who: str) -> None:
+        """A 400 `invalid_request_error` of document `who`; `detail` (the error, word for word) is the
+        cause: the same refusal for N different documents in a row trips the breaker."""
+        self._note("api", f"{INVALID_REQUEST}:{detail}", detail, who)
 
     def answer(self, cause: str | None, detail: str = "") -> None:
         """One gated answer: None when accepted, else what is wrong with it (`invalid:<error>`)."""
         self._note("answers", cause, detail)
 
-    def _note(self, streak: str, cause: str | None, detail: str) -> None:
+    def _note(self, streak: str, cause: str | None, detail: str, who: str | None = None) -> None:
         with self._lock:
             last, n, _ = self._streaks[streak]
+            if streak == "api" and cause != last:
+                self._who = set()
+            if who is not None and cause == last and who in self._who:
+                return  # the same document again: not another document refused alike
+            if who is not None:
+                self._who.add(who)
             n = 0 if cause is None else (n + 1 if cause == last else 1)
             self._streaks[streak] = (cause, n, detail)
             self._lock.notify_all()
@@ -109,8 +128,13 @@ class CircuitBreaker:
             threshold = 1 if streak == "api" and kind in IMMEDIATE else self.threshold
             if cause is None or n < threshold or self.tripped is not None:
                 return
+            what = (
+                f"{n} documents in a row were refused the same way ({kind})"
+                if kind == INVALID_REQUEST
+                else f"{n} calls in a row failed the same way ({kind})"
+            )
             self.tripped = SystemicFailure(
-                f"{n} calls in a row failed the same way ({kind}): {detail[:200]}",
+                f"{what}: {detail[:200]}",
                 hint=f"{HINTS.get(kind, 'fix the cause')}, then `docmill resume RUN_ID`",
                 cause=kind,
                 calls=n,

@@ -17,12 +17,12 @@ loop (tasks.api.aio.async_client, the per-file pass) is built from the same poli
 
 from __future__ import annotations
 
-import logging
 import math
 import random
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
@@ -33,13 +33,35 @@ from docmill.errors import SpendLimitReached
 from docmill.logs import get_logger
 from docmill.prices import priced_usd, worst_usd
 from docmill.shutdown import SHUTDOWN
-from tasks.api.answers import OnPossiblyBilled, PossiblyBilled, answer, sent_before_timeout
+from tasks.api.answers import (
+    CallLabel,
+    OnPossiblyBilled,
+    Paid,
+    PossiblyBilled,
+    StreamProgress,
+    answer,
+    keep_paid,
+    paid_attempt,
+    paid_record,
+    read_timeout,
+    stream_message,
+    streams,
+    timed_out_after_sending,
+)
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
 from tasks.api.ladder import CallResult as CallResult  # re-exported: what a call returns
-from tasks.api.ladder import Ladder, call_error
+from tasks.api.ladder import Ladder, answered, call_error
 from tasks.api.pacing import WINDOW_MAX, Budget, RateLimiter, Told
-from tasks.api.retrying import describe, is_retryable, is_spend_limit, spend_limit_error, wait_seconds
-from tasks.api.usage import add_usage, estimate_input_tokens
+from tasks.api.retrying import (
+    describe,
+    is_invalid_request,
+    is_refused,
+    is_retryable,
+    is_spend_limit,
+    spend_limit_error,
+    wait_seconds,
+)
+from tasks.api.usage import estimate_input_tokens, usage_of
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -48,10 +70,8 @@ if TYPE_CHECKING:
 log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
-# what a call's retry loop can end with that `_ended` turns into the call's error
 Ending = tuple[BaseException, BaseException | None]  # the error a call ends with, and its cause
-TIMEOUT_COVERS = 2048  # output tokens `api.timeout_seconds` covers unstreamed (see `_read_timeout`)
-ENDINGS = (
+ENDINGS = (  # what a call's retry loop can end with that `_ended` turns into the call's error
     RetryError,
     anthropic.APIStatusError,
     anthropic.APIConnectionError,
@@ -88,7 +108,8 @@ class ModelClient:
         self.limiter = RateLimiter(
             api.requests_per_minute, api.input_tokens_per_minute, api.output_tokens_per_minute,
             concurrency=api.concurrency, ramp_seconds=api.ramp_seconds, ramp_start=api.ramp_start,
-            share=api.limit_share, clock=clock, sleep=sleep,
+            clock=clock, sleep=sleep,
+            counts_cache_reads=api.input_limit_counts_cache_reads,
         )  # fmt: skip
         self._sleep, self._rng = sleep, rng
         self.budget = budget or Budget(settings.cost.max_cost_usd)
@@ -114,41 +135,67 @@ class ModelClient:
         return self._sdk
 
     def run(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
-            max_tokens: int = 0) -> T:  # fmt: skip
-        """Any other SDK call (count_tokens, compaction, ...) through the one transport layer: retries,
-        pacer, concurrency bound and, given `model`, the cost cap (worst case reserved, then settled)."""
+            max_tokens: int = 0, label: CallLabel | None = None) -> T:  # fmt: skip
+        """Any other SDK call (count_tokens, ...) through the one transport layer: retries, pacer,
+        concurrency bound and, given `model`, the cost cap (worst case reserved, then settled) and the
+        record of an attempt that may have been billed without an answer (against `label`)."""
+        return self._run(lambda _progress: fn(), pace_tokens, model, max_tokens, label)
+
+    def stream(self, body: dict[str, Any], *, label: CallLabel, betas: list[str] | None = None) -> Any:
+        """One Messages call that may run long (long documents, long tasks, compaction), streamed so a
+        long answer never meets the read timeout; the SDK's final Message (beta when `betas`). A
+        timeout after sending is possibly billed and resent at most `api.timeout_resends` times; a
+        stream that breaks is retried, each paid attempt recorded (`answers.paid_attempt`)."""
+        pace, model = estimate_input_tokens(body), str(body["model"])
+        fn = partial(stream_message, self._sdk, body, betas=betas)
+        return self._run(fn, pace, model, int(body.get("max_tokens") or 0), label)
+
+    def _run(self, fn: Callable[[StreamProgress], T], pace_tokens: int, model: str | None, max_tokens: int,
+             label: CallLabel | None) -> T:  # fmt: skip
         api = self.settings.api
-        attempts = [0]
+        attempts, timeouts = [0], [0]
 
         def once() -> T:
             SHUTDOWN.check()
             self.breaker.check()
             attempts[0] += 1
             ticket = self.limiter.acquire(pace_tokens, max_tokens) if pace_tokens else None
-            billed, used = 0.0, None
+            billed, used, progress = 0.0, None, StreamProgress()
             try:
                 worst = self._worst_case_usd(model, pace_tokens, max_tokens) if model else 0.0
                 hold = self.budget.reserve(worst) if model else 0.0
                 try:
-                    with self.semaphore:
-                        result = fn()
-                    usage = getattr(result, "usage", None)
-                    used = (
-                        usage.model_dump(mode="json")
-                        if usage is not None and hasattr(usage, "model_dump")
-                        else usage
-                    )
+                    try:
+                        with self.semaphore:
+                            result = fn(progress)
+                    except Exception as e:
+                        if model is None:
+                            raise  # count_tokens and other free calls: nothing is billed
+                        timeouts[0] += timed_out_after_sending(e)
+                        paid = paid_attempt(
+                            e,
+                            progress,
+                            worst_usd=worst,
+                            max_tokens=max_tokens,
+                            price=partial(priced_usd, model),
+                        )
+                        if paid is not None:
+                            billed = paid.usd
+                            who = label or CallLabel("call", "*", "")
+                            self._record_paid(who, attempts[0], model, pace_tokens, max_tokens, paid)
+                        raise
+                    used = usage_of(result)
                     billed = self._cost(model, used) if model and used is not None else 0.0
                     return result
                 finally:
                     self.budget.settle(hold, billed)
             finally:
                 if ticket is not None:
-                    self.limiter.release(ticket, usage=used if isinstance(used, dict) else None)
+                    self.limiter.release(ticket, usage=used)
 
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
-            stop=lambda _s: attempts[0] >= api.max_attempts,
+            stop=lambda _s: attempts[0] >= api.max_attempts or timeouts[0] > api.timeout_resends,
             wait=lambda st: self._wait_any(st, attempts[0]),
             sleep=self._backoff,
             reraise=True,
@@ -166,6 +213,7 @@ class ModelClient:
         body, estimate, max_tokens = self._open(request, ladder)
         ticket = self.limiter.acquire(estimate, max_tokens)
         told: Told = {}
+        progress = StreamProgress()
         try:
             worst = self._worst_case_usd(ladder.model, estimate, max_tokens)
             hold = self.budget.reserve(worst)
@@ -175,9 +223,9 @@ class ModelClient:
                     SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
                     self.breaker.admit(SHUTDOWN.check)  # a streak near the threshold: one at a time
                     try:
-                        data, request_id, headers = self._post(body, ladder, told)
-                    except anthropic.APITimeoutError as e:
-                        billed = self._timed_out(e, ladder, body, estimate, worst)
+                        data, request_id, headers = self._post(body, ladder, told, progress)
+                    except Exception as e:
+                        billed = self._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, told)
                         raise
                     finally:
                         self.breaker.done()
@@ -205,15 +253,6 @@ class ModelClient:
         body = {**request, "model": ladder.model}
         return body, estimate_input_tokens(body), int(body["max_tokens"])
 
-    def _streams(self, body: dict[str, Any]) -> bool:
-        """Whether the answer streams (from `api.stream_min_max_tokens`: a long one, read by read)."""
-        return int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
-
-    def _read_timeout(self, body: dict[str, Any]) -> float:
-        """How long an unstreamed answer may take: `api.timeout_seconds` covers 2,048 output tokens
-        (the SDK estimates 58 s for them); a larger max_tokens gets it in proportion."""
-        return self.settings.api.timeout_seconds * max(1.0, int(body["max_tokens"]) / TIMEOUT_COVERS)
-
     def _failed(self, e: Exception, ladder: Ladder, told: Told) -> None:  # what pacer, ladder, breaker learn
         if isinstance(e, anthropic.APIStatusError):
             told["headers"] = e.response.headers
@@ -221,18 +260,28 @@ class ModelClient:
             ladder.failed(e)
         elif isinstance(e, anthropic.APIConnectionError):
             ladder.failed(e)
-            if _refused(e):
+            if is_refused(e):
                 self.breaker.api("connection_refused", describe(e))
 
-    def _timed_out(
-        self, e: anthropic.APITimeoutError, ladder: Ladder, body: dict[str, Any], estimate: int, worst: float
-    ) -> float:
-        """A timeout: what the cap keeps of it (its worst case, recorded as possibly billed, when the
-        request went out before it timed out; else nothing)."""
-        if not sent_before_timeout(e):
+    def _failed_attempt(self, exc: BaseException, progress: StreamProgress, ladder: Ladder, worst: float,
+                        estimate: int, max_tokens: int, told: Told) -> float:  # fmt: skip
+        """What a failed per-call attempt may have cost (0: nothing), recorded when it is not 0; a
+        timeout after sending counts against `api.timeout_resends`."""
+        ladder.timeouts += timed_out_after_sending(exc)
+        price = partial(priced_usd, ladder.model)
+        paid = paid_attempt(exc, progress, worst_usd=worst, max_tokens=max_tokens, price=price)
+        if paid is None:
             return 0.0
-        self._possibly_billed(ladder, body, estimate, worst)
-        return worst
+        if not paid.possibly and paid.usage is not None:
+            told["usage"] = paid.usage  # the pacer learns what it really took
+        label = CallLabel(ladder.pass_name, ladder.doc_id, ladder.key)
+        self._record_paid(label, ladder.attempts, ladder.model, estimate, max_tokens, paid)
+        return paid.usd  # the cap keeps what it may have cost
+
+    def _record_paid(self, label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int,
+                     paid: Paid) -> None:  # fmt: skip
+        entry = paid_record(label, attempt, model, estimate, max_tokens, paid, self.wall())
+        keep_paid(self.possibly_billed, self.on_possibly_billed, entry)
 
     def _answered(
         self, data: dict[str, Any], request_id: str | None, headers: Any, ladder: Ladder, told: Told
@@ -245,32 +294,16 @@ class ModelClient:
         told["usage"] = data.get("usage") or {}
         return self._cost(ladder.model, data.get("usage"))
 
-    def _possibly_billed(self, ladder: Ladder, body: dict[str, Any], estimate: int, worst: float) -> None:
-        ladder.timeouts += 1
-        entry = PossiblyBilled(
-            pass_name=ladder.pass_name, doc_id=ladder.doc_id, key=ladder.key, attempt=ladder.attempts,
-            model=ladder.model, input_tokens=estimate, max_tokens=int(body["max_tokens"]), usd=worst,
-            at=self.wall(),
-        )  # fmt: skip
-        self.possibly_billed.append(entry)
-        log.warning(
-            "%s call for %s timed out after it was sent: recorded as possibly billed (worst case $%.4f)",
-            ladder.pass_name, ladder.doc_id, worst, extra={"doc_id": ladder.doc_id, "model": ladder.model},
-        )  # fmt: skip
-        if self.on_possibly_billed is not None:
-            self.on_possibly_billed(entry)
-
     def _post(
-        self, body: dict[str, Any], ladder: Ladder, told: Told
+        self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
     ) -> tuple[dict[str, Any], str | None, Any]:
         """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
         max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message);
         below it the answer comes whole within `_read_timeout`."""
         try:
-            stream = self._streams(body)
-            return answer(
-                self._sdk, body, stream=stream, timeout=None if stream else self._read_timeout(body)
-            )
+            stream = streams(body, self.settings.api.stream_min_max_tokens)
+            timeout = None if stream else read_timeout(body, self.settings.api.timeout_seconds)
+            return answer(self._sdk, body, stream=stream, progress=progress, timeout=timeout)
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             self._failed(e, ladder, told)
             raise
@@ -288,22 +321,20 @@ class ModelClient:
         return worst
 
     def _wait(self, state: RetryCallState, ladder: Ladder) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        return 0.0 if exc is None else self._wait_for(exc, ladder)
+        return self._wait_any(state, max(ladder.attempts_on_model, 1))
 
     def _wait_for(self, exc: BaseException, ladder: Ladder) -> float:
         """The wait before the next attempt after `exc` (retrying.wait_seconds)."""
-        api = self.settings.api
+        api, attempt = self.settings.api, max(ladder.attempts_on_model, 1)
         return wait_seconds(
-            exc, max(ladder.attempts_on_model, 1), api.backoff_max_seconds, self._rng,
-            asked_max=api.retry_after_max_seconds,
-        )  # fmt: skip
+            exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
+        )
 
     def _wait_any(self, state: RetryCallState, attempt: int) -> float:
         exc = state.outcome.exception() if state.outcome else None
+        api = self.settings.api
         if exc is None:
             return 0.0
-        api = self.settings.api
         return wait_seconds(
             exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
         )
@@ -377,44 +408,13 @@ class ModelClient:
         if status in API_CAUSES:
             self.breaker.api(API_CAUSES[status], describe(e))
             self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
+        elif is_invalid_request(e):  # the same 400 for every document: systemic (issue 22)
+            self.breaker.invalid_request(describe(e), doc_id)
         return call_error(e, ladder, key, doc_id, pass_name, kind), e
 
-    def _result(
-        self,
-        message: dict[str, Any],
-        ladder: Ladder,
-        started: float,
-        purpose: str,
-        prompt_version: str | None,
-    ) -> CallResult:
+    def _result(self, message: dict[str, Any], ladder: Ladder, started: float, purpose: str,
+                prompt_version: str | None) -> CallResult:  # fmt: skip
         """An answered call: the breaker's API streak reset, one structured log line, the result."""
         self.breaker.api(None)
-        usage = add_usage({}, message.get("usage"))
         cost = self._cost(ladder.model, message.get("usage"))
-        if log.isEnabledFor(logging.INFO):
-            log.info(
-                "%s call answered (%s)",
-                ladder.pass_name,
-                purpose,
-                extra={
-                    "doc_id": ladder.doc_id, "request_id": message.get("_request_id"), "model": ladder.model,
-                    "prompt_version": prompt_version, "stop_reason": message.get("stop_reason"),
-                    "usage": usage, "latency_ms": round((time.monotonic() - started) * 1000, 1),
-                    "attempt": ladder.attempts, "cost_usd": round(cost, 6),
-                },
-            )  # fmt: skip
-        return CallResult(
-            message=message, usage=usage, model=ladder.model, request_id=message.get("_request_id"),
-            attempts=ladder.attempts, cost_usd=cost, fell_back=ladder.fell_back, errors=ladder.errors,
-        )  # fmt: skip
-
-
-def _refused(e: BaseException) -> bool:
-    """A refused connection (nothing listens): the thread's transport names it in the cause, the
-    event loop's wraps it a few causes deep."""
-    seen, depth = e.__cause__, 0
-    while seen is not None and depth < 6:
-        if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen):
-            return True
-        seen, depth = seen.__cause__ or seen.__context__, depth + 1
-    return False
+        return answered(message, ladder, started, purpose, prompt_version, cost)

@@ -16,16 +16,22 @@ the run's cost cap.
   (an API that reserves `max_tokens` up front admits it then too), but while it is in flight it
   holds what answers actually use (1.5 x the mean billed output, `max_tokens` until the first
   answer), and its answer settles the difference. The send rate paces output at the mean billed
-  output per request, so output too stays at its limit instead of spending the bucket's minute. Holding `max_tokens` (4,096) per request while
-  answers use ~270 capped a tier-4 run at ~0.7 of its input-token limit (issue 23).
-  Input tokens are estimated from the body, corrected by the ratio billed/estimate seen so far
-  (cache reads counted: conservative where the API does not count them).
+  output per request, so output too stays at its limit instead of spending the bucket's minute.
+  Holding `max_tokens` (4,096) per request while answers use ~270 capped a tier-4 run at ~0.7 of its input-token limit (issue 23).
+  Input tokens are estimated from the body, corrected by the ratio counted/estimate seen so far.
+  What counts is what the API counts against the input-token limit: uncached input and cache
+  writes; cache reads do not for current models (`counts_cache_reads=True` for an endpoint that
+  counts them), so a cached prefix lets more requests through, as it does on the API.
 - **In flight: what the limit needs (Little's law).** The window is the request rate the limits
   admit (the tightest of requests/min, input tokens/min over the mean input per request, output
   tokens/min over the mean output) times the observed latency, x1.5 plus 4; before the first answer
   the latency is at least the age of the first request. `concurrency` is an optional ceiling.
-- **A share of an organisation's limit.** `set_share(s)` paces at `s` x every limit (configured or
-  adopted), changeable at runtime: how a pacer shared across workers hands each process its part.
+- **A share of the organisation's limits.** `set_share(fraction)` makes this process pace at that
+  fraction of every limit (configured or stated by the headers, whose `-remaining` counts the whole
+  organisation), changeable at runtime; tasks.api.shared_limit sets it from the store, so processes
+  on several machines share one limit instead of each assuming all of it. `stats.adopted` keeps the
+  limits as the headers state them (whole organisation) and `stats.sent` counts requests sent, for
+  that layer.
 - `retry-after` is not handled here: it delays only the request that got the 429 (tasks.api.client).
 
 `try_acquire` is the one admission decision (a ticket, or how long to wait); `acquire` waits for it on
@@ -57,6 +63,7 @@ WINDOW_MAX = 10_000  # no ceiling given: at most this many requests in flight
 OUTPUT_HOLD = 1.5  # a request in flight holds this x the mean billed output (plus OUTPUT_PAD)
 OUTPUT_PAD = 64
 WINDOW_FULL = -1.0  # try_acquire: the window is full, wait for an answer
+INPUT_COUNTED = ("input_tokens", "cache_creation_input_tokens")  # against the input-token limit
 
 
 @dataclass
@@ -127,7 +134,8 @@ class PacerStats:
 
     waits: list[float] = field(default_factory=list)
     throttled: int = 0
-    adopted: dict[str, float] = field(default_factory=dict)
+    adopted: dict[str, float] = field(default_factory=dict)  # the organisation's, as headers state them
+    sent: int = 0
 
 
 class RateLimiter:
@@ -143,6 +151,7 @@ class RateLimiter:
         share: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        counts_cache_reads: bool = False,
     ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], not {share}")
@@ -167,6 +176,7 @@ class RateLimiter:
         self._in_flight = 0
         self._lock = threading.Condition()
         self.stats = PacerStats()
+        self.counts_cache_reads = counts_cache_reads
 
     def _new_kind(self, per_minute: float | None, now: float) -> _Kind:
         if not per_minute:
@@ -224,8 +234,9 @@ class RateLimiter:
         """Pace at `share` (0 < share <= 1) of every limit from now on, configured or adopted:
         the part of an organisation's limit this process may use (a pacer shared across workers
         sets it, and may change it at any time). Buckets keep their fill in proportion."""
-        if not 0 < share <= 1:
+        if not share > 0:
             raise ValueError(f"share must be in (0, 1], not {share}")
+        share = min(1.0, float(share))  # a sum of fair shares may round a hair above 1
         with self._lock:
             now = self._clock()
             for state in self._kinds.values():
@@ -292,6 +303,7 @@ class RateLimiter:
                 if state.pace is not None:
                     state.pace.take(paced[kind])
             self._in_flight += 1
+            self.stats.sent += 1
             if self._first_sent is None:
                 self._first_sent = now
             self._input_mean = (
@@ -348,12 +360,9 @@ class RateLimiter:
             self._lock.notify_all()
 
     def _settle_usage(self, ticket: Ticket, usage: Mapping[str, Any]) -> None:
-        # every input token, cache reads included: some models and the emulator count them, and a
-        # per-file prompt is rarely long enough to be cached by the real API anyway
-        billed_in = sum(
-            int(usage.get(f) or 0)
-            for f in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        )
+        # the input tokens the API counts against its limit: cache reads only where it counts them
+        counted = INPUT_COUNTED + (("cache_read_input_tokens",) if self.counts_cache_reads else ())
+        billed_in = sum(int(usage.get(f) or 0) for f in counted)
         billed_out = int(usage.get("output_tokens") or 0)
         if billed_in and ticket.estimate:
             sample = billed_in / ticket.estimate
@@ -382,6 +391,7 @@ class RateLimiter:
             limit = _number(headers.get(f"anthropic-ratelimit-{kind}-limit"))
             remaining = _number(headers.get(f"anthropic-ratelimit-{kind}-remaining"))
             if limit is not None and limit > 0:
+                self.stats.adopted[kind] = limit  # the organisation's: this process paces at a share
                 if state.server is None:
                     state.server = TokenBucket(limit * share, limit * share, now)
                 state.server.refill(now)
@@ -389,9 +399,8 @@ class RateLimiter:
                 state.server.per_minute = state.server.capacity = limit * share
                 state.server.level = min(state.server.level, limit * share)
                 state.adopted = True
-                self.stats.adopted[kind] = limit
             if remaining is not None and state.server is not None:
-                # what the server counted, less what we sent that it may not have counted yet
+                # our share of what the server counted, less what we sent it may not have counted yet
                 state.server.refill(now)
                 state.server.level = min(state.server.capacity, remaining * share - state.in_flight)
 

@@ -4,7 +4,8 @@ to wait. Validation repair is a separate layer (tasks.per_file.gate); the SDK's 
 
 Retried, like the SDK's `_should_retry`: the `x-should-retry` header first (true/false wins),
 then 408, 409, 429, any 5xx (incl. 529 overloaded), a mid-stream `overloaded_error`, connection
-errors and timeouts. Every other 4xx is final, and so is a 429 whose `error_code` says a spend limit
+errors and timeouts, a stream broken after the 200 (`answers.StreamBroken`: a drop, a stall past the
+read timeout). What a failed attempt may have cost is `answers.paid_attempt`'s decision. Every other 4xx is final, and so is a 429 whose `error_code` says a spend limit
 is reached (`SPEND_LIMIT_CODES`): waiting cannot help, `spend_limit_error` turns it into the error
 that stops the run. Waits: `retry-after-ms` / `retry-after` when the server sends them, capped
 at `api.retry_after_max_seconds` (default 60 s, like the SDK; a capped wait is logged), else
@@ -25,6 +26,7 @@ import anthropic
 
 from docmill.errors import SpendLimitReached
 from docmill.logs import get_logger
+from tasks.api.answers import StreamBroken
 
 log = get_logger("api")
 OVERLOADED = 529
@@ -86,6 +88,16 @@ def is_retryable(exc: BaseException) -> bool:
             return True
         return status == 200 and getattr(exc, "type", None) == "overloaded_error"
     return isinstance(exc, anthropic.APIConnectionError)
+
+
+def is_invalid_request(exc: BaseException) -> bool:
+    """A 400 `invalid_request_error`: final for its document; the same one for every document is a
+    systemic failure (tasks.api.breaker)."""
+    return (
+        isinstance(exc, anthropic.APIStatusError)
+        and exc.status_code == 400
+        and getattr(exc, "type", None) == "invalid_request_error"
+    )
 
 
 def is_spend_limit(exc: BaseException) -> bool:
@@ -170,6 +182,19 @@ def describe(exc: BaseException) -> str:
         return f"HTTP {exc.status_code} {kind}: {str(msg)[:300]}"
     if isinstance(exc, anthropic.APITimeoutError):
         return "request timed out"
+    if isinstance(exc, StreamBroken):
+        return exc.message
     if isinstance(exc, anthropic.APIConnectionError):
         return f"connection error: {type(exc.__cause__ or exc).__name__}"
     return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def is_refused(e: BaseException) -> bool:
+    """A refused connection (nothing listens): the thread's transport names it in the cause, the
+    event loop's wraps it a few causes deep."""
+    seen, depth = e.__cause__, 0
+    while seen is not None and depth < 6:
+        if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen):
+            return True
+        seen, depth = seen.__cause__ or seen.__context__, depth + 1
+    return False

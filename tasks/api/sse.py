@@ -1,16 +1,17 @@
 """One answer off the wire on the event loop (used by `tasks.api.aio.AsyncModelClient`), as the JSON
 the API sent, like `tasks.api.answers.answer` on a thread.
 
-- A plain answer: the response's JSON (`answers.checked_message`).
-- A streamed answer (the same `stream` decision as the thread's, `ModelClient._streams`): the SSE
+- A plain answer: the response's JSON (`answers.as_message`).
+- A streamed answer (the same `stream` decision as the thread's, `answers.streams`): the SSE
   events read off the raw response and accumulated into the Message JSON a plain answer would have
   been (`Accumulator`): the SDK's stream helper builds a typed model for every event and then the
   whole message again, about 1.2 ms of CPU per answer; this costs about 0.2 ms.
 - An `error` event mid-stream raises `anthropic.APIStatusError` with status 200, as the SDK does (so
   `retrying.is_retryable` treats it the same). A stream that breaks off after it started (a reset, a
-  closed connection, no `message_stop`) raises `anthropic.APITimeoutError`: the request went out and
-  may be billed, which `ModelClient._timed_out` records and the retry loop resends at most
-  `timeout_resends` times.
+  closed connection, a read timeout, no `message_stop`) raises `answers.StreamBroken` with the
+  `StreamProgress` the events showed, exactly as the thread's reader does: what it may have cost is
+  decided by `answers.paid_attempt` (the one policy), and a read timeout counts against
+  `timeout_resends`.
 """
 
 from __future__ import annotations
@@ -22,20 +23,17 @@ from typing import Any
 import anthropic
 import httpx2
 
-from tasks.api.answers import checked_message
+from tasks.api.answers import StreamBroken, StreamProgress, as_message
 
 PATH = "/v1/messages"
-
-
-class StreamBroken(Exception):
-    """The stream ended before `message_stop`."""
 
 
 class Accumulator:
     """SSE bytes -> the Message JSON (content blocks with their deltas applied, final usage)."""
 
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: Any, progress: StreamProgress) -> None:
         self.response = response
+        self.progress = progress
         self.message: dict[str, Any] | None = None
         self.done = False
         self._partial_json: dict[int, str] = {}
@@ -58,6 +56,7 @@ class Accumulator:
 
     def _event(self, raw: bytes) -> None:
         data = json.loads(raw)
+        self.progress.on_event(data)
         kind = data.get("type")
         if kind == "message_start":
             self.message = data["message"]
@@ -103,15 +102,21 @@ class Accumulator:
 
     def final(self) -> dict[str, Any]:
         if self.message is None or not self.done:
-            raise StreamBroken("the answer's stream ended before message_stop")
+            cut = httpx2.RemoteProtocolError("the answer's stream ended before message_stop")
+            raise StreamBroken(cut, self.response.request, self.progress)
         return self.message
 
 
 async def read_answer(
-    sdk: anthropic.AsyncAnthropic, body: dict[str, Any], *, stream: bool, timeout: float | None = None
+    sdk: anthropic.AsyncAnthropic,
+    body: dict[str, Any],
+    *,
+    stream: bool,
+    progress: StreamProgress,
+    timeout: float | None = None,
 ) -> tuple[dict[str, Any], str | None, Any]:
     """One HTTP attempt on the event loop: (the answer's JSON, request id, response headers);
-    `timeout` for an unstreamed answer (None: the client's).
+    `timeout` for an unstreamed answer (None: the client's); `progress` notes what a stream showed.
 
     The body goes out through the SDK's own `post` (its headers, auth, timeouts and errors) as JSON
     bytes made here: `messages.create` deep-copies every request's parameters first (the schema
@@ -125,13 +130,14 @@ async def read_answer(
             data = json.loads(response.content)
         except ValueError:
             data = None
-        return checked_message(data, response), request_id, response.headers
-    events = Accumulator(response)
+        return as_message(data, response), request_id, response.headers
+    progress.on_response(request_id, response.headers)
+    events = Accumulator(response, progress)
     try:
         await _read(response.aiter_bytes(), events)
         message = events.final()
-    except (httpx2.TransportError, StreamBroken) as e:  # sent, answered in part: may be billed
-        raise anthropic.APITimeoutError(request=response.request) from e
+    except httpx2.TransportError as e:  # after the 200: answered in part, may be billed
+        raise StreamBroken(e, response.request, progress) from e
     finally:
         await response.aclose()
     return message, request_id, response.headers

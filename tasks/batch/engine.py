@@ -35,11 +35,13 @@ from tasks.batch import ingest, lifecycle
 from tasks.batch.ingest import Gated, done_future, ordered_map
 from tasks.batch.items import WorkItem, decode_item
 from tasks.batch.lifecycle import crash_point
+from tasks.batch.longdocs import LongDoc, long_outcome
 from tasks.batch.results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
 from tasks.batch.spool import BatchBody, request_line
 from tasks.inventory import Document
 from tasks.per_file.cost_guard import COST_GUARD, Held, over_guard
 from tasks.per_file.cost_guard import request_worst_usd as request_worst
+from tasks.per_file.media import needs_parts
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_key, file_params
 from tasks.per_file.settle import Pass, enqueue_review, outcome_from_original, skipped_outcome
@@ -55,8 +57,7 @@ STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads, docu
 INGEST_WORKERS = 2  # threads writing gated results to the ledger (more contend on one folder)
 WINDOW = 256  # documents or results in flight in that pool
 Chunk = list[tuple[WorkItem, dict[str, Any]]]  # succeeded results routed as one task
-Pending = tuple[list[WorkItem], "Future[list[Routed]]"]  # a chunk's items and their routing; in flight:
-Inflight = deque[Pending]
+Pending = tuple[list[WorkItem], "Future[list[Routed]]"]  # a chunk's items and their routing, in flight
 
 
 class BatchEngine:
@@ -114,24 +115,24 @@ class BatchEngine:
 
     # ---- submission ------------------------------------------------------------------------
 
-    def _line(self, item: WorkItem, doc: Document | None = None) -> bytes | InputError | Held:
-        """The item's request line, why its document could not be read, or why the per-document
-        cost guard holds it (tasks.per_file.cost_guard; first requests only)."""
+    def _line(self, item: WorkItem, doc: Document | None = None) -> bytes | InputError | Held | LongDoc:
+        """The item's request line, why its document could not be read, why the cost guard holds it
+        (first requests only), or a PDF in page ranges (tasks.batch.longdocs: realtime)."""
+        if doc is not None and item.request is None and needs_parts(doc, self.recipe, self.settings):
+            return LongDoc(doc)
         try:
             request = self.router.request(item, doc)
         except InputError as e:
             return e
-        why = (
-            None
-            if item.request is not None
-            else over_guard(self.settings, request_worst(self.settings, request))
-        )
+        why = None if item.request else over_guard(self.settings, request_worst(self.settings, request))
         return Held(why) if why else request_line(item.custom_id, request)
 
     def _add(
-        self, body: BatchBody, item: WorkItem, line: bytes | InputError | Held
+        self, body: BatchBody, item: WorkItem, line: bytes | InputError | Held | LongDoc
     ) -> tuple[BatchBody, DocOutcome | None]:
         """Spool one request (submitting the body first when it is full), or its failed outcome."""
+        if isinstance(line, LongDoc):
+            return body, long_outcome(self.p, line.doc, item)
         if isinstance(line, InputError):
             return body, self.router.fail(item, "input:unreadable", line.one_line(), permanent=False)
         if isinstance(line, Held):  # to review before it is paid for; not in the ledger
@@ -256,7 +257,7 @@ class BatchEngine:
                     f"results of {bid} are gone (archived after 29 days); its requests are resubmitted"
                 )
                 continue
-            inflight: Inflight = deque()
+            inflight: deque[Pending] = deque()
             chunk: Chunk = []
             for line in lines:
                 crash_point("streaming_results")
@@ -313,7 +314,7 @@ class BatchEngine:
         self.on_progress(_event("collected", rec))
 
     def _send(
-        self, chunk: Chunk, inflight: Inflight, bid: str, costs: list[CostRow], gate_remotely: bool
+        self, chunk: Chunk, inflight: deque[Pending], bid: str, costs: list[CostRow], gate_remotely: bool
     ) -> None:
         """Route succeeded results as one task of the ingest pool, their answers gated as one chunk in
         a worker process (a task per result cost ~20 us of the driver's CPU each)."""

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from docmill.errors import InputError
 from docmill.lifeline import watch_parent_then
-from tasks.inventory import Document, load_text
+from tasks.inventory import Document
 from tasks.per_file.gate import check
+from tasks.per_file.media import load_payload
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -57,10 +58,10 @@ def _init(recipe: Recipe, settings: Settings) -> None:
 def gate_one(recipe: Recipe, settings: Settings, doc: dict[str, Any], message: dict[str, Any]) -> Gated:
     """The gate's verdict on one answer for its document, or why the document could not be read."""
     try:
-        text = load_text(Document.model_validate(doc), settings)
+        payload = load_payload(Document.model_validate(doc), recipe, settings)
     except InputError as e:
         return "unreadable", e.one_line()
-    return "verdict", check(recipe, text, message)
+    return "verdict", check(recipe, payload, message)
 
 
 def _gate_chunk(chunk: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Gated]:

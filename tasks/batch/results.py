@@ -21,11 +21,12 @@ from tasks.api.retrying import RETRYABLE_ERROR_TYPES
 from tasks.api.usage import add_usage
 from tasks.batch.items import WorkItem
 from tasks.batch.lifecycle import crash_point
-from tasks.inventory import Document, load_text
+from tasks.inventory import Document
 from tasks.per_file.accounting import account_attempt, answered_model, file_cost_entry
 from tasks.per_file.gate import Action, Verdict, check, next_request
+from tasks.per_file.media import Payload, load_payload
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, file_request
+from tasks.per_file.requests import FILE_PASS, cache_ttl, file_request
 from tasks.per_file.settle import (
     Pass,
     decide_next,
@@ -59,16 +60,21 @@ class ResultRouter:
     def __init__(self, p: Pass) -> None:
         self.p = p
         self.model = str(p.settings.api.model)
+        self.ttl = cache_ttl(p.recipe, self.model, p.settings, batch=True)  # batches: 1 h when it pays
         # custom_id -> the verdict of its answer gated elsewhere (tasks.batch.ingest), taken once
         self.prechecked: dict[str, Callable[[], tuple[str, Any]]] = {}
 
-    def request(self, item: WorkItem, doc: Document | None = None, text: str | None = None) -> dict[str, Any]:
+    def request(
+        self, item: WorkItem, doc: Document | None = None, text: Payload | None = None
+    ) -> dict[str, Any]:
         """The request an item sends: its follow-up request, or the first one rebuilt from the document."""
         if item.request is not None:
             return item.request
         doc = doc or Document.model_validate(item.doc)
-        text = text if text is not None else load_text(doc, self.p.settings)
-        return file_request(self.p.recipe, doc, text, model=self.model, max_tokens=item.max_tokens)
+        text = text if text is not None else load_payload(doc, self.p.recipe, self.p.settings)
+        return file_request(
+            self.p.recipe, doc, text, model=self.model, max_tokens=item.max_tokens, ttl=self.ttl
+        )
 
     def route(
         self, kind: str, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
@@ -110,7 +116,7 @@ class ResultRouter:
         record is validated only when its text is needed (an answer gated in a worker and accepted
         needs neither: ~40 us a result of the driver's CPU)."""
         doc: Document | None = None
-        text: str | None = None
+        text: Payload | None = None
         verdict: Verdict | None = None
         pre = self.prechecked.pop(item.custom_id, None)  # gated in a worker process (batch_ingest)
         if pre is not None:
@@ -122,7 +128,7 @@ class ResultRouter:
             if verdict is None or (not verdict.ok and text is None):
                 doc = doc or Document.model_validate(item.doc)
                 try:
-                    text = load_text(doc, self.p.settings) if text is None else text
+                    text = load_payload(doc, self.p.recipe, self.p.settings) if text is None else text
                 except InputError as e:
                     return self.fail(item, "input:unreadable", e.one_line(), permanent=False), None
             if verdict is None:
@@ -148,6 +154,21 @@ class ResultRouter:
                 last = e.last_error or e.message
                 return self.outcome(item, DocState.FAILED, failure_type=failure, last_error=last), None
             verdict = None
+
+    def finish_realtime(self, item: WorkItem) -> DocOutcome:
+        """An item with a follow-up request, finished realtime (its batch ended: a deadline moved it
+        there, tasks.deadline): the request, then the gate, its own repairs realtime too."""
+        if not self.p.settings.batch.repairs_realtime:
+            batch = self.p.settings.batch.model_copy(update={"repairs_realtime": True})
+            self.p.settings = self.p.settings.model_copy(update={"batch": batch})
+        try:
+            message, model = self._realtime(item)
+        except ApiCallError as e:
+            last = e.last_error or e.message
+            return self.outcome(item, DocState.FAILED, failure_type=e.failure_type, last_error=last)
+        outcome, _ = self.gated(item, message, model)
+        assert outcome is not None  # repairs realtime: the gate always ends with an outcome
+        return outcome
 
     def _realtime(self, item: WorkItem) -> tuple[dict[str, Any], str]:
         """Send a follow-up realtime (settings.batch.repairs_realtime). The answer is persisted the

@@ -32,7 +32,7 @@ import anthropic
 from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.scratch import HistoryArchive, Scratchpad
 from docmill.errors import ContextError, NotFound, PinnedFactLost, PreconditionFailed
-from tasks.api.usage import estimate_input_tokens
+from tasks.api.answers import CallLabel, StreamProgress, stream_message
 from tasks.conversation import compaction as cmp
 from tasks.conversation.pinned import PinnedFacts
 
@@ -74,6 +74,13 @@ class Transport:
         if self.model_client is None:
             return fn()
         return self.model_client.run(fn, pace_tokens=pace_tokens, model=model, max_tokens=max_tokens)
+
+    def stream(self, body: dict[str, Any], betas: list[str] | None, label: CallLabel) -> Any:
+        """One Messages call, streamed (a long task's answer or a compaction may take minutes): through
+        the ModelClient's transport layer, which records a paid attempt that brought no answer."""
+        if self.model_client is None:
+            return stream_message(self.sdk, body, StreamProgress(), betas=betas)
+        return self.model_client.stream(body, label=label, betas=betas)
 
 
 def safe_group(name: str) -> str:
@@ -199,8 +206,12 @@ class ConversationTask:
     def params(
         self, messages: list[dict[str, Any]], *, with_pinned: bool = True, **extra: Any
     ) -> dict[str, Any]:
-        """The full request for `messages`: static system, pinned block last, tools, extras."""
+        """The full request for `messages`: static system (its last block marked for the prompt cache:
+        the stable prefix every turn and every compaction repeats), pinned block last (it changes, so it
+        comes after the breakpoint), tools, extras."""
         system = [dict(b) for b in self.system]
+        if system and not any("cache_control" in b for b in system):
+            system[-1]["cache_control"] = {"type": "ephemeral"}
         if with_pinned and len(self.pinned):
             system.append({"type": "text", "text": self.pinned.render()})
         out: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "system": system}
@@ -243,13 +254,10 @@ class ConversationTask:
         return "\n".join(parts)
 
     def create(self, betas: list[str] | None, **body: Any) -> Any:
-        """One Messages call through the transport layer; beta namespace when `betas` is given."""
-        sdk = self.transport.sdk
-        pace = estimate_input_tokens(body)
-        cap = {"pace_tokens": pace, "model": body["model"], "max_tokens": int(body.get("max_tokens") or 0)}
-        if betas:
-            return self.transport(lambda: sdk.beta.messages.create(betas=betas, **body), **cap)
-        return self.transport(lambda: sdk.messages.create(**body), **cap)
+        """One Messages call, streamed, through the transport layer; beta namespace when `betas`."""
+        kind = "c" if "compaction" in body else "x"
+        label = CallLabel(self.pass_name, self.doc_id, f"{self.task_id}-{kind}{self.exchanges + 1:06d}")
+        return self.transport.stream(body, betas, label)
 
     # ---- compaction --------------------------------------------------------------------------
 

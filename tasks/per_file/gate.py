@@ -1,8 +1,19 @@
 """The code gate after every model answer, and the repair policy that follows it.
 
 `check()` turns one Message (as a dict) into a `Verdict`: parsed JSON, pydantic validation
-against the recipe's file schema, and verbatim evidence (every excerpt must occur in the document
-after whitespace normalization; an accepted answer keeps each excerpt's character offsets). `decide()` is the one repair policy, shared by the realtime and
+against the recipe's file schema, and evidence: every excerpt must occur in the document after
+whitespace normalization (it was not invented; an accepted answer keeps each excerpt's character
+offsets and page), and every `{value, evidence}` excerpt must contain its value in a normalised form
+(it is about the field: tasks.per_file.support, `evidence_unsupported`).
+
+Documents sent as a PDF or an image (tasks.per_file.media) name the page of each excerpt
+(`[page N] ...`, stripped from the stored output). The verbatim rule for them: an excerpt found in
+the text layer is verified, its page and offsets taken from where it was found (the page the model
+named does not count); one not found is an error, unless the page it names has no text layer (a
+scanned page, an image), where no code can check it: it is kept `verified: false` with the page the
+model named (a page that does not exist is an error), never marked verified. The API's citations
+would not help here: they cannot be combined with structured outputs, and they quote only a text
+layer. settings.gate.unverified_evidence = "review" sends such documents to review instead. `decide()` is the one repair policy, shared by the realtime and
 the batch pass: given a verdict and what was tried so far, accept, repair (re-ask with the errors,
 own attempt and token budget — the validation retry layer of invariant 6), retry once with a larger
 `max_tokens` after truncation, or send the document to review with a reason.
@@ -20,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from tasks.per_file.media import Payload, SendAs, text_payload
 from tasks.per_file.requests import neutralize, repair_request, with_max_tokens
+from tasks.per_file.support import support_flags
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -36,6 +49,11 @@ class Problem(StrEnum):
     CONTEXT_EXCEEDED = "context_window_exceeded"
     INVALID = "validation_failed"
     EVIDENCE = "evidence_not_found"
+    UNSUPPORTED = "evidence_unsupported"  # the excerpt occurs, but does not contain the value
+
+
+UNVERIFIED = "evidence_unverified"  # the review reason under settings.gate.unverified_evidence = "review"
+PAGE_MARK = re.compile(r"^\s*\[\s*(?:page|p\.?)\s*(\d{1,6})\s*\]\s*", re.IGNORECASE)
 
 
 @dataclass
@@ -47,7 +65,14 @@ class Verdict:
     flags: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
     raw_text: str = ""
-    offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # evidence path -> {start, end}
+    offsets: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> {start, end, page, verified}
+    sent_as: str = "text"
+    encoding: str | None = None  # the text was read in this guessed encoding (charset-normalizer)
+
+    @property
+    def unverified(self) -> int:
+        """Evidence excerpts no code could check (pages without a text layer)."""
+        return sum(1 for w in self.offsets.values() if w.get("verified") is False)
 
 
 _WS = re.compile(r"\s+")
@@ -86,40 +111,100 @@ def _validation_errors(e: ValidationError) -> list[str]:
     return out
 
 
-def evidence_flags(
-    recipe: Recipe, output: dict[str, Any], document_text: str, loose: LooseText | None = None
-) -> list[dict[str, Any]]:
-    """A flag for every evidence excerpt that does not occur verbatim (whitespace-normalized), in the
-    text or in the text as the request showed it (document tags made inert); `loose`: the text's
-    `LooseText` when the caller has it."""
-    plain = (loose or LooseText(document_text)).loose  # = normalize_ws(document_text)
-    shown: str | None = None
-    flags = []
+def split_page(excerpt: str) -> tuple[int | None, str]:
+    """(the page a `[page N]` prefix names, the excerpt without it)."""
+    m = PAGE_MARK.match(excerpt)
+    return (int(m.group(1)), excerpt[m.end() :]) if m else (None, excerpt)
+
+
+def _judge(
+    payload: Payload, excerpt: str, loose: LooseText, haystacks: tuple[str, ...]
+) -> dict[str, Any] | str:
+    """Where one excerpt sits (`{start, end, page, verified}`), or why it fails the rule."""
+    claimed, body = split_page(excerpt)
+    needle = normalize_ws(body)
+    if not needle:
+        return "is empty"
+    span = loose.find(needle)
+    if span is not None:
+        return {"start": span[0], "end": span[1], "page": payload.page_of(span[0]), "verified": True}
+    if any(needle in h for h in haystacks):  # found only around a neutralized tag: verbatim, no offsets
+        return {"start": None, "end": None, "page": None, "verified": True}
+    if payload.send is SendAs.TEXT:
+        return "does not occur verbatim in the document"
+    if claimed is not None and not 1 <= claimed <= max(1, payload.page_count):
+        return f"names page {claimed}, but the document sent has {payload.page_count} page(s)"
+    if (claimed is None and payload.textless) or claimed in payload.textless:
+        page = None if claimed is None else claimed + payload.first_page - 1
+        return {"start": None, "end": None, "page": page, "verified": False}
+    return (
+        f"does not occur verbatim on page {claimed} (it has a text layer)"
+        if claimed
+        else ("does not occur verbatim in the document's text layer")
+    )
+
+
+def evidence_report(
+    recipe: Recipe, output: dict[str, Any], source: str | Payload
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(flags for excerpts that fail the verbatim rule or do not contain their value, where each other
+    excerpt sits by path)."""
+    payload = source if isinstance(source, Payload) else text_payload(source)
+    loose = LooseText(payload.text)  # the text's whitespace read once for every excerpt
+    haystacks = (loose.loose, normalize_ws(neutralize(payload.text)))
+    flags: list[dict[str, Any]] = []
+    found: dict[str, dict[str, Any]] = {}
     for path, excerpt in recipe.evidence(output):
-        needle = normalize_ws(str(excerpt or ""))
-        if needle and needle not in plain:
-            shown = normalize_ws(neutralize(document_text)) if shown is None else shown
-        if not needle or (needle not in plain and needle not in str(shown)):
-            flags.append({"path": str(path), "excerpt": excerpt, "problem": Problem.EVIDENCE.value})
-    return flags
+        verdict = _judge(payload, str(excerpt or ""), loose, haystacks)
+        if isinstance(verdict, str):
+            flags.append(
+                {"path": str(path), "excerpt": excerpt, "problem": Problem.EVIDENCE.value, "why": verdict}
+            )
+        elif verdict["start"] is not None or verdict["verified"] is False:
+            found[str(path)] = verdict
+    missing = {f["path"] for f in flags}
+    for f in support_flags(strip_page_marks(recipe, output), recipe.evidence_fields or ()):
+        if f["path"] not in missing:  # an excerpt in the document that does not state its value
+            why = f"does not contain the value {f['value']!r}: quote the text that states the value"
+            flags.append({**f, "why": why})
+    return flags, found
+
+
+def _bare(flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Flags as stored with an outcome: path, excerpt, problem (why is in the errors)."""
+    return [{k: v for k, v in f.items() if k != "why"} for f in flags]
+
+
+def evidence_flags(recipe: Recipe, output: dict[str, Any], document: str | Payload) -> list[dict[str, Any]]:
+    """A flag for every evidence excerpt that fails the verbatim rule or does not state its value
+    (see the module docstring)."""
+    return _bare(evidence_report(recipe, output, document)[0])
 
 
 def evidence_offsets(
-    recipe: Any, output: dict[str, Any], document_text: str, loose: LooseText | None = None
-) -> dict[str, dict[str, int]]:
-    """Where each evidence excerpt sits in the document text: `{path: {"start", "end"}}` (character
-    offsets of its first occurrence, whitespace runs matched loosely as the gate does); excerpts not
-    found are left out."""
-    found: dict[str, dict[str, int]] = {}
-    for path, excerpt in recipe.evidence(output):
-        words = str(excerpt or "").split()
-        if not words:
-            continue
-        loose = loose or LooseText(document_text)
-        span = loose.find(" ".join(words))
-        if span is not None:
-            found[str(path)] = {"start": span[0], "end": span[1]}
-    return found
+    recipe: Any, output: dict[str, Any], document: str | Payload
+) -> dict[str, dict[str, Any]]:
+    """Where each evidence excerpt sits: `{path: {"start", "end", "page", "verified"}}` (character
+    offsets in the text layer, whitespace runs matched loosely as the gate does); excerpts not found
+    are left out."""
+    return evidence_report(recipe, output, document)[1]
+
+
+def strip_page_marks(recipe: Recipe, output: Any) -> Any:
+    """The output with `[page N]` prefixes removed from evidence strings (the page is kept in the
+    provenance)."""
+    names = frozenset(recipe.evidence_fields or ())
+
+    def walk(node: Any, under: bool) -> Any:
+        if isinstance(node, dict):
+            return {k: walk(v, k in names) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, under) for v in node]
+        if under and isinstance(node, str):
+            return split_page(node)[1]
+        return node
+
+    return walk(output, False)
 
 
 class LooseText:
@@ -157,8 +242,8 @@ _STOP_PROBLEMS = {
 }
 
 
-def check(recipe: Recipe, text: str, message: dict[str, Any]) -> Verdict:
-    """Gate one answer for the document `text`."""
+def check(recipe: Recipe, text: str | Payload, message: dict[str, Any]) -> Verdict:
+    """Gate one answer for the document (`text`: its text, or the payload that was sent)."""
     raw = message_text(message)
     stop = message.get("stop_reason")
     data, parse_error = _parse(raw)
@@ -176,16 +261,17 @@ def check(recipe: Recipe, text: str, message: dict[str, Any]) -> Verdict:
         errors = _validation_errors(e)
         return Verdict(False, Problem.INVALID, output=data, errors=errors, stop_reason=stop, raw_text=raw)
     output = model.model_dump(mode="json")
-    loose = LooseText(text)  # read once for the evidence check and its offsets
-    flags = evidence_flags(recipe, output, text, loose)
+    flags, offsets = evidence_report(recipe, output, text)
+    sent = text.send.value if isinstance(text, Payload) else SendAs.TEXT.value
     if flags:
-        errors = [
-            f"{f['path']}: evidence excerpt {f['excerpt']!r} does not occur verbatim in the document"
-            for f in flags
-        ]
-        return Verdict(False, Problem.EVIDENCE, output, errors, flags, stop, raw)
-    offsets = evidence_offsets(recipe, output, text, loose)
-    return Verdict(True, Problem.NONE, output, [], [], stop, raw, offsets)
+        errors = [f"{f['path']}: evidence excerpt {f['excerpt']!r} {f['why']}" for f in flags]
+        verbatim = any(f["problem"] == Problem.EVIDENCE.value for f in flags)
+        problem = Problem.EVIDENCE if verbatim else Problem.UNSUPPORTED
+        return Verdict(False, problem, output, errors, _bare(flags), stop, raw, sent_as=sent)
+    if sent != SendAs.TEXT.value:
+        output = strip_page_marks(recipe, output)
+    guess = text.content.encoding if isinstance(text, Payload) and text.content.guessed else None
+    return Verdict(True, Problem.NONE, output, [], [], stop, raw, offsets, sent, guess)
 
 
 # ---- repair policy -----------------------------------------------------------------------------
@@ -244,6 +330,8 @@ def _can_repair(progress: Progress, settings: Settings, next_tokens: int) -> boo
 
 
 def _on_none(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
+    if getattr(v, "unverified", 0) and s.gate.unverified_evidence == "review":
+        return Decision(Action.REVIEW, UNVERIFIED)
     return Decision(Action.ACCEPT)
 
 
@@ -271,6 +359,7 @@ POLICY: dict[Problem, Callable[[Verdict, Progress, Any, int], Decision]] = {
     Problem.TRUNCATED: _on_truncated,
     Problem.INVALID: _on_repairable,
     Problem.EVIDENCE: _on_repairable,
+    Problem.UNSUPPORTED: _on_repairable,
 }
 
 

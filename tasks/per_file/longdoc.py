@@ -5,6 +5,11 @@ then markdown headings, then blank-line paragraphs, then lines, then a hard cut.
 contiguous slices of the original text (`text[chunk.start:chunk.end] == chunk.text`, and they
 cover the whole text), so every offset maps back into the document.
 
+A PDF sent as a PDF (tasks.per_file.media) is cut into page ranges instead (`media.page_parts`:
+within the API's 100 pages and 32 MB a request and the document budget); each part goes as its own
+`document` block of those pages, knows its pages (`Chunk.first_page`, `last_page`), and the pages
+its answer names are turned into the document's page numbers.
+
 `extract_long` sends the chunks one by one through one `ConversationTask` (its checkpoint makes a
 crash resume at the next chunk; values found so far are pinned facts). Each chunk goes out alone
 with the pinned facts, never with the chunks before it: the document's tokens are paid about once,
@@ -25,12 +30,17 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
-from tasks.per_file.requests import INSTRUCTION, SYSTEM_RULES, neutralize, wrap_document
+from tasks.per_file.gate import PAGE_MARK, evidence_report, strip_page_marks
+from tasks.per_file.media import Payload, SendAs, part_payload
+from tasks.per_file.requests import INSTRUCTION, SYSTEM_RULES, document_blocks, neutralize, wrap_document
 from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
+    from tasks.document import Document
+    from tasks.per_file.outcome import DocOutcome
+    from tasks.per_file.settle import Pass
     from tasks.recipes import Recipe
 
 PASS = "file_long"
@@ -45,6 +55,8 @@ class Chunk:
     start: int
     end: int
     text: str
+    first_page: int | None = None  # a PDF part: its pages (1-based, inclusive)
+    last_page: int | None = None
 
 
 class Level(Enum):
@@ -183,6 +195,44 @@ def _pin_found(pinned: PinnedFacts, index: int, out: dict[str, Any]) -> None:
             pinned.set(f"field:{field}", f"{field} = {value} (chunk {index})", terms=[str(node["value"])])
 
 
+def pdf_chunks(payload: Payload, parts: list[tuple[int, int]]) -> list[Chunk]:
+    """One chunk per page range of a PDF, with the span of those pages in its text layer."""
+    chunks = []
+    for i, (first, last) in enumerate(parts):
+        spans = [p for p in payload.content.pages if first <= p.number <= last]
+        start, end = (spans[0].start, spans[-1].end) if spans else (0, 0)
+        chunks.append(Chunk(i, start, end, payload.text[start:end], first, last))
+    return chunks
+
+
+def _turn(chunk: Chunk, total: int, doc_id: str, doc_type: str, payload: Payload | None) -> Any:
+    """The user turn of one chunk: wrapped text, or a PDF part's label, pages and instruction."""
+    if chunk.first_page is None or payload is None:
+        return (
+            f"Chunk {chunk.index + 1} of {total} (characters {chunk.start}-{chunk.end}).\n"
+            + wrap_document(f"{doc_id}#chunk-{chunk.index}", doc_type, chunk.text)
+            + "\n"
+            + INSTRUCTION
+        )
+    a, b = chunk.first_page, chunk.last_page or chunk.first_page
+    part = part_payload(payload, a, b)
+    head = {"type": "text", "text": f"Part {chunk.index + 1} of {total}: pages {a}-{b} of the document."}
+    return [head, *document_blocks(f"{doc_id}#pages-{a}-{b}", doc_type, part)]
+
+
+def absolute_pages(node: Any, first_page: int) -> Any:
+    """Every `[page N]` prefix of a part's answer as the document's page (N + first_page - 1)."""
+    if isinstance(node, dict):
+        return {k: absolute_pages(v, first_page) for k, v in node.items()}
+    if isinstance(node, list):
+        return [absolute_pages(v, first_page) for v in node]
+    if isinstance(node, str):
+        m = PAGE_MARK.match(node)
+        if m:
+            return f"[page {int(m.group(1)) + first_page - 1}] " + node[m.end() :]
+    return node
+
+
 def extract_long(
     text: str,
     *,
@@ -194,19 +244,28 @@ def extract_long(
     client: Any,
     settings: Settings,
     budget_tokens: int | None = None,
+    payload: Payload | None = None,
+    parts: list[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
-    """Extract a long document chunk by chunk in one conversation; merged output with provenance."""
+    """Extract a long document chunk by chunk in one conversation; merged output with provenance.
+    With a PDF `payload` and its page `parts`, the chunks are those page ranges, sent as PDFs."""
     from anthropic import transform_schema
 
-    chunks = split_document(text, settings.context.document_budget_tokens)
+    pdf = payload is not None and payload.send is SendAs.PDF and parts is not None
+    if pdf:
+        assert payload is not None and parts is not None
+        chunks = pdf_chunks(payload, parts)
+    else:
+        chunks = split_document(text, settings.context.document_budget_tokens)
+    unit = "parts of page ranges" if pdf else "chunks"
     task = ConversationTask(
         "longdoc-" + hashlib.sha256(doc_id.encode()).hexdigest()[:24],  # doc ids may hold '/'; keys may not
         run_id,
         store,
         client,
         model=settings.api.model,
-        system=f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}\n\nThe document arrives in chunks, one per turn; "
-        "extract what each chunk states. The <pinned_facts> block lists values already found.",
+        system=f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}\n\nThe document arrives in {unit}, one per "
+        "turn; extract what each states. The <pinned_facts> block lists values already found.",
         budget_tokens=budget_tokens or settings.context.budget_tokens,
         max_tokens=settings.api.max_tokens,
         pass_name=PASS,
@@ -219,32 +278,92 @@ def extract_long(
     task.state.setdefault("outputs", {})
     for chunk in chunks[task.exchanges :]:
         task.forget_history()  # the chunk alone, with the pinned facts: no earlier chunk is re-sent
-        label = f"{doc_id}#chunk-{chunk.index}"
-        turn = (
-            f"Chunk {chunk.index + 1} of {len(chunks)} (characters {chunk.start}-{chunk.end}).\n"
-            + wrap_document(label, doc_type, chunk.text)
-            + "\n"
-            + INSTRUCTION
-        )
 
-        def keep(message: dict[str, Any], index: int = chunk.index) -> None:
+        def keep(message: dict[str, Any], c: Chunk = chunk) -> None:
             body = "".join(b.get("text", "") for b in message.get("content") or [] if b.get("type") == "text")
             try:
                 out = json.loads(body)
             except ValueError:
                 out = None
-            task.state["outputs"][str(index)] = out if isinstance(out, dict) else None
+            if isinstance(out, dict) and c.first_page is not None:
+                out = absolute_pages(out, c.first_page)
+                task.forget_history()  # a PDF part's bytes are not kept in the checkpoint
+            task.state["outputs"][str(c.index)] = out if isinstance(out, dict) else None
             if isinstance(out, dict):
-                _pin_found(task.pinned, index, out)
+                _pin_found(task.pinned, c.index, out)
 
-        task.send(turn, output_config=fmt, on_reply=keep)
+        task.send(_turn(chunk, len(chunks), doc_id, doc_type, payload), output_config=fmt, on_reply=keep)
     outputs = [task.state["outputs"].get(str(c.index)) for c in chunks]
     merged, provenance = merge_chunks(text, chunks, outputs)
     return {
         "doc_id": doc_id,
         "output": merged,
         "provenance": provenance,
-        "chunks": [{"index": c.index, "start": c.start, "end": c.end} for c in chunks],
+        "chunks": [
+            {"index": c.index, "start": c.start, "end": c.end}
+            | ({"pages": [c.first_page, c.last_page]} if c.first_page is not None else {})
+            for c in chunks
+        ],
         "failed_chunks": [c.index for c, o in zip(chunks, outputs, strict=True) if o is None],
         "compactions": len(task.compactions),
     }
+
+
+def long_outcome_fields(
+    recipe: Recipe, result: dict[str, Any], payload: Payload
+) -> tuple[dict[str, Any], list[str]]:
+    """(the DocOutcome fields of a merged long extraction, its errors): validated, evidence checked
+    by the gate's verbatim rule against the whole document (pages named as the document's own),
+    provenance per field with its chunk, offsets and page."""
+    from pydantic import ValidationError
+
+    errors: list[str] = []
+    flags: list[dict[str, Any]] = []
+    output: dict[str, Any] | None = None
+    fields: dict[str, Any] = dict(result["provenance"])
+    whole = Payload(payload.text, payload.content, payload.send, None, payload.media_type)
+    try:
+        output = recipe.file_schema.model_validate(result["output"]).model_dump(mode="json")
+        flags, found = evidence_report(recipe, output, whole)
+        errors += [f"{f['path']}: evidence excerpt {f['excerpt']!r} {f.pop('why')}" for f in flags]
+        if payload.send is SendAs.PDF:
+            fields, output = found, strip_page_marks(recipe, output)
+        else:
+            for where in fields.values():
+                if isinstance(where, dict) and where.get("start") is not None:
+                    where["page"] = payload.page_of(int(where["start"]))
+    except ValidationError as e:
+        errors = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:20]]
+    if result["failed_chunks"]:
+        errors.append(f"chunks without a valid answer: {result['failed_chunks']}")
+    ok = not errors and not flags
+    return {
+        "state": "succeeded" if ok else "needs_review",
+        "reason": None if ok else ("evidence_not_found" if flags else "validation_failed"),
+        "output": output if output is not None else result["output"],
+        "flags": flags,
+        "last_error": "; ".join(errors)[:2000] or None,
+        "provenance": {"chunks": result["chunks"], "fields": fields, "sent_as": payload.send.value},
+    }, errors
+
+
+def review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcome:
+    """A document above the per-file budget, realtime (also from batch mode, which sends no long
+    document in a batch): split on structure (a PDF sent as a PDF: page ranges), extracted chunk by
+    chunk in one conversation task, merged with provenance, gated, written once, queued for review
+    when it needs review."""
+    from tasks.per_file.media import long_parts
+    from tasks.per_file.outcome import DocOutcome
+    from tasks.per_file.requests import FILE_PASS
+    from tasks.per_file.settle import enqueue_review, write_outcome
+
+    result = extract_long(
+        payload.text, doc_id=doc.doc_id, doc_type=doc.doc_type, recipe=p.recipe, run_id=p.run_id,
+        store=p.store, client=p.client, settings=p.settings, payload=payload,
+        parts=long_parts(doc, p.recipe, payload, p.settings),
+    )  # fmt: skip
+    fields, errors = long_outcome_fields(p.recipe, result, payload)
+    outcome = DocOutcome(
+        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS, model=p.model, attempts=len(result["chunks"]), **fields
+    )  # fmt: skip
+    return enqueue_review(p, doc, write_outcome(p, outcome), errors=errors)

@@ -38,7 +38,6 @@ from docmill.errors import (
 )
 from docmill.logs import get_logger, redact
 from tasks.api.aio import async_client
-from tasks.inventory import load_text
 from tasks.per_file.accounting import flush_costs, recount_attempts
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
 from tasks.per_file.cost_guard import COST_GUARD, long_worst_usd, over_guard, request_worst_usd
@@ -49,10 +48,9 @@ from tasks.per_file.gate import (
     Progress,
     Verdict,
     check,
-    evidence_flags,
     next_request,
 )
-from tasks.per_file.longdoc import CHARS_PER_TOKEN, extract_long, is_long
+from tasks.per_file.media import Payload, SendAs, goes_long, load_payload, long_tokens, send_as
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_request
 from tasks.per_file.settle import (
@@ -192,12 +190,12 @@ def _unexpected(doc: Document, key: str | None, e: Exception) -> DocOutcome:
 
 @dataclass
 class Work:
-    """One document between its blocking steps: its text, attempts, the request to send next and
-    the repair policy's progress."""
+    """One document between its blocking steps: what is sent of it (its text, or its pages and
+    images), attempts, the request to send next and the repair policy's progress."""
 
     doc: Document
     key: str
-    text: str
+    payload: Payload
     tries: Attempts
     request: dict[str, Any]
     progress: Progress
@@ -211,7 +209,7 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
     if isinstance(work, DocOutcome):
         return work
     if work.message is None and not work.request:  # a long document: its own thread, the client's calls
-        return await asyncio.get_running_loop().run_in_executor(None, _review_long, p, doc, key, work.text)
+        return await asyncio.get_running_loop().run_in_executor(None, _review_long, p, doc, key, work.payload)
     tries = work.tries
     try:
         if work.message is not None:  # a recovered answer: gated without a call
@@ -234,8 +232,14 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
 
 def _cheap(p: Pass, doc: Document) -> bool:
     """Whether preparing `doc` is quick enough for the event loop itself (a local store, a small
-    local file): one thread hop less a document. Reads from S3 go to an I/O thread."""
-    return isinstance(p.store, LocalStore) and doc.size <= INLINE_MAX and "://" not in doc.source_uri
+    local text file): one thread hop less a document. Reads from S3, PDFs, images and Office files
+    go to an I/O thread."""
+    return (
+        isinstance(p.store, LocalStore)
+        and doc.size <= INLINE_MAX
+        and "://" not in doc.source_uri
+        and send_as(doc, p.recipe) is SendAs.TEXT
+    )
 
 
 def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
@@ -246,18 +250,19 @@ def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
         if record.get("origin_run") == p.run_id:  # this run wrote it: a chunk run again after a crash
             recount_attempts(p, doc.doc_id, key)
         return outcome_from_ledger(p, doc, record)
-    text = load_text(doc)
-    long = is_long(text, p.settings)
+    payload = load_payload(doc, p.recipe, p.settings)
+    text = payload.text
+    long = goes_long(doc, p.recipe, payload, p.settings)
     max_tokens = int(p.settings.api.max_tokens)
-    request = {} if long else file_request(p.recipe, doc, text, model=p.model, max_tokens=max_tokens)
+    request = {} if long else file_request(p.recipe, doc, payload, model=p.model, max_tokens=max_tokens)
     held = _held(p, doc, key, text, request)
     if held is not None:
         return held
     tries = Attempts(p, doc.doc_id, key, model=p.model)
     progress = Progress(max_tokens=max_tokens)
     if long:
-        return Work(doc, key, text, tries, request, progress)
-    return Work(doc, key, text, tries, request, progress, message=tries.recovered(progress))
+        return Work(doc, key, payload, tries, request, progress)
+    return Work(doc, key, payload, tries, request, progress, message=tries.recovered(progress))
 
 
 def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> Work:
@@ -268,7 +273,7 @@ def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> 
     if fresh:
         tries.answered(message, work.action.value if work.action else "first", work.request["max_tokens"])
     work.message = None
-    verdict = check(p.recipe, work.text, message)
+    verdict = check(p.recipe, work.payload, message)
     if fresh:  # a recovered answer was judged by the breaker of its own life already
         p.client.breaker.answer(*answer_cause(verdict))
     work.progress.note(work.action, message.get("usage"))
@@ -289,7 +294,7 @@ def _held(p: Pass, doc: Document, key: str, text: str, request: dict[str, Any]) 
     if request:
         worst = request_worst_usd(p.settings, request)
     else:
-        worst = long_worst_usd(p.settings, p.model, int(len(text) / CHARS_PER_TOKEN))
+        worst = long_worst_usd(p.settings, p.model, long_tokens(doc, p.recipe, text))
     why = over_guard(p.settings, worst)
     if why is None:
         return None
@@ -309,35 +314,11 @@ def answer_cause(verdict: Verdict) -> tuple[str | None, str]:
     return f"{verdict.problem.value}:{first[:60]}", first
 
 
-def _review_long(p: Pass, doc: Document, key: str, text: str) -> DocOutcome:
-    """A document above the per-file budget: split on structure, extracted chunk by chunk in one
-    conversation task (tasks.per_file.longdoc), merged with provenance, then gated like any answer."""
-    from pydantic import ValidationError
+def _review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcome:
+    """A document above the per-file budget (tasks.per_file.longdoc.review_long)."""
+    from tasks.per_file.longdoc import review_long
 
-    result = extract_long(
-        text, doc_id=doc.doc_id, doc_type=doc.doc_type, recipe=p.recipe, run_id=p.run_id, store=p.store,
-        client=p.client, settings=p.settings,
-    )  # fmt: skip
-    errors: list[str] = []
-    flags: list[dict[str, Any]] = []
-    output: dict[str, Any] | None = None
-    try:
-        output = p.recipe.file_schema.model_validate(result["output"]).model_dump(mode="json")
-        flags = evidence_flags(p.recipe, output, text)
-    except ValidationError as e:
-        errors = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:20]]
-    if result["failed_chunks"]:
-        errors.append(f"chunks without a valid answer: {result['failed_chunks']}")
-    ok = not errors and not flags
-    outcome = DocOutcome(
-        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS,
-        state=DocState.SUCCEEDED if ok else DocState.NEEDS_REVIEW,
-        reason=None if ok else ("validation_failed" if errors else "evidence_not_found"),
-        output=output if output is not None else result["output"], flags=flags,
-        last_error="; ".join(errors)[:2000] or None, model=p.model, attempts=len(result["chunks"]),
-        provenance={"chunks": result["chunks"], "fields": result["provenance"]},
-    )  # fmt: skip
-    return enqueue_review(p, doc, write_outcome(p, outcome), errors=errors)
+    return review_long(p, doc, key, payload)
 
 
 def _finish(

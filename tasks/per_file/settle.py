@@ -133,6 +133,7 @@ def review_item(
         "raw_output": outcome.raw_output,
         "output": outcome.output,
         "flags": outcome.flags,
+        "provenance": outcome.provenance,  # each excerpt's page and offsets (unverified on a scanned page)
         "model": outcome.model,
         "attempts": outcome.attempts,
         "tried": tries or [],
@@ -197,8 +198,19 @@ def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[s
         "raw_output": None if accepted else verdict.raw_text,
         "flags": verdict.flags,
         "last_error": None if accepted else "; ".join(verdict.errors)[:2000] or None,
-        "provenance": {"fields": verdict.offsets} if verdict.offsets else None,
+        "provenance": _provenance(verdict),
     }
+
+
+def _provenance(verdict: Verdict) -> dict[str, Any] | None:
+    """Where each evidence excerpt sits (offsets, page, verified), and how the document was sent
+    when not as text (a PDF or an image: tasks.per_file.media)."""
+    out: dict[str, Any] = {"fields": verdict.offsets} if verdict.offsets else {}
+    if verdict.sent_as != "text":
+        out["sent_as"] = verdict.sent_as
+    if getattr(verdict, "encoding", None):
+        out["encoding"] = f"{verdict.encoding} (guessed)"
+    return out or None
 
 
 def decide_next(

@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from docmill.errors import ConfigError
+from tasks.recipes.shape import PATTERN_HINT, shape_problems
 from tasks.recipes.thinking import ThinkingPolicy
 
 EVIDENCE_KEYS = frozenset({"evidence", "quote", "excerpt"})
@@ -120,6 +121,19 @@ def _evidence_fields(name: str, schema: type[BaseModel], declared: tuple[str, ..
     return tuple(declared)
 
 
+def _check_doc_types(name: str, doc_types: frozenset[str]) -> None:
+    """A recipe may list only types docmill reads: refused at load, never skipped file by file."""
+    from tasks.readers import ALL_TYPES, NOT_READ
+
+    bad = sorted(doc_types - ALL_TYPES)
+    if bad:
+        why = "; ".join(NOT_READ.get(t, f"no reader for {t!r}") for t in bad)
+        raise ConfigError(
+            f"recipe {name!r} lists file types docmill cannot read: {', '.join(bad)} ({why})",
+            hint="remove them from doc_types; docs/formats.md lists what docmill reads",
+        )
+
+
 @dataclass(frozen=True)
 class Recipe:
     """Per-file schema + prompt, integration schema + prompt, and the version of the bundle."""
@@ -133,6 +147,7 @@ class Recipe:
     doc_types: frozenset[str]
     key_fields: tuple[str, ...] = ()
     evidence_fields: tuple[str, ...] | None = None  # None: the conventional names (see the module doc)
+    pdf_mode: str = "auto"  # how PDFs are sent: auto (settings.formats.pdf_send_as), text, or pdf
     # per-file thinking / effort (tasks.recipes.thinking)
     thinking: ThinkingPolicy = dc_field(default_factory=ThinkingPolicy)
 
@@ -145,6 +160,11 @@ class Recipe:
             if not str(getattr(self, attr)).strip():
                 raise ConfigError(f"recipe {self.name!r}: {attr} is empty")
         object.__setattr__(self, "doc_types", frozenset(self.doc_types))
+        _check_doc_types(self.name, self.doc_types)
+        if self.pdf_mode not in ("auto", "text", "pdf"):
+            raise ConfigError(
+                f"recipe {self.name!r}: pdf_mode {self.pdf_mode!r}", hint="use auto, text or pdf"
+            )
         object.__setattr__(self, "key_fields", tuple(self.key_fields))
         if isinstance(self.evidence_fields, str):
             raise ConfigError(
@@ -152,7 +172,13 @@ class Recipe:
                 hint=f"evidence_fields=({self.evidence_fields!r},)",
             )
         declared = None if self.evidence_fields is None else tuple(self.evidence_fields)
-        object.__setattr__(self, "evidence_fields", _evidence_fields(self.name, self.file_schema, declared))
+        evidence = _evidence_fields(self.name, self.file_schema, declared)
+        object.__setattr__(self, "evidence_fields", evidence)
+        problems = shape_problems(self.file_schema, evidence)
+        if problems:
+            more = f" (and {len(problems) - 1} more like it)" if len(problems) > 1 else ""
+            fix = "add 'evidence' to evidence_fields" if "never be checked" in problems[0] else PATTERN_HINT
+            raise ConfigError(f"recipe {self.name!r}: {problems[0]}{more}", hint=fix)
 
     def prompt_hash(self) -> str:
         """Hash of both prompt texts and the version."""
@@ -229,6 +255,9 @@ def _from_file(spec: str) -> Recipe:
         sys.modules[module_name] = module
         try:
             mod_spec.loader.exec_module(module)
+        except ConfigError as e:  # a Recipe(...) in the file refused itself: its reason, as it is
+            del sys.modules[module_name]
+            raise ConfigError(f"recipe file {path_text!r}: {e.message}", hint=e.hint) from e
         except Exception as e:
             del sys.modules[module_name]
             first = (str(e).splitlines() or [""])[0]
@@ -248,13 +277,40 @@ def _from_file(spec: str) -> Recipe:
     return recipe
 
 
+def _names_in(path: Path) -> list[str]:
+    """The module-level names a recipe file binds to a `Recipe(...)` (read, not run)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if (func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")) == "Recipe":
+                names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return names
+
+
 def load_recipe(spec: str | Recipe) -> Recipe:
     """A built-in recipe by name, or `path/to/module.py:NAME` (a Recipe or a function returning one)."""
     if isinstance(spec, Recipe):
         return spec
     name = spec.strip()
-    if ":" in name:
+    if ":" in name and not Path(name).is_file():
         return _from_file(name)
+    if name.endswith(".py") or Path(name).expanduser().is_file():  # a file without `:NAME`
+        if not Path(name).expanduser().is_file():
+            raise ConfigError(f"recipe file {spec!r} does not exist", hint="use path/to/module.py:NAME")
+        found = _names_in(Path(name).expanduser())
+        example = f"{name}:{found[0]}" if found else f"{name}:NAME"
+        defines = f" (it defines {', '.join(found)})" if found else ""
+        raise ConfigError(
+            f"recipe {spec!r} is a file but names no Recipe in it{defines}",
+            hint=f"use --recipe {example}: the file, a colon, and the name of the Recipe",
+        )
     try:
         key = _ALIASES.get(name.lower()) or BuiltIn(name.lower())
     except ValueError:

@@ -14,6 +14,29 @@ from tasks.recipes import Recipe, read_prompt
 from tasks.recipes.thinking import ThinkingPolicy
 
 VERSION = "1"
+# Every document format docmill reads (tasks.readers); macro-enabled Office files are listed so they
+# are reported as macro_enabled rather than as a type the recipe does not take.
+DOC_TYPES = frozenset(
+    [
+        "txt",
+        "md",
+        "html",
+        "json",
+        "csv",
+        "pdf",
+        "docx",
+        "docm",
+        "xlsx",
+        "xlsm",
+        "pptx",
+        "pptm",
+        "eml",
+        "png",
+        "jpg",
+        "gif",
+        "webp",
+    ]
+)
 
 _EVIDENCE = "The exact text from the document that shows the value, copied verbatim (e.g. the whole labelled line); null when the value is absent."
 
@@ -136,7 +159,7 @@ RECIPE = Recipe(
     file_prompt=read_prompt("invoices_file.md"),
     integration_schema=InvoicesIntegration,
     integration_prompt=read_prompt("invoices_integration.md"),
-    doc_types=frozenset({"txt", "md", "html", "json", "csv", "pdf"}),
+    doc_types=DOC_TYPES,
     evidence_fields=("evidence",),
     key_fields=("invoice_number", "vendor_name"),
     # copying fields out of an invoice needs little deliberation: low effort, the model decides whether

@@ -36,6 +36,23 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def page_columns(o: dict[str, Any]) -> dict[str, Any]:
+    """`value.<field>.page` (and `.verified` false for evidence no code could check: a scanned page)
+    for every top-level field whose evidence names a page."""
+    fields = ((o.get("provenance") or {}).get("fields")) or {}
+    cols: dict[str, Any] = {}
+    for path, where in fields.items():
+        if not isinstance(where, dict) or where.get("page") is None:
+            continue
+        name = str(path).removeprefix("$.").removesuffix(".evidence")
+        if "[" in name or "." in name:
+            continue  # list items: in the provenance column
+        cols[f"value.{name}.page"] = where["page"]
+        if where.get("verified") is False:
+            cols[f"value.{name}.verified"] = False
+    return cols
+
+
 def review_columns(o: dict[str, Any]) -> dict[str, Any]:
     """`review.action/by/at/note` and `original.<field>` (the model's value) of corrected fields."""
     mark = o.get("review")
@@ -58,8 +75,9 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             "cost_usd": round(float(o.get("cost_usd") or 0.0), 6),
         }
         row.update({f"value.{k}": v for k, v in flatten(o.get("output") or {}).items()})
+        row.update(page_columns(o))
         row.update(review_columns(o))
-        if o.get("provenance"):  # long documents: chunks and each value's offsets in the original text
+        if o.get("provenance"):  # each value's offsets and page; long documents: their chunks
             row["provenance"] = json.dumps(o["provenance"], ensure_ascii=False, sort_keys=True)
         rows.append(row)
     return rows

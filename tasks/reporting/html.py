@@ -28,6 +28,8 @@ from tasks.reporting.html_sections import (
 )
 from tasks.reporting.htmlkit import CSS, PAGER_JS, e, table, td
 from tasks.reporting.results import ReportExtras, display_counts, doc_view, key_columns
+from tasks.reporting.spread import html_section
+from tasks.reporting.summary import cache_line, stop
 from tasks.reporting.timeline import Timeline, run_span, run_timeline, span_text, timeline_svg
 
 STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad", "skipped": "skip"}
@@ -54,10 +56,17 @@ def _costs(costs: dict[str, Any]) -> str:
     tokens = [[_td(k), _td(f"{v:,}", num=True)] for k, v in (costs.get("tokens") or {}).items() if v]
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
     docs = [[_td(f"<code>{_e(d)}</code>", raw=True), _td(f"${u:.4f}", num=True)] for d, u in top]
+    cached = costs.get("tokens") or {}
+    cache = (
+        f'<p id="cost-cache">{_e(cache_line(costs)).capitalize()}.</p>'
+        if cached.get("cache_read_input_tokens") or cached.get("cache_creation_input_tokens")
+        else ""
+    )
     return (
         f'<p>Total <b id="cost-total">${costs.get("usd", 0.0):.4f}</b> over '
         f'<span id="cost-entries">{costs.get("entries", 0)}</span> billed answers '
         "(every attempt: retries, repairs, batch items at 50 %, compaction iterations).</p>"
+        + cache
         + _table(["breakdown", "USD"], rows)
         + _table(["tokens", "count"], tokens, "No tokens billed.")
         + "<p class='small muted'>Most expensive documents:</p>"
@@ -134,6 +143,18 @@ def _integration_state(integration: IntegrationResult | None) -> str:
     )
 
 
+def _stopped(manifest: dict[str, Any]) -> str:
+    """Why a stopped run stopped and the command that continues it (nothing for other phases)."""
+    note = stop(manifest)
+    if note is None:
+        return ""
+    after = " once the cause is fixed" if note.get("kind") == "breaker" else ""
+    return (
+        f'<p id="stopped"><b>The run stopped before it was done.</b> {_e(note.get("error"))}<br>'
+        f"Everything answered so far is kept; <code>{_e(note.get('continue'))}</code> continues the run{after}.</p>\n"
+    )
+
+
 def html_report(
     manifest: dict[str, Any],
     outcomes: list[dict[str, Any]],
@@ -171,8 +192,9 @@ def html_report(
 <div class="meta">source <code>{_e(manifest.get("source"))}</code> · recipe <code>{_e(manifest.get("recipe"))}</code>
 v{_e(manifest.get("recipe_version"))} · mode {_e(manifest.get("mode"))} · phase <b id="phase">{_e(manifest.get("phase"))}</b>
 · {reused} reused from the ledger · generated {generated}<br>{_when(manifest, timeline)}</div>
-<div class="cards">{cards}</div>
+{_stopped(manifest)}<div class="cards">{cards}</div>
 {_integration_state(integration)}
+{html_section(extra.get("spread"), extra.get("deadline"))}
 <h2>Timeline ({unit}: submitted, in flight, {"answered" if timeline["mode"] == "realtime" else "ended, ingested"})</h2>
 {timeline_svg(timeline)}
 <h2>Integration: key findings and flags</h2>{integration_output_section(integration)}

@@ -12,7 +12,7 @@ from typing import Any
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import SEVERITIES, FindingView, severity_counts
 from tasks.reporting.htmlkit import badge, e, paged_table, table, td
-from tasks.reporting.results import DISPLAY_STATES, SKIP_REASONS, DocView, FieldView
+from tasks.reporting.results import DISPLAY_STATES, SKIP_REASONS, DocView, FieldView, where_text
 
 REVIEW_REASONS = {
     "conflict": "succeeded, but disagrees with another document on a key field (integration pass)",
@@ -21,13 +21,13 @@ REVIEW_REASONS = {
 
 
 def _where(f: FieldView) -> str:
-    return f"chars {f['start']}–{f['end']}" if f["start"] is not None else "offsets unknown"
+    return where_text(f) or "offsets unknown"
 
 
 def _value(f: FieldView) -> str:
     shown = e(f["value"]) if f["value"] is not None else '<span class="muted">null</span>'
     if f["corrected"]:
-        shown += f' <span class="was" title="the model\'s value">{e(f["original"])}</span>'
+        shown += f' <span class="was" title="the model\'s value">{_was(f["original"])}</span>'
     if f["evidence"]:
         tip = f"evidence: {f['evidence']} ({_where(f)})"
         return f'<span class="ev" title="{e(tip)}">{shown}</span>'
@@ -36,7 +36,12 @@ def _value(f: FieldView) -> str:
 
 def _plain(f: FieldView) -> str:
     shown = e(f["value"]) if f["value"] is not None else "<i>null</i>"
-    return shown + (f' <s title="the model\'s value">{e(f["original"])}</s>' if f["corrected"] else "")
+    return shown + (f' <s title="the model\'s value">{_was(f["original"])}</s>' if f["corrected"] else "")
+
+
+def _was(v: object) -> str:
+    """The model's value beside a correction; `null` when it had none (never an empty mark)."""
+    return "null" if v is None or v == "" else e(v)
 
 
 def _fields_table(fields: list[FieldView], items: dict[str, int]) -> str:
@@ -44,11 +49,11 @@ def _fields_table(fields: list[FieldView], items: dict[str, int]) -> str:
     rows = "".join(
         f"<tr><td>{e(f['name'])}<td>{_plain(f)}<td>"
         + (e(f["evidence"]) if f["evidence"] else "")
-        + (f" <small>@{f['start']}–{f['end']}</small>" if f["start"] is not None else "")
+        + (f" <small>@{e(where_text(f))}</small>" if where_text(f) else "")
         for f in fields
     )
     rows += "".join(f"<tr><td>{e(k)}<td>{n} item(s)<td>" for k, n in items.items())
-    return f"<table><tr><th>field<th>value<th>evidence @ chars{rows}</table>"
+    return f"<table><tr><th>field<th>value<th>evidence @ page, chars{rows}</table>"
 
 
 def _review_badge(v: DocView) -> str:
@@ -88,6 +93,7 @@ def _doc_row(v: DocView, columns: list[str]) -> tuple[str, str, str]:
         else ""
     )
     why = f"<div class='small muted'>{e(v['why'])}: {e(v['detail'][:160])}</div>" if v["why"] else ""
+    why += f"<div class='small muted'>{e(v['note'])}</div>" if v.get("note") else ""
     html = (
         f'<tr class="st-{e(v["state"])}"><td><code>{e(v["doc_id"])}</code>{link}</td>'
         f"<td>{badge(v['state'])}{_review_badge(v)}{why}</td>{cells}<td>{details}</td></tr>"
@@ -101,7 +107,7 @@ def documents_section(views: list[DocView], columns: list[str]) -> str:
     head = ["document", "state", *columns, "all fields, evidence, offsets"]
     return (
         "<p class='small muted'>Hover a value for its evidence and where it sits in the document "
-        "(character offsets in the extracted text); open a row's fields for all of them.</p>"
+        "(page, and character offsets in the extracted text; unverified on a scanned page); open a row's fields for all of them.</p>"
         + paged_table("docs", head, rows, choices=DISPLAY_STATES, empty="No documents.")
     )
 

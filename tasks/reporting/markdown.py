@@ -16,12 +16,40 @@ from typing import Any
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings, severity_counts
 from tasks.reporting.html_sections import REVIEW_REASONS
-from tasks.reporting.results import SKIP_REASONS, DocView, ReportExtras, display_counts, doc_view, key_columns
+from tasks.reporting.results import (
+    SKIP_REASONS,
+    DocView,
+    ReportExtras,
+    display_counts,
+    doc_view,
+    key_columns,
+    where_text,
+)
+from tasks.reporting.spread import markdown_section
+from tasks.reporting.summary import cache_line, stop
 from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
 
 
 def _cell(v: Any) -> str:
     return str("" if v is None else v).replace("|", "\\|").replace("\n", " ")
+
+
+def _was(v: Any) -> str:
+    """The model's value beside a correction: `null` when it had none (never an empty "(was )")."""
+    return "null" if v is None or v == "" else _cell(v)
+
+
+def stop_lines(manifest: dict[str, Any]) -> list[str]:
+    note = stop(manifest)
+    if note is None:
+        return []
+    return [
+        "",
+        f"**The run stopped before it was done.** {_cell(note.get('error'))}",
+        "",
+        f"Everything answered so far is kept; `{note.get('continue')}` continues the run"
+        + (" once the cause is fixed." if note.get("kind") == "breaker" else "."),
+    ]
 
 
 def _when(manifest: dict[str, Any], entries: list[dict[str, Any]], extra: ReportExtras) -> list[str]:
@@ -110,7 +138,7 @@ def _fields(views: list[DocView]) -> list[str]:
             if f["value"] is not None:
                 stated[f["name"]] += 1
                 if f["evidence"] and f["name"] not in example:
-                    where = f" (chars {f['start']}–{f['end']})" if f["start"] is not None else ""
+                    where = f" ({where_text(f)})" if where_text(f) else ""
                     example[f["name"]] = (
                         f"`{v['doc_id']}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
                     )
@@ -137,13 +165,19 @@ def _documents(views: list[DocView], columns: list[str]) -> list[str]:
                 n = v["items"].get(c)
                 cells.append("" if n is None else f"{n} item(s)")
                 continue
-            shown = _cell(f["value"]) + (f" (was {_cell(f['original'])})" if f["corrected"] else "")
+            shown = _cell(f["value"]) + (f" (was {_was(f['original'])})" if f["corrected"] else "")
             if f["evidence"]:
                 where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
+                where = (
+                    f" @{where_text(f)}"
+                    if f.get("page") is not None or not f.get("verified", True)
+                    else where
+                )
                 shown += f" «{_cell(f['evidence'])[:120]}»{where}"
             cells.append(shown)
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
         state = v["state"] + review + (f": {_cell(v['why'])}" if v["why"] else "")
+        state += f" ({_cell(v['note'])})" if v.get("note") else ""
         link = f" ([result]({_cell('../../' + v['result_key'])}))" if v["result_key"] else ""
         link += f" ([responses]({_cell('../../' + v['responses_key'])}))" if v["responses_key"] else ""
         lines.append(f"| `{_cell(v['doc_id'])}`{link} | {state} | " + " | ".join(cells) + " |")
@@ -191,6 +225,27 @@ def _review(review: list[dict[str, Any]], counts: dict[str, int], decided: int) 
     return lines
 
 
+def _decisions(outcomes: list[dict[str, Any]]) -> list[str]:
+    """Every review decision in force: who, when, each corrected field with the model's value."""
+    marked = [o for o in outcomes if o.get("review")]
+    if not marked:
+        return []
+    lines = ["", f"## Review decisions ({len(marked)})", ""]
+    for o in marked:
+        mark = o["review"]
+        fixes = "; ".join(
+            f"{k} {_cell(c.get('to'))} (was {_was(c.get('from'))})"
+            for k, c in (mark.get("corrections") or {}).items()
+        )
+        note = f" — {_cell(mark.get('note'))}" if mark.get("note") else ""
+        lines.append(
+            f"- `{_cell(o['doc_id'])}`: {mark['action']} by {mark['by']} at {mark['at']}"
+            + (f": {fixes}" if fixes else "")
+            + note
+        )
+    return lines
+
+
 def _costs(costs: dict[str, Any]) -> list[str]:
     lines = ["", "## Cost", "", f"Total: ${costs.get('usd', 0.0):.4f} over {costs.get('entries', 0)} billed answers "
              "(every attempt, retries and repairs included).", ""]  # fmt: skip
@@ -203,8 +258,8 @@ def _costs(costs: dict[str, Any]) -> list[str]:
         ]
     if costs.get("possibly_billed"):
         lines += [
-            f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out after they were sent; "
-            f"counted at their worst case (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
+            f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out or broke after they were "
+            f"sent; counted at their upper bound (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
             "",
         ]
     if costs.get("unpriced"):
@@ -226,6 +281,8 @@ def _costs(costs: dict[str, Any]) -> list[str]:
             f"- thinking: {tokens['thinking_tokens']:,} of the output tokens were adaptive thinking, "
             f"${costs.get('thinking_usd', 0.0):.4f} of the cost (the recipe's effort sets how much)"
         )
+    if tokens.get("cache_read_input_tokens") or tokens.get("cache_creation_input_tokens"):
+        lines.append("- " + cache_line(costs))
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
     if top:
         lines.append("- most expensive documents: " + ", ".join(f"`{d}` ${u:.4f}" for d, u in top))
@@ -281,6 +338,7 @@ def markdown(
         "",
         f"Source `{manifest.get('source')}`, recipe `{recipe}` v{manifest.get('recipe_version')}, "
         f"mode {manifest.get('mode')}, phase **{manifest.get('phase')}**.",
+        *stop_lines(manifest),
         *_when(manifest, entries or [], extra),
         "",
         "## Summary",
@@ -292,6 +350,7 @@ def markdown(
         "",
         f"Reused from the ledger without an API call: {sum(1 for o in outcomes if o.get('from_ledger'))}.",
         *integration_state_lines(integration),
+        *markdown_section(extra.get("spread"), extra.get("deadline")),
     ]
     lines += _integration(integration)
     lines += _findings(outcomes, recipe) if has_findings(outcomes) else _fields(views)
@@ -300,6 +359,7 @@ def markdown(
     lines += _not_succeeded(views)
     if review is not None:
         lines += _review(review, counts, int(extra.get("decided") or 0))
+    lines += _decisions(outcomes)
     if costs:
         lines += _costs(costs)
     lines.append("")

@@ -20,6 +20,7 @@ from tasks.reporting.exports import export_rows, to_csv, to_jsonl, to_parquet
 from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
 from tasks.reporting.results import ReportExtras
+from tasks.reporting.spread import deadline_summary, spread_summary
 from tasks.review import apply_decisions
 
 if TYPE_CHECKING:
@@ -124,6 +125,8 @@ def write_report(
     costs = {**costs, "in_flight": InFlight(store, run_id).totals()}  # invariant 13: an upper bound
     review = list(ReviewQueue(store, run_id).list())
     extra = report_extras(store, manifest, len(decisions))
+    extra["spread"] = spread_summary(store, run_id)
+    extra["deadline"] = deadline_summary(store, run_id, entries)
     keys = {
         "report.md": f"{base}/report.md",
         "report.html": f"{base}/report.html",

@@ -26,6 +26,8 @@ class FieldView(TypedDict):
     evidence: str | None
     start: int | None
     end: int | None
+    page: int | None  # the page (slide, sheet) of the evidence, where the document has pages
+    verified: bool  # False: on a page without a text layer (a scan), not checkable by code
     original: Any  # the model's value when a reviewer corrected it, else None
     corrected: bool
 
@@ -40,6 +42,7 @@ class DocView(TypedDict):
     result_key: str | None  # the stored result (results ledger), store-relative
     responses_key: str | None  # the folder of its raw API responses (realtime), store-relative
     review: dict[str, Any] | None  # the decision in force (tasks.review.ReviewMark)
+    note: str  # how it was read when that matters: sent as a PDF / image, a guessed encoding
 
 
 def skip_reason(outcome: dict[str, Any]) -> str | None:
@@ -76,6 +79,17 @@ def _offsets(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def where_text(f: FieldView) -> str:
+    """Where a field's evidence sits, for people: `p. 2, chars 10–40`, or `p. 1, unverified (no text
+    layer)` for a scanned page; "" when nothing is known."""
+    parts = [f"p. {f['page']}"] if f.get("page") is not None else []
+    if f.get("start") is not None:
+        parts.append(f"chars {f['start']}–{f['end']}")
+    if not f.get("verified", True):
+        parts.append("unverified (no text layer)")
+    return ", ".join(parts)
+
+
 def _short(v: Any) -> Any:
     return v[:MAX_CELL] + "…" if isinstance(v, str) and len(v) > MAX_CELL else v
 
@@ -106,6 +120,8 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
                 "evidence": _short(evidence) if evidence else None,
                 "start": where.get("start"),
                 "end": where.get("end"),
+                "page": where.get("page"),
+                "verified": where.get("verified") is not False,
                 "original": corrections[name]["from"] if name in corrections else None,
                 "corrected": name in corrections,
             }
@@ -138,7 +154,16 @@ def doc_view(outcome: dict[str, Any], *, realtime: bool = False) -> DocView:
         if key and realtime and outcome.get("request_ids")
         else None,
         "review": outcome.get("review"),
+        "note": read_note(outcome),
     }
+
+
+def read_note(outcome: dict[str, Any]) -> str:
+    """`sent as pdf`, `read as cp1252 (guessed)`: how a document was read, when not plain text."""
+    prov = outcome.get("provenance") or {}
+    notes = [f"sent as {prov['sent_as']}"] if prov.get("sent_as") else []
+    notes += [f"read as {prov['encoding']}"] if prov.get("encoding") else []
+    return ", ".join(notes)
 
 
 # The per-document table's columns of the built-in recipes (a list field shows its length);
@@ -174,3 +199,5 @@ class ReportExtras(TypedDict, total=False):
     batches: list[dict[str, Any]]
     decided: int
     generated_at: float
+    spread: Any  # tasks.reporting.spread.SpreadSummary | None: shards and workers
+    deadline: Any  # tasks.reporting.spread.DeadlineSummary | None: what went batch, what realtime

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoints.inflight import InFlight
 from checkpoints.manifest import ManifestStore
+from tasks.reporting.spread import deadline_lines, deadline_summary, spread_lines, spread_summary
+from tasks.reporting.summary import stop
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -51,7 +53,8 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
 
     now = time.time() if now is None else now
     m = ManifestStore(store).load(run_id)
-    states = Counter(o.get("state") for o in OutcomeLog(store, run_id).all())
+    outcomes = list(OutcomeLog(store, run_id).all())
+    states = Counter(o.get("state") for o in outcomes)
     done = sum(states.values())
     total = _inventory_size(store, run_id)
     ledger = CostLedger(store, run_id)
@@ -60,8 +63,11 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
     times = sorted(e.at for e in entries if e.at is not None)
     batches = BatchRecords(store, run_id).load_all() if m.mode == "batch" else []
     live = [b for b in batches if b.live]
-    answered = len({e.doc_id for e in entries if e.pass_name == "file"})
-    progress = max(done, answered)  # outcome files are written per chunk; answers show up at once
+    answered_ids = {e.doc_id for e in entries if e.pass_name == "file"}
+    answered = len(answered_ids)
+    # outcome files are written per chunk; answers show up at once: a document is processed once it
+    # has a final outcome or an answer (kept, whether or not its chunk has ended)
+    progress = done + len(answered_ids - {o.get("doc_id") for o in outcomes})
     driver = driver_state(store, run_id, str(m.phase), now)
     running = driver == "running"
     rate = None
@@ -98,6 +104,9 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
         "docs_per_second": rate,
         "eta_seconds": eta,
         "integration": integration_state(store, run_id),
+        "spread": spread_summary(store, run_id),  # shards and workers of a run over several workers
+        "deadline": deadline_summary(store, run_id, [e.model_dump(mode="json") for e in entries]),
+        "stop": stop(m.model_dump(mode="json", include={"phase", "extra"})),
         "manifest": m.model_dump(mode="json", exclude={"config"}),
     }
 
@@ -145,19 +154,31 @@ def status_text(st: dict[str, Any]) -> str:
         eta = "finished"
     else:
         eta = "unknown (no throughput yet)"
+    note = st.get("stop") or {}
+    kept = st["progress"] - st["done"]  # answered in chunks whose outcomes are not written yet
     lines = [
         f"run        {st['run_id']}  ({st['recipe']}, {st['mode']}, source {st['source']})",
         f"phase      {st['phase']}"
         + (
             f"  -> `docmill resume {st['run_id']} --max-cost-usd N`"
             if st["phase"] == "budget_exhausted"
-            else f"  (stopped: no process drives it; `docmill resume {st['run_id']}` continues it)"
+            else f"  (stopped: no process drives it; `{note.get('continue') or 'docmill resume ' + st['run_id']}` "
+            "continues it)"
             if st["driver"] == "stopped"
             else ""
         ),
+        *([f"why        {note['error']}"] if note.get("error") else []),
         f"documents  {st['progress']}/{total if total is not None else '?'} processed{pct}; "
         + ("final outcomes: " if st["phase"] == "done" else "final outcomes so far: ")
-        + states,
+        + states
+        + (
+            ""
+            if kept <= 0 or st["phase"] == "done"
+            else f"; {kept} more answered in chunks still running"
+            if st["driver"] == "running"
+            else f"; {kept} more answered and kept (their chunks had not ended: the resume takes them from "
+            "the ledger, paying nothing again)"
+        ),
         f"review     {st['review_queue']} item(s) in the review queue",
         f"batches    {len(st['batches_in_flight'])} in flight of {st['batches']}"
         + "".join(
@@ -172,7 +193,7 @@ def status_text(st: dict[str, Any]) -> str:
             else ""
         )
         + (
-            f"; {st['possibly_billed']} timed out after sending (possibly billed, at worst case)"
+            f"; {st['possibly_billed']} timed out or broke after sending (possibly billed, at most)"
             if st.get("possibly_billed")
             else ""
         )
@@ -183,10 +204,17 @@ def status_text(st: dict[str, Any]) -> str:
             else ""
         ),
         f"eta        {eta}",
+        *_labelled("workers", spread_lines(st.get("spread"))),
+        *_labelled("deadline", deadline_lines(st.get("deadline"))),
         integration_text(st),
         f"updated    {st['updated_at']}",
     ]
     return "\n".join(lines)
+
+
+def _labelled(label: str, lines: list[str]) -> list[str]:
+    """`label` before the first line, the rest indented under it."""
+    return [f"{label if i == 0 else '':<10} {line}" for i, line in enumerate(lines)]
 
 
 def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
@@ -194,16 +222,32 @@ def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
     documents processed of those inventoried, needs review, failed, cost. Read by `run_status`, the
     reader of `docmill status`, so both commands agree (an interrupted run shows what it did)."""
     now = time.time() if now is None else now
-    lines = [
-        f"{'RUN':<24} {'PHASE':<17} {'DRIVER':<8} {'RECIPE':<12} {'MODE':<9} {'DOCS':>11} {'REVIEW':>6} "
-        f"{'FAILED':>6} {'COST':>10}"
-    ]
+    head = ("RUN", "PHASE", "DRIVER", "RECIPE", "MODE", "DOCS", "REVIEW", "FAILED", "COST")
+    rows: list[tuple[str, ...]] = []
     for run_id in sorted(ManifestStore(store).list_runs()):
         st = run_status(store, run_id, now=now)
         c = st["states"]
         docs = f"{st['progress']}/{st['documents'] if st['documents'] is not None else '?'}"
-        lines.append(
-            f"{run_id:<24} {st['phase']:<17} {st['driver']:<8} {st['recipe']:<12} {st['mode']:<9} {docs:>11} "
-            f"{c.get('needs_review', 0):>6} {c.get('failed', 0):>6} {'$' + format(st['cost_usd'], '.4f'):>10}"
-        )
-    return lines
+        rows.append((
+            run_id, st["phase"], st["driver"], recipe_label(st["recipe"]), st["mode"], docs,
+            str(c.get("needs_review", 0)), str(c.get("failed", 0)), "$" + format(st["cost_usd"], ".4f"),
+        ))  # fmt: skip
+    if not rows:
+        return [" ".join(head)]
+    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+    right = {5, 6, 7, 8}  # numbers line up on the right
+    return [
+        " ".join(
+            v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in (head, *rows)
+    ]
+
+
+def recipe_label(recipe: str) -> str:
+    """A recipe as `docmill runs` shows it: a built-in by name, a user recipe as `FILE.py:NAME` (its
+    folder is in `docmill status`)."""
+    path, sep, name = recipe.rpartition(":")
+    return (
+        f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{name}" if sep and path.endswith(".py") else recipe
+    )

@@ -46,3 +46,24 @@ def integration_text(summary: Mapping[str, Any], *, markdown: bool = False) -> s
         f"integration: {status.upper()} ({problems}; code-built conflicts, duplicates and gaps are complete; "
         "see the report; the next run asks again)"
     )
+
+
+def cache_line(costs: dict[str, Any]) -> str:
+    """The prompt cache in one line: tokens read and written, and what it saved."""
+    tokens = costs.get("tokens") or {}
+    saved = float(costs.get("cache_saved_usd") or 0.0)
+    verdict = f"saved ${saved:.4f}" if saved >= 0 else f"cost ${-saved:.4f} more (writes never read)"
+    return (
+        f"prompt cache: {tokens.get('cache_read_input_tokens', 0):,} input tokens read from the cache, "
+        f"{tokens.get('cache_creation_input_tokens', 0):,} written; {verdict} against the same requests "
+        "uncached"
+    )
+
+
+def stop(manifest: dict[str, Any]) -> dict[str, str] | None:
+    """Why a stopped run stopped and the command that continues it (manifest `extra.stop`, written by
+    the run driver); None unless the run is stopped or out of budget."""
+    note = (manifest.get("extra") or {}).get("stop")
+    return (
+        note if manifest.get("phase") in ("stopped", "budget_exhausted") and isinstance(note, dict) else None
+    )

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -32,6 +34,7 @@ from tests.fixtures.cluster import (
     max_overlap,
     prefect_cli,
     read_artifacts,
+    run_script,
     s3_client,
     start_cluster,
     wait_for_flow_runs,
@@ -57,6 +60,7 @@ WORKER_ENV = {
     "DOCMILL_API__CONCURRENCY": "4",
     "DOCMILL_BATCH__POLL_SECONDS": "0.5",
     "DOCMILL_BATCH__POLL_MAX_SECONDS": "1",
+    "DOCMILL_API__RAMP_SECONDS": "2",  # a short run: the pacer reaches the limit in 2 s, not 20
 }
 
 
@@ -71,7 +75,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         chunk_limit=CHUNK_LIMIT,
         bucket=BUCKET,
         worker_env=WORKER_ENV,
-        emulator_args=["--latency-ms", "40", "--seed", "1"],
+        emulator_args=["--latency-ms", "40", "--seed", "1", "--clock-speed", "600"],  # batches' minute: 0.1 s
     )
     print(f"\ncluster timings: {c.timings}")
     try:
@@ -310,21 +314,147 @@ def test_deploy_cluster_backfill_on_two_workers_then_nightly(cluster: Cluster) -
     assert _get_json(cluster, f"store/runs/{realtime_run}/manifest.json")["phase"] == "done"
 
 
+SPREAD_STORE = f"s3://{BUCKET}/store-spread"
+SPREAD_RPM = 300
+
+
+def _run_docmill(cluster: Cluster, *args: str, **env: str) -> subprocess.Popen[str]:
+    """The `docmill` command as a user runs it against the cluster (the driver of a spread run)."""
+    full = {**cluster.env, "DOCMILL_LOG_LEVEL": "WARNING", **env}
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "docmill"), *args], cwd=REPO, env=full, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def _live_claim(cluster: Cluster, run_prefix: str) -> tuple[str, str] | None:
+    """(worker name, shard) of an unexpired claim on an unfinished shard of the run's first generation."""
+    s3 = s3_client(cluster)
+    keys = set(list_keys(s3, BUCKET, f"{run_prefix}/shards/0001/"))
+    for key in sorted(keys):
+        if key.endswith(".claim.json") and key.replace(".claim.", ".done.") not in keys:
+            claim = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+            if claim.get("holder") and float(claim.get("expires_at") or 0) > time.time():
+                return str(claim["name"]), key.rsplit("/", 1)[1].removesuffix(".claim.json")
+    return None
+
+
+def _kill_machine(cluster: Cluster, name: str, run_prefix: str) -> None:
+    """SIGKILL a worker as a machine dies: the Prefect worker's process group and the shard worker's
+    flow-run process (Prefect starts each flow run in a session of its own, so killing the worker alone
+    leaves its flow run working), found by the pid its heartbeat record names."""
+    s3 = s3_client(cluster)
+    for key in list_keys(s3, BUCKET, f"{run_prefix}/workers/"):
+        record = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        if record.get("name") == name:
+            try:
+                os.killpg(os.getpgid(int(record["pid"])), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    os.killpg(cluster.workers[name], signal.SIGKILL)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(cluster: Cluster) -> None:
+    """`docmill run SOURCE --workers 2` as a user runs it: one run id, shards on both pool workers,
+    which share the emulator's request limit; one worker (and its flow run) SIGKILLed while it holds a
+    shard: another takes the shard over and the run completes, every document once."""
+    assert cluster.emulator_url
+    if (
+        httpx.get(f"{cluster.api_url}/deployments/name/shard-worker/shard-worker", timeout=10).status_code
+        != 200
+    ):
+        prefect_cli(cluster, "deploy", "--all", "--prefect-file", "deploy/prefect.yaml",
+                    DOCMILL_REPO_DIR=str(REPO), DOCMILL_NIGHTLY_SOURCE=CORPUS)  # fmt: skip
+    local = cluster.state / "corpus-spread"
+    subprocess.run([sys.executable, str(REPO / "examples" / "make_invoices.py"), "--out", str(local), "--count",
+                    "40", "--seed", "21"], check=True, capture_output=True)  # fmt: skip
+    s3 = s3_client(cluster)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        s3.put_object(
+            Bucket=BUCKET, Key=f"corpus-spread/{path.relative_to(local).as_posix()}", Body=path.read_bytes()
+        )
+    httpx.post(
+        f"{cluster.emulator_url}/_emulator/config", json={"requests_per_minute": SPREAD_RPM}, timeout=10
+    )
+    before = emulator_accounting(cluster.emulator_url)
+    t0 = time.monotonic()
+    try:
+        driver = _run_docmill(
+            cluster, "run", f"s3://{BUCKET}/corpus-spread", "--workers", "2", "--chunk-size", "2",
+            DOCMILL_STORE=SPREAD_STORE, DOCMILL_WORKERS__POLL_SECONDS="0.5", DOCMILL_WORKERS__SHARDS_PER_WORKER="2",
+        )  # fmt: skip
+        victim = shard = None
+        while driver.poll() is None and victim is None:  # a worker in the middle of a shard
+            for run_id in {k.split("/")[2] for k in list_keys(s3, BUCKET, "store-spread/runs/")}:
+                billed = len(emulator_accounting(cluster.emulator_url)["billed"]) - len(before["billed"])
+                held = _live_claim(cluster, f"store-spread/runs/{run_id}") if billed >= 8 else None
+                victim, shard = held if held else (None, None)
+            if victim is None:
+                time.sleep(0.2)
+        assert victim in cluster.workers, (victim, driver.stdout.read() if driver.stdout else "")
+        _kill_machine(cluster, victim, f"store-spread/runs/{run_id}")
+        # it cannot write any more: without its done marker now, the shard must be taken over
+        unfinished = not list_keys(s3, BUCKET, f"store-spread/runs/{run_id}/shards/0001/{shard}.done.json")
+        out, _ = driver.communicate(timeout=200)
+        spread_s = time.monotonic() - t0
+        assert driver.returncode == 0, out
+        after = emulator_accounting(cluster.emulator_url)
+    finally:
+        httpx.post(f"{cluster.emulator_url}/_emulator/config", json={"requests_per_minute": None}, timeout=10)
+        again = run_script("start-worker.sh", str(cluster.state), victim or "w1", "1", env=cluster.env)
+        cluster.workers[victim or "w1"] = int(again["DOCMILL_WORKER_PID"])  # back for later tests
+    (run_id,) = {k.split("/")[2] for k in list_keys(s3, BUCKET, "store-spread/runs/")}
+    print(f"\nspread run over 2 workers, {victim} killed: {spread_s:.1f}s")
+
+    manifest = _get_json(cluster, f"store-spread/runs/{run_id}/manifest.json")
+    assert manifest["phase"] == "done" and manifest["extra"]["workers"] == 2
+    from checkpoints.shards import ShardTable
+    from checkpoints.store import open_store
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    store = open_store(SPREAD_STORE, endpoint_url=cluster.s3_endpoint)
+    shards = ShardTable(store, run_id, 1).states()
+    assert {s["state"] for s in shards} == {"done"}, shards
+    taken = {s["shard"]: s for s in shards}[shard]
+    if unfinished:  # (almost always: a shard holds ten documents, the kill came in its middle)
+        assert taken["takeovers"] == 1 and taken["worker"] != victim, shards
+    # Nothing paid twice but what the killed worker had in flight (the emulator, like the API may,
+    # bills an answer its client never got): at most its window, and counted as possibly billed.
+    new = after["billed"][len(before["billed"]) :]
+    twice = sum(n - 1 for n in Counter(b["body_sha256"] for b in new).values())
+    from checkpoints.inflight import InFlight
+
+    assert twice <= int(WORKER_ENV["DOCMILL_API__CONCURRENCY"]), twice
+    assert InFlight(store, run_id).totals()["requests"] >= twice
+    # The two workers shared the limit: together never more than it (each alone would pace at all of it).
+    per_file = sorted(b["at"] for b in new if b["path"] == "/v1/messages")
+    span = per_file[int(len(per_file) * 0.9)] - per_file[0]
+    assert int(len(per_file) * 0.9) / span * 60 <= 1.15 * SPREAD_RPM
+    n429 = int(after["errors_by_status"].get("429", 0)) - int(before["errors_by_status"].get("429", 0))
+    assert n429 <= 0.01 * (after["received"] - before["received"])
+    from tests.flows.helpers import outcomes_of
+
+    # Identical results to one process: tests/flows/test_flows_spread.py (threads), bench/workers.py (3,000).
+    assert len(outcomes_of(store, run_id)) == 40
+
+
 # Fast checks of the deploy/ files themselves (no services).
 
 
 def test_deploy_cluster_prefect_yaml_matches_the_flows() -> None:
+    import importlib
     import inspect
-
-    from flows import extract
 
     spec = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
     deployments = {d["name"]: d for d in spec["deployments"]}
-    assert set(deployments) == {"nightly", "backfill", "resume"}
+    assert set(deployments) == {"nightly", "backfill", "resume", "shard-worker"}
     for d in deployments.values():
         path, func = d["entrypoint"].split(":")
         assert (REPO / path).is_file()
-        flow_obj = getattr(extract, func)
+        flow_obj = getattr(importlib.import_module(path.removesuffix(".py").replace("/", ".")), func)
         params = inspect.signature(flow_obj.fn).parameters
         assert set(d["parameters"]) <= set(params), d["parameters"]
         assert d["work_pool"]["name"] == "docmill"
@@ -333,6 +463,11 @@ def test_deploy_cluster_prefect_yaml_matches_the_flows() -> None:
     assert not deployments["backfill"]["schedules"]
     assert deployments["backfill"]["parameters"]["mode"] == "batch"
     assert not deployments["resume"]["schedules"] and "run_id" not in deployments["resume"]["parameters"]
+    # the driver of a spread run launches shard workers by this name (settings.workers.deployment)
+    from docmill.settings import WorkerSettings
+
+    assert WorkerSettings().deployment == "shard-worker/shard-worker"
+    assert not deployments["shard-worker"]["schedules"] and not deployments["shard-worker"]["parameters"]
     (step,) = spec["pull"]
     assert step["prefect.deployments.steps.set_working_directory"]["directory"] == "{{ $DOCMILL_REPO_DIR }}"
 

@@ -137,3 +137,73 @@ def test_launcher_runs_python_in_its_own_process_and_other_programs_under_a_supe
                  runtime=str(tmp_path), stdout=subprocess.PIPE, text=True)  # fmt: skip
     out, _ = done.communicate(timeout=30)
     assert (done.returncode, out.strip()) == (3, "['a']")
+
+
+# A docmill-like parent as a terminal runs it: the leader of its own foreground process group. It
+# starts a helper with `spawn`, prints its pid, and on SIGINT says so (as docmill's handler does).
+TERMINAL_PARENT = """
+import signal, sys, time
+from docmill.processes import spawn
+signal.signal(signal.SIGINT, lambda *_: print("parent got SIGINT", flush=True))
+child = spawn([sys.executable, "-c", "import time; time.sleep(60)"], role="server", runtime=sys.argv[1])
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_terminal_ctrl_c_reaches_docmill_not_its_helpers_which_still_die_with_it(tmp_path: Path) -> None:
+    """A terminal sends SIGINT to the whole foreground process group. The helpers docmill starts (its
+    Prefect server) are in a session of their own, so the Ctrl-C is docmill's alone to handle: the
+    helper keeps serving docmill's shutdown, and still exits when docmill is gone."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TERMINAL_PARENT, str(tmp_path / "rt")],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        child = int(proc.stdout.readline())
+        assert os.getsid(child) != os.getsid(proc.pid) and os.getpgid(child) != proc.pid
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        assert proc.stdout.readline().strip() == "parent got SIGINT"
+        time.sleep(0.5)
+        assert alive(child), "the terminal's SIGINT reached the helper"
+        proc.kill()
+        proc.wait()
+        assert wait_gone([child], 5.0) == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+POOL_PARENT = """
+import multiprocessing, os, pickle, signal, threading, time
+from concurrent.futures import ProcessPoolExecutor
+from docmill.lifeline import watch_parent_then
+got = threading.Event()
+signal.signal(signal.SIGINT, lambda *_: got.set())
+ctx = multiprocessing.get_context("spawn")
+init = pickle.dumps((time.sleep, 0))
+pool = ProcessPoolExecutor(1, mp_context=ctx, initializer=watch_parent_then, initargs=(init,))
+print(pool.submit(os.getpid).result(), flush=True)
+got.wait(30)
+time.sleep(0.5)
+print(pool.submit(os.getpid).result(), flush=True)
+"""
+
+
+def test_a_terminal_ctrl_c_leaves_the_batch_gate_workers_working(tmp_path: Path) -> None:
+    """The batch gate's worker processes (multiprocessing, docmill's process group) ignore the
+    terminal's SIGINT: the pool keeps working through docmill's graceful shutdown."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", POOL_PARENT], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        worker = int(proc.stdout.readline())
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.stdout.readline().strip() == str(worker)  # the same worker answers again
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()

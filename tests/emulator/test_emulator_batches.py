@@ -19,9 +19,32 @@ def _req(custom_id: str, text: str = "Vendor: ACME\nTotal: 3 EUR", **params: obj
     return {"custom_id": custom_id, "params": body}
 
 
+def ended(
+    emulator: EmulatorServer, client: anthropic.Anthropic, batch_id: str
+) -> anthropic.types.messages.MessageBatch:
+    """The batch after its processing time has passed on the virtual clock (a batch is never ended
+    when it is created: it takes `batch_base_seconds`, a minute by default)."""
+    emulator.state.clock.advance(emulator.state.config.batch_base_seconds + 1)
+    return client.messages.batches.retrieve(batch_id)
+
+
+def test_a_new_batch_is_in_progress_for_a_minute_of_virtual_time(emulator: EmulatorServer) -> None:
+    emulator.state.configure({"frozen_clock": True})
+    client = sdk_client(emulator)
+    batch = client.messages.batches.create(requests=[_req("n1")])  # type: ignore[list-item]
+    assert batch.processing_status == "in_progress" and batch.request_counts.processing == 1
+    emulator.state.clock.advance(59)
+    assert client.messages.batches.retrieve(batch.id).processing_status == "in_progress"
+    assert emulator.state.accounting.billed == []
+    emulator.state.clock.advance(2)
+    assert client.messages.batches.retrieve(batch.id).processing_status == "ended"
+
+
 def test_batch_succeeds_with_half_price_and_batch_tier(emulator: EmulatorServer) -> None:
     client = sdk_client(emulator)
     batch = client.messages.batches.create(requests=[_req(f"doc-{i}") for i in range(5)])  # type: ignore[misc]
+    assert batch.processing_status == "in_progress"
+    batch = ended(emulator, client, batch.id)
     assert batch.processing_status == "ended"
     assert batch.request_counts.succeeded == 5 and batch.request_counts.processing == 0
     assert batch.results_url and batch.results_url.startswith(emulator.base_url)
@@ -46,7 +69,7 @@ def test_batch_in_progress_until_clock_advances_then_results(emulator: EmulatorS
     assert batch.results_url is None
     with pytest.raises(anthropic.AnthropicError, match="No `results_url`"):
         list(client.messages.batches.results(batch.id))
-    emulator.state.clock.advance(15)
+    emulator.state.clock.advance(emulator.state.config.batch_base_seconds + 15)
     assert client.messages.batches.retrieve(batch.id).request_counts.processing == 3
     assert len(emulator.state.accounting.billed) == 1  # one item done and billed so far
     emulator.state.clock.advance(20)
@@ -61,7 +84,7 @@ def test_cancel_goes_canceling_then_ended_with_canceled_items(emulator: Emulator
     )
     client = sdk_client(emulator)
     batch = client.messages.batches.create(requests=[_req(f"c{i}") for i in range(4)])  # type: ignore[misc]
-    emulator.state.clock.advance(25)  # two items done
+    emulator.state.clock.advance(emulator.state.config.batch_base_seconds + 25)  # two items done
     canceled = client.messages.batches.cancel(batch.id)
     assert canceled.processing_status == "canceling" and canceled.cancel_initiated_at is not None
     with pytest.raises(anthropic.BadRequestError):
@@ -110,6 +133,7 @@ def test_errored_items_by_custom_id_and_marker_and_bad_params(emulator: Emulator
         _req("b-zero", max_tokens=0),
     ]
     batch = client.messages.batches.create(requests=reqs)  # type: ignore[arg-type]
+    batch = ended(emulator, client, batch.id)
     assert batch.request_counts.errored == 4 and batch.request_counts.succeeded == 1
     by_id = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
     assert by_id["b-ok"].type == "succeeded"
@@ -159,10 +183,11 @@ def test_list_pagination_newest_first(emulator: EmulatorServer) -> None:
 def test_results_are_shuffled_jsonl_streamed(emulator: EmulatorServer) -> None:
     client = sdk_client(emulator)
     batch = client.messages.batches.create(requests=[_req(f"s{i:03d}") for i in range(300)])  # type: ignore[misc]
+    batch = ended(emulator, client, batch.id)
     order = [r.custom_id for r in client.messages.batches.results(batch.id)]
     assert sorted(order) == [f"s{i:03d}" for i in range(300)] and order != sorted(order)
     assert order == [r.custom_id for r in client.messages.batches.results(batch.id)]  # stable
-    raw = httpx2.get(batch.results_url or "", headers={"x-api-key": "k"})
+    raw = httpx2.get(batch.results_url or "", headers={"x-api-key": "k", "anthropic-version": "2026-10-21"})
     assert raw.status_code == 200 and raw.text.endswith("\n") and len(raw.text.splitlines()) == 300
 
 
@@ -170,6 +195,8 @@ def test_async_client_batches(emulator: EmulatorServer) -> None:
     async def run() -> list[str]:
         client = async_sdk_client(emulator)
         batch = await client.messages.batches.create(requests=[_req("a1"), _req("a2")])  # type: ignore[list-item]
+        assert batch.processing_status == "in_progress"
+        emulator.state.clock.advance(emulator.state.config.batch_base_seconds + 1)
         got = await client.messages.batches.retrieve(batch.id)
         assert got.processing_status == "ended"
         kinds = [r.result.type async for r in await client.messages.batches.results(batch.id)]
@@ -187,7 +214,8 @@ def test_slow_batch_fault_and_batch_size_limit(emulator: EmulatorServer) -> None
     client = sdk_client(emulator)
     fast = client.messages.batches.create(requests=[_req("f1")])  # type: ignore[list-item]
     slow = client.messages.batches.create(requests=[_req("s1", "a SLOWDOC here"), _req("s2")])  # type: ignore[list-item]
-    assert fast.processing_status == "ended" and slow.processing_status == "in_progress"
+    assert ended(emulator, client, fast.id).processing_status == "ended"
+    assert client.messages.batches.retrieve(slow.id).processing_status == "in_progress"
     emulator.state.clock.advance(3601)
     assert client.messages.batches.retrieve(slow.id).request_counts.succeeded == 2
     emulator.state.configure({"max_batch_bytes": 2000})
@@ -199,6 +227,7 @@ def test_slow_batch_fault_and_batch_size_limit(emulator: EmulatorServer) -> None
 def test_results_stream_in_bounded_chunks(emulator: EmulatorServer) -> None:
     client = sdk_client(emulator)
     batch = client.messages.batches.create(requests=[_req(f"k{i}") for i in range(1000)])  # type: ignore[misc]
+    ended(emulator, client, batch.id)
     store = emulator.state.batches
 
     async def sizes() -> list[int]:
@@ -219,8 +248,9 @@ def test_control_endpoints_drive_clock_config_and_reset(emulator: EmulatorServer
     batch = client.messages.batches.create(requests=[_req("t1")])  # type: ignore[list-item]
     assert batch.processing_status == "in_progress"
     before = httpx2.get(emulator.url("/_emulator/clock")).json()["now"]
-    after = httpx2.post(emulator.url("/_emulator/clock/advance"), json={"seconds": 61}).json()["now"]
-    assert after - before >= 61
+    wait = emulator.state.config.batch_base_seconds + 61
+    after = httpx2.post(emulator.url("/_emulator/clock/advance"), json={"seconds": wait}).json()["now"]
+    assert after - before >= wait
     assert client.messages.batches.retrieve(batch.id).processing_status == "ended"
     assert httpx2.post(emulator.url("/_emulator/reset")).json() == {"ok": True}
     with pytest.raises(anthropic.NotFoundError):

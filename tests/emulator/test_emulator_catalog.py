@@ -10,7 +10,7 @@ import pytest
 
 from emulator import catalog
 from emulator.server import EmulatorServer
-from tests.fixtures.emulator import sdk_client
+from tests.fixtures.emulator import pass_batch_time, sdk_client
 
 ASK: list = [{"role": "user", "content": "Vendor: ACME\nTotal: 3 EUR"}]
 
@@ -31,6 +31,7 @@ def test_pre_46_alias_answers_with_dated_id_realtime_and_batch(emulator: Emulato
     )
     params = {"model": "claude-haiku-4-5", "max_tokens": 50, "messages": ASK}
     batch = client.messages.batches.create(requests=[{"custom_id": "a", "params": params}])  # type: ignore[misc]
+    pass_batch_time(emulator)
     (result,) = list(client.messages.batches.results(batch.id))
     assert result.result.type == "succeeded" and result.result.message.model == "claude-haiku-4-5-20251001"
     # the emulator bills a dated id at its alias's price; a dated id may also be asked for directly
@@ -59,6 +60,7 @@ def test_model_retires_on_its_end_of_life_by_the_emulator_clock(emulator: Emulat
         client.messages.count_tokens(model="claude-haiku-4-5", messages=ASK)
     params = {"model": "claude-haiku-4-5", "max_tokens": 20, "messages": ASK}
     batch = client.messages.batches.create(requests=[{"custom_id": "a", "params": params}])  # type: ignore[misc]
+    pass_batch_time(emulator)
     (result,) = list(client.messages.batches.results(batch.id))
     assert result.result.type == "errored" and result.result.error.error.type == "not_found_error"
 

@@ -7,7 +7,7 @@ import resource
 import time
 
 from emulator.server import EmulatorServer
-from tests.fixtures.emulator import async_sdk_client, sdk_client
+from tests.fixtures.emulator import async_sdk_client, pass_batch_time, sdk_client
 
 MODEL = "claude-sonnet-4-6"
 
@@ -65,6 +65,9 @@ def test_10k_batch_creates_and_streams_in_seconds(emulator: EmulatorServer) -> N
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     batch = client.messages.batches.create(requests=requests)  # type: ignore[arg-type]
+    assert batch.processing_status == "in_progress"
+    pass_batch_time(emulator)
+    batch = client.messages.batches.retrieve(batch.id)  # processes the 10k items
     t_create = time.perf_counter() - t0
     assert batch.processing_status == "ended" and batch.request_counts.succeeded == 10_000
     t1 = time.perf_counter()

@@ -10,7 +10,7 @@ import httpx2
 import pytest
 
 from emulator.server import EmulatorServer
-from tests.fixtures.emulator import sdk_client
+from tests.fixtures.emulator import pass_batch_time, sdk_client
 
 MODEL = "claude-sonnet-4-6"
 ASK: list = [{"role": "user", "content": "Vendor: ACME\nTotal: 3 EUR"}]
@@ -51,10 +51,13 @@ def test_results_url_is_the_emulators_own_address_whatever_the_host(emulator: Em
         json={"requests": [{"custom_id": "a", "params": params}]},
         headers={"x-api-key": "k", "anthropic-version": "2023-06-01", "host": "proxy.example:9999"},
     )
-    url = response.json()["results_url"]
+    pass_batch_time(emulator)
+    url = sdk_client(emulator).messages.batches.retrieve(response.json()["id"]).results_url
     assert url == f"{emulator.base_url}/v1/messages/batches/{response.json()['id']}/results"
     emulator.state.configure({"public_base_url": "http://emulator.test:1/"})
     again = sdk_client(emulator).messages.batches.create(requests=[{"custom_id": "b", "params": params}])  # type: ignore[misc]
+    pass_batch_time(emulator)
+    again = sdk_client(emulator).messages.batches.retrieve(again.id)
     assert again.results_url == f"http://emulator.test:1/v1/messages/batches/{again.id}/results"
 
 
@@ -84,7 +87,8 @@ def test_cancel_of_an_ended_batch_answers_as_configured(emulator: EmulatorServer
     client = sdk_client(emulator)
     params = {"model": MODEL, "max_tokens": 20, "messages": ASK}
     batch = client.messages.batches.create(requests=[{"custom_id": "a", "params": params}])  # type: ignore[misc]
-    assert batch.processing_status == "ended"
+    pass_batch_time(emulator)
+    assert client.messages.batches.retrieve(batch.id).processing_status == "ended"
     if status == 200:
         assert client.messages.batches.cancel(batch.id).processing_status == "ended"
     else:

@@ -17,6 +17,7 @@ from checkpoints.store import open_store
 from docmill.errors import BudgetExhausted
 from docmill.settings import ApiSettings, BatchSettings, CostSettings, Settings
 from flows.extract import resume_run, run_extract
+from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of, plant
 
 
@@ -75,6 +76,7 @@ def test_cost_matches_emulator_across_retries_fallback_and_repairs(tmp_path: Pat
 
 
 def test_batch_mode_cost_matches_emulator(tmp_path: Path, emulator: Any) -> None:
+    fast_batches(emulator)
     corpus, truth = make_corpus(tmp_path, count=20, seed=9)
     repaired = plant(corpus, truth, "PLANTED-SCHEMA")
     emulator.state.faults.add(kind="schema_invalid", marker="PLANTED-SCHEMA", count=1)
@@ -136,6 +138,7 @@ def test_budget_stops_the_run_and_a_higher_budget_finishes_it(tmp_path: Path, em
 
 
 def test_batch_budget_is_reserved_before_submitting(tmp_path: Path, emulator: Any) -> None:
+    fast_batches(emulator)
     corpus, truth = make_corpus(tmp_path, count=30, seed=3)
     store_dir = str(tmp_path / "store")
     store = open_store(store_dir)

@@ -11,6 +11,7 @@ import pytest
 
 from checkpoints.store import open_store
 from flows.extract import resume_run, run_extract
+from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of, settings_for, value
 
 NUMERIC = ("subtotal", "tax", "total")
@@ -37,7 +38,7 @@ def check_against_truth(store: Any, run_id: str, truth: list[dict[str, Any]]) ->
             assert o["failure_type"] == f"input:{t['expected_skip_reason']}"
             continue
         assert o["state"] == "succeeded", (t["doc_id"], o.get("reason"), o.get("last_error"))
-        for field, expected in t["fields"].items():
+        for field, expected in (t["fields"] or {}).items():  # the Latin-1 note has no invoice fields
             got = value(o["output"][field])
             if field in NUMERIC:
                 assert got == pytest.approx(expected), (t["doc_id"], field)
@@ -138,6 +139,8 @@ def test_resume_after_a_crash_sends_nothing_twice(tmp_path: Path, emulator: Any)
 
 @pytest.mark.parametrize("mode", ["realtime", "batch"])
 def test_unchanged_source_run_again_makes_no_call(tmp_path: Path, emulator: Any, mode: str) -> None:
+    if mode == "batch":
+        fast_batches(emulator)
     """300 invoices: the second run of the unchanged source is free, integration included, and
     reports the same conflicts (the integration state and the ledger answer everything)."""
     from docmill.settings import BatchSettings
@@ -161,6 +164,7 @@ def test_unchanged_source_run_again_makes_no_call(tmp_path: Path, emulator: Any,
 
 
 def test_auto_mode_takes_batches_above_threshold(tmp_path: Path, emulator: Any) -> None:
+    fast_batches(emulator)
     from docmill.settings import BatchSettings
 
     corpus, truth = make_corpus(tmp_path, count=24, seed=12)

@@ -34,7 +34,7 @@ def test_eval_shows_a_bad_segment_and_samples_for_review(
     get_settings.cache_clear()
 
     # a failed document with labels: not covered, and not counted against accuracy
-    failed = "misc/legacy-latin1.txt"
+    failed = "misc/scan-0001.txt"  # the planted binary file
     labels.write_text(labels.read_text() + json.dumps({"doc_id": failed, "fields": {"total": 1.0}}) + "\n")
     mismatches = tmp_path / "mismatches.csv"
     assert (

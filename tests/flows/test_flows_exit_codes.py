@@ -73,7 +73,9 @@ def _partial_integration(corpus: Path, em: Any) -> list[str]:
     from docmill.settings import Settings
     from tasks.inventory import inventory
 
-    doc = next(d.doc_id for d in inventory(str(corpus), Settings()) if d.status == "ok" and not d.duplicate_of)
+    doc = next(
+        d.doc_id for d in inventory(str(corpus), Settings()) if d.status == "ok" and not d.duplicate_of
+    )
     em.state.faults.add(kind="truncate", marker=f'\\"doc_id\\": \\"{doc}\\"')
     return ["run", str(corpus)]
 

@@ -44,3 +44,38 @@ def test_long_document_is_split_extracted_and_merged_with_offsets(tmp_path: Path
     assert by_doc["deep/folder/long.txt"] > 0  # long-document calls are costed to the document
     spans = [(c["start"], c["end"]) for c in chunks]
     assert spans[0][0] == 0 and spans[-1][1] == len(text)
+
+
+def test_long_document_ledger_equals_the_bill_through_a_stall_and_a_dropped_stream(
+    tmp_path: Path, emulator: Any
+) -> None:
+    """Issue 22: a long document's calls stream. A 30 s stall (virtual time at 100x: 0.3 s real, under
+    a read timeout standing for 120 s) is waited out; a stream dropped after its final usage is
+    retried, and the dropped attempt the API billed is recorded: ledger = bill to 1e-9."""
+    from checkpoints.costs import CostLedger
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    filler = "\n\n".join(f"Paragraph {i}: terms and conditions apply to shipment {i}." for i in range(300))
+    (corpus / "long.txt").write_text(
+        "Invoice number: INV-7101\nVendor: Longform Paper AG\n\n" + filler + "\n\nTotal: 969.30\n"
+    )
+    emulator.state.configure({"clock_speed": 100.0})
+    stall = emulator.state.faults.add(kind="stall", seconds=30.0, marker="Paragraph 5:", count=1)
+    drop = emulator.state.faults.add(
+        kind="stream_drop", after_events=10_000, marker="Paragraph 250:", count=1
+    )
+    settings = settings_for(emulator, str(tmp_path / "store"), timeout_seconds=1.2).model_copy(
+        update={"context": ContextSettings(document_budget_tokens=2000, budget_tokens=20000)}
+    )
+    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    store = open_store(settings.store)
+    assert outcomes_of(store, summary["run_id"])["long.txt"]["state"] == "succeeded"
+    assert stall.hits == 1 and drop.hits == 1
+    entries = list(CostLedger(store, summary["run_id"]).entries())
+    dropped = [e for e in entries if e.unanswered]
+    assert len(dropped) == 1 and not dropped[0].possibly_billed and dropped[0].doc_id == "long.txt"
+    assert emulator.state.drain()
+    bill = emulator.state.accounting
+    assert abs(CostLedger(store, summary["run_id"]).totals()["usd"] - bill.total_usd()) < 1e-9
+    assert len(entries) == len(bill.billed)  # every billed request is one ledger entry

@@ -14,6 +14,7 @@ from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
 from flows.extract import run_extract
 from tasks.reporting.status import run_status, status_text
+from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of
 from tests.flows.test_flows_cost import assert_ledger_matches_emulator
 
@@ -33,6 +34,8 @@ def _settings(emulator: Any, store: str, model: str, **api: Any) -> Settings:
 
 @pytest.mark.parametrize("mode", ["realtime", "batch"])
 def test_dated_model_in_answers_prices_on_every_path(tmp_path: Path, emulator: Any, mode: str) -> None:
+    if mode == "batch":
+        fast_batches(emulator)
     corpus, _ = make_corpus(tmp_path, count=8, seed=4)
     settings = _settings(emulator, str(tmp_path / "store"), HAIKU, fallback_model=None)
     summary = run_extract(str(corpus), "invoices", mode=mode, settings=settings, progress=False)
@@ -74,7 +77,9 @@ def test_retired_pinned_model_stops_at_start_with_exit_2(
     from flows.cli import main
 
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
-    monkeypatch.setenv("DOCMILL_API__FALLBACK_MODEL", "claude-sonnet-4-5")  # retired 2026-11-30 (docmill's model table)
+    monkeypatch.setenv(
+        "DOCMILL_API__FALLBACK_MODEL", "claude-sonnet-4-5"
+    )  # retired 2026-11-30 (docmill's model table)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("DOCMILL_RAISE_ERRORS", raising=False)
     get_settings.cache_clear()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from docmill.settings import get_settings
+from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus
 
 
@@ -19,6 +20,8 @@ def env_for(monkeypatch: pytest.MonkeyPatch, emulator: Any, tmp_path: Path) -> s
     store = str(tmp_path / "store")
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
     monkeypatch.setenv("DOCMILL_STORE", store)
+    monkeypatch.setenv("DOCMILL_BATCH__POLL_SECONDS", "0.05")  # a batch is in_progress when created
+    monkeypatch.setenv("DOCMILL_BATCH__POLL_MAX_SECONDS", "0.2")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     get_settings.cache_clear()
     yield store
@@ -158,6 +161,8 @@ def test_flow_run_shows_per_file_progress_in_documents(
     from flows.extract import extract
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=4)
+    if mode == "batch":
+        fast_batches(emulator)
     state = extract(str(corpus), "invoices", mode=mode, chunk_size=5, return_state=True)
     summary = state.result()
     assert summary["phase"] == "done"

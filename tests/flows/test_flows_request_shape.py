@@ -17,6 +17,7 @@ from tasks.conversation.pinned import PinnedFacts
 from tasks.conversation.task import ConversationTask
 from tasks.doctor import run_doctor
 from tasks.recipes import load_recipe
+from tests.fixtures.emulator import fast_batches
 from tests.fixtures.wire_shape import request_errors
 from tests.flows.helpers import make_corpus, plant
 
@@ -60,6 +61,8 @@ def test_every_request_docmill_sends_matches_the_sdk_types(tmp_path: Path, emula
     api = ApiSettings(base_url=emulator.base_url, backoff_max_seconds=0.0, max_tokens=1024)
     fast = BatchSettings(poll_seconds=0.02, poll_max_seconds=0.05)
     for mode in ("realtime", "batch"):
+        if mode == "batch":
+            fast_batches(emulator)
         settings = Settings(store=str(tmp_path / mode), api=api, batch=fast)
         run_extract(str(corpus), "invoices", mode=mode, settings=settings, progress=False)
     _long_task(emulator, open_store(str(tmp_path / "long")), "long")
@@ -74,6 +77,6 @@ def test_every_request_docmill_sends_matches_the_sdk_types(tmp_path: Path, emula
     kinds = {(r.path, bool(r.betas), bool(isinstance(r.body, dict) and r.body.get("stream"))) for r in sent}
     assert ("/v1/messages", False, True) in kinds  # streamed (the 8,192-token retry after truncation)
     assert ("/v1/messages", False, False) in kinds
-    assert ("/v1/messages", True, False) in kinds  # beta: compaction
+    assert ("/v1/messages", True, True) in kinds  # beta: compaction, streamed like every long-task call
     assert ("/v1/messages/count_tokens", False, False) in kinds
     assert ("/v1/messages/batches", False, False) in kinds

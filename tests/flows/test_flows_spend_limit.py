@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from checkpoints.store import open_store
+from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of
 
 
@@ -31,6 +32,8 @@ def test_spend_limit_stops_with_exit_3_and_resume_finishes(
     store = str(tmp_path / "store")
     corpus, _ = make_corpus(tmp_path, count=6, seed=4)
     path = "/v1/messages/batches" if mode == "batch" else "/v1/messages"
+    if mode == "batch":
+        fast_batches(emulator)
     emulator.state.faults.add(kind="spend_limit", path=path)  # every request, until lifted
     try:
         args = ["--store", store, "run", str(corpus), "--no-prefect", "--run-id", "s1", "--mode", mode]

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from anthropic import transform_schema
 
+from docmill.models import min_cacheable_tokens
+from docmill.settings import Settings
 from emulator import grammar
 from tasks.recipes import load_recipe
 
@@ -38,8 +40,12 @@ def test_doctor_passes_and_shows_models_costs_and_limits(
     assert "prices:" not in out  # no override in force
     assert "recipe invoices per-file schema: accepted" in out and "code-review integration schema" in out
     assert "requests 4000/min" in out and "checks cost $" in out
-    assert "recipe invoices prompt cache: static prefix ~" in out and "below it: never cached" in out
-    assert emulator.state.accounting.received_by_path["/v1/messages/count_tokens"] == 1
+    warn = [line.strip() for line in out.splitlines() if "recipe invoices prompt cache" in line]
+    assert len(warn) == 1 and warn[0].startswith("warn recipe invoices prompt cache: prefix "), out
+    model = Settings().api.model  # the default model (its minimum from docmill's model table)
+    assert f"< minimum {min_cacheable_tokens(model):,} of {model}: not cached ($" in warn[0]
+    assert "per 1,000 documents forgone)" in warn[0] and "with a warning)" in out
+    assert emulator.state.accounting.received_by_path["/v1/messages/count_tokens"] == 1 + 2 * 2
 
 
 def test_schema_over_the_grammar_limit_fails_doctor_naming_the_schema(
@@ -73,6 +79,25 @@ def test_retired_pinned_model_fails_doctor(
     )  # and it does not answer
 
 
+def test_doctor_help_describes_it_and_takes_a_model_whose_404_is_the_models_not_the_keys(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _doctor(emulator, monkeypatch, capsys, "--help")
+    assert code == 0 and "Check what would otherwise fail" in out and "--model MODEL" in out
+    code, out, err = _doctor(
+        emulator, monkeypatch, capsys, "--model", "claude-nowhere-9", "--recipe", "invoices"
+    )
+    assert code == 2
+    assert "ok   key: accepted (the model claude-nowhere-9 is not known" in out
+    assert (
+        "FAIL model claude-nowhere-9 (api.model): the endpoint does not know the model claude-nowhere-9"
+        in out
+    )
+    assert "warn models: api.model claude-nowhere-9 has no price" in out  # a warning, never "ok"
+    assert not any(line.startswith("ok") and "no price" in line for line in out.splitlines())
+    assert not any("key" in line for line in err)  # the failure lines blame the model
+
+
 def test_doctor_shows_the_price_overrides_in_force(
     emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -82,3 +107,16 @@ def test_doctor_shows_the_price_overrides_in_force(
     assert (
         "ok   prices: price override for claude-sonnet-5-5 (DOCMILL_PRICES): input $2.5 / output $12" in out
     )
+
+
+def test_a_recipe_whose_prefix_reaches_the_minimum_is_reported_cached(emulator: Any) -> None:
+    import anthropic
+
+    from tasks.doctor import cache_check
+    from tests.fixtures.recipes import cacheable_recipe
+
+    settings = Settings(api={"base_url": emulator.base_url})
+    sdk = anthropic.Anthropic(api_key="k", base_url=emulator.base_url, max_retries=0)
+    check = cache_check(settings, cacheable_recipe(), sdk)
+    assert check.ok and not check.warn, check.line()
+    assert ">= minimum" in check.detail and "saved)" in check.detail

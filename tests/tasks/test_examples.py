@@ -111,7 +111,8 @@ def test_planted_duplicates_and_conflicts(gen: ModuleType, tmp_path: Path) -> No
             assert rec["fields"]["vendor_name"] == c["vendor_name"]
             assert rec["fields"]["total"] == v["value"]
     reasons = sorted(r["expected_skip_reason"] for r in docs.values() if r["expected_skip_reason"])
-    assert reasons == ["binary", "duplicate", "duplicate", "empty", "undecodable", "unsupported_type"]
+    assert reasons == ["binary", "duplicate", "duplicate", "empty", "unsupported_type"]
+    assert docs["misc/legacy-latin1.txt"]["expected_encoding"] == "cp1252"  # read, marked as guessed
 
 
 def test_counts_formats_and_reruns(gen: ModuleType, tmp_path: Path) -> None:

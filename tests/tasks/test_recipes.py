@@ -19,9 +19,12 @@ USER_RECIPE = """
 from pydantic import BaseModel
 from tasks.recipes import Recipe
 
+class Text(BaseModel):
+    value: str | None
+    evidence: str | None
+
 class Out(BaseModel):
-    title: str
-    title_evidence: str | None
+    title: Text
 
 class Merged(BaseModel):
     titles: list[str]
@@ -62,7 +65,8 @@ def test_user_recipe_from_file(tmp_path: Path) -> None:
     r = load_recipe(f"{path}:MINE")
     assert r.name == "titles" and r.version == "3" and r.key_fields == ("title",)
     assert load_recipe(f"{path}:build") == r  # a factory function works too
-    assert r.evidence({"title": "A", "title_evidence": "Title: A"}) == [("$.title_evidence", "Title: A")]
+    assert r.evidence_fields == ("evidence",)  # the conventional name, found in the schema
+    assert r.evidence({"title": {"value": "A", "evidence": "Title: A"}}) == [("$.title.evidence", "Title: A")]
 
 
 @pytest.mark.parametrize(
@@ -73,6 +77,8 @@ def test_user_recipe_from_file(tmp_path: Path) -> None:
         ("my_recipe.py:NOT_A_RECIPE", "is a int, not a Recipe"),
         ("my_recipe.py:", "names no object"),
         ("broken.py:X", "failed to import: ZeroDivisionError"),
+        ("my_recipe.py", r"is a file but names no Recipe in it \(it defines MINE\)"),
+        ("missing.py", "recipe file .* does not exist"),
     ],
 )
 def test_user_recipe_errors(tmp_path: Path, suffix: str, message: str) -> None:
@@ -254,3 +260,53 @@ def test_prompts_carry_the_rules(name: str) -> None:
     if name == "invoices":
         assert "null" in r.file_prompt and "never guess" in r.file_prompt.lower()
         assert "every distinct value" in r.integration_prompt.lower()
+
+
+FLAT = """
+from pydantic import BaseModel
+from tasks.recipes import Recipe
+
+class Contract(BaseModel):
+    effective_date: str | None
+    effective_date_evidence: str | None
+    governing_law: str | None
+    governing_law_evidence: str | None
+
+CONTRACTS = Recipe(
+    name="contracts", version="1", file_schema=Contract, file_prompt="p", integration_schema=Contract,
+    integration_prompt="q", doc_types=frozenset({"txt"}),
+)
+"""
+
+
+def test_a_recipe_that_pairs_values_and_evidence_wrongly_is_refused_at_load_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    """Flat fields with `*_evidence` siblings used to load silently, and the report's "example with
+    evidence" column stayed empty; a {value, evidence} field whose evidence is not checked neither."""
+    (tmp_path / "my_recipe.py").write_text(USER_RECIPE)
+    with pytest.raises(ConfigError) as ei:  # no `:NAME`: the line says which names the file has
+        load_recipe(f"{tmp_path}/my_recipe.py")
+    assert f"(use --recipe {tmp_path}/my_recipe.py:MINE: " in ei.value.one_line()
+    (tmp_path / "contracts.py").write_text(FLAT)
+    with pytest.raises(ConfigError) as ei:
+        load_recipe(f"{tmp_path}/contracts.py:CONTRACTS")
+    line = ei.value.one_line()
+    assert "field 'effective_date' keeps its evidence in the sibling 'effective_date_evidence'" in line
+    assert "(and 1 more like it)" in line and "{value, evidence}" in line and "docs/recipes.md" in line
+
+    class Text(BaseModel):
+        value: str | None
+        evidence: str | None
+
+    class Wrong(BaseModel):
+        total: Text
+        note: str
+
+    with pytest.raises(
+        ConfigError, match=r"field 'total' is \{value, evidence\} but 'evidence' is not in evidence_fields"
+    ):
+        Recipe(
+            name="w", version="1", file_schema=Wrong, file_prompt="p", integration_schema=Wrong,
+            integration_prompt="q", doc_types=frozenset({"txt"}), evidence_fields=("note",),
+        )  # fmt: skip

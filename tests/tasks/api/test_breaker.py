@@ -152,3 +152,40 @@ def test_a_healthy_run_is_never_held_to_n_in_flight_but_a_streak_is() -> None:
         b.done()
     assert b.try_admit()  # 1 + 1 in flight < 3
     assert not b.try_admit()
+
+
+def test_the_same_400_for_every_document_stops_the_run_within_20_calls(
+    env: str, emulator: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: 30 documents with a schema the API's grammar compiler refuses (the emulator's limit)
+    -> exit 3 after at most 20 calls, one line naming the error, phase stopped; a resume continues."""
+    corpus = make_corpus(tmp_path, count=30, seed=6)[0]
+    emulator.state.configure({"grammar_max_complexity": 5})  # the invoices schema is over it
+    code = main(["--store", env, "run", str(corpus), "--no-prefect", "--run-id", "grammar"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3, err
+    said = [line for line in err if line.startswith("docmill:")]
+    assert len(said) == 1 and "(invalid_request)" in said[0] and "grammar is too large" in said[0], err
+    assert "docmill resume grammar" in said[0]
+    assert _answered(emulator) <= 20
+    assert ManifestStore(open_store(env)).load("grammar").phase == "stopped"
+    outs = outcomes_of(open_store(env), "grammar").values()
+    refused = [o for o in outs if o.get("failure_type") == "api_error:400"]
+    assert 1 <= len(refused) <= 20 and not [o for o in refused if o.get("retryable")]
+    emulator.state.configure({"grammar_max_complexity": None})  # (a fixed schema would change the keys)
+    assert main(["--store", env, "resume", "grammar", "--no-prefect"]) in (0, 3)
+    assert ManifestStore(open_store(env)).load("grammar").phase != "stopped"
+
+
+def test_a_400_counts_once_per_document_and_a_different_one_starts_anew() -> None:
+    b = CircuitBreaker(3)
+    for doc in ("a", "a", "a", "b", "b"):  # one document's repeated 400 is not a second document
+        b.invalid_request("HTTP 400 invalid_request_error: schema too large", doc)
+    b.invalid_request("HTTP 400 invalid_request_error: prompt is too long: 250000 tokens", "c")
+    b.invalid_request("HTTP 400 invalid_request_error: schema too large", "d")
+    b.check()  # the document-specific 400 broke the streak
+    b.invalid_request("HTTP 400 invalid_request_error: schema too large", "e")
+    b.invalid_request("HTTP 400 invalid_request_error: schema too large", "f")
+    with pytest.raises(SystemicFailure) as e:
+        b.check()
+    assert e.value.cause == "invalid_request" and "3 documents in a row" in e.value.message

@@ -6,6 +6,7 @@ import threading
 import time
 from typing import Any
 
+import anthropic
 import pytest
 
 from docmill.errors import ApiCallError
@@ -329,3 +330,82 @@ def test_409_is_retried_in_realtime_as_in_batch_results(emulator: Any) -> None:
     result = call(make_client(emulator, fake))
     assert result.attempts == 2 and "409 conflict_error" in result.errors[0]
     assert "conflict_error" in RETRYABLE_ERROR_TYPES  # the batch router retries the same failures
+
+
+def _streamed(max_tokens: int = 8192) -> dict[str, Any]:
+    return {**request(), "max_tokens": max_tokens}  # from 8,192 (api.stream_min_max_tokens) a call streams
+
+
+def test_a_dropped_stream_is_retried_and_recorded_at_its_bound(emulator: Any) -> None:
+    """A connection dropped mid-stream (httpx2 RemoteProtocolError out of get_final_message) is a
+    retried transport failure; the dropped attempt, which the API billed, is recorded as possibly billed
+    at the input message_start reported plus max_tokens of output (an upper bound of the bill)."""
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="stream_drop", count=1)  # mid-content: no final usage yet
+    client = make_client(emulator, fake)
+    result = call(client, _streamed())
+    assert result.attempts == 2 and "dropped mid-stream" in result.errors[0]
+    [dropped] = client.possibly_billed
+    assert dropped.possibly and dropped.reason == "dropped" and dropped.attempt == 1
+    assert emulator.state.drain()
+    first, second = emulator.state.accounting.billed  # the API billed the dropped attempt too
+    assert dropped.input_tokens == first.input_tokens  # from message_start, exact
+    assert dropped.usd >= first.usd and result.cost_usd == pytest.approx(second.usd)
+    assert client.budget.spent_usd == pytest.approx(dropped.usd + result.cost_usd)  # the cap counts it
+
+
+def test_a_stream_dropped_after_its_final_usage_is_recorded_exactly(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="stream_drop", count=1, after_events=10_000)  # before message_stop
+    client = make_client(emulator, fake)
+    result = call(client, _streamed())
+    [dropped] = client.possibly_billed
+    assert not dropped.possibly and dropped.usage is not None
+    assert emulator.state.drain()
+    bill = emulator.state.accounting.total_usd()
+    assert abs(dropped.usd + result.cost_usd - bill) < 1e-9
+
+
+def test_a_stream_stalled_past_the_read_timeout_is_possibly_billed_and_resent_once(emulator: Any) -> None:
+    """A stall longer than the read timeout while the answer streams is a timeout after sending: the
+    attempt is possibly billed and the request resent at most `api.timeout_resends` times."""
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="stall", seconds=1.5)  # every attempt stalls past the 0.4 s timeout
+    client = make_client(emulator, fake, timeout_seconds=0.4)
+    with pytest.raises(ApiCallError, match="timed out while the answer streamed"):
+        call(client, _streamed())
+    assert received(emulator) == 2 and len(client.possibly_billed) == 2
+    assert all(p.reason == "timeout" and p.possibly for p in client.possibly_billed)
+    assert emulator.state.drain()
+    assert sum(p.usd for p in client.possibly_billed) >= emulator.state.accounting.total_usd() > 0
+
+
+def test_a_mid_stream_error_event_is_recorded_as_possibly_billed(emulator: Any) -> None:
+    fake = FakeTime(emulator)
+    emulator.state.faults.add(kind="stream_error", count=1)  # overloaded_error after the 200
+    client = make_client(emulator, fake, fallback_model=None)
+    result = call(client, _streamed())
+    assert result.attempts == 2 and [p.reason for p in client.possibly_billed] == ["stream_error"]
+    assert emulator.state.drain()
+    assert client.possibly_billed[0].usd + result.cost_usd >= emulator.state.accounting.total_usd()
+
+
+def test_stream_is_for_long_calls_and_records_what_it_may_have_cost(emulator: Any) -> None:
+    """`ModelClient.stream` (long tasks, compaction): a long answer streams through a read timeout a
+    non-streamed call would hit; a stall past it is possibly billed, resent at most once."""
+    from tasks.api.answers import CallLabel
+
+    fake = FakeTime(emulator)
+    client = make_client(emulator, fake, timeout_seconds=0.4)
+    label = CallLabel("context", "doc.txt", "task-x000001")
+    quick = client.stream(_streamed(), label=label).usage.output_tokens
+    emulator.state.configure({"output_tokens_per_second": quick / 1.0})  # ~1 s per answer, streamed
+    message = client.stream(_streamed(), label=label)
+    assert message._request_id and message.usage.output_tokens == quick
+    emulator.state.configure({"output_tokens_per_second": 0.0})
+    emulator.state.faults.add(kind="stall", seconds=1.5)
+    with pytest.raises(anthropic.APIConnectionError):
+        client.stream(_streamed(), label=label)
+    assert [(p.doc_id, p.key, p.reason) for p in client.possibly_billed] == [
+        ("doc.txt", "task-x000001", "timeout")
+    ] * 2

@@ -104,8 +104,26 @@ def test_the_estimate_correction_converges_with_many_requests_in_flight() -> Non
     lim._latency = 10.0  # (a window wide enough for 20 requests in flight)
     held = [lim.acquire(1000) for _ in range(20)]  # all estimated before any answer
     for t in held:  # each billed a tenth of its estimate: the ratio must settle at 0.1, not run away
-        lim.release(t, usage={"input_tokens": 60, "cache_read_input_tokens": 40})
+        lim.release(t, usage={"input_tokens": 60, "cache_creation_input_tokens": 40})
     assert lim.acquire(1000).input_tokens == pytest.approx(100, rel=0.15)  # EWMA: 0.1 + 0.9 x 0.8^20
+
+
+@pytest.mark.parametrize("counts_reads", [False, True])
+def test_cache_reads_do_not_count_against_the_input_limit(counts_reads: bool) -> None:
+    """Current models do not count cache reads against the input-token limit: a request whose prefix
+    is read from the cache takes only its uncached part (and its cache writes) from the bucket."""
+    fake = FakeTime()
+    lim = limiter(fake, counts_cache_reads=counts_reads)
+    lim.observe(headers(fake, "input-tokens", 60_000, 60_000))
+    start, sent = fake.now, 0
+    while fake.now - start < 60.0:  # 3,000-token requests, 2,800 of them read from the cache
+        lim.release(lim.acquire(3000), usage={"input_tokens": 200, "cache_read_input_tokens": 2800})
+        sent += 1
+    if counts_reads:
+        assert sent <= 2 * 60_000 / 3000  # 3,000 counted tokens each: about 20 a minute
+    else:
+        assert sent > 5 * 60_000 / 3000  # 200 counted tokens each: many times more
+        assert lim.acquire(3000).input_tokens == pytest.approx(200, rel=0.05)
 
 
 def test_output_tokens_held_at_what_answers_use_while_max_tokens_must_fit() -> None:
@@ -204,9 +222,8 @@ def test_a_share_of_the_limits_set_from_outside_at_runtime() -> None:
     assert sent_in(fake, lim, 10.0) == pytest.approx(200, abs=25)  # all of 20/s (and the bucket's fill)
     with pytest.raises(ValueError):
         lim.set_share(0)
-    client = ModelClient(Settings(api={"limit_share": 0.25}), base_url="http://127.0.0.1:9", api_key="k")
-    client.limiter.observe(headers(fake, "requests", 4000, 4000))  # several processes: a setting
-    assert client.limiter.limits["requests"] == 1000
+    lim.set_share(1.0000001)  # a sum of fair shares a hair above 1 is all of it
+    assert lim.limits["requests"] == pytest.approx(1200)
 
 
 def test_client_adopts_emulator_limits_without_a_429(emulator: Any) -> None:

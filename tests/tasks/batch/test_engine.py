@@ -216,16 +216,17 @@ def test_expired_requests_are_resubmitted(emulator: Any, tmp_path: Path, corpus:
 def test_canceled_keeps_what_succeeded_and_resubmits_the_rest(
     emulator: Any, tmp_path: Path, corpus: Path
 ) -> None:
-    emulator.state.configure({"batch_seconds_per_request": 100.0})
+    emulator.state.configure({"batch_seconds_per_request": 80.0})  # after the batch's first minute
     rig = Rig(emulator, tmp_path, corpus, poll_seconds=250, poll_max_seconds=250)
     docs = rig.ok_docs()[:4]
 
-    polls = 0
+    polls, canceled = 0, False
 
     def cancel_once(event: dict[str, Any]) -> None:
-        nonlocal polls
+        nonlocal polls, canceled
         polls += event["event"] == "status" and event["n"] == 1 and event["status"] == "in_progress"
-        if polls == 2 and event["event"] == "status":  # t = 250 s: two items done, two not started
+        if polls == 2 and event["event"] == "status" and not canceled:  # t = 250 s: 2 items done (140, 220)
+            canceled = True
             report = cancel_batches(rig.run_id, rig.store, rig.client, rig.settings)
             assert report["batches"][0]["batch_ids"] == event["batch_ids"]
             emulator.state.configure({"batch_seconds_per_request": 0.0})

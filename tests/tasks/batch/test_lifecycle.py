@@ -10,7 +10,7 @@ import pytest
 from docmill.errors import BatchError
 from docmill.settings import Settings
 from tasks.batch.lifecycle import BatchApi
-from tests.fixtures.emulator import sdk_client
+from tests.fixtures.emulator import fast_batches, pass_batch_time, sdk_client
 
 PARAMS = {"model": "claude-sonnet-4-6", "max_tokens": 20, "messages": [{"role": "user", "content": "x"}]}
 
@@ -21,7 +21,8 @@ def test_cancel_of_an_ended_batch_is_nothing_to_cancel(emulator: Any, status: in
     sdk = sdk_client(emulator)
     api = BatchApi(sdk, Settings(), sleep=lambda _s: None)
     ended = sdk.messages.batches.create(requests=[{"custom_id": "a", "params": PARAMS}])  # type: ignore[misc]
-    assert ended.processing_status == "ended"
+    pass_batch_time(emulator)
+    assert sdk.messages.batches.retrieve(ended.id).processing_status == "ended"
     assert api.cancel(ended.id) is None
 
 
@@ -45,6 +46,7 @@ def test_batch_create_sends_content_length_through_a_proxy_that_refuses_chunked(
     from tests.flows.helpers import make_corpus
 
     emulator.state.configure({"reject_chunked_bodies": True, "record_requests": True})
+    fast_batches(emulator)
     corpus, _ = make_corpus(tmp_path, count=4, seed=4)
     settings = Settings(
         store=str(tmp_path / "store"),

@@ -146,3 +146,30 @@ def test_a_report_of_10k_documents_is_quick_to_write_and_to_open_and_pages_find_
     assert rows == ["batch-09/inv-09876.txt"], rows[:5]  # the filter from the address found it on page 198
     assert "INV-09876" in dom and "chars 70–84" in dom and opened < 60
     assert "1 of 10000" in dom  # the pager's count
+
+
+def test_a_correction_of_a_missing_value_reads_was_null_and_a_stopped_run_says_how_to_continue() -> None:
+    from checkpoints.decisions import Action, Decision
+    from tasks.review import apply_decisions
+
+    outcomes = [
+        {"doc_id": "a.txt", "state": "succeeded", "output": {"total": {"value": None, "evidence": None}}}
+    ]
+    d = Decision(run_id="r", doc_id="a.txt", seq=1, action=Action.CORRECT, values={"total": 12.5},
+                 by="ann", at=1796167111.29677)  # fmt: skip
+    shown = apply_decisions(outcomes, {"a.txt": d})
+    assert shown[0]["review"]["at"] == "2026-12-01T23:18:31Z"  # a timestamp, not epoch seconds
+    md = markdown({"run_id": "r", "recipe": "invoices", "phase": "done"}, shown, None)
+    assert "12.5 (was null)" in md and "(was )" not in md
+    page = html_report({"run_id": "r", "phase": "done"}, shown, None, {}, [], [])
+    assert '<span class="was" title="the model\'s value">null</span>' in page
+
+    stopped = {
+        "run_id": "r", "phase": "stopped",
+        "extra": {"stop": {"kind": "breaker", "error": "SystemicFailure: run r stopped: 401 x20 (auth)",
+                           "continue": "docmill resume r"}},
+    }  # fmt: skip
+    md = markdown(stopped, [], None)
+    assert "SystemicFailure: run r stopped: 401 x20 (auth)" in md and "`docmill resume r` continues" in md
+    assert "docmill resume r</code> continues" in html_report(stopped, [], None, {}, [], [])
+    assert "docmill resume" not in markdown({**stopped, "phase": "done"}, [], None)  # over once it is done

@@ -1,0 +1,255 @@
+"""PDF `document` blocks and `image` blocks as the API takes them: checked, billed, read.
+
+Checks, with the API's messages where they are known (reference 000.5; public issue threads):
+a base64 PDF must be a valid, unencrypted PDF ("The PDF specified was not valid.", "encrypted PDFs
+are not supported"), at most 100 PDF pages in one request ("A maximum of 100 PDF pages may be
+provided."); an image must be jpeg/png/gif/webp, match its media type, be at most 5 MB and 8,000 px
+a side (2,000 with more than 20 images; `image_dimensions_too_large`), at most 100 in one request.
+URL and Files API sources are refused: the emulator is offline and has no Files API.
+
+Billing (the API's published rule): a PDF page costs its text (4 characters a token) plus an image of
+the page (rendered with its long edge at 1,568 px: width x height / 750 tokens, at most 1,600); an
+image costs width x height / 750 tokens after the same scaling.
+
+Reading: a page's text layer is what the model reads of it; a page without one is read from the OCR
+hint a test embedded in the file (the PDF's `/DocmillOCR` information entry, pages split by form
+feeds; a PNG `DocmillOCR` text chunk; a JPEG comment `DocmillOCR:...`). The emulator cannot look at
+pixels; a real model would. Without a hint a scanned page reads as nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import math
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+IMAGE_LONG_EDGE = 1568
+IMAGE_MAX_TOKENS = 1600
+PIXELS_PER_TOKEN = 750
+PAGE_RENDER_SCALE = 1568 / 792  # a Letter page rendered with its long edge at 1,568 px
+MAX_PDF_PAGES = 100
+MAX_IMAGES = 100
+MAX_IMAGE_SIDE = 8000
+MAX_IMAGE_SIDE_MANY = 2000  # with more than 20 images in one request
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+PIL_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
+OCR_KEY = "DocmillOCR"
+
+
+def image_tokens(width: float, height: float) -> int:
+    if width <= 0 or height <= 0:
+        return 0
+    scale = min(1.0, IMAGE_LONG_EDGE / max(width, height))
+    return min(IMAGE_MAX_TOKENS, max(1, math.ceil(width * scale * height * scale / PIXELS_PER_TOKEN)))
+
+
+class MediaError(ValueError):
+    """Why the API would refuse a block; `field` is the path suffix the message names."""
+
+    def __init__(
+        self, field: str, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None
+    ):
+        super().__init__(message)
+        self.field, self.message, self.code, self.extra = field, message, code, extra or {}
+
+
+@dataclass(frozen=True)
+class Pdf:
+    pages: tuple[str, ...]  # what the model reads of each page (text layer, else the OCR hint)
+    tokens: int  # billed input tokens
+
+
+@dataclass(frozen=True)
+class Picture:
+    media_type: str
+    width: int
+    height: int
+    text: str  # the OCR hint
+    tokens: int
+    size: int
+
+
+def _b64(data: Any, field: str) -> bytes:
+    if not isinstance(data, str):
+        raise MediaError(field, "Input should be a valid string")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise MediaError(field, "Invalid base64 data") from e
+
+
+@lru_cache(maxsize=16)
+def read_pdf(data: str) -> Pdf:
+    """The pages of a base64 PDF (MediaError when the API would refuse it)."""
+    from pypdf import PdfReader
+
+    raw = _b64(data, "pdf.source.base64.data")
+    import logging
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        reader = PdfReader(io.BytesIO(raw))
+        if reader.is_encrypted:
+            raise MediaError("pdf.source.base64.data", "encrypted PDFs are not supported")
+        info: Any = reader.metadata or {}
+        hint = str(info.get("/" + OCR_KEY) or "").split("\f")
+        pages, tokens = [], 0
+        for i, page in enumerate(reader.pages):
+            text = (page.extract_text() or "").strip()
+            box = page.mediabox
+            tokens += math.ceil(len(text) / 4) + image_tokens(
+                float(box.width) * PAGE_RENDER_SCALE, float(box.height) * PAGE_RENDER_SCALE
+            )
+            seen = text if len("".join(text.split())) >= 20 else (hint[i] if i < len(hint) else text)
+            pages.append(seen)
+    except MediaError:
+        raise
+    except Exception as e:
+        raise MediaError("pdf.source.base64.data", "The PDF specified was not valid.") from e
+    if not pages:
+        raise MediaError("pdf.source.base64.data", "The PDF specified was not valid.")
+    return Pdf(tuple(pages), tokens)
+
+
+@lru_cache(maxsize=16)
+def read_image(media_type: str, data: str) -> Picture:
+    """A base64 image (MediaError when the API would refuse it)."""
+    from PIL import Image
+
+    if media_type not in IMAGE_TYPES:
+        raise MediaError(
+            "image.source.base64.media_type",
+            "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
+        )
+    raw = _b64(data, "image.source.base64.data")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise MediaError(
+            "image.source.base64", f"image exceeds 5 MB maximum: {len(data)} bytes > {MAX_IMAGE_BYTES} bytes"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(raw)) as im:
+                fmt, (w, h) = str(im.format), im.size
+                text = str(im.info.get(OCR_KEY) or "")
+                comment = im.info.get("comment")
+    except Image.DecompressionBombError as e:  # far past 8,000 x 8,000 px (never decoded)
+        raise MediaError(
+            "image",
+            f"image dimensions exceed max allowed size: {MAX_IMAGE_SIDE} pixels",
+            code="image_dimensions_too_large",
+            extra={"max_side_length_pixels": MAX_IMAGE_SIDE},
+        ) from e
+    except Exception as e:
+        raise MediaError("image.source.base64.data", "Could not process image") from e
+    if PIL_TYPES.get(fmt) != media_type:
+        raise MediaError(
+            "image.source.base64.data", f"Image does not match the provided media type {media_type}"
+        )
+    if isinstance(comment, bytes) and comment.startswith(OCR_KEY.encode() + b":"):
+        text = comment[len(OCR_KEY) + 1 :].decode("utf-8", "replace")
+    return Picture(media_type, w, h, text, image_tokens(w, h), len(raw))
+
+
+def block_tokens(block: dict[str, Any]) -> int | None:
+    """Billed tokens of a base64 PDF or image block (None: not one, or not readable)."""
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return None
+    try:
+        if block.get("type") == "document" and source.get("media_type") == "application/pdf":
+            return read_pdf(str(source.get("data"))).tokens
+        if block.get("type") == "image":
+            return read_image(str(source.get("media_type")), str(source.get("data"))).tokens
+    except MediaError:
+        return None
+    return None
+
+
+def _check_document(block: dict[str, Any]) -> int:
+    """PDF pages of a valid document block (0 for text and content sources)."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise MediaError("source", "Field required")
+    kind = source.get("type")
+    if kind in ("text", "content"):
+        return 0
+    if kind in ("url", "file"):
+        raise MediaError("source", f"{kind} sources are not available in the offline emulator; send base64")
+    if kind != "base64":
+        raise MediaError("source.type", "Input should be 'base64', 'text', 'content', 'url' or 'file'")
+    if source.get("media_type") != "application/pdf":
+        raise MediaError("source.media_type", "Input should be 'application/pdf'")
+    return len(read_pdf(str(source.get("data") if isinstance(source.get("data"), str) else "")).pages)
+
+
+def _check_image(block: dict[str, Any]) -> Picture:
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise MediaError("source", "Field required")
+    if source.get("type") in ("url", "file"):
+        raise MediaError(
+            "source", f"{source.get('type')} sources are not available in the offline emulator; send base64"
+        )
+    if source.get("type") != "base64":
+        raise MediaError("source.type", "Input should be 'base64', 'url' or 'file'")
+    return read_image(
+        str(source.get("media_type")), str(source.get("data") if isinstance(source.get("data"), str) else "")
+    )
+
+
+def check_request(messages: list[Any]) -> None:
+    """Every document and image block of a request, and the request's page and image limits.
+    Raises MediaError with `field` the full path (messages.i.content.j....)."""
+    pages = 0
+    images: list[tuple[str, Picture]] = []
+    for i, msg in enumerate(messages):
+        content = msg.get("content") if isinstance(msg, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else []):
+            if not isinstance(block, dict) or block.get("type") not in ("document", "image"):
+                continue
+            path = f"messages.{i}.content.{j}"
+            try:
+                if block["type"] == "document":
+                    pages += _check_document(block)
+                    if pages > MAX_PDF_PAGES:
+                        raise MediaError(
+                            "pdf.source.base64.data", "A maximum of 100 PDF pages may be provided."
+                        )
+                else:
+                    images.append((path, _check_image(block)))
+            except MediaError as e:
+                e.field = f"{path}.{e.field}"
+                raise
+    if len(images) > MAX_IMAGES:
+        raise MediaError(images[MAX_IMAGES][0], f"A maximum of {MAX_IMAGES} images may be provided.")
+    side = MAX_IMAGE_SIDE_MANY if len(images) > 20 else MAX_IMAGE_SIDE
+    too_large = [path for path, pic in images if max(pic.width, pic.height) > side]
+    if too_large:
+        raise MediaError(
+            too_large[0],
+            f"image dimensions exceed max allowed size: {side} pixels",
+            code="image_dimensions_too_large",
+            extra={"max_side_length_pixels": side, "paths": too_large},
+        )
+
+
+def read_block(block: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """(kind, the text of each page as the model reads it) of a base64 PDF or image block."""
+    source = block.get("source") if isinstance(block, dict) else None
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return None
+    try:
+        if block.get("type") == "document" and source.get("media_type") == "application/pdf":
+            return "pdf", list(read_pdf(str(source.get("data"))).pages)
+        if block.get("type") == "image":
+            return "image", [read_image(str(source.get("media_type")), str(source.get("data"))).text]
+    except MediaError:
+        return None
+    return None

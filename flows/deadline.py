@@ -1,0 +1,91 @@
+"""`--finish-by TIME`: the batch pass with a deadline (tasks.deadline), wired to this run: the
+realtime per-file pass for the requests that will not finish as batches (chunks on a bounded pool,
+each with its in-flight record, invariant 13), and the organisation's request limit that decides
+how fast realtime can go (as the API's headers stated it: to this process, or to any process
+sharing the limit through the store; else the configured one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from checkpoints.inflight import InFlight
+from checkpoints.limits import LimitPool
+from tasks.api.shared_limit import scope_for
+from tasks.deadline.engine import Realtime, run_deadline
+from tasks.estimate import in_flight_bound
+from tasks.inventory import Document
+from tasks.per_file.outcome import DocOutcome
+from tasks.per_file.realtime import extract_chunk
+
+if TYPE_CHECKING:
+    from flows.context import RunContext
+
+
+def org_requests_per_minute(ctx: RunContext) -> float:
+    """The organisation's request limit as best known now."""
+    limiter = getattr(ctx.client, "limiter", None)
+    stated = limiter.stats.adopted.get("requests") if limiter is not None else None
+    if stated:
+        return float(stated)
+    conf = ctx.settings.shared_limit
+    scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
+    if conf.enabled and scope:
+        from checkpoints.store import open_store
+
+        store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url) if conf.store else ctx.store
+        shared = (LimitPool(store, scope).read().get("limits") or {}).get("requests")
+        if shared:
+            return float(shared)
+    return float(ctx.settings.api.requests_per_minute)
+
+
+def realtime_pass(ctx: RunContext, threads: int) -> Realtime:
+    """The realtime per-file pass over a list of documents, chunk by chunk on `threads` threads."""
+
+    def run(docs: list[Document]) -> Iterator[DocOutcome]:
+        size = ctx.settings.chunk_size
+        groups = [docs[i : i + size] for i in range(0, len(docs), size)]
+        with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="docmill-deadline") as pool:
+            futures = [pool.submit(_chunk, ctx, group) for group in groups]
+            for future in as_completed(futures):
+                yield from future.result()
+
+    return run
+
+
+def _chunk(ctx: RunContext, docs: list[Document]) -> list[DocOutcome]:
+    group = "deadline-" + hashlib.sha256("\n".join(d.doc_id for d in docs).encode()).hexdigest()[:16]
+    inflight = InFlight(ctx.store, ctx.run_id)
+    mark = inflight.open(group, in_flight_bound(docs, ctx.recipe, ctx.settings))
+    try:
+        outcomes = extract_chunk(
+            docs,
+            recipe=ctx.recipe,
+            run_id=ctx.run_id,
+            store=ctx.store,
+            client=ctx.client,
+            settings=ctx.settings,
+        )
+    except BaseException:
+        inflight.close(mark)
+        raise
+    inflight.close(mark, settle=group)
+    return outcomes
+
+
+def deadline_pass(
+    ctx: RunContext, docs: Iterable[Document], *, expected: int, finish_by: str, threads: int
+) -> Iterator[DocOutcome]:
+    """The per-file pass by `finish_by` (ISO 8601): see tasks.deadline."""
+    deadline = datetime.fromisoformat(finish_by).timestamp()
+    yield from run_deadline(
+        docs, expected=expected, deadline=deadline, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store,
+        client=ctx.sdk, model_client=ctx.client, settings=ctx.settings,
+        realtime=realtime_pass(ctx, threads),
+        requests_per_minute=org_requests_per_minute(ctx),
+    )  # fmt: skip

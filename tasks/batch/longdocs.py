@@ -1,0 +1,53 @@
+"""Documents batch mode does not put in a batch: a PDF that must go in page ranges (more pages,
+bytes or tokens than one request takes; tasks.per_file.media) is extracted realtime through the
+long-document path (tasks.per_file.longdoc), its cost guard and failures the same as in realtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from docmill.errors import ApiCallError, BudgetExhausted, InputError
+from tasks.per_file.cost_guard import COST_GUARD, long_worst_usd, over_guard
+from tasks.per_file.longdoc import review_long
+from tasks.per_file.media import load_payload, long_tokens
+from tasks.per_file.outcome import DocOutcome, DocState
+from tasks.per_file.requests import FILE_PASS
+from tasks.per_file.settle import enqueue_review, failed_outcome
+
+if TYPE_CHECKING:
+    from tasks.batch.items import WorkItem
+    from tasks.document import Document
+    from tasks.per_file.settle import Pass
+
+
+@dataclass(frozen=True)
+class LongDoc:
+    """A document the batch engine hands to the long-document path instead of spooling it."""
+
+    doc: Document
+
+
+def long_outcome(p: Pass, doc: Document, item: WorkItem) -> DocOutcome:
+    """The terminal outcome of a long document extracted realtime in batch mode."""
+    key = item.custom_id
+    try:
+        payload = load_payload(doc, p.recipe, p.settings)
+        worst = long_worst_usd(p.settings, p.model, long_tokens(doc, p.recipe, payload.text))
+        why = over_guard(p.settings, worst)
+        if why is not None:
+            held = DocOutcome(
+                doc_id=doc.doc_id, key=key, pass_name=FILE_PASS, state=DocState.NEEDS_REVIEW, reason=COST_GUARD,
+                last_error=why, model=p.model, origin_run=p.run_id,
+            )  # fmt: skip
+            return enqueue_review(p, doc, held)
+        return review_long(p, doc, key, payload)
+    except InputError as e:
+        return failed_outcome(doc, key, "input:unreadable", e.one_line())
+    except BudgetExhausted as e:
+        return failed_outcome(doc, key, "budget", e.one_line())
+    except ApiCallError as e:
+        outcome = failed_outcome(doc, key, e.failure_type, e.last_error or e.message)
+        outcome.retryable = True
+        return outcome

@@ -1,0 +1,225 @@
+"""The per-file pass with a deadline (`--finish-by`): batches while they can finish in time, the
+rest realtime near the deadline (the policy and the arithmetic: tasks.deadline.plan).
+
+`DeadlineEngine` is the batch engine (tasks.batch.engine: crash-safe records, resume, results
+routed by type) with three differences:
+- the pass is cut into at least `settings.deadline.batches` batches, so batches ending one by one
+  show progress (the API gives none inside a batch) and shrink what is left;
+- it follows them until the *switch time* (recomputed at every poll from what is left), never
+  sleeping past it;
+- past the switch it cancels every batch still running, waits until each has *ended* (only then
+  are its custom_ids free to send again: invariants 2 and 11), collects what they answered, and
+  sends what is left realtime: first requests through `realtime` (the caller's realtime per-file
+  pass over those documents, with its in-flight records), follow-ups (a repair of a batch answer)
+  one by one through the result router.
+A run that starts too close to its deadline for any batch sends everything realtime at once.
+What went which way, when, and the switch itself are kept in `runs/<run_id>/deadline.json`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from checkpoints.batches import BatchPhase, BatchRecord
+from tasks.api.pacing import WINDOW_MAX
+from tasks.batch import ingest, lifecycle
+from tasks.batch.engine import BatchEngine, Progress
+from tasks.batch.spool import BatchBody
+from tasks.deadline.plan import DeadlinePlan, Pace, iso
+from tasks.inventory import Document
+from tasks.per_file.outcome import DocOutcome
+from tasks.per_file.settle import Pass
+from tasks.records import BatchProgress
+
+if TYPE_CHECKING:
+    import anthropic
+
+    from checkpoints.store import ObjectStore
+    from docmill.settings import Settings
+    from tasks.api.client import ModelClient
+    from tasks.recipes import Recipe
+
+Realtime = Callable[[list[Document]], Iterator[DocOutcome]]
+SETTLE_POLL = 5.0  # seconds between looks at a batch being cancelled (at most)
+
+
+class DeadlineEngine(BatchEngine):
+    def __init__(
+        self,
+        p: Pass,
+        client: anthropic.Anthropic,
+        *,
+        plan: DeadlinePlan,
+        pace: Pace,
+        expected: int,
+        realtime: Realtime,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        on_progress: Progress | None,
+    ) -> None:
+        super().__init__(p, client, clock=clock, sleep=sleep, on_progress=on_progress)
+        self.plan, self.pace, self.realtime = plan, pace, realtime
+        conf = p.settings.deadline
+        self.expected = expected
+        self.per_batch = max(1, math.ceil(expected / conf.batches))
+        self.poll = conf.poll_seconds
+        self.key = f"runs/{p.run_id}/deadline.json"
+        self.state: dict[str, Any] = p.store.get_json_or_none(self.key) or {
+            "finish_by": iso(plan.deadline), "started_at": clock(), "switched_at": None,
+            "realtime": [], "canceled": [], "cancel_seconds": None, "switch_planned": None,
+        }  # fmt: skip
+        self.switched = self.state.get("switched_at") is not None
+
+    # ---- what is left, and when to switch -------------------------------------------------------
+
+    def left(self) -> int:
+        return sum(r.request_count for r in self.live.values()) + len(self.pending)
+
+    def switch_at(self) -> float:
+        return self.plan.switch_at(self.left(), self.pace)
+
+    def _save(self, **changes: Any) -> None:
+        self.state.update(changes)
+        self.p.store.put_json(self.key, self.state)
+
+    # ---- batches: several, and none at all past the switch --------------------------------------
+
+    def _body(self) -> BatchBody:
+        return BatchBody(min(self.settings.batch.max_requests, self.per_batch), self.settings.batch.max_bytes)
+
+    def _submit(self, body: BatchBody) -> None:
+        if self.switched:  # past the switch no batch is created: its requests go realtime
+            self.pending.update((i.custom_id, i) for i in body.items())
+            body.close()
+            return
+        super()._submit(body)
+
+    # ---- following ------------------------------------------------------------------------------
+
+    def run(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
+        if self.clock() >= self.plan.switch_at(self.expected, self.pace):
+            self._switch("no time for a batch: everything goes realtime")
+        yield from super().run(docs)
+
+    def _drive(self) -> Iterator[DocOutcome]:
+        if self.live or self.pending:
+            self._save(switch_planned=iso(self.switch_at()))
+        if sum(r.request_count for r in self.live.values()) >= ingest.MIN_RESULTS:
+            self.gates.start()  # its processes start while the batches run
+        while self.live or self.pending:
+            if self.switched or self.clock() >= self.switch_at():
+                self._switch("the switch time came")
+                yield from self._settle_cancels()
+                yield from self._send_realtime()
+                continue
+            if not self.live:
+                yield from self._submit_pending()  # a later round (follow-ups, errored items)
+                continue
+            for n in sorted(self.live):
+                rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
+                self.live[n] = rec
+                self.on_progress(_event("status", rec))
+                if rec.phase is BatchPhase.ENDED:
+                    yield from self._collect(rec)
+            if self.live:
+                self.sleep(max(min(self.poll, self.switch_at() - self.clock()), 0.0) or 0.01)
+        if not self.switched and self.state.get("batches_done_at") is None:
+            self._save(batches_done_at=self.clock())
+
+    def _switch(self, why: str) -> None:
+        if self.switched:
+            return
+        self.switched = True
+        now = self.clock()
+        self._save(switched_at=now, switch_why=why, left_at_switch=self.left())
+        self.on_progress({"event": "deadline-switch", "run_id": self.run_id, "n": 0, "round": self.round,
+                          "phase": "switch", "batch_ids": [], "status": why, "counts": {},
+                          "requests": self.left(), "outcomes": {}, "notes": []})  # fmt: skip
+
+    def _settle_cancels(self) -> Iterator[DocOutcome]:
+        """Cancel every live batch, then follow each until it has ended and collect it."""
+        started = self.clock()
+        for n in sorted(self.live):
+            self.live[n] = self._cancel(self.live[n])
+        while self.live:
+            for n in sorted(self.live):
+                rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
+                self.live[n] = rec
+                if rec.phase is BatchPhase.ENDED:
+                    yield from self._collect(rec)
+            if self.live:
+                self.sleep(min(self.poll, SETTLE_POLL))
+        if self.state.get("cancel_seconds") is None and self.state.get("canceled"):
+            self._save(cancel_seconds=round(self.clock() - started, 3))
+
+    def _cancel(self, rec: BatchRecord) -> BatchRecord:
+        asked = [bid for bid in rec.batch_ids if bid not in rec.canceled_ids and self.api.cancel(bid)]
+        if not asked:
+            return rec
+
+        def fn(r: BatchRecord) -> None:
+            r.canceled_ids.extend(asked)
+            r.notes.append(f"canceled for the deadline {self.state['finish_by']}: the rest goes realtime")
+
+        self._save(canceled=[*self.state["canceled"], *asked])
+        return self.records.update(rec.n, fn)
+
+    def _send_realtime(self) -> Iterator[DocOutcome]:
+        """What is left, realtime: no batch of this run is live any more."""
+        assert not self.live
+        items, self.pending = list(self.pending.values()), {}
+        firsts = [Document.model_validate(i.doc) for i in items if i.request is None]
+        follow = [i for i in items if i.request is not None]
+        self._save(realtime=sorted({*self.state["realtime"], *(i.custom_id for i in items)}))
+        if firsts:
+            yield from self.realtime(firsts)
+        for item in follow:
+            yield self.router.finish_realtime(item)
+        self._save(realtime_done_at=self.clock())
+
+
+def _event(kind: str, rec: BatchRecord) -> BatchProgress:
+    return {
+        "event": kind, "run_id": rec.run_id, "n": rec.n, "round": rec.round, "phase": rec.phase.value,
+        "batch_ids": list(rec.batch_ids), "status": rec.processing_status, "counts": dict(rec.request_counts),
+        "requests": rec.request_count, "outcomes": dict(rec.outcome_counts), "notes": list(rec.notes),
+    }  # fmt: skip
+
+
+def run_deadline(
+    docs: Iterable[Document],
+    *,
+    expected: int,
+    deadline: float,
+    recipe: Recipe,
+    run_id: str,
+    store: ObjectStore,
+    client: anthropic.Anthropic,
+    model_client: ModelClient,
+    settings: Settings,
+    realtime: Realtime,
+    requests_per_minute: float,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    on_progress: Progress | None = None,
+) -> Iterator[DocOutcome]:
+    """`tasks.batch.engine.run_batches` with a deadline (epoch seconds): one terminal `DocOutcome`
+    per document, batch where it can finish in time, realtime near the deadline. Calling it again
+    with the same run id resumes, as run_batches does (a switch already made stays made)."""
+    conf = settings.deadline
+    now = clock()
+    plan = DeadlinePlan.make(
+        deadline, now, margin=conf.margin_seconds, fraction=conf.margin_fraction, cancel=conf.cancel_seconds
+    )
+    api = settings.api
+    in_flight = api.concurrency or WINDOW_MAX  # no ceiling: the window follows the limit (tasks.api.pacing)
+    pace = Pace(requests_per_minute, in_flight, conf.latency_seconds, api.ramp_seconds, api.ramp_start)
+    p = Pass(recipe, run_id, store, model_client, settings)
+    engine = DeadlineEngine(
+        p, client, plan=plan, pace=pace, expected=expected, realtime=realtime, clock=clock, sleep=sleep,
+        on_progress=on_progress,
+    )  # fmt: skip
+    yield from engine.run(docs)

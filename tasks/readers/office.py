@@ -1,0 +1,171 @@
+"""Office files: .docx (python-docx), .xlsx (openpyxl), .pptx (python-pptx); all MIT-licensed.
+
+Before any library opens a file, the zip container is checked from its directory: at most
+`max_unzipped` bytes unpacked, a compression ratio of at most `max_ratio`, at most MAX_MEMBERS
+members (a zip bomb is refused as `over_limit`, nothing is unpacked), and no VBA project
+(`vbaProject.bin`): macro-enabled files (.docm/.xlsm/.pptm, or a macro project renamed .docx) are
+refused as `macro_enabled` unless `allow_macros` (their text is then read; macros never run).
+
+Text: .docx paragraphs and tables in body order, headers and footers first, explicit page breaks as
+page breaks; .xlsx one page per sheet ("sheet"), rows as CSV with cached cell values; .pptx one page
+per slide ("slide"): text frames, tables and speaker notes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tasks.readers.content import Content, Unreadable, paged
+
+MAX_MEMBERS = 10_000
+MACRO_PARTS = ("vbaproject.bin",)
+
+
+@dataclass(frozen=True)
+class ZipLimits:
+    max_unzipped: int = 200 * 1024 * 1024
+    max_ratio: int = 100
+    allow_macros: bool = False
+
+
+def check_zip(data: bytes, kind: str, limits: ZipLimits) -> None:
+    """Refuse a zip bomb or a macro-enabled file from the zip directory alone."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            infos = z.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError) as e:
+        raise Unreadable("corrupt", f"not a valid .{kind} (zip): {e}"[:200]) from e
+    if len(infos) > MAX_MEMBERS:
+        raise Unreadable("over_limit", f".{kind} holds {len(infos):,} zip members (> {MAX_MEMBERS:,})")
+    unpacked = sum(i.file_size for i in infos)
+    packed = max(1, sum(i.compress_size for i in infos))
+    if unpacked > limits.max_unzipped or unpacked / packed > limits.max_ratio:
+        raise Unreadable(
+            "over_limit",
+            f".{kind} unpacks to {unpacked:,} bytes from {packed:,} (ratio {unpacked // packed}:1); "
+            f"limits {limits.max_unzipped:,} bytes and {limits.max_ratio}:1 (a zip bomb?)",
+        )
+    if not limits.allow_macros and any(i.filename.rsplit("/", 1)[-1].lower() in MACRO_PARTS for i in infos):
+        raise Unreadable(
+            "macro_enabled",
+            f".{kind} contains a VBA macro project (vbaProject.bin); save it without macros "
+            "(or set DOCMILL_FORMATS__ALLOW_MACROS=true to read its text)",
+        )
+
+
+def _opened(kind: str, fn: Callable[[bytes], Content]) -> Callable[[bytes, ZipLimits], Content]:
+    def read(data: bytes, limits: ZipLimits) -> Content:
+        check_zip(data, kind, limits)
+        try:
+            return fn(data)
+        except Unreadable:
+            raise
+        except Exception as e:  # a library's parse error on a broken file: this file only
+            raise Unreadable(
+                "corrupt", f"invalid .{kind}: {type(e).__name__}: {e}".splitlines()[0][:200]
+            ) from e
+
+    return read
+
+
+def _docx(data: bytes) -> Content:
+    import docx
+    from docx.oxml.ns import qn
+
+    document = docx.Document(io.BytesIO(data))
+    pages: list[list[str]] = [[]]
+    section = document.sections[0] if document.sections else None
+    if section is not None:
+        for part in (section.header, section.footer):
+            pages[0] += [p.text for p in part.paragraphs if p.text.strip()]
+    for block in document.element.body.iterchildren():
+        if block.tag == qn("w:p"):
+            line: list[str] = []
+            for node in block.iter(qn("w:t"), qn("w:br"), qn("w:tab")):
+                if node.tag == qn("w:br") and node.get(qn("w:type")) == "page":
+                    pages[-1].append("".join(line))
+                    pages.append([])
+                    line = []
+                elif node.tag == qn("w:tab"):
+                    line.append("\t")
+                elif node.tag == qn("w:t"):
+                    line.append(node.text or "")
+            pages[-1].append("".join(line))
+        elif block.tag == qn("w:tbl"):
+            table = docx.table.Table(block, document)
+            for row in table.rows:
+                pages[-1].append(" | ".join(cell.text.strip() for cell in row.cells))
+    texts = ["\n".join(line for line in p if line.strip()) for p in pages]
+    text, spans = paged(texts)
+    return Content(text, spans if len(spans) > 1 else (), "page", page_count=len(spans))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _xlsx(data: bytes) -> Content:
+    import openpyxl
+
+    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    try:
+        texts = []
+        for sheet in book.worksheets:
+            buf = io.StringIO()
+            writer = csv.writer(buf, lineterminator="\n")
+            writer.writerow([f"Sheet: {sheet.title}"])
+            for row in sheet.iter_rows(values_only=True):
+                cells = [_cell(v) for v in row]
+                while cells and not cells[-1]:
+                    cells.pop()
+                if cells:
+                    writer.writerow(cells)
+            texts.append(buf.getvalue().strip())
+    finally:
+        book.close()
+    text, spans = paged(texts, "sheet")
+    return Content(text, spans, "sheet", page_count=len(spans))
+
+
+def _shape_lines(shape: Any) -> list[str]:
+    lines: list[str] = []
+    if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+        lines += [p.text for p in shape.text_frame.paragraphs]
+    if getattr(shape, "has_table", False) and shape.has_table:
+        for row in shape.table.rows:
+            lines.append(" | ".join(cell.text.strip() for cell in row.cells))
+    for child in getattr(shape, "shapes", ()):  # group shapes
+        lines += _shape_lines(child)
+    return lines
+
+
+def _pptx(data: bytes) -> Content:
+    from pptx import Presentation
+
+    deck = Presentation(io.BytesIO(data))
+    texts = []
+    for slide in deck.slides:
+        lines: list[str] = []
+        for shape in slide.shapes:
+            lines += _shape_lines(shape)
+        if slide.has_notes_slide:
+            notes = slide.notes_slide.notes_text_frame
+            if notes is not None and notes.text.strip():
+                lines += ["Notes:", notes.text]
+        texts.append("\n".join(line for line in lines if line.strip()))
+    text, spans = paged(texts, "slide")
+    return Content(text, spans, "slide", page_count=len(spans))
+
+
+read_docx = _opened("docx", _docx)
+read_xlsx = _opened("xlsx", _xlsx)
+read_pptx = _opened("pptx", _pptx)
