@@ -132,9 +132,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     # then at once: Prefect's temporary server boots while the rest imports (flows.prefect_boot)
     _own_processes(prefect=not a.no_prefect and not a.workers)
     from docmill.settings import get_settings
-
-    _quiet_prefect_services()
     from flows.extract import _settings, extract, run_extract
+
+    _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
 
     if a.finish_by:  # a bad time is one line before anything starts
         from flows.extract import deadline_iso
@@ -194,8 +194,9 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def cmd_resume(a: argparse.Namespace) -> int:
     _own_processes(prefect=not a.no_prefect)
-    _quiet_prefect_services()
     from flows.extract import resume, resume_run
+
+    _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
 
     store = _store(a)
     check_store(store, _store_uri(a))
