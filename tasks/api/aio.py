@@ -205,7 +205,9 @@ def async_client(client: ModelClient) -> AsyncModelClient:
     with client._aio_lock:
         if client._aio is None:
             client._aio = AsyncModelClient(client, api_key=client._key, base_url=client._base_url)
-        return client._aio
+        twin = client._aio
+    assert isinstance(twin, AsyncModelClient)
+    return twin
 
 
 class AsyncModelClient:

@@ -6,13 +6,12 @@ loop (tasks.api.aio.async_client, the per-file pass) is built from the same poli
 - A request's slot (the pacer's window, and `settings.api.concurrency` when given) is held until
   `on_response` has persisted the answer, so a crash re-sends at most the requests in flight
   (invariant 3).
-- Pacing (tasks.api.pacing): each attempt takes a ticket and gives it back with what it was told;
-  a 429's `retry-after` is this request's own retry wait and holds no other request.
-- Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model,
-  the request goes to `settings.api.fallback_model`; the result says which model answered. When
-  the fallback's attempts are spent too, `ApiCallError(failure_type="transport_exhausted")`.
-- Errors leave as `docmill.errors.ApiCallError` (never a tenacity RetryError) with status,
-  request_id, attempts, model, failure_type ("api_error:<status>" or "transport_exhausted").
+- Pacing (tasks.api.pacing): each attempt takes a ticket and gives it back with what it was told; a
+  429's `retry-after` is this request's own retry wait and holds no other request.
+- Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model, the
+  request goes to `settings.api.fallback_model` (the result says which answered); its attempts spent
+  too: `ApiCallError(failure_type="transport_exhausted")`. Errors leave as `ApiCallError` (never a
+  tenacity RetryError): status, request_id, attempts, model, failure_type ("api_error:<status>").
 """
 
 from __future__ import annotations
@@ -23,14 +22,13 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anthropic
 from pydantic import SecretStr
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 
 from docmill.errors import SpendLimitReached
-from docmill.logs import get_logger
 from docmill.prices import priced_usd, worst_usd
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import (
@@ -65,9 +63,7 @@ from tasks.api.usage import estimate_input_tokens, usage_of
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
-    from tasks.api.aio import AsyncModelClient
 
-log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
 Ending = tuple[BaseException, BaseException | None]  # the error a call ends with, and its cause
@@ -77,6 +73,10 @@ ENDINGS = (  # what a call's retry loop can end with that `_ended` turns into th
     anthropic.APIConnectionError,
     anthropic.APIResponseValidationError,
 )
+
+
+class Closes(Protocol):  # this client's twin on an event loop (tasks.api.aio.AsyncModelClient)
+    def close(self) -> None: ...
 
 
 class ModelClient:
@@ -101,7 +101,7 @@ class ModelClient:
             api_key=key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds
         )
         self.semaphore = threading.BoundedSemaphore(api.concurrency or WINDOW_MAX)
-        self._aio: AsyncModelClient | None = None  # this client on an event loop (tasks.api.aio.async_client)
+        self._aio: Closes | None = None  # this client on an event loop (tasks.api.aio.async_client)
         self._aio_lock = threading.Lock()
         self.concurrency = api.concurrency
         self._key, self._base_url = key, base_url
