@@ -16,7 +16,7 @@
 #                               listen address, or `hostname -f` when it listens on 0.0.0.0 / ::)
 #   DOCMILL_PG_PASSWORD         password of the `prefect` database role, when one was set
 #   DOCMILL_WORK_POOL           work pool name (default docmill)
-#   DOCMILL_CHUNK_LIMIT         slots of the global concurrency limit (default 4; see deploy/README.md)
+#   DOCMILL_CHUNK_LIMIT         slots of the global concurrency limit (default 64: a brake, not a size; see deploy/README.md)
 #   DOCMILL_CHUNK_LIMIT_NAME    its name (default docmill-chunks)
 #   DOCMILL_SERVER_WAIT_SECONDS how long to wait for /api/health (default 120)
 #   PREFECT_BIN                 the prefect executable (default: the repo's .venv, else PATH)
@@ -38,7 +38,7 @@ PYTHON=$(dirname "$PREFECT")/python
 
 HOST=${DOCMILL_PREFECT_HOST:-127.0.0.1}
 POOL=${DOCMILL_WORK_POOL:-docmill}
-LIMIT=${DOCMILL_CHUNK_LIMIT:-4}
+LIMIT=${DOCMILL_CHUNK_LIMIT:-64}
 LIMIT_NAME=${DOCMILL_CHUNK_LIMIT_NAME:-docmill-chunks}
 PORT=${2:-}
 if [ -z "$PORT" ] && [ -f "$STATE/prefect.env" ]; then

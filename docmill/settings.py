@@ -35,12 +35,12 @@ class ApiSettings(BaseModel):
     base_url: str | None = Field(
         None, description="API base URL; None means the real API when a key is set, else the emulator."
     )
-    concurrency: int = Field(
-        8,
+    concurrency: int | None = Field(
+        None,
         ge=1,
-        le=512,
-        description="Most requests in flight at once per process (a ceiling: the pacer keeps as many in "
-        "flight as the rate limit needs at the observed latency).",
+        le=10_000,
+        description="Optional ceiling on requests in flight at once per process. Without it the pacer "
+        "keeps as many in flight as the rate limits need at the observed latency (Little's law).",
     )
     requests_per_minute: int = Field(
         4000, ge=1, description="Request limit assumed until the API's anthropic-ratelimit headers say."
@@ -65,13 +65,17 @@ class ApiSettings(BaseModel):
     max_attempts: int = Field(5, ge=1, description="Transport attempts per request (429, 5xx, 529, resets).")
     backoff_max_seconds: float = Field(30.0, ge=0, description="Cap on one transport backoff wait.")
     timeout_seconds: float = Field(
-        120.0, gt=0, description="HTTP timeout per request (per read while an answer streams)."
+        120.0,
+        gt=0,
+        description="HTTP timeout per request (per read while an answer streams; an unstreamed answer "
+        "above 2,048 max_tokens gets it in proportion).",
     )
     stream_min_max_tokens: int = Field(
-        2048,
+        8192,
         ge=1,
-        description="Per-file and integration calls with max_tokens at least this stream the answer "
-        "(the SDK estimates ~115 s for 4,096 output tokens, too close to a timeout unstreamed).",
+        description="Calls with max_tokens at least this stream the answer; below it an answer comes whole, "
+        "waited for timeout_seconds x max(1, max_tokens / 2,048). A per-file answer (~300 tokens, "
+        "max_tokens 4,096) streamed cost ~1 ms more CPU per call.",
     )
     timeout_resends: int = Field(
         1,
@@ -376,11 +380,12 @@ class Settings(BaseSettings):
     )
     chunk_size: int = Field(50, ge=1, le=1000, description="Documents per Prefect task.")
     chunk_workers: int = Field(
-        4,
+        64,
         ge=1,
-        le=64,
-        description="Chunks in flight at once in one process (at least: more when that few chunks hold "
-        "fewer than 4 x api.concurrency documents).",
+        le=1024,
+        description="Most chunks (Prefect tasks) running at once in one process. A realtime run starts "
+        "the next chunk when the pacer's window wants more documents, so this only caps the window at "
+        "chunk_workers x chunk_size documents.",
     )
     allow_overlapping_runs: bool = Field(
         False,
@@ -426,6 +431,12 @@ class Settings(BaseSettings):
         None,
         description="The day model lifecycles (and dated prices) are read at, YYYY-MM-DD; None: today in "
         "UTC. Set it to check a configuration against a coming retirement, or in tests.",
+    )
+    prefect_prespawn: bool = Field(
+        True,
+        description="Start Prefect's temporary API server first thing when a run goes through Prefect with "
+        "no PREFECT_API_URL (it boots while docmill imports and checks its inputs, ~6 s sooner); false: "
+        "when the flow run first asks for it.",
     )
     prefect_start_timeout_seconds: float = Field(
         120.0,

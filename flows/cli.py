@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from flows import cli_args
+from flows import cli_args, prefect_boot
 from flows.cli_checks import check_store, known_run
 from tasks.reporting.summary import integration_text
 
@@ -72,21 +72,26 @@ def _quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "ERROR")
 
 
-def _own_processes() -> None:
+def _own_processes(*, prefect: bool = False) -> None:
     """Stop what a killed earlier run left running (one line says so), and make the Prefect server
-    this run may start die with it, however it ends (docmill.processes, flows.prefect_server)."""
-    from prefect.settings import PREFECT_API_URL
-
+    this run may start die with it, however it ends (docmill.processes, flows.prefect_server);
+    `prefect`: the run goes through Prefect, its temporary server starts now (flows.prefect_boot)."""
     from docmill.processes import reap_stale, reaped_line
     from docmill.settings import get_settings
 
     stale = reap_stale(get_settings().runtime_dir)
     if stale:
         print(reaped_line(stale), file=sys.stderr)
+    if prefect and get_settings().prefect_prespawn:
+        prefect_boot.prespawn(get_settings().runtime_dir)  # boots while the rest imports
+    from prefect.settings import PREFECT_API_URL
+
     if not PREFECT_API_URL.value():  # else no server starts (and its heavy module stays unimported)
         from flows.prefect_server import adopt_ephemeral_server
 
-        adopt_ephemeral_server()
+        if adopt_ephemeral_server():
+            return
+    prefect_boot.discard()  # a profile names a server, or a test harness runs one: not needed
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -124,11 +129,12 @@ def cmd_run(a: argparse.Namespace) -> int:
         from flows.spread import PrefectLauncher
 
         PrefectLauncher.needs_server()
+    # then at once: Prefect's temporary server boots while the rest imports (flows.prefect_boot)
+    _own_processes(prefect=not a.no_prefect and not a.workers)
     from docmill.settings import get_settings
     from flows.extract import _settings, extract, run_extract
 
-    _quiet_prefect_services()
-    _own_processes()
+    _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
 
     if a.finish_by:  # a bad time is one line before anything starts
         from flows.extract import deadline_iso
@@ -187,10 +193,11 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_resume(a: argparse.Namespace) -> int:
+    _own_processes(prefect=not a.no_prefect)
     from flows.extract import resume, resume_run
 
-    _quiet_prefect_services()
-    _own_processes()
+    _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
+
     store = _store(a)
     check_store(store, _store_uri(a))
     known_run(store, a.run_id)

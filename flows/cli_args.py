@@ -75,8 +75,9 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "(batch from DOCMILL_BATCH__AUTO_THRESHOLD documents)",
     )  # fmt: skip
     r.add_argument(
-        "--concurrency", type=setting_flag("api.concurrency", int), help="requests in flight at once"
-    )
+        "--concurrency", type=setting_flag("api.concurrency", int),
+        help="a ceiling on requests in flight (default: as many as the rate limits need)",
+    )  # fmt: skip
     r.add_argument("--model", help="pinned model id for the per-file pass")
     r.add_argument("--chunk-size", type=setting_flag("chunk_size", int), help="documents per Prefect task")
     r.add_argument(
@@ -132,7 +133,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     )
     rs.add_argument(
         "--concurrency", type=setting_flag("api.concurrency", int),
-        help="requests in flight at once (default: the run's own)",
+        help="a ceiling on requests in flight (default: the run's own)",
     )  # fmt: skip
     rs.set_defaults(fn="resume")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from functools import partial
 from typing import Any
@@ -122,9 +122,10 @@ def chunk_task(fn: Any, cid: str, docs: list[dict[str, Any]], label: str = "") -
     return counts
 
 
-def prefect_map(fn: pipeline.ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
-    """Chunks as Prefect task runs on the flow's bounded runner. A chunk a signal stopped makes the
-    run stop as it does without Prefect (Interrupted), once every chunk has ended."""
+def prefect_map(fn: pipeline.ChunkFn, chunks: Iterable[pipeline.Chunk]) -> list[dict[str, int]]:
+    """Chunks as Prefect task runs on the flow's bounded runner, submitted as `chunks` hands them out.
+    A chunk a signal stopped makes the run stop as it does without Prefect (Interrupted), once every
+    chunk has ended."""
     futures = [chunk_task.submit(fn, cid, docs, label=chunk_label(cid, docs)) for cid, docs in chunks]
     results: list[dict[str, int]] = []
     for f in futures:

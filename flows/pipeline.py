@@ -12,11 +12,10 @@ those, documents whose idempotency key is in the ledger cost no API call.
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,8 @@ from flows.context import RunContext
 
 log = get_logger("pipeline")
 ChunkFn = Callable[[str, list[dict[str, Any]]], dict[str, int]]
-MapChunks = Callable[[ChunkFn, list[tuple[str, list[dict[str, Any]]]]], list[dict[str, int]]]
+Chunk = tuple[str, list[dict[str, Any]]]
+MapChunks = Callable[[ChunkFn, Iterable[Chunk]], list[dict[str, int]]]
 
 
 @dataclass
@@ -51,20 +51,13 @@ def chunk_id(n: int) -> str:
     return f"{n:06d}"
 
 
-def chunks_in_flight(settings: Settings) -> int:
-    """Chunks run at once: `chunk_workers`, or more when that few chunks hold fewer than four times
-    the requests allowed in flight. A chunk ends with its slowest document; the chunks beside it
-    must have documents enough to keep every request slot busy meanwhile (bench/ratelimit.py)."""
-    return max(settings.chunk_workers, math.ceil(4 * settings.api.concurrency / settings.chunk_size) + 1)
+CHUNK_WORKERS = Settings().chunk_workers  # read once: the Prefect task runner is built at import
 
 
-CHUNK_WORKERS = chunks_in_flight(Settings())  # read once: the Prefect task runner is built at import
-
-
-def plain_map(fn: ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
-    """Chunks on a bounded thread pool (the Prefect flows use a bounded task runner instead).
-    Several chunks in flight keep the request pipe full across chunk boundaries; the model
-    client's semaphore bounds the requests in flight for the whole process."""
+def plain_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:
+    """Chunks on a bounded thread pool (the Prefect flows use a bounded task runner instead), taken
+    from `chunks` as it hands them out: the realtime pass hands out a chunk when the client's window
+    wants more documents (tasks.per_file.realtime.feed), so as many chunks run as the window needs."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=CHUNK_WORKERS, thread_name_prefix="docmill-chunk") as pool:
@@ -358,13 +351,15 @@ def per_file_pass(
         bar.add(counts["answered"] if counts.get("budget") else len(docs))  # as `docmill status` counts
         return counts
 
+    from tasks.per_file.realtime import feed
+
     # Originals first, then the duplicates that take their results from the ledger.
     # A budget stop ends the pass before the duplicates' wave (their originals may have no result yet).
     for wave in (
         [c for c in pending if not c[0].startswith(DUP_PREFIX)],
         [c for c in pending if c[0].startswith(DUP_PREFIX)],
     ):
-        if any(c.get("budget") for c in map_chunks(fn, wave)):
+        if any(c.get("budget") for c in map_chunks(fn, feed(wave, ctx.client, ctx.settings))):
             bar.finish()
             raise budget_stop(ctx, "during the per-file pass")
 

@@ -6,7 +6,9 @@ stops it at a normal exit. A SIGKILLed run used to leave it running forever. `ad
 registers `OwnedServer` as the process's default server (the same slot Prefect's own
 `prefect_test_harness` fills), so that Prefect starts exactly its usual command, but through
 `docmill.processes.spawn`: marked, recorded, and stopped when this process is gone (and in a
-session of its own: a terminal's Ctrl-C is docmill's to handle, see docmill.processes).
+session of its own: a terminal's Ctrl-C is docmill's to handle, see docmill.processes). The process
+flows.prefect_boot started at the run's start, if any, is the one it takes, when it was started
+with the same environment.
 
 Its database is docmill's own, not Prefect's default `$PREFECT_HOME/prefect.db`, which every other
 Prefect process of the user shares (a `prefect server start`, another ephemeral server): SQLite
@@ -21,33 +23,28 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
+import threading
 from pathlib import Path
 from typing import Any
 
-import prefect
 from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL, get_current_settings
 
 from docmill.errors import OrchestratorUnavailable
 from docmill.processes import held_slots, hold_slot, spawn
 from docmill.settings import get_settings
+from flows import prefect_boot
 
-ROLE = "prefect-server"
-DB_URL = "PREFECT_SERVER_DATABASE_CONNECTION_URL"
+ROLE = prefect_boot.ROLE
+DB_URL = prefect_boot.DB_URL
+_STARTING = threading.Lock()
 
 
 def server_environment() -> dict[str, str]:
     """The temporary server's environment: Prefect's own (as its SubprocessASGIServer builds it), with
     docmill's database unless one is configured."""
     configured = get_current_settings().to_environment_variables(exclude_unset=True)
-    env = {
-        **os.environ,
-        "PREFECT_UI_ENABLED": "0",
-        "PREFECT__SERVER_EPHEMERAL": "1",
-        "PREFECT__SERVER_FINAL": "1",
-        **configured,
-    }
+    env = prefect_boot.server_env(configured)
     if DB_URL not in configured and "PREFECT_API_DATABASE_CONNECTION_URL" not in os.environ:
         try:
             db = hold_slot(Path(get_current_settings().home) / "docmill", "prefect", ".db")
@@ -56,7 +53,7 @@ def server_environment() -> dict[str, str]:
                 f"no database for Prefect's temporary server under {get_current_settings().home}: {e}",
                 hint="point PREFECT_API_URL at a running Prefect server, or run with --no-prefect",
             ) from e
-        env[DB_URL] = f"sqlite+aiosqlite:///{db}"
+        env[DB_URL] = prefect_boot.db_url(db)
     return env
 
 
@@ -64,25 +61,34 @@ class OwnedServer(SubprocessASGIServer):
     """SubprocessASGIServer whose uvicorn process is started by `docmill.processes.spawn`."""
 
     def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-        # the command and environment of prefect 3.9's SubprocessASGIServer._run_uvicorn_command
-        argv = [
-            sys.executable, "-m", "uvicorn",
-            "--app-dir", str(prefect.__module_path__.parent),
-            "--factory", "prefect.server.api.server:create_app",
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--log-level", "error", "--lifespan", "on",
-        ]  # fmt: skip
+        # the command and environment of prefect 3.9's SubprocessASGIServer._run_uvicorn_command; a
+        # process flows.prefect_boot started on this port at the run's start is taken over instead
+        early = prefect_boot.claim(self.port)
+        if early is not None:
+            return early
+        assert self.port is not None
         env = server_environment()
-        held = tuple(fd for fd, db in held_slots() if env[DB_URL].endswith(str(db)))
+        held = tuple(fd for fd, db in held_slots() if env.get(DB_URL, "").endswith(str(db)))
         # the server holds its database's slot too: a killed docmill's server, still stopping, keeps it
-        return spawn(argv, role=ROLE, env=env, runtime=get_settings().runtime_dir, pass_fds=held)
+        return spawn(
+            prefect_boot.server_argv(self.port), role=ROLE, env=env, runtime=get_settings().runtime_dir,
+            pass_fds=held,
+        )  # fmt: skip
 
     def start(self, timeout: int | None = None) -> None:
         """Prefect's start, with `settings.prefect_start_timeout_seconds` to come up (Prefect's own
         default, 20 s, is too little on a busy machine) and one more try on a new port; a second
-        failure is one docmill error naming the setting, never Prefect's bare RuntimeError."""
+        failure is one docmill error naming the setting, never Prefect's bare RuntimeError. One start
+        at a time (Prefect marks a server running before it answers)."""
+        with _STARTING:
+            self._start(timeout)
+
+    def _start(self, timeout: int | None) -> None:
         if self.running:
             return
+        if prefect_boot.port() is not None and not prefect_boot.fits(server_environment()):
+            prefect_boot.discard()  # started with another environment (a profile's settings): not ours
+        self.port = self.port or prefect_boot.port()  # the one started first thing, if any
         seconds = float(timeout or get_settings().prefect_start_timeout_seconds)
         detail = ""
         for _ in range(2):

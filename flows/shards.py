@@ -22,7 +22,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -45,6 +45,7 @@ from flows import pipeline
 from flows.context import RunContext, api_endpoint, holder_id, make_clients, share_limit
 from flows.continuation import pinned_settings
 from flows.extract import FLOW_RETRIES, FLOW_RETRY_DELAYS, RUNNER, chunk_label, record_possibly_billed
+from tasks.per_file.realtime import feed
 
 log = get_logger("flows")
 INTERRUPT = "interrupted"  # the stop kind the driver writes on its Ctrl-C / SIGTERM
@@ -168,7 +169,9 @@ class ShardWorker:
         self.beat(sid)
         try:
             with self.keep(sid):
-                results = self.map_chunks(partial(pipeline.review_one_chunk, ctx), todo)
+                # handed out as this worker's window wants documents (as in one process)
+                handed = feed(todo, ctx.client, ctx.settings)
+                results = self.map_chunks(partial(pipeline.review_one_chunk, ctx), handed)
         except SystemicFailure as e:
             self.table.stop("systemic", e.one_line(), by=self.name)
             self.table.release(sid, self.holder)
@@ -238,8 +241,8 @@ def shard_chunk(fn: Any, cid: str, docs: list[dict[str, Any]], label: str = "") 
     return dict(fn(cid, docs))
 
 
-def shard_map(fn: pipeline.ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
-    """A shard's chunks as Prefect task runs on the flow's bounded runner."""
+def shard_map(fn: pipeline.ChunkFn, chunks: Iterable[pipeline.Chunk]) -> list[dict[str, int]]:
+    """A shard's chunks as Prefect task runs on the flow's bounded runner, submitted as handed out."""
     futures = [shard_chunk.submit(fn, cid, docs, label=chunk_label(cid, docs)) for cid, docs in chunks]
     return [f.result() for f in futures]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from checkpoints.allowance import Allowance
@@ -242,9 +242,8 @@ def spread_map(
     """The run's MapChunks: originals spread over workers, the duplicates' wave (ledger reads of
     their originals' results, nothing new sent) run here with `local`."""
 
-    def map_chunks(
-        fn: pipeline.ChunkFn, chunks: list[tuple[str, list[dict[str, Any]]]]
-    ) -> list[dict[str, int]]:
+    def map_chunks(fn: pipeline.ChunkFn, handed: Iterable[pipeline.Chunk]) -> list[dict[str, int]]:
+        chunks = list(handed)  # planned into shards at once: the workers' own windows pace them
         if not chunks:
             return []
         if all(cid.startswith(pipeline.DUP_PREFIX) for cid, _ in chunks):

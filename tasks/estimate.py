@@ -42,7 +42,7 @@ from docmill.models import min_cacheable_tokens, thinking_tokens
 from docmill.prices import Price, override_lines, price_on, worst_usd
 from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.media import SendAs, load_payload, media_tokens, needs_parts, page_parts, send_as
-from tasks.per_file.requests import file_request, recipe_parts
+from tasks.per_file.requests import file_request, recipe_parts, wrap_document
 from tasks.recipes.thinking import effort_config
 from tasks.sizing import answer_chars, content_tokens
 
@@ -363,17 +363,22 @@ def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings
     everywhere, x2 for JSON escapes) plus the prompt, at the dearer of the model and its fallback."""
     models = [m for m in (settings.api.model, settings.api.fallback_model) if m and price_on(m) is not None]
     worst: list[float] = []
+    rest: dict[str, int] = {}  # per model: the request's JSON length besides its document wrapper
     for doc in docs:
         if doc.status != "ok" or doc.duplicate_of:
             continue
         each = []
+        wrapper = len(json.dumps(wrap_document(doc.doc_id, str(doc.doc_type), ""), ensure_ascii=False))
         for model in models:
-            request = file_request(recipe, doc, "", model=model, max_tokens=settings.api.max_tokens)
+            if model not in rest:  # the rest is the same for every document: measured once
+                request = file_request(recipe, doc, "", model=model, max_tokens=settings.api.max_tokens)
+                rest[model] = len(json.dumps(request, ensure_ascii=False)) - wrapper
             media = send_as(doc, recipe) is not SendAs.TEXT  # pages and pixels, not bytes
-            sized = estimate_input_tokens(request) + (media_tokens(doc) if media else doc.size // 2)
+            # = estimate_input_tokens of the request, plus the document's own tokens
+            sized = max(1, (rest[model] + wrapper) // 4) + (media_tokens(doc) if media else doc.size // 2)
             each.append(worst_usd(model, sized, int(settings.api.max_tokens)) or 0.0)
         worst.append(max(each, default=0.0))
-    k = min(len(worst), int(settings.api.concurrency))
+    k = min(len(worst), settings.api.concurrency or len(worst))
     return InFlightBound(
         requests=len(worst), usd=sum(worst), at_once=k, at_once_usd=sum(sorted(worst, reverse=True)[:k])
     )

@@ -1,7 +1,7 @@
 """One answer off the wire, and what an attempt that brought no whole answer may have cost.
 
 The policy here is shared by every path that calls the Messages API (`client.ModelClient.call` and
-`.stream`, and any async per-file path): what a failed attempt may have cost is decided by
+`.stream`, and the event loop's `aio.AsyncModelClient.call`): what a failed attempt may have cost is decided by
 `paid_attempt`, never by a caller.
 
 - `answer(sdk, body, stream=..., progress=...)`: one HTTP attempt -> (the answer as the JSON the API
@@ -21,7 +21,8 @@ The policy here is shared by every path that calls the Messages API (`client.Mod
   final usage (exact: it broke after `message_delta`), or an upper bound flagged possibly billed
   (the input `message_start` reported plus max_tokens of output; else the request's worst case).
 - `PossiblyBilled` (`paid_record`): the record of such an attempt, handed to the run's cost ledger.
-- `answer_async`: `answer` on `AsyncAnthropic`, for a per-file pass on one event loop.
+- The event loop's reader (tasks.api.sse, the per-file pass) fills the same `StreamProgress` from the
+  raw SSE events and raises the same `StreamBroken`.
 """
 
 from __future__ import annotations
@@ -33,8 +34,12 @@ from typing import Any
 import anthropic
 import httpx2
 
+from docmill.logs import get_logger
 from tasks.api.usage import prompt_tokens
 
+log = get_logger("api")
+
+TIMEOUT_COVERS = 2048  # output tokens `api.timeout_seconds` covers unstreamed (see `read_timeout`)
 # A failure of the connection after the request went out: the API may have answered and billed it.
 SENT_THEN_BROKEN = (httpx2.ReadError, httpx2.RemoteProtocolError, httpx2.ReadTimeout)
 
@@ -196,6 +201,20 @@ def paid_record(label: CallLabel, attempt: int, model: str, estimate: int, max_t
     )  # fmt: skip
 
 
+def keep_paid(kept: list[PossiblyBilled], hook: OnPossiblyBilled | None, entry: PossiblyBilled) -> None:
+    """Keep (and hand to the run's cost ledger, `hook`) an attempt that may have been billed without an
+    answer: a timeout after sending, a connection or stream broken after the request went out."""
+    kept.append(entry)
+    what = "possibly billed (at most" if entry.possibly else "billed (exactly"
+    log.warning(
+        "%s call for %s brought no whole answer (%s) after it was sent: recorded as %s $%.4f)",
+        entry.pass_name, entry.doc_id, entry.reason, what, entry.usd,
+        extra={"doc_id": entry.doc_id, "model": entry.model},
+    )  # fmt: skip
+    if hook is not None:
+        hook(entry)
+
+
 def message_dict(raw: Any) -> dict[str, Any]:
     """The answer as the JSON the API sent: what the response log keeps (and ~0.3 ms cheaper per
     call than building the SDK's Message model and dumping it back). A 200 that is not a Message
@@ -208,7 +227,8 @@ def message_dict(raw: Any) -> dict[str, Any]:
 
 
 def as_message(data: Any, http_response: httpx2.Response) -> dict[str, Any]:
-    """`data` (a response body parsed as JSON, or None) when it is a Message, else the error above."""
+    """`data` (a response body parsed as JSON, or None) when it is a Message, else the error above
+    (shared with the event loop's reader, tasks.api.sse)."""
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         kind = http_response.headers.get("content-type") or "no content type"
         raise anthropic.APIResponseValidationError(
@@ -247,49 +267,35 @@ def stream_message(
     return final
 
 
+def streams(body: dict[str, Any], stream_min_max_tokens: int) -> bool:
+    """Whether the answer streams (`api.stream_min_max_tokens`: a long one, read by read), on a
+    thread (`answer`) and on the event loop (tasks.api.sse) alike."""
+    return int(body["max_tokens"]) >= stream_min_max_tokens
+
+
+def read_timeout(body: dict[str, Any], timeout_seconds: float) -> float:
+    """How long an unstreamed answer may take: `api.timeout_seconds` covers 2,048 output tokens
+    (the SDK estimates 58 s for them); a larger max_tokens gets it in proportion."""
+    return timeout_seconds * max(1.0, int(body["max_tokens"]) / TIMEOUT_COVERS)
+
+
 def answer(
-    sdk: anthropic.Anthropic, body: dict[str, Any], *, stream: bool, progress: StreamProgress | None = None
+    sdk: anthropic.Anthropic,
+    body: dict[str, Any],
+    *,
+    stream: bool,
+    progress: StreamProgress | None = None,
+    timeout: float | None = None,
 ) -> tuple[dict[str, Any], str | None, Any]:
-    """One HTTP attempt: (the answer's JSON, request id, response headers)."""
+    """One HTTP attempt: (the answer's JSON, request id, response headers); `timeout` for an
+    unstreamed answer (None: the client's)."""
     progress = progress if progress is not None else StreamProgress()
     if stream:
         with sdk.messages.stream(**body) as events:
             final = _read(events, progress)
             data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
             return data, events.request_id, events.response.headers
-    raw = sdk.messages.with_raw_response.create(**body)
+    raw = sdk.messages.with_raw_response.create(
+        **body, timeout=anthropic.NOT_GIVEN if timeout is None else timeout
+    )
     return message_dict(raw), raw.request_id, raw.headers
-
-
-async def _read_async(events: Any, progress: StreamProgress) -> Any:
-    """`_read` for an `AsyncMessageStream`: the same events noted, the same `StreamBroken`."""
-    progress.on_response(events.request_id, events.response.headers)
-    try:
-        async for event in events:
-            progress.on_event(event)
-        return await events.get_final_message()
-    except httpx2.TransportError as e:
-        raise StreamBroken(e, events.response.request, progress) from e
-
-
-async def answer_async(
-    sdk: anthropic.AsyncAnthropic,
-    body: dict[str, Any],
-    *,
-    stream: bool,
-    progress: StreamProgress | None = None,
-) -> tuple[dict[str, Any], str | None, Any]:
-    """`answer` on the SDK's `AsyncAnthropic` (one event loop for many requests in flight): the same
-    result, the same `StreamProgress` and `StreamBroken`, so `paid_attempt` decides the same way."""
-    progress = progress if progress is not None else StreamProgress()
-    if stream:
-        async with sdk.messages.stream(**body) as events:
-            final = await _read_async(events, progress)
-            data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
-            return data, events.request_id, events.response.headers
-    raw = await sdk.messages.with_raw_response.create(**body)
-    try:
-        parsed = await raw.json()
-    except ValueError:
-        parsed = None
-    return as_message(parsed, raw.http_response), raw.request_id, raw.headers

@@ -18,8 +18,8 @@ One bad file (at most 1 + repairs answers) or one 400 never reaches the default 
 unknown or retired for this key, and every document would get the same answer. Once tripped, every later call raises `SystemicFailure` before
 it is sent. So that the trip comes within N calls, not N plus whatever was in flight: while a streak
 plus the requests in flight could reach N, a new request waits until those answer (`admit`/`done`;
-a healthy run, whose streaks stay at 0, never waits). Callers: tasks.api.client.ModelClient,
-tasks.per_file.realtime.
+a healthy run, whose streaks stay at 0, never waits, however many requests it has in flight). Callers: tasks.api.client.ModelClient,
+tasks.api.aio.AsyncModelClient, tasks.per_file.realtime.
 """
 
 from __future__ import annotations
@@ -71,18 +71,26 @@ class CircuitBreaker:
         reach the threshold (those answers decide), then count it in flight. `stop` is checked
         while waiting (a signal). Raises the trip's `SystemicFailure` once tripped."""
         with self._lock:
-            while True:
-                self.check()
-                stop()
-                longest = (
-                    max(n for cause, n, _ in self._streaks.values() if cause is not None)
-                    if any(c is not None for c, _, _ in self._streaks.values())
-                    else 0
-                )
-                if self.in_flight == 0 or longest + self.in_flight < self.threshold:
-                    self.in_flight += 1
-                    return
+            while not self.try_admit(stop):
                 self._lock.wait(0.1)
+
+    def try_admit(self, stop: Callable[[], None] = lambda: None) -> bool:
+        """The one decision of `admit` without waiting: True (counted in flight) or False (wait for
+        an answer); the event loop's callers (tasks.api.aio) retry it after answers."""
+        with self._lock:
+            self.check()
+            stop()
+            longest = (
+                max(n for cause, n, _ in self._streaks.values() if cause is not None)
+                if any(c is not None for c, _, _ in self._streaks.values())
+                else 0
+            )
+            # no streak: nothing to wait for (a window of hundreds in flight is not held to N);
+            # a streak: the requests in flight answer first while they could complete it
+            if longest == 0 or self.in_flight == 0 or longest + self.in_flight < self.threshold:
+                self.in_flight += 1
+                return True
+            return False
 
     def done(self) -> None:
         """A request admitted by `admit` came back (answered or failed)."""

@@ -1,17 +1,17 @@
 """`ModelClient`: the realtime Messages call with one transport retry layer (tenacity, invariant 6),
-bounded concurrency, client-side pacing and the overload degradation ladder.
+bounded concurrency, client-side pacing and the overload degradation ladder. Its twin on an event
+loop (tasks.api.aio.async_client, the per-file pass) is built from the same policy steps.
 
 - The SDK client is built with `max_retries=0`; tenacity (policy in tasks.api.retrying) re-sends.
-- A semaphore of `settings.api.concurrency` bounds requests in flight across all threads. It is
-  held until `on_response` has persisted the answer, so a crash re-sends at most that many
-  requests (invariant 3).
-- Pacing (tasks.api.pacing): each attempt takes a ticket and gives it back with what it was told;
-  a 429's `retry-after` is this request's own retry wait and holds no other request.
-- Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model,
-  the request goes to `settings.api.fallback_model`; the result says which model answered. When
-  the fallback's attempts are spent too, `ApiCallError(failure_type="transport_exhausted")`.
-- Errors leave as `docmill.errors.ApiCallError` (never a tenacity RetryError) with status,
-  request_id, attempts, model, failure_type ("api_error:<status>" or "transport_exhausted").
+- A request's slot (the pacer's window, and `settings.api.concurrency` when given) is held until
+  `on_response` has persisted the answer, so a crash re-sends at most the requests in flight
+  (invariant 3).
+- Pacing (tasks.api.pacing): each attempt takes a ticket and gives it back with what it was told; a
+  429's `retry-after` is this request's own retry wait and holds no other request.
+- Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model, the
+  request goes to `settings.api.fallback_model` (the result says which answered); its attempts spent
+  too: `ApiCallError(failure_type="transport_exhausted")`. Errors leave as `ApiCallError` (never a
+  tenacity RetryError): status, request_id, attempts, model, failure_type ("api_error:<status>").
 """
 
 from __future__ import annotations
@@ -21,17 +21,14 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anthropic
 from pydantic import SecretStr
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
 
 from docmill.errors import SpendLimitReached
-from docmill.logs import get_logger
 from docmill.prices import priced_usd, worst_usd
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import (
@@ -41,42 +38,45 @@ from tasks.api.answers import (
     PossiblyBilled,
     StreamProgress,
     answer,
+    keep_paid,
     paid_attempt,
     paid_record,
+    read_timeout,
     stream_message,
+    streams,
     timed_out_after_sending,
 )
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
-from tasks.api.ladder import Ladder, call_error
-from tasks.api.pacing import Budget, RateLimiter, Told
+from tasks.api.ladder import CallResult as CallResult  # re-exported: what a call returns
+from tasks.api.ladder import Ladder, answered, call_error
+from tasks.api.pacing import WINDOW_MAX, Budget, RateLimiter, Told
 from tasks.api.retrying import (
     describe,
     is_invalid_request,
+    is_refused,
     is_retryable,
     is_spend_limit,
     spend_limit_error,
     wait_seconds,
 )
-from tasks.api.usage import add_usage, estimate_input_tokens, usage_of
+from tasks.api.usage import estimate_input_tokens, usage_of
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
 
-log = get_logger("api")
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
+Ending = tuple[BaseException, BaseException | None]  # the error a call ends with, and its cause
+ENDINGS = (  # what a call's retry loop can end with that `_ended` turns into the call's error
+    RetryError,
+    anthropic.APIStatusError,
+    anthropic.APIConnectionError,
+    anthropic.APIResponseValidationError,
+)
 
 
-@dataclass
-class CallResult:
-    message: dict[str, Any]
-    usage: dict[str, int]
-    model: str
-    request_id: str | None
-    attempts: int
-    cost_usd: float
-    fell_back: bool = False
-    errors: list[str] = field(default_factory=list)
+class Closes(Protocol):  # this client's twin on an event loop (tasks.api.aio.AsyncModelClient)
+    def close(self) -> None: ...
 
 
 class ModelClient:
@@ -100,14 +100,16 @@ class ModelClient:
         self._sdk = anthropic.Anthropic(
             api_key=key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds
         )
-        self.semaphore = threading.BoundedSemaphore(api.concurrency)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self.semaphore = threading.BoundedSemaphore(api.concurrency or WINDOW_MAX)
+        self._aio: Closes | None = None  # this client on an event loop (tasks.api.aio.async_client)
+        self._aio_lock = threading.Lock()
         self.concurrency = api.concurrency
+        self._key, self._base_url = key, base_url
         self.limiter = RateLimiter(
             api.requests_per_minute, api.input_tokens_per_minute, api.output_tokens_per_minute,
             concurrency=api.concurrency, ramp_seconds=api.ramp_seconds, ramp_start=api.ramp_start,
-            clock=clock, sleep=sleep, counts_cache_reads=api.input_limit_counts_cache_reads,
+            clock=clock, sleep=sleep,
+            counts_cache_reads=api.input_limit_counts_cache_reads,
         )  # fmt: skip
         self._sleep, self._rng = sleep, rng
         self.budget = budget or Budget(settings.cost.max_cost_usd)
@@ -123,17 +125,9 @@ class ModelClient:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        if self._aio is not None:
+            self._aio.close()
         self._sdk.close()
-
-    def pool(self) -> ThreadPoolExecutor:
-        """Threads shared by every chunk's documents (tasks.per_file.realtime), as many as the
-        concurrency: a chunk waiting for its slowest document holds one thread, not the limit."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="docmill-call")
-            return self._pool
 
     @property
     def sdk(self) -> anthropic.Anthropic:
@@ -178,7 +172,13 @@ class ModelClient:
                         if model is None:
                             raise  # count_tokens and other free calls: nothing is billed
                         timeouts[0] += timed_out_after_sending(e)
-                        paid = self._paid(e, progress, model, worst, max_tokens)
+                        paid = paid_attempt(
+                            e,
+                            progress,
+                            worst_usd=worst,
+                            max_tokens=max_tokens,
+                            price=partial(priced_usd, model),
+                        )
                         if paid is not None:
                             billed = paid.usd
                             who = label or CallLabel("call", "*", "")
@@ -207,25 +207,10 @@ class ModelClient:
                 raise spend_limit_error(e) from e
             raise
 
-    def _paid(self, exc: BaseException, progress: StreamProgress, model: str, worst: float,
-              max_tokens: int) -> Paid | None:  # fmt: skip
-        """What a failed attempt may have cost (the one policy: tasks.api.answers.paid_attempt)."""
-        return paid_attempt(
-            exc, progress, worst_usd=worst, max_tokens=max_tokens, price=lambda u: priced_usd(model, u)
-        )
-
     # ---- one HTTP attempt ----------------------------------------------------------------------
 
     def _send(self, request: dict[str, Any], ladder: Ladder, on_response: OnResponse | None) -> Any:
-        if self.stopped is not None:
-            raise self.stopped
-        SHUTDOWN.check()  # after SIGINT/SIGTERM nothing new is sent
-        self.breaker.check()  # tripped: nothing more is sent
-        ladder.attempts += 1
-        ladder.attempts_on_model += 1
-        body = {**request, "model": ladder.model}
-        estimate = estimate_input_tokens(body)
-        max_tokens = int(body["max_tokens"])
+        body, estimate, max_tokens = self._open(request, ladder)
         ticket = self.limiter.acquire(estimate, max_tokens)
         told: Told = {}
         progress = StreamProgress()
@@ -240,16 +225,11 @@ class ModelClient:
                     try:
                         data, request_id, headers = self._post(body, ladder, told, progress)
                     except Exception as e:
-                        ladder.timeouts += timed_out_after_sending(e)
                         billed = self._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, told)
                         raise
                     finally:
                         self.breaker.done()
-                    told["headers"] = headers
-                    data["_request_id"] = request_id
-                    data["_asked_model"] = ladder.model  # priced by this, whatever `model` the answer names
-                    told["usage"] = data.get("usage") or {}
-                    billed = self._cost(ladder.model, data.get("usage"))
+                    billed = self._answered(data, request_id, headers, ladder, told)
                     if on_response is not None:
                         on_response(ladder.attempts, data)
             finally:
@@ -258,10 +238,38 @@ class ModelClient:
             self.limiter.release(ticket, **told)
         return data
 
+    # ---- one attempt's policy, step by step: shared with tasks.api.aio.AsyncModelClient ---------
+
+    def _open(self, request: dict[str, Any], ladder: Ladder) -> tuple[dict[str, Any], int, int]:
+        """Before an attempt: nothing is sent after a spend-limit refusal, a signal (SIGINT/SIGTERM)
+        or a trip; the attempt is counted. Returns the body for the ladder's model, its input-token
+        estimate and its max_tokens."""
+        if self.stopped is not None:
+            raise self.stopped
+        SHUTDOWN.check()  # after SIGINT/SIGTERM nothing new is sent
+        self.breaker.check()  # tripped: nothing more is sent
+        ladder.attempts += 1
+        ladder.attempts_on_model += 1
+        body = {**request, "model": ladder.model}
+        return body, estimate_input_tokens(body), int(body["max_tokens"])
+
+    def _failed(self, e: Exception, ladder: Ladder, told: Told) -> None:  # what pacer, ladder, breaker learn
+        if isinstance(e, anthropic.APIStatusError):
+            told["headers"] = e.response.headers
+            told["throttled"] = e.status_code == 429
+            ladder.failed(e)
+        elif isinstance(e, anthropic.APIConnectionError):
+            ladder.failed(e)
+            if is_refused(e):
+                self.breaker.api("connection_refused", describe(e))
+
     def _failed_attempt(self, exc: BaseException, progress: StreamProgress, ladder: Ladder, worst: float,
                         estimate: int, max_tokens: int, told: Told) -> float:  # fmt: skip
-        """What a failed per-call attempt may have cost (0: nothing), recorded when it is not 0."""
-        paid = self._paid(exc, progress, ladder.model, worst, max_tokens)
+        """What a failed per-call attempt may have cost (0: nothing), recorded when it is not 0; a
+        timeout after sending counts against `api.timeout_resends`."""
+        ladder.timeouts += timed_out_after_sending(exc)
+        price = partial(priced_usd, ladder.model)
+        paid = paid_attempt(exc, progress, worst_usd=worst, max_tokens=max_tokens, price=price)
         if paid is None:
             return 0.0
         if not paid.possibly and paid.usage is not None:
@@ -272,37 +280,32 @@ class ModelClient:
 
     def _record_paid(self, label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int,
                      paid: Paid) -> None:  # fmt: skip
-        """Keep (and hand to the run's cost ledger) an attempt that may have been billed without an
-        answer: a timeout after sending, a connection or stream broken after the request went out."""
         entry = paid_record(label, attempt, model, estimate, max_tokens, paid, self.wall())
-        self.possibly_billed.append(entry)
-        what = "possibly billed (at most" if paid.possibly else "billed (exactly"
-        log.warning(
-            "%s call for %s brought no whole answer (%s) after it was sent: recorded as %s $%.4f)",
-            label.pass_name, label.doc_id, paid.reason, what, paid.usd,
-            extra={"doc_id": label.doc_id, "model": model},
-        )  # fmt: skip
-        if self.on_possibly_billed is not None:
-            self.on_possibly_billed(entry)
+        keep_paid(self.possibly_billed, self.on_possibly_billed, entry)
+
+    def _answered(
+        self, data: dict[str, Any], request_id: str | None, headers: Any, ladder: Ladder, told: Told
+    ) -> float:
+        """An answer: noted for the pacer, marked with its request id and the model asked for (it is
+        priced by that, whatever `model` the answer names); returns its cost."""
+        told["headers"] = headers
+        data["_request_id"] = request_id
+        data["_asked_model"] = ladder.model
+        told["usage"] = data.get("usage") or {}
+        return self._cost(ladder.model, data.get("usage"))
 
     def _post(
         self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
     ) -> tuple[dict[str, Any], str | None, Any]:
         """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
-        max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message), so
-        a long answer never meets the read timeout while it is being generated."""
+        max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message);
+        below it the answer comes whole within `_read_timeout`."""
         try:
-            stream = int(body["max_tokens"]) >= self.settings.api.stream_min_max_tokens
-            return answer(self._sdk, body, stream=stream, progress=progress)
-        except anthropic.APIStatusError as e:
-            told["headers"] = e.response.headers
-            told["throttled"] = e.status_code == 429
-            ladder.failed(e)
-            raise
-        except anthropic.APIConnectionError as e:
-            ladder.failed(e)
-            if isinstance(e.__cause__, ConnectionRefusedError) or "refused" in str(e.__cause__ or ""):
-                self.breaker.api("connection_refused", describe(e))
+            stream = streams(body, self.settings.api.stream_min_max_tokens)
+            timeout = None if stream else read_timeout(body, self.settings.api.timeout_seconds)
+            return answer(self._sdk, body, stream=stream, progress=progress, timeout=timeout)
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            self._failed(e, ladder, told)
             raise
 
     def _cost(self, model: str, usage: Any) -> float:
@@ -320,11 +323,18 @@ class ModelClient:
     def _wait(self, state: RetryCallState, ladder: Ladder) -> float:
         return self._wait_any(state, max(ladder.attempts_on_model, 1))
 
+    def _wait_for(self, exc: BaseException, ladder: Ladder) -> float:
+        """The wait before the next attempt after `exc` (retrying.wait_seconds)."""
+        api, attempt = self.settings.api, max(ladder.attempts_on_model, 1)
+        return wait_seconds(
+            exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
+        )
+
     def _wait_any(self, state: RetryCallState, attempt: int) -> float:
         exc = state.outcome.exception() if state.outcome else None
+        api = self.settings.api
         if exc is None:
             return 0.0
-        api = self.settings.api
         return wait_seconds(
             exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
         )
@@ -348,60 +358,63 @@ class ModelClient:
     ) -> CallResult:
         """Send one Messages request; `on_response(attempt, message)` runs the moment it answers.
         Every answered call leaves one structured log line (docmill.api, INFO)."""
-        api = self.settings.api
         started = time.monotonic()
-        ladder = Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
-        ladder.key, ladder.doc_id, ladder.pass_name = key, doc_id, pass_name
+        ladder = self._ladder(request, key, doc_id, pass_name)
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
-            # a request that timed out after it was sent may be billed: resent `timeout_resends` times at most
-            stop=lambda _s: (
-                ladder.attempts_on_model >= api.max_attempts or ladder.timeouts > api.timeout_resends
-            ),
+            stop=lambda _s: self._spent(ladder),
             wait=lambda s: self._wait(s, ladder),
             sleep=self._backoff,
             reraise=False,
         )
         try:
             message = retrying(self._send, request, ladder, on_response)
-        except RetryError as e:
-            last = e.last_attempt.exception()
-            raise call_error(last, ladder, key, doc_id, pass_name, "transport_exhausted") from last
-        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-            if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
-                self.stopped = spend_limit_error(e)
-                raise self.stopped from e  # stops the run: no document is marked failed
-            status = getattr(e, "status_code", None)
-            kind = f"api_error:{status}" if status is not None else "transport_exhausted"
-            if status in API_CAUSES:
-                self.breaker.api(API_CAUSES[status], describe(e))
-                self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
-            elif is_invalid_request(e):  # the same 400 for every document: systemic (issue 22)
-                self.breaker.invalid_request(describe(e), doc_id)
-            raise call_error(e, ladder, key, doc_id, pass_name, kind) from e
-        except anthropic.APIResponseValidationError as e:
+        except ENDINGS as e:
+            error, cause = self._ended(e, ladder)
+            raise error from cause
+        return self._result(message, ladder, started, purpose, prompt_version)
+
+    # ---- one call's policy around its attempts: shared with tasks.api.aio.AsyncModelClient --------
+
+    def _ladder(self, request: dict[str, Any], key: str, doc_id: str, pass_name: str) -> Ladder:
+        api = self.settings.api
+        ladder = Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
+        ladder.key, ladder.doc_id, ladder.pass_name = key, doc_id, pass_name
+        return ladder
+
+    def _spent(self, ladder: Ladder) -> bool:
+        """No attempt more: the model's attempts are spent, or a request that timed out after it was
+        sent (it may be billed) was already resent `timeout_resends` times."""
+        api = self.settings.api
+        return ladder.attempts_on_model >= api.max_attempts or ladder.timeouts > api.timeout_resends
+
+    def _ended(self, e: BaseException, ladder: Ladder, *, exhausted: bool = False) -> Ending:
+        """The error a call ends with when its retry loop gives up on `e` (one of `ENDINGS`; a
+        retryable one when its attempts are spent: `exhausted`), and its cause: a spend-limit refusal
+        stops the run (no document is marked failed); 401-404 feed the breaker; everything else is an
+        `ApiCallError`."""
+        key, doc_id, pass_name = ladder.key, ladder.doc_id, ladder.pass_name
+        if isinstance(e, RetryError) or exhausted:
+            last = e.last_attempt.exception() if isinstance(e, RetryError) else e
+            return call_error(last, ladder, key, doc_id, pass_name, "transport_exhausted"), last
+        if isinstance(e, anthropic.APIResponseValidationError):
             self.breaker.api("not_a_message", str(e))
-            raise call_error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message") from e
+            return call_error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message"), e
+        if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+            self.stopped = spend_limit_error(e)
+            return self.stopped, e
+        status = getattr(e, "status_code", None)
+        kind = f"api_error:{status}" if status is not None else "transport_exhausted"
+        if status in API_CAUSES:
+            self.breaker.api(API_CAUSES[status], describe(e))
+            self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
+        elif is_invalid_request(e):  # the same 400 for every document: systemic (issue 22)
+            self.breaker.invalid_request(describe(e), doc_id)
+        return call_error(e, ladder, key, doc_id, pass_name, kind), e
+
+    def _result(self, message: dict[str, Any], ladder: Ladder, started: float, purpose: str,
+                prompt_version: str | None) -> CallResult:  # fmt: skip
+        """An answered call: the breaker's API streak reset, one structured log line, the result."""
         self.breaker.api(None)
-        usage = add_usage({}, message.get("usage"))
-        log.info(
-            "%s call answered (%s)",
-            pass_name,
-            purpose,
-            extra={
-                "doc_id": doc_id, "request_id": message.get("_request_id"), "model": ladder.model,
-                "prompt_version": prompt_version, "stop_reason": message.get("stop_reason"), "usage": usage,
-                "latency_ms": round((time.monotonic() - started) * 1000, 1), "attempt": ladder.attempts,
-                "cost_usd": round(self._cost(ladder.model, message.get("usage")), 6),
-            },
-        )  # fmt: skip
-        return CallResult(
-            message=message,
-            usage=usage,
-            model=ladder.model,
-            request_id=message.get("_request_id"),
-            attempts=ladder.attempts,
-            cost_usd=self._cost(ladder.model, message.get("usage")),
-            fell_back=ladder.fell_back,
-            errors=ladder.errors,
-        )
+        cost = self._cost(ladder.model, message.get("usage"))
+        return answered(message, ladder, started, purpose, prompt_version, cost)

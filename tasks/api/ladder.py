@@ -1,16 +1,23 @@
 """One call's state across its attempts (`Ladder`: the retry loop's counts and the degradation ladder
-to the fallback model after repeated overloads) and the error a call ends with (`call_error`).
-Used by `tasks.api.client.ModelClient.call`."""
+to the fallback model after repeated overloads), what it returns (`CallResult`) and the error it ends
+with (`call_error`), and the log line and result of an answered call (`answered`).
+Used by `tasks.api.client.ModelClient.call` and `tasks.api.aio.AsyncModelClient.call`."""
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import anthropic
 
 from docmill.errors import ApiCallError
+from docmill.logs import get_logger
 from tasks.api.retrying import FailureKind, classify, describe
+from tasks.api.usage import add_usage
 
+log = get_logger("api")
 DEFAULT_HINT = "the API refused this request; it is not retried"
 STATUS_HINTS = {
     400: "the request itself is invalid; fix the recipe or parameters, it will not be retried",
@@ -20,6 +27,20 @@ STATUS_HINTS = {
     404: "unknown model or endpoint; check DOCMILL_API__MODEL / the base URL and resume",
     413: "the document is too large for one request; lower inventory.max_document_bytes",
 }
+
+
+@dataclass
+class CallResult:
+    """What an answered call returns (`ModelClient.call`, `AsyncModelClient.call`)."""
+
+    message: dict[str, Any]
+    usage: dict[str, int]
+    model: str
+    request_id: str | None
+    attempts: int
+    cost_usd: float
+    fell_back: bool = False
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -92,3 +113,25 @@ def call_error(
         errors=list(ladder.errors),
         fell_back=ladder.fell_back,
     )
+
+
+def answered(message: dict[str, Any], ladder: Ladder, started: float, purpose: str, prompt_version: str | None,
+             cost: float) -> CallResult:  # fmt: skip
+    """An answered call's result, and its one structured log line (docmill.api, INFO)."""
+    usage = add_usage({}, message.get("usage"))
+    if log.isEnabledFor(logging.INFO):
+        log.info(
+            "%s call answered (%s)",
+            ladder.pass_name,
+            purpose,
+            extra={
+                "doc_id": ladder.doc_id, "request_id": message.get("_request_id"), "model": ladder.model,
+                "prompt_version": prompt_version, "stop_reason": message.get("stop_reason"),
+                "usage": usage, "latency_ms": round((time.monotonic() - started) * 1000, 1),
+                "attempt": ladder.attempts, "cost_usd": round(cost, 6),
+            },
+        )  # fmt: skip
+    return CallResult(
+        message=message, usage=usage, model=ladder.model, request_id=message.get("_request_id"),
+        attempts=ladder.attempts, cost_usd=cost, fell_back=ladder.fell_back, errors=ladder.errors,
+    )  # fmt: skip

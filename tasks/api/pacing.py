@@ -1,4 +1,5 @@
-"""Client-side pacing shared by every thread of one `ModelClient`, and the run's cost cap.
+"""Client-side pacing shared by every request of one `ModelClient` (threads and its event loop), and
+the run's cost cap.
 
 `RateLimiter` runs at the server's limits, never above them and never far below:
 
@@ -11,22 +12,31 @@
 - **Ramps.** The send rate starts at `ramp_start` of the limit and grows linearly to the limit over
   `ramp_seconds` (the API also limits sharp ramps); a 429 halves it and ramps again. The send rate is
   never above the limit, so the server's bucket stays near full and absorbs latency jitter.
-- **Output tokens count**: a request reserves its `max_tokens` when sent and the answer's usage
-  gives back what it did not use (as the API itself does). Input tokens are estimated from the body,
-  corrected by the ratio counted/estimate seen so far. What counts is what the API counts against
-  the input-token limit: uncached input and cache writes; cache reads do not for current models
-  (`counts_cache_reads=True` for an endpoint that counts them), so a cached prefix lets more
-  requests through, as it does on the API.
-- **In flight: as many as the limit needs, at most `concurrency`**: about twice the requests the
-  rate admits during the observed latency, plus two.
-- `retry-after` is not handled here: it delays only the request that got the 429 (tasks.api.client).
-- **A share of the organisation's limits.** `set_share(fraction)` makes this process use that
+- **Output tokens count.** A request goes only when its whole `max_tokens` fits in the output bucket
+  (an API that reserves `max_tokens` up front admits it then too), but while it is in flight it
+  holds what answers actually use (1.5 x the mean billed output, `max_tokens` until the first
+  answer), and its answer settles the difference. The send rate paces output at the mean billed
+  output per request, so output too stays at its limit instead of spending the bucket's minute.
+  Holding `max_tokens` (4,096) per request while answers use ~270 capped a tier-4 run at ~0.7 of its input-token limit (issue 23).
+  Input tokens are estimated from the body, corrected by the ratio counted/estimate seen so far.
+  What counts is what the API counts against the input-token limit: uncached input and cache
+  writes; cache reads do not for current models (`counts_cache_reads=True` for an endpoint that
+  counts them), so a cached prefix lets more requests through, as it does on the API.
+- **In flight: what the limit needs (Little's law).** The window is the request rate the limits
+  admit (the tightest of requests/min, input tokens/min over the mean input per request, output
+  tokens/min over the mean output) times the observed latency, x1.5 plus 4; before the first answer
+  the latency is at least the age of the first request. `concurrency` is an optional ceiling.
+- **A share of the organisation's limits.** `set_share(fraction)` makes this process pace at that
   fraction of every limit (configured or stated by the headers, whose `-remaining` counts the whole
-  organisation); tasks.api.shared_limit sets it from the store, so processes on several machines
-  share one limit instead of each assuming all of it. `stats.adopted` keeps the limits as the
-  headers state them (whole organisation) and `stats.sent` counts requests sent, for that layer.
+  organisation), changeable at runtime; tasks.api.shared_limit sets it from the store, so processes
+  on several machines share one limit instead of each assuming all of it. `stats.adopted` keeps the
+  limits as the headers state them (whole organisation) and `stats.sent` counts requests sent, for
+  that layer.
+- `retry-after` is not handled here: it delays only the request that got the 429 (tasks.api.client).
 
-Time is injectable (`clock`, `sleep`) so tests record waits instead of sleeping.
+`try_acquire` is the one admission decision (a ticket, or how long to wait); `acquire` waits for it on
+a thread, `tasks.api.aio.Gate` in the event loop. Time is injectable (`clock`, `sleep`) so tests
+record waits instead of sleeping.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from docmill.errors import BudgetExhausted
+from tasks.api.budget import Budget as Budget  # re-exported: the cost cap has its own module
 
 REQUESTS, INPUT, OUTPUT = "requests", "input-tokens", "output-tokens"
 KINDS = (REQUESTS, INPUT, OUTPUT)
@@ -46,7 +56,13 @@ BURST_SECONDS = 2.0  # the send-rate bucket holds this much: a stalled moment is
 MARGIN = 0.01  # of a limit kept unspent in the local picture (header rounding, clock skew)
 EWMA = 0.2  # weight of the newest latency / token-ratio sample
 MIN_WAIT = 0.001
-WINDOW_START = 4  # requests in flight before the first answer says how long answers take
+WINDOW_START = 16  # requests in flight before anything says how long answers take
+WINDOW_HEADROOM = 1.5  # x the rate the limits admit x the latency (latency varies; the pacer paces)
+WINDOW_PAD = 4
+WINDOW_MAX = 10_000  # no ceiling given: at most this many requests in flight
+OUTPUT_HOLD = 1.5  # a request in flight holds this x the mean billed output (plus OUTPUT_PAD)
+OUTPUT_PAD = 64
+WINDOW_FULL = -1.0  # try_acquire: the window is full, wait for an answer
 INPUT_COUNTED = ("input_tokens", "cache_creation_input_tokens")  # against the input-token limit
 
 
@@ -109,6 +125,7 @@ class _Kind:
     pace: TokenBucket | None
     in_flight: float = 0.0
     adopted: bool = False
+    limit: float = 0.0  # the whole limit (configured or adopted); the bucket paces at limit x share
 
 
 @dataclass
@@ -128,20 +145,23 @@ class RateLimiter:
         input_tokens_per_minute: int,
         output_tokens_per_minute: int | None = None,
         *,
-        concurrency: int = 8,
+        concurrency: int | None = None,
         ramp_seconds: float = 20.0,
         ramp_start: float = 0.25,
+        share: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         counts_cache_reads: bool = False,
     ) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"share must be in (0, 1], not {share}")
         self._clock, self._sleep = clock, sleep
-        self.counts_cache_reads = counts_cache_reads
-        self.concurrency = concurrency
+        self.concurrency = concurrency  # a ceiling on the window; None: the limits decide
         self.ramp_seconds, self._ramp_floor = ramp_seconds, ramp_start
         now = clock()
         self._ramp_from = now
         self._ramps = 0
+        self._share = share  # of every limit, configured or adopted (set_share changes it)
         configured = {
             REQUESTS: requests_per_minute,
             INPUT: input_tokens_per_minute,
@@ -149,17 +169,20 @@ class RateLimiter:
         }
         self._kinds = {k: self._new_kind(v, now) for k, v in configured.items()}
         self._input_ratio = 1.0  # billed input tokens / our estimate
+        self._input_mean: float | None = None  # input tokens per request (corrected estimates)
+        self._output_mean: float | None = None  # billed output tokens per answer
         self._latency: float | None = None
+        self._first_sent: float | None = None
         self._in_flight = 0
         self._lock = threading.Condition()
         self.stats = PacerStats()
-        self._share = 1.0  # of the organisation's limits (set_share)
+        self.counts_cache_reads = counts_cache_reads
 
-    @staticmethod
-    def _new_kind(per_minute: float | None, now: float) -> _Kind:
+    def _new_kind(self, per_minute: float | None, now: float) -> _Kind:
         if not per_minute:
             return _Kind(None, None)
-        return _Kind(TokenBucket(float(per_minute), float(per_minute), now), None)
+        rate = float(per_minute) * self._share
+        return _Kind(TokenBucket(rate, rate, now), None, limit=float(per_minute))
 
     # ---- what the limiter allows now --------------------------------------------------------
 
@@ -173,12 +196,30 @@ class RateLimiter:
 
     @property
     def window(self) -> int:
-        """Requests allowed in flight: enough to fill the request limit at the observed latency."""
-        requests = self._kinds[REQUESTS].server
-        if self._latency is None or requests is None:
-            return min(self.concurrency, WINDOW_START)
-        need = 2.0 * requests.per_minute / 60.0 * self._latency + 2
-        return max(1, min(self.concurrency, math.ceil(need)))
+        """Requests allowed in flight: the rate the limits admit x the latency (Little's law)."""
+        with self._lock:
+            return self._window(self._clock())
+
+    def _window(self, now: float) -> int:
+        ceiling = self.concurrency or WINDOW_MAX
+        latency = self._latency
+        if latency is None and self._first_sent is not None and self._in_flight:
+            latency = now - self._first_sent  # no answer yet: at least this long
+        rate = self._admissible_rate()
+        if latency is None or rate is None:
+            return min(ceiling, WINDOW_START)
+        need = rate * latency * WINDOW_HEADROOM + WINDOW_PAD
+        return max(1, min(ceiling, max(math.ceil(need), WINDOW_START if self._latency is None else 1)))
+
+    def _admissible_rate(self) -> float | None:
+        """Requests per second the tightest known limit admits (None: no limit known)."""
+        per_request = {REQUESTS: 1.0, INPUT: self._input_mean, OUTPUT: self._output_mean}
+        rates = [
+            state.server.per_minute / 60.0 / max(per_request[kind] or 0.0, 1.0)
+            for kind, state in self._kinds.items()
+            if state.server is not None and (kind == REQUESTS or per_request[kind])
+        ]
+        return min(rates) if rates else None
 
     @property
     def limits(self) -> dict[str, float | None]:
@@ -189,52 +230,103 @@ class RateLimiter:
     def waited(self) -> list[float]:
         return self.stats.waits
 
-    def _wait_needed(self, now: float, wants: Mapping[str, float]) -> float:
+    def set_share(self, share: float) -> None:
+        """Pace at `share` (0 < share <= 1) of every limit from now on, configured or adopted:
+        the part of an organisation's limit this process may use (a pacer shared across workers
+        sets it, and may change it at any time). Buckets keep their fill in proportion."""
+        if not share > 0:
+            raise ValueError(f"share must be in (0, 1], not {share}")
+        share = min(1.0, float(share))  # a sum of fair shares may round a hair above 1
+        with self._lock:
+            now = self._clock()
+            for state in self._kinds.values():
+                bucket = state.server
+                if bucket is None:
+                    continue
+                bucket.refill(now)
+                fill = bucket.level / bucket.capacity if bucket.capacity else 1.0
+                bucket.per_minute = bucket.capacity = state.limit * share
+                bucket.level = fill * bucket.capacity
+            self._share = share
+            self._lock.notify_all()
+
+    def _wait_needed(self, now: float, fits: Mapping[str, float], paced: Mapping[str, float]) -> float:
+        """Seconds until `fits` fits in every server bucket and `paced` in every send-rate bucket."""
         factor = self.ramp(now)
         wait = 0.0
         for kind, state in self._kinds.items():
-            amount = wants[kind]
-            if state.server is None or amount <= 0:
+            if state.server is None:
                 continue
-            state.server.refill(now)
-            wait = max(wait, state.server.wait_for(amount, MARGIN * state.server.per_minute))
-            if kind == OUTPUT:
-                continue  # the output reservation is given back at the answer: no send rate for it
+            if fits[kind] > 0:
+                state.server.refill(now)
+                wait = max(wait, state.server.wait_for(fits[kind], MARGIN * state.server.per_minute))
+            if paced[kind] <= 0:
+                continue
             rate = state.server.per_minute * factor
             if state.pace is None:
                 state.pace = TokenBucket(rate, rate * BURST_SECONDS / 60.0, now, rate * BURST_SECONDS / 60.0)
             state.pace.refill(now)
             state.pace.per_minute, state.pace.capacity = rate, max(1.0, rate * BURST_SECONDS / 60.0)
-            wait = max(wait, state.pace.wait_for(amount))
+            wait = max(wait, state.pace.wait_for(paced[kind]))
         return wait
+
+    def _output_hold(self, max_tokens: int) -> int:
+        """What a request in flight holds of the output bucket (see the module doc)."""
+        if not max_tokens or self._output_mean is None:
+            return max_tokens
+        return min(max_tokens, math.ceil(OUTPUT_HOLD * self._output_mean) + OUTPUT_PAD)
 
     # ---- one request ------------------------------------------------------------------------
 
+    def try_acquire(self, input_tokens: int, max_tokens: int = 0) -> Ticket | float:
+        """The one admission decision: a `Ticket` if a request of about `input_tokens` (up to
+        `max_tokens` of output) may go now, else the seconds to wait before asking again, or
+        `WINDOW_FULL` while the window is full (an answer frees it)."""
+        with self._lock:
+            now = self._clock()
+            if self._in_flight >= self._window(now):
+                return WINDOW_FULL
+            tokens = math.ceil(input_tokens * self._input_ratio)
+            hold = self._output_hold(max_tokens)
+            # output is paced at what answers use on average (nothing before the first answer)
+            expected = min(float(max_tokens), self._output_mean or 0.0)
+            fits = {REQUESTS: 1.0, INPUT: float(tokens), OUTPUT: float(max_tokens)}
+            paced = {REQUESTS: 1.0, INPUT: float(tokens), OUTPUT: expected}
+            wait = self._wait_needed(now, fits, paced)
+            if wait > 0:
+                return max(wait, MIN_WAIT)  # a float-rounding sliver must still move the clock
+            for kind, held in ((REQUESTS, 1.0), (INPUT, float(tokens)), (OUTPUT, float(hold))):
+                state = self._kinds[kind]
+                state.in_flight += held
+                if state.server is not None:
+                    state.server.take(held)
+                if state.pace is not None:
+                    state.pace.take(paced[kind])
+            self._in_flight += 1
+            self.stats.sent += 1
+            if self._first_sent is None:
+                self._first_sent = now
+            self._input_mean = (
+                float(tokens) if self._input_mean is None else (1 - EWMA) * self._input_mean + EWMA * tokens
+            )
+            return Ticket(tokens, hold, now, 0.0, self._ramps, input_tokens)
+
     def acquire(self, input_tokens: int, max_tokens: int = 0) -> Ticket:
-        """Block until a request of about `input_tokens` (reserving `max_tokens` of output) may go."""
+        """Block this thread until a request of about `input_tokens` (up to `max_tokens` of output)
+        may go (`try_acquire`)."""
         total = 0.0
         while True:
-            with self._lock:
-                while self._in_flight >= self.window:
+            got = self.try_acquire(input_tokens, max_tokens)
+            if isinstance(got, Ticket):
+                got.waited = total
+                return got
+            if got == WINDOW_FULL:
+                with self._lock:
                     self._lock.wait(timeout=0.05)
-                now = self._clock()
-                tokens = math.ceil(input_tokens * self._input_ratio)
-                wants = {REQUESTS: 1.0, INPUT: float(tokens), OUTPUT: float(max_tokens)}
-                wait = self._wait_needed(now, wants)
-                if wait <= 0:
-                    for kind, amount in wants.items():
-                        state = self._kinds[kind]
-                        state.in_flight += amount
-                        for bucket in (state.server, state.pace):
-                            if bucket is not None:
-                                bucket.take(amount)
-                    self._in_flight += 1
-                    self.stats.sent += 1
-                    return Ticket(tokens, max_tokens, now, total, self._ramps, input_tokens)
-            wait = max(wait, MIN_WAIT)  # a float-rounding sliver must still move the clock
-            self._sleep(wait)
-            self.stats.waits.append(wait)
-            total += wait
+                continue
+            self._sleep(got)
+            self.stats.waits.append(got)
+            total += got
 
     def release(
         self,
@@ -275,6 +367,9 @@ class RateLimiter:
         if billed_in and ticket.estimate:
             sample = billed_in / ticket.estimate
             self._input_ratio = (1 - EWMA) * self._input_ratio + EWMA * sample
+        if ticket.output_tokens:
+            mean = self._output_mean
+            self._output_mean = billed_out if mean is None else (1 - EWMA) * mean + EWMA * billed_out
         for kind, held, billed in (
             (INPUT, ticket.input_tokens, billed_in),
             (OUTPUT, ticket.output_tokens, billed_out),
@@ -282,21 +377,6 @@ class RateLimiter:
             bucket = self._kinds[kind].server
             if bucket is not None and held:
                 bucket.level = min(bucket.capacity, bucket.level + held - billed)
-
-    def set_share(self, fraction: float) -> None:
-        """Use `fraction` (0 < f <= 1) of the organisation's limits from now on: the local picture of
-        each server bucket is scaled to it (tasks.api.shared_limit calls this as shares change)."""
-        with self._lock:
-            fraction = min(1.0, max(float(fraction), 1e-4))
-            scale, self._share = fraction / self._share, fraction
-            now = self._clock()
-            for state in self._kinds.values():
-                if state.server is not None:
-                    state.server.refill(now)
-                    state.server.per_minute *= scale
-                    state.server.capacity *= scale
-                    state.server.level *= scale
-            self._lock.notify_all()
 
     def observe(self, headers: Mapping[str, str] | Any) -> None:
         """Adopt `anthropic-ratelimit-<kind>-limit` / `-remaining` from a response's headers."""
@@ -306,22 +386,23 @@ class RateLimiter:
     def _adopt(self, headers: Mapping[str, str] | Any, now: float) -> None:
         if headers is None:
             return
+        share = self._share
         for kind, state in self._kinds.items():
             limit = _number(headers.get(f"anthropic-ratelimit-{kind}-limit"))
             remaining = _number(headers.get(f"anthropic-ratelimit-{kind}-remaining"))
             if limit is not None and limit > 0:
-                self.stats.adopted[kind] = limit
-                limit *= self._share  # this process's share of the organisation's limit
+                self.stats.adopted[kind] = limit  # the organisation's: this process paces at a share
                 if state.server is None:
-                    state.server = TokenBucket(limit, limit, now)
+                    state.server = TokenBucket(limit * share, limit * share, now)
                 state.server.refill(now)
-                state.server.per_minute = state.server.capacity = limit
-                state.server.level = min(state.server.level, limit)
+                state.limit = limit
+                state.server.per_minute = state.server.capacity = limit * share
+                state.server.level = min(state.server.level, limit * share)
                 state.adopted = True
             if remaining is not None and state.server is not None:
                 # our share of what the server counted, less what we sent it may not have counted yet
                 state.server.refill(now)
-                state.server.level = min(state.server.capacity, remaining * self._share - state.in_flight)
+                state.server.level = min(state.server.capacity, remaining * share - state.in_flight)
 
 
 def _number(value: Any) -> float | None:
@@ -331,42 +412,3 @@ def _number(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
-
-
-class Budget:
-    """The run's cost cap, process-wide: a request reserves its worst-case cost before it is sent
-    and settles to the billed cost after, so concurrent requests never overshoot the cap together.
-    `spent_usd` starts at what the run already spent (set it from the cost ledger on resume)."""
-
-    def __init__(self, cap_usd: float | None, spent_usd: float = 0.0) -> None:
-        self.cap_usd = cap_usd
-        self.spent_usd = spent_usd
-        self.reserved_usd = 0.0
-        self._changed = threading.Condition()
-
-    def reserve(self, worst_case_usd: float) -> float:
-        """Hold `worst_case_usd`. When only other requests' reservations stand in the way, wait for
-        them to settle (most cost less than their worst case); raise BudgetExhausted once what is
-        already spent leaves no room for this request."""
-        with self._changed:
-            while (
-                self.cap_usd is not None
-                and self.spent_usd + self.reserved_usd + worst_case_usd > self.cap_usd
-            ):
-                if self.reserved_usd <= 0 or self.spent_usd + worst_case_usd > self.cap_usd:
-                    raise BudgetExhausted(
-                        f"the next request (up to ${worst_case_usd:.4f}) would pass the run's cap of "
-                        f"${self.cap_usd:.2f} (spent ${self.spent_usd:.4f}, in flight ${self.reserved_usd:.4f})",
-                        hint="resume the run with a higher --max-cost-usd",
-                        spent_usd=self.spent_usd,
-                        cap_usd=self.cap_usd,
-                    )
-                self._changed.wait(timeout=1.0)
-            self.reserved_usd += worst_case_usd
-            return worst_case_usd
-
-    def settle(self, reserved_usd: float, actual_usd: float) -> None:
-        with self._changed:
-            self.reserved_usd = max(0.0, self.reserved_usd - reserved_usd)
-            self.spent_usd += actual_usd
-            self._changed.notify_all()

@@ -187,3 +187,14 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, anthropic.APIConnectionError):
         return f"connection error: {type(exc.__cause__ or exc).__name__}"
     return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def is_refused(e: BaseException) -> bool:
+    """A refused connection (nothing listens): the thread's transport names it in the cause, the
+    event loop's wraps it a few causes deep."""
+    seen, depth = e.__cause__, 0
+    while seen is not None and depth < 6:
+        if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen):
+            return True
+        seen, depth = seen.__cause__ or seen.__context__, depth + 1
+    return False

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.batches import BatchPhase, BatchRecord
+from tasks.api.pacing import WINDOW_MAX
 from tasks.batch import ingest, lifecycle
 from tasks.batch.engine import BatchEngine, Progress
 from tasks.batch.spool import BatchBody
@@ -214,7 +215,8 @@ def run_deadline(
         deadline, now, margin=conf.margin_seconds, fraction=conf.margin_fraction, cancel=conf.cancel_seconds
     )
     api = settings.api
-    pace = Pace(requests_per_minute, api.concurrency, conf.latency_seconds, api.ramp_seconds, api.ramp_start)
+    in_flight = api.concurrency or WINDOW_MAX  # no ceiling: the window follows the limit (tasks.api.pacing)
+    pace = Pace(requests_per_minute, in_flight, conf.latency_seconds, api.ramp_seconds, api.ramp_start)
     p = Pass(recipe, run_id, store, model_client, settings)
     engine = DeadlineEngine(
         p, client, plan=plan, pace=pace, expected=expected, realtime=realtime, clock=clock, sleep=sleep,

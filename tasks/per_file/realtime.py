@@ -1,25 +1,33 @@
 """The per-file pass over one chunk of documents, realtime (issue #4, invariants 1, 3, 5).
 
-For each document, on the client's thread pool (as wide as its concurrency, shared by every chunk in
-flight, so a slow document never idles the rate limit behind a chunk boundary):
+Every chunk's documents run as coroutines on the client's one event loop (tasks.api.aio), shared by
+every chunk in flight: a request waits for the pacer, not for a thread, so the window the pacer asks
+for (Little's law) is what is in flight, and a slow document never idles capacity behind a chunk
+boundary. For each document:
   skipped            -> skipped (empty, unsupported type) or failed "input:<skip reason>" (no call)
   ledger hit         -> the stored outcome (from_ledger=True, no call: invariant 1)
   persisted response -> gated without a call (crash recovery: invariant 3)
   otherwise          -> call -> persist response -> gate -> repair policy -> ledger (put-if-absent)
                         -> a cost entry per attempt -> a review item for needs_review.
+Blocking work (the store, reading the document, the gate) runs on the loop's I/O threads in a few
+steps per document (`_prepare`, the persisted answer, `_after_answer`); long documents run on a
+thread of their own (tasks.per_file.longdoc, the client's thread path).
 The chunk's cost entries are written as one group at its end (also when it stops early); a chunk
 run again after a crash recounts the attempts behind results this run already wrote.
 Documents sharing a key (duplicate content) are resolved after the first one, from the ledger,
-never with a second call. Any unexpected error of one document becomes its failed outcome.
+never with a second call. Any unexpected error of one document becomes its failed outcome; a chunk
+ends when every one of its documents has.
 The state and outcome bookkeeping it shares with batch mode live in tasks.per_file.accounting.
 """
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+import asyncio
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from checkpoints.store.local import LocalStore
 from docmill.errors import (
     ApiCallError,
     BudgetExhausted,
@@ -29,7 +37,9 @@ from docmill.errors import (
     SystemicFailure,
 )
 from docmill.logs import get_logger, redact
-from tasks.per_file.accounting import account_attempt, answered_model, flush_costs, recount_attempts
+from tasks.api.aio import async_client
+from tasks.per_file.accounting import flush_costs, recount_attempts
+from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
 from tasks.per_file.cost_guard import COST_GUARD, long_worst_usd, over_guard, request_worst_usd
 from tasks.per_file.gate import (
     Action,
@@ -37,11 +47,10 @@ from tasks.per_file.gate import (
     Problem,
     Progress,
     Verdict,
-    action_of,
     check,
     next_request,
 )
-from tasks.per_file.media import Payload, goes_long, load_payload, long_tokens
+from tasks.per_file.media import Payload, SendAs, goes_long, load_payload, long_tokens, send_as
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_request
 from tasks.per_file.settle import (
@@ -52,7 +61,6 @@ from tasks.per_file.settle import (
     gated_fields,
     outcome_from_ledger,
     outcome_from_original,
-    persist_answer,
     prompt_version,
     skipped_outcome,
     write_outcome,
@@ -61,6 +69,7 @@ from tasks.per_file.settle import (
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
+    from tasks.api.aio import AsyncModelClient
     from tasks.api.client import ModelClient
     from tasks.inventory import Document
     from tasks.recipes import Recipe
@@ -68,100 +77,10 @@ if TYPE_CHECKING:
 # 4xx answers that depend only on the request: written to the ledger, never re-sent.
 # (401/403/404/402 depend on the account or config: a resume after fixing it retries them.)
 PERMANENT_STATUSES = frozenset({400, 413, 422})
+INLINE_MAX = 64 * 1024  # bytes of a local document prepared on the event loop itself (`_cheap`)
+STOPS = (SpendLimitReached, SystemicFailure, Interrupted)  # the run stops: the chunk is not written
 log = get_logger("review")
-
-
-class Attempts:
-    """The answered attempts of one document: numbering, persistence, usage, cost, log."""
-
-    def __init__(self, p: Pass, doc_id: str, key: str, *, model: str) -> None:
-        self.p, self.doc_id, self.key, self.model = p, doc_id, key, model
-        self.n = 0  # answered attempts (ResponseLog numbering)
-        self.transport_attempts = 0  # HTTP attempts, failed ones included
-        self.usage: dict[str, int] = {}
-        self.cost = 0.0
-        self.request_ids: list[str] = []
-        self.log: list[dict[str, Any]] = []
-        self.last_verdict: Verdict | None = None
-
-    def recovered(self, progress: Progress) -> dict[str, Any] | None:
-        """The last persisted response of this key, if a crash left responses without a result.
-        Every persisted attempt is accounted (cost entries are written once, so none twice)."""
-        numbers = self.p.responses.attempts(FILE_PASS, self.key)
-        latest: dict[str, Any] | None = None
-        purpose = "first"
-        for n in numbers:
-            message = self.p.responses.get(FILE_PASS, self.key, n)
-            if not message:
-                continue
-            meta = message.get("_docmill") or {}
-            self.n = n
-            self.model = answered_model(message, self.model)
-            purpose = str(meta.get("purpose") or "first")
-            progress.note(action_of(purpose), message.get("usage"))
-            progress.max_tokens = int(meta.get("max_tokens") or progress.max_tokens)
-            self._account(message, f"recovered:{purpose}", meta.get("max_tokens"))
-            latest = message
-        if latest is None:
-            return None
-        progress.attempts = max(self.n - 1, 0)
-        self.transport_attempts = self.n
-        return latest
-
-    def call(self, request: dict[str, Any], purpose: str) -> dict[str, Any]:
-        sent_at = time.time()  # the report's timeline: submitted -> answered
-
-        def on_response(_transport_attempt: int, message: dict[str, Any]) -> None:
-            self.n = persist_answer(
-                self.p, self.key, self.n + 1, message, purpose=purpose, request=request, sent_at=sent_at
-            )
-
-        result = self.p.client.call(
-            request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response,
-            purpose=purpose, prompt_version=prompt_version(self.p.recipe),
-        )  # fmt: skip
-        self.transport_attempts += result.attempts
-        self.model = result.model
-        self._account(result.message, purpose, request["max_tokens"])
-        return result.message
-
-    def _account(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> None:
-        model = answered_model(message, self.model)
-        self.cost += account_attempt(
-            self.p, self.doc_id, self.key, self.n, model, message, self.usage, self.request_ids
-        )
-        request_id = message.get("_request_id")
-        self.log.append(
-            {
-                "attempt": self.n,
-                "purpose": purpose,
-                "model": model,
-                "max_tokens": max_tokens,
-                "stop_reason": message.get("stop_reason"),
-                "request_id": request_id,
-            }
-        )
-
-    def note_verdict(self, verdict: Verdict) -> None:
-        self.last_verdict = verdict
-        if self.log:
-            self.log[-1]["problem"] = verdict.problem.value
-            self.log[-1]["errors"] = verdict.errors[:20]
-
-    def outcome(self, doc_id: str, *, state: DocState, **kw: Any) -> DocOutcome:
-        return DocOutcome(
-            doc_id=doc_id,
-            key=self.key,
-            pass_name=FILE_PASS,
-            state=state,
-            attempts=max(self.transport_attempts, self.n),
-            model=self.model,
-            usage=dict(self.usage),
-            cost_usd=self.cost,
-            request_ids=list(self.request_ids),
-            origin_run=self.p.run_id,
-            **kw,
-        )
+T = TypeVar("T")
 
 
 def extract_chunk(
@@ -173,15 +92,17 @@ def extract_chunk(
     client: ModelClient,
     settings: Settings,
 ) -> list[DocOutcome]:
-    """One terminal `DocOutcome` per document, in the order given."""
+    """One terminal `DocOutcome` per document, in the order given (blocks this thread while the
+    documents run on the client's event loop)."""
     p = Pass(recipe, run_id, store, client, settings, buffer_costs=True)
+    aio = async_client(client)
     try:
-        return _review_all(p, docs, client)
+        return aio.loop.run(_review_all(p, docs, aio))
     finally:
         flush_costs(p)  # one cost group per chunk, also when a document raised or the budget ran out
 
 
-def _review_all(p: Pass, docs: list[Document], client: ModelClient) -> list[DocOutcome]:
+async def _review_all(p: Pass, docs: list[Document], aio: AsyncModelClient) -> list[DocOutcome]:
     first: dict[str, int] = {}  # key -> index of the document that may call
     now: list[int] = []
     later: list[int] = []
@@ -196,16 +117,42 @@ def _review_all(p: Pass, docs: list[Document], client: ModelClient) -> list[DocO
         else:
             first[k] = i
             now.append(i)
-    out: dict[int, DocOutcome] = {}
-    # the client's threads, shared with every other chunk in flight: while this chunk waits for its
-    # slowest document, the next chunks' documents keep the rate limit busy
-    pool: ThreadPoolExecutor = client.pool()
-    futures = {i: pool.submit(_guarded, p, docs[i], keys[i]) for i in now}
-    for i, future in futures.items():
-        out[i] = future.result()
+    aio.occupancy.enter(len(now))
+    done = await asyncio.gather(*(_counted(p, docs[i], keys[i], aio) for i in now), return_exceptions=True)
+    for result in done:  # every document ended; a stop (signal, trip, spend limit) ends the chunk
+        if isinstance(result, BaseException):
+            raise result
+    out: dict[int, DocOutcome] = {i: o for i, o in zip(now, done, strict=True) if isinstance(o, DocOutcome)}
     for i in later:
-        out[i] = _guarded(p, docs[i], keys[i], duplicate=True)
+        out[i] = await aio.loop.io(_duplicate, p, docs[i], keys[i])
     return [out[i] for i in range(len(docs))]
+
+
+def feed(chunks: Iterable[T], client: ModelClient, settings: Settings) -> Iterator[T]:
+    """`chunks` handed out as the client's event loop asks for documents: the next chunk once fewer
+    than the pacer's window plus a chunk's worth (at least a quarter window) are in the loop, so the
+    window stays full and the chunks in flight are as many as it needs (a chunk waiting for its
+    slowest document no longer holds capacity). Raises what stops the run (a signal, a trip, a
+    spend-limit refusal) instead of handing out more."""
+    aio = async_client(client)
+    size = settings.chunk_size
+
+    def room() -> int:
+        window = client.limiter.window
+        return window + max(size, window // 4)
+
+    for chunk in chunks:
+        while not aio.occupancy.wait_below(room):
+            aio.stop()
+        aio.stop()
+        yield chunk
+
+
+async def _counted(p: Pass, doc: Document, key: str | None, aio: AsyncModelClient) -> DocOutcome:
+    try:
+        return await _guarded(p, doc, key, aio)
+    finally:
+        aio.occupancy.leave()
 
 
 def _key_or_none(p: Pass, doc: Document) -> str | None:
@@ -215,30 +162,89 @@ def _key_or_none(p: Pass, doc: Document) -> str | None:
     return p.key(doc)
 
 
-def _guarded(p: Pass, doc: Document, key: str | None, *, duplicate: bool = False) -> DocOutcome:
+def _duplicate(p: Pass, doc: Document, key: str | None) -> DocOutcome:
+    try:
+        return outcome_from_original(p, doc, str(key))
+    except Exception as e:  # one broken document never sinks the chunk
+        return _unexpected(doc, key, e)
+
+
+async def _guarded(p: Pass, doc: Document, key: str | None, aio: AsyncModelClient) -> DocOutcome:
     try:
         if key is None:
             return skipped_outcome(doc)
-        if duplicate:
-            return outcome_from_original(p, doc, key)
-        return _review_one(p, doc, key)
+        return await _review_one(p, doc, key, aio)
     except BudgetExhausted as e:
         return failed_outcome(doc, key, "budget", e.one_line())
-    except (
-        SpendLimitReached,
-        SystemicFailure,
-        Interrupted,
-    ):  # the run stops; this chunk is not written, a resume redoes it
+    except STOPS:  # the run stops; this chunk is not written, a resume redoes it
         raise
     except InputError as e:
         return failed_outcome(doc, key, "input:unreadable", e.one_line())
     except Exception as e:  # one broken document never sinks the chunk
-        return failed_outcome(
-            doc, key, f"unexpected:{type(e).__name__}", f"{type(e).__name__}: {str(e)[:500]}"
-        )
+        return _unexpected(doc, key, e)
 
 
-def _review_one(p: Pass, doc: Document, key: str) -> DocOutcome:
+def _unexpected(doc: Document, key: str | None, e: Exception) -> DocOutcome:
+    return failed_outcome(doc, key, f"unexpected:{type(e).__name__}", f"{type(e).__name__}: {str(e)[:500]}")
+
+
+@dataclass
+class Work:
+    """One document between its blocking steps: what is sent of it (its text, or its pages and
+    images), attempts, the request to send next and the repair policy's progress."""
+
+    doc: Document
+    key: str
+    payload: Payload
+    tries: Attempts
+    request: dict[str, Any]
+    progress: Progress
+    action: Action | None = None
+    message: dict[str, Any] | None = None  # an answer not gated yet (a recovered one)
+    outcome: DocOutcome | None = None  # set once the document ended
+
+
+async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -> DocOutcome:
+    work = _prepare(p, doc, key) if _cheap(p, doc) else await aio.loop.io(_prepare, p, doc, key)
+    if isinstance(work, DocOutcome):
+        return work
+    if work.message is None and not work.request:  # a long document: its own thread, the client's calls
+        return await asyncio.get_running_loop().run_in_executor(None, _review_long, p, doc, key, work.payload)
+    tries = work.tries
+    try:
+        if work.message is not None:  # a recovered answer: gated without a call
+            work = await aio.loop.io(_after_answer, p, work, work.message, False)
+        while work.outcome is None:
+            stepped: list[Work] = []
+            asked = work  # the step after the answer runs with the answer, in the call's own I/O step
+
+            def then(message: dict[str, Any], asked: Work = asked, stepped: list[Work] = stepped) -> None:
+                stepped.append(_after_answer(p, asked, message, True))
+
+            await tries.call(aio, work.request, work.action.value if work.action else "first", then)
+            work = stepped[0]
+        return work.outcome
+    except ApiCallError as e:
+        return await aio.loop.io(_api_failure, p, doc, key, tries, e)
+    except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
+        return _unfinished(doc, tries, "budget", e.one_line())
+
+
+def _cheap(p: Pass, doc: Document) -> bool:
+    """Whether preparing `doc` is quick enough for the event loop itself (a local store, a small
+    local text file): one thread hop less a document. Reads from S3, PDFs, images and Office files
+    go to an I/O thread."""
+    return (
+        isinstance(p.store, LocalStore)
+        and doc.size <= INLINE_MAX
+        and "://" not in doc.source_uri
+        and send_as(doc, p.recipe) is SendAs.TEXT
+    )
+
+
+def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
+    """Blocking: the document's ledger hit, or its text, request, cost guard and any answer a crash
+    left persisted without a result."""
     record = p.ledger.get(FILE_PASS, key)
     if record is not None:
         if record.get("origin_run") == p.run_id:  # this run wrote it: a chunk run again after a crash
@@ -252,31 +258,34 @@ def _review_one(p: Pass, doc: Document, key: str) -> DocOutcome:
     held = _held(p, doc, key, text, request)
     if held is not None:
         return held
-    if long:
-        return _review_long(p, doc, key, payload)
     tries = Attempts(p, doc.doc_id, key, model=p.model)
     progress = Progress(max_tokens=max_tokens)
-    action: Action | None = None
-    try:
-        message = tries.recovered(progress)
-        if message is None:
-            message = tries.call(request, "first")
-        while True:
-            verdict = check(p.recipe, payload, message)
-            p.client.breaker.answer(*answer_cause(verdict))
-            progress.note(action, message.get("usage"))
-            tries.note_verdict(verdict)
-            decision = decide_next(p.settings, verdict, progress, request)
-            if decision.action in (Action.ACCEPT, Action.REVIEW):
-                return _finish(p, doc, key, tries, verdict, decision)
-            request = {**next_request(decision, request, verdict), "model": tries.model}
-            action = decision.action
-            progress.max_tokens = int(request["max_tokens"])
-            message = tries.call(request, action.value)
-    except ApiCallError as e:
-        return _api_failure(p, doc, key, tries, e)
-    except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
-        return _unfinished(doc, tries, "budget", e.one_line())
+    if long:
+        return Work(doc, key, payload, tries, request, progress)
+    return Work(doc, key, payload, tries, request, progress, message=tries.recovered(progress))
+
+
+def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> Work:
+    """Blocking: account the answer (a `fresh` one; a recovered one was accounted when recovered),
+    gate it, and settle the document (ledger, review queue) or name the request the repair policy
+    sends next."""
+    tries = work.tries
+    if fresh:
+        tries.answered(message, work.action.value if work.action else "first", work.request["max_tokens"])
+    work.message = None
+    verdict = check(p.recipe, work.payload, message)
+    if fresh:  # a recovered answer was judged by the breaker of its own life already
+        p.client.breaker.answer(*answer_cause(verdict))
+    work.progress.note(work.action, message.get("usage"))
+    tries.note_verdict(verdict)
+    decision = decide_next(p.settings, verdict, work.progress, work.request)
+    if decision.action in (Action.ACCEPT, Action.REVIEW):
+        work.outcome = _finish(p, work.doc, work.key, tries, verdict, decision)
+        return work
+    work.request = {**next_request(decision, work.request, verdict), "model": tries.model}
+    work.action = decision.action
+    work.progress.max_tokens = int(work.request["max_tokens"])
+    return work
 
 
 def _held(p: Pass, doc: Document, key: str, text: str, request: dict[str, Any]) -> DocOutcome | None:

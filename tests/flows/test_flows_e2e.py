@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -105,8 +106,8 @@ def test_resume_after_a_crash_sends_nothing_twice(tmp_path: Path, emulator: Any)
     corpus, truth = make_corpus(tmp_path, count=30, seed=5)
     settings = settings_for(emulator, str(tmp_path / "store")).model_copy(update={"chunk_size": 8})
 
-    def crash_after_two(fn: Any, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
-        done = [fn(cid, docs) for cid, docs in chunks[:2]]
+    def crash_after_two(fn: Any, chunks: Any) -> list[dict[str, int]]:  # chunks: as handed out
+        done = [fn(cid, docs) for cid, docs in itertools.islice(chunks, 2)]
         raise Crash(f"stopped after {len(done)} chunks")
 
     from docmill.errors import LeaseHeld

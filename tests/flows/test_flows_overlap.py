@@ -146,8 +146,8 @@ def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, 
     corpus, settings, store = rig
     settings = settings.model_copy(update={"chunk_size": 3})
 
-    def crash_after_one(fn: Any, chunks: list[Any]) -> list[Any]:
-        fn(*chunks[0])
+    def crash_after_one(fn: Any, chunks: Any) -> list[Any]:  # chunks: as handed out
+        fn(*next(iter(chunks)))
         raise KeyboardInterrupt  # the process goes away mid-pass
 
     with pytest.raises(KeyboardInterrupt):

@@ -129,8 +129,8 @@ def test_resume_flow_sends_nothing_already_in_the_ledger(
 
     corpus, truth = make_corpus(tmp_path, count=20, seed=14)
 
-    def die_after_one_chunk(fn: Any, chunks: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, int]]:
-        fn(*chunks[0])
+    def die_after_one_chunk(fn: Any, chunks: Any) -> list[dict[str, int]]:  # chunks: as handed out
+        fn(*next(iter(chunks)))
         raise RuntimeError("worker lost")
 
     settings = get_settings().model_copy(update={"chunk_size": 6})

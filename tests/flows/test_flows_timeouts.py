@@ -36,7 +36,8 @@ def test_timeout_after_sending_is_recorded_possibly_billed(tmp_path: Path, emula
 
 
 def test_dropped_streams_on_the_per_file_path_are_retried_and_recorded(tmp_path: Path, emulator: Any) -> None:
-    """Issue 22 point 5: the per-file call streams (max_tokens 4,096); a connection dropped mid-stream
+    """Issue 22 point 5: a per-file call that streams (here every one: stream_min_max_tokens 2,048; the
+    default streams from 8,192) read on the event loop (tasks.api.sse); a connection dropped mid-stream
     is retried and the dropped attempt recorded: exactly when the stream had reported its final usage,
     else possibly billed at its bound. The ledger covers the bill; its certain part never exceeds it."""
     corpus, truth = make_corpus(tmp_path, count=6, seed=5)
@@ -44,7 +45,8 @@ def test_dropped_streams_on_the_per_file_path_are_retried_and_recorded(tmp_path:
     early = plant(corpus, truth, "PLANTED-EARLY-DROP", skip={late})
     emulator.state.faults.add(kind="stream_drop", marker="PLANTED-LATE-DROP", after_events=10_000, count=1)
     emulator.state.faults.add(kind="stream_drop", marker="PLANTED-EARLY-DROP", count=1)  # mid-content
-    settings = Settings(store=str(tmp_path / "store"), api=ApiSettings(base_url=emulator.base_url))
+    api = ApiSettings(base_url=emulator.base_url, stream_min_max_tokens=2048)
+    settings = Settings(store=str(tmp_path / "store"), api=api)
     summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
 
     ledger = CostLedger(open_store(settings.store), summary["run_id"])

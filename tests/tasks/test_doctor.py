@@ -84,10 +84,15 @@ def test_doctor_help_describes_it_and_takes_a_model_whose_404_is_the_models_not_
 ) -> None:
     code, out, _ = _doctor(emulator, monkeypatch, capsys, "--help")
     assert code == 0 and "Check what would otherwise fail" in out and "--model MODEL" in out
-    code, out, err = _doctor(emulator, monkeypatch, capsys, "--model", "claude-nowhere-9", "--recipe", "invoices")
+    code, out, err = _doctor(
+        emulator, monkeypatch, capsys, "--model", "claude-nowhere-9", "--recipe", "invoices"
+    )
     assert code == 2
     assert "ok   key: accepted (the model claude-nowhere-9 is not known" in out
-    assert "FAIL model claude-nowhere-9 (api.model): the endpoint does not know the model claude-nowhere-9" in out
+    assert (
+        "FAIL model claude-nowhere-9 (api.model): the endpoint does not know the model claude-nowhere-9"
+        in out
+    )
     assert "warn models: api.model claude-nowhere-9 has no price" in out  # a warning, never "ok"
     assert not any(line.startswith("ok") and "no price" in line for line in out.splitlines())
     assert not any("key" in line for line in err)  # the failure lines blame the model

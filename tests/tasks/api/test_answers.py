@@ -1,6 +1,7 @@
-"""The shared policy of tasks/api/answers.py on the SDK's async client (the path an asyncio per-file
-pass takes): a dropped stream becomes the same `StreamBroken`, and `paid_attempt` prices it the same
-way as on the sync path (real AsyncAnthropic against the real emulator)."""
+"""The shared policy of tasks/api/answers.py on the event loop's reader (tasks.api.sse.read_answer,
+the path the per-file pass takes): a dropped stream becomes the same `StreamBroken`, and
+`paid_attempt` prices it the same way as on the sync path (real AsyncAnthropic against the real
+emulator)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 import pytest
 
 from docmill.prices import priced_usd
-from tasks.api.answers import StreamBroken, StreamProgress, answer_async, paid_attempt
+from tasks.api.answers import StreamBroken, StreamProgress, paid_attempt
 from tasks.api.retrying import is_retryable
+from tasks.api.sse import read_answer
 from tests.fixtures.emulator import async_sdk_client
 
 BODY = {
@@ -35,7 +37,7 @@ def test_a_dropped_async_stream_is_the_same_failure_priced_the_same_way(
         sdk = async_sdk_client(emulator)
         progress = StreamProgress()
         try:
-            await answer_async(sdk, BODY, stream=True, progress=progress)
+            await read_answer(sdk, BODY, stream=True, progress=progress)
         except StreamBroken as e:
             return e, progress
         finally:
@@ -61,8 +63,12 @@ def test_an_async_answer_is_the_json_the_api_sent(emulator: Any) -> None:
     async def both() -> tuple[dict[str, Any], dict[str, Any]]:
         sdk = async_sdk_client(emulator)
         try:
-            plain = await answer_async(sdk, {**BODY, "max_tokens": 200}, stream=False)
-            streamed = await answer_async(sdk, {**BODY, "max_tokens": 200}, stream=True)
+            plain = await read_answer(
+                sdk, {**BODY, "max_tokens": 200}, stream=False, progress=StreamProgress()
+            )
+            streamed = await read_answer(
+                sdk, {**BODY, "max_tokens": 200}, stream=True, progress=StreamProgress()
+            )
         finally:
             await sdk.close()
         return plain[0], streamed[0]

@@ -141,6 +141,19 @@ def test_streaks_are_per_cause_and_reset_by_a_healthy_call() -> None:
     assert e.value.cause == "invalid_answers" and json.dumps(e.value.calls) == "3"
 
 
+def test_a_healthy_run_is_never_held_to_n_in_flight_but_a_streak_is() -> None:
+    """A window of hundreds in flight (issue 23) passes the breaker while no streak stands; once calls
+    fail alike, new ones wait while the streak plus those in flight could complete it."""
+    b = CircuitBreaker(3)
+    assert all(b.try_admit() for _ in range(10))  # 10 in flight, threshold 3: a healthy run goes on
+    b.api("auth", "x")
+    assert not b.try_admit()  # a streak of 1 + 10 in flight could reach 3: wait for those answers
+    for _ in range(9):
+        b.done()
+    assert b.try_admit()  # 1 + 1 in flight < 3
+    assert not b.try_admit()
+
+
 def test_the_same_400_for_every_document_stops_the_run_within_20_calls(
     env: str, emulator: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

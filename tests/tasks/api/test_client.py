@@ -288,10 +288,10 @@ def test_timeout_after_sending_is_possibly_billed_and_resent_once(emulator: Any)
 
 
 def test_long_answer_streams_through_a_short_read_timeout(emulator: Any) -> None:
-    """A max_tokens=4,096 call (the per-file default) streams by default: with answer time growing
-    with output tokens, it completes where the same call unstreamed times out."""
+    """A call at or above stream_min_max_tokens streams: with answer time growing with output tokens,
+    it completes where the same call unstreamed times out."""
     fake = FakeTime(emulator)
-    long_call = {**request(), "max_tokens": 4096}
+    long_call = {**request(), "max_tokens": 2048}
     plain = make_client(emulator, fake, stream_min_max_tokens=10_000)
     quick = call(plain, long_call).usage["output_tokens"]
     emulator.state.configure({"output_tokens_per_second": quick / 1.0})  # ~1 s per answer
@@ -301,11 +301,25 @@ def test_long_answer_streams_through_a_short_read_timeout(emulator: Any) -> None
     )
     with pytest.raises(ApiCallError, match="timed out"):
         call(unstreamed, long_call)
-    streamed = make_client(emulator, fake, timeout_seconds=0.4)  # default: streams from 2,048
+    streamed = make_client(emulator, fake, timeout_seconds=0.4, stream_min_max_tokens=2048)
     result = call(streamed, long_call)  # each read well inside 0.4 s
     assert result.attempts == 1 and result.message["content"] and result.usage["output_tokens"] == quick
     assert result.request_id and result.cost_usd == pytest.approx(emulator.state.accounting.billed[-1].usd)
     assert not streamed.possibly_billed and len(unstreamed.possibly_billed) == 1
+
+
+def test_an_unstreamed_answer_is_waited_for_in_proportion_to_its_max_tokens(emulator: Any) -> None:
+    """Below stream_min_max_tokens (8,192 by default: a per-file answer of ~300 tokens streamed cost
+    ~1 ms more CPU) an answer comes whole; timeout_seconds covers 2,048 max_tokens and a larger
+    max_tokens gets it in proportion, so a 4,096 call waits twice as long."""
+    fake = FakeTime(emulator)
+    big = {**request(), "max_tokens": 4096}
+    quick = call(make_client(emulator, fake), big).usage["output_tokens"]
+    emulator.state.configure({"output_tokens_per_second": quick / 0.7})  # ~0.7 s per answer
+    small_timeout = make_client(emulator, fake, timeout_seconds=0.5, max_attempts=1)
+    assert call(small_timeout, big).attempts == 1  # waited up to 1.0 s, not 0.5
+    with pytest.raises(ApiCallError, match="timed out"):
+        call(small_timeout, {**big, "max_tokens": 2048})  # 2,048: the 0.5 s as configured
 
 
 def test_409_is_retried_in_realtime_as_in_batch_results(emulator: Any) -> None:
@@ -318,8 +332,8 @@ def test_409_is_retried_in_realtime_as_in_batch_results(emulator: Any) -> None:
     assert "conflict_error" in RETRYABLE_ERROR_TYPES  # the batch router retries the same failures
 
 
-def _streamed(max_tokens: int = 4096) -> dict[str, Any]:
-    return {**request(), "max_tokens": max_tokens}  # from 2,048 the per-file call streams
+def _streamed(max_tokens: int = 8192) -> dict[str, Any]:
+    return {**request(), "max_tokens": max_tokens}  # from 8,192 (api.stream_min_max_tokens) a call streams
 
 
 def test_a_dropped_stream_is_retried_and_recorded_at_its_bound(emulator: Any) -> None:

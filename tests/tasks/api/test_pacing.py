@@ -11,7 +11,7 @@ import pytest
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
 from tasks.api.client import ModelClient
-from tasks.api.pacing import Budget, RateLimiter
+from tasks.api.pacing import Budget, RateLimiter, Ticket
 from tests.fixtures.clock import FakeTime
 
 
@@ -126,19 +126,43 @@ def test_cache_reads_do_not_count_against_the_input_limit(counts_reads: bool) ->
         assert lim.acquire(3000).input_tokens == pytest.approx(200, rel=0.05)
 
 
-def test_output_tokens_reserve_max_tokens_and_get_back_what_was_not_used() -> None:
+def test_output_tokens_held_at_what_answers_use_while_max_tokens_must_fit() -> None:
+    """Holding max_tokens (4,096) per request while answers use ~270 capped a tier-4 run at ~0.7 of its
+    input limit (issue 23): a request in flight holds 1.5 x the mean billed output (+64), max_tokens
+    only before the first answer; it goes only while its whole max_tokens fits in the bucket."""
     fake = FakeTime()
     lim = limiter(fake)
     lim.observe(headers(fake, "output-tokens", 8000, 8000))
-    a = lim.acquire(10, max_tokens=3000)
-    b = lim.acquire(10, max_tokens=3000)
-    assert a.waited == b.waited == 0.0
-    lim.release(a, usage={"input_tokens": 10, "output_tokens": 100})  # 2,900 given back
+    lim._latency = 100.0  # (a window wide enough for every request below)
+    bucket = lim._kinds["output-tokens"].server
+    a, b = lim.try_acquire(10, max_tokens=3000), lim.try_acquire(10, max_tokens=3000)
+    assert isinstance(a, Ticket) and isinstance(b, Ticket)
+    assert a.output_tokens == b.output_tokens == 3000  # nothing answered yet: the whole max_tokens
+    assert lim.try_acquire(10, max_tokens=3000) > 0  # 6,000 held: 3,000 more do not fit in 8,000 - 80
+    lim.release(a, usage={"input_tokens": 10, "output_tokens": 100})  # 2,900 given back each
     lim.release(b, usage={"input_tokens": 10, "output_tokens": 100})
-    lim._latency = 10.0  # (instant answers would shrink the window below 3)
-    assert lim.acquire(10, max_tokens=3000).waited == 0.0
-    assert lim.acquire(10, max_tokens=3000).waited == 0.0
-    assert lim.acquire(10, max_tokens=3000).waited > 0  # 3 x 3,000 reserved > 8,000 - 200 billed
+    before = bucket.level
+    c = lim.try_acquire(10, max_tokens=3000)
+    assert isinstance(c, Ticket) and c.output_tokens == 214  # 1.5 x 100 + 64
+    assert before - bucket.level == pytest.approx(214)  # held: what answers use, not max_tokens
+    bucket.level = 3000.0  # a bucket with room for the hold but not for max_tokens and the margin
+    assert lim.try_acquire(10, max_tokens=3000) > 0
+
+
+def test_output_is_paced_at_the_mean_billed_output() -> None:
+    """With answers of 100 output tokens and 6,000 output tokens/min, 60 requests/min go, not the
+    bucket's whole minute at once."""
+    fake = FakeTime()
+    lim = limiter(fake)
+    lim.observe(headers(fake, "output-tokens", 6000, 6000))
+    lim._latency = 100.0
+    lim.release(lim.acquire(10, max_tokens=500), usage={"input_tokens": 10, "output_tokens": 100})
+    end, n = fake.now + 10.0, 0
+    while fake.now <= end:
+        ticket = lim.acquire(10, max_tokens=500)
+        lim.release(ticket, usage={"input_tokens": 10, "output_tokens": 100})
+        n += 1
+    assert n == pytest.approx(10 + 2, abs=2)  # 1/s for 10 s, after 2 s of burst
 
 
 def test_starts_conservatively_and_ramps_to_the_limit() -> None:
@@ -164,17 +188,42 @@ def test_a_429_backs_the_ramp_off_once_not_per_answer() -> None:
     assert lim.stats.throttled == 4
 
 
-def test_in_flight_window_fills_the_limit_at_the_observed_latency() -> None:
+def test_in_flight_window_is_littles_law_over_the_tightest_limit() -> None:
     fake = FakeTime()
-    lim = limiter(fake, rpm=4000, concurrency=64)
-    assert lim.window == 4  # before any answer: conservative
+    lim = limiter(fake, rpm=4000, tpm=2_000_000)
+    assert lim.window == 16  # nothing sent yet: a start
+    ticket = lim.acquire(1000, max_tokens=1000)
+    fake.now += 1.0
+    assert lim.window == 54  # no answer yet, but answers take at least 1 s: 33.3/s x 1 s x 1.5 + 4
+    fake.now += 1.0
+    lim.release(ticket, usage={"input_tokens": 1000, "output_tokens": 200})
+    # 2,000,000 input tokens/min at 1,000 a request admit 33.3/s (4,000 requests/min 66.7/s):
+    # 33.3/s x 2 s x 1.5 + 4
+    assert lim.window == 104
+    lim.observe(headers(fake, "output-tokens", 60_000, 60_000))  # 5/s at 200 output tokens a request
+    assert lim.window == 19  # 5/s x 2 s x 1.5 + 4: the tightest limit decides
+    capped = limiter(fake, rpm=4000, tpm=2_000_000, concurrency=64)
+    capped.release(capped.acquire(1000), usage={"input_tokens": 1000})
+    capped._latency = 100.0
+    assert capped.window == 64  # never above api.concurrency when it is given
+
+
+def test_a_share_of_the_limits_set_from_outside_at_runtime() -> None:
+    """A pacer shared across workers hands each process a share of the organisation's limits."""
+    fake = FakeTime()
+    lim = limiter(fake, rpm=600)
     lim.observe(headers(fake, "requests", 600, 600))
-    ticket = lim.acquire(1)
-    fake.now += 1.5
-    lim.release(ticket, usage={"input_tokens": 1})
-    assert lim.window == 32  # 10/s x 1.5 s x 2 + 2
-    lim._latency = 100.0
-    assert lim.window == 64  # never above api.concurrency
+    lim.set_share(0.5)
+    assert lim.limits["requests"] == 300
+    assert sent_in(fake, lim, 10.0) == pytest.approx(60, abs=3)  # half of 10/s, after 2 s of burst
+    lim.observe(headers(fake, "requests", 1200, 1200))  # the adopted limit is shared too
+    assert lim.limits["requests"] == 600
+    lim.set_share(1.0)
+    assert sent_in(fake, lim, 10.0) == pytest.approx(200, abs=25)  # all of 20/s (and the bucket's fill)
+    with pytest.raises(ValueError):
+        lim.set_share(0)
+    lim.set_share(1.0000001)  # a sum of fair shares a hair above 1 is all of it
+    assert lim.limits["requests"] == pytest.approx(1200)
 
 
 def test_client_adopts_emulator_limits_without_a_429(emulator: Any) -> None:

@@ -8,9 +8,20 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from docmill.settings import Settings
-from tasks.per_file.gate import Action, Problem, Progress, check, decide, next_request, normalize_ws
+from tasks.per_file.gate import (
+    Action,
+    LooseText,
+    Problem,
+    Progress,
+    check,
+    decide,
+    next_request,
+    normalize_ws,
+)
 from tasks.per_file.requests import file_key, file_params, file_request, neutralize, repair_request
 from tasks.recipes import load_recipe
 
@@ -180,3 +191,22 @@ def test_repair_and_retry_requests() -> None:
     v = check(RECIPE, DOC_TEXT, message("{", "max_tokens"))
     d = decide(v, Progress(max_tokens=100), settings())
     assert next_request(d, req, v)["max_tokens"] == Settings().gate.truncation_max_tokens
+
+
+WS = st.sampled_from([" ", "  ", "\n", "\t", "\u00a0", "\u2003", "\x1c"])
+WORDS = st.sampled_from(["a", "b", "ab", "x.", "$", "(", "Total:", "12.50"])
+
+
+@given(
+    text=st.lists(st.one_of(WS, WORDS), max_size=30).map("".join),
+    excerpt=st.lists(st.one_of(WS, WORDS), min_size=1, max_size=8).map("".join),
+)
+def test_loose_text_finds_what_the_whitespace_pattern_finds(text: str, excerpt: str) -> None:
+    """The gate's offsets without a compiled pattern per excerpt (~8 a document were most of the
+    gate's time): the same first loose match as `word1\\s+word2...`, and the same normalized text."""
+    words = excerpt.split()
+    m = re.search(r"\s+".join(map(re.escape, words)), text) if words else None
+    loose = LooseText(text)
+    assert loose.loose == normalize_ws(text)
+    if words:
+        assert loose.find(" ".join(words)) == ((m.start(), m.end()) if m else None)

@@ -479,9 +479,13 @@ def test_persist_answer_never_overwrites_and_says_which_slot_it_took(h: Harness)
     assert ResponseLog(h.store).get(FILE_PASS, "k1", 1)["_docmill"]["purpose"] == "first"
 
 
-def test_chunks_in_flight_share_the_clients_threads_and_a_slow_document_holds_only_one(
+def test_chunks_in_flight_share_the_clients_event_loop_and_a_slow_document_holds_only_one_slot(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every chunk's documents go out from the client's one event loop (no thread per request), and
+    a chunk waiting for its slow document holds one request slot, not the others' capacity."""
+    from tasks.api.aio import async_client
+
     for n in range(1, 7):
         h.write(f"inv-{n}.txt", invoice_text(n))
     h.emulator.state.faults.add(kind="latency", marker="INV-0001", latency_ms=1500)
@@ -490,13 +494,14 @@ def test_chunks_in_flight_share_the_clients_threads_and_a_slow_document_holds_on
     other_chunk = [docs[f"inv-{n}.txt"] for n in range(3, 7)]
     threads: set[str] = set()
     finished: list[str] = []
-    call = h.client.call
+    aio = async_client(h.client)
+    call = aio.call
 
-    def spy(*args: Any, **kw: Any) -> Any:  # records which thread sent each request; sends it unchanged
+    async def spy(*args: Any, **kw: Any) -> Any:  # records which thread sent each request; sends it unchanged
         threads.add(threading.current_thread().name)
-        return call(*args, **kw)
+        return await call(*args, **kw)
 
-    monkeypatch.setattr(h.client, "call", spy)
+    monkeypatch.setattr(aio, "call", spy)
 
     def run(name: str, chunk: list[Document]) -> None:
         h.run(chunk)
@@ -508,5 +513,44 @@ def test_chunks_in_flight_share_the_clients_threads_and_a_slow_document_holds_on
     for t in workers:
         t.join()
     assert finished == ["other", "slow"]  # the other chunk never waited for the slow document
-    assert len(threads) <= 4 and all(t.startswith("docmill-call") for t in threads)  # one pool of 4
+    assert threads == {"docmill-loop"}  # one event loop sent every request of both chunks
     assert h.received == 6
+
+
+def test_chunks_are_handed_out_as_the_window_wants_documents(tmp_path: Path) -> None:
+    """Chunks stay the unit of tasks and outcome files but do not cap what is in flight: the next one
+    is handed out once fewer documents are in the loop than the window plus a chunk's worth, however
+    many chunks that makes; a signal stops the handing out with its error."""
+    from docmill.errors import Interrupted
+    from docmill.shutdown import SHUTDOWN
+    from tasks.api.aio import async_client
+    from tasks.per_file.realtime import feed
+
+    settings = Settings(chunk_size=5)
+    client = ModelClient(settings, base_url="http://127.0.0.1:9", api_key="k")  # nothing is sent
+    occupancy = async_client(client).occupancy
+    assert client.limiter.window == 16  # nothing sent yet: room for 16 + 5 documents
+    handed: list[tuple[str, list[int]]] = []
+    chunks = feed([(f"c{i}", [1] * 5) for i in range(12)], client, settings)
+
+    def take() -> None:
+        chunk = next(chunks)
+        handed.append(chunk)
+        occupancy.enter(len(chunk[1]))  # what extract_chunk does with its documents
+
+    for _ in range(5):  # 0, 5, 10, 15, 20 documents in the loop: each below 21, a chunk more
+        take()
+    waiting = threading.Thread(target=take)
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and len(handed) == 5  # 25 in the loop: the next chunk waits
+    occupancy.leave(5)  # a chunk's worth of documents ended
+    waiting.join(10)
+    assert len(handed) == 6
+    SHUTDOWN.request("SIGINT")
+    try:
+        with pytest.raises(Interrupted):
+            next(chunks)
+    finally:
+        SHUTDOWN.reset()
+    client.close()

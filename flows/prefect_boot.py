@@ -1,0 +1,124 @@
+"""Prefect's temporary API server, started first thing when a run will need one.
+
+With no PREFECT_API_URL a flow run starts a temporary server (flows.prefect_server.OwnedServer) when
+its client first needs one; to get there this process imports Prefect's server package (~6 s of CPU),
+and only then does the server's own process start and import it again. `prespawn()` starts that
+process at once, with the same command and through docmill.processes.spawn (so it dies with docmill),
+before anything heavy is imported: it boots on the other core while docmill imports and checks its
+inputs, and `OwnedServer` takes it over (`port`, `claim`) instead of starting another. It uses the
+database slot `OwnedServer` would (docmill.processes.hold_slot under `$PREFECT_HOME/docmill`); a
+Prefect profile that turns out to name an API URL, or settings that change the server's environment,
+get it stopped (`discard`, `fits`). Light on purpose: it imports nothing of Prefect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROLE = "prefect-server"
+DB_URL = "PREFECT_SERVER_DATABASE_CONNECTION_URL"
+PORTS = range(8000, 9000)  # where Prefect looks for a free port too
+_early: dict[str, Any] = {}  # "port": int, "proc": the started process, until claimed
+
+
+def server_argv(port: int) -> list[str]:
+    """The command of Prefect 3.9's SubprocessASGIServer._run_uvicorn_command."""
+    spec = importlib.util.find_spec("prefect")
+    assert spec is not None and spec.submodule_search_locations
+    app_dir = Path(next(iter(spec.submodule_search_locations))).parent
+    return [
+        sys.executable, "-m", "uvicorn", "--app-dir", str(app_dir),
+        "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+        "--log-level", "error", "--lifespan", "on",
+    ]  # fmt: skip
+
+
+def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {
+        **os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+        "PREFECT__SERVER_FINAL": "1", **(extra or {}),
+    }  # fmt: skip
+
+
+def db_url(db: Path) -> str:
+    return f"sqlite+aiosqlite:///{db}"
+
+
+def _prefect_part(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith("PREFECT")}
+
+
+def fits(env: dict[str, str]) -> bool:
+    """Whether the process `prespawn` started runs with the Prefect settings of `env` (the
+    environment `OwnedServer` would give a server it starts itself)."""
+    return "env" in _early and _prefect_part(_early["env"]) == _prefect_part(env)
+
+
+def _free_port() -> int | None:
+    for _ in range(10):
+        port = random.choice(PORTS)
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    return None
+
+
+def prespawn(runtime: str | None = None) -> None:
+    """Start the temporary server's process now when no PREFECT_API_URL is in the environment and
+    Prefect is not imported yet (a fresh `docmill` process; in one that has Prefect loaded there is
+    little left to overlap, and a test harness's server may be the default)."""
+    if _early or os.environ.get("PREFECT_API_URL") or "prefect" in sys.modules:
+        return
+    if os.environ.get(DB_URL) or os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL"):
+        return  # the user's own database: started the usual way
+    port = _free_port()
+    if port is None:  # Prefect finds one itself later
+        return
+    from docmill.processes import held_slots, hold_slot, spawn
+
+    try:
+        db = hold_slot(
+            Path(os.environ.get("PREFECT_HOME") or "~/.prefect").expanduser() / "docmill", "prefect", ".db"
+        )
+    except OSError:
+        return  # OwnedServer says why, if it comes to a start
+    env = server_env({DB_URL: db_url(db)})
+    held = tuple(fd for fd, path in held_slots() if path == db)
+    proc = spawn(server_argv(port), role=ROLE, env=env, runtime=runtime, pass_fds=held)
+    _early.update(port=port, proc=proc, env=env)
+
+
+def port() -> int | None:
+    """The port of a process `prespawn` started and nobody claimed yet."""
+    return _early.get("port") if "proc" in _early else None
+
+
+def claim(port: int | None) -> subprocess.Popen[Any] | None:
+    """The started process if it listens on `port` (once), else None."""
+    if port is None or _early.get("port") != port or "proc" not in _early:
+        return None
+    proc: subprocess.Popen[Any] = _early.pop("proc")
+    return proc if proc.poll() is None else None
+
+
+def discard() -> None:
+    """Stop a started process nobody will claim (an API URL came from a Prefect profile)."""
+    proc = _early.pop("proc", None)
+    _early.pop("env", None)
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)  # its port is free again before anyone takes it
+        except subprocess.TimeoutExpired:
+            proc.kill()

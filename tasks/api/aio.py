@@ -1,0 +1,336 @@
+"""The realtime Messages call on an event loop (issue 23): `AsyncModelClient`, the twin of
+`ModelClient.call` that the per-file pass uses, so one process keeps as many requests in flight as the
+pacer's window asks (Little's law: hundreds at a tier-4 limit) without a thread each.
+
+- `LoopThread`: one event loop in its own thread per `ModelClient`; other threads hand it coroutines
+  (`run`) and wait. Blocking work a coroutine needs (the store, the gate's CPU) runs on a small pool
+  of I/O threads (`io`), never on the loop.
+- Every policy is `ModelClient`'s own, called step by step: `_open` (nothing after a signal, a trip
+  or a spend-limit refusal; the attempt counted), the pacer's one decision `RateLimiter.try_acquire`,
+  `Budget.try_reserve`, `CircuitBreaker.try_admit`, `_failed`, `_timed_out` (possibly billed),
+  `_answered`, `_spent`, `_wait_for` (retrying.wait_seconds), `retrying.is_retryable`, `_ended`,
+  `_result`. A change to one of them applies to threads and loop alike. Only the waiting differs:
+  `Gate` admits requests first come, first served (one waiter asks the pacer, the others queue), and
+  the budget and the breaker are asked again after each answer instead of blocking a thread.
+- `on_response` (persisting the answer, invariant 3) runs on an I/O thread while the request still
+  holds its slot: a crash re-sends at most the requests in flight.
+- Answers are read as the JSON the API sent (tasks.api.sse).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anthropic
+import httpx2
+
+from docmill.shutdown import SHUTDOWN
+from tasks.api.answers import StreamProgress, read_timeout, streams
+from tasks.api.client import ENDINGS, CallResult, ModelClient, OnResponse
+from tasks.api.pacing import WINDOW_FULL, RateLimiter, Ticket, Told
+from tasks.api.retrying import is_retryable
+from tasks.api.sse import read_answer
+
+if TYPE_CHECKING:
+    from tasks.api.ladder import Ladder
+
+T = TypeVar("T")
+IO_THREADS = 16  # store writes and the gate of answers, off the loop
+WAKE_SECONDS = 0.05  # a waiter looks again at least this often (a thread's call may have answered)
+Lane = deque[tuple[asyncio.Future[Ticket], int, int]]
+
+
+class LoopThread:
+    """An event loop running in its own daemon thread, and the I/O threads its coroutines use."""
+
+    def __init__(self, name: str = "docmill-loop", io_threads: int = IO_THREADS) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pool = ThreadPoolExecutor(io_threads, thread_name_prefix="docmill-io")
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+        # a client dropped without close() (tests, scripts) does not leave its thread behind
+        weakref.finalize(self, _stop_loop, self.loop, self.pool)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the loop and wait for it on this thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    async def io(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on an I/O thread, awaited on the loop."""
+        return await self.loop.run_in_executor(self.pool, fn, *args)
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+        self.pool.shutdown(wait=True)
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor) -> None:
+    if loop.is_running():
+        loop.call_soon_threadsafe(loop.stop)
+    pool.shutdown(wait=False)
+
+
+class Occupancy:
+    """Work items (documents) handed to the loop and not finished yet, counted across threads, so a
+    feeder can wait until the loop wants more (tasks.per_file.realtime.feed)."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self._changed = threading.Condition()
+
+    def enter(self, n: int = 1) -> None:
+        with self._changed:
+            self.active += n
+
+    def leave(self, n: int = 1) -> None:
+        with self._changed:
+            self.active -= n
+            self._changed.notify_all()
+
+    def wait_below(self, limit: Callable[[], int], timeout: float = 1.0) -> bool:
+        """Wait (at most `timeout`) until fewer than `limit()` items are active; True if so."""
+        with self._changed:
+            if self.active < limit():
+                return True
+            self._changed.wait(timeout)
+            return self.active < limit()
+
+
+class Changes:
+    """Waiters for 'something finished' on the loop (an answer freed a slot, settled a budget
+    reservation, ended a breaker streak); each also looks again after `WAKE_SECONDS`."""
+
+    def __init__(self) -> None:
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def wait(self, timeout: float = WAKE_SECONDS) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+
+
+class Gate:
+    """First come, first served admission to the pacer on the loop, follow-ups (a document's repair
+    or retry) ahead of first requests, so a started document finishes before new ones start. While
+    nobody waits a request asks `RateLimiter.try_acquire` at once; otherwise it queues and one pump
+    asks for the head of the queue, sleeping what the pacer says or waiting for an answer when the
+    window is full. `stop` runs before each admission: once it raises (a signal, a trip, a
+    spend-limit refusal) every waiting request gets that error at once instead of waiting its turn."""
+
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        changes: Changes,
+        asleep: Callable[[float], Awaitable[None]],
+        stop: Callable[[], None],
+    ) -> None:
+        self.limiter, self.changes, self.asleep, self.stop = limiter, changes, asleep, stop
+        self._lanes: tuple[Lane, Lane] = (deque(), deque())  # follow-ups, first requests
+        self._pump: asyncio.Task[None] | None = None
+
+    async def acquire(self, input_tokens: int, max_tokens: int, *, follow_up: bool = False) -> Ticket:
+        if not (self._lanes[0] or self._lanes[1]):
+            self.stop()
+            got = self.limiter.try_acquire(input_tokens, max_tokens)
+            if isinstance(got, Ticket):
+                return got
+        future: asyncio.Future[Ticket] = asyncio.get_running_loop().create_future()
+        self._lanes[0 if follow_up else 1].append((future, input_tokens, max_tokens))
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._run())
+        return await future
+
+    async def _run(self) -> None:
+        waited = 0.0
+        while lane := self._lanes[0] or self._lanes[1]:
+            future, input_tokens, max_tokens = lane[0]
+            if future.done():  # cancelled while it waited
+                lane.popleft()
+                continue
+            try:
+                self.stop()
+            except BaseException as e:
+                for each in self._lanes:
+                    while each:
+                        waiting = each.popleft()[0]
+                        if not waiting.done():
+                            waiting.set_exception(e)
+                return
+            got = self.limiter.try_acquire(input_tokens, max_tokens)
+            if isinstance(got, Ticket):
+                lane.popleft()
+                got.waited, waited = waited, 0.0
+                future.set_result(got)
+            elif got == WINDOW_FULL:
+                await self.changes.wait()
+            else:
+                await self.asleep(got)
+                self.limiter.stats.waits.append(got)
+                waited += got
+
+
+def loop_sleep(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:
+    """The loop's sleep for a client given `sleep`: asyncio's for the real one, else the given
+    (fake) sleep and a turn of the loop, so tests that own the clock own it here too."""
+    if sleep is time.sleep:
+        return asyncio.sleep
+
+    async def fake(seconds: float) -> None:
+        sleep(seconds)
+        await asyncio.sleep(0)
+
+    return fake
+
+
+def async_client(client: ModelClient) -> AsyncModelClient:
+    """The client's twin on its event loop, made on first use (one per `ModelClient`, which closes it)."""
+    with client._aio_lock:
+        if client._aio is None:
+            client._aio = AsyncModelClient(client, api_key=client._key, base_url=client._base_url)
+        twin = client._aio
+    assert isinstance(twin, AsyncModelClient)
+    return twin
+
+
+class AsyncModelClient:
+    """`ModelClient.call` on its event loop; made by `async_client` (one per client)."""
+
+    def __init__(self, client: ModelClient, *, api_key: str | None, base_url: str | None) -> None:
+        self.client = client
+        self.loop = LoopThread()
+        self.changes = Changes()
+        self.occupancy = Occupancy()
+        self._asleep = loop_sleep(client._sleep)
+        self.gate = Gate(client.limiter, self.changes, self._asleep, self.stop)
+        self.sdk: anthropic.AsyncAnthropic = self.loop.run(self._make_sdk(api_key, base_url))
+
+    async def _make_sdk(self, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
+        api = self.client.settings.api
+        # as many connections as requests in flight (the SDK's default pool stops at 1,000)
+        limits = httpx2.Limits(max_connections=None, max_keepalive_connections=api.concurrency or 1000)
+        http = anthropic.DefaultAsyncHttpxClient(limits=limits, timeout=api.timeout_seconds)
+        return anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds, http_client=http
+        )
+
+    def close(self) -> None:
+        try:
+            self.loop.run(self.sdk.close())
+        finally:
+            self.loop.close()
+
+    def stop(self) -> None:
+        """What stops every request before it is sent: a spend-limit refusal, a signal, a trip."""
+        if self.client.stopped is not None:
+            raise self.client.stopped
+        SHUTDOWN.check()
+        self.client.breaker.check()
+
+    async def call(
+        self,
+        request: dict[str, Any],
+        *,
+        key: str,
+        doc_id: str,
+        pass_name: str,
+        on_response: OnResponse | None = None,
+        purpose: str = "call",
+        prompt_version: str | None = None,
+    ) -> CallResult:
+        """`ModelClient.call` on the loop: the same retry loop, ladder, errors, log line and result.
+        `on_response(attempt, message)` is blocking work (it persists the answer): it runs on an
+        I/O thread before the request gives up its slot."""
+        c = self.client
+        started = time.monotonic()
+        ladder = c._ladder(request, key, doc_id, pass_name)
+        while True:  # the thread's tenacity loop, written out: the same decisions, ~0.2 ms less a call
+            try:
+                message: dict[str, Any] = await self._send(request, ladder, on_response, purpose)
+                break
+            except ENDINGS as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
+                retryable = is_retryable(e)
+                if retryable and not c._spent(ladder):
+                    await self._backoff(c._wait_for(e, ladder))
+                    continue
+                error, cause = c._ended(e, ladder, exhausted=retryable)
+                raise error from cause
+        return c._result(message, ladder, started, purpose, prompt_version)
+
+    async def _backoff(self, seconds: float) -> None:
+        self.client.sleeps.append(seconds)
+        await self._asleep(seconds)
+
+    async def _send(
+        self, request: dict[str, Any], ladder: Ladder, on_response: OnResponse | None, purpose: str
+    ) -> Any:
+        c = self.client
+        body, estimate, max_tokens = c._open(request, ladder)
+        # a document's follow-up (a repair, a retry after truncation, a transport retry) goes first
+        follow_up = purpose != "first" or ladder.attempts > 1
+        ticket = await self.gate.acquire(estimate, max_tokens, follow_up=follow_up)
+        told: Told = {}
+        progress = StreamProgress()
+        try:
+            worst = c._worst_case_usd(ladder.model, estimate, max_tokens)
+            hold = await self._reserve(worst)
+            billed = 0.0
+            try:
+                SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
+                await self._admit()  # a streak near the breaker's threshold: one at a time
+                try:
+                    data, request_id, headers = await self._post(body, ladder, told, progress)
+                except Exception as e:  # what it may have cost: the one policy (answers.paid_attempt)
+                    billed = c._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, told)
+                    raise
+                finally:
+                    c.breaker.done()
+                billed = c._answered(data, request_id, headers, ladder, told)
+                if on_response is not None:  # persisted before the slot is given back: invariant 3
+                    await self.loop.io(on_response, ladder.attempts, data)
+            finally:
+                c.budget.settle(hold, billed)
+        finally:  # a 429's retry-after delays only this request (the retry wait), never the others
+            c.limiter.release(ticket, **told)
+            self.changes.notify()
+        return data
+
+    async def _post(
+        self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
+    ) -> tuple[dict[str, Any], Any, Any]:
+        api = self.client.settings.api
+        stream = streams(body, api.stream_min_max_tokens)
+        try:
+            timeout = None if stream else read_timeout(body, api.timeout_seconds)
+            return await read_answer(self.sdk, body, stream=stream, progress=progress, timeout=timeout)
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            self.client._failed(e, ladder, told)
+            raise
+
+    async def _reserve(self, worst: float) -> float:
+        """`Budget.try_reserve`, asked again after answers while reservations stand in the way."""
+        while (held := self.client.budget.try_reserve(worst)) is None:
+            await self.changes.wait(1.0)
+        return held
+
+    async def _admit(self) -> None:
+        """`CircuitBreaker.try_admit`, asked again after answers while a streak is near the threshold."""
+        while not self.client.breaker.try_admit(SHUTDOWN.check):
+            await self.changes.wait(0.1)

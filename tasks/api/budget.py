@@ -1,0 +1,56 @@
+"""The run's cost cap for realtime calls (invariant 8), process-wide: `Budget`. Used by
+tasks.api.client (threads) and tasks.api.aio (the event loop) through the one decision `try_reserve`."""
+
+from __future__ import annotations
+
+import threading
+
+from docmill.errors import BudgetExhausted
+
+
+class Budget:
+    """The run's cost cap, process-wide: a request reserves its worst-case cost before it is sent
+    and settles to the billed cost after, so concurrent requests never overshoot the cap together.
+    `spent_usd` starts at what the run already spent (set it from the cost ledger on resume)."""
+
+    def __init__(self, cap_usd: float | None, spent_usd: float = 0.0) -> None:
+        self.cap_usd = cap_usd
+        self.spent_usd = spent_usd
+        self.reserved_usd = 0.0
+        self._changed = threading.Condition()
+
+    def try_reserve(self, worst_case_usd: float) -> float | None:
+        """The one decision: hold `worst_case_usd` and return it; None when only other requests'
+        reservations stand in the way (wait for them to settle: most cost less than their worst
+        case); raise BudgetExhausted once what is already spent leaves no room for this request."""
+        with self._changed:
+            if (
+                self.cap_usd is not None
+                and self.spent_usd + self.reserved_usd + worst_case_usd > self.cap_usd
+            ):
+                if self.reserved_usd <= 0 or self.spent_usd + worst_case_usd > self.cap_usd:
+                    raise BudgetExhausted(
+                        f"the next request (up to ${worst_case_usd:.4f}) would pass the run's cap of "
+                        f"${self.cap_usd:.2f} (spent ${self.spent_usd:.4f}, in flight ${self.reserved_usd:.4f})",
+                        hint="resume the run with a higher --max-cost-usd",
+                        spent_usd=self.spent_usd,
+                        cap_usd=self.cap_usd,
+                    )
+                return None
+            self.reserved_usd += worst_case_usd
+            return worst_case_usd
+
+    def reserve(self, worst_case_usd: float) -> float:
+        """`try_reserve`, waiting on this thread while other reservations stand in the way."""
+        while True:
+            held = self.try_reserve(worst_case_usd)
+            if held is not None:
+                return held
+            with self._changed:
+                self._changed.wait(timeout=1.0)
+
+    def settle(self, reserved_usd: float, actual_usd: float) -> None:
+        with self._changed:
+            self.reserved_usd = max(0.0, self.reserved_usd - reserved_usd)
+            self.spent_usd += actual_usd
+            self._changed.notify_all()

@@ -1,0 +1,149 @@
+"""The realtime call on the event loop (tasks.api.aio) against the real emulator through the real SDK:
+the policies it shares with ModelClient.call hold there too (possibly billed timeouts, mid-stream
+errors, signals, the breaker), streamed answers read as the same JSON, and the Gate's order."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from docmill.errors import ApiCallError, Interrupted
+from docmill.settings import Settings
+from docmill.shutdown import SHUTDOWN
+from tasks.api.aio import Changes, Gate, async_client
+from tasks.api.client import ModelClient
+from tasks.api.pacing import RateLimiter, Ticket
+from tests.fixtures.clock import FakeTime
+
+PRIMARY = "claude-sonnet-5-5"
+
+
+def client_for(emulator: Any, **api: Any) -> ModelClient:
+    fake = FakeTime(emulator)
+    values = {"backoff_max_seconds": 0.0, "fallback_model": None, "max_attempts": 5, **api}
+    return ModelClient(
+        Settings(api=values),
+        base_url=emulator.base_url,
+        api_key="test-key",
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
+
+
+def request(max_tokens: int = 200, text: str = "Vendor: ACME Corp\nTotal: 12.50") -> dict[str, Any]:
+    content = f'<document id="a.txt">\n{text}\n</document>\nSummarize.'
+    return {"model": PRIMARY, "max_tokens": max_tokens, "messages": [{"role": "user", "content": content}]}
+
+
+def acall(client: ModelClient, req: dict[str, Any], **kw: Any) -> Any:
+    aio = async_client(client)
+    return aio.loop.run(aio.call(req, key="k", doc_id="a.txt", pass_name="file", **kw))
+
+
+def _set(value: Any) -> Any:
+    """A Message's JSON without fields at None and without the per-answer ids."""
+    if isinstance(value, dict):
+        return {k: _set(v) for k, v in value.items() if v is not None and k not in ("id", "_request_id")}
+    if isinstance(value, list):
+        return [_set(v) for v in value]
+    return value
+
+
+def received(emulator: Any) -> int:
+    return int(emulator.state.accounting.received_by_path["/v1/messages"])
+
+
+@pytest.mark.parametrize("max_tokens", [200, 9000])  # unstreamed, streamed
+def test_an_answer_reads_as_the_json_the_api_sent_and_is_persisted_first(
+    emulator: Any, max_tokens: int
+) -> None:
+    client = client_for(emulator)
+    plain = client.call(request(max_tokens), key="k", doc_id="a.txt", pass_name="file")
+    seen: list[tuple[int, dict[str, Any]]] = []
+    result = acall(client, request(max_tokens), on_response=lambda n, m: seen.append((n, m)))
+    assert seen and seen[0][1] is result.message and result.attempts == 1
+    # streamed or not, the Message the thread path reads (its streamed dump adds fields at None)
+    assert _set(result.message) == _set(plain.message)
+    assert result.cost_usd == pytest.approx(emulator.state.accounting.billed[-1].usd)
+    assert result.request_id and result.request_id.startswith("req_")
+
+
+def test_a_timeout_after_sending_is_possibly_billed_and_resent_once(emulator: Any) -> None:
+    emulator.state.faults.add(kind="latency", latency_ms=1200)  # every attempt outlasts the timeout
+    client = client_for(emulator, timeout_seconds=0.3)
+    seen: list[Any] = []
+    client.on_possibly_billed = seen.append
+    with pytest.raises(ApiCallError) as info:
+        acall(client, request())
+    assert info.value.attempts == 2 and received(emulator) == 2  # sent, then resent once, never more
+    assert len(seen) == 2 and seen == client.possibly_billed and all(p.usd > 0 for p in seen)
+
+
+def test_a_stream_cut_after_the_200_is_possibly_billed_and_resent(emulator: Any) -> None:
+    emulator.state.faults.add(kind="connection_reset", after_lines=6, count=1)
+    client = client_for(emulator)
+    result = acall(client, request(9000))  # streams
+    assert result.attempts == 2 and received(emulator) == 2 and result.message["content"]
+    assert len(client.possibly_billed) == 1  # the cut answer may have been billed: recorded
+
+
+def test_an_error_event_mid_stream_is_retried_like_the_sdk_names_it(emulator: Any) -> None:
+    emulator.state.faults.add(kind="stream_error", count=1)  # overloaded_error after the 200
+    client = client_for(emulator)
+    result = acall(client, request(9000))
+    assert result.attempts == 2 and "HTTP 200 overloaded_error" in result.errors[0]
+
+
+def test_nothing_is_sent_after_a_signal(emulator: Any) -> None:
+    client = client_for(emulator)
+    SHUTDOWN.request("SIGTERM")
+    try:
+        with pytest.raises(Interrupted):
+            acall(client, request())
+    finally:
+        SHUTDOWN.reset()
+    assert emulator.state.accounting.received_by_path.get("/v1/messages", 0) == 0
+
+
+def test_gate_serves_follow_ups_first_and_a_stop_reaches_every_waiter() -> None:
+    fake = FakeTime()
+    lim = RateLimiter(4000, 2_000_000, concurrency=1, ramp_seconds=0, clock=fake.clock, sleep=fake.sleep)
+    stopped: list[BaseException] = []
+
+    def stop() -> None:
+        if stopped:
+            raise stopped[0]
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        changes = Changes()
+        gate = Gate(lim, changes, asyncio.sleep, stop)
+        order: list[str] = []
+        first = await gate.acquire(10, 0)  # the window (1) is now full
+
+        async def ask(name: str, follow_up: bool) -> None:
+            ticket = await gate.acquire(10, 0, follow_up=follow_up)
+            order.append(name)
+            lim.release(ticket)
+            changes.notify()
+
+        waiting = [
+            asyncio.create_task(ask(n, n.startswith("repair"))) for n in ("new-1", "new-2", "repair-1")
+        ]
+        await asyncio.sleep(0.01)
+        lim.release(first)
+        changes.notify()
+        await asyncio.gather(*waiting)
+        held = await gate.acquire(10, 0)
+        late = [asyncio.create_task(gate.acquire(10, 0)) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        stopped.append(Interrupted("SIGINT received", hint="", signal_name="SIGINT", run_id=None))
+        outcomes = await asyncio.gather(*late, return_exceptions=True)
+        lim.release(held)
+        return order, [type(o).__name__ for o in outcomes]
+
+    order, outcomes = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert order == ["repair-1", "new-1", "new-2"]  # the started document's follow-up first
+    assert outcomes == ["Interrupted"] * 3  # every waiter gets the stop, none waits for its turn
+    assert isinstance(Ticket, type)
