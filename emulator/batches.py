@@ -34,7 +34,7 @@ from emulator.faults import error_for
 from emulator.validation import CUSTOM_ID_RE, ApiError, ErrorType, invalid
 
 if TYPE_CHECKING:
-    from emulator.server import Call
+    from emulator.calls import Call
     from emulator.state import EmulatorState
 
 CHUNK = 250
