@@ -29,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from emulator import batches, control, messages, tokens
 from emulator.accounting import ReceivedRequest
-from emulator.batches import BatchJournal
+from emulator.batch_store import BatchJournal
 from emulator.calls import Call, Handler
 from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
 from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers, ratelimit_headers
