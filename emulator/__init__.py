@@ -33,8 +33,10 @@ Key contracts (each covered by tests/emulator/):
   "compiled grammar is too large" 400 (`grammar`), answer time growing with output tokens
   (`output_tokens_per_second`, virtual seconds at `clock_speed`).
 
-Modules: server (app + routes), messages (one request end to end + SSE), batches, compaction,
-caching, tokens, faults, validation, accounting, state (config, rate limits), clock (virtual time,
+Modules: server (app + routes), calls (`Call`: what a /v1 handler gets), messages (one request end
+to end + SSE), batches (a batch's life on the virtual clock + its handlers), batch_store (the batch
+records the state holds, the journal), compaction, caching, tokens, faults, validation,
+accounting, state (config, rate limits), clock (virtual time,
 RFC 3339), catalog (model ids, end of life, cache minimums, the unpriced rate), model_rules (per-model
 thinking / effort / sampling rules, adaptive thinking tokens), grammar (schema size rule), control
 (/_emulator/ endpoints), cli. The deterministic answers: model (respond, summarize), grounding

@@ -9,6 +9,8 @@ event loop, whenever the batch is looked at; each runs through `messages.answer`
 29 days after creation the batch is archived and its results 404. Results stream as JSONL in a
 seeded shuffled order, a chunk of lines at a time.
 
+The batches' records and their `BatchJournal` live in `emulator.batch_store` (the state holds the
+store); this module is what happens to them, each function given the `EmulatorState`.
 With a `BatchJournal` (the built-in emulator of an offline docmill run keeps one in the run's
 store) every batch is saved when it is created, canceled or deleted, and a new server restores
 them: a run killed during a batch resumes against the next emulator as against the real API,
@@ -23,260 +25,169 @@ import json
 import random
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from starlette.responses import StreamingResponse
 
 from emulator import messages
+from emulator.batch_store import Batch
 from emulator.clock import rfc3339
 from emulator.faults import error_for
 from emulator.validation import CUSTOM_ID_RE, ApiError, ErrorType, invalid
 
 if TYPE_CHECKING:
-    from emulator.server import Call
+    from emulator.calls import Call
     from emulator.state import EmulatorState
 
 CHUNK = 250
 RESULT_TYPES = ("succeeded", "errored", "canceled", "expired")
 
 
-@dataclass
-class Batch:
-    id: str
-    api_key: str
-    requests: list[tuple[str, dict[str, Any]]]
-    created_at: float
-    expires_at: float
-    start_after: float
-    per_request: float
-    results_base: str
-    processed: int = 0
-    results: list[dict[str, Any]] = field(default_factory=list)
-    cancel_initiated_at: float | None = None
-    ended_at: float | None = None
-    legacy: bool = False
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+def create(state: EmulatorState, body: Any, api_key: str, results_base: str, legacy: bool = False) -> Batch:
+    cfg = state.config
+    if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
+        raise invalid("requests: Field required")
+    reqs = body["requests"]
+    if not reqs:
+        raise invalid("requests: List should have at least 1 item")
+    if len(reqs) > cfg.max_batch_requests:
+        raise invalid(f"requests: a batch holds at most {cfg.max_batch_requests} requests, got {len(reqs)}")
+    seen: set[str] = set()
+    items: list[tuple[str, dict[str, Any]]] = []
+    for i, req in enumerate(reqs):
+        cid = req.get("custom_id") if isinstance(req, dict) else None
+        if not isinstance(cid, str) or not CUSTOM_ID_RE.match(cid):
+            raise invalid(f"requests.{i}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
+        if cid in seen:
+            raise invalid(f"requests.{i}.custom_id: custom_id {cid!r} is not unique within the batch")
+        seen.add(cid)
+        params = req.get("params")
+        if not isinstance(params, dict):
+            raise invalid(f"requests.{i}.params: Field required")
+        if params.get("stream"):
+            raise invalid(f"requests.{i}.params.stream: streaming is not supported in batches")
+        items.append((cid, params))
+    slow = sum(state.faults.for_item(cid, p, slow_only=True).slow_seconds for cid, p in items)
+    now = state.clock.now()
+    batch = Batch(
+        id=state.new_id("msgbatch"),
+        api_key=api_key,
+        requests=items,
+        created_at=now,
+        expires_at=now + cfg.batch_expiry_seconds,
+        start_after=cfg.batch_base_seconds + slow,
+        per_request=cfg.batch_seconds_per_request,
+        results_base=results_base,
+        legacy=legacy,
+    )
+    state.batches.batches[batch.id] = batch
+    state.batches.save(batch)
+    return batch
 
-    def finished_by(self, t: float) -> int:
-        """How many items are done at virtual time t."""
-        elapsed = t - self.created_at - self.start_after
-        if elapsed < 0:
-            return 0
-        if self.per_request <= 0:
-            return len(self.requests)
-        return min(len(self.requests), int(elapsed / self.per_request + 1e-9))
 
-    def finish_time(self, count: int) -> float:
-        return self.created_at + self.start_after + count * max(self.per_request, 0.0)
-
-
-class BatchJournal(Protocol):
-    """Where batches outlive the server: `save` a batch's record (None: it was deleted), `load` all."""
-
-    def save(self, batch_id: str, record: dict[str, Any] | None) -> None: ...
-
-    def load(self) -> list[dict[str, Any]]: ...
-
-
-SAVED = ("id", "created_at", "expires_at", "start_after", "per_request", "cancel_initiated_at", "legacy")
-
-
-class BatchStore:
-    def __init__(self, state: EmulatorState, journal: BatchJournal | None = None) -> None:
-        self.state = state
-        self.batches: dict[str, Batch] = {}
-        self.journal = journal
-
-    def save(self, batch: Batch, deleted: bool = False) -> None:
-        if self.journal is None:
-            return
-        record = {name: getattr(batch, name) for name in SAVED}
-        record["requests"] = [[cid, params] for cid, params in batch.requests]
-        self.journal.save(batch.id, None if deleted else record)
-
-    def restore(self, results_base: str) -> int:
-        """Batches of an earlier server, from the journal, oldest first; how many."""
-        if self.journal is None:
-            return 0
-        records = sorted(self.journal.load(), key=lambda r: (float(r["created_at"]), str(r["id"])))
-        for r in records:
-            if r["id"] in self.batches:
-                continue
-            fields = {name: r[name] for name in SAVED}
-            requests = [(str(cid), dict(params)) for cid, params in r["requests"]]
-            self.batches[r["id"]] = Batch(api_key="", requests=requests, results_base=results_base, **fields)
-        return len(records)
-
-    def get(self, batch_id: str) -> Batch:
-        batch = self.batches.get(batch_id)
-        if batch is None:
-            raise ApiError(ErrorType.NOT_FOUND, f"message batch {batch_id} not found")
-        return batch
-
-    def create(self, body: Any, api_key: str, results_base: str, legacy: bool = False) -> Batch:
-        cfg = self.state.config
-        if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
-            raise invalid("requests: Field required")
-        reqs = body["requests"]
-        if not reqs:
-            raise invalid("requests: List should have at least 1 item")
-        if len(reqs) > cfg.max_batch_requests:
-            raise invalid(
-                f"requests: a batch holds at most {cfg.max_batch_requests} requests, got {len(reqs)}"
-            )
-        seen: set[str] = set()
-        items: list[tuple[str, dict[str, Any]]] = []
-        for i, req in enumerate(reqs):
-            cid = req.get("custom_id") if isinstance(req, dict) else None
-            if not isinstance(cid, str) or not CUSTOM_ID_RE.match(cid):
-                raise invalid(
-                    f"requests.{i}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
-                )
-            if cid in seen:
-                raise invalid(f"requests.{i}.custom_id: custom_id {cid!r} is not unique within the batch")
-            seen.add(cid)
-            params = req.get("params")
-            if not isinstance(params, dict):
-                raise invalid(f"requests.{i}.params: Field required")
-            if params.get("stream"):
-                raise invalid(f"requests.{i}.params.stream: streaming is not supported in batches")
-            items.append((cid, params))
-        slow = sum(self.state.faults.for_item(cid, p, slow_only=True).slow_seconds for cid, p in items)
-        now = self.state.clock.now()
-        batch = Batch(
-            id=self.state.new_id("msgbatch"),
-            api_key=api_key,
-            requests=items,
-            created_at=now,
-            expires_at=now + cfg.batch_expiry_seconds,
-            start_after=cfg.batch_base_seconds + slow,
-            per_request=cfg.batch_seconds_per_request,
-            results_base=results_base,
-            legacy=legacy,
+def _run_item(state: EmulatorState, batch: Batch, cid: str, params: dict[str, Any]) -> dict[str, Any]:
+    hits = state.faults.for_item(cid, params)
+    try:
+        if hits.error is not None:
+            raise error_for(hits.error)
+        state.validate(params, batch=True, legacy=batch.legacy)
+        ans = messages.answer(
+            state,
+            params,
+            request_id=None,
+            api_key=batch.api_key,
+            batch=True,
+            shape=hits.response,
+            path="/v1/messages/batches",
+            custom_id=cid,
+            batch_id=batch.id,
+            validate=False,
         )
-        self.batches[batch.id] = batch
-        self.save(batch)
-        return batch
+    except ApiError as err:
+        error = {"type": "error", "error": err.error_object(), "request_id": None}
+        return {"custom_id": cid, "result": {"type": "errored", "error": error}}
+    return {"custom_id": cid, "result": {"type": "succeeded", "message": ans.message}}
 
-    def _run_item(self, batch: Batch, cid: str, params: dict[str, Any]) -> dict[str, Any]:
-        hits = self.state.faults.for_item(cid, params)
-        try:
-            if hits.error is not None:
-                raise error_for(hits.error)
-            self.state.validate(params, batch=True, legacy=batch.legacy)
-            ans = messages.answer(
-                self.state,
-                params,
-                request_id=None,
-                api_key=batch.api_key,
-                batch=True,
-                shape=hits.response,
-                path="/v1/messages/batches",
-                custom_id=cid,
-                batch_id=batch.id,
-                validate=False,
-            )
-        except ApiError as err:
-            error = {"type": "error", "error": err.error_object(), "request_id": None}
-            return {"custom_id": cid, "result": {"type": "errored", "error": error}}
-        return {"custom_id": cid, "result": {"type": "succeeded", "message": ans.message}}
 
-    async def refresh(self, batch: Batch) -> None:
-        """Process what the virtual clock says is done; end the batch when it is over."""
+async def refresh(state: EmulatorState, batch: Batch) -> None:
+    """Process what the virtual clock says is done; end the batch when it is over."""
+    if batch.ended_at is not None:
+        return
+    async with batch.lock:
         if batch.ended_at is not None:
             return
-        async with batch.lock:
-            if batch.ended_at is not None:
-                return
-            now = self.state.clock.now()
-            horizon = min(now, batch.expires_at)
-            if batch.cancel_initiated_at is not None:
-                horizon = min(horizon, batch.cancel_initiated_at)
-            target = batch.finished_by(horizon)
-            while batch.processed < target:
-                stop = min(target, batch.processed + CHUNK)
-                for cid, params in batch.requests[batch.processed : stop]:
-                    batch.results.append(self._run_item(batch, cid, params))
-                batch.processed = stop
-                if stop < target:
-                    await asyncio.sleep(0)
-            n = len(batch.requests)
-            if batch.processed == n:
-                batch.ended_at = min(max(batch.finish_time(n), batch.created_at), now)
-                if batch.cancel_initiated_at is not None:
-                    batch.ended_at = max(batch.ended_at, batch.cancel_initiated_at)
-            elif batch.cancel_initiated_at is not None:
-                if now >= batch.cancel_initiated_at + self.state.config.batch_cancel_seconds:
-                    self._finish_rest(batch, "canceled", batch.cancel_initiated_at)
-            elif now >= batch.expires_at:
-                self._finish_rest(batch, "expired", batch.expires_at)
-
-    def _finish_rest(self, batch: Batch, kind: str, at: float) -> None:
-        for cid, _ in batch.requests[batch.processed :]:
-            batch.results.append({"custom_id": cid, "result": {"type": kind}})
-        batch.processed = len(batch.requests)
-        batch.ended_at = at
-
-    def archived(self, batch: Batch) -> bool:
-        return self.state.clock.now() >= batch.created_at + self.state.config.batch_archive_seconds
-
-    def to_dict(self, batch: Batch) -> dict[str, Any]:
-        ended = batch.ended_at is not None
-        counts: Counter[str] = Counter()
-        if ended:
-            counts.update(r["result"]["type"] for r in batch.results)
-        archived_at = (
-            batch.created_at + self.state.config.batch_archive_seconds if self.archived(batch) else None
-        )
-        status = (
-            "ended" if ended else ("canceling" if batch.cancel_initiated_at is not None else "in_progress")
-        )
-        return {
-            "id": batch.id,
-            "type": "message_batch",
-            "processing_status": status,
-            "request_counts": {
-                "processing": 0 if ended else len(batch.requests),
-                **{kind: counts.get(kind, 0) for kind in RESULT_TYPES},
-            },
-            "created_at": rfc3339(batch.created_at),
-            "expires_at": rfc3339(batch.expires_at),
-            "ended_at": rfc3339(batch.ended_at) if batch.ended_at is not None else None,
-            "cancel_initiated_at": rfc3339(batch.cancel_initiated_at) if batch.cancel_initiated_at else None,
-            "archived_at": rfc3339(archived_at) if archived_at is not None else None,
-            "results_url": f"{batch.results_base}v1/messages/batches/{batch.id}/results" if ended else None,
-        }
-
-    def page(self, limit: int, after_id: str | None, before_id: str | None) -> dict[str, Any]:
-        newest_first = list(reversed(self.batches))
-        if after_id is not None:
-            start = newest_first.index(after_id) + 1 if after_id in newest_first else len(newest_first)
-            chosen = newest_first[start : start + limit]
-            has_more = start + limit < len(newest_first)
-        elif before_id is not None:
-            end = newest_first.index(before_id) if before_id in newest_first else 0
-            begin = max(0, end - limit)
-            chosen = newest_first[begin:end]
-            has_more = begin > 0
-        else:
-            chosen = newest_first[:limit]
-            has_more = limit < len(newest_first)
-        return {"ids": chosen, "has_more": has_more}
-
-    def result_lines(self, batch: Batch) -> AsyncIterator[bytes]:
-        order = list(range(len(batch.results)))
-        random.Random(f"{self.state.config.seed}:{batch.id}").shuffle(order)
-
-        async def gen() -> AsyncIterator[bytes]:
-            for start in range(0, len(order), CHUNK):
-                lines = [
-                    json.dumps(batch.results[i], separators=(",", ":")) for i in order[start : start + CHUNK]
-                ]
-                yield ("\n".join(lines) + "\n").encode()
+        now = state.clock.now()
+        horizon = min(now, batch.expires_at)
+        if batch.cancel_initiated_at is not None:
+            horizon = min(horizon, batch.cancel_initiated_at)
+        target = batch.finished_by(horizon)
+        while batch.processed < target:
+            stop = min(target, batch.processed + CHUNK)
+            for cid, params in batch.requests[batch.processed : stop]:
+                batch.results.append(_run_item(state, batch, cid, params))
+            batch.processed = stop
+            if stop < target:
                 await asyncio.sleep(0)
+        n = len(batch.requests)
+        if batch.processed == n:
+            batch.ended_at = min(max(batch.finish_time(n), batch.created_at), now)
+            if batch.cancel_initiated_at is not None:
+                batch.ended_at = max(batch.ended_at, batch.cancel_initiated_at)
+        elif batch.cancel_initiated_at is not None:
+            if now >= batch.cancel_initiated_at + state.config.batch_cancel_seconds:
+                _finish_rest(batch, "canceled", batch.cancel_initiated_at)
+        elif now >= batch.expires_at:
+            _finish_rest(batch, "expired", batch.expires_at)
 
-        return gen()
+
+def _finish_rest(batch: Batch, kind: str, at: float) -> None:
+    for cid, _ in batch.requests[batch.processed :]:
+        batch.results.append({"custom_id": cid, "result": {"type": kind}})
+    batch.processed = len(batch.requests)
+    batch.ended_at = at
+
+
+def archived(state: EmulatorState, batch: Batch) -> bool:
+    return state.clock.now() >= batch.created_at + state.config.batch_archive_seconds
+
+
+def to_dict(state: EmulatorState, batch: Batch) -> dict[str, Any]:
+    ended = batch.ended_at is not None
+    counts: Counter[str] = Counter()
+    if ended:
+        counts.update(r["result"]["type"] for r in batch.results)
+    archived_at = batch.created_at + state.config.batch_archive_seconds if archived(state, batch) else None
+    status = "ended" if ended else ("canceling" if batch.cancel_initiated_at is not None else "in_progress")
+    return {
+        "id": batch.id,
+        "type": "message_batch",
+        "processing_status": status,
+        "request_counts": {
+            "processing": 0 if ended else len(batch.requests),
+            **{kind: counts.get(kind, 0) for kind in RESULT_TYPES},
+        },
+        "created_at": rfc3339(batch.created_at),
+        "expires_at": rfc3339(batch.expires_at),
+        "ended_at": rfc3339(batch.ended_at) if batch.ended_at is not None else None,
+        "cancel_initiated_at": rfc3339(batch.cancel_initiated_at) if batch.cancel_initiated_at else None,
+        "archived_at": rfc3339(archived_at) if archived_at is not None else None,
+        "results_url": f"{batch.results_base}v1/messages/batches/{batch.id}/results" if ended else None,
+    }
+
+
+def result_lines(state: EmulatorState, batch: Batch) -> AsyncIterator[bytes]:
+    order = list(range(len(batch.results)))
+    random.Random(f"{state.config.seed}:{batch.id}").shuffle(order)
+
+    async def gen() -> AsyncIterator[bytes]:
+        for start in range(0, len(order), CHUNK):
+            lines = [
+                json.dumps(batch.results[i], separators=(",", ":")) for i in order[start : start + CHUNK]
+            ]
+            yield ("\n".join(lines) + "\n").encode()
+            await asyncio.sleep(0)
+
+    return gen()
 
 
 # HTTP handlers ---------------------------------------------------------------------------
@@ -284,16 +195,15 @@ class BatchStore:
 
 async def create_batch(call: Call) -> dict[str, Any]:
     """A new batch is always `in_progress` (as on the API): processing starts on the virtual clock."""
-    store = call.state.batches
-    batch = store.create(call.body, call.api_key, call.base_url, legacy=call.legacy)
-    return store.to_dict(batch)
+    batch = create(call.state, call.body, call.api_key, call.base_url, legacy=call.legacy)
+    return to_dict(call.state, batch)
 
 
 async def get_batch(call: Call) -> dict[str, Any]:
     store = call.state.batches
     batch = store.get(call.request.path_params["batch_id"])
-    await store.refresh(batch)
-    return store.to_dict(batch)
+    await refresh(call.state, batch)
+    return to_dict(call.state, batch)
 
 
 async def list_batches(call: Call) -> dict[str, Any]:
@@ -309,8 +219,8 @@ async def list_batches(call: Call) -> dict[str, Any]:
     data = []
     for batch_id in page["ids"]:
         batch = store.batches[batch_id]
-        await store.refresh(batch)
-        data.append(store.to_dict(batch))
+        await refresh(call.state, batch)
+        data.append(to_dict(call.state, batch))
     return {
         "data": data,
         "has_more": page["has_more"],
@@ -322,11 +232,11 @@ async def list_batches(call: Call) -> dict[str, Any]:
 async def cancel_batch(call: Call) -> dict[str, Any]:
     store = call.state.batches
     batch = store.get(call.request.path_params["batch_id"])
-    await store.refresh(batch)
+    await refresh(call.state, batch)
     if batch.ended_at is not None:
         status = call.state.config.cancel_ended_status
         if status == 200:
-            return store.to_dict(batch)
+            return to_dict(call.state, batch)
         err = invalid(f"message batch {batch.id} has already ended and cannot be canceled")
         if status == 409:
             err = ApiError(ErrorType.CONFLICT, err.message)
@@ -334,13 +244,13 @@ async def cancel_batch(call: Call) -> dict[str, Any]:
     if batch.cancel_initiated_at is None:
         batch.cancel_initiated_at = call.state.clock.now()
         store.save(batch)
-    return store.to_dict(batch)
+    return to_dict(call.state, batch)
 
 
 async def delete_batch(call: Call) -> dict[str, Any]:
     store = call.state.batches
     batch = store.get(call.request.path_params["batch_id"])
-    await store.refresh(batch)
+    await refresh(call.state, batch)
     if batch.ended_at is None:
         raise invalid(
             f"message batch {batch.id} is still processing; cancel it first and wait until it has ended"
@@ -353,11 +263,11 @@ async def delete_batch(call: Call) -> dict[str, Any]:
 async def batch_results(call: Call) -> StreamingResponse:
     store = call.state.batches
     batch = store.get(call.request.path_params["batch_id"])
-    await store.refresh(batch)
-    if store.archived(batch):
+    await refresh(call.state, batch)
+    if archived(call.state, batch):
         raise ApiError(
             ErrorType.NOT_FOUND, f"results of message batch {batch.id} are no longer available (archived)"
         )
     if batch.ended_at is None:
         raise invalid(f"message batch {batch.id} has not ended yet; results are not available")
-    return StreamingResponse(store.result_lines(batch), media_type="application/x-jsonl")
+    return StreamingResponse(result_lines(call.state, batch), media_type="application/x-jsonl")

@@ -148,7 +148,7 @@ class Prompt:
 
     @cached_property
     def records(self) -> list[tuple[str, dict[str, Any]]]:
-        return json_records(self)
+        return json_records([(doc.doc_id, doc.text) for doc in self.docs], self.full_text)
 
 
 def block_text(content: Any) -> list[str]:

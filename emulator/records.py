@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from emulator.roles import EVIDENCE_NAMES
 
-if TYPE_CHECKING:
-    from emulator.grounding import Prompt
 
-
-def json_records(prompt: Prompt) -> list[tuple[str, dict[str, Any]]]:
-    """Per-document JSON results in the prompt as (doc_id, flat {field: value}) pairs.
+def json_records(docs: Sequence[tuple[str | None, str]], full_text: str) -> list[tuple[str, dict[str, Any]]]:
+    """Per-document JSON results in a prompt as (doc_id, flat {field: value}) pairs, from its
+    documents as (doc_id, text) and its whole text (plain data: `grounding.Prompt` calls this, so
+    this module stays below it).
 
     A record is a JSON object with a doc id key (`doc_id`, `source_doc_id`, `document_id`, `id`),
     or the JSON body of a `<document id=...>`. Nested `{value, evidence}` objects collapse to value;
@@ -20,8 +20,8 @@ def json_records(prompt: Prompt) -> list[tuple[str, dict[str, Any]]]:
     """
     found: list[tuple[str, dict[str, Any]]] = []
     decoder = json.JSONDecoder()
-    sources = [(doc.doc_id, doc.text) for doc in prompt.docs] if prompt.docs[0].doc_id else []
-    sources.append((None, prompt.full_text))
+    sources = list(docs) if docs[0][0] else []
+    sources.append((None, full_text))
     seen: set[str] = set()
     for default_id, text in sources:
         pos = 0

@@ -29,13 +29,13 @@ from starlette.types import Receive, Scope, Send
 
 from emulator import batches, control, messages, tokens
 from emulator.accounting import ReceivedRequest
-from emulator.batches import BatchJournal
+from emulator.batch_store import BatchJournal
+from emulator.calls import Call, Handler
 from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
 from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers, ratelimit_headers
 from emulator.validation import ApiError, ErrorType, invalid
 
 log = logging.getLogger("emulator")
-OLD_API_VERSIONS = frozenset({"2023-01-01", "2023-06-01"})
 
 
 class ConnectionResetFault(Exception):
@@ -83,42 +83,6 @@ async def _cut_after(body: Any, lines: int) -> Any:
             piece, data = (data, b"") if cut < 0 else (data[: cut + 1], data[cut + 1 :])
             lines -= piece.endswith(b"\n")
             yield piece
-
-
-class Call:
-    """What a /v1 handler gets: the parsed request plus its id, key and betas."""
-
-    def __init__(self, request: Request, state: EmulatorState, request_id: str, api_key: str) -> None:
-        self.request = request
-        self.state = state
-        self.request_id = request_id
-        self.api_key = api_key
-        raw = request.headers.get("anthropic-beta", "")
-        self.betas = frozenset(b.strip() for b in raw.split(",") if b.strip())
-        self.version = request.headers.get("anthropic-version", "")
-        self.legacy = self.version in OLD_API_VERSIONS
-        self.body: Any = None
-        self.shape: FaultRule | None = None
-        self.drop: FaultRule | None = None  # stream_drop: cut the SSE stream mid-way
-        self.stall: FaultRule | None = None  # stall: silence mid-answer
-        self.extra_headers: dict[str, str] = {}
-
-    @property
-    def base_url(self) -> str:
-        """The emulator's own address (for `results_url`), never taken from the request's Host:
-        the `public_base_url` knob, else the listening socket's address."""
-        configured = self.state.config.public_base_url
-        if configured:
-            return configured.rstrip("/") + "/"
-        server = self.request.scope.get("server")
-        if not server:
-            return str(self.request.base_url)
-        host, port = server[0], server[1]
-        host = f"[{host}]" if ":" in str(host) else host
-        return f"http://{host}:{port}/"
-
-
-Handler = Callable[[Call], Awaitable[Response | dict[str, Any]]]
 
 
 def _api_key(request: Request) -> str | None:

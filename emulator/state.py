@@ -20,7 +20,7 @@ from docmill.models import THINKING_TOKENS_BY_EFFORT
 from docmill.prices import Price, price_on
 from emulator import catalog, model_rules
 from emulator.accounting import Accounting
-from emulator.batches import BatchStore
+from emulator.batch_store import BatchStore
 from emulator.caching import PromptCache
 from emulator.clock import VirtualClock, rfc3339
 from emulator.faults import FaultPlan, parse_rules
@@ -249,7 +249,7 @@ class EmulatorState:
             for rule in parse_rules(env_rules):
                 self.faults.add(rule)
         self.limiter = RateLimiter(self.config, self.clock)
-        self.batches = BatchStore(self)
+        self.batches = BatchStore()
         self._ids = itertools.count(1)
         self.in_flight = 0  # API requests being answered now (a test waits for 0 before a reset)
         self._salt = secrets.token_hex(3)
@@ -342,4 +342,4 @@ class EmulatorState:
         self.cache = PromptCache()
         self.faults = FaultPlan(self.config.seed)
         self.limiter = RateLimiter(self.config, self.clock)
-        self.batches = BatchStore(self)
+        self.batches = BatchStore()

@@ -8,6 +8,7 @@ import anthropic
 import httpx2
 import pytest
 
+from emulator import batches
 from emulator.server import EmulatorServer
 from tests.fixtures.emulator import async_sdk_client, sdk_client
 
@@ -231,7 +232,7 @@ def test_results_stream_in_bounded_chunks(emulator: EmulatorServer) -> None:
     store = emulator.state.batches
 
     async def sizes() -> list[int]:
-        return [len(chunk) async for chunk in store.result_lines(store.get(batch.id))]
+        return [len(chunk) async for chunk in batches.result_lines(emulator.state, store.get(batch.id))]
 
     chunks = asyncio.run(sizes())
     assert len(chunks) == 4  # 250 lines a chunk: the JSONL is never built whole

@@ -1,6 +1,7 @@
-"""The first-party import graph has no cycle, counting function-local imports as edges too, so no
-circle can hide behind an import moved into a function. `TYPE_CHECKING` imports are annotations only
-and do not count. Module and function sizes stay within the layout's limits."""
+"""The first-party import graph has no cycle, counting function-local imports and `if TYPE_CHECKING:`
+imports as edges too, so no circle can hide behind an import moved into a function or behind an
+annotation: a module that names another's type depends on it as much as one that calls it. Module
+and function sizes stay within the layout's limits."""
 
 from __future__ import annotations
 
@@ -13,36 +14,24 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("docmill", "flows", "tasks", "checkpoints", "emulator")
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
     found = {}
-    for pkg in PACKAGES:
-        for path in (ROOT / pkg).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+    for pkg in packages:
+        for path in (root / pkg).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path
     return found
 
 
-def _type_checking_lines(tree: ast.Module) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
-    return lines
-
-
-def import_graph() -> dict[str, set[str]]:
-    """module -> the first-party modules it imports (anywhere in it, TYPE_CHECKING blocks aside)."""
-    modules = _modules()
+def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """module -> the first-party modules it imports (anywhere in it, `if TYPE_CHECKING:` blocks too)."""
+    modules = _modules(root, packages)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _type_checking_lines(tree)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(tree):
-            if getattr(node, "lineno", None) in skip:
-                continue
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -104,6 +93,23 @@ def test_the_check_sees_a_cycle_held_by_a_function_local_import() -> None:
     assert cycles(graph) == []
     graph["b"].add("a")
     assert cycles(graph) == [["a", "b"]]
+
+
+def test_the_check_sees_a_cycle_held_by_a_type_checking_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "from __future__ import annotations\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from pkg.b import B\n"
+        "def f(b: B) -> None: ...\n"
+    )
+    (pkg / "b.py").write_text("from pkg import a\nclass B: ...\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph["pkg.a"] == {"pkg.b"}
+    assert cycles(graph) == [["pkg.a", "pkg.b"]]
 
 
 @pytest.mark.parametrize("package", ["api", "per_file", "batch", "conversation", "integration", "reporting"])
