@@ -33,7 +33,8 @@ def test_every_deployment_takes_recipe_model_and_budget_with_defaults() -> None:
 def test_the_flows_retry_delay_serializes_as_prefect_holds_it() -> None:
     from prefect.client.schemas.objects import FlowRunPolicy
 
-    from flows import extract, shards
+    from flows import extract
+    from flows.prefect import shard_worker as shards
 
     for flow_obj in (extract.extract, extract.nightly, extract.backfill, extract.resume, shards.shard_worker):
         policy = FlowRunPolicy()
