@@ -334,7 +334,7 @@ def main() -> None:
     ap.add_argument("--window-docs", type=int, default=2000, help="(c) invoices")
     a = ap.parse_args()
     os.environ.pop("ANTHROPIC_API_KEY", None)
-    import flows.prefect.flows  # noqa: F401  (import Prefect once, outside the timed runs)
+    import flows.orchestration.prefect_flows  # noqa: F401  (import Prefect once, outside the timed runs)
 
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)

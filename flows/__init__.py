@@ -6,9 +6,9 @@
         checks.py        what is refused before anything starts (exit 2)
         run_commands.py  `run` and `resume`
         commands.py      status, runs, review, report, estimate, eval, doctor, emulator
-    flows/prefect/   Prefect: flows, tasks, artifacts, the temporary server
-        flows.py         the flows `extract`, `nightly`, `backfill`, `resume` (deploy/prefect.yaml)
-        tasks.py         chunks as task runs (`prefect_map`), stop states, the progress artifact
+    flows/orchestration/   Prefect: flows, tasks, artifacts, the temporary server
+        prefect_flows.py the flows `extract`, `nightly`, `backfill`, `resume` (deploy/prefect.yaml)
+        chunk_tasks.py   chunks as task runs (`prefect_map`), stop states, the progress artifact
         shard_worker.py  the `shard-worker` flow: shards of a run spread over workers
         artifacts.py     summary, report link and failures of a finished run
         server.py        the temporary API server docmill owns; boot.py starts it first thing
@@ -24,4 +24,9 @@
         progress.py      the progress line
 
 Where a run's state lives in the store: checkpoints/ (chunks, outcomes, manifest, lease, shards).
+
+Prefect loads a deployment's entrypoint file with its folder first on sys.path, so no module in a
+folder that holds an entrypoint may share a name with a top-level package (`prefect`, `tasks`,
+`flows`, ...): hence `orchestration/`, `prefect_flows.py`, `chunk_tasks.py`
+(tests/deploy/test_deploy_parameters.py loads every entrypoint as Prefect does).
 """

@@ -1,5 +1,5 @@
 """`docmill run` and `docmill resume`: the checks before anything starts, Prefect's temporary server
-started first thing (flows.prefect.boot) and kept quiet, the run through its flow (or without Prefect),
+started first thing (flows.orchestration.boot) and kept quiet, the run through its flow (or without Prefect),
 and the summary it ends with."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from flows.cli.checks import check_store, known_run
 from flows.cli.commands import _store, _store_uri
 from flows.cli.exit_codes import EXIT_INTEGRATION, EXIT_OK, EXIT_RUN
-from flows.prefect import boot as prefect_boot
+from flows.orchestration import boot as prefect_boot
 from tasks.reporting.summary import integration_text
 
 
@@ -43,14 +43,14 @@ def _one_line_errors(record: Any) -> bool:
     exc = record.exc_info[1] if record.exc_info else None
     if isinstance(exc, DocmillError):
         return False
-    tasks = sys.modules.get("flows.prefect.tasks")
+    tasks = sys.modules.get("flows.orchestration.chunk_tasks")
     return tasks is None or not tasks.is_stop_record(record)
 
 
 def _own_processes(*, prefect: bool = False) -> None:
     """Stop what a killed earlier run left running (one line says so), and make the Prefect server
-    this run may start die with it, however it ends (docmill.processes, flows.prefect.server);
-    `prefect`: the run goes through Prefect, its temporary server starts now (flows.prefect.boot)."""
+    this run may start die with it, however it ends (docmill.processes, flows.orchestration.server);
+    `prefect`: the run goes through Prefect, its temporary server starts now (flows.orchestration.boot)."""
     from docmill.processes import reap_stale, reaped_line
     from docmill.settings import get_settings
 
@@ -62,7 +62,7 @@ def _own_processes(*, prefect: bool = False) -> None:
     from prefect.settings import PREFECT_API_URL
 
     if not PREFECT_API_URL.value():  # else no server starts (and its heavy module stays unimported)
-        from flows.prefect.server import adopt_ephemeral_server
+        from flows.orchestration.server import adopt_ephemeral_server
 
         if adopt_ephemeral_server():
             return
@@ -104,10 +104,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         from flows.run.spread import PrefectLauncher
 
         PrefectLauncher.needs_server()
-    # then at once: Prefect's temporary server boots while the rest imports (flows.prefect.boot)
+    # then at once: Prefect's temporary server boots while the rest imports (flows.orchestration.boot)
     _own_processes(prefect=not a.no_prefect and not a.workers)
     from docmill.settings import get_settings
-    from flows.prefect.flows import extract
+    from flows.orchestration.prefect_flows import extract
     from flows.run.entry import _settings, run_extract
 
     _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
@@ -170,7 +170,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def cmd_resume(a: argparse.Namespace) -> int:
     _own_processes(prefect=not a.no_prefect)
-    from flows.prefect.flows import resume
+    from flows.orchestration.prefect_flows import resume
     from flows.run.entry import resume_run
 
     _quiet_prefect_services()  # after the import: Prefect's console handlers exist now

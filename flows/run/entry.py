@@ -1,6 +1,6 @@
 """Where a run starts without Prefect bookkeeping: `run_extract` (which run: flows.run.continuation;
 its settings, clients, shared limit, workers and deadline) and `resume_run`; the flows of
-flows.prefect.flows call the same functions."""
+flows.orchestration.prefect_flows call the same functions."""
 
 from __future__ import annotations
 

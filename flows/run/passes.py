@@ -3,7 +3,7 @@ client's window wants documents: tasks.per_file.realtime.feed) or batch (tasks.b
 deadline engine of flows.run.deadline); the cost cap's stop between chunks.
 
 `map_chunks` is how chunks run: `plain_map` (a bounded thread pool) here, Prefect tasks in
-flows.prefect.tasks, shards over workers in flows.run.spread.
+flows.orchestration.chunk_tasks, shards over workers in flows.run.spread.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The per-file pass's progress: one line on stderr and the same count for a listener (a Prefect
-progress artifact, flows.prefect.tasks.ProgressArtifact)."""
+progress artifact, flows.orchestration.chunk_tasks.ProgressArtifact)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The driver's side of `docmill run SOURCE --workers N`: one docmill run, its per-file pass spread
-over N shard workers (flows.prefect.shard_worker) that idle Prefect workers of the work pool pick up.
+over N shard workers (flows.orchestration.shard_worker) that idle Prefect workers of the work pool pick up.
 
 The run keeps one driver (the run's lease, one run id): it inventories, then, instead of running
 the chunks itself, plans them into shards (`settings.workers.shards_per_worker` per worker) and
@@ -34,7 +34,7 @@ from flows.run.passes import Chunk, ChunkFn, MapChunks, spent_usd
 
 log = get_logger("flows")
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-INTERRUPT = "interrupted"  # the stop kind flows.prefect.shard_worker obeys by stopping its sends
+INTERRUPT = "interrupted"  # the stop kind flows.orchestration.shard_worker obeys by stopping its sends
 
 
 class Launcher(Protocol):

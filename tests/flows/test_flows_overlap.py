@@ -217,7 +217,7 @@ def test_an_overlap_skip_ends_the_flow_run_cancelled_with_its_reason(
     """A deliberate skip is not a failure: the flow run ends Cancelled (no failure alert at 2 a.m.),
     its message says why, and nothing was sent."""
     from docmill.settings import get_settings
-    from flows.prefect.flows import nightly
+    from flows.orchestration.prefect_flows import nightly
 
     corpus, settings, store = rig
     monkeypatch.setenv("DOCMILL_API__BASE_URL", settings.api.base_url or "")

@@ -1,5 +1,5 @@
 """`docmill run --workers N` in one process: the driver (flows.run.spread) plans shards and launches
-shard workers (flows.prefect.shard_worker) as threads instead of Prefect flow runs; everything else is real (the
+shard workers (flows.orchestration.shard_worker) as threads instead of Prefect flow runs; everything else is real (the
 emulator over HTTP, the store, the claims). The Prefect-launched version runs in
 tests/deploy/test_deploy_workers.py."""
 
@@ -16,7 +16,7 @@ import pytest
 from checkpoints.shards import ShardTable, WorkerLog
 from checkpoints.store import open_store
 from docmill.settings import Settings, WorkerSettings
-from flows.prefect.shard_worker import work_shards
+from flows.orchestration.shard_worker import work_shards
 from flows.run.entry import run_extract
 from tests.flows.helpers import make_corpus, outcomes_of, settings_for
 

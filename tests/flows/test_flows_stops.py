@@ -76,7 +76,7 @@ def _stop_after(emulator: Any, requests: int) -> threading.Event:
 def test_an_interrupted_flow_run_and_its_chunks_end_cancelled_not_failed(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any, prefect_lines: list[logging.LogRecord]
 ) -> None:
-    from flows.prefect.flows import extract
+    from flows.orchestration.prefect_flows import extract
 
     corpus, _ = make_corpus(tmp_path, count=24, seed=2)
     emulator.state.config.latency_ms = 100.0
@@ -102,7 +102,7 @@ def test_an_interrupted_flow_run_and_its_chunks_end_cancelled_not_failed(
 def test_a_budget_stop_ends_the_flow_run_budget_spent_with_the_resume_line(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any, prefect_lines: list[logging.LogRecord]
 ) -> None:
-    from flows.prefect.flows import extract
+    from flows.orchestration.prefect_flows import extract
 
     corpus, _ = make_corpus(tmp_path, count=24, seed=2)
     state = extract(
@@ -171,7 +171,7 @@ def test_the_nightly_flow_takes_recipe_model_and_budget(
 ) -> None:
     """deploy/prefect.yaml's nightly deployment passes recipe (null: DOCMILL_RECIPE), model and
     max_cost_usd; the cap stops it as it stops `docmill run`."""
-    from flows.prefect.flows import nightly
+    from flows.orchestration.prefect_flows import nightly
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=9)
     monkeypatch.setenv("DOCMILL_RECIPE", "invoices")

@@ -42,8 +42,8 @@ from docmill.errors import BudgetExhausted, DocmillError, Interrupted, SystemicF
 from docmill.logs import bind_run, get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import SHUTDOWN, install
-from flows.prefect.flows import FLOW_RETRIES, FLOW_RETRY_DELAYS
-from flows.prefect.tasks import RUNNER, chunk_label
+from flows.orchestration.chunk_tasks import RUNNER, chunk_label
+from flows.orchestration.prefect_flows import FLOW_RETRIES, FLOW_RETRY_DELAYS
 from flows.run.context import RunContext, api_endpoint, holder_id, make_clients, share_limit
 from flows.run.continuation import pinned_settings
 from flows.run.entry import record_possibly_billed

@@ -19,15 +19,21 @@ from docmill.errors import BudgetExhausted, Interrupted
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import install
-from flows.prefect.artifacts import publish_run
-from flows.prefect.tasks import RUNNER, ProgressArtifact, budget_state, interrupted_state, prefect_map
+from flows.orchestration.artifacts import publish_run
+from flows.orchestration.chunk_tasks import (
+    RUNNER,
+    ProgressArtifact,
+    budget_state,
+    interrupted_state,
+    prefect_map,
+)
 from flows.run.entry import _filters, _settings, resume_run, run_extract
 from tasks.reporting.summary import integration_text
 
 log = get_logger("flows")
 
 if not PREFECT_API_URL.value():  # a flow called from Python gets the server the CLI gets
-    from flows.prefect.server import adopt_ephemeral_server
+    from flows.orchestration.server import adopt_ephemeral_server
 
     adopt_ephemeral_server()
 
