@@ -146,7 +146,7 @@ def docmill_pass(corpus: Path, url: str, store: Path, concurrency: int | None) -
     the concurrency ceiling): docs/s, CPU ms per document and CPU cores during the pass; whole-run docs/s."""
     from docmill.settings import ApiSettings, Settings
     from flows import pipeline
-    from flows.extract import run_extract
+    from flows.run.entry import run_extract
 
     spent = {"wall": 0.0, "cpu": 0.0}
 
@@ -334,7 +334,7 @@ def main() -> None:
     ap.add_argument("--window-docs", type=int, default=2000, help="(c) invoices")
     a = ap.parse_args()
     os.environ.pop("ANTHROPIC_API_KEY", None)
-    import flows.extract  # noqa: F401  (import Prefect once, outside the timed runs)
+    import flows.orchestration.prefect_flows  # noqa: F401  (import Prefect once, outside the timed runs)
 
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)

@@ -151,6 +151,16 @@ class ManifestStore:
             attempts=MAX_CAS_ATTEMPTS,
         )
 
+    def set_phase(self, run_id: str, phase: Phase, **counts: Any) -> RunManifest:
+        """The run's phase (and counts to keep beside it), by compare-and-swap."""
+
+        def fn(m: RunManifest) -> RunManifest:
+            m.phase = phase
+            m.counts.update({k: int(v) for k, v in counts.items()})
+            return m
+
+        return self.update(run_id, fn)
+
     def list_runs(self) -> Iterator[str]:
         """Run ids that have a manifest, sorted."""
         for child in self.store.list_children("runs/"):

@@ -15,7 +15,7 @@ docmill process is gone but which still runs (its watch could not act: it was st
 by an older docmill) is stopped, and only if it is the same process (start time) and carries the
 mark: never an unrelated server that happens to reuse the pid.
 
-Callers: flows.prefect_server (the ephemeral Prefect server), flows.cli (reaping at start).
+Callers: flows.orchestration.server (the ephemeral Prefect server), flows.cli (reaping at start).
 Processes that multiprocessing starts (tasks.batch.ingest) call `lifeline.die_with_parent`.
 """
 
@@ -210,7 +210,7 @@ def hold_slot(folder: Path, stem: str, suffix: str) -> Path:
     """`folder/<stem>-N<suffix>` for the first N no other live process holds, held by this one for its
     life (an flock on `<stem>-N.lock` that the kernel releases however the holder ends); the same path
     on every call. Raises OSError when the folder cannot be used or all `SLOTS` are taken. Callers:
-    flows.prefect_server (the temporary server's own SQLite database)."""
+    flows.orchestration.server (the temporary server's own SQLite database)."""
     if (folder, stem) in _slots:
         return _slots[(folder, stem)][1]
     folder.mkdir(parents=True, exist_ok=True)

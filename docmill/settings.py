@@ -236,7 +236,7 @@ class SharedLimitSettings(BaseModel):
 
 
 class WorkerSettings(BaseModel):
-    """`docmill run --workers N`: one run spread over Prefect workers (flows.spread, flows.shards)."""
+    """`docmill run --workers N`: one run spread over Prefect workers (flows.run.spread, flows.orchestration.shard_worker)."""
 
     deployment: str = Field(
         "shard-worker/shard-worker",

@@ -1,1 +1,32 @@
-"""Prefect flows (thin wiring over the stage functions in tasks/) and the docmill CLI."""
+"""The command line and the Prefect layer over the stages in tasks/ (which never import flows/).
+
+    flows/cli/       the `docmill` command
+        main.py          parse, dispatch, one line per error, exit codes (exit_codes.py)
+        args.py          the parser: commands, options, help
+        checks.py        what is refused before anything starts (exit 2)
+        run_commands.py  `run` and `resume`
+        commands.py      status, runs, review, report, estimate, eval, doctor, emulator
+    flows/orchestration/   Prefect: flows, tasks, artifacts, the temporary server
+        prefect_flows.py the flows `extract`, `nightly`, `backfill`, `resume` (deploy/prefect.yaml)
+        chunk_tasks.py   chunks as task runs (`prefect_map`), stop states, the progress artifact
+        shard_worker.py  the `shard-worker` flow: shards of a run spread over workers
+        artifacts.py     summary, report link and failures of a finished run
+        server.py        the temporary API server docmill owns; boot.py starts it first thing
+    flows/run/       one run, with or without Prefect
+        entry.py         `run_extract`, `resume_run`: which run, its settings and clients
+        driver.py        the phases in order, each resumable from the store
+        passes.py        the per-file pass over chunks (realtime or batch) and the cost cap's stop
+        guard.py         the run's lease and the refusal of a second run over the same documents
+        context.py       `RunContext`, `RunParams`, the endpoint and clients, the shared limit
+        continuation.py  which run a command continues, with which settings
+        spread.py        `--workers N`: the driver of shards over Prefect workers
+        deadline.py      `--finish-by`: batch, then realtime near the deadline
+        progress.py      the progress line
+
+Where a run's state lives in the store: checkpoints/ (chunks, outcomes, manifest, lease, shards).
+
+Prefect loads a deployment's entrypoint file with its folder first on sys.path, so no module in a
+folder that holds an entrypoint may share a name with a top-level package (`prefect`, `tasks`,
+`flows`, ...): hence `orchestration/`, `prefect_flows.py`, `chunk_tasks.py`
+(tests/deploy/test_deploy_parameters.py loads every entrypoint as Prefect does).
+"""

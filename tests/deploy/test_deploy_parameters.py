@@ -6,6 +6,8 @@ worker's log)."""
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -15,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_deployment_takes_recipe_model_and_budget_with_defaults() -> None:
-    from flows import extract
+    from flows.orchestration import prefect_flows as extract
 
     spec = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
     for d in spec["deployments"]:
@@ -33,7 +35,8 @@ def test_every_deployment_takes_recipe_model_and_budget_with_defaults() -> None:
 def test_the_flows_retry_delay_serializes_as_prefect_holds_it() -> None:
     from prefect.client.schemas.objects import FlowRunPolicy
 
-    from flows import extract, shards
+    from flows.orchestration import prefect_flows as extract
+    from flows.orchestration import shard_worker as shards
 
     for flow_obj in (extract.extract, extract.nightly, extract.backfill, extract.resume, shards.shard_worker):
         policy = FlowRunPolicy()
@@ -41,3 +44,22 @@ def test_the_flows_retry_delay_serializes_as_prefect_holds_it() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # "Expected `int` ... retry_delay ... 120.0"
             assert policy.model_dump(mode="json")["retry_delay"] == 120
+
+
+def test_every_entrypoint_loads_as_prefect_loads_it() -> None:
+    """A worker loads `path/to/file.py:flow` with that file's folder first on sys.path: a module there
+    named like a top-level package (`tasks.py`, `flows.py`, a `prefect/` folder) shadows it and the
+    flow run dies at import. Deployments registered before the flows/ layout name flows/extract.py."""
+    spec = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
+    entrypoints = [d["entrypoint"] for d in spec["deployments"]] + ["flows/extract.py:nightly"]
+    code = (
+        "import sys\n"
+        "from prefect.flows import load_flow_from_entrypoint\n"
+        "print(load_flow_from_entrypoint(sys.argv[1]).name)\n"
+    )
+    for entry in entrypoints:
+        out = subprocess.run(
+            [sys.executable, "-c", code, entry], cwd=REPO, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, (entry, out.stderr[-1500:])
+        assert out.stdout.split()[-1] == entry.split(":")[1].replace("_", "-"), (entry, out.stdout)

@@ -24,7 +24,7 @@ time.sleep(60)  # ...to a server that is gone
 
 BROKEN_AFTER_THE_SIGNAL = """
 import atexit, os, signal, sys, time
-import flows.cli as cli
+import flows.cli.main as cli
 
 def command(_args):
     os.kill(os.getpid(), signal.SIGINT)

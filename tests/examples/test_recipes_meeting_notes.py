@@ -32,7 +32,7 @@ def test_the_guide_is_linked_from_the_readme() -> None:
 def test_worked_example_runs_offline_with_non_empty_evidence_checked_lists(
     emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from flows.cli import main
+    from flows.cli.main import main
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)

@@ -10,7 +10,7 @@ from typing import Any
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
-from flows.extract import run_extract
+from flows.run.entry import run_extract
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus
 

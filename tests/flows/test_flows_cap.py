@@ -15,7 +15,7 @@ from checkpoints.store import open_store
 from docmill.models import MODELS, Status
 from docmill.prices import price_on
 from docmill.settings import get_settings
-from flows.cli import main
+from flows.cli.main import main
 from tests.fixtures.today import TODAY
 from tests.flows.helpers import make_corpus
 

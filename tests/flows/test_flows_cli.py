@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from docmill.settings import get_settings
-from flows.cli import main
+from flows.cli.main import main
 from tests.flows.helpers import make_corpus
 
 
@@ -95,7 +95,7 @@ def test_invalid_setting_is_one_line_exit_2(
 def test_every_option_of_every_command_has_help_text() -> None:
     import argparse
 
-    from flows.cli import build_parser
+    from flows.cli.main import build_parser
 
     parser = build_parser()
     (subs,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -157,7 +157,7 @@ def test_include_and_exclude_globs_pick_the_documents(
 def test_interrupted_message_names_the_run(
     offline_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import flows.pipeline as pipeline
+    import flows.run.driver as pipeline
 
     def interrupt(*args: Any, **kw: Any) -> None:
         raise KeyboardInterrupt  # Ctrl-C during the per-file pass

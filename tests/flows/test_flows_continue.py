@@ -61,7 +61,7 @@ class Child:
                 os.environ.clear()
                 os.environ.update(env)
                 from docmill.settings import get_settings
-                from flows.cli import main
+                from flows.cli.main import main
 
                 get_settings.cache_clear()
                 code = main(argv)

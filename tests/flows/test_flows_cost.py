@@ -16,7 +16,7 @@ from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
 from docmill.errors import BudgetExhausted
 from docmill.settings import ApiSettings, BatchSettings, CostSettings, Settings
-from flows.extract import resume_run, run_extract
+from flows.run.entry import resume_run, run_extract
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of, plant
 
@@ -181,7 +181,7 @@ def test_cli_budget_exit_4_one_line_then_resume_finishes(
     tmp_path: Path, emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from docmill.settings import get_settings
-    from flows.cli import main
+    from flows.cli.main import main
 
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
     monkeypatch.setenv("DOCMILL_API__MAX_TOKENS", "1024")

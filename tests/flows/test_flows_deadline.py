@@ -12,7 +12,7 @@ import pytest
 
 from checkpoints.store import open_store
 from docmill.settings import get_settings
-from flows.cli import main
+from flows.cli.main import main
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus
 

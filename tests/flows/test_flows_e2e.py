@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from checkpoints.store import open_store
-from flows.extract import resume_run, run_extract
+from flows.run.entry import resume_run, run_extract
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of, settings_for, value
 

@@ -17,8 +17,8 @@ import pytest
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import get_settings
-from flows.cli import main
-from flows.extract import run_extract
+from flows.cli.main import main
+from flows.run.entry import run_extract
 from tasks.evaluate import groups_of, stratified_sample
 from tests.flows.helpers import make_corpus, settings_for
 

@@ -16,7 +16,7 @@ import pytest
 from checkpoints.lease import Lease
 from checkpoints.store import open_store
 from docmill.settings import get_settings
-from flows.cli import main
+from flows.cli.main import main
 from tests.flows.helpers import ROOT, make_corpus
 
 

@@ -15,7 +15,7 @@ import pytest
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
-from flows.extract import run_extract
+from flows.run.entry import run_extract
 from tasks.estimate import estimate_source
 from tests.fixtures.emulator import fast_batches
 from tests.fixtures.formats import make_mixed

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 # the batch gate's worker processes start for any batch (the default waits for 1000 requests)
 BATCH_WITH_WORKERS = (
     "import sys; import tasks.batch.ingest as ingest; ingest.MIN_RESULTS = 0; "
-    "from flows.cli import main; sys.exit(main(sys.argv[1:]))"
+    "from flows.cli.main import main; sys.exit(main(sys.argv[1:]))"
 )
 
 Pids = dict[int, tuple[int | None, str]]  # pid -> (start time, command line)

@@ -7,7 +7,7 @@ from typing import Any
 
 from checkpoints.store import open_store
 from docmill.settings import ContextSettings
-from flows.extract import run_extract
+from flows.run.entry import run_extract
 from tests.flows.helpers import outcomes_of, settings_for
 
 

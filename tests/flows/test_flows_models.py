@@ -12,7 +12,7 @@ import pytest
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
-from flows.extract import run_extract
+from flows.run.entry import run_extract
 from tasks.reporting.status import run_status, status_text
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of
@@ -74,7 +74,7 @@ def test_retired_pinned_model_stops_at_start_with_exit_2(
     tmp_path: Path, emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from docmill.settings import get_settings
-    from flows.cli import main
+    from flows.cli.main import main
 
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
     monkeypatch.setenv(

@@ -14,7 +14,7 @@ from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
 from docmill.errors import NotFound, RunOverlap
 from docmill.settings import Settings
-from flows.extract import run_extract
+from flows.run.entry import run_extract
 from tests.flows.helpers import make_corpus, settings_for
 
 ELSEWHERE = "another-host:4242:abc123"  # a driver on another machine: alive while its lease is
@@ -84,8 +84,8 @@ def test_overlap_can_be_allowed(rig: tuple[Path, Settings, Any]) -> None:
 
 
 def test_two_runs_that_marked_themselves_at_once_the_later_stops(rig: tuple[Path, Settings, Any]) -> None:
-    from flows.context import Endpoint, RunContext
-    from flows.pipeline import _refuse_overlap
+    from flows.run.context import Endpoint, RunContext
+    from flows.run.guard import _refuse_overlap
 
     corpus, settings, store = rig
     runs = ActiveRuns(store)
@@ -111,7 +111,7 @@ def test_cli_exit_5_and_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     from docmill.settings import get_settings
-    from flows.cli import main
+    from flows.cli.main import main
 
     corpus, settings, store = rig
     _live_run(store, "live", settings, corpus)
@@ -140,7 +140,7 @@ def test_a_relative_source_is_compared_as_the_folder_it_names(
 def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, Settings, Any]) -> None:
     """A run whose process died keeps its unfinished phase; status and runs say nobody drives it
     (and how to continue) instead of showing an ETA forever."""
-    from flows.extract import resume_run
+    from flows.run.entry import resume_run
     from tasks.reporting.status import run_status, runs_table, status_text
 
     corpus, settings, store = rig
@@ -217,7 +217,7 @@ def test_an_overlap_skip_ends_the_flow_run_cancelled_with_its_reason(
     """A deliberate skip is not a failure: the flow run ends Cancelled (no failure alert at 2 a.m.),
     its message says why, and nothing was sent."""
     from docmill.settings import get_settings
-    from flows.extract import nightly
+    from flows.orchestration.prefect_flows import nightly
 
     corpus, settings, store = rig
     monkeypatch.setenv("DOCMILL_API__BASE_URL", settings.api.base_url or "")

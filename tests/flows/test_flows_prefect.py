@@ -47,7 +47,7 @@ def _of_flow_run(what: str, flow_run_id: Any) -> list[Any]:
 def test_extract_flow_runs_chunks_not_documents(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
 ) -> None:
-    from flows.extract import extract
+    from flows.orchestration.prefect_flows import extract
 
     corpus, truth = make_corpus(tmp_path, count=24, seed=2)
     state = extract(str(corpus), "invoices", chunk_size=10, return_state=True)
@@ -68,7 +68,7 @@ def test_extract_flow_runs_chunks_not_documents(
 def test_nightly_second_run_sends_only_new_and_changed(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
 ) -> None:
-    from flows.extract import nightly
+    from flows.orchestration.prefect_flows import nightly
 
     corpus, truth = make_corpus(tmp_path, count=12, seed=4)
     first = nightly(str(corpus), "invoices")
@@ -95,7 +95,7 @@ def test_flow_logs_reach_prefect_with_the_docmill_run_id(
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
-    from flows.extract import extract
+    from flows.orchestration.prefect_flows import extract
 
     corpus, _ = make_corpus(tmp_path, count=6, seed=6)
     # A 400 for one document makes a WARNING line (the test session runs Prefect at WARNING).
@@ -125,7 +125,8 @@ def test_flow_logs_reach_prefect_with_the_docmill_run_id(
 def test_resume_flow_sends_nothing_already_in_the_ledger(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
 ) -> None:
-    from flows.extract import resume, run_extract
+    from flows.orchestration.prefect_flows import resume
+    from flows.run.entry import run_extract
 
     corpus, truth = make_corpus(tmp_path, count=20, seed=14)
 
@@ -158,7 +159,7 @@ def test_flow_run_shows_per_file_progress_in_documents(
 ) -> None:
     """Realtime and batch runs alike leave one progress artifact on their flow run, counting
     documents (not chunks), at 100% when the per-file pass is done."""
-    from flows.extract import extract
+    from flows.orchestration.prefect_flows import extract
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=4)
     if mode == "batch":
@@ -178,7 +179,7 @@ def test_partial_integration_shows_in_the_summary_artifact(
 ) -> None:
     """An integration answer cut at max_tokens for one document: the flow's summary says
     `integration: partial`, and so does its `docmill-run-summary` artifact."""
-    from flows.extract import extract
+    from flows.orchestration.prefect_flows import extract
 
     corpus, truth = make_corpus(tmp_path, count=8, seed=4)
     doc = next(t["doc_id"] for t in truth if t["record"] == "document" and t["expected_status"] == "ok")
@@ -194,7 +195,7 @@ def test_partial_integration_shows_in_the_summary_artifact(
 
 
 def test_progress_artifact_is_throttled_and_never_breaks_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    import flows.extract as fx
+    import flows.orchestration.chunk_tasks as fx
     from tests.fixtures.clock import FakeTime
 
     calls: list[tuple[str, Any]] = []
@@ -227,7 +228,7 @@ def test_info_lines_reach_the_logs_tab_whatever_prefects_own_level(
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
-    from flows.extract import extract
+    from flows.orchestration.prefect_flows import extract
 
     assert logging.getLogger("prefect").getEffectiveLevel() >= logging.WARNING
     monkeypatch.setenv("DOCMILL_LOG_LEVEL", "INFO")
@@ -257,7 +258,7 @@ def test_info_lines_reach_the_logs_tab_whatever_prefects_own_level(
 def test_finished_run_links_its_html_report_and_tables_failures_by_reason(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
 ) -> None:
-    from flows.extract import extract
+    from flows.orchestration.prefect_flows import extract
 
     corpus, truth = make_corpus(tmp_path, count=14, seed=5)
     state = extract(str(corpus), "invoices", chunk_size=4, return_state=True)
@@ -306,7 +307,7 @@ def test_a_retried_flow_run_continues_its_docmill_run(
 
     from checkpoints.manifest import ManifestStore
     from checkpoints.store import open_store
-    from flows.extract import extract
+    from flows.orchestration.prefect_flows import extract
     from tasks.batch import lifecycle
 
     corpus, _ = make_corpus(tmp_path, count=6, seed=2)

@@ -1,4 +1,4 @@
-"""docmill's temporary Prefect server keeps a database of its own (flows.prefect_server): not Prefect's
+"""docmill's temporary Prefect server keeps a database of its own (flows.orchestration.server): not Prefect's
 default `$PREFECT_HOME/prefect.db`, which every other Prefect process of the user shares (two SQLite
 writers: "database is locked" tracebacks), one slot per running docmill process; a configured URL is
 kept; and a flow called from Python gets the same server as the CLI. No server is started here."""
@@ -12,7 +12,7 @@ from pathlib import Path
 from prefect.settings import PREFECT_HOME, PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
 
 from docmill.processes import hold_slot
-from flows.prefect_server import DB_URL, server_environment
+from flows.orchestration.server import DB_URL, server_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = """
@@ -58,7 +58,7 @@ def test_the_server_uses_its_own_database_unless_one_is_configured(tmp_path: Pat
 
 def test_a_flow_called_from_python_gets_docmills_server() -> None:
     code = (
-        "import flows.extract\n"
+        "import flows.orchestration.prefect_flows\n"
         "from prefect.server.api.server import SubprocessASGIServer\n"
         "print(type(SubprocessASGIServer._instances.get(None)).__name__)\n"
     )

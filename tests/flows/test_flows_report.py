@@ -20,8 +20,8 @@ from checkpoints.costs import CostLedger
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, Settings, get_settings
-from flows.cli import main
-from flows.extract import run_extract
+from flows.cli.main import main
+from flows.run.entry import run_extract
 from tests.fixtures.chromium import render
 from tests.fixtures.today import emulator_config
 from tests.flows.helpers import ROOT, make_corpus, outcomes_of, plant, value

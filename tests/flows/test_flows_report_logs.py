@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from docmill.settings import get_settings
-from flows.cli import main
+from flows.cli.main import main
 from tests.flows.helpers import make_corpus, plant
 
 SECRET = "sk-ant-api03-RECOGNISABLE-FAKE-KEY-0123456789abcdef"

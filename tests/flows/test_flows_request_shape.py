@@ -11,7 +11,7 @@ import anthropic
 
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
-from flows.extract import run_extract
+from flows.run.entry import run_extract
 from tasks.api.client import ModelClient
 from tasks.conversation.pinned import PinnedFacts
 from tasks.conversation.task import ConversationTask

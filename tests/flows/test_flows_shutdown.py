@@ -17,7 +17,7 @@ import pytest
 from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
 from docmill.settings import get_settings
-from flows.cli import main
+from flows.cli.main import main
 from tests.fixtures.proxy import CountingProxy
 from tests.flows.helpers import ROOT, make_corpus, outcomes_of
 

@@ -22,7 +22,7 @@ def test_spend_limit_stops_with_exit_3_and_resume_finishes(
     mode: str,
 ) -> None:
     from docmill.settings import get_settings
-    from flows.cli import main
+    from flows.cli.main import main
 
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
     monkeypatch.setenv("DOCMILL_BATCH__POLL_SECONDS", "0.02")

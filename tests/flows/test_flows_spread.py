@@ -1,5 +1,5 @@
-"""`docmill run --workers N` in one process: the driver (flows.spread) plans shards and launches
-shard workers (flows.shards) as threads instead of Prefect flow runs; everything else is real (the
+"""`docmill run --workers N` in one process: the driver (flows.run.spread) plans shards and launches
+shard workers (flows.orchestration.shard_worker) as threads instead of Prefect flow runs; everything else is real (the
 emulator over HTTP, the store, the claims). The Prefect-launched version runs in
 tests/deploy/test_deploy_workers.py."""
 
@@ -16,13 +16,13 @@ import pytest
 from checkpoints.shards import ShardTable, WorkerLog
 from checkpoints.store import open_store
 from docmill.settings import Settings, WorkerSettings
-from flows.extract import run_extract
-from flows.shards import work_shards
+from flows.orchestration.shard_worker import work_shards
+from flows.run.entry import run_extract
 from tests.flows.helpers import make_corpus, outcomes_of, settings_for
 
 
 class ThreadLauncher:
-    """Shard workers as threads of this process (a `flows.spread.Launcher`)."""
+    """Shard workers as threads of this process (a `flows.run.spread.Launcher`)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -178,7 +178,7 @@ def test_spread_workers_share_the_cost_cap_and_never_pass_it(emulator: Any, tmp_
     from checkpoints.costs import CostLedger
     from checkpoints.inflight import InFlight
     from docmill.errors import BudgetExhausted
-    from flows.extract import resume_run
+    from flows.run.entry import resume_run
 
     corpus, _ = make_corpus(tmp_path, count=24, seed=5)
     settings = _settings(emulator, tmp_path / "s")
@@ -219,7 +219,7 @@ def test_cli_workers_without_a_prefect_server_is_one_line_exit_2(
     """Before anything starts (no temporary Prefect server, nothing sent): one line, exit 2."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.cli import main
+    from flows.cli.main import main
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=9)
     with temporary_settings(restore_defaults={PREFECT_API_URL}):

@@ -76,7 +76,7 @@ def _stop_after(emulator: Any, requests: int) -> threading.Event:
 def test_an_interrupted_flow_run_and_its_chunks_end_cancelled_not_failed(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any, prefect_lines: list[logging.LogRecord]
 ) -> None:
-    from flows.extract import extract
+    from flows.orchestration.prefect_flows import extract
 
     corpus, _ = make_corpus(tmp_path, count=24, seed=2)
     emulator.state.config.latency_ms = 100.0
@@ -102,7 +102,7 @@ def test_an_interrupted_flow_run_and_its_chunks_end_cancelled_not_failed(
 def test_a_budget_stop_ends_the_flow_run_budget_spent_with_the_resume_line(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any, prefect_lines: list[logging.LogRecord]
 ) -> None:
-    from flows.extract import extract
+    from flows.orchestration.prefect_flows import extract
 
     corpus, _ = make_corpus(tmp_path, count=24, seed=2)
     state = extract(
@@ -124,7 +124,7 @@ def test_a_budget_stop_ends_the_flow_run_budget_spent_with_the_resume_line(
 def test_a_breaker_stop_leaves_a_report_naming_the_error_and_the_continue_command(
     tmp_path: Path, emulator: Any
 ) -> None:
-    from flows.extract import run_extract
+    from flows.run.entry import run_extract
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=9)
     store_dir = str(tmp_path / "store")
@@ -150,7 +150,7 @@ def test_a_breaker_stop_leaves_a_report_naming_the_error_and_the_continue_comman
 def test_after_a_budget_stop_the_progress_bar_and_status_count_the_same(
     tmp_path: Path, emulator: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from flows.extract import run_extract
+    from flows.run.entry import run_extract
     from tasks.reporting.status import run_status
 
     corpus, _ = make_corpus(tmp_path, count=30, seed=3)
@@ -171,7 +171,7 @@ def test_the_nightly_flow_takes_recipe_model_and_budget(
 ) -> None:
     """deploy/prefect.yaml's nightly deployment passes recipe (null: DOCMILL_RECIPE), model and
     max_cost_usd; the cap stops it as it stops `docmill run`."""
-    from flows.extract import nightly
+    from flows.orchestration.prefect_flows import nightly
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=9)
     monkeypatch.setenv("DOCMILL_RECIPE", "invoices")

@@ -16,8 +16,8 @@ from checkpoints.lease import lease_key
 from checkpoints.store import ObjectStore, dumps_json, open_store
 from docmill.errors import LeaseHeld
 from docmill.settings import Settings
-from flows.context import Endpoint, RunContext
-from flows.pipeline import hold_lease
+from flows.run.context import Endpoint, RunContext
+from flows.run.guard import hold_lease
 
 TRIALS = 20
 LATENCY = (0.0, 0.25)  # seconds before every store request

@@ -9,7 +9,7 @@ from typing import Any
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, Settings
-from flows.extract import run_extract
+from flows.run.entry import run_extract
 from tests.flows.helpers import make_corpus, plant
 
 

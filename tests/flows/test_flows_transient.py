@@ -11,7 +11,7 @@ import pytest
 from checkpoints.outcomes import OutcomeLog
 from checkpoints.store import open_store
 from docmill.settings import get_settings
-from flows.cli import main
+from flows.cli.main import main
 from tests.flows.helpers import make_corpus
 
 

@@ -17,7 +17,7 @@ def _doctor(
     emulator: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, str, list[str]]:
     from docmill.settings import get_settings
-    from flows.cli import main
+    from flows.cli.main import main
 
     monkeypatch.setenv("DOCMILL_API__BASE_URL", emulator.base_url)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)

@@ -14,7 +14,7 @@ from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.models import THINKING_TOKENS_BY_EFFORT, min_cacheable_tokens
 from docmill.settings import ApiSettings, Settings
-from flows.extract import run_extract
+from flows.run.entry import run_extract
 from tasks.estimate import estimate_source
 from tests.flows.helpers import make_corpus, settings_for
 

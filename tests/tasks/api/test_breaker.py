@@ -14,7 +14,7 @@ from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
 from docmill.errors import SystemicFailure
 from docmill.settings import get_settings
-from flows.cli import main
+from flows.cli.main import main
 from tasks.api.breaker import CircuitBreaker
 from tests.flows.helpers import make_corpus, outcomes_of
 

@@ -42,7 +42,7 @@ def test_batch_create_sends_content_length_through_a_proxy_that_refuses_chunked(
     emulator: Any, tmp_path: Any
 ) -> None:
     from docmill.settings import ApiSettings, BatchSettings
-    from flows.extract import run_extract
+    from flows.run.entry import run_extract
     from tests.flows.helpers import make_corpus
 
     emulator.state.configure({"reject_chunked_bodies": True, "record_requests": True})

@@ -23,7 +23,7 @@ from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.realtime import extract_chunk
 
 if TYPE_CHECKING:
-    from flows.context import RunContext
+    from flows.run.context import RunContext
 
 
 def org_requests_per_minute(ctx: RunContext) -> float:

@@ -15,7 +15,7 @@ from tasks.reporting.summary import integration_text
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
-log = get_logger("flows.artifacts")
+log = get_logger("flows.orchestration.artifacts")
 EXAMPLES = 5  # document ids shown per reason
 
 

@@ -1,4 +1,4 @@
-"""The `docmill` argument parser: commands, their options and help text (flows/cli.py runs them).
+"""The `docmill` argument parser: commands, their options and help text (flows/cli/main.py runs them).
 
 `--store`, `--log-format` and `--log-level` are accepted before or after any command: the top-level
 parser sets them, and every command's parser repeats them with a suppressed default, so a value
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from flows.cli_checks import OneLineParser, run_id_flag, setting_flag
+from flows.cli.checks import OneLineParser, run_id_flag, setting_flag
 
 
 def _common(sub: bool) -> OneLineParser:
@@ -55,7 +55,7 @@ def _source_filters(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
-    """The `docmill` parser; each command names its handler in `fn` (see flows/cli.py's `COMMANDS`)."""
+    """The `docmill` parser; each command names its handler in `fn` (see flows/cli/main.py's `COMMANDS`)."""
     p = OneLineParser(
         prog="docmill", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common(sub=False)],

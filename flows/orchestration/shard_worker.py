@@ -31,6 +31,7 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 
 from checkpoints.allowance import Allowance
+from checkpoints.chunks import InventoryChunks
 from checkpoints.costs import CostLedger
 from checkpoints.lease import holder_is_dead_here
 from checkpoints.manifest import ManifestStore
@@ -41,10 +42,12 @@ from docmill.errors import BudgetExhausted, DocmillError, Interrupted, SystemicF
 from docmill.logs import bind_run, get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import SHUTDOWN, install
-from flows import pipeline
-from flows.context import RunContext, api_endpoint, holder_id, make_clients, share_limit
-from flows.continuation import pinned_settings
-from flows.extract import FLOW_RETRIES, FLOW_RETRY_DELAYS, RUNNER, chunk_label, record_possibly_billed
+from flows.orchestration.chunk_tasks import RUNNER, chunk_label
+from flows.orchestration.prefect_flows import FLOW_RETRIES, FLOW_RETRY_DELAYS
+from flows.run.context import RunContext, api_endpoint, holder_id, make_clients, share_limit
+from flows.run.continuation import pinned_settings
+from flows.run.entry import record_possibly_billed
+from flows.run.passes import Chunk, ChunkFn, MapChunks, plain_map, review_one_chunk
 from tasks.per_file.realtime import feed
 
 log = get_logger("flows")
@@ -58,7 +61,7 @@ def work_shards(
     store: str | None = None,
     name: str | None = None,
     settings: Settings | None = None,
-    map_chunks: pipeline.MapChunks = pipeline.plain_map,
+    map_chunks: MapChunks = plain_map,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Claim and work shards of `run_id`'s generation until none is left; returns what it did."""
@@ -90,7 +93,7 @@ class ShardWorker:
         ctx: RunContext,
         table: ShardTable,
         name: str,
-        map_chunks: pipeline.MapChunks,
+        map_chunks: MapChunks,
         sleep: Callable[[float], None],
     ) -> None:
         self.ctx, self.table, self.name, self.map_chunks, self.sleep = ctx, table, name, map_chunks, sleep
@@ -164,14 +167,15 @@ class ShardWorker:
     def work(self, sid: str, chunk_ids: list[str]) -> None:
         ctx = self.ctx
         done = OutcomeLog(ctx.store, ctx.run_id).chunks_done()
-        todo = [(cid, pipeline.load_chunk(ctx, cid)) for cid in chunk_ids if cid not in done]
+        chunks = InventoryChunks(ctx.store, ctx.run_id)
+        todo = [(cid, chunks.load(cid)) for cid in chunk_ids if cid not in done]
         self.grant([d for _, docs in todo for d in docs])
         self.beat(sid)
         try:
             with self.keep(sid):
                 # handed out as this worker's window wants documents (as in one process)
                 handed = feed(todo, ctx.client, ctx.settings)
-                results = self.map_chunks(partial(pipeline.review_one_chunk, ctx), handed)
+                results = self.map_chunks(partial(review_one_chunk, ctx), handed)
         except SystemicFailure as e:
             self.table.stop("systemic", e.one_line(), by=self.name)
             self.table.release(sid, self.holder)
@@ -241,7 +245,7 @@ def shard_chunk(fn: Any, cid: str, docs: list[dict[str, Any]], label: str = "") 
     return dict(fn(cid, docs))
 
 
-def shard_map(fn: pipeline.ChunkFn, chunks: Iterable[pipeline.Chunk]) -> list[dict[str, int]]:
+def shard_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:
     """A shard's chunks as Prefect task runs on the flow's bounded runner, submitted as handed out."""
     futures = [shard_chunk.submit(fn, cid, docs, label=chunk_label(cid, docs)) for cid, docs in chunks]
     return [f.result() for f in futures]
@@ -252,7 +256,7 @@ def shard_map(fn: pipeline.ChunkFn, chunks: Iterable[pipeline.Chunk]) -> list[di
     retry_delay_seconds=FLOW_RETRY_DELAYS,
 )  # fmt: skip
 def shard_worker(run_id: str, generation: int, store: str | None = None) -> dict[str, Any]:
-    """Work shards of one spread run (launched by its driver; see flows.spread). A retry of this
+    """Work shards of one spread run (launched by its driver; see flows.run.spread). A retry of this
     flow run claims shards again; what was done is skipped."""
     restore = install(get_settings().shutdown_grace_seconds)
     with to_prefect_run():

@@ -1,6 +1,6 @@
 """Prefect's temporary API server, started first thing when a run will need one.
 
-With no PREFECT_API_URL a flow run starts a temporary server (flows.prefect_server.OwnedServer) when
+With no PREFECT_API_URL a flow run starts a temporary server (flows.orchestration.server.OwnedServer) when
 its client first needs one; to get there this process imports Prefect's server package (~6 s of CPU),
 and only then does the server's own process start and import it again. `prespawn()` starts that
 process at once, with the same command and through docmill.processes.spawn (so it dies with docmill),

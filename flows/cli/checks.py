@@ -1,5 +1,5 @@
 """What the command line checks before anything runs, so every configuration, flag and store problem
-exits 2 with one line naming the setting (the exit-code table is in README.md and flows/cli.py).
+exits 2 with one line naming the setting (the exit-code table is in README.md and flows/cli/main.py).
 
 - Flags that set a setting are parsed by the setting's own pydantic field (`setting_flag`):
   `--concurrency 0`, `--max-cost-usd nan`, `--chunk-size 0` are refused at parse time.

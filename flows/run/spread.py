@@ -1,5 +1,5 @@
 """The driver's side of `docmill run SOURCE --workers N`: one docmill run, its per-file pass spread
-over N shard workers (flows.shards) that idle Prefect workers of the work pool pick up.
+over N shard workers (flows.orchestration.shard_worker) that idle Prefect workers of the work pool pick up.
 
 The run keeps one driver (the run's lease, one run id): it inventories, then, instead of running
 the chunks itself, plans them into shards (`settings.workers.shards_per_worker` per worker) and
@@ -23,17 +23,18 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from checkpoints.allowance import Allowance
+from checkpoints.chunks import DUP_PREFIX, InventoryChunks
 from checkpoints.outcomes import OutcomeLog
 from checkpoints.shards import ShardTable, WorkerLog, plan_shards
 from docmill.errors import InputError, Interrupted, SystemicFailure
 from docmill.logs import get_logger
 from docmill.shutdown import SHUTDOWN
-from flows import pipeline
-from flows.context import RunContext
+from flows.run.context import RunContext
+from flows.run.passes import Chunk, ChunkFn, MapChunks, spent_usd
 
 log = get_logger("flows")
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-INTERRUPT = "interrupted"  # the stop kind flows.shards obeys by stopping its sends
+INTERRUPT = "interrupted"  # the stop kind flows.orchestration.shard_worker obeys by stopping its sends
 
 
 class Launcher(Protocol):
@@ -149,7 +150,7 @@ class Spread:
         table = ShardTable(store, run_id, (gens[-1] + 1) if gens else 1, clock=self.clock)
         cap = self.ctx.settings.cost.max_cost_usd
         if cap is not None:  # the workers share what is left of the cap (checkpoints.allowance)
-            Allowance(store, run_id, table.gen).create(cap, pipeline.spent_usd(self.ctx))
+            Allowance(store, run_id, table.gen).create(cap, spent_usd(self.ctx))
         table.create(plan_shards(chunk_ids, self.workers * self.conf.shards_per_worker), self.workers)
         return table
 
@@ -177,7 +178,7 @@ class Spread:
         size = {cid: len(docs) for cid, docs in chunks}
         for cids in plan.values():  # a continued generation may hold chunks done since
             for cid in cids:
-                size.setdefault(cid, len(pipeline.load_chunk(self.ctx, cid)))
+                size.setdefault(cid, len(InventoryChunks(self.ctx.store, self.ctx.run_id).load(cid)))
         total = sum(size[c] for cids in plan.values() for c in cids)
         self.say(
             f"docmill: run {self.ctx.run_id}: {len(plan)} shards of {total} documents for {self.workers} workers (generation {table.gen})"
@@ -237,16 +238,16 @@ class Spread:
 
 
 def spread_map(
-    ctx: RunContext, workers: int, launcher: Launcher, *, local: pipeline.MapChunks, progress: bool = True
-) -> pipeline.MapChunks:
+    ctx: RunContext, workers: int, launcher: Launcher, *, local: MapChunks, progress: bool = True
+) -> MapChunks:
     """The run's MapChunks: originals spread over workers, the duplicates' wave (ledger reads of
     their originals' results, nothing new sent) run here with `local`."""
 
-    def map_chunks(fn: pipeline.ChunkFn, handed: Iterable[pipeline.Chunk]) -> list[dict[str, int]]:
+    def map_chunks(fn: ChunkFn, handed: Iterable[Chunk]) -> list[dict[str, int]]:
         chunks = list(handed)  # planned into shards at once: the workers' own windows pace them
         if not chunks:
             return []
-        if all(cid.startswith(pipeline.DUP_PREFIX) for cid, _ in chunks):
+        if all(cid.startswith(DUP_PREFIX) for cid, _ in chunks):
             return local(fn, chunks)
         return Spread(ctx, workers, launcher, progress=progress).run(chunks)
 

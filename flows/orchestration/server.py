@@ -7,7 +7,7 @@ registers `OwnedServer` as the process's default server (the same slot Prefect's
 `prefect_test_harness` fills), so that Prefect starts exactly its usual command, but through
 `docmill.processes.spawn`: marked, recorded, and stopped when this process is gone (and in a
 session of its own: a terminal's Ctrl-C is docmill's to handle, see docmill.processes). The process
-flows.prefect_boot started at the run's start, if any, is the one it takes, when it was started
+flows.orchestration.boot started at the run's start, if any, is the one it takes, when it was started
 with the same environment.
 
 Its database is docmill's own, not Prefect's default `$PREFECT_HOME/prefect.db`, which every other
@@ -33,7 +33,7 @@ from prefect.settings import PREFECT_API_URL, get_current_settings
 from docmill.errors import OrchestratorUnavailable
 from docmill.processes import held_slots, hold_slot, spawn
 from docmill.settings import get_settings
-from flows import prefect_boot
+from flows.orchestration import boot as prefect_boot
 
 ROLE = prefect_boot.ROLE
 DB_URL = prefect_boot.DB_URL
@@ -62,7 +62,7 @@ class OwnedServer(SubprocessASGIServer):
 
     def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
         # the command and environment of prefect 3.9's SubprocessASGIServer._run_uvicorn_command; a
-        # process flows.prefect_boot started on this port at the run's start is taken over instead
+        # process flows.orchestration.boot started on this port at the run's start is taken over instead
         early = prefect_boot.claim(self.port)
         if early is not None:
             return early

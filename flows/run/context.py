@@ -146,3 +146,13 @@ def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
         store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url)
     with shared_limit(store, limiter, scope, holder, name=name, lease_seconds=conf.lease_seconds) as m:
         yield m
+
+
+@dataclass
+class RunParams:
+    """What a run is asked to do: its source, recipe, mode, and the run id when it continues one."""
+
+    source: str
+    recipe: str
+    mode: str = "realtime"
+    run_id: str | None = None

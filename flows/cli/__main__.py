@@ -1,0 +1,7 @@
+"""`python -m flows.cli ...` is `docmill ...`."""
+
+import sys
+
+from flows.cli.main import main
+
+sys.exit(main())

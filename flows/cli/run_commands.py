@@ -1,0 +1,186 @@
+"""`docmill run` and `docmill resume`: the checks before anything starts, Prefect's temporary server
+started first thing (flows.orchestration.boot) and kept quiet, the run through its flow (or without Prefect),
+and the summary it ends with."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from flows.cli.checks import check_store, known_run
+from flows.cli.commands import _store, _store_uri
+from flows.cli.exit_codes import EXIT_INTEGRATION, EXIT_OK, EXIT_RUN
+from flows.orchestration import boot as prefect_boot
+from tasks.reporting.summary import integration_text
+
+
+def _quiet_prefect_services() -> None:
+    """Prefect's background queues warn while they flush at exit ("Still processing items");
+    that is not news to someone running docmill, so only their errors are shown. A docmill error
+    that ends a flow run (another run holds it, a bad source, ...) is printed by `main` in one
+    line, so Prefect's console traceback of it is dropped (it still reaches the Prefect API)."""
+    import logging
+
+    for name in ("EventsWorker", "APILogWorker"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if os.environ.get("DOCMILL_RAISE_ERRORS", "").lower() in ("1", "true", "yes"):
+        return
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for name in ("", "prefect", "prefect.flow_runs", "prefect.task_runs"):  # "" is the root logger
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, PrefectConsoleHandler) and _one_line_errors not in handler.filters:
+                handler.addFilter(_one_line_errors)
+
+
+def _one_line_errors(record: Any) -> bool:
+    """False for a log record carrying a docmill error, or Prefect's "Finished in state" line of a
+    run a signal or the budget stopped (the CLI prints each in one line of its own)."""
+    from docmill.errors import DocmillError
+
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, DocmillError):
+        return False
+    tasks = sys.modules.get("flows.orchestration.chunk_tasks")
+    return tasks is None or not tasks.is_stop_record(record)
+
+
+def _own_processes(*, prefect: bool = False) -> None:
+    """Stop what a killed earlier run left running (one line says so), and make the Prefect server
+    this run may start die with it, however it ends (docmill.processes, flows.orchestration.server);
+    `prefect`: the run goes through Prefect, its temporary server starts now (flows.orchestration.boot)."""
+    from docmill.processes import reap_stale, reaped_line
+    from docmill.settings import get_settings
+
+    stale = reap_stale(get_settings().runtime_dir)
+    if stale:
+        print(reaped_line(stale), file=sys.stderr)
+    if prefect and get_settings().prefect_prespawn:
+        prefect_boot.prespawn(get_settings().runtime_dir)  # boots while the rest imports
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():  # else no server starts (and its heavy module stays unimported)
+        from flows.orchestration.server import adopt_ephemeral_server
+
+        if adopt_ephemeral_server():
+            return
+    prefect_boot.discard()  # a profile names a server, or a test harness runs one: not needed
+
+
+def _summary_line(s: dict[str, Any]) -> str:
+    st = s["states"]
+    return (
+        f"docmill: run {s['run_id']} {s['phase']}: {st['succeeded']} succeeded, {st['needs_review']} need review, "
+        f"{st['failed']} failed{_retryable(s)}, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
+        f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflict{'' if s['conflicts'] == 1 else 's'} across documents.\n"
+        f"  {integration_text(s)}\n"
+        f"  report: {s['report']}\n  exports: {s['exports']}\n  review queue: {s['review_queue']}"
+    )
+
+
+def _retryable(s: dict[str, Any]) -> str:
+    n = int(s.get("retryable") or 0)
+    return f" ({n} transiently: resume retries them)" if n else ""
+
+
+def _finish(summary: dict[str, Any]) -> int:
+    """Print a run's summary. Documents left failed for a transient cause are not a finished run:
+    exit 3 and the resume command. (A budget stop or a signal arrives as an error: `_dispatch`.)"""
+    print(_summary_line(summary))
+    if summary.get("retryable"):
+        print(
+            f"docmill: {summary['retryable']} document(s) failed for a transient cause (outage, overload, "
+            f"rate limit, endpoint or account); `docmill resume {summary['run_id']}` retries them",
+            file=sys.stderr,
+        )
+        return EXIT_RUN
+    return EXIT_INTEGRATION if summary.get("integration") in ("partial", "failed") else EXIT_OK
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    if a.workers:  # workers need a Prefect server with a pool: no temporary one is started for them
+        from flows.run.spread import PrefectLauncher
+
+        PrefectLauncher.needs_server()
+    # then at once: Prefect's temporary server boots while the rest imports (flows.orchestration.boot)
+    _own_processes(prefect=not a.no_prefect and not a.workers)
+    from docmill.settings import get_settings
+    from flows.orchestration.prefect_flows import extract
+    from flows.run.entry import _settings, run_extract
+
+    _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
+
+    if a.finish_by:  # a bad time is one line before anything starts
+        from flows.run.entry import deadline_iso
+
+        a.finish_by = deadline_iso(a.finish_by)
+    if not os.path.exists(a.source) and not a.source.startswith("s3://"):
+        from docmill.errors import InputError
+
+        raise InputError(f"source {a.source!r} does not exist", hint="give a folder or an s3://bucket/prefix")
+    check_store(_store(a), _store_uri(a))
+    recipe = a.recipe or get_settings().recipe
+    overrides = {
+        "allow_empty": a.allow_empty or None,
+        "cost.max_doc_cost_usd": a.max_doc_cost_usd,
+        "inventory.follow_symlinks": a.follow_symlinks or None,
+        "chunk_size": a.chunk_size,
+        "cost.max_cost_usd": a.max_cost_usd,
+        "api.concurrency": a.concurrency,
+        "api.model": a.model,
+        "inventory.include": a.include,
+        "inventory.exclude": a.exclude,
+        "integration.mode": a.integration,
+    }
+    if a.no_prefect:
+        if a.workers:
+            from docmill.errors import InputError
+
+            raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
+        summary = run_extract(
+            a.source, recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
+            new_run=a.new_run, given=overrides, finish_by=a.finish_by,
+        )  # fmt: skip
+    else:  # in the foreground the person (or cron) running the command is the retry
+        summary = extract.with_options(retries=0)(
+            a.source,
+            recipe,
+            store=a.store,
+            mode=a.mode,
+            run_id=a.run_id,
+            chunk_size=a.chunk_size,
+            max_cost_usd=a.max_cost_usd,
+            concurrency=a.concurrency,
+            model=a.model,
+            include=a.include,
+            exclude=a.exclude,
+            integration=a.integration,
+            max_doc_cost_usd=a.max_doc_cost_usd,
+            follow_symlinks=a.follow_symlinks,
+            allow_empty=a.allow_empty,
+            progress=True,
+            new_run=a.new_run,
+            workers=a.workers,
+            finish_by=a.finish_by,
+        )
+    return _finish(summary)
+
+
+def cmd_resume(a: argparse.Namespace) -> int:
+    _own_processes(prefect=not a.no_prefect)
+    from flows.orchestration.prefect_flows import resume
+    from flows.run.entry import resume_run
+
+    _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
+
+    store = _store(a)
+    check_store(store, _store_uri(a))
+    known_run(store, a.run_id)
+    cap, conc = a.max_cost_usd, a.concurrency
+    if a.no_prefect:
+        summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
+    else:
+        summary = resume.with_options(retries=0)(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
+    return _finish(summary)

@@ -1,0 +1,262 @@
+"""The run driver: phases in order, each resumable from the store.
+
+    created -> inventory -> per_file -> integration -> report -> done
+
+The manifest in the store is the truth (compare-and-swap updates); a lease keeps one driver
+per run. Inventory is written in chunks under runs/<id>/inventory/, outcomes per chunk under
+runs/<id>/outcomes/, so a resumed run redoes only chunks with no outcome file, and inside
+those, documents whose idempotency key is in the ledger cost no API call.
+
+Phases are in this module; the per-file pass is flows.run.passes, the lease and the overlap check
+flows.run.guard. `map_chunks` is how chunks run: a thread pool (flows.run.passes.plain_map), Prefect
+tasks (flows.orchestration.chunk_tasks.prefect_map), shards over workers (flows.run.spread).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checkpoints.chunks import DUP_PREFIX, InventoryChunks, chunk_id
+from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
+from docmill.errors import (
+    BudgetExhausted,
+    ConfigError,
+    InputError,
+    Interrupted,
+    SystemicFailure,
+)
+from docmill.logs import bind_run, get_logger
+from flows.run.context import RunContext, RunParams
+from flows.run.guard import announced, hold_lease
+from flows.run.passes import MapChunks, per_file_pass, plain_map, spent_usd
+
+log = get_logger("pipeline")
+
+
+def write_inventory(ctx: RunContext, source: str) -> list[str]:
+    """Inventory the source once per run, in chunk files; a resume reads them back."""
+    from tasks.inventory import inventory
+
+    chunks = InventoryChunks(ctx.store, ctx.run_id)
+    done = chunks.done()
+    if done is not None:
+        return list(done["chunks"])
+    ids: list[str] = []  # a crash mid-inventory redoes it: chunk files are deterministic, put overwrites
+    chunk: list[dict[str, Any]] = []
+    dups: list[dict[str, Any]] = []
+    size = ctx.settings.chunk_size
+    count = 0
+    for doc in inventory(source, ctx.settings, doc_types=ctx.recipe.doc_types):
+        count += 1
+        record = doc.model_dump(mode="json")
+        (dups if doc.duplicate_of else chunk).append(record)
+        if len(chunk) >= size:
+            ids.append(chunks.put(chunk_id(len(ids)), chunk))
+            chunk = []
+        if len(dups) >= size:
+            ids.append(chunks.put(DUP_PREFIX + chunk_id(len(ids)), dups))
+            dups = []
+    if chunk:
+        ids.append(chunks.put(chunk_id(len(ids)), chunk))
+    if dups:
+        ids.append(chunks.put(DUP_PREFIX + chunk_id(len(ids)), dups))
+    chunks.finish(ids, count)
+    return ids
+
+
+def choose_mode(ctx: RunContext, params: RunParams) -> str:
+    """--mode auto: the Batch API (half price, slower) from settings.batch.auto_threshold documents."""
+    if params.mode != "auto":
+        return params.mode
+    n = int((InventoryChunks(ctx.store, ctx.run_id).done() or {}).get("documents", 0))
+    mode = "batch" if n >= ctx.settings.batch.auto_threshold else "realtime"
+    ManifestStore(ctx.store).update(ctx.run_id, lambda m: m.model_copy(update={"mode": mode}))
+    log.info("mode auto: %d documents -> %s", n, mode)
+    return mode
+
+
+def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
+    from flows.run.continuation import source_id
+
+    manifests = ManifestStore(ctx.store)
+    try:
+        m = manifests.load(ctx.run_id)
+    except Exception:
+        m = None
+    if m is None:
+        config = redact(ctx.settings.model_dump(mode="json"))
+        m = RunManifest(
+            run_id=ctx.run_id,
+            source=source_id(params.source),  # absolute: a resume from another folder finds it
+            recipe=params.recipe,
+            recipe_version=ctx.recipe.version,
+            mode="realtime" if params.mode == "auto" else params.mode,  # auto is decided after inventory
+            config=config,
+            budget_usd=ctx.settings.cost.max_cost_usd,
+            extra={"mode_asked": params.mode, **ctx.extra},  # ctx.extra: workers, finish_by
+        )
+        manifests.create(m)
+    elif m.recipe != params.recipe or source_id(m.source) != source_id(params.source):
+        raise ConfigError(
+            f"run {ctx.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
+            hint=f"resume it with `docmill resume {ctx.run_id}`, or start a new run without --run-id",
+        )
+    elif m.budget_usd != ctx.settings.cost.max_cost_usd:
+        cap = ctx.settings.cost.max_cost_usd
+        m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"budget_usd": cap}))
+    if any(m.extra.get(k) != v for k, v in ctx.extra.items()):  # given anew to a continued run
+        m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"extra": {**x.extra, **ctx.extra}}))
+    return m
+
+
+def all_outcomes(ctx: RunContext) -> list[dict[str, Any]]:
+    from checkpoints.outcomes import OutcomeLog
+
+    return sorted(OutcomeLog(ctx.store, ctx.run_id).all(), key=lambda o: o["doc_id"])
+
+
+def run(
+    ctx: RunContext, params: RunParams, *, map_chunks: MapChunks = plain_map, progress: bool = True
+) -> dict[str, Any]:
+    """Drive one run to its end (or to the first phase that cannot finish) and return a summary."""
+    from checkpoints.costs import CostLedger
+
+    bind_run(ctx.run_id)
+    refuse_empty(ctx, params)
+    with hold_lease(ctx), announced(ctx, params):
+        start_manifest(ctx, params)
+        try:
+            return _drive(ctx, params, map_chunks, progress)
+        except (SystemicFailure, Interrupted) as e:
+            again = stopped(ctx, e)
+            if isinstance(again, SystemicFailure):  # the report says what stopped it (a Ctrl-C is quick)
+                report_so_far(ctx, "the stop")
+            raise again from e
+        except BudgetExhausted as e:
+            spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+            stop = stop_note("budget", e.one_line(), f"docmill resume {ctx.run_id} --max-cost-usd <higher>")
+            ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.BUDGET_EXHAUSTED)
+            ManifestStore(ctx.store).update(
+                ctx.run_id,
+                lambda m: m.model_copy(update={"cost_usd": spent, "extra": {**m.extra, "stop": stop}}),
+            )
+            report_so_far(ctx, "the budget stop")
+            raise
+
+
+def stop_note(kind: str, error: str, command: str) -> dict[str, str]:
+    """Why a run stopped and the command that continues it (manifest `extra.stop`: the report and
+    `docmill status` show it)."""
+    return {"kind": kind, "error": error, "continue": command}
+
+
+def report_so_far(ctx: RunContext, what: str) -> None:
+    """The report of what is done so far, for a run that stopped (a resume writes it again at the end)."""
+    from tasks.reporting.report import write_report
+
+    try:
+        m = ManifestStore(ctx.store).load(ctx.run_id)
+        write_report(ctx.store, m.model_dump(mode="json"), all_outcomes(ctx), None)
+    except Exception as exc:  # the stop is what the user must see
+        log.error("report after %s failed: %s", what, exc)
+
+
+def refuse_empty(ctx: RunContext, params: RunParams) -> None:
+    """A new run over a source with no files is a mistake (a wrong path or prefix), not a run of
+    0 documents: InputError (exit 2) before anything is written, unless settings.allow_empty."""
+    from tasks.inventory import source_is_empty
+
+    if ctx.settings.allow_empty or InventoryChunks(ctx.store, ctx.run_id).done() is not None:
+        return
+    if source_is_empty(params.source, ctx.settings):
+        raise InputError(
+            f"source {params.source!r} has no files",
+            hint="check the folder or s3:// prefix (and DOCMILL_INVENTORY__INCLUDE/EXCLUDE), or pass --allow-empty",
+        )
+
+
+def stopped(ctx: RunContext, e: SystemicFailure | Interrupted) -> SystemicFailure | Interrupted:
+    """Phase `stopped` for a systemic failure or a signal, with why (manifest `extra.stop`); the
+    error again, naming this run's resume."""
+    again = type(e)(
+        f"run {ctx.run_id} stopped: {e.message}",
+        hint=e.hint.replace("RUN_ID", ctx.run_id) if "RUN_ID" in e.hint else f"`docmill resume {ctx.run_id}`",
+        **{**e.fields, "run_id": ctx.run_id},
+    )
+    kind = "signal" if isinstance(e, Interrupted) else "breaker"
+    stop = stop_note(kind, again.one_line(), f"docmill resume {ctx.run_id}")
+
+    def fn(m: RunManifest) -> RunManifest:
+        return m.model_copy(update={"phase": Phase.STOPPED, "extra": {**m.extra, "stop": stop}})
+
+    try:
+        ManifestStore(ctx.store).update(ctx.run_id, fn)
+    except Exception as exc:  # the stop is what the user must see
+        log.error("could not mark run %s stopped: %s", ctx.run_id, exc)
+    return again
+
+
+def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
+    from checkpoints.costs import CostLedger
+    from flows.run.continuation import source_id
+    from tasks.integration.run import integrate
+    from tasks.reporting.report import write_report
+    from tasks.reporting.summary import summarize
+
+    budget = getattr(ctx.client, "budget", None)
+    if (
+        budget is not None
+    ):  # a resumed run has spent what its cost ledger says, plus what a crash left in flight
+        budget.spent_usd = spent_usd(ctx)
+    ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.INVENTORY)
+    chunk_ids = write_inventory(ctx, params.source)
+    params.mode = choose_mode(ctx, params)
+    ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.PER_FILE, chunks=len(chunk_ids))
+    per_file_pass(ctx, params, chunk_ids, map_chunks, progress)
+    outcomes = all_outcomes(ctx)
+    summary = summarize(outcomes)
+    ManifestStore(ctx.store).set_phase(
+        ctx.run_id, Phase.INTEGRATION, documents=summary["documents"], **summary["states"]
+    )
+    integration = integrate(
+        outcomes,
+        recipe=ctx.recipe,
+        run_id=ctx.run_id,
+        store=ctx.store,
+        client=ctx.client,
+        settings=ctx.settings,
+        source=source_id(params.source),
+    )
+    ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.REPORT)
+    costs = CostLedger(ctx.store, ctx.run_id).totals()
+    manifest = ManifestStore(ctx.store).load(ctx.run_id)
+    base = f"runs/{ctx.run_id}"
+    write_report(
+        ctx.store, {**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, integration, costs
+    )
+
+    def finish(m: RunManifest) -> RunManifest:
+        m.phase = Phase.DONE
+        m.extra.pop("stop", None)  # an earlier stop is over
+        m.cost_usd = float(costs.get("usd", 0.0))
+        m.counts.update(
+            {"documents": summary["documents"], **summary["states"], "retryable": summary["retryable"]}
+        )
+        return m
+
+    manifest = ManifestStore(ctx.store).update(ctx.run_id, finish)
+    return {
+        "run_id": ctx.run_id,
+        "phase": str(manifest.phase),
+        "states": summary["states"],
+        "retryable": summary["retryable"],  # failed transiently: resume retries them (exit 3)
+        "documents": summary["documents"],
+        "from_ledger": summary["from_ledger"],
+        "cost_usd": float(costs.get("usd", 0.0)),
+        "conflicts": len(integration["checks"]["conflicts"]),
+        "integration": integration["status"],
+        "integration_problems": len(integration["problems"]),
+        "report": f"{ctx.store.uri.rstrip('/')}/{base}/report.md",
+        "review_queue": f"{ctx.store.uri.rstrip('/')}/review/{ctx.run_id}/",
+        "exports": f"{ctx.store.uri.rstrip('/')}/{base}/exports/",
+    }

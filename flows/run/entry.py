@@ -1,0 +1,192 @@
+"""Where a run starts without Prefect bookkeeping: `run_extract` (which run: flows.run.continuation;
+its settings, clients, shared limit, workers and deadline) and `resume_run`; the flows of
+flows.orchestration.prefect_flows call the same functions."""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from typing import Any
+
+from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
+from docmill.logs import get_logger
+from docmill.settings import Settings, get_settings
+from flows.run import driver, spread
+from flows.run.context import RunContext, RunParams, api_endpoint, make_clients, new_run_id, share_limit
+from flows.run.passes import MapChunks, plain_map
+from flows.run.progress import OnProgress
+from tasks.api.client import PossiblyBilled
+from tasks.api.models import check_models, check_served
+
+log = get_logger("flows")
+
+
+def _settings(store: str | None, overrides: dict[str, Any]) -> Settings:
+    base = get_settings().model_dump()
+    if store:
+        base["store"] = store
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        node = base
+        *path, leaf = dotted.split(".")
+        for p in path:
+            node = node[p]
+        node[leaf] = value
+    return Settings.model_validate(base)
+
+
+def _filters(include: list[str] | None, exclude: list[str] | None) -> dict[str, Any]:
+    """Settings overrides of the source's include / exclude globs (None keeps the configured ones)."""
+    return {"inventory.include": include, "inventory.exclude": exclude}
+
+
+def run_extract(
+    source: str,
+    recipe: str,
+    *,
+    store: str | None = None,
+    mode: str = "realtime",
+    run_id: str | None = None,
+    settings: Settings | None = None,
+    map_chunks: MapChunks = plain_map,
+    progress: bool = True,
+    on_progress: OnProgress | None = None,
+    new_run: bool = False,
+    given: dict[str, Any] | None = None,
+    flow_run_id: str | None = None,
+    workers: int | None = None,
+    launcher: Any = None,
+    finish_by: str | None = None,
+) -> dict[str, Any]:
+    """The chain without Prefect bookkeeping (used by the flows and by fast tests); `on_progress`
+    hears (documents done, total) of the per-file pass. `workers`: the per-file pass spread over
+    that many shard workers started by `launcher` (default: runs of the shard-worker deployment;
+    flows.run.spread); `finish_by` (a time: `+2h`, `06:00`, ISO 8601): batch what can finish by then,
+    the rest realtime (flows.run.deadline). A continued run keeps its own of both unless given.
+
+    The run driven is the one `flows.run.continuation.choose_run` picks: `run_id`, the run bound to
+    `flow_run_id`, a stopped run of the same recipe, model and source (unless `new_run`), or a new
+    one. A continued run takes its settings from its manifest; of `given` (dotted setting -> value,
+    None = not given) only the safe ones apply to it."""
+    from checkpoints.store import open_store
+    from docmill.errors import ConfigError
+    from flows.run.continuation import choose_run, mode_of, pinned_settings, source_id
+    from tasks.recipes import load_recipe
+
+    settings = settings or _settings(store, {})
+    st = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
+    choice = choose_run(
+        st, settings, source, recipe, run_id=run_id, new_run=new_run, flow_run_id=flow_run_id,
+        new_id=new_run_id,
+    )  # fmt: skip
+    lines = choice.lines
+    if choice.manifest is not None:
+        m = choice.manifest
+        settings, more = pinned_settings(settings, m, given)
+        lines = lines + more
+        if (m.source and source_id(m.source) != source_id(source)) or (m.recipe and m.recipe != recipe):
+            raise ConfigError(
+                f"run {m.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
+                hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
+            )
+        mode = mode_of(st, m, mode)
+        workers = workers or m.extra.get("workers")
+        finish_by = finish_by or m.extra.get("finish_by")
+    if finish_by:  # a deadline: the batch pass, with what will not finish in time sent realtime
+        finish_by, mode = deadline_iso(finish_by), "batch"
+    for note in check_models(settings):  # a retired or (under a cap) unpriced model stops here
+        log.warning("docmill: %s", note)
+    for line in lines:
+        print(line, file=sys.stderr)
+        log.info("%s", line)
+    rec = load_recipe(recipe)
+    if workers:
+        launcher = launcher or spread.PrefectLauncher(settings.workers.deployment)
+        if isinstance(launcher, spread.PrefectLauncher):
+            launcher.check()  # a server and the deployment, before anything is sent
+    with api_endpoint(settings, quiet=not progress, store=st) as endpoint:
+        client, sdk = make_clients(settings, endpoint)
+        for note in check_served(settings, sdk):  # a model nobody serves stops here, nothing sent
+            log.warning("docmill: %s", note)
+        ctx = RunContext(settings, st, rec, choice.run_id, endpoint, client, sdk, on_progress=on_progress)
+        client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, ctx.run_id))
+        if finish_by:
+            ctx.extra["finish_by"] = finish_by
+        if workers:
+            ctx.extra["workers"] = int(workers)
+            map_chunks = spread.spread_map(ctx, int(workers), launcher, local=map_chunks, progress=progress)
+        with share_limit(ctx, name="driver"):  # the organisation's limit, shared with other processes
+            return driver.run(
+                ctx,
+                RunParams(source, recipe, mode, choice.run_id),
+                map_chunks=map_chunks,
+                progress=progress,
+            )
+
+
+def deadline_iso(text: str) -> str:
+    """A --finish-by time as an ISO 8601 instant (`+2h` and `06:00` counted from now, local time)."""
+    from datetime import datetime
+
+    from tasks.deadline.plan import parse_finish_by
+
+    try:
+        when = datetime.fromisoformat(text)
+        if when.tzinfo is not None:
+            return when.isoformat()
+    except ValueError:
+        pass
+    return parse_finish_by(text, datetime.now().astimezone()).isoformat()
+
+
+def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
+    """An attempt that may have been billed without a whole answer (a timeout after sending, a broken
+    stream) goes into the run's cost ledger at once: exact when the stream reported its final usage,
+    else flagged possibly billed at its upper bound."""
+    if p.usage is not None:
+        entry = CostEntry.from_usage(
+            run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
+            model=p.model, usage=p.usage, at=p.at,
+        ).model_copy(update={"usd": p.usd, "possibly_billed": p.possibly, "unanswered": True})  # fmt: skip
+    else:
+        entry = possibly_billed_entry(
+            run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
+            model=p.model, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd, at=p.at,
+        )  # fmt: skip
+    ledger.record(f"{p.reason}-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
+
+
+def resume_run(
+    run_id: str,
+    *,
+    store: str | None = None,
+    map_chunks: MapChunks = plain_map,
+    progress: bool = True,
+    settings: Settings | None = None,
+    max_cost_usd: float | None = None,
+    concurrency: int | None = None,
+    on_progress: OnProgress | None = None,
+    flow_run_id: str | None = None,
+    launcher: Any = None,
+) -> dict[str, Any]:
+    """Continue a run with its own settings (its manifest's); only the cost cap and the concurrency
+    may be given anew. A run spread over workers is continued over workers (`launcher`: flows.run.spread)."""
+    from checkpoints.manifest import ManifestStore
+    from checkpoints.store import open_store
+
+    settings = settings or _settings(store, {})
+    m = ManifestStore(open_store(settings.store, endpoint_url=settings.s3_endpoint_url)).load(run_id)
+    return run_extract(
+        m.source,
+        m.recipe,
+        mode=m.mode,
+        run_id=run_id,
+        settings=settings,
+        map_chunks=map_chunks,
+        progress=progress,
+        on_progress=on_progress,
+        given={"cost.max_cost_usd": max_cost_usd, "api.concurrency": concurrency},
+        flow_run_id=flow_run_id,
+        launcher=launcher,
+    )

@@ -1,0 +1,193 @@
+"""The per-file pass over a run's chunks: realtime (`review_one_chunk` per chunk, handed out as the
+client's window wants documents: tasks.per_file.realtime.feed) or batch (tasks.batch.engine, or the
+deadline engine of flows.run.deadline); the cost cap's stop between chunks.
+
+`map_chunks` is how chunks run: `plain_map` (a bounded thread pool) here, Prefect tasks in
+flows.orchestration.chunk_tasks, shards over workers in flows.run.spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from checkpoints.chunks import DUP_PREFIX, InventoryChunks
+from docmill.errors import (
+    BudgetExhausted,
+)
+from docmill.settings import Settings
+from flows.run.context import RunContext, RunParams
+from flows.run.progress import Progress
+from tasks.per_file.realtime import feed
+
+ChunkFn = Callable[[str, list[dict[str, Any]]], dict[str, int]]
+
+
+Chunk = tuple[str, list[dict[str, Any]]]
+
+
+MapChunks = Callable[[ChunkFn, Iterable[Chunk]], list[dict[str, int]]]
+
+
+CHUNK_WORKERS = Settings().chunk_workers  # read once: the Prefect task runner is built at import
+
+
+def plain_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:
+    """Chunks on a bounded thread pool (the Prefect flows use a bounded task runner instead), taken
+    from `chunks` as it hands them out: the realtime pass hands out a chunk when the client's window
+    wants more documents (tasks.per_file.realtime.feed), so as many chunks run as the window needs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=CHUNK_WORKERS, thread_name_prefix="docmill-chunk") as pool:
+        return list(pool.map(lambda c: fn(*c), chunks))
+
+
+def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
+    """Per-file pass over one chunk (realtime); outcomes written once per chunk."""
+    from checkpoints.inflight import InFlight
+    from checkpoints.outcomes import OutcomeLog
+    from tasks.estimate import in_flight_bound
+    from tasks.inventory import Document
+    from tasks.per_file.realtime import extract_chunk
+
+    documents = [Document.model_validate(d) for d in docs]
+    inflight = InFlight(ctx.store, ctx.run_id)
+    mark = inflight.open(cid, in_flight_bound(documents, ctx.recipe, ctx.settings))  # invariant 13
+    try:
+        outcomes = extract_chunk(
+            documents,
+            recipe=ctx.recipe,
+            run_id=ctx.run_id,
+            store=ctx.store,
+            client=ctx.client,
+            settings=ctx.settings,
+        )
+    except BaseException:
+        inflight.close(mark)  # extract_chunk flushed the costs of every answer it got
+        raise
+    records = [o.model_dump(mode="json") for o in outcomes]
+    stopped = any(r.get("failure_type") == "budget" for r in records)
+    inflight.close(mark, settle=None if stopped else cid)  # whole: earlier lives are recounted
+    if stopped:
+        # not written: a resume redoes this chunk (finished documents are free ledger hits);
+        # returned, not raised, so a Prefect chunk task ends quietly and the driver stops the run.
+        # `answered`: its documents that got an answer (kept), as `docmill status` counts them.
+        answered = sum(1 for r in records if r.get("failure_type") != "budget" and r.get("attempts"))
+        return {"budget": 1, "answered": answered}
+    OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    return counts
+
+
+def spent_usd(ctx: RunContext) -> float:
+    """What the run has paid as far as anyone can tell: its cost ledger plus the upper bound of
+    requests a crash left in flight unrecorded (checkpoints.inflight)."""
+    from checkpoints.costs import CostLedger
+    from checkpoints.inflight import InFlight
+
+    return (
+        float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
+        + InFlight(ctx.store, ctx.run_id).totals()["usd"]
+    )
+
+
+def budget_stop(ctx: RunContext, where: str, why: str | None = None) -> BudgetExhausted:
+    spent = spent_usd(ctx)
+    cap = ctx.settings.cost.max_cost_usd
+    why = why or "the next request would pass"
+    return BudgetExhausted(
+        f"run {ctx.run_id} stopped {where}: {why} its cap of ${cap or 0:.4f} "
+        f"(spent ${spent:.4f}); requests in flight were finished and everything is kept",
+        hint=f"`docmill resume {ctx.run_id} --max-cost-usd <higher>` finishes it",
+        spent_usd=spent,
+        cap_usd=cap,
+        run_id=ctx.run_id,
+    )
+
+
+def per_file_pass(
+    ctx: RunContext, params: RunParams, chunk_ids: list[str], map_chunks: MapChunks, progress: bool = True
+) -> None:
+    from checkpoints.outcomes import OutcomeLog
+
+    done = OutcomeLog(ctx.store, ctx.run_id).chunks_done()
+    pending = [
+        (cid, InventoryChunks(ctx.store, ctx.run_id).load(cid)) for cid in chunk_ids if cid not in done
+    ]
+    total = sum(len(d) for _, d in pending)
+    bar = Progress(total, "per-file pass", enabled=progress, listener=ctx.on_progress)
+    if params.mode == "batch":
+        from tasks.batch.budget import affordable_chunks
+        from tasks.batch.engine import run_batches
+        from tasks.inventory import Document
+
+        spent = spent_usd(ctx)
+        full = {cid: chunk for cid, chunk in pending}  # a chunk cut short by the cap is never written
+        fit = affordable_chunks(
+            pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
+        )
+        pending = fit.chunks
+        docs = (Document.model_validate(d) for _, chunk in pending for d in chunk)
+        chunk_of = {d["doc_id"]: cid for cid, chunk in pending for d in chunk}
+        sizes = {cid: len(full[cid]) for cid, _ in pending}
+        order = {cid: [d["doc_id"] for d in full[cid]] for cid, _ in pending}
+        buffered: dict[str, dict[str, dict[str, Any]]] = {}
+        stopped = False
+        if ctx.extra.get(
+            "finish_by"
+        ):  # batch what can finish in time, the rest realtime (flows.run.deadline)
+            from flows.run.deadline import deadline_pass
+
+            outcomes = deadline_pass(
+                ctx,
+                docs,
+                expected=sum(sizes.values()),
+                finish_by=ctx.extra["finish_by"],
+                threads=CHUNK_WORKERS,
+            )
+        else:
+            outcomes = run_batches(
+                docs, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.sdk,
+                settings=ctx.settings, model_client=ctx.client,
+            )  # fmt: skip
+        for o in outcomes:  # results arrive in any order: a chunk is written once all of it is in
+            cid = chunk_of[o.doc_id]
+            got = buffered.setdefault(cid, {})
+            got[o.doc_id] = o.model_dump(mode="json")
+            if len(got) < sizes[cid]:
+                continue
+            records = [got[doc_id] for doc_id in order[cid]]
+            del buffered[cid]
+            if any(r.get("failure_type") == "budget" for r in records):
+                stopped = True  # not written: a resume redoes it; what is in flight still finishes
+                continue
+            OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
+            bar.add(len(records))
+        if stopped:
+            bar.finish()
+            raise budget_stop(ctx, "during the batch pass")
+        if not fit.complete:
+            raise budget_stop(
+                ctx, "before submitting the rest of the batch",
+                f"{fit.left_documents} more request(s) with a worst case of ${fit.left_usd:.4f} (every "
+                f"answer at max_tokens, input as cache writes; {len(pending)} chunk(s) with a worst case of "
+                f"${fit.reserved_usd:.4f} went) would pass",
+            )  # fmt: skip
+        return
+
+    def fn(cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
+        counts = review_one_chunk(ctx, cid, docs)
+        bar.add(counts["answered"] if counts.get("budget") else len(docs))  # as `docmill status` counts
+        return counts
+
+    # Originals first, then the duplicates that take their results from the ledger.
+    # A budget stop ends the pass before the duplicates' wave (their originals may have no result yet).
+    for wave in (
+        [c for c in pending if not c[0].startswith(DUP_PREFIX)],
+        [c for c in pending if c[0].startswith(DUP_PREFIX)],
+    ):
+        if any(c.get("budget") for c in map_chunks(fn, feed(wave, ctx.client, ctx.settings))):
+            bar.finish()
+            raise budget_stop(ctx, "during the per-file pass")
