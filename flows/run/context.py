@@ -44,7 +44,7 @@ class Endpoint:
 
 class StoreJournal:
     """The built-in emulator's batches under the run's store (`emulator/batches/<id>.json`), so a
-    run killed during a batch finds them again after a restart (emulator.batches.BatchJournal)."""
+    run killed during a batch finds them again after a restart (emulator.batch_store.BatchJournal)."""
 
     PREFIX = "emulator/batches/"
 
