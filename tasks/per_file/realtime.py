@@ -237,7 +237,7 @@ def _cheap(p: Pass, doc: Document) -> bool:
     return (
         isinstance(p.store, LocalStore)
         and doc.size <= INLINE_MAX
-        and "://" not in doc.source_uri
+        and doc.source_uri.startswith("file://")  # every local file's URI (inventory: Path.as_uri)
         and send_as(doc, p.recipe) is SendAs.TEXT
     )
 

@@ -554,3 +554,22 @@ def test_chunks_are_handed_out_as_the_window_wants_documents(tmp_path: Path) -> 
     finally:
         SHUTDOWN.reset()
     client.close()
+
+
+def test_a_small_local_text_document_is_prepared_on_the_loop_itself(tmp_path: Path) -> None:
+    """One thread hop less a document (issue 23): a small local text file qualifies (its URI is a
+    `file://` one, as the inventory writes it); a document read from S3, a large one, or one sent as
+    a PDF goes to an I/O thread. (The check once looked for no "://" and never held.)"""
+    from tasks.per_file.realtime import _cheap
+    from tasks.per_file.settle import Pass
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("Vendor: ACME\nTotal: 12.50\n")
+    settings = Settings(store=str(tmp_path / "store"))
+    recipe = load_recipe("invoices")
+    [doc] = [d for d in inventory(str(tmp_path / "src"), settings, doc_types=recipe.doc_types)]
+    store = open_store(settings.store)
+    p = Pass(recipe, "r", store, ModelClient(settings, base_url="http://127.0.0.1:9", api_key="k"), settings)
+    assert doc.source_uri.startswith("file://") and _cheap(p, doc)
+    assert not _cheap(p, doc.model_copy(update={"source_uri": "s3://bucket/a.txt"}))
+    assert not _cheap(p, doc.model_copy(update={"size": 10**6}))
