@@ -128,8 +128,15 @@ class BatchSettings(BaseModel):
         le=256 * 1024 * 1024,
         description="Bytes per batch body at most: the API takes 256 MB; the default keeps an 8 MB margin.",
     )
-    poll_seconds: float = Field(60.0, ge=0, description="First poll interval; grows with backoff.")
-    poll_max_seconds: float = Field(600.0, ge=0, description="Longest poll interval.")
+    poll_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="First poll interval after the look right after create; doubles up to poll_max_seconds "
+        "(a batch that ends in seconds is not waited for a minute).",
+    )
+    poll_max_seconds: float = Field(
+        300.0, ge=0, description="Longest poll interval: an ended batch is noticed within this."
+    )
     max_wait_seconds: float = Field(26 * 3600.0, ge=0, description="Give up following a batch after this.")
     resubmit_attempts: int = Field(3, ge=1, description="Batch rounds a request may take (errors, expiry).")
     auto_threshold: int = Field(200, ge=1, description="--mode auto uses batches from this many documents.")
