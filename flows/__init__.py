@@ -23,6 +23,8 @@
         deadline.py      `--finish-by`: batch, then realtime near the deadline
         progress.py      the progress line
 
+    flows/extract.py  the flows again, for deployments registered before this layout
+
 Where a run's state lives in the store: checkpoints/ (chunks, outcomes, manifest, lease, shards).
 
 Prefect loads a deployment's entrypoint file with its folder first on sys.path, so no module in a
