@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tasks.api.pacing import RateLimiter
 
 log = get_logger("api")
+DEFAULT_BASE_URL = "https://api.anthropic.com"  # where the SDK sends without a base URL
 REQUESTS = "requests"
 GROWTH = 1.25  # want = used x this: room to grow
 DECAY = 0.5  # a member sending less has its want fall at most this much per renewal
@@ -145,7 +146,7 @@ def scope_for(scope: str, base_url: str | None, *, builtin: bool) -> str | None:
     limits, so there is nothing to share."""
     if builtin:
         return None
-    digest = hashlib.sha256((base_url or "https://api.anthropic.com").rstrip("/").encode()).hexdigest()
+    digest = hashlib.sha256((base_url or DEFAULT_BASE_URL).rstrip("/").encode()).hexdigest()
     return f"{scope}-{digest[:10]}"
 
 

@@ -18,7 +18,7 @@ from checkpoints.store import open_store
 from docmill.settings import Settings
 from tasks.api.client import ModelClient
 from tasks.api.pacing import RateLimiter
-from tasks.api.shared_limit import SharedLimit, scope_for
+from tasks.api.shared_limit import DEFAULT_BASE_URL, SharedLimit, scope_for
 from tests.fixtures.clock import FakeTime
 
 wants = st.dictionaries(st.text(min_size=1, max_size=4), st.none() | st.floats(0, 1), min_size=1, max_size=8)
@@ -86,9 +86,8 @@ def test_members_apply_their_share_and_adopt_limits_another_member_saw(tmp_path:
 def test_scope_is_per_endpoint_and_not_shared_with_the_built_in_emulator() -> None:
     assert scope_for("org", None, builtin=True) is None
     assert scope_for("org", "http://a:1", builtin=False) != scope_for("org", "http://b:1", builtin=False)
-    assert scope_for("org", None, builtin=False) == scope_for(
-        "org", "https://api.anthropic.com/", builtin=False
-    )
+    # no base URL is the SDK's default endpoint (a trailing slash does not matter)
+    assert scope_for("org", None, builtin=False) == scope_for("org", DEFAULT_BASE_URL + "/", builtin=False)
 
 
 def _request() -> dict[str, Any]:
