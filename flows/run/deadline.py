@@ -13,14 +13,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from checkpoints.inflight import InFlight
 from checkpoints.limits import LimitPool
 from tasks.api.shared_limit import scope_for
 from tasks.deadline.engine import Realtime, run_deadline
-from tasks.estimate import in_flight_bound
 from tasks.inventory import Document
 from tasks.per_file.outcome import DocOutcome
-from tasks.per_file.realtime import extract_chunk
+from tasks.per_file.realtime import extract_recorded
 
 if TYPE_CHECKING:
     from flows.run.context import RunContext
@@ -60,22 +58,10 @@ def realtime_pass(ctx: RunContext, threads: int) -> Realtime:
 
 def _chunk(ctx: RunContext, docs: list[Document]) -> list[DocOutcome]:
     group = "deadline-" + hashlib.sha256("\n".join(d.doc_id for d in docs).encode()).hexdigest()[:16]
-    inflight = InFlight(ctx.store, ctx.run_id)
-    mark = inflight.open(group, in_flight_bound(docs, ctx.recipe, ctx.settings))
-    try:
-        outcomes = extract_chunk(
-            docs,
-            recipe=ctx.recipe,
-            run_id=ctx.run_id,
-            store=ctx.store,
-            client=ctx.client,
-            settings=ctx.settings,
-        )
-    except BaseException:
-        inflight.close(mark)
-        raise
-    inflight.close(mark, settle=group)
-    return outcomes
+    return extract_recorded(
+        docs, group, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.client,
+        settings=ctx.settings, settle=lambda _outcomes: group,
+    )  # fmt: skip
 
 
 def deadline_pass(

@@ -10,15 +10,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from docmill.errors import (
-    RunOverlap,
-)
+from docmill.errors import RunOverlap
 from docmill.logs import get_logger
 from flows.run.context import RunContext, RunParams
 
 log = get_logger("pipeline")
-
-
 LEASE_TTL = 120.0
 
 

@@ -12,23 +12,15 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks
-from docmill.errors import (
-    BudgetExhausted,
-)
+from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
 from flows.run.context import RunContext, RunParams
 from flows.run.progress import Progress
-from tasks.per_file.realtime import feed
+from tasks.per_file.realtime import extract_recorded, feed
 
 ChunkFn = Callable[[str, list[dict[str, Any]]], dict[str, int]]
-
-
 Chunk = tuple[str, list[dict[str, Any]]]
-
-
 MapChunks = Callable[[ChunkFn, Iterable[Chunk]], list[dict[str, int]]]
-
-
 CHUNK_WORKERS = Settings().chunk_workers  # read once: the Prefect task runner is built at import
 
 
@@ -44,30 +36,19 @@ def plain_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:
 
 def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
     """Per-file pass over one chunk (realtime); outcomes written once per chunk."""
-    from checkpoints.inflight import InFlight
     from checkpoints.outcomes import OutcomeLog
-    from tasks.estimate import in_flight_bound
     from tasks.inventory import Document
-    from tasks.per_file.realtime import extract_chunk
+
+    def settle(outcomes: list[Any]) -> str | None:  # whole: earlier lives are recounted
+        return None if any(o.failure_type == "budget" for o in outcomes) else cid
 
     documents = [Document.model_validate(d) for d in docs]
-    inflight = InFlight(ctx.store, ctx.run_id)
-    mark = inflight.open(cid, in_flight_bound(documents, ctx.recipe, ctx.settings))  # invariant 13
-    try:
-        outcomes = extract_chunk(
-            documents,
-            recipe=ctx.recipe,
-            run_id=ctx.run_id,
-            store=ctx.store,
-            client=ctx.client,
-            settings=ctx.settings,
-        )
-    except BaseException:
-        inflight.close(mark)  # extract_chunk flushed the costs of every answer it got
-        raise
+    outcomes = extract_recorded(
+        documents, cid, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.client,
+        settings=ctx.settings, settle=settle,
+    )  # fmt: skip
     records = [o.model_dump(mode="json") for o in outcomes]
     stopped = any(r.get("failure_type") == "budget" for r in records)
-    inflight.close(mark, settle=None if stopped else cid)  # whole: earlier lives are recounted
     if stopped:
         # not written: a resume redoes this chunk (finished documents are free ledger hits);
         # returned, not raised, so a Prefect chunk task ends quietly and the driver stops the run.

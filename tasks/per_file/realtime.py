@@ -23,7 +23,7 @@ The state and outcome bookkeeping it shares with batch mode live in tasks.per_fi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -100,6 +100,36 @@ def extract_chunk(
         return aio.loop.run(_review_all(p, docs, aio))
     finally:
         flush_costs(p)  # one cost group per chunk, also when a document raised or the budget ran out
+
+
+def extract_recorded(
+    docs: list[Document],
+    group: str,
+    *,
+    recipe: Recipe,
+    run_id: str,
+    store: ObjectStore,
+    client: ModelClient,
+    settings: Settings,
+    settle: Callable[[list[DocOutcome]], str | None],
+) -> list[DocOutcome]:
+    """`extract_chunk` under an in-flight record of `group` (invariant 13: its worst case is counted
+    as possibly billed until its answers are recorded); `settle(outcomes)` names the group to settle
+    its earlier lives to, or None (checkpoints.inflight)."""
+    from checkpoints.inflight import InFlight
+    from tasks.estimate import in_flight_bound
+
+    inflight = InFlight(store, run_id)
+    mark = inflight.open(group, in_flight_bound(docs, recipe, settings))
+    try:
+        outcomes = extract_chunk(
+            docs, recipe=recipe, run_id=run_id, store=store, client=client, settings=settings
+        )
+    except BaseException:
+        inflight.close(mark)  # extract_chunk flushed the costs of every answer it got
+        raise
+    inflight.close(mark, settle=settle(outcomes))
+    return outcomes
 
 
 async def _review_all(p: Pass, docs: list[Document], aio: AsyncModelClient) -> list[DocOutcome]:
