@@ -238,11 +238,8 @@ class AsyncModelClient:
             self.loop.close()
 
     def stop(self) -> None:
-        """What stops every request before it is sent: a spend-limit refusal, a signal, a trip."""
-        if self.client.stopped is not None:
-            raise self.client.stopped
-        SHUTDOWN.check()
-        self.client.breaker.check()
+        """What stops every request before it is sent (`ModelClient.check_stops`)."""
+        self.client.check_stops()
 
     async def call(
         self,
@@ -268,7 +265,7 @@ class AsyncModelClient:
             except ENDINGS as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
                 retryable = is_retryable(e)
                 if retryable and not c._spent(ladder):
-                    await self._backoff(c._wait_for(e, ladder))
+                    await self._backoff(c._wait_for(e, max(ladder.attempts_on_model, 1)))
                     continue
                 error, cause = c._ended(e, ladder, exhausted=retryable)
                 raise error from cause

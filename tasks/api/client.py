@@ -241,17 +241,20 @@ class ModelClient:
     # ---- one attempt's policy, step by step: shared with tasks.api.aio.AsyncModelClient ---------
 
     def _open(self, request: dict[str, Any], ladder: Ladder) -> tuple[dict[str, Any], int, int]:
-        """Before an attempt: nothing is sent after a spend-limit refusal, a signal (SIGINT/SIGTERM)
-        or a trip; the attempt is counted. Returns the body for the ladder's model, its input-token
-        estimate and its max_tokens."""
-        if self.stopped is not None:
-            raise self.stopped
-        SHUTDOWN.check()  # after SIGINT/SIGTERM nothing new is sent
-        self.breaker.check()  # tripped: nothing more is sent
+        """Before an attempt (`check_stops`; the attempt counted): the body for the ladder's model,
+        its input-token estimate and its max_tokens."""
+        self.check_stops()
         ladder.attempts += 1
         ladder.attempts_on_model += 1
         body = {**request, "model": ladder.model}
         return body, estimate_input_tokens(body), int(body["max_tokens"])
+
+    def check_stops(self) -> None:
+        """Nothing is sent after a spend-limit refusal, a signal (SIGINT/SIGTERM) or a trip."""
+        if self.stopped is not None:
+            raise self.stopped
+        SHUTDOWN.check()
+        self.breaker.check()
 
     def _failed(self, e: Exception, ladder: Ladder, told: Told) -> None:  # what pacer, ladder, breaker learn
         if isinstance(e, anthropic.APIStatusError):
@@ -323,18 +326,13 @@ class ModelClient:
     def _wait(self, state: RetryCallState, ladder: Ladder) -> float:
         return self._wait_any(state, max(ladder.attempts_on_model, 1))
 
-    def _wait_for(self, exc: BaseException, ladder: Ladder) -> float:
-        """The wait before the next attempt after `exc` (retrying.wait_seconds)."""
-        api, attempt = self.settings.api, max(ladder.attempts_on_model, 1)
-        return wait_seconds(
-            exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
-        )
-
     def _wait_any(self, state: RetryCallState, attempt: int) -> float:
         exc = state.outcome.exception() if state.outcome else None
+        return 0.0 if exc is None else self._wait_for(exc, attempt)
+
+    def _wait_for(self, exc: BaseException, attempt: int) -> float:
+        """The wait before attempt `attempt` + 1 after `exc` (retrying.wait_seconds)."""
         api = self.settings.api
-        if exc is None:
-            return 0.0
         return wait_seconds(
             exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
         )
