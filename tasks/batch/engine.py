@@ -102,7 +102,7 @@ class BatchEngine:
                     self.pending.pop(cid, None)
             if rec.phase is BatchPhase.INTENT:
                 rec = lifecycle.reconcile(self.api, self.records, rec, owned)
-                self.on_progress(_event("reconciled", rec))
+                self.on_progress(progress_event("reconciled", rec))
             if rec.phase is BatchPhase.NOT_CREATED:
                 self.pending.update(
                     (d["custom_id"], WorkItem.from_line(d)) for d in self.records.items(rec.n)
@@ -162,7 +162,7 @@ class BatchEngine:
             )
         finally:
             body.close()
-        self.on_progress(_event("submitted", rec))
+        self.on_progress(progress_event("submitted", rec))
         if rec.phase is BatchPhase.NOT_CREATED:
             self.pending.update((i.custom_id, i) for i in body.items())
             return
@@ -229,7 +229,7 @@ class BatchEngine:
                 crash_point("polling")
                 rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
                 self.live[n] = rec
-                self.on_progress(_event("status", rec))
+                self.on_progress(progress_event("status", rec))
                 if rec.phase is BatchPhase.ENDED:
                     ended_any = True
                     yield from self._collect(rec)
@@ -311,7 +311,7 @@ class BatchEngine:
         rec = self.records.update(rec.n, collected)
         del self.live[rec.n]
         self.pending.update(carry)
-        self.on_progress(_event("collected", rec))
+        self.on_progress(progress_event("collected", rec))
 
     def _send(
         self, chunk: Chunk, inflight: deque[Pending], bid: str, costs: list[CostRow], gate_remotely: bool
@@ -370,7 +370,7 @@ class BatchEngine:
             self.gates.close()
 
 
-def _event(kind: str, rec: BatchRecord) -> BatchProgress:
+def progress_event(kind: str, rec: BatchRecord) -> BatchProgress:  # also the deadline engine's
     return {
         "event": kind, "run_id": rec.run_id, "n": rec.n, "round": rec.round, "phase": rec.phase.value,
         "batch_ids": list(rec.batch_ids), "status": rec.processing_status, "counts": dict(rec.request_counts),

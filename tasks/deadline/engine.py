@@ -26,13 +26,12 @@ from typing import TYPE_CHECKING, Any
 from checkpoints.batches import BatchPhase, BatchRecord
 from tasks.api.pacing import WINDOW_MAX
 from tasks.batch import ingest, lifecycle
-from tasks.batch.engine import BatchEngine, Progress
+from tasks.batch.engine import BatchEngine, Progress, progress_event
 from tasks.batch.spool import BatchBody
 from tasks.deadline.plan import DeadlinePlan, Pace, iso
 from tasks.inventory import Document
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import Pass
-from tasks.records import BatchProgress
 
 if TYPE_CHECKING:
     import anthropic
@@ -121,7 +120,7 @@ class DeadlineEngine(BatchEngine):
             for n in sorted(self.live):
                 rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
                 self.live[n] = rec
-                self.on_progress(_event("status", rec))
+                self.on_progress(progress_event("status", rec))
                 if rec.phase is BatchPhase.ENDED:
                     yield from self._collect(rec)
             if self.live:
@@ -179,14 +178,6 @@ class DeadlineEngine(BatchEngine):
         for item in follow:
             yield self.router.finish_realtime(item)
         self._save(realtime_done_at=self.clock())
-
-
-def _event(kind: str, rec: BatchRecord) -> BatchProgress:
-    return {
-        "event": kind, "run_id": rec.run_id, "n": rec.n, "round": rec.round, "phase": rec.phase.value,
-        "batch_ids": list(rec.batch_ids), "status": rec.processing_status, "counts": dict(rec.request_counts),
-        "requests": rec.request_count, "outcomes": dict(rec.outcome_counts), "notes": list(rec.notes),
-    }  # fmt: skip
 
 
 def run_deadline(
