@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from checkpoints.manifest import ManifestStore
 from checkpoints.outcomes import OutcomeLog
 from checkpoints.shards import ShardTable, WorkerLog
 from checkpoints.store import open_store
+from docmill.background import every
 from docmill.errors import BudgetExhausted, DocmillError, Interrupted, SystemicFailure
 from docmill.logs import bind_run, get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
@@ -204,36 +204,27 @@ class ShardWorker:
     @contextmanager
     def keep(self, sid: str) -> Iterator[None]:
         """Renew the claim every quarter of its lease, beat, and watch for a stop of every worker."""
-        stop = threading.Event()
         ttl = self.conf.claim_seconds
+        last = [time.monotonic()]
 
-        def loop() -> None:
-            last = time.monotonic()
-            while not stop.wait(min(self.conf.poll_seconds, ttl / 4)):
-                try:
-                    halt = self.table.stopped()
-                    if halt and halt.get("kind") == INTERRUPT:
-                        SHUTDOWN.request("SIGINT")  # the driver was stopped: no new request from here
-                    if time.monotonic() - last < ttl / 4:
-                        continue
-                    last = time.monotonic()
-                    if not self.table.renew(sid, self.holder, ttl):
-                        log.error(
-                            "shard %s: claim lost; another worker has it (renewals failed for %.0fs)",
-                            sid,
-                            ttl,
-                        )
-                    self.beat(sid)
-                except Exception as e:  # the next try may pass; the lease is four renewals long
-                    log.error("shard %s: claim renewal failed: %s", sid, e)
+        def tick() -> None:
+            try:
+                halt = self.table.stopped()
+                if halt and halt.get("kind") == INTERRUPT:
+                    SHUTDOWN.request("SIGINT")  # the driver was stopped: no new request from here
+                if time.monotonic() - last[0] < ttl / 4:
+                    return
+                last[0] = time.monotonic()
+                if not self.table.renew(sid, self.holder, ttl):
+                    log.error(
+                        "shard %s: claim lost; another worker has it (renewals failed for %.0fs)", sid, ttl
+                    )
+                self.beat(sid)
+            except Exception as e:  # the next try may pass; the lease is four renewals long
+                log.error("shard %s: claim renewal failed: %s", sid, e)
 
-        keeper = threading.Thread(target=loop, name="docmill-shard-claim", daemon=True)
-        keeper.start()
-        try:
+        with every(min(self.conf.poll_seconds, ttl / 4), tick, name="docmill-shard-claim"):
             yield
-        finally:
-            stop.set()
-            keeper.join(timeout=5)
 
 
 @task(name="shard-chunk", task_run_name="shard-chunk {label}", cache_policy=NONE, retries=0)

@@ -4,12 +4,12 @@ taken over from a dead local holder) and the refusal of a second live run over t
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from docmill.background import every
 from docmill.errors import RunOverlap
 from docmill.logs import get_logger
 from flows.run.context import RunContext, RunParams
@@ -26,22 +26,17 @@ def hold_lease(ctx: RunContext) -> Iterator[None]:
 
     lease = Lease(ctx.store, ctx.run_id, holder_id(), ttl_seconds=LEASE_TTL)
     lease.acquire(dead=holder_is_dead_here)  # a dead holder's lease is replaced by CAS, never deleted
-    stop = threading.Event()
 
-    def keep() -> None:
-        while not stop.wait(LEASE_TTL / 4):
-            try:
-                lease.renew()
-            except Exception as exc:  # logged; the next renew or the release says more
-                log.error("lease renewal failed: %s", exc)
+    def renew() -> None:
+        try:
+            lease.renew()
+        except Exception as exc:  # logged; the next renew or the release says more
+            log.error("lease renewal failed: %s", exc)
 
-    keeper = threading.Thread(target=keep, name="docmill-lease", daemon=True)
-    keeper.start()
     try:
-        yield
+        with every(LEASE_TTL / 4, renew, name="docmill-lease"):
+            yield
     finally:
-        stop.set()
-        keeper.join(timeout=5)
         lease.release()
 
 
