@@ -49,6 +49,7 @@ from tests.fixtures.cluster import (  # noqa: E402
     Cluster,
     emulator_accounting,
     free_port,
+    kill_machine,
     list_keys,
     make_state_dir,
     prefect_cli,
@@ -168,7 +169,7 @@ def spread_run(
         while proc.poll() is None:
             n = sum(1 for b in emulator_accounting(url)["billed"] if not b["batch"])
             if n >= a.docs // 2:
-                kill_machine(cluster, kill, f"{store}/runs/{only_run(cluster, store)}")
+                kill_machine(cluster, kill, f"{store}/runs/{only_run(cluster, store, BUCKET)}", BUCKET)
                 killed_at = time.time() - t0
                 print(f"  {name}: SIGKILLed worker {kill} after {n} answers ({killed_at:.0f} s)", flush=True)
                 break
@@ -199,21 +200,6 @@ def spread_run(
     return {"name": name, "exit": code, "share": share, "rpm": rpm, "n429": n429, "received": received,
             "billed_twice": sum(1 for v in bodies.values() if v > 1), "run_id": run_id, "store": store,
             "wall": wall, "killed_at": killed_at, "in_flight": in_flight}  # fmt: skip
-
-
-def kill_machine(cluster: Cluster, name: str, run_prefix: str) -> None:
-    """SIGKILL a worker as a machine dies: the Prefect worker's process group and its shard worker's
-    flow-run process (Prefect starts each flow run in a session of its own), found by the pid its
-    heartbeat record names."""
-    s3 = s3_client(cluster)
-    for key in list_keys(s3, BUCKET, f"{run_prefix}/workers/"):
-        record = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
-        if record.get("name") == name:
-            try:
-                os.killpg(os.getpgid(int(record["pid"])), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    os.killpg(cluster.workers[name], signal.SIGKILL)
 
 
 def reference_outputs(cluster: Cluster, a: argparse.Namespace) -> dict[str, tuple[str, Any]]:

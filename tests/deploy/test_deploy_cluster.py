@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from tests.fixtures.cluster import (
     create_flow_run,
     emulator_accounting,
     flow_run_logs,
+    kill_machine,
     list_keys,
     make_state_dir,
     max_overlap,
@@ -339,21 +339,6 @@ def _live_claim(cluster: Cluster, run_prefix: str) -> tuple[str, str] | None:
     return None
 
 
-def _kill_machine(cluster: Cluster, name: str, run_prefix: str) -> None:
-    """SIGKILL a worker as a machine dies: the Prefect worker's process group and the shard worker's
-    flow-run process (Prefect starts each flow run in a session of its own, so killing the worker alone
-    leaves its flow run working), found by the pid its heartbeat record names."""
-    s3 = s3_client(cluster)
-    for key in list_keys(s3, BUCKET, f"{run_prefix}/workers/"):
-        record = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
-        if record.get("name") == name:
-            try:
-                os.killpg(os.getpgid(int(record["pid"])), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    os.killpg(cluster.workers[name], signal.SIGKILL)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(cluster: Cluster) -> None:
@@ -394,7 +379,7 @@ def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(clust
             if victim is None:
                 time.sleep(0.2)
         assert victim in cluster.workers, (victim, driver.stdout.read() if driver.stdout else "")
-        _kill_machine(cluster, victim, f"store-spread/runs/{run_id}")
+        kill_machine(cluster, victim, f"store-spread/runs/{run_id}", BUCKET)
         # it cannot write any more: without its done marker now, the shard must be taken over
         unfinished = not list_keys(s3, BUCKET, f"store-spread/runs/{run_id}/shards/0001/{shard}.done.json")
         out, _ = driver.communicate(timeout=200)
