@@ -251,13 +251,16 @@ class AsyncModelClient:
         on_response: OnResponse | None = None,
         purpose: str = "call",
         prompt_version: str | None = None,
+        estimate: int | None = None,
     ) -> CallResult:
-        """`ModelClient.call` on the loop: the same retry loop, ladder, errors, log line and result.
+        """`ModelClient.call` on the loop: the same retry loop, ladder, errors, log line and result;
+        `estimate`: the request's input-token estimate when the caller measured it already.
         `on_response(attempt, message)` is blocking work (it persists the answer): it runs on an
         I/O thread before the request gives up its slot."""
         c = self.client
         started = time.monotonic()
         ladder = c._ladder(request, key, doc_id, pass_name)
+        ladder.estimate = estimate
         while True:  # the thread's tenacity loop, written out: the same decisions, ~0.2 ms less a call
             try:
                 message: dict[str, Any] = await self._send(request, ladder, on_response, purpose)

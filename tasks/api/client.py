@@ -247,7 +247,8 @@ class ModelClient:
         ladder.attempts += 1
         ladder.attempts_on_model += 1
         body = {**request, "model": ladder.model}
-        return body, estimate_input_tokens(body), int(body["max_tokens"])
+        known = ladder.estimate if ladder.model == request["model"] else None  # measured by the caller
+        return body, estimate_input_tokens(body) if known is None else known, int(body["max_tokens"])
 
     def check_stops(self) -> None:
         """Nothing is sent after a spend-limit refusal, a signal (SIGINT/SIGTERM) or a trip."""

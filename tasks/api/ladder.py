@@ -57,6 +57,7 @@ class Ladder:
     errors: list[str] = field(default_factory=list)
     request_ids: list[str] = field(default_factory=list)
     timeouts: int = 0  # read timeouts after the request was sent (possibly billed)
+    estimate: int | None = None  # the request's input-token estimate, for its model, if measured
     key: str = ""
     doc_id: str = ""
     pass_name: str = ""

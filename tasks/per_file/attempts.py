@@ -63,6 +63,8 @@ class Attempts:
         request: dict[str, Any],
         purpose: str,
         then: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        estimate: int | None = None,
     ) -> CallResult:
         """Send `request` on the event loop. The answer is persisted (on an I/O thread) before the
         request gives up its slot, and `then(message)`, the blocking work that follows an answer
@@ -80,7 +82,7 @@ class Attempts:
 
         result = await aio.call(
             request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response,
-            purpose=purpose, prompt_version=prompt_version(self.p.recipe),
+            purpose=purpose, prompt_version=prompt_version(self.p.recipe), estimate=estimate,
         )  # fmt: skip
         self.model = result.model
         return result

@@ -32,11 +32,13 @@ class Held:
     why: str
 
 
-def request_worst_usd(settings: Settings, request: dict[str, Any]) -> float:
-    """What a per-file request and the follow-ups the repair policy allows can cost at most."""
+def request_worst_usd(settings: Settings, request: dict[str, Any], estimate: int | None = None) -> float:
+    """What a per-file request and the follow-ups the repair policy allows can cost at most
+    (`estimate`: the request's input-token estimate, when the caller has it)."""
     calls = 1 + settings.gate.repair_attempts + 1
     out = max(int(request.get("max_tokens") or 0), settings.gate.truncation_max_tokens)
-    one = worst_usd(str(request.get("model")), estimate_input_tokens(request), out)
+    tokens = estimate_input_tokens(request) if estimate is None else estimate
+    one = worst_usd(str(request.get("model")), tokens, out)
     return 0.0 if one is None else calls * one
 
 

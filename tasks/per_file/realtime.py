@@ -38,6 +38,7 @@ from docmill.errors import (
 )
 from docmill.logs import get_logger, redact
 from tasks.api.aio import async_client
+from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.accounting import flush_costs, recount_attempts
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
 from tasks.per_file.cost_guard import COST_GUARD, long_worst_usd, over_guard, request_worst_usd
@@ -231,6 +232,7 @@ class Work:
     progress: Progress
     action: Action | None = None
     message: dict[str, Any] | None = None  # an answer not gated yet (a recovered one)
+    estimate: int | None = None  # `request`'s input-token estimate, measured once for guard and pacer
     outcome: DocOutcome | None = None  # set once the document ended
 
 
@@ -251,7 +253,8 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
             def then(message: dict[str, Any], asked: Work = asked, stepped: list[Work] = stepped) -> None:
                 stepped.append(_after_answer(p, asked, message, True))
 
-            await tries.call(aio, work.request, work.action.value if work.action else "first", then)
+            action = work.action.value if work.action else "first"
+            await tries.call(aio, work.request, action, then, estimate=work.estimate)
             work = stepped[0]
         return work.outcome
     except ApiCallError as e:
@@ -285,14 +288,16 @@ def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
     long = goes_long(doc, p.recipe, payload, p.settings)
     max_tokens = int(p.settings.api.max_tokens)
     request = {} if long else file_request(p.recipe, doc, payload, model=p.model, max_tokens=max_tokens)
-    held = _held(p, doc, key, text, request)
+    estimate = estimate_input_tokens(request) if request else None
+    held = _held(p, doc, key, text, request, estimate)
     if held is not None:
         return held
     tries = Attempts(p, doc.doc_id, key, model=p.model)
     progress = Progress(max_tokens=max_tokens)
     if long:
         return Work(doc, key, payload, tries, request, progress)
-    return Work(doc, key, payload, tries, request, progress, message=tries.recovered(progress))
+    recovered = tries.recovered(progress)
+    return Work(doc, key, payload, tries, request, progress, message=recovered, estimate=estimate)
 
 
 def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> Work:
@@ -313,16 +318,19 @@ def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> 
         work.outcome = _finish(p, work.doc, work.key, tries, verdict, decision)
         return work
     work.request = {**next_request(decision, work.request, verdict), "model": tries.model}
+    work.estimate = None  # a follow-up: measured when it is sent
     work.action = decision.action
     work.progress.max_tokens = int(work.request["max_tokens"])
     return work
 
 
-def _held(p: Pass, doc: Document, key: str, text: str, request: dict[str, Any]) -> DocOutcome | None:
+def _held(
+    p: Pass, doc: Document, key: str, text: str, request: dict[str, Any], estimate: int | None = None
+) -> DocOutcome | None:
     """needs_review `cost_guard` when the document's worst case passes the per-document guard
     (tasks.per_file.cost_guard); not written to the ledger, so a run with a higher guard sends it."""
     if request:
-        worst = request_worst_usd(p.settings, request)
+        worst = request_worst_usd(p.settings, request, estimate)
     else:
         worst = long_worst_usd(p.settings, p.model, long_tokens(doc, p.recipe, text))
     why = over_guard(p.settings, worst)
