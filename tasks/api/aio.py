@@ -182,9 +182,21 @@ class Gate:
             elif got == WINDOW_FULL:
                 await self.changes.wait()
             else:
-                await self.asleep(got)
-                self.limiter.stats.waits.append(got)
-                waited += got
+                slept = await self._nap(got)
+                self.limiter.stats.waits.append(slept)
+                waited += slept
+
+    async def _nap(self, seconds: float) -> float:
+        """Wait what the pacer said, or less: on the real clock an answer ends the wait early (its
+        headers may raise the limits: the first answers replace the assumed ones, and a run that
+        waited on those would idle until its turn under limits it no longer has)."""
+        if self.asleep is not asyncio.sleep:
+            await self.asleep(seconds)
+            return seconds
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await self.changes.wait(seconds)
+        return loop.time() - start
 
 
 def loop_sleep(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:

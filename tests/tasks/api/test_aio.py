@@ -147,3 +147,31 @@ def test_gate_serves_follow_ups_first_and_a_stop_reaches_every_waiter() -> None:
     assert order == ["repair-1", "new-1", "new-2"]  # the started document's follow-up first
     assert outcomes == ["Interrupted"] * 3  # every waiter gets the stop, none waits for its turn
     assert isinstance(Ticket, type)
+
+
+def test_a_pacer_wait_ends_early_when_an_answer_raises_the_limits() -> None:
+    # Before any answer the pacer paces at the assumed limits (here 30 requests/min: the second
+    # request would wait 2 s). The first answer's headers say the organisation allows far more:
+    # the waiting request goes then, not after the wait the assumed limits asked for.
+    lim = RateLimiter(30, 10**9, ramp_seconds=0)
+
+    async def scenario() -> float:
+        changes = Changes()
+        gate = Gate(lim, changes, asyncio.sleep, lambda: None)
+        first = await gate.acquire(10, 0)
+        second = asyncio.create_task(gate.acquire(10, 0))
+        await asyncio.sleep(0.05)
+        assert not second.done()  # paced: the assumed limit holds until an answer says otherwise
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        raised = {
+            "anthropic-ratelimit-requests-limit": "600000",
+            "anthropic-ratelimit-requests-remaining": "599999",
+        }
+        lim.release(first, usage={"input_tokens": 10, "output_tokens": 1}, headers=raised)
+        changes.notify()
+        lim.release(await second)
+        return loop.time() - start
+
+    waited = asyncio.run(asyncio.wait_for(scenario(), 8))
+    assert waited < 1.0  # the pacer's 2 s wait, cut short by the answer
