@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks
+from docmill.collector import relaxed_gc
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
 from flows.run.context import RunContext, RunParams
@@ -169,6 +170,8 @@ def per_file_pass(
         [c for c in pending if not c[0].startswith(DUP_PREFIX)],
         [c for c in pending if c[0].startswith(DUP_PREFIX)],
     ):
-        if any(c.get("budget") for c in map_chunks(fn, feed(wave, ctx.client, ctx.settings))):
+        with relaxed_gc():  # a full collection would stall every answer on the event loop
+            stopped = any(c.get("budget") for c in map_chunks(fn, feed(wave, ctx.client, ctx.settings)))
+        if stopped:
             bar.finish()
             raise budget_stop(ctx, "during the per-file pass")

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 import anthropic
 
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
+from docmill.collector import relaxed_gc
 from docmill.errors import InputError
 from docmill.shutdown import SHUTDOWN
 from tasks.api.client import ModelClient
 from tasks.batch import ingest, lifecycle
 from tasks.batch.ingest import Gated, done_future, ordered_map
 from tasks.batch.items import WorkItem, decode_item
-from tasks.batch.lifecycle import crash_point
 from tasks.batch.longdocs import LongDoc, long_outcome
 from tasks.batch.results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
 from tasks.batch.spool import BatchBody, request_line
@@ -226,7 +226,7 @@ class BatchEngine:
             ended_any = False
             SHUTDOWN.check()  # batches in flight keep running; resume re-attaches to them
             for n in sorted(self.live):
-                crash_point("polling")
+                lifecycle.crash_point("polling")
                 rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
                 self.live[n] = rec
                 self.on_progress(progress_event("status", rec))
@@ -260,7 +260,7 @@ class BatchEngine:
             inflight: deque[Pending] = deque()
             chunk: Chunk = []
             for line in lines:
-                crash_point("streaming_results")
+                lifecycle.crash_point("streaming_results")
                 cid = line.get("custom_id")
                 if cid not in raw or cid in done or cid in carry or cid in answered:
                     counts["foreign" if cid not in raw else "duplicate"] += 1
@@ -356,7 +356,7 @@ class BatchEngine:
         self.gates = ingest.Prechecker(self.recipe, self.settings)
         try:
             with (
-                ingest.relaxed_gc(),
+                relaxed_gc(),
                 ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="docmill-batch") as self.pool,
                 ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="docmill-ingest") as self.ingest,
             ):

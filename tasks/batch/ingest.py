@@ -13,7 +13,6 @@ broke, the recipe does not pickle) is gated in-process instead.
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import pickle
 import sys
@@ -41,7 +40,6 @@ PROCESSES = 2  # worker processes gating answers
 CHUNK = 128  # answers per task sent to a worker (amortizes pickling and wake-ups)
 STATS: Counter[str] = Counter()  # chunks handed to the worker processes (for tests and benches)
 MIN_RESULTS = 1000  # a batch with fewer requests is gated in-process (no pool start-up cost)
-GC_YOUNG, GC_OLD = 200_000, 1000  # relaxed_gc: allocations between young collections, full ones rarer
 
 # per answer: ("verdict", Verdict) or ("unreadable", InputError.one_line())
 Gated = tuple[str, Any]
@@ -143,20 +141,6 @@ class Prechecker:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
-
-
-@contextmanager
-def relaxed_gc() -> Iterator[None]:
-    """Rare cyclic collections while a batch pass runs: each full collection walks every live object
-    (the outcomes a run buffers until their chunk is complete, the items of a 100k batch), which
-    cost ~15 % of the driver's ingest CPU at 30,000 documents (1,605 -> 1,866 documents per CPU
-    second). Young objects are still collected; the thresholds come back after."""
-    old = gc.get_threshold()
-    gc.set_threshold(max(old[0], GC_YOUNG), old[1], max(old[2], GC_OLD))
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
 
 
 def done_future(value: R) -> Future[R]:
