@@ -7,3 +7,13 @@ pytest_plugins = [
     "tests.fixtures.prefect",
     "tests.fixtures.chromium",
 ]
+
+# Property tests draw the same examples on every machine and every run: a red CI is reproducible
+# (`DOCMILL_HYPOTHESIS_PROFILE=explore` draws new ones, for a session that hunts for edge cases).
+import os  # noqa: E402
+
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("DOCMILL_HYPOTHESIS_PROFILE", "ci"))

@@ -17,8 +17,8 @@ def test_relaxed_gc_freezes_what_exists_and_restores_on_the_way_out() -> None:
         assert frozen > 0  # the objects that existed: no collection walks them during the pass
         assert gc.get_threshold()[0] >= GC_YOUNG and gc.get_threshold()[2] >= GC_OLD
         with relaxed_gc():  # nested (a batch pass inside the per-file pass): one relaxation
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen  # the inner exit did not unfreeze
+            assert gc.get_freeze_count() > frozen // 2  # (frozen objects freed meanwhile leave it)
+        assert gc.get_freeze_count() > frozen // 2  # the inner exit did not unfreeze
         cycle: list[object] = []
         cycle.append(cycle)
         del cycle
