@@ -20,6 +20,7 @@ pacer's window asks (Little's law: hundreds at a tier-4 limit) without a thread 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import weakref
@@ -34,7 +35,7 @@ import httpx2
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import StreamProgress, read_timeout, streams
 from tasks.api.client import ENDINGS, CallResult, ModelClient, OnResponse
-from tasks.api.pacing import WINDOW_FULL, RateLimiter, Ticket, Told
+from tasks.api.pacing import WINDOW_FULL, WINDOW_MAX, RateLimiter, Ticket, Told
 from tasks.api.retrying import is_retryable
 from tasks.api.sse import read_answer
 
@@ -77,6 +78,13 @@ def _stop_loop(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor) -> Non
     if loop.is_running():
         loop.call_soon_threadsafe(loop.stop)
     pool.shutdown(wait=False)
+
+
+def _close_sdk(loop: LoopThread, sdk: anthropic.AsyncAnthropic) -> None:
+    """Close the SDK client's connections on its loop (once; at most a few seconds)."""
+    if loop.loop.is_running():
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(sdk.close(), loop.loop).result(timeout=5)
 
 
 class Occupancy:
@@ -233,19 +241,31 @@ class AsyncModelClient:
         self._asleep = loop_sleep(client._sleep)
         self.gate = Gate(client.limiter, self.changes, self._asleep, self.stop)
         self.sdk: anthropic.AsyncAnthropic = self.loop.run(self._make_sdk(api_key, base_url))
+        # a client dropped without close() (a signal's exit, a script) still closes its connections
+        # (aiohttp logs an error for a session left open at exit)
+        self._close_sdk = weakref.finalize(self, _close_sdk, self.loop, self.sdk)
 
     async def _make_sdk(self, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
         api = self.client.settings.api
-        # as many connections as requests in flight (the SDK's default pool stops at 1,000)
-        limits = httpx2.Limits(max_connections=None, max_keepalive_connections=api.concurrency or 1000)
-        http = anthropic.DefaultAsyncHttpxClient(limits=limits, timeout=api.timeout_seconds)
+        # as many connections as requests in flight (the SDK's default pool stops at 1,000; aiohttp's
+        # at 100 when given none: the pacer's window is the bound)
+        keep = api.concurrency or 1000
+        http: httpx2.AsyncClient
+        if api.http_client == "aiohttp":
+            limits = httpx2.Limits(
+                max_connections=api.concurrency or WINDOW_MAX, max_keepalive_connections=keep
+            )
+            http = anthropic.DefaultAioHttpClient(limits=limits, timeout=api.timeout_seconds)
+        else:
+            limits = httpx2.Limits(max_connections=None, max_keepalive_connections=keep)
+            http = anthropic.DefaultAsyncHttpxClient(limits=limits, timeout=api.timeout_seconds)
         return anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds, http_client=http
         )
 
     def close(self) -> None:
         try:
-            self.loop.run(self.sdk.close())
+            self._close_sdk()
         finally:
             self.loop.close()
 

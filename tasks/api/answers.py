@@ -180,9 +180,27 @@ def paid_attempt(
         return Paid(worst_usd, True, None, reason)
     if isinstance(exc, anthropic.APITimeoutError):
         return Paid(worst_usd, True, None, "timeout") if sent_before_timeout(exc) else None
-    if isinstance(exc, anthropic.APIConnectionError) and isinstance(exc.__cause__, SENT_THEN_BROKEN):
+    if isinstance(exc, anthropic.APIConnectionError) and sent_then_broken(exc.__cause__):
         return Paid(worst_usd, True, None, "broken")
     return None
+
+
+def sent_then_broken(cause: BaseException | None) -> bool:
+    """Whether a connection error (the SDK's cause) may have come after the request went out.
+    httpx names it (SENT_THEN_BROKEN). aiohttp's transport (the SDK's aiohttp extra, the event
+    loop's client) reports a connection the server closed or reset after the request as
+    `httpx2.ConnectError`, the class of a refused connect: the aiohttp error behind it tells them
+    apart, and anything but a failed connect counts as sent (the harsher reading)."""
+    if isinstance(cause, SENT_THEN_BROKEN):
+        return True
+    inner = cause.__cause__ if isinstance(cause, httpx2.ConnectError) else None
+    if inner is None or not type(inner).__module__.startswith("aiohttp"):
+        return False
+    import aiohttp
+
+    return isinstance(inner, aiohttp.ClientConnectionError) and not isinstance(
+        inner, aiohttp.ClientConnectorError
+    )
 
 
 def _broken_reason(exc: BaseException) -> str:

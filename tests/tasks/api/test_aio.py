@@ -5,6 +5,8 @@ errors, signals, the breaker), streamed answers read as the same JSON, and the G
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 from typing import Any
 
 import pytest
@@ -175,3 +177,57 @@ def test_a_pacer_wait_ends_early_when_an_answer_raises_the_limits() -> None:
 
     waited = asyncio.run(asyncio.wait_for(scenario(), 8))
     assert waited < 1.0  # the pacer's 2 s wait, cut short by the answer
+
+
+def _closes_after_the_request() -> tuple[str, threading.Thread]:
+    """A server that reads one whole request and closes the connection without a word: what a
+    proxy or an API host that died mid-request looks like from the client."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(
+                next(
+                    v
+                    for k, v in (h.split(b":", 1) for h in head.split(b"\r\n")[1:])
+                    if k.lower() == b"content-length"
+                )
+            )
+            while len(body) < length:
+                body += conn.recv(65536)
+        server.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}", thread
+
+
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+def test_a_connection_closed_after_the_request_is_possibly_billed_a_refused_one_is_not(
+    http_client: str,
+) -> None:
+    # Invariant 13 with either client: aiohttp names a server that closed after the request and a
+    # refused connect alike (httpx2.ConnectError); only the first may have been billed.
+    def client(base_url: str) -> ModelClient:
+        api = {"max_attempts": 1, "fallback_model": None, "http_client": http_client, "timeout_seconds": 5.0}
+        return ModelClient(Settings(api=api), base_url=base_url, api_key="test-key")
+
+    url, server = _closes_after_the_request()
+    closed = client(url)
+    with pytest.raises(ApiCallError):
+        acall(closed, request())
+    server.join(timeout=5)
+    assert [p.reason for p in closed.possibly_billed] == ["broken"]
+
+    spare = socket.create_server(("127.0.0.1", 0))
+    port = spare.getsockname()[1]
+    spare.close()  # nothing listens there: the connect is refused, nothing was sent
+    refused = client(f"http://127.0.0.1:{port}")
+    with pytest.raises(ApiCallError):
+        acall(refused, request())
+    assert refused.possibly_billed == []
