@@ -6,7 +6,9 @@ Every table talks to the emulator in its own process (its CPU is not counted her
 (a) efficiency: limits not binding (the emulator states limits far above anything sent), the same
     number of requests in flight for both (`--concurrency`: the loop's semaphore, docmill's ceiling),
     at 0 / 50 / 200 ms per answer. Interleaved `--repeat` times, medians printed.
-    - plain: `AsyncAnthropic.messages.create` per document, nothing else;
+    - plain: `AsyncAnthropic.messages.create` per document, nothing else, on the SDK's default HTTP
+      client (httpx); plain-aio: the same on the SDK's aiohttp client, which docmill's event loop uses
+      (`DOCMILL_API__HTTP_CLIENT`), so "vs aio" compares docmill with a loop on the same transport;
     - durable floor: plain + the two write-once objects every answer needs (response, result);
     - docmill: the per-file pass of `run_extract` (pacer, chunks, gate, ledger, costs, outcomes).
     docs/s, docmill / plain, and CPU ms per document of each (this process's CPU during the pass).
@@ -101,11 +103,14 @@ def requests_for(corpus: Path) -> list[dict[str, Any]]:
 
 
 def plain_loop(
-    requests: list[dict[str, Any]], url: str, window: int, *, store: Path | None = None, retries: int = 2
-) -> tuple[float, float, int]:
+    requests: list[dict[str, Any]], url: str, window: int, *, store: Path | None = None, retries: int = 2,
+    aiohttp: bool = False,
+) -> tuple[float, float, int]:  # fmt: skip
     """(docs/s, CPU ms per document, requests failed) of the plain loop; with `store`, also writing the
-    durable floor (the response and the result of every answer, write-once, on docmill's store)."""
+    durable floor (the response and the result of every answer, write-once, on docmill's store);
+    `aiohttp`: on the SDK's aiohttp client (docmill's default for the event loop) instead of httpx."""
     import anthropic
+    import httpx2
 
     from checkpoints.ledger import ResponseLog, ResultsLedger
     from checkpoints.store import open_store
@@ -116,7 +121,14 @@ def plain_loop(
     failed = [0]
 
     async def main() -> None:
-        client = anthropic.AsyncAnthropic(api_key="bench", base_url=url, max_retries=retries)
+        http = (
+            anthropic.DefaultAioHttpClient(limits=httpx2.Limits(max_connections=max(window, 100)))
+            if aiohttp
+            else None
+        )
+        client = anthropic.AsyncAnthropic(
+            api_key="bench", base_url=url, max_retries=retries, http_client=http
+        )
         sem = asyncio.Semaphore(window)
 
         async def one(req: dict[str, Any]) -> None:
@@ -185,20 +197,22 @@ def efficiency(a: argparse.Namespace, tmp: Path) -> None:
     reqs = requests_for(corpus)
     print(
         f"(a) efficiency: {len(reqs)} invoices, {a.concurrency} in flight, limits not binding; medians of "
-        f"{a.repeat}\n{'latency':>8} {'plain':>7} {'floor':>7} {'docmill':>8} {'ratio':>6} {'whole run':>10}   "
-        f"CPU ms/doc: {'plain':>6} {'floor':>6} {'docmill':>8}",
+        f"{a.repeat}; plain: the SDK's default (httpx), plain-aio: the SDK's aiohttp client (docmill's)\n"
+        f"{'latency':>8} {'plain':>7} {'plain-aio':>9} {'floor':>7} {'docmill':>8} {'ratio':>6} {'vs aio':>6} "
+        f"{'whole run':>10}   CPU ms/doc: {'plain':>6} {'p-aio':>6} {'floor':>6} {'docmill':>8}",
         flush=True,
     )
     for i, latency in enumerate(float(x) for x in a.latencies.split(",")):
         proc, url = start_emulator(latency, *UNBOUND)
-        runs: dict[str, list[float]] = {k: [] for k in ("p", "f", "d", "w", "pc", "fc", "dc")}
+        runs: dict[str, list[float]] = {k: [] for k in ("p", "a", "f", "d", "w", "pc", "ac", "fc", "dc")}
         try:
             plain_loop(reqs, url, a.concurrency)  # warm the emulator's model and caches
             for r in range(a.repeat):
                 p, pc, _ = plain_loop(reqs, url, a.concurrency)
+                ai, ac, _ = plain_loop(reqs, url, a.concurrency, aiohttp=True)
                 f, fc, _ = plain_loop(reqs, url, a.concurrency, store=tmp / f"floor-{i}-{r}")
                 d = docmill_pass(corpus, url, tmp / f"store-{i}-{r}", a.concurrency)
-                for k, v in (("p", p), ("f", f), ("pc", pc), ("fc", fc), ("d", d["docs_s"]),
+                for k, v in (("p", p), ("a", ai), ("f", f), ("pc", pc), ("ac", ac), ("fc", fc), ("d", d["docs_s"]),
                              ("w", d["whole_docs_s"]), ("dc", d["cpu_ms"])):  # fmt: skip
                     runs[k].append(v)
         finally:
@@ -206,8 +220,9 @@ def efficiency(a: argparse.Namespace, tmp: Path) -> None:
             proc.wait()
         m = {k: statistics.median(v) for k, v in runs.items()}
         print(
-            f"{latency:>6.0f}ms {m['p']:>7.1f} {m['f']:>7.1f} {m['d']:>8.1f} {m['d'] / m['p']:>6.2f} "
-            f"{m['w']:>10.1f}   {'':>11} {m['pc']:>6.2f} {m['fc']:>6.2f} {m['dc']:>8.2f}",
+            f"{latency:>6.0f}ms {m['p']:>7.1f} {m['a']:>9.1f} {m['f']:>7.1f} {m['d']:>8.1f} {m['d'] / m['p']:>6.2f} "
+            f"{m['d'] / m['a']:>6.2f} {m['w']:>10.1f}   {'':>11} {m['pc']:>6.2f} {m['ac']:>6.2f} {m['fc']:>6.2f} "
+            f"{m['dc']:>8.2f}",
             flush=True,
         )
 
