@@ -87,6 +87,52 @@ def _close_sdk(loop: LoopThread, sdk: anthropic.AsyncAnthropic) -> None:
             asyncio.run_coroutine_threadsafe(sdk.close(), loop.loop).result(timeout=5)
 
 
+Then = Callable[[dict[str, Any]], object]
+
+
+class Slot:
+    """A request's place in the pacer's window and its budget reservation, given back once: on the
+    I/O thread as soon as its answer is persisted (`_answer_step`), else on the loop when the
+    attempt ends. Then the waiters on the loop look again."""
+
+    def __init__(self, client: ModelClient, ticket: Ticket, aio: AsyncModelClient) -> None:
+        self.client, self.ticket, self.aio = client, ticket, aio
+        self.told: Told = {}
+        self.hold: float | None = None  # the budget's reservation, once made
+        self.billed = 0.0
+        self._given = False
+
+    def give_back(self) -> None:
+        if self._given:
+            return
+        self._given = True
+        try:
+            if self.hold is not None:
+                self.client.budget.settle(self.hold, self.billed)
+        finally:
+            self.client.limiter.release(self.ticket, **self.told)
+            loop = self.aio.loop.loop
+            if threading.get_ident() == self.aio.loop.thread.ident:
+                self.aio.changes.notify()
+            else:
+                loop.call_soon_threadsafe(self.aio.changes.notify)
+
+
+def _answer_step(
+    on_response: OnResponse | None,
+    then: Then | None,
+    attempt: int,
+    data: dict[str, Any],
+    give_back: Callable[[], None],
+) -> None:
+    """On an I/O thread: persist the answer, give back the slot, then the work that follows."""
+    if on_response is not None:
+        on_response(attempt, data)  # persisted before the slot is given back: invariant 3
+    give_back()
+    if then is not None:
+        then(data)
+
+
 class Occupancy:
     """Work items (documents) handed to the loop and not finished yet, counted across threads, so a
     feeder can wait until the loop wants more (tasks.per_file.realtime.feed)."""
@@ -284,18 +330,21 @@ class AsyncModelClient:
         purpose: str = "call",
         prompt_version: str | None = None,
         estimate: int | None = None,
+        then: Then | None = None,
     ) -> CallResult:
         """`ModelClient.call` on the loop: the same retry loop, ladder, errors, log line and result;
         `estimate`: the request's input-token estimate when the caller measured it already.
         `on_response(attempt, message)` is blocking work (it persists the answer): it runs on an
-        I/O thread before the request gives up its slot."""
+        I/O thread before the request gives up its slot (invariant 3); `then(message)`, the blocking
+        work after it (the gate, the ledger), runs in the same I/O step once the slot is given back,
+        so the window does not wait for it."""
         c = self.client
         started = time.monotonic()
         ladder = c._ladder(request, key, doc_id, pass_name)
         ladder.estimate = estimate
         while True:  # the thread's tenacity loop, written out: the same decisions, ~0.2 ms less a call
             try:
-                message: dict[str, Any] = await self._send(request, ladder, on_response, purpose)
+                message: dict[str, Any] = await self._send(request, ladder, on_response, purpose, then)
                 break
             except ENDINGS as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
                 retryable = is_retryable(e)
@@ -311,37 +360,36 @@ class AsyncModelClient:
         await self._asleep(seconds)
 
     async def _send(
-        self, request: dict[str, Any], ladder: Ladder, on_response: OnResponse | None, purpose: str
+        self,
+        request: dict[str, Any],
+        ladder: Ladder,
+        on_response: OnResponse | None,
+        purpose: str,
+        then: Then | None = None,
     ) -> Any:
         c = self.client
         body, estimate, max_tokens = c._open(request, ladder)
         # a document's follow-up (a repair, a retry after truncation, a transport retry) goes first
         follow_up = purpose != "first" or ladder.attempts > 1
-        ticket = await self.gate.acquire(estimate, max_tokens, follow_up=follow_up)
-        told: Told = {}
+        slot = Slot(c, await self.gate.acquire(estimate, max_tokens, follow_up=follow_up), self)
         progress = StreamProgress()
         try:
             worst = c._worst_case_usd(ladder.model, estimate, max_tokens)
-            hold = await self._reserve(worst)
-            billed = 0.0
+            slot.hold = await self._reserve(worst)
+            SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
+            await self._admit()  # a streak near the breaker's threshold: one at a time
             try:
-                SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
-                await self._admit()  # a streak near the breaker's threshold: one at a time
-                try:
-                    data, request_id, headers = await self._post(body, ladder, told, progress)
-                except Exception as e:  # what it may have cost: the one policy (answers.paid_attempt)
-                    billed = c._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, told)
-                    raise
-                finally:
-                    c.breaker.done()
-                billed = c._answered(data, request_id, headers, ladder, told)
-                if on_response is not None:  # persisted before the slot is given back: invariant 3
-                    await self.loop.io(on_response, ladder.attempts, data)
+                data, request_id, headers = await self._post(body, ladder, slot.told, progress)
+            except Exception as e:  # what it may have cost: the one policy (answers.paid_attempt)
+                slot.billed = c._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, slot.told)
+                raise
             finally:
-                c.budget.settle(hold, billed)
+                c.breaker.done()
+            slot.billed = c._answered(data, request_id, headers, ladder, slot.told)
+            if on_response is not None or then is not None:
+                await self.loop.io(_answer_step, on_response, then, ladder.attempts, data, slot.give_back)
         finally:  # a 429's retry-after delays only this request (the retry wait), never the others
-            c.limiter.release(ticket, **told)
-            self.changes.notify()
+            slot.give_back()
         return data
 
     async def _post(

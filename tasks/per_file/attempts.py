@@ -68,7 +68,7 @@ class Attempts:
     ) -> CallResult:
         """Send `request` on the event loop. The answer is persisted (on an I/O thread) before the
         request gives up its slot, and `then(message)`, the blocking work that follows an answer
-        (accounting, the gate, the ledger), runs right after in the same step."""
+        (accounting, the gate, the ledger), runs right after in the same step, the slot given back."""
         sent_at = time.time()  # the report's timeline: submitted -> answered
 
         def on_response(transport_attempts: int, message: dict[str, Any]) -> None:
@@ -77,12 +77,10 @@ class Attempts:
             )
             self.transport_attempts += transport_attempts  # this call's attempts: all of them now
             self.model = str(message.get("_asked_model") or self.model)
-            if then is not None:
-                then(message)
 
         result = await aio.call(
             request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response,
-            purpose=purpose, prompt_version=prompt_version(self.p.recipe), estimate=estimate,
+            purpose=purpose, prompt_version=prompt_version(self.p.recipe), estimate=estimate, then=then,
         )  # fmt: skip
         self.model = result.model
         return result

@@ -231,3 +231,19 @@ def test_a_connection_closed_after_the_request_is_possibly_billed_a_refused_one_
     with pytest.raises(ApiCallError):
         acall(refused, request())
     assert refused.possibly_billed == []
+
+
+def test_the_slot_is_held_while_the_answer_is_persisted_and_given_back_before_the_gate(emulator: Any) -> None:
+    # Invariant 3: a request holds its place in the window until its answer is persisted; the gate
+    # and the ledger (`then`) run after, so the next request does not wait for them.
+    client = client_for(emulator, concurrency=1)
+    seen: list[tuple[str, int]] = []
+
+    def persist(attempt: int, message: dict[str, Any]) -> None:
+        seen.append(("persist", client.limiter._in_flight))
+
+    def then(message: dict[str, Any]) -> None:
+        seen.append(("then", client.limiter._in_flight))
+
+    acall(client, request(), on_response=persist, then=then)
+    assert seen == [("persist", 1), ("then", 0)]
