@@ -190,12 +190,17 @@ def killed_run_then_resume(cli: Cli, corpus: Path) -> None:
 
 def stale_server_is_reaped(cli: Cli, corpus: Path) -> None:
     """A server whose watch could not act survives the kill; the next start stops it and says so."""
-    proc = cli.start("run", str(corpus))
-    kids = kill_when(proc, lambda kids: bool(servers(kids)), before_kill=freeze_servers)
-    stuck = servers(kids)
-    try:
+    for _ in range(3):
+        proc = cli.start("run", str(corpus))
+        kids = kill_when(proc, lambda kids: bool(servers(kids)), before_kill=freeze_servers)
         time.sleep(1.5)
-        assert [p for p in stuck if _still_running(p, kids[p][0])] == stuck
+        stuck = [p for p in servers(kids) if _still_running(p, kids[p][0])]
+        if stuck:
+            break
+        # Frozen, then gone: the server caught was already on its way out when docmill was frozen
+        # (an early start whose port a parallel test took, under load): catch the next one.
+    try:
+        assert stuck, f"no frozen server survived the kill: {kids}"
         again = cli.start("run", str(cli.store / "no-such-source"))
         out, _ = again.communicate(timeout=120)
         assert again.returncode == 2, out
