@@ -81,10 +81,14 @@ def _stop_loop(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor) -> Non
 
 
 def _close_sdk(loop: LoopThread, sdk: anthropic.AsyncAnthropic) -> None:
-    """Close the SDK client's connections on its loop (once; at most a few seconds)."""
-    if loop.loop.is_running():
+    """Close the SDK client's connections on its loop (once; at most a few seconds; from the loop's
+    own thread, where a collection may run it, without waiting)."""
+    if not loop.loop.is_running():
+        return
+    closing = asyncio.run_coroutine_threadsafe(sdk.close(), loop.loop)
+    if threading.get_ident() != loop.thread.ident:
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(sdk.close(), loop.loop).result(timeout=5)
+            closing.result(timeout=5)
 
 
 Then = Callable[[dict[str, Any]], object]
