@@ -154,7 +154,8 @@ def evidence_report(
     haystacks = (loose.loose, normalize_ws(neutralize(payload.text)))
     flags: list[dict[str, Any]] = []
     found: dict[str, dict[str, Any]] = {}
-    for path, excerpt in recipe.evidence(output):
+    excerpts = recipe.evidence(output)
+    for path, excerpt in excerpts:
         verdict = _judge(payload, str(excerpt or ""), loose, haystacks)
         if isinstance(verdict, str):
             flags.append(
@@ -163,7 +164,10 @@ def evidence_report(
         elif verdict["start"] is not None or verdict["verified"] is False:
             found[str(path)] = verdict
     missing = {f["path"] for f in flags}
-    for f in support_flags(strip_page_marks(recipe, output), recipe.evidence_fields or ()):
+    marked = any(PAGE_MARK.match(str(excerpt)) for _, excerpt in excerpts)  # else nothing to strip
+    for f in support_flags(
+        strip_page_marks(recipe, output) if marked else output, recipe.evidence_fields or ()
+    ):
         if f["path"] not in missing:  # an excerpt in the document that does not state its value
             why = f"does not contain the value {f['value']!r}: quote the text that states the value"
             flags.append({**f, "why": why})
