@@ -451,6 +451,13 @@ class Settings(BaseSettings):
         "no PREFECT_API_URL (it boots while docmill imports and checks its inputs, ~6 s sooner); false: "
         "when the flow run first asks for it.",
     )
+    prefect_early_batches: bool = Field(
+        True,
+        description="`docmill run --mode batch` (or auto) through Prefect, with an API key or base URL: "
+        "inventory the source and create the batches before the flow run starts (Prefect's temporary "
+        "server boots meanwhile), then the flow run continues that run; false: everything inside the "
+        "flow run.",
+    )
     prefect_start_timeout_seconds: float = Field(
         120.0,
         gt=0,

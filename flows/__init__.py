@@ -21,6 +21,7 @@
         continuation.py  which run a command continues, with which settings
         spread.py        `--workers N`: the driver of shards over Prefect workers
         deadline.py      `--finish-by`: batch, then realtime near the deadline
+        early.py         a batch run's batches created before its Prefect flow run (which continues it)
         progress.py      the progress line
 
     flows/extract.py  the flows again, for deployments registered before this layout

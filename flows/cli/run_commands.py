@@ -13,6 +13,7 @@ from flows.cli.checks import check_store, known_run
 from flows.cli.commands import _store, _store_uri
 from flows.cli.exit_codes import EXIT_INTEGRATION, EXIT_OK, EXIT_RUN
 from flows.orchestration import boot as prefect_boot
+from flows.run import early
 from tasks.reporting.summary import integration_text
 
 
@@ -47,10 +48,11 @@ def _one_line_errors(record: Any) -> bool:
     return tasks is None or not tasks.is_stop_record(record)
 
 
-def _own_processes(*, prefect: bool = False) -> None:
+def _own_processes(*, prefect: bool = False, adopt: bool = True) -> None:
     """Stop what a killed earlier run left running (one line says so), and make the Prefect server
     this run may start die with it, however it ends (docmill.processes, flows.orchestration.server);
-    `prefect`: the run goes through Prefect, its temporary server starts now (flows.orchestration.boot)."""
+    `prefect`: the run goes through Prefect, its temporary server starts now (flows.orchestration.boot).
+    `adopt` False: the last step (`_adopt_server`, which imports Prefect) is the caller's, later."""
     from docmill.processes import reap_stale, reaped_line
     from docmill.settings import get_settings
 
@@ -59,6 +61,11 @@ def _own_processes(*, prefect: bool = False) -> None:
         print(reaped_line(stale), file=sys.stderr)
     if prefect and get_settings().prefect_prespawn:
         prefect_boot.prespawn(get_settings().runtime_dir)  # boots while the rest imports
+    if adopt:
+        _adopt_server()
+
+
+def _adopt_server() -> None:
     from prefect.settings import PREFECT_API_URL
 
     if not PREFECT_API_URL.value():  # else no server starts (and its heavy module stays unimported)
@@ -105,12 +112,9 @@ def cmd_run(a: argparse.Namespace) -> int:
 
         PrefectLauncher.needs_server()
     # then at once: Prefect's temporary server boots while the rest imports (flows.orchestration.boot)
-    _own_processes(prefect=not a.no_prefect and not a.workers)
+    _own_processes(prefect=not a.no_prefect and not a.workers, adopt=False)
     from docmill.settings import get_settings
-    from flows.orchestration.prefect_flows import extract
     from flows.run.entry import _settings, run_extract
-
-    _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
 
     if a.finish_by:  # a bad time is one line before anything starts
         from flows.run.entry import deadline_iso
@@ -122,7 +126,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise InputError(f"source {a.source!r} does not exist", hint="give a folder or an s3://bucket/prefix")
     check_store(_store(a), _store_uri(a))
     recipe = a.recipe or get_settings().recipe
-    overrides = {
+    overrides: dict[str, Any] = {
         "allow_empty": a.allow_empty or None,
         "cost.max_doc_cost_usd": a.max_doc_cost_usd,
         "inventory.follow_symlinks": a.follow_symlinks or None,
@@ -139,12 +143,27 @@ def cmd_run(a: argparse.Namespace) -> int:
             from docmill.errors import InputError
 
             raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
+    else:
+        early_id = _early_batches(a, recipe, overrides)
+        a.run_id = early_id or a.run_id
+        _adopt_server()  # Prefect imported (~5 s of CPU) while the batches run
+        from flows.orchestration.prefect_flows import extract
+
+        _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
+    if a.no_prefect:
         summary = run_extract(
             a.source, recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
             new_run=a.new_run, given=overrides, finish_by=a.finish_by,
         )  # fmt: skip
     else:  # in the foreground the person (or cron) running the command is the retry
-        summary = extract.with_options(retries=0)(
+        with early.unfollowed(early_id):
+            summary = _in_prefect(extract, a, recipe)
+    return _finish(summary)
+
+
+def _in_prefect(extract: Any, a: argparse.Namespace, recipe: str) -> dict[str, Any]:
+    return dict(
+        extract.with_options(retries=0)(
             a.source,
             recipe,
             store=a.store,
@@ -165,7 +184,22 @@ def cmd_run(a: argparse.Namespace) -> int:
             workers=a.workers,
             finish_by=a.finish_by,
         )
-    return _finish(summary)
+    )
+
+
+def _early_batches(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> str | None:
+    """A batch run's batches created before Prefect is imported and its server is up (flows.run.early);
+    the run's id, which the flow run then continues."""
+    from flows.run.entry import _settings, run_extract
+
+    settings = _settings(a.store, overrides)
+    if not early.eligible(settings, a.mode, finish_by=a.finish_by, workers=a.workers):
+        return None
+    summary = run_extract(
+        a.source, recipe, mode=a.mode, run_id=a.run_id, settings=settings, progress=False, new_run=a.new_run,
+        given=overrides, submit_only=True,
+    )  # fmt: skip
+    return str(summary["run_id"])
 
 
 def cmd_resume(a: argparse.Namespace) -> int:

@@ -156,3 +156,6 @@ class RunParams:
     recipe: str
     mode: str = "realtime"
     run_id: str | None = None
+    # stop once the batches are created (the inventory only, if the run goes realtime) and keep the
+    # run's lease and marker for the flow run that continues it in this process (flows.run.early)
+    submit_only: bool = False

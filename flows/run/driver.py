@@ -123,7 +123,8 @@ def run(
 
     bind_run(ctx.run_id)
     refuse_empty(ctx, params)
-    with hold_lease(ctx), announced(ctx, params):
+    keep = params.submit_only  # the run goes on in this process: its lease and marker stay
+    with hold_lease(ctx, keep=keep), announced(ctx, params, keep=keep):
         start_manifest(ctx, params)
         try:
             return _drive(ctx, params, map_chunks, progress)
@@ -213,6 +214,8 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
     params.mode = choose_mode(ctx, params)
     ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.PER_FILE, chunks=len(chunk_ids))
     per_file_pass(ctx, params, chunk_ids, map_chunks, progress)
+    if params.submit_only:  # batches created; the flow run continues from here (flows.run.early)
+        return {"run_id": ctx.run_id, "phase": "submitted", "mode": params.mode}
     outcomes = all_outcomes(ctx)
     summary = summarize(outcomes)
     ManifestStore(ctx.store).set_phase(

@@ -11,7 +11,7 @@ from typing import Any
 from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
 from docmill.logs import get_logger
 from docmill.settings import Settings, get_settings
-from flows.run import driver, spread
+from flows.run import driver, early, spread
 from flows.run.context import RunContext, RunParams, api_endpoint, make_clients, new_run_id, share_limit
 from flows.run.passes import MapChunks, plain_map
 from flows.run.progress import OnProgress
@@ -58,6 +58,7 @@ def run_extract(
     workers: int | None = None,
     launcher: Any = None,
     finish_by: str | None = None,
+    submit_only: bool = False,
 ) -> dict[str, Any]:
     """The chain without Prefect bookkeeping (used by the flows and by fast tests); `on_progress`
     hears (documents done, total) of the per-file pass. `workers`: the per-file pass spread over
@@ -68,7 +69,8 @@ def run_extract(
     The run driven is the one `flows.run.continuation.choose_run` picks: `run_id`, the run bound to
     `flow_run_id`, a stopped run of the same recipe, model and source (unless `new_run`), or a new
     one. A continued run takes its settings from its manifest; of `given` (dotted setting -> value,
-    None = not given) only the safe ones apply to it."""
+    None = not given) only the safe ones apply to it. `submit_only`: stop once its batches are created,
+    the run's lease kept for the call that continues it in this process (flows.run.early)."""
     from checkpoints.store import open_store
     from docmill.errors import ConfigError
     from flows.run.continuation import choose_run, mode_of, pinned_settings, source_id
@@ -97,6 +99,8 @@ def run_extract(
         finish_by, mode = deadline_iso(finish_by), "batch"
     for note in check_models(settings):  # a retired or (under a cap) unpriced model stops here
         log.warning("docmill: %s", note)
+    if early.taken(choice.run_id):  # its lines were said when its batches were created
+        lines = []
     for line in lines:
         print(line, file=sys.stderr)
         log.info("%s", line)
@@ -117,12 +121,15 @@ def run_extract(
             ctx.extra["workers"] = int(workers)
             map_chunks = spread.spread_map(ctx, int(workers), launcher, local=map_chunks, progress=progress)
         with share_limit(ctx, name="driver"):  # the organisation's limit, shared with other processes
-            return driver.run(
+            summary = driver.run(
                 ctx,
-                RunParams(source, recipe, mode, choice.run_id),
+                RunParams(source, recipe, mode, choice.run_id, submit_only=submit_only),
                 map_chunks=map_chunks,
                 progress=progress,
             )
+    if submit_only:  # the flow run that continues it in this process says nothing of continuing
+        early.SUBMITTED.add(choice.run_id)
+    return summary
 
 
 def deadline_iso(text: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from docmill.background import every
@@ -16,28 +16,44 @@ from flows.run.context import RunContext, RunParams
 
 log = get_logger("pipeline")
 LEASE_TTL = 120.0
+# run id -> (its lease, the lease's renewal): kept held by this process between a run's early
+# submission (before Prefect's flow run exists, flows.run.early) and the flow run that continues it
+_KEPT: dict[str, tuple[Any, ExitStack]] = {}
 
 
 @contextmanager
-def hold_lease(ctx: RunContext) -> Iterator[None]:
-    """Hold the run's lease, renewed in the background; take over one left by a dead local process."""
+def hold_lease(ctx: RunContext, *, keep: bool = False) -> Iterator[None]:
+    """Hold the run's lease, renewed in the background; take over one left by a dead local process.
+    `keep`: still held (and renewed) after the block, until the next `hold_lease` of the same run in
+    this process takes it over; a lease kept by this process is taken over without asking the store."""
     from checkpoints.lease import Lease, holder_is_dead_here
     from flows.run.context import holder_id
 
-    lease = Lease(ctx.store, ctx.run_id, holder_id(), ttl_seconds=LEASE_TTL)
-    lease.acquire(dead=holder_is_dead_here)  # a dead holder's lease is replaced by CAS, never deleted
+    kept = _KEPT.pop(ctx.run_id, None)
+    if kept is not None:
+        lease, renewal = kept
+    else:
+        lease = Lease(ctx.store, ctx.run_id, holder_id(), ttl_seconds=LEASE_TTL)
+        lease.acquire(dead=holder_is_dead_here)  # a dead holder's lease is replaced by CAS, never deleted
 
-    def renew() -> None:
-        try:
-            lease.renew()
-        except Exception as exc:  # logged; the next renew or the release says more
-            log.error("lease renewal failed: %s", exc)
+        def renew() -> None:
+            try:
+                lease.renew()
+            except Exception as exc:  # logged; the next renew or the release says more
+                log.error("lease renewal failed: %s", exc)
 
+        renewal = ExitStack()
+        renewal.enter_context(every(LEASE_TTL / 4, renew, name="docmill-lease"))
+    ended = False
     try:
-        with every(LEASE_TTL / 4, renew, name="docmill-lease"):
-            yield
+        yield
+        ended = True
     finally:
-        lease.release()
+        if keep and ended:
+            _KEPT[ctx.run_id] = (lease, renewal)
+        else:
+            renewal.close()
+            lease.release()
 
 
 def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked: bool) -> None:
@@ -71,14 +87,15 @@ def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked:
 
 
 @contextmanager
-def announced(ctx: RunContext, params: RunParams) -> Iterator[None]:
+def announced(ctx: RunContext, params: RunParams, *, keep: bool = False) -> Iterator[None]:
     """Mark the run active (`active/<run_id>.json`) until it is done, after making sure no other
     live run of the same recipe and model covers the same source: a nightly run started while the
     last backfill still has batches in flight would otherwise pay for their documents twice. A run
     that stops before it is done (crash, error, budget) keeps its marker: it is a stopped run, which
     the same `docmill run` continues (flows.run.continuation.stopped_run).
     Best effort across machines (two runs starting in the same instant both see each other after
-    marking, and the later one stops). DOCMILL_ALLOW_OVERLAPPING_RUNS=true skips the check."""
+    marking, and the later one stops). DOCMILL_ALLOW_OVERLAPPING_RUNS=true skips the check. `keep`:
+    the marker stays after the block (the run goes on in this process: flows.run.early)."""
     from checkpoints.active import ActiveRuns
     from flows.run.continuation import source_id
 
@@ -98,4 +115,5 @@ def announced(ctx: RunContext, params: RunParams) -> Iterator[None]:
         runs.unmark(ctx.run_id)  # refused before it started: nothing to continue
         raise
     yield
-    runs.unmark(ctx.run_id)  # done; a run that stopped on an exception keeps its marker
+    if not keep:
+        runs.unmark(ctx.run_id)  # done; a run that stopped on an exception keeps its marker

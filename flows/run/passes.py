@@ -132,7 +132,7 @@ def per_file_pass(
         else:
             outcomes = run_batches(
                 docs, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.sdk,
-                settings=ctx.settings, model_client=ctx.client,
+                settings=ctx.settings, model_client=ctx.client, submit_only=params.submit_only,
             )  # fmt: skip
         for o in outcomes:  # results arrive in any order: a chunk is written once all of it is in
             cid = chunk_of[o.doc_id]
@@ -157,6 +157,9 @@ def per_file_pass(
                 f"answer at max_tokens, input as cache writes; {len(pending)} chunk(s) with a worst case of "
                 f"${fit.reserved_usd:.4f} went) would pass",
             )  # fmt: skip
+        return
+
+    if params.submit_only:  # realtime: nothing is sent before the flow run (flows.run.early)
         return
 
     def fn(cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:

@@ -63,15 +63,12 @@ Pending = tuple[list[WorkItem], "Future[list[Routed]]"]  # a chunk's items and t
 class BatchEngine:
     """One driver of one run's batch pass. Single-threaded; the run's lease keeps it alone."""
 
+    submit_only = False  # stop once every batch is created (run_batches)
+
     def __init__(
-        self,
-        p: Pass,
-        client: anthropic.Anthropic,
-        *,
-        clock: Callable[[], float],
-        sleep: Callable[[float], None],
-        on_progress: Progress | None,
-    ) -> None:
+        self, p: Pass, client: anthropic.Anthropic, *, clock: Callable[[], float],
+        sleep: Callable[[float], None], on_progress: Progress | None,
+    ) -> None:  # fmt: skip
         self.p, self.recipe, self.run_id, self.settings = p, p.recipe, p.run_id, p.settings
         self.router = ResultRouter(p)
         self.api = lifecycle.BatchApi(client, p.settings, sleep=sleep)
@@ -84,8 +81,7 @@ class BatchEngine:
         self.pending: dict[str, WorkItem] = {}
         self.live: dict[int, BatchRecord] = {}
         self.live_ids: set[str] = set()
-        self.next_n = 1
-        self.round = 1
+        self.next_n, self.round = 1, 1
         self.duplicates: list[Document] = []
 
     # ---- resume ----------------------------------------------------------------------------
@@ -203,8 +199,7 @@ class BatchEngine:
         self._submit(body)
 
     def _submit_pending(self) -> Iterator[DocOutcome]:
-        self.round += 1
-        body = self._body()
+        self.round, body = self.round + 1, self._body()
         items, self.pending = list(self.pending.values()), {}
         for item in items:
             body, failed = self._add(body, item, self._line(item))
@@ -360,8 +355,12 @@ class BatchEngine:
                 ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="docmill-batch") as self.pool,
                 ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="docmill-ingest") as self.ingest,
             ):
+                lifecycle.join_first_look(self.run_id)  # an earlier submit-only call's, in this process
                 self._load()
                 yield from self._stream_docs(docs)
+                if self.submit_only:  # created; the first look on a thread, a later call follows them
+                    lifecycle.first_look(self.api, self.records, list(self.live.values()), self.clock)
+                    return
                 yield from self._drive()
                 for doc in self.duplicates:
                     key = file_key(self.recipe, doc, self.model, self.params)
@@ -393,6 +392,7 @@ def run_batches(
     sleep: Callable[[float], None] = time.sleep,
     on_progress: Progress | None = None,
     model_client: ModelClient | None = None,
+    submit_only: bool = False,
 ) -> Iterator[DocOutcome]:
     """The per-file pass as batches: a generator of one terminal `DocOutcome` per document.
 
@@ -401,14 +401,14 @@ def run_batches(
     another document's content last). Calling it again with the same run id resumes: batches in
     flight are re-attached, keys in the ledger are skipped, only what is missing is submitted.
     `on_progress(event)` gets a `tasks.records.BatchProgress` at every submit, poll, collect and
-    reconcile.
-    `model_client` (a tasks.api.client.ModelClient) is used for repairs when
-    settings.batch.repairs_realtime is set.
+    reconcile. `model_client` (a tasks.api.client.ModelClient) is used for repairs when
+    settings.batch.repairs_realtime is set. `submit_only`: stop once every batch is created.
     """
     if model_client is None:  # sends nothing unless settings.batch.repairs_realtime asks it to
         model_client = ModelClient(settings, base_url=str(client.base_url), api_key=client.api_key)
     p = Pass(recipe, run_id, store, model_client, settings)
     engine = BatchEngine(p, client, clock=clock, sleep=sleep, on_progress=on_progress)
+    engine.submit_only = submit_only  # (a class attribute: the deadline engine's `run` is the same)
     yield from engine.run(docs)
 
 

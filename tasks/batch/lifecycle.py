@@ -6,6 +6,7 @@ Durable state itself lives in checkpoints.batches.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -28,6 +29,7 @@ T = TypeVar("T")
 log = get_logger("batch")
 LIST_PAGE = 20
 COUNT_KINDS = ("processing", "succeeded", "errored", "canceled", "expired")
+FIRST_LOOKS: dict[str, threading.Thread] = {}  # run id -> the look after a pass that only created
 
 # Named lifecycle points, in order: before_create, after_create, polling, streaming_results,
 # before_ledger_write. `crash_point(point)` does nothing unless a test sets HOOK (the crash tests
@@ -280,6 +282,31 @@ def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> 
             r.phase, r.ended_at = BatchPhase.ENDED, now
 
     return records.update(rec.n, fn)
+
+
+def first_look(
+    api: BatchApi, records: BatchRecords, live: list[BatchRecord], clock: Callable[[], float]
+) -> None:
+    """The look right after creating (`poll`) on a thread, for a pass that stops once its batches are
+    created: its caller goes on (flows.run.early) and the next pass of the run joins it before reading
+    the records (`join_first_look`). A failure is the next pass's to meet again when it polls."""
+
+    def look() -> None:
+        for rec in live:
+            try:
+                poll(api, records, rec, clock())
+            except Exception as exc:
+                log.info("first look at batch %d failed: %s", rec.n, exc)
+
+    if live:
+        FIRST_LOOKS[records.run_id] = threading.Thread(target=look, name="docmill-first-look", daemon=True)
+        FIRST_LOOKS[records.run_id].start()
+
+
+def join_first_look(run_id: str) -> None:
+    look = FIRST_LOOKS.pop(run_id, None)
+    if look is not None:
+        look.join()
 
 
 def results(api: BatchApi, batch_id: str) -> Iterator[dict[str, Any]] | None:
