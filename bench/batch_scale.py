@@ -100,6 +100,15 @@ def start_emulator(clock_speed: float) -> tuple[subprocess.Popen[str], str]:
     return proc, line.split("listening on ", 1)[1].split()[0]
 
 
+def stop_emulator(emu: subprocess.Popen[str]) -> None:
+    emu.terminate()
+    try:
+        emu.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # a loaded machine: the numbers matter more than a clean exit
+        emu.kill()
+        emu.wait()
+
+
 def emulator_json(base_url: str, path: str) -> Any:
     with urllib.request.urlopen(base_url.rstrip("/") + path, timeout=600) as r:
         return json.loads(r.read())
@@ -195,12 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         billed = emulator_json(base_url, "/_emulator/accounting")
     finally:
-        emu.terminate()
-        try:
-            emu.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # a loaded machine: the numbers matter more than a clean exit
-            emu.kill()
-            emu.wait()
+        stop_emulator(emu)
 
     items = [b["custom_id"] for b in billed["billed"] if b.get("custom_id")]  # batch items only
     n = sum(states.values())

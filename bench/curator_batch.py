@@ -46,6 +46,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from batch_scale import start_emulator, stop_emulator  # noqa: E402  (bench/ is this script's folder)
+
 CURATOR_SCRIPT = r"""
 import hashlib, json, os, sys
 from pathlib import Path
@@ -83,17 +85,6 @@ def get(url: str) -> Any:
     req = urllib.request.Request(url, headers={"x-api-key": "bench-key", "anthropic-version": "2023-06-01"})
     with urllib.request.urlopen(req, timeout=600) as r:
         return json.loads(r.read())
-
-
-def start_emulator(clock_speed: float) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-m", "emulator.cli", "--port", "0", "--clock-speed", str(clock_speed)]
-    proc = subprocess.Popen([*cmd, "--batch-base-seconds", "1"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"emulator did not start: {line!r}")
-    return proc, line.split("listening on ", 1)[1].split()[0]
 
 
 def request_spec(corpus: Path) -> dict[str, Any]:
@@ -217,12 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(measure(who, cmd, env, url, a.clock_speed, log))
                 print(row(results[-1]), f"  log {log}, load {os.getloadavg()[0]:.1f}", flush=True)
     finally:
-        emu.terminate()
-        try:
-            emu.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            emu.kill()
-            emu.wait()
+        stop_emulator(emu)
     walls = {w: [r["wall_s"] for r in results if r["who"] == w] for w in ("docmill", "curator")}
     pairs = " ".join(f"{d / c:.2f}" for d, c in zip(walls["docmill"], walls["curator"], strict=True))
     d, c = statistics.median(walls["docmill"]), statistics.median(walls["curator"])

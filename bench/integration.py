@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batch_scale import start_emulator  # noqa: E402  (bench/ is this script's folder)
+from batch_scale import start_emulator, stop_emulator  # noqa: E402  (bench/ is this script's folder)
 
 import tasks.integration.run as integration_run  # noqa: E402
 from checkpoints.costs import CostLedger  # noqa: E402
@@ -200,12 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
-        emu.terminate()
-        try:
-            emu.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            emu.kill()
-            emu.wait()
+        stop_emulator(emu)
     print(json.dumps({"load_average": [round(x, 1) for x in os.getloadavg()], "cpus": os.cpu_count()}))
     for r in rows:
         share = r["integration_share"]
