@@ -143,22 +143,20 @@ def cmd_run(a: argparse.Namespace) -> int:
             from docmill.errors import InputError
 
             raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
-    else:
-        early_id = _early_batches(a, recipe, overrides)
-        a.run_id = early_id or a.run_id
-        _adopt_server()  # Prefect imported (~5 s of CPU) while the batches run
-        from flows.orchestration.prefect_flows import extract
-
-        _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
-    if a.no_prefect:
-        summary = run_extract(
-            a.source, recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
-            new_run=a.new_run, given=overrides, finish_by=a.finish_by,
+        return _finish(
+            run_extract(
+                a.source, recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
+                new_run=a.new_run, given=overrides, finish_by=a.finish_by,
+            )
         )  # fmt: skip
-    else:  # in the foreground the person (or cron) running the command is the retry
-        with early.unfollowed(early_id):
-            summary = _in_prefect(extract, a, recipe)
-    return _finish(summary)
+    early_id = _early_batches(a, recipe, overrides)
+    a.run_id = early_id or a.run_id
+    _adopt_server()  # Prefect imported (~5 s of CPU) while the batches run
+    from flows.orchestration.prefect_flows import extract
+
+    _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
+    with early.unfollowed(early_id):  # in the foreground the person (or cron) running it is the retry
+        return _finish(_in_prefect(extract, a, recipe))
 
 
 def _in_prefect(extract: Any, a: argparse.Namespace, recipe: str) -> dict[str, Any]:
