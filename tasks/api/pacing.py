@@ -7,8 +7,7 @@ the run's cost cap.
   `anthropic-ratelimit-<kind>-limit` / `-remaining` for requests, input tokens and output tokens.
   `-limit` replaces the configured guess; `-remaining`, less what docmill has sent that the server
   may not have counted yet, becomes the local picture of the server's bucket.
-- **Refills continuously** at `limit / 60 s`. `-reset` (when the bucket is *full* again) is never
-  waited for: a bucket at zero lets the next request go after `1 / (limit / 60 s)`.
+- **Refills continuously** at `limit / 60 s`; `-reset` (when the bucket is *full* again) is never waited for.
 - **Ramps.** The send rate starts at `ramp_start` of the limit and grows linearly to the limit over
   `ramp_seconds` (the API also limits sharp ramps); a 429 halves it and ramps again. The send rate is
   never above the limit, so the server's bucket stays near full and absorbs latency jitter.
@@ -17,11 +16,9 @@ the run's cost cap.
   holds what answers actually use (1.5 x the mean billed output, `max_tokens` until the first
   answer), and its answer settles the difference. The send rate paces output at the mean billed
   output per request, so output too stays at its limit instead of spending the bucket's minute.
-  Holding `max_tokens` (4,096) per request while answers use ~270 capped a tier-4 run at ~0.7 of its input-token limit (issue 23).
-  Input tokens are estimated from the body, corrected by the ratio counted/estimate seen so far.
-  What counts is what the API counts against the input-token limit: uncached input and cache
-  writes; cache reads do not for current models (`counts_cache_reads=True` for an endpoint that
-  counts them), so a cached prefix lets more requests through, as it does on the API.
+  (Holding `max_tokens`, 4,096, while answers use ~270 capped a tier-4 run at ~0.7 of its limit.)
+  Input tokens: estimated from the body, corrected by the ratio counted/estimate so far; counted
+  as the API does (uncached input and cache writes; cache reads only with `counts_cache_reads=True`).
 - **In flight: what the limit needs (Little's law).** The window is the request rate the limits
   admit (the tightest of requests/min, input tokens/min over the mean input per request, output
   tokens/min over the mean output) times the observed latency, x1.5 plus 4; before the first answer
@@ -29,14 +26,12 @@ the run's cost cap.
 - **A share of the organisation's limits.** `set_share(fraction)` makes this process pace at that
   fraction of every limit (configured or stated by the headers, whose `-remaining` counts the whole
   organisation), changeable at runtime; tasks.api.shared_limit sets it from the store, so processes
-  on several machines share one limit instead of each assuming all of it. `stats.adopted` keeps the
-  limits as the headers state them (whole organisation) and `stats.sent` counts requests sent, for
-  that layer.
-- `retry-after` is not handled here: it delays only the request that got the 429 (tasks.api.client).
+  on several machines share one limit instead of each assuming all of it (`stats.adopted`: the
+  headers' limits; `stats.sent`: requests sent). `retry-after` delays only its request (client).
 
 `try_acquire` is the one admission decision (a ticket, or how long to wait); `acquire` waits for it on
-a thread, `tasks.api.aio.Gate` in the event loop. Time is injectable (`clock`, `sleep`) so tests
-record waits instead of sleeping.
+a thread, `tasks.api.aio.Gate` on the event loop; both wake when an answer comes. Time is
+injectable (`clock`, `sleep`) so tests record waits instead of sleeping.
 """
 
 from __future__ import annotations
@@ -324,9 +319,20 @@ class RateLimiter:
                 with self._lock:
                     self._lock.wait(timeout=0.05)
                 continue
-            self._sleep(got)
-            self.stats.waits.append(got)
-            total += got
+            slept = self.pause(got)
+            self.stats.waits.append(slept)
+            total += slept
+
+    def pause(self, seconds: float) -> float:
+        """Wait `seconds` (a test's sleep: all of it), or until an answer's `release` (its headers may
+        raise the limits: the first answers replace the assumed ones); the seconds waited."""
+        if self._sleep is not time.sleep:
+            self._sleep(seconds)
+            return seconds
+        start = time.monotonic()
+        with self._lock:
+            self._lock.wait(timeout=seconds)
+        return time.monotonic() - start
 
     def release(
         self,

@@ -3,6 +3,8 @@ for a full reset), ramps, counts output tokens, and sizes the in-flight window; 
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -260,3 +262,23 @@ def test_budget_reserves_worst_case_and_settles_to_actual() -> None:
     with pytest.raises(BudgetExhausted):
         budget.reserve(0.1)  # what is spent (0.95) leaves no room: refused at once
     assert Budget(None).reserve(1e9) == 1e9  # no cap
+
+
+def test_a_thread_waiting_for_the_pacer_goes_when_an_answer_raises_the_limits() -> None:
+    # The thread path's twin of the event loop's gate: before any answer the pacer paces at the
+    # assumed limits (30 requests/min: the second request waits 2 s); the first answer's headers
+    # raise them, and the waiting thread goes then, not after the whole wait.
+    lim = RateLimiter(30, 10**9, ramp_seconds=0)
+    first = lim.acquire(10)
+    got: list[float] = []
+    start = time.monotonic()
+    waiter = threading.Thread(target=lambda: (lim.acquire(10), got.append(time.monotonic() - start)))
+    waiter.start()
+    time.sleep(0.1)
+    raised = {
+        "anthropic-ratelimit-requests-limit": "600000",
+        "anthropic-ratelimit-requests-remaining": "599999",
+    }
+    lim.release(first, usage={"input_tokens": 10, "output_tokens": 1}, headers=raised)
+    waiter.join(timeout=5)
+    assert got and got[0] < 1.0  # the 2 s the assumed limit asked for, cut short by the answer
