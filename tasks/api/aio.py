@@ -99,8 +99,8 @@ class Slot:
     I/O thread as soon as its answer is persisted (`_answer_step`), else on the loop when the
     attempt ends. Then the waiters on the loop look again."""
 
-    def __init__(self, client: ModelClient, ticket: Ticket, aio: AsyncModelClient) -> None:
-        self.client, self.ticket, self.aio = client, ticket, aio
+    def __init__(self, aio: AsyncModelClient, ticket: Ticket) -> None:
+        self.aio, self.client, self.ticket = aio, aio.client, ticket
         self.told: Told = {}
         self.hold: float | None = None  # the budget's reservation, once made
         self.billed = 0.0
@@ -115,11 +115,10 @@ class Slot:
                 self.client.budget.settle(self.hold, self.billed)
         finally:
             self.client.limiter.release(self.ticket, **self.told)
-            loop = self.aio.loop.loop
             if threading.get_ident() == self.aio.loop.thread.ident:
                 self.aio.changes.notify()
             else:
-                loop.call_soon_threadsafe(self.aio.changes.notify)
+                self.aio.loop.loop.call_soon_threadsafe(self.aio.changes.notify)
 
 
 def _answer_step(
@@ -375,7 +374,7 @@ class AsyncModelClient:
         body, estimate, max_tokens = c._open(request, ladder)
         # a document's follow-up (a repair, a retry after truncation, a transport retry) goes first
         follow_up = purpose != "first" or ladder.attempts > 1
-        slot = Slot(c, await self.gate.acquire(estimate, max_tokens, follow_up=follow_up), self)
+        slot = Slot(self, await self.gate.acquire(estimate, max_tokens, follow_up=follow_up))
         progress = StreamProgress()
         try:
             worst = c._worst_case_usd(ladder.model, estimate, max_tokens)
