@@ -126,6 +126,25 @@ def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[Any, Any]:
 
 
 @contextmanager
+def open_clients(
+    settings: Settings, endpoint: Endpoint, *, keep_sdk: bool = False
+) -> Iterator[tuple[Any, Any]]:
+    """`make_clients`, closed when the run ends: the realtime client's event loop and I/O threads
+    and both connection pools end with the run, not whenever a collection finds them (a process
+    that runs many, such as a worker or a notebook, kept a thread set per run). `keep_sdk`: the raw
+    SDK client stays open for a look at the batches that goes on after (tasks.batch.lifecycle)."""
+    client, sdk = make_clients(settings, endpoint)
+    try:
+        yield client, sdk
+    finally:
+        try:
+            client.close()
+        finally:
+            if not keep_sdk:
+                sdk.close()
+
+
+@contextmanager
 def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
     """This process's client paces at its share of the organisation's limit, shared through the
     store with every other docmill process at the same endpoint (tasks.api.shared_limit); not

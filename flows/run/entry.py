@@ -12,7 +12,7 @@ from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
 from docmill.logs import get_logger
 from docmill.settings import Settings, get_settings
 from flows.run import driver, early, spread
-from flows.run.context import RunContext, RunParams, api_endpoint, make_clients, new_run_id, share_limit
+from flows.run.context import RunContext, RunParams, api_endpoint, new_run_id, open_clients, share_limit
 from flows.run.passes import MapChunks, plain_map
 from flows.run.progress import OnProgress
 from tasks.api.client import PossiblyBilled
@@ -109,8 +109,10 @@ def run_extract(
         launcher = launcher or spread.PrefectLauncher(settings.workers.deployment)
         if isinstance(launcher, spread.PrefectLauncher):
             launcher.check()  # a server and the deployment, before anything is sent
-    with api_endpoint(settings, quiet=not progress, store=st) as endpoint:
-        client, sdk = make_clients(settings, endpoint)
+    with (
+        api_endpoint(settings, quiet=not progress, store=st) as endpoint,
+        open_clients(settings, endpoint, keep_sdk=submit_only) as (client, sdk),
+    ):
         for note in check_served(settings, sdk):  # a model nobody serves stops here, nothing sent
             log.warning("docmill: %s", note)
         ctx = RunContext(settings, st, rec, choice.run_id, endpoint, client, sdk, on_progress=on_progress)

@@ -125,8 +125,10 @@ class ModelClient:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
 
     def close(self) -> None:
-        if self._aio is not None:
-            self._aio.close()
+        with self._aio_lock:  # the twin's event loop and I/O threads end now, not at a collection
+            twin, self._aio = self._aio, None
+        if twin is not None:
+            twin.close()
         self._sdk.close()
 
     @property
@@ -241,8 +243,7 @@ class ModelClient:
     # ---- one attempt's policy, step by step: shared with tasks.api.aio.AsyncModelClient ---------
 
     def _open(self, request: dict[str, Any], ladder: Ladder) -> tuple[dict[str, Any], int, int]:
-        """Before an attempt (`check_stops`; the attempt counted): the body for the ladder's model,
-        its input-token estimate and its max_tokens."""
+        """Before an attempt (`check_stops`, counted): the ladder model's body, estimate, max_tokens."""
         self.check_stops()
         ladder.attempts += 1
         ladder.attempts_on_model += 1
