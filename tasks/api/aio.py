@@ -2,9 +2,9 @@
 `ModelClient.call` that the per-file pass uses, so one process keeps as many requests in flight as the
 pacer's window asks (Little's law: hundreds at a tier-4 limit) without a thread each.
 
-- `LoopThread`: one event loop in its own thread per `ModelClient`; other threads hand it coroutines
-  (`run`) and wait. Blocking work a coroutine needs (the store, the gate's CPU) runs on a small pool
-  of I/O threads (`io`), never on the loop.
+- `LoopThread` (tasks.api.loop_thread): one event loop in its own thread per `ModelClient`; other
+  threads hand it coroutines (`run`) and wait. Blocking work a coroutine needs (the store, the gate's
+  CPU) runs on a small pool of I/O threads (`io`), never on the loop.
 - Every policy is `ModelClient`'s own, called step by step: `_open` (nothing after a signal, a trip
   or a spend-limit refusal; the attempt counted), the pacer's one decision `RateLimiter.try_acquire`,
   `Budget.try_reserve`, `CircuitBreaker.try_admit`, `_failed`, `_timed_out` (possibly billed),
@@ -25,8 +25,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
@@ -35,6 +34,7 @@ import httpx2
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import StreamProgress, read_timeout, streams
 from tasks.api.client import ENDINGS, CallResult, ModelClient, OnResponse
+from tasks.api.loop_thread import LoopThread
 from tasks.api.pacing import WINDOW_FULL, WINDOW_MAX, RateLimiter, Ticket, Told
 from tasks.api.retrying import is_retryable
 from tasks.api.sse import read_answer
@@ -43,41 +43,8 @@ if TYPE_CHECKING:
     from tasks.api.ladder import Ladder
 
 T = TypeVar("T")
-IO_THREADS = 16  # store writes and the gate of answers, off the loop
 WAKE_SECONDS = 0.05  # a waiter looks again at least this often (a thread's call may have answered)
 Lane = deque[tuple[asyncio.Future[Ticket], int, int]]
-
-
-class LoopThread:
-    """An event loop running in its own daemon thread, and the I/O threads its coroutines use."""
-
-    def __init__(self, name: str = "docmill-loop", io_threads: int = IO_THREADS) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.pool = ThreadPoolExecutor(io_threads, thread_name_prefix="docmill-io")
-        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self.thread.start()
-        # a client dropped without close() (tests, scripts) does not leave its thread behind
-        weakref.finalize(self, _stop_loop, self.loop, self.pool)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` on the loop and wait for it on this thread."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    async def io(self, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)` on an I/O thread, awaited on the loop."""
-        return await self.loop.run_in_executor(self.pool, fn, *args)
-
-    def close(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=10)
-        self.pool.shutdown(wait=True)
-
-
-def _stop_loop(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor) -> None:
-    if loop.is_running():
-        loop.call_soon_threadsafe(loop.stop)
-    pool.shutdown(wait=False)
 
 
 def _close_sdk(loop: LoopThread, sdk: anthropic.AsyncAnthropic) -> None:
@@ -313,10 +280,7 @@ class AsyncModelClient:
         )
 
     def close(self) -> None:
-        try:
-            self._close_sdk()
-        finally:
-            self.loop.close()
+        self.loop.close(before=self._close_sdk)
 
     def stop(self) -> None:
         """What stops every request before it is sent (`ModelClient.check_stops`)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from docmill.errors import ApiCallError, Interrupted
+from docmill.errors import ApiCallError, DocmillError, Interrupted
 from docmill.settings import Settings
 from docmill.shutdown import SHUTDOWN
 from tasks.api.aio import Changes, Gate, async_client
@@ -247,3 +247,26 @@ def test_the_slot_is_held_while_the_answer_is_persisted_and_given_back_before_th
 
     acall(client, request(), on_response=persist, then=then)
     assert seen == [("persist", 1), ("then", 0)]
+
+
+def test_a_close_while_another_thread_waits_on_the_loop_ends_the_loop_after_its_answer(emulator: Any) -> None:
+    """The run stops and closes its client while a flow's chunk task still waits on the loop for an
+    answer (a Prefect task thread finishes after the flow's body): the wait ends with the answer, then
+    the loop and its threads end; nothing waits forever on a stopped loop."""
+    client = client_for(emulator)
+    emulator.state.config.latency_ms = 300.0
+    got: list[Any] = []
+    caller = threading.Thread(target=lambda: got.append(acall(client, request())), daemon=True)
+    caller.start()
+    while received(emulator) < 1:
+        caller.join(0.005)
+    loop = async_client(client).loop
+    client.close()  # from the run's thread, the request still in flight
+    caller.join(10)
+    assert not caller.is_alive() and got and got[0].message["content"]
+    loop.thread.join(10)
+    assert not loop.thread.is_alive()
+    with pytest.raises(DocmillError, match="closed"):  # a late caller is told, not left waiting
+        loop.run(asyncio.sleep(0))
+    assert acall(client, request()).message["content"]  # the client itself makes a new loop
+    client.close()
