@@ -44,7 +44,7 @@ from docmill.settings import Settings, get_settings
 from docmill.shutdown import SHUTDOWN, install
 from flows.orchestration.chunk_tasks import RUNNER, chunk_label
 from flows.orchestration.prefect_flows import FLOW_RETRIES, FLOW_RETRY_DELAYS
-from flows.run.context import RunContext, api_endpoint, holder_id, open_clients, share_limit
+from flows.run.context import RunContext, api_endpoint, holder_id, make_clients, share_limit
 from flows.run.continuation import pinned_settings
 from flows.run.entry import record_possibly_billed
 from flows.run.passes import Chunk, ChunkFn, MapChunks, plain_map, review_one_chunk
@@ -75,15 +75,16 @@ def work_shards(
 
     name = name or os.environ.get("PREFECT__WORKER_NAME") or f"{socket.gethostname()}:{os.getpid()}"
     bind_run(run_id)
-    with (
-        api_endpoint(run_settings, quiet=True, store=st) as endpoint,
-        open_clients(run_settings, endpoint) as (client, sdk),
-    ):
+    with api_endpoint(run_settings, quiet=True, store=st) as endpoint:
+        client, sdk = make_clients(run_settings, endpoint)
         ctx = RunContext(run_settings, st, load_recipe(manifest.recipe), run_id, endpoint, client, sdk)
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, run_id))
         worker = ShardWorker(ctx, ShardTable(st, run_id, generation), name, map_chunks, sleep)
-        with share_limit(ctx, name=name):
-            return worker.run()
+        try:
+            with share_limit(ctx, name=name):
+                return worker.run()
+        finally:
+            client.close()
 
 
 class ShardWorker:

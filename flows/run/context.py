@@ -126,22 +126,19 @@ def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[Any, Any]:
 
 
 @contextmanager
-def open_clients(
-    settings: Settings, endpoint: Endpoint, *, keep_sdk: bool = False
-) -> Iterator[tuple[Any, Any]]:
-    """`make_clients`, closed when the run ends: the realtime client's event loop and I/O threads
-    and both connection pools end with the run, not whenever a collection finds them (a process
-    that runs many, such as a worker or a notebook, kept a thread set per run). `keep_sdk`: the raw
-    SDK client stays open for a look at the batches that goes on after (tasks.batch.lifecycle)."""
+def open_clients(settings: Settings, endpoint: Endpoint) -> Iterator[tuple[Any, Any]]:
+    """`make_clients`; when the run ends the realtime client's event loop and its I/O threads end
+    too (once the last thread waiting on it returns: tasks.api.aio.close_twin), not whenever a
+    collection finds them: a process that runs many (a worker, a notebook) kept a set per run. The
+    HTTP clients hold no thread and stay open: a chunk task that outlives a stopped run's body may
+    still be reading an answer it must keep, or looking at its batches (tasks.batch.lifecycle)."""
+    from tasks.api.aio import close_twin
+
     client, sdk = make_clients(settings, endpoint)
     try:
         yield client, sdk
     finally:
-        try:
-            client.close()
-        finally:
-            if not keep_sdk:
-                sdk.close()
+        close_twin(client)
 
 
 @contextmanager

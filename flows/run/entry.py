@@ -111,7 +111,7 @@ def run_extract(
             launcher.check()  # a server and the deployment, before anything is sent
     with (
         api_endpoint(settings, quiet=not progress, store=st) as endpoint,
-        open_clients(settings, endpoint, keep_sdk=submit_only) as (client, sdk),
+        open_clients(settings, endpoint) as (client, sdk),
     ):
         for note in check_served(settings, sdk):  # a model nobody serves stops here, nothing sent
             log.warning("docmill: %s", note)

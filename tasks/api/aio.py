@@ -246,6 +246,15 @@ def async_client(client: ModelClient) -> AsyncModelClient:
     return twin
 
 
+def close_twin(client: ModelClient) -> None:
+    """The client's twin ends: its connections, event loop and I/O threads, once the last thread
+    waiting on the loop returns (`LoopThread.close`). The client goes on (a next call makes a new one)."""
+    with client._aio_lock:
+        twin, client._aio = client._aio, None
+    if twin is not None:
+        twin.close()
+
+
 class AsyncModelClient:
     """`ModelClient.call` on its event loop; made by `async_client` (one per client)."""
 

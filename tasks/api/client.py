@@ -125,7 +125,7 @@ class ModelClient:
         return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
 
     def close(self) -> None:
-        with self._aio_lock:  # the twin's event loop and I/O threads end now, not at a collection
+        with self._aio_lock:  # the twin as tasks.api.aio.close_twin ends it, then this client's pool
             twin, self._aio = self._aio, None
         if twin is not None:
             twin.close()
