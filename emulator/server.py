@@ -387,6 +387,7 @@ class EmulatorServer:
         config = uvicorn.Config(
             self.app,
             lifespan="off",
+            log_config=None,  # never dictConfig: it closes every handler of the process (a flow run's)
             log_level="warning",
             access_log=False,
             loop="asyncio",

@@ -95,3 +95,31 @@ def test_cancel_of_an_ended_batch_answers_as_configured(emulator: EmulatorServer
         with pytest.raises(anthropic.APIStatusError) as info:
             client.messages.batches.cancel(batch.id)
         assert info.value.status_code == status
+
+
+def test_starting_leaves_the_process_logging_alone() -> None:
+    """The built-in emulator starts inside a flow run (a run without an API key): it must not
+    reconfigure the process's logging. uvicorn's default config (logging.config.dictConfig) flushed
+    and closed every handler of the process, Prefect's API log handler among them, while holding
+    logging's lock: a flow run's heartbeat thread starting Prefect's event loop at that moment
+    deadlocked the run (seen in test_flows_kill)."""
+    import logging
+
+    class Kept(logging.Handler):
+        closed = False
+
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+        def close(self) -> None:
+            self.closed = True
+            super().close()
+
+    kept = Kept()
+    logging.getLogger("docmill.test.kept").addHandler(kept)
+    try:
+        with EmulatorServer():
+            pass
+        assert not kept.closed
+    finally:
+        logging.getLogger("docmill.test.kept").removeHandler(kept)
