@@ -190,9 +190,14 @@ def killed_run_then_resume(cli: Cli, corpus: Path) -> None:
 
 def stale_server_is_reaped(cli: Cli, corpus: Path) -> None:
     """A server whose watch could not act survives the kill; the next start stops it and says so."""
+    runtime = Path(cli.env["DOCMILL_RUNTIME_DIR"])
+
+    def recorded(kids: Pids) -> bool:  # its pid file is written just after it started
+        return any((runtime / f"{pid}.json").exists() for pid in servers(kids))
+
     for _ in range(3):
         proc = cli.start("run", str(corpus))
-        kids = kill_when(proc, lambda kids: bool(servers(kids)), before_kill=freeze_servers)
+        kids = kill_when(proc, recorded, before_kill=freeze_servers)
         time.sleep(1.5)
         stuck = [p for p in servers(kids) if _still_running(p, kids[p][0])]
         if stuck:
