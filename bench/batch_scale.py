@@ -124,17 +124,28 @@ def integrate_all(
 
     client = ModelClient(settings, base_url=base_url, api_key="bench-key")
     start = time.perf_counter()
-    record = integrate(outcomes, recipe=recipe, run_id="bench", store=store, client=client, settings=settings,
-                       source="bench-corpus")  # fmt: skip
+    record = integrate(
+        outcomes,
+        recipe=recipe,
+        run_id="bench",
+        store=store,
+        client=client,
+        settings=settings,
+        source="bench-corpus",
+    )
     wall = time.perf_counter() - start
     by_pass = CostLedger(store, "bench").totals()["by_pass"]
     file_usd, integ_usd = float(by_pass.get("file", 0.0)), float(by_pass.get("integration", 0.0))
     return {
-        "wall_s": round(wall, 1), "status": record["status"], "calls": record["calls"],
-        "unaccounted": len(record["checks"].get("unaccounted") or []), "conflicts": len(record["output"]["conflicts"]),
-        "duplicates": len(record["output"]["duplicates"]), "usd": round(integ_usd, 4),
+        "wall_s": round(wall, 1),
+        "status": record["status"],
+        "calls": record["calls"],
+        "unaccounted": len(record["checks"].get("unaccounted") or []),
+        "conflicts": len(record["output"]["conflicts"]),
+        "duplicates": len(record["output"]["duplicates"]),
+        "usd": round(integ_usd, 4),
         "share_of_per_file": round(integ_usd / file_usd, 4) if file_usd else None,
-    }  # fmt: skip
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,18 +155,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-requests", type=int, default=100_000, help="settings.batch.max_requests")
     p.add_argument("--integrate", action="store_true", help="run the integration pass after the batches")
     p.add_argument(
-        "--clock-speed", type=float, default=60.0,
+        "--clock-speed",
+        type=float,
+        default=60.0,
         help="emulator virtual s per real s (keep 29 days of virtual time well beyond the run)",
-    )  # fmt: skip
+    )
     args = p.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="docmill-bench-"))
     corpus, store_dir = work / "corpus", work / "store"
 
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "make_invoices.py"), "--out", str(corpus), "--count", str(args.docs)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "examples" / "make_invoices.py"),
+            "--out",
+            str(corpus),
+            "--count",
+            str(args.docs),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     corpus_s = time.perf_counter() - t0
     emu, base_url = start_emulator(args.clock_speed)
     try:

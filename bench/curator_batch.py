@@ -100,9 +100,12 @@ def request_spec(corpus: Path) -> dict[str, Any]:
         recipe, doc, load_text(doc), model=settings.api.model, max_tokens=settings.api.max_tokens
     )
     return {
-        "model": req["model"], "max_tokens": req["max_tokens"], "output_config": req["output_config"],
-        "system": req["system"][0]["text"], "instruction": req["messages"][0]["content"][-1]["text"],
-    }  # fmt: skip
+        "model": req["model"],
+        "max_tokens": req["max_tokens"],
+        "output_config": req["output_config"],
+        "system": req["system"][0]["text"],
+        "instruction": req["messages"][0]["content"][-1]["text"],
+    }
 
 
 def batches(url: str) -> dict[str, dict[str, Any]]:
@@ -129,13 +132,16 @@ def measure(
     grew = {p: n - acct0.get(p, 0) for p, n in acct.items() if n != acct0.get(p, 0)}
     created = min((epoch(b["created_at"]) for b in mine.values()), default=None)
     return {
-        "who": who, "rc": rc, "wall_s": wall, "batches": len(mine),
+        "who": who,
+        "rc": rc,
+        "wall_s": wall,
+        "batches": len(mine),
         "first_batch_s": None if created is None else (created - virtual0) / speed + real0 - start,
         "answered": sum(b["request_counts"]["succeeded"] for b in mine.values()),
         "polls": sum(n for p, n in grew.items() if p.rsplit("/", 1)[-1] in mine),
         "realtime_calls": grew.get("/v1/messages", 0),
         "cpu_s": cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime,
-    }  # fmt: skip
+    }
 
 
 def row(r: dict[str, Any]) -> str:
@@ -168,8 +174,14 @@ def command(
         env.update(kv.split("=", 1) for kv in a.docmill_env)
     else:
         cmd = [a.curator_python, str(work / "curator_extract.py"), str(work / "spec.json"), corpus]
-        env = {"BENCH_BASE_URL": url, "CURATOR_CACHE_DIR": str(run / "cache"), "HF_DATASETS_CACHE": str(run / "hf"),
-               "HF_HUB_OFFLINE": "1", "TELEMETRY_ENABLED": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # fmt: skip
+        env = {
+            "BENCH_BASE_URL": url,
+            "CURATOR_CACHE_DIR": str(run / "cache"),
+            "HF_DATASETS_CACHE": str(run / "hf"),
+            "HF_HUB_OFFLINE": "1",
+            "TELEMETRY_ENABLED": "false",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
     return cmd, {**env, "ANTHROPIC_API_KEY": "bench-key"}
 
 

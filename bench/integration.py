@@ -69,10 +69,21 @@ def billed_count(base_url: str) -> int:
 def make_corpus(out: Path, count: int, seed: int) -> list[dict[str, Any]]:
     truth = out.parent / f"{out.name}.truth.jsonl"
     subprocess.run(
-        [sys.executable, str(ROOT / "examples/make_invoices.py"), "--out", str(out), "--count", str(count),
-         "--seed", str(seed), "--truth", str(truth)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "examples/make_invoices.py"),
+            "--out",
+            str(out),
+            "--count",
+            str(count),
+            "--seed",
+            str(seed),
+            "--truth",
+            str(truth),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return [json.loads(line) for line in truth.read_text().splitlines() if line.strip()]
 
 
@@ -150,13 +161,23 @@ def incremental(
         r = one_run(corpus, settings, mode, base_url)
         i = r["integration"]
         bound = 2 * r["file_usd"] + one_bounded_call_usd(settings)
-        rows.append({
-            "new_documents": n, "per_file_usd_new": r["file_usd"], "integration_usd": r["integration_usd"],
-            "integration_calls": i["calls"], "delta": i["delta"], "integration_wall_s": r["integration_wall_s"],
-            "status": i["status"], "billed": r["billed"],
-            "ratio_to_new_per_file": round(r["integration_usd"] / r["file_usd"], 2) if r["file_usd"] else None,
-            "target_usd": round(bound, 4), "within_target": r["integration_usd"] <= bound,
-        })  # fmt: skip
+        rows.append(
+            {
+                "new_documents": n,
+                "per_file_usd_new": r["file_usd"],
+                "integration_usd": r["integration_usd"],
+                "integration_calls": i["calls"],
+                "delta": i["delta"],
+                "integration_wall_s": r["integration_wall_s"],
+                "status": i["status"],
+                "billed": r["billed"],
+                "ratio_to_new_per_file": round(r["integration_usd"] / r["file_usd"], 2)
+                if r["file_usd"]
+                else None,
+                "target_usd": round(bound, 4),
+                "within_target": r["integration_usd"] <= bound,
+            }
+        )
     return rows
 
 
@@ -187,14 +208,21 @@ def main(argv: list[str] | None = None) -> int:
             again = one_run(here / "corpus", settings, args.mode, base_url)
             i = first["integration"]
             row: dict[str, Any] = {
-                "documents": n, "mode": args.mode, "run_wall_s": first["wall_s"],
-                "integration_wall_s": first["integration_wall_s"], "per_file_usd": first["file_usd"],
+                "documents": n,
+                "mode": args.mode,
+                "run_wall_s": first["wall_s"],
+                "integration_wall_s": first["integration_wall_s"],
+                "per_file_usd": first["file_usd"],
                 "integration_usd": first["integration_usd"],
-                "integration_share": round(first["integration_usd"] / first["file_usd"], 4) if first["file_usd"] else None,
-                "integration_calls": i["calls"], "answers_cut": i["truncated"],
+                "integration_share": round(first["integration_usd"] / first["file_usd"], 4)
+                if first["file_usd"]
+                else None,
+                "integration_calls": i["calls"],
+                "answers_cut": i["truncated"],
                 **completeness(i, truth, ids),
-                "second_run_billed": again["billed"], "second_run_integration_calls": again["integration"]["calls"],
-            }  # fmt: skip
+                "second_run_billed": again["billed"],
+                "second_run_integration_calls": again["integration"]["calls"],
+            }
             if n == args.incremental_on:
                 row["incremental"] = incremental(here / "corpus", here, settings, args.mode, base_url)
             rows.append(row)

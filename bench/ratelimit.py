@@ -137,15 +137,27 @@ def steady_share(billed: list[dict[str, Any]], kind: str, limit: float, warmup: 
         if kind == "requests":
             return 1.0
         u = b["usage"]  # what the emulator's limiter counts: every input token, cache reads included
-        return float(sum(u.get(f) or 0 for f in ("input_tokens", "cache_creation_input_tokens",
-                                                  "cache_read_input_tokens")))  # fmt: skip
+        return float(
+            sum(
+                u.get(f) or 0
+                for f in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+            )
+        )
 
     used = sum(amount(b) for b in rows if start <= b["at"] < end)
     return used / (end - start) * 60.0 / limit, end - start
 
 
-def scenario(name: str, limits: list[str], kind: str, limit: float, corpus: Path, reqs: list[dict[str, Any]],
-             a: argparse.Namespace, tmp: Path) -> None:  # fmt: skip
+def scenario(
+    name: str,
+    limits: list[str],
+    kind: str,
+    limit: float,
+    corpus: Path,
+    reqs: list[dict[str, Any]],
+    a: argparse.Namespace,
+    tmp: Path,
+) -> None:
     plain_proc, plain_url = start_emulator(limits, a.seed)
     dm_proc, dm_url = start_emulator(limits, a.seed)
     failures = [0]
@@ -198,10 +210,21 @@ def main() -> None:
         tmp = Path(tmpdir)
         corpus = tmp / "corpus"
         subprocess.run(
-            [sys.executable, str(ROOT / "examples/make_invoices.py"), "--out", str(corpus), "--count",
-             str(a.docs), "--seed", "1", "--truth", str(tmp / "t.jsonl")],
-            check=True, stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(ROOT / "examples/make_invoices.py"),
+                "--out",
+                str(corpus),
+                "--count",
+                str(a.docs),
+                "--seed",
+                "1",
+                "--truth",
+                str(tmp / "t.jsonl"),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         reqs = requests_for(corpus)
         per_request = sum(count_tokens(r) for r in reqs) / len(reqs)
         itpm = int(per_request * a.rpm)

@@ -69,8 +69,10 @@ def start_emulator(latency_ms: float, *extra: str) -> tuple[subprocess.Popen[byt
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "emulator.cli", "--port", str(port), "--latency-ms", str(latency_ms), *extra],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -103,9 +105,14 @@ def requests_for(corpus: Path) -> list[dict[str, Any]]:
 
 
 def plain_loop(
-    requests: list[dict[str, Any]], url: str, window: int, *, store: Path | None = None, retries: int = 2,
+    requests: list[dict[str, Any]],
+    url: str,
+    window: int,
+    *,
+    store: Path | None = None,
+    retries: int = 2,
     aiohttp: bool = False,
-) -> tuple[float, float, int]:  # fmt: skip
+) -> tuple[float, float, int]:
     """(docs/s, CPU ms per document, requests failed) of the plain loop; with `store`, also writing the
     durable floor (the response and the result of every answer, write-once, on docmill's store);
     `aiohttp`: on the SDK's aiohttp client (docmill's default for the event loop) instead of httpx."""
@@ -177,18 +184,33 @@ def docmill_pass(corpus: Path, url: str, store: Path, concurrency: int | None) -
     total = time.perf_counter() - start
     ok = summary["states"]["succeeded"] + summary["states"]["needs_review"] - summary["from_ledger"]
     return {
-        "docs_s": ok / spent["wall"], "whole_docs_s": ok / total, "cpu_ms": 1000 * spent["cpu"] / ok,
-        "cores": spent["cpu"] / spent["wall"], "wall": spent["wall"], "states": summary["states"],
-    }  # fmt: skip
+        "docs_s": ok / spent["wall"],
+        "whole_docs_s": ok / total,
+        "cpu_ms": 1000 * spent["cpu"] / ok,
+        "cores": spent["cpu"] / spent["wall"],
+        "wall": spent["wall"],
+        "states": summary["states"],
+    }
 
 
 def make_corpus(tmp: Path, name: str, count: int) -> Path:
     corpus = tmp / name
     subprocess.run(
-        [sys.executable, str(ROOT / "examples/make_invoices.py"), "--out", str(corpus), "--count", str(count),
-         "--seed", "1", "--truth", str(tmp / f"{name}.truth.jsonl")],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "examples/make_invoices.py"),
+            "--out",
+            str(corpus),
+            "--count",
+            str(count),
+            "--seed",
+            "1",
+            "--truth",
+            str(tmp / f"{name}.truth.jsonl"),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return corpus
 
 
@@ -212,8 +234,17 @@ def efficiency(a: argparse.Namespace, tmp: Path) -> None:
                 ai, ac, _ = plain_loop(reqs, url, a.concurrency, aiohttp=True)
                 f, fc, _ = plain_loop(reqs, url, a.concurrency, store=tmp / f"floor-{i}-{r}")
                 d = docmill_pass(corpus, url, tmp / f"store-{i}-{r}", a.concurrency)
-                for k, v in (("p", p), ("a", ai), ("f", f), ("pc", pc), ("ac", ac), ("fc", fc), ("d", d["docs_s"]),
-                             ("w", d["whole_docs_s"]), ("dc", d["cpu_ms"])):  # fmt: skip
+                for k, v in (
+                    ("p", p),
+                    ("a", ai),
+                    ("f", f),
+                    ("pc", pc),
+                    ("ac", ac),
+                    ("fc", fc),
+                    ("d", d["docs_s"]),
+                    ("w", d["whole_docs_s"]),
+                    ("dc", d["cpu_ms"]),
+                ):
                     runs[k].append(v)
         finally:
             proc.kill()
@@ -291,8 +322,12 @@ def tier(a: argparse.Namespace, tmp: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
-    tier_line("docmill", acct, a.warmup, f"CPU {d['cores']:.3f} cores ({d['cpu_ms']:.2f} ms/doc), "
-              f"wall {d['wall']:.1f} s, {d['states']}")  # fmt: skip
+    tier_line(
+        "docmill",
+        acct,
+        a.warmup,
+        f"CPU {d['cores']:.3f} cores ({d['cpu_ms']:.2f} ms/doc), wall {d['wall']:.1f} s, {d['states']}",
+    )
     proc, url = start_emulator(0, *TIER_ARGS, *TIER_LATENCY)
     try:
         latency, per_out = probe(url, reqs)
@@ -303,8 +338,13 @@ def tier(a: argparse.Namespace, tmp: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
-    tier_line("plain", acct, a.warmup, f"semaphore {window} ({rate:.1f}/s x {latency:.2f} s), CPU "
-              f"{cpu_ms:.2f} ms/doc, {failed} failed after 10 retries")  # fmt: skip
+    tier_line(
+        "plain",
+        acct,
+        a.warmup,
+        f"semaphore {window} ({rate:.1f}/s x {latency:.2f} s), CPU "
+        f"{cpu_ms:.2f} ms/doc, {failed} failed after 10 retries",
+    )
 
 
 def window(a: argparse.Namespace, tmp: Path) -> None:

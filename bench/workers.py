@@ -76,8 +76,11 @@ def start_emulator(state: Path, name: str, *args: str) -> tuple[subprocess.Popen
     log = open(state / f"emulator-{name}.log", "wb")  # noqa: SIM115 (closed with the process)
     proc = subprocess.Popen(
         [sys.executable, "-m", "emulator.cli", "--port", str(port), *args],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -91,9 +94,19 @@ def start_emulator(state: Path, name: str, *args: str) -> tuple[subprocess.Popen
 def upload_corpus(cluster: Cluster, docs: int, prefix: str, seed: int) -> Path:
     local = cluster.state / prefix
     subprocess.run(
-        [sys.executable, str(ROOT / "examples/make_invoices.py"), "--out", str(local), "--count", str(docs),
-         "--seed", str(seed)], check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "examples/make_invoices.py"),
+            "--out",
+            str(local),
+            "--count",
+            str(docs),
+            "--seed",
+            str(seed),
+        ],
+        check=True,
+        capture_output=True,
+    )
     s3 = s3_client(cluster)
     paths = sorted(p for p in local.rglob("*") if p.is_file())
     with ThreadPoolExecutor(16) as pool:
@@ -111,9 +124,14 @@ def docmill(
     full = {**cluster.env, "DOCMILL_LOG_LEVEL": "WARNING", **(env or {})}
     log = open(cluster.state / f"driver-{int(time.time())}.log", "w")  # noqa: SIM115
     return subprocess.Popen(
-        [str(ROOT / ".venv/bin/docmill"), *args], cwd=ROOT, env=full, stdout=log, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
-    )  # fmt: skip
+        [str(ROOT / ".venv/bin/docmill"), *args],
+        cwd=ROOT,
+        env=full,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def wait(proc: subprocess.Popen[str], timeout: float) -> int:
@@ -162,8 +180,15 @@ def spread_run(
     post(url, "/_emulator/reset", {})
     store = f"store-{name}"
     t0 = time.time()
-    proc = docmill(cluster, "run", f"s3://{BUCKET}/corpus", "--workers", str(workers), "--new-run",
-                   env={"DOCMILL_STORE": f"s3://{BUCKET}/{store}"})  # fmt: skip
+    proc = docmill(
+        cluster,
+        "run",
+        f"s3://{BUCKET}/corpus",
+        "--workers",
+        str(workers),
+        "--new-run",
+        env={"DOCMILL_STORE": f"s3://{BUCKET}/{store}"},
+    )
     killed_at, in_flight = None, 0
     if kill:
         while proc.poll() is None:
@@ -191,15 +216,29 @@ def spread_run(
     )
     status = subprocess.run(
         [str(ROOT / ".venv/bin/docmill"), "--store", f"s3://{BUCKET}/{store}", "status", run_id],
-        env=cluster.env, capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     print("  " + status.stdout.replace("\n", "\n  ").rstrip(), flush=True)
     if kill:  # back for the next scenario
         again = run_script("start-worker.sh", str(cluster.state), kill, "1", env=cluster.env)
         cluster.workers[kill] = int(again["DOCMILL_WORKER_PID"])
-    return {"name": name, "exit": code, "share": share, "rpm": rpm, "n429": n429, "received": received,
-            "billed_twice": sum(1 for v in bodies.values() if v > 1), "run_id": run_id, "store": store,
-            "wall": wall, "killed_at": killed_at, "in_flight": in_flight}  # fmt: skip
+    return {
+        "name": name,
+        "exit": code,
+        "share": share,
+        "rpm": rpm,
+        "n429": n429,
+        "received": received,
+        "billed_twice": sum(1 for v in bodies.values() if v > 1),
+        "run_id": run_id,
+        "store": store,
+        "wall": wall,
+        "killed_at": killed_at,
+        "in_flight": in_flight,
+    }
 
 
 def reference_outputs(cluster: Cluster, a: argparse.Namespace) -> dict[str, tuple[str, Any]]:
@@ -226,15 +265,28 @@ def deadline_run(
     """--finish-by `seconds` (60 s = 10 virtual minutes at clock speed 10); batches of docs/4
     requests that take `per_request` virtual seconds per request."""
     proc_e, url = start_emulator(
-        cluster.state, name, "--seed", "1", "--clock-speed", "10", "--rpm", str(a.rpm),
-        "--batch-seconds-per-request", str(per_request), "--latency-ms", "500",
-    )  # fmt: skip
+        cluster.state,
+        name,
+        "--seed",
+        "1",
+        "--clock-speed",
+        "10",
+        "--rpm",
+        str(a.rpm),
+        "--batch-seconds-per-request",
+        str(per_request),
+        "--latency-ms",
+        "500",
+    )
     env = {
-        "DOCMILL_API__BASE_URL": url, "DOCMILL_STORE": f"s3://{BUCKET}/store-{name}",
-        "DOCMILL_DEADLINE__MARGIN_SECONDS": "15", "DOCMILL_DEADLINE__CANCEL_SECONDS": "3",
-        "DOCMILL_DEADLINE__LATENCY_SECONDS": "1", "DOCMILL_DEADLINE__POLL_SECONDS": "2",
+        "DOCMILL_API__BASE_URL": url,
+        "DOCMILL_STORE": f"s3://{BUCKET}/store-{name}",
+        "DOCMILL_DEADLINE__MARGIN_SECONDS": "15",
+        "DOCMILL_DEADLINE__CANCEL_SECONDS": "3",
+        "DOCMILL_DEADLINE__LATENCY_SECONDS": "1",
+        "DOCMILL_DEADLINE__POLL_SECONDS": "2",
         "DOCMILL_API__REQUESTS_PER_MINUTE": str(a.rpm),
-    }  # fmt: skip
+    }
     try:
         t0 = time.time()
         proc = docmill(
@@ -338,12 +390,25 @@ def main() -> None:
     ]
     worker_env = {"DOCMILL_STORE": f"s3://{BUCKET}/store", "DOCMILL_CHUNK_LIMIT_NAME": ""}
     t0 = time.time()
-    cluster = start_cluster(state, workers=("w1", "w2", "w3"), worker_limit=1, bucket=BUCKET, worker_env=worker_env,
-                            emulator_args=emulator)  # fmt: skip
+    cluster = start_cluster(
+        state,
+        workers=("w1", "w2", "w3"),
+        worker_limit=1,
+        bucket=BUCKET,
+        worker_env=worker_env,
+        emulator_args=emulator,
+    )
     print(f"cluster up in {time.time() - t0:.0f} s; state {state}", flush=True)
     try:
-        prefect_cli(cluster, "deploy", "--all", "--prefect-file", str(unscheduled(state)),
-                    DOCMILL_REPO_DIR=str(ROOT), DOCMILL_NIGHTLY_SOURCE=f"s3://{BUCKET}/corpus")  # fmt: skip
+        prefect_cli(
+            cluster,
+            "deploy",
+            "--all",
+            "--prefect-file",
+            str(unscheduled(state)),
+            DOCMILL_REPO_DIR=str(ROOT),
+            DOCMILL_NIGHTLY_SOURCE=f"s3://{BUCKET}/corpus",
+        )
         if wanted & {"rate", "kill", "six"}:
             upload_corpus(cluster, a.docs, "corpus", seed=11)
         if "rate" in wanted:
@@ -353,8 +418,11 @@ def main() -> None:
             ref = reference_outputs(cluster, a)
             got = outcomes(cluster, r["store"], r["run_id"])
             same = sum(1 for d, v in ref.items() if got.get(d) == v)
-            print(f"kill   results identical to one process: {same} of {len(ref)} documents "
-                  f"({len(got)} outcomes in the spread run)", flush=True)  # fmt: skip
+            print(
+                f"kill   results identical to one process: {same} of {len(ref)} documents "
+                f"({len(got)} outcomes in the spread run)",
+                flush=True,
+            )
         if "six" in wanted:
             for name in ("w4", "w5", "w6"):
                 run_script("start-worker.sh", str(state), name, "1", env=cluster.env)

@@ -126,16 +126,34 @@ class CostEntry(BaseModel):
 
 
 def possibly_billed_entry(
-    *, run_id: str, pass_name: str, doc_id: str, key: str, attempt: int, model: str, input_tokens: int,
-    max_tokens: int, usd: float, at: float,
-) -> CostEntry:  # fmt: skip
+    *,
+    run_id: str,
+    pass_name: str,
+    doc_id: str,
+    key: str,
+    attempt: int,
+    model: str,
+    input_tokens: int,
+    max_tokens: int,
+    usd: float,
+    at: float,
+) -> CostEntry:
     """The entry of a request that timed out after it was sent (invariant 13): flagged, priced at
     its worst case (input as cache writes, max_tokens of output), tokens as estimated."""
     return CostEntry(
-        run_id=run_id, pass_name=pass_name, doc_id=doc_id, key=key, attempt=attempt, model=model,
-        possibly_billed=True, unanswered=True, input_tokens=input_tokens, output_tokens=max_tokens, usd=usd,
+        run_id=run_id,
+        pass_name=pass_name,
+        doc_id=doc_id,
+        key=key,
+        attempt=attempt,
+        model=model,
+        possibly_billed=True,
+        unanswered=True,
+        input_tokens=input_tokens,
+        output_tokens=max_tokens,
+        usd=usd,
         at=at,
-    )  # fmt: skip
+    )
 
 
 class CostLedger:

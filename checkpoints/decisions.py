@@ -70,9 +70,15 @@ class ReviewDecisions:
         first = max(taken, default=0) + 1
         for seq in range(first, first + MAX_SEQ_PROBES):
             d = Decision(
-                run_id=self.run_id, doc_id=doc_id, seq=seq, action=action, values=dict(values or {}),
-                note=note, by=by, at=time.time() if at is None else at,
-            )  # fmt: skip
+                run_id=self.run_id,
+                doc_id=doc_id,
+                seq=seq,
+                action=action,
+                values=dict(values or {}),
+                note=note,
+                by=by,
+                at=time.time() if at is None else at,
+            )
             key = f"{self._folder(doc_id)}{seq:0{SEQ_DIGITS}d}.json"
             if self.store.put_json(key, d.model_dump(mode="json"), if_absent=True):
                 return d

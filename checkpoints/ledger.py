@@ -60,9 +60,14 @@ class ResponseLog:
         return f"{self.prefix(pass_name, key)}{attempt:0{ATTEMPT_DIGITS}d}.json"
 
     def put(
-        self, pass_name: str, key: str, attempt: int, response: dict[str, Any],
-        *, on_slot: Callable[[int], None] | None = None,
-    ) -> int:  # fmt: skip
+        self,
+        pass_name: str,
+        key: str,
+        attempt: int,
+        response: dict[str, Any],
+        *,
+        on_slot: Callable[[int], None] | None = None,
+    ) -> int:
         """Persist a response under `attempt`; never overwrites one already there (it was billed):
         if that attempt number is taken (a resumed run re-counting), the next free number is used.
         `on_slot(n)` runs before each try, so the bytes written can name their own slot.

@@ -120,9 +120,13 @@ class ShardTable:
                 return None  # a live worker holds it
             takeovers = int(cur.get("takeovers") or 0) + (1 if other else 0)
             return {
-                "holder": holder, "name": name, "acquired_at": now, "expires_at": now + ttl,
-                "takeovers": takeovers, "previous": cur.get("name") if other else None,
-            }  # fmt: skip
+                "holder": holder,
+                "name": name,
+                "acquired_at": now,
+                "expires_at": now + ttl,
+                "takeovers": takeovers,
+                "previous": cur.get("name") if other else None,
+            }
 
         return update_json(self.store, self._claim_key(sid), fn) is not None
 
@@ -176,10 +180,16 @@ class ShardTable:
             live = claim.get("holder") is not None and float(claim.get("expires_at") or 0) > now
             state = "done" if sid in done else ("claimed" if live else "open")
             worker = (done.get(sid) or {}).get("name") or (claim.get("name") if live else None)
-            out.append({
-                "shard": sid, "chunks": len(chunks), "state": state, "worker": worker,
-                "takeovers": int(claim.get("takeovers") or 0), "docs": int((done.get(sid) or {}).get("docs") or 0),
-            })  # fmt: skip
+            out.append(
+                {
+                    "shard": sid,
+                    "chunks": len(chunks),
+                    "state": state,
+                    "worker": worker,
+                    "takeovers": int(claim.get("takeovers") or 0),
+                    "docs": int((done.get(sid) or {}).get("docs") or 0),
+                }
+            )
         return out
 
 

@@ -66,8 +66,13 @@ class Rates:
                 hint='e.g. {"input": 3, "output": 15}',
             ) from e
         get = lambda k, m: float(raw[k]) if raw.get(k) is not None else i * m  # noqa: E731
-        return cls(i, o, get("cache_write_5m", CACHE_WRITE_5M), get("cache_write_1h", CACHE_WRITE_1H),
-                   get("cache_read", CACHE_READ))  # fmt: skip
+        return cls(
+            i,
+            o,
+            get("cache_write_5m", CACHE_WRITE_5M),
+            get("cache_write_1h", CACHE_WRITE_1H),
+            get("cache_read", CACHE_READ),
+        )
 
 
 @dataclass(frozen=True)
@@ -105,10 +110,14 @@ class Price:
         )
         effective = raw.get("effective")
         return cls(
-            model=model, rates=Rates.from_mapping(raw, model), batch=float(raw.get("batch", BATCH_DISCOUNT)),
+            model=model,
+            rates=Rates.from_mapping(raw, model),
+            batch=float(raw.get("batch", BATCH_DISCOUNT)),
             bands=tuple(sorted(bands, key=lambda b: b.above_prompt_tokens)),
-            effective=date.fromisoformat(effective) if effective else None, source=source, confirmed=confirmed,
-        )  # fmt: skip
+            effective=date.fromisoformat(effective) if effective else None,
+            source=source,
+            confirmed=confirmed,
+        )
 
 
 @dataclass(frozen=True)
@@ -320,9 +329,14 @@ def usd_at(price: Price, usage: Mapping[str, Any] | Any, *, batch: bool = False)
 
 
 def worst_usd(
-    model: str, input_tokens: int, max_tokens: int, *, batch: bool = False, one_hour: bool = False,
+    model: str,
+    input_tokens: int,
+    max_tokens: int,
+    *,
+    batch: bool = False,
+    one_hour: bool = False,
     day: date | None = None,
-) -> float | None:  # fmt: skip
+) -> float | None:
     """What a request can cost at most: every input token a cache write (1-hour when the request
     asks for one), max_tokens of output (thinking included), at the band its prompt reaches; None
     without a price."""

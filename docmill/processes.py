@@ -120,9 +120,13 @@ def spawn(
 
 def _record(pid: int, role: str, argv: list[str], runtime: str | None) -> None:
     rec = ChildRecord(
-        pid=pid, started=start_time(pid), parent=os.getpid(), parent_started=start_time(os.getpid()),
-        role=role, command=argv[:6],
-    )  # fmt: skip
+        pid=pid,
+        started=start_time(pid),
+        parent=os.getpid(),
+        parent_started=start_time(os.getpid()),
+        role=role,
+        command=argv[:6],
+    )
     folder = runtime_dir(runtime)
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -95,9 +95,11 @@ class ApiSettings(BaseModel):
         "Models outside the table: 4096.",
     )
     retry_after_max_seconds: float = Field(
-        60.0, ge=0, allow_inf_nan=False,
+        60.0,
+        ge=0,
+        allow_inf_nan=False,
         description="Cap on a server-asked wait (retry-after); a longer ask is logged and waited this long.",
-    )  # fmt: skip
+    )
     circuit_breaker_calls: int = Field(
         20,
         ge=1,

@@ -34,9 +34,35 @@ AMOUNT = re.compile(
 )
 KIND_WORDS = frozenset({"date", "day", "amount", "value", "number", "text", "name", "sum"})
 SMALL = frozenset(
-    ("a", "an", "the", "of", "by", "is", "are", "be", "been", "shall", "will", "to", "as", "at", "on", "in",
-     "under", "from", "per", "its", "their", "this", "that", "which", "with", "for")
-)  # fmt: skip
+    (
+        "a",
+        "an",
+        "the",
+        "of",
+        "by",
+        "is",
+        "are",
+        "be",
+        "been",
+        "shall",
+        "will",
+        "to",
+        "as",
+        "at",
+        "on",
+        "in",
+        "under",
+        "from",
+        "per",
+        "its",
+        "their",
+        "this",
+        "that",
+        "which",
+        "with",
+        "for",
+    )
+)
 MONTHS = {
     m: i + 1
     for i, m in enumerate(

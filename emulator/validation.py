@@ -84,11 +84,25 @@ COMPACTION_BETA = "compact-2026-09-04"
 # user_profile_id). tests/emulator/test_emulator_validation.py holds them equal to the SDK's.
 CREATE_KEYS = frozenset(
     {
-        "cache_control", "container", "diagnostics", "inference_geo", "max_tokens", "messages", "metadata",
-        "model", "output_config", "service_tier", "speed", "stop_sequences", "stream", "system", "thinking",
-        "tool_choice", "tools",
+        "cache_control",
+        "container",
+        "diagnostics",
+        "inference_geo",
+        "max_tokens",
+        "messages",
+        "metadata",
+        "model",
+        "output_config",
+        "service_tier",
+        "speed",
+        "stop_sequences",
+        "stream",
+        "system",
+        "thinking",
+        "tool_choice",
+        "tools",
     }
-)  # fmt: skip
+)
 COUNT_KEYS = frozenset(
     {
         "cache_control",

@@ -77,8 +77,13 @@ def _text_ops(lines: Sequence[str]) -> bytes:
     return b"\n".join(ops)
 
 
-def text_pdf(pages: Sequence[Sequence[str]], *, info: dict[str, str] | None = None, encrypt: bool = False,
-             share_content: bool = False) -> bytes:  # fmt: skip
+def text_pdf(
+    pages: Sequence[Sequence[str]],
+    *,
+    info: dict[str, str] | None = None,
+    encrypt: bool = False,
+    share_content: bool = False,
+) -> bytes:
     """A PDF with a real text layer (Helvetica), one list of lines per page. `share_content` makes
     every page draw the first page's content stream (a 2,000-page PDF in a few hundred KB)."""
     n = len(pages)
@@ -274,9 +279,16 @@ def zip_bomb_docx(unpacked: int = 64 << 20) -> bytes:
 # ---------------------------------------------------------------- e-mail
 
 
-def eml_bytes(subject: str, body: str, attachments: Sequence[tuple[str, str, bytes]] = (), *,
-              message_id: str = "<msg-1@example.test>", sender: str = "billing@example.test",
-              to: str = "ap@example.test", date: str = "Mon, 05 Jan 2026 09:00:00 +0000") -> bytes:  # fmt: skip
+def eml_bytes(
+    subject: str,
+    body: str,
+    attachments: Sequence[tuple[str, str, bytes]] = (),
+    *,
+    message_id: str = "<msg-1@example.test>",
+    sender: str = "billing@example.test",
+    to: str = "ap@example.test",
+    date: str = "Mon, 05 Jan 2026 09:00:00 +0000",
+) -> bytes:
     """An RFC 5322 message with a plain-text body and attachments (name, MIME type, bytes); an
     attachment of type message/rfc822 is attached as a forwarded message."""
     msg = EmailMessage(policy=SMTP)

@@ -260,15 +260,32 @@ class Writer:
         self.truth.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
 
     def document(
-        self, rel: str, data: bytes, fmt: str, *, inv: Invoice | None = None, status: str = "ok",
-        reason: str | None = None, duplicate_of: str | None = None, **extra: Any,
-    ) -> None:  # fmt: skip
+        self,
+        rel: str,
+        data: bytes,
+        fmt: str,
+        *,
+        inv: Invoice | None = None,
+        status: str = "ok",
+        reason: str | None = None,
+        duplicate_of: str | None = None,
+        **extra: Any,
+    ) -> None:
         sha = self.file(rel, data)
         rec: dict[str, Any] = {
-            "record": "document", "doc_id": rel, "format": fmt, "sha256": sha, "size": len(data),
-            "expected_status": status, "expected_skip_reason": reason, "duplicate_of": duplicate_of,
-            "doc_kind": None, "fields": None, "line_items": None, **extra,
-        }  # fmt: skip
+            "record": "document",
+            "doc_id": rel,
+            "format": fmt,
+            "sha256": sha,
+            "size": len(data),
+            "expected_status": status,
+            "expected_skip_reason": reason,
+            "duplicate_of": duplicate_of,
+            "doc_kind": None,
+            "fields": None,
+            "line_items": None,
+            **extra,
+        }
         if inv is not None:
             rec.update(inv.truth())
         self.record(rec)
@@ -297,15 +314,28 @@ def plant_media(w: Writer, rng: random.Random, first: int) -> None:
     attached = media.text_pdf([invoice_lines(mailed)])
     name = f"invoice-{mailed.number}.pdf"
     eml = media.eml_bytes(
-        f"Invoice {mailed.number} from {mailed.vendor}", "Dear customer,\n\nplease find our invoice attached.\n",
-        [(name, "application/pdf", attached)], message_id=f"<{mailed.number}@example.test>",
-    )  # fmt: skip
+        f"Invoice {mailed.number} from {mailed.vendor}",
+        "Dear customer,\n\nplease find our invoice attached.\n",
+        [(name, "application/pdf", attached)],
+        message_id=f"<{mailed.number}@example.test>",
+    )
     rel = f"mail/order-{1000 + first + 1:06d}.eml"
     w.document(rel, eml, "eml", attachments=[f"{rel}/1-{name}"])
     sha = hashlib.sha256(attached).hexdigest()
-    w.record({"record": "document", "doc_id": f"{rel}/1-{name}", "format": "pdf", "sha256": sha,
-              "size": len(attached), "expected_status": "ok", "expected_skip_reason": None,
-              "duplicate_of": None, "parent": rel, **mailed.truth()})  # fmt: skip
+    w.record(
+        {
+            "record": "document",
+            "doc_id": f"{rel}/1-{name}",
+            "format": "pdf",
+            "sha256": sha,
+            "size": len(attached),
+            "expected_status": "ok",
+            "expected_skip_reason": None,
+            "duplicate_of": None,
+            "parent": rel,
+            **mailed.truth(),
+        }
+    )
 
 
 def generate(
@@ -319,9 +349,20 @@ def generate(
     truth_path.parent.mkdir(parents=True, exist_ok=True)
     with truth_path.open("w", encoding="utf-8", newline="\n") as truth:
         w = Writer(out, truth)
-        w.record({"record": "corpus", "generator_version": GENERATOR_VERSION, "seed": seed, "count": count,
-                  "formats": formats, "normal": normal, "duplicates": n_dup, "conflicts": n_conf,
-                  "broken": BROKEN if count >= 10 else 0, "media": extra})  # fmt: skip
+        w.record(
+            {
+                "record": "corpus",
+                "generator_version": GENERATOR_VERSION,
+                "seed": seed,
+                "count": count,
+                "formats": formats,
+                "normal": normal,
+                "duplicates": n_dup,
+                "conflicts": n_conf,
+                "broken": BROKEN if count >= 10 else 0,
+                "media": extra,
+            }
+        )
         for i in range(normal):
             inv = make_invoice(rng, i)
             inv.injection = i == injected
@@ -341,23 +382,44 @@ def generate(
             inv, rel, _data, fmt = keep[j]
             fmt2 = formats[(formats.index(fmt) + 1) % len(formats)]
             delta = rng.choice((-1, 1)) * rng.randrange(1000, 50000)
-            revised = Invoice(inv.number, inv.vendor, inv.currency, inv.tax_bp, inv.buyer, inv.issued, inv.due,
-                              list(inv.items), total_override=max(100, inv.total + delta))  # fmt: skip
+            revised = Invoice(
+                inv.number,
+                inv.vendor,
+                inv.currency,
+                inv.tax_bp,
+                inv.buyer,
+                inv.issued,
+                inv.due,
+                list(inv.items),
+                total_override=max(100, inv.total + delta),
+            )
             rel2 = f"inbox/inv-{1000 + j:06d}-revised.{fmt2}"
             w.document(rel2, RENDERERS[fmt2](revised).encode("utf-8"), fmt2, inv=revised, conflict_with=rel)
-            w.record({
-                "record": "conflict", "field": "total", "invoice_number": inv.number, "vendor_name": inv.vendor,
-                "values": [{"value": inv.total / 100, "doc_id": rel}, {"value": revised.total / 100, "doc_id": rel2}],
-            })  # fmt: skip
+            w.record(
+                {
+                    "record": "conflict",
+                    "field": "total",
+                    "invoice_number": inv.number,
+                    "vendor_name": inv.vendor,
+                    "values": [
+                        {"value": inv.total / 100, "doc_id": rel},
+                        {"value": revised.total / 100, "doc_id": rel2},
+                    ],
+                }
+            )
         if count >= 10:
             w.document("misc/empty.txt", b"", "txt", status="skipped", reason="empty")
             blob = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(rng.randrange(256) for _ in range(256))
             w.document("misc/scan-0001.txt", blob, "txt", status="skipped", reason="binary")
             legacy = "Rechnung Nr.: R-77\nLieferant: Müller & Söhne KG\nGesamtbetrag: 99,00 EUR\n"
-            w.document("misc/legacy-latin1.txt", legacy.encode("latin-1"), "txt",
-                       expected_encoding="cp1252")  # fmt: skip
-            w.document("misc/archive.xyz", b"PK not really an archive\n", "xyz", status="skipped",
-                       reason="unsupported_type")  # fmt: skip
+            w.document("misc/legacy-latin1.txt", legacy.encode("latin-1"), "txt", expected_encoding="cp1252")
+            w.document(
+                "misc/archive.xyz",
+                b"PK not really an archive\n",
+                "xyz",
+                status="skipped",
+                reason="unsupported_type",
+            )
         if extra:
             plant_media(w, rng, normal)
     return {"files": w.files, "normal": normal, "duplicates": n_dup, "conflicts": n_conf, "media": extra}

@@ -71,9 +71,7 @@ def rate_limits(headers: Any) -> str:
     return ", ".join(parts) or "the endpoint sent no anthropic-ratelimit-* headers"
 
 
-def _call(
-    name: str, model: str, create: Callable[..., Any], **extra: Any
-) -> tuple[Check, Any]:  # fmt: skip
+def _call(name: str, model: str, create: Callable[..., Any], **extra: Any) -> tuple[Check, Any]:
     """One tiny Messages call as a check: (result, response headers or None)."""
     try:
         raw = create(

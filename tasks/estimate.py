@@ -152,8 +152,18 @@ class Estimate:
     # (realtime, realtime worst, batch, batch worst, thinking's share of realtime)
     _usd: list[float] = field(default_factory=lambda: [0.0] * 5)
 
-    def add(self, price: Price | None, *, fresh: int, written: int, cached: int, out: int, think: int,
-            max_tokens: int, one_hour: bool = False) -> None:  # fmt: skip
+    def add(
+        self,
+        price: Price | None,
+        *,
+        fresh: int,
+        written: int,
+        cached: int,
+        out: int,
+        think: int,
+        max_tokens: int,
+        one_hour: bool = False,
+    ) -> None:
         """One request: `fresh` input, `written` / `cached` prefix tokens, `out` output (with `think`)."""
         if price is None:
             return
@@ -323,8 +333,15 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         think = thinking_tokens(settings.api.model, request.get("thinking"), est.effort)
         out = min(max_tokens, typical + think)
         inp = content_tokens(request)
-        est.add(price, fresh=inp - cached - written, written=written, cached=cached, out=out, think=think,
-                max_tokens=max_tokens)  # fmt: skip
+        est.add(
+            price,
+            fresh=inp - cached - written,
+            written=written,
+            cached=cached,
+            out=out,
+            think=think,
+            max_tokens=max_tokens,
+        )
         est.documents += 1
         est.input_tokens += inp
         est.typical_output_tokens += out
@@ -349,9 +366,12 @@ def worst_case_usd(request: dict[str, Any], *, batch: bool) -> float:
     tasks.api.client.ModelClient reserves before a realtime request); 0 without a price."""
     one_hour = '"ttl": "1h"' in json.dumps(request.get("system"))
     usd = worst_usd(
-        str(request["model"]), estimate_input_tokens(request), int(request["max_tokens"]), batch=batch,
+        str(request["model"]),
+        estimate_input_tokens(request),
+        int(request["max_tokens"]),
+        batch=batch,
         one_hour=one_hour,
-    )  # fmt: skip
+    )
     return usd or 0.0
 
 

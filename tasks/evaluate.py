@@ -152,9 +152,18 @@ def evaluate(
                 by_group[group][g[group]][name].add(doc_id, ok, covered)
                 by_group[group][g[group]]["*all fields*"].add(doc_id, ok, covered)
             if not ok:
-                mismatches.append({"doc_id": doc_id, "field": name, "kind": "wrong" if covered else "missing",
-                                   "expected": expected, "got": _value(output.get(name)),
-                                   "state": o.get("state"), "page": _page(o, name), **g})  # fmt: skip
+                mismatches.append(
+                    {
+                        "doc_id": doc_id,
+                        "field": name,
+                        "kind": "wrong" if covered else "missing",
+                        "expected": expected,
+                        "got": _value(output.get(name)),
+                        "state": o.get("state"),
+                        "page": _page(o, name),
+                        **g,
+                    }
+                )
     return {"overall": dict(overall), "by_group": by_group, "missing": missing, "mismatches": mismatches}
 
 

@@ -157,14 +157,22 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
             )
         elif marks.get(rel) == "linked":
             yield _Entry(
-                rel.rstrip("/"), path.as_uri(), _NO_READ, "directory",
+                rel.rstrip("/"),
+                path.as_uri(),
+                _NO_READ,
+                "directory",
                 skip=(SkipReason.SYMLINKED_FOLDER, "a symlinked folder; --follow-symlinks reads it"),
-            )  # fmt: skip
+            )
         elif not follow and not _inside(str(path), root):
             yield _Entry(
-                rel, path.as_uri(), _NO_READ,
-                skip=(SkipReason.OUTSIDE_SOURCE, "a symlink to a file outside the source; --follow-symlinks reads it"),
-            )  # fmt: skip
+                rel,
+                path.as_uri(),
+                _NO_READ,
+                skip=(
+                    SkipReason.OUTSIDE_SOURCE,
+                    "a symlink to a file outside the source; --follow-symlinks reads it",
+                ),
+            )
         else:
             yield _Entry(rel, path.as_uri(), _read_local(str(path)))
 
@@ -254,14 +262,22 @@ def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
     doc_id = make_doc_id(entry.name)
     doc_type = entry.doc_type or doc_type_for(entry.name)
     base: dict[str, Any] = {
-        "doc_id": doc_id, "source_uri": entry.source_uri, "doc_type": doc_type, "parent": entry.parent,
-    }  # fmt: skip
+        "doc_id": doc_id,
+        "source_uri": entry.source_uri,
+        "doc_type": doc_type,
+        "parent": entry.parent,
+    }
 
     def skipped(read: _Read, reason: SkipReason, detail: str, dup: str | None = None) -> Document:
         return Document(
-            **base, sha256=read.sha256, size=read.size, status="skipped", skip_reason=reason,
-            skip_detail=detail, duplicate_of=dup,
-        )  # fmt: skip
+            **base,
+            sha256=read.sha256,
+            size=read.size,
+            status="skipped",
+            skip_reason=reason,
+            skip_detail=detail,
+            duplicate_of=dup,
+        )
 
     if entry.skip is not None:
         return skipped(_Read(), *entry.skip), None
@@ -294,9 +310,11 @@ def _attachments(
     formats = scan.settings.formats
     for i, part in enumerate(content.parts, start=1):
         entry = _Entry(
-            f"{message.doc_id}/{i}-{part.name}", part_uri(message.source_uri, i), _part_read(part.data),
+            f"{message.doc_id}/{i}-{part.name}",
+            part_uri(message.source_uri, i),
+            _part_read(part.data),
             parent=message.doc_id,
-        )  # fmt: skip
+        )
         if i > formats.max_attachments:
             why = f"attachment {i} of {len(content.parts)}: past formats.max_attachments ({formats.max_attachments})"
             entry.skip = (SkipReason.OVER_LIMIT, why)

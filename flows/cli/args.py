@@ -21,13 +21,18 @@ def _common(sub: bool) -> OneLineParser:
         "--store", default=default, help="state root: a folder or s3://bucket/prefix (env DOCMILL_STORE)"
     )
     c.add_argument(
-        "--log-format", choices=["text", "json"], default=default,
+        "--log-format",
+        choices=["text", "json"],
+        default=default,
         help="log lines on stderr as text or one JSON object per line (env DOCMILL_LOG_FORMAT)",
-    )  # fmt: skip
+    )
     c.add_argument(
-        "--log-level", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"], default=default,
+        "--log-level",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        default=default,
         help="log level on stderr; INFO shows one line per API call (env DOCMILL_LOG_LEVEL)",
-    )  # fmt: skip
+    )
     return c
 
 
@@ -44,22 +49,28 @@ def worker_count(text: str) -> int:
 
 def _source_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--include", action="append", metavar="GLOB",
+        "--include",
+        action="append",
+        metavar="GLOB",
         help="take only files whose path (relative to the source) matches; repeatable, e.g. '*.py' "
         "('**' spans folders, a pattern without / matches the name at any depth; default: everything)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--exclude", action="append", metavar="GLOB",
+        "--exclude",
+        action="append",
+        metavar="GLOB",
         help="leave out files whose relative path matches; repeatable, e.g. 'tests/**'",
-    )  # fmt: skip
+    )
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     """The `docmill` parser; each command names its handler in `fn` (see flows/cli/main.py's `COMMANDS`)."""
     p = OneLineParser(
-        prog="docmill", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="docmill",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common(sub=False)],
-    )  # fmt: skip
+    )
     sub = p.add_subparsers(dest="command", required=True)
     common: list[OneLineParser] = [_common(sub=True)]
 
@@ -70,14 +81,17 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)",
     )
     r.add_argument(
-        "--mode", choices=["realtime", "batch", "auto"], default="realtime",
+        "--mode",
+        choices=["realtime", "batch", "auto"],
+        default="realtime",
         help="realtime (Messages API), batch (Message Batches: half price, results within 24 h), or auto "
         "(batch from DOCMILL_BATCH__AUTO_THRESHOLD documents)",
-    )  # fmt: skip
+    )
     r.add_argument(
-        "--concurrency", type=setting_flag("api.concurrency", int),
+        "--concurrency",
+        type=setting_flag("api.concurrency", int),
         help="a ceiling on requests in flight (default: as many as the rate limits need)",
-    )  # fmt: skip
+    )
     r.add_argument("--model", help="pinned model id for the per-file pass")
     r.add_argument("--chunk-size", type=setting_flag("chunk_size", int), help="documents per Prefect task")
     r.add_argument(
@@ -86,39 +100,46 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="stop spending before this is exceeded",
     )
     r.add_argument(
-        "--max-doc-cost-usd", type=setting_flag("cost.max_doc_cost_usd", float),
+        "--max-doc-cost-usd",
+        type=setting_flag("cost.max_doc_cost_usd", float),
         help="per-document guard: a document that could cost more goes to review unsent (default $2)",
-    )  # fmt: skip
+    )
     r.add_argument(
-        "--follow-symlinks", action="store_true",
+        "--follow-symlinks",
+        action="store_true",
         help="read symlinks that point outside the source and walk symlinked folders",
-    )  # fmt: skip
+    )
     r.add_argument(
         "--allow-empty",
         action="store_true",
         help="a source with no files is a run of 0 documents, not an error",
     )
     r.add_argument(
-        "--workers", type=worker_count, metavar="N",
+        "--workers",
+        type=worker_count,
+        metavar="N",
         help="spread the run over N Prefect workers of the work pool (they share the organisation's rate "
         "limit; needs PREFECT_API_URL and the shard-worker deployment: deploy/README.md)",
-    )  # fmt: skip
+    )
     r.add_argument(
-        "--finish-by", metavar="TIME",
+        "--finish-by",
+        metavar="TIME",
         help="a deadline (+2h, 06:00, or ISO 8601): send as batches (half price) what can finish by then, "
         "and what will not realtime near it; the report says which went which way and what it cost",
-    )  # fmt: skip
+    )
     r.add_argument("--run-id", type=run_id_flag, help="continue or name a run")
     r.add_argument(
-        "--new-run", action="store_true",
+        "--new-run",
+        action="store_true",
         help="start a fresh run even if a stopped run of the same recipe, model and source exists "
         "(by default that run is continued)",
-    )  # fmt: skip
+    )
     r.add_argument(
-        "--integration", choices=["incremental", "full", "skip"],
+        "--integration",
+        choices=["incremental", "full", "skip"],
         help="integration pass: merge only new or changed results into this source's stored state "
         "(incremental, default), integrate everything again (full), or none (skip)",
-    )  # fmt: skip
+    )
     _source_filters(r)
     r.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
     r.set_defaults(fn="run")
@@ -132,9 +153,10 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="a new cost cap (default: the run's own)",
     )
     rs.add_argument(
-        "--concurrency", type=setting_flag("api.concurrency", int),
+        "--concurrency",
+        type=setting_flag("api.concurrency", int),
         help="a ceiling on requests in flight (default: the run's own)",
-    )  # fmt: skip
+    )
     rs.set_defaults(fn="resume")
 
     s = sub.add_parser(
@@ -151,15 +173,17 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "review", help="the human review queue of a run; accept, correct or reject results", parents=common
     )
     rv.add_argument(
-        "action", choices=["list", "show", "export", "accept", "correct", "reject"],
+        "action",
+        choices=["list", "show", "export", "accept", "correct", "reject"],
         help="list the items, show one (needs DOC_ID), export all as JSONL; "
         "accept / correct / reject DOC_ID's result (a decision recorded with who and when)",
-    )  # fmt: skip
+    )
     rv.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
     rv.add_argument(
-        "doc_id", nargs="?",
+        "doc_id",
+        nargs="?",
         help="for show, accept, correct, reject: the document (`review show DOC_ID` takes the newest run)",
-    )  # fmt: skip
+    )
     rv.add_argument("--out", help="for export: write JSONL here instead of stdout")
     # review decisions (accept | correct | reject), applied by `docmill report`
     rv.add_argument(
@@ -216,11 +240,12 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "FAIL; exit 0 when nothing fails, 2 with one line per failure. Without ANTHROPIC_API_KEY the "
         "checks run against the built-in emulator.",
         parents=common,
-    )  # fmt: skip
+    )
     dr.add_argument(
-        "--recipe", action="append",
+        "--recipe",
+        action="append",
         help="check this recipe: a built-in name or path/to/module.py:NAME (repeatable; default: the built-in ones)",
-    )  # fmt: skip
+    )
     dr.add_argument("--model", help="check this model for the per-file pass (default: DOCMILL_API__MODEL)")
     dr.set_defaults(fn="doctor")
 

@@ -145,10 +145,16 @@ def cmd_run(a: argparse.Namespace) -> int:
             raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
         return _finish(
             run_extract(
-                a.source, recipe, mode=a.mode, run_id=a.run_id, settings=_settings(a.store, overrides),
-                new_run=a.new_run, given=overrides, finish_by=a.finish_by,
+                a.source,
+                recipe,
+                mode=a.mode,
+                run_id=a.run_id,
+                settings=_settings(a.store, overrides),
+                new_run=a.new_run,
+                given=overrides,
+                finish_by=a.finish_by,
             )
-        )  # fmt: skip
+        )
     early_id = _early_batches(a, recipe, overrides)
     a.run_id = early_id or a.run_id
     _adopt_server()  # Prefect imported (~5 s of CPU) while the batches run
@@ -194,9 +200,16 @@ def _early_batches(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]
     if not early.eligible(settings, a.mode, finish_by=a.finish_by, workers=a.workers):
         return None
     summary = run_extract(
-        a.source, recipe, mode=a.mode, run_id=a.run_id, settings=settings, progress=False, new_run=a.new_run,
-        given=overrides, submit_only=True,
-    )  # fmt: skip
+        a.source,
+        recipe,
+        mode=a.mode,
+        run_id=a.run_id,
+        settings=settings,
+        progress=False,
+        new_run=a.new_run,
+        given=overrides,
+        submit_only=True,
+    )
     return str(summary["run_id"])
 
 

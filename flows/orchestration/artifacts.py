@@ -62,13 +62,17 @@ def publish_run(summary: dict[str, Any], store: ObjectStore, *, link_seconds: in
             description="docmill run summary",
         )
         create_link_artifact(
-            link=report, link_text=f"docmill report of run {run_id}", key="docmill-report",
+            link=report,
+            link_text=f"docmill report of run {run_id}",
+            key="docmill-report",
             description="The HTML report of this run (self-contained; a presigned link on S3 stores)",
-        )  # fmt: skip
+        )
         rows = failures_by_reason(list(OutcomeLog(store, run_id).all()))
         create_table_artifact(
-            table=rows or [{"state": "-", "reason": "every document succeeded", "documents": 0, "examples": ""}],
-            key="docmill-failures", description=f"docmill run {run_id}: documents that did not succeed, by reason",
-        )  # fmt: skip
+            table=rows
+            or [{"state": "-", "reason": "every document succeeded", "documents": 0, "examples": ""}],
+            key="docmill-failures",
+            description=f"docmill run {run_id}: documents that did not succeed, by reason",
+        )
     except Exception as e:  # artifacts are a view; the run and its store are the record
         log.warning("could not publish the Prefect artifacts of run %s: %s", run_id, e)

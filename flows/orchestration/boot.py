@@ -35,17 +35,32 @@ def server_argv(port: int) -> list[str]:
     assert spec is not None and spec.submodule_search_locations
     app_dir = Path(next(iter(spec.submodule_search_locations))).parent
     return [
-        sys.executable, "-m", "uvicorn", "--app-dir", str(app_dir),
-        "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-        "--log-level", "error", "--lifespan", "on",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        str(app_dir),
+        "--factory",
+        "prefect.server.api.server:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
+    ]
 
 
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {
-        **os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-        "PREFECT__SERVER_FINAL": "1", **(extra or {}),
-    }  # fmt: skip
+        **os.environ,
+        "PREFECT_UI_ENABLED": "0",
+        "PREFECT__SERVER_EPHEMERAL": "1",
+        "PREFECT__SERVER_FINAL": "1",
+        **(extra or {}),
+    }
 
 
 def db_url(db: Path) -> str:

@@ -136,9 +136,10 @@ class ProgressArtifact:
         try:
             if self.artifact_id is None:
                 self.artifact_id = create_progress_artifact(
-                    progress=0.0, key="docmill-progress",
+                    progress=0.0,
+                    key="docmill-progress",
                     description=f"docmill per-file pass: documents done of {total}",
-                )  # fmt: skip
+                )
             now = self.clock()
             if done < total and now - self.last < self.every:
                 return

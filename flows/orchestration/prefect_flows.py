@@ -105,9 +105,12 @@ FLOW_RETRY_DELAYS = Settings().flow_retry_delay_seconds
 
 def _flow(name: str) -> Any:
     return flow(
-        name=name, task_runner=RUNNER, log_prints=False, retries=FLOW_RETRIES,
+        name=name,
+        task_runner=RUNNER,
+        log_prints=False,
+        retries=FLOW_RETRIES,
         retry_delay_seconds=FLOW_RETRY_DELAYS,
-    )  # fmt: skip
+    )
 
 
 @_flow("extract")
@@ -151,9 +154,18 @@ def extract(
         "allow_empty": allow_empty or None,
     }
     return _in_flow(
-        run_extract, source, _recipe(recipe), mode=mode, run_id=run_id, settings=_settings(store, given),
-        progress=progress, new_run=new_run, given=given, workers=workers, finish_by=finish_by,
-    )  # fmt: skip
+        run_extract,
+        source,
+        _recipe(recipe),
+        mode=mode,
+        run_id=run_id,
+        settings=_settings(store, given),
+        progress=progress,
+        new_run=new_run,
+        given=given,
+        workers=workers,
+        finish_by=finish_by,
+    )
 
 
 def _recipe(recipe: str | None) -> str:
@@ -180,13 +192,21 @@ def nightly(
     that many workers of the pool; `finish_by` (e.g. `06:00`): the new documents as batches, what will
     not finish by then realtime."""
     given = {
-        "api.model": model, "cost.max_cost_usd": max_cost_usd, **_filters(include, exclude),
+        "api.model": model,
+        "cost.max_cost_usd": max_cost_usd,
+        **_filters(include, exclude),
         "integration.mode": integration,
-    }  # fmt: skip
+    }
     return _in_flow(
-        run_extract, source, _recipe(recipe), settings=_settings(store, given), progress=False, given=given,
-        workers=workers, finish_by=finish_by,
-    )  # fmt: skip
+        run_extract,
+        source,
+        _recipe(recipe),
+        settings=_settings(store, given),
+        progress=False,
+        given=given,
+        workers=workers,
+        finish_by=finish_by,
+    )
 
 
 @_flow("backfill")
@@ -210,13 +230,24 @@ def backfill(
     (realtime): spread over that many workers of the pool; `finish_by`: what will not finish as
     batches by then goes realtime near it."""
     given = {
-        "chunk_size": chunk_size, "cost.max_cost_usd": max_cost_usd, "api.model": model,
-        **_filters(include, exclude), "integration.mode": integration,
-    }  # fmt: skip
+        "chunk_size": chunk_size,
+        "cost.max_cost_usd": max_cost_usd,
+        "api.model": model,
+        **_filters(include, exclude),
+        "integration.mode": integration,
+    }
     return _in_flow(
-        run_extract, source, _recipe(recipe), mode=mode, run_id=run_id, settings=_settings(store, given),
-        progress=False, given=given, workers=workers, finish_by=finish_by,
-    )  # fmt: skip
+        run_extract,
+        source,
+        _recipe(recipe),
+        mode=mode,
+        run_id=run_id,
+        settings=_settings(store, given),
+        progress=False,
+        given=given,
+        workers=workers,
+        finish_by=finish_by,
+    )
 
 
 @_flow("resume")

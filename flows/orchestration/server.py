@@ -71,9 +71,12 @@ class OwnedServer(SubprocessASGIServer):
         held = tuple(fd for fd, db in held_slots() if env.get(DB_URL, "").endswith(str(db)))
         # the server holds its database's slot too: a killed docmill's server, still stopping, keeps it
         return spawn(
-            prefect_boot.server_argv(self.port), role=ROLE, env=env, runtime=get_settings().runtime_dir,
+            prefect_boot.server_argv(self.port),
+            role=ROLE,
+            env=env,
+            runtime=get_settings().runtime_dir,
             pass_fds=held,
-        )  # fmt: skip
+        )
 
     def start(self, timeout: int | None = None) -> None:
         """Prefect's start, with `settings.prefect_start_timeout_seconds` to come up (Prefect's own

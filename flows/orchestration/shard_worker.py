@@ -113,12 +113,21 @@ class ShardWorker:
     def beat(self, current: str | None = None) -> None:
         from prefect.runtime import flow_run
 
-        self.workers.beat(self.holder, {
-            "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
-            "flow_run_id": str(flow_run.id) if flow_run.id else None, "generation": self.table.gen,
-            "started_at": self.started, "heartbeat_at": time.time(), "shard": current,
-            "shards_done": list(self.shards), "docs": self.docs,
-        })  # fmt: skip
+        self.workers.beat(
+            self.holder,
+            {
+                "name": self.name,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "flow_run_id": str(flow_run.id) if flow_run.id else None,
+                "generation": self.table.gen,
+                "started_at": self.started,
+                "heartbeat_at": time.time(),
+                "shard": current,
+                "shards_done": list(self.shards),
+                "docs": self.docs,
+            },
+        )
 
     def run(self) -> dict[str, Any]:
         plan = self.table.plan()
@@ -156,9 +165,12 @@ class ShardWorker:
                 [Document.model_validate(d) for d in docs], self.ctx.recipe, self.ctx.settings
             )["at_once_usd"]
         granted, others = self.allowance.take(
-            self.holder, budget.spent_usd, workers=self.workers_planned, need=need,
+            self.holder,
+            budget.spent_usd,
+            workers=self.workers_planned,
+            need=need,
             lease_seconds=self.conf.claim_seconds,
-        )  # fmt: skip
+        )
         step = max(0.01 * float(self.ctx.settings.cost.max_cost_usd or 0.0), 1e-9)  # less: not worth a try
         grew = granted > budget.cap_usd + step
         budget.cap_usd = granted  # this process spends only what it was granted
@@ -243,9 +255,12 @@ def shard_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:
 
 
 @flow(
-    name="shard-worker", task_runner=RUNNER, log_prints=False, retries=FLOW_RETRIES,
+    name="shard-worker",
+    task_runner=RUNNER,
+    log_prints=False,
+    retries=FLOW_RETRIES,
     retry_delay_seconds=FLOW_RETRY_DELAYS,
-)  # fmt: skip
+)
 def shard_worker(run_id: str, generation: int, store: str | None = None) -> dict[str, Any]:
     """Work shards of one spread run (launched by its driver; see flows.run.spread). A retry of this
     flow run claims shards again; what was done is skipped."""

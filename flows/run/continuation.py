@@ -30,9 +30,19 @@ if TYPE_CHECKING:
 
 # Settings that shape keys, requests or cost: a continued run keeps its manifest's values.
 SHAPING = (
-    "api.model", "api.integration_model", "api.fallback_model", "api.max_tokens", "api.max_attempts",
-    "api.overloads_before_fallback", "gate", "batch", "context", "inventory", "prices", "chunk_size",
-)  # fmt: skip
+    "api.model",
+    "api.integration_model",
+    "api.fallback_model",
+    "api.max_tokens",
+    "api.max_attempts",
+    "api.overloads_before_fallback",
+    "gate",
+    "batch",
+    "context",
+    "inventory",
+    "prices",
+    "chunk_size",
+)
 # Settings a continued run may be given anew (explicit flags or arguments only).
 SAFE = ("cost.max_cost_usd", "api.concurrency")
 BINDINGS = "bindings/prefect/"  # <flow_run_id>.json = {"run_id"}: written once per flow run

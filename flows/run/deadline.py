@@ -59,9 +59,15 @@ def realtime_pass(ctx: RunContext, threads: int) -> Realtime:
 def _chunk(ctx: RunContext, docs: list[Document]) -> list[DocOutcome]:
     group = "deadline-" + hashlib.sha256("\n".join(d.doc_id for d in docs).encode()).hexdigest()[:16]
     return extract_recorded(
-        docs, group, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.client,
-        settings=ctx.settings, settle=lambda _outcomes: group,
-    )  # fmt: skip
+        docs,
+        group,
+        recipe=ctx.recipe,
+        run_id=ctx.run_id,
+        store=ctx.store,
+        client=ctx.client,
+        settings=ctx.settings,
+        settle=lambda _outcomes: group,
+    )
 
 
 def deadline_pass(
@@ -70,8 +76,15 @@ def deadline_pass(
     """The per-file pass by `finish_by` (ISO 8601): see tasks.deadline."""
     deadline = datetime.fromisoformat(finish_by).timestamp()
     yield from run_deadline(
-        docs, expected=expected, deadline=deadline, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store,
-        client=ctx.sdk, model_client=ctx.client, settings=ctx.settings,
+        docs,
+        expected=expected,
+        deadline=deadline,
+        recipe=ctx.recipe,
+        run_id=ctx.run_id,
+        store=ctx.store,
+        client=ctx.sdk,
+        model_client=ctx.client,
+        settings=ctx.settings,
         realtime=realtime_pass(ctx, threads),
         requests_per_minute=org_requests_per_minute(ctx),
-    )  # fmt: skip
+    )

@@ -79,9 +79,15 @@ def run_extract(
     settings = settings or _settings(store, {})
     st = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
     choice = choose_run(
-        st, settings, source, recipe, run_id=run_id, new_run=new_run, flow_run_id=flow_run_id,
+        st,
+        settings,
+        source,
+        recipe,
+        run_id=run_id,
+        new_run=new_run,
+        flow_run_id=flow_run_id,
         new_id=new_run_id,
-    )  # fmt: skip
+    )
     lines = choice.lines
     if choice.manifest is not None:
         m = choice.manifest
@@ -155,14 +161,28 @@ def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
     else flagged possibly billed at its upper bound."""
     if p.usage is not None:
         entry = CostEntry.from_usage(
-            run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
-            model=p.model, usage=p.usage, at=p.at,
-        ).model_copy(update={"usd": p.usd, "possibly_billed": p.possibly, "unanswered": True})  # fmt: skip
+            run_id=ledger.run_id,
+            pass_name=p.pass_name,
+            doc_id=p.doc_id,
+            key=p.key,
+            attempt=p.attempt,
+            model=p.model,
+            usage=p.usage,
+            at=p.at,
+        ).model_copy(update={"usd": p.usd, "possibly_billed": p.possibly, "unanswered": True})
     else:
         entry = possibly_billed_entry(
-            run_id=ledger.run_id, pass_name=p.pass_name, doc_id=p.doc_id, key=p.key, attempt=p.attempt,
-            model=p.model, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd, at=p.at,
-        )  # fmt: skip
+            run_id=ledger.run_id,
+            pass_name=p.pass_name,
+            doc_id=p.doc_id,
+            key=p.key,
+            attempt=p.attempt,
+            model=p.model,
+            input_tokens=p.input_tokens,
+            max_tokens=p.max_tokens,
+            usd=p.usd,
+            at=p.at,
+        )
     ledger.record(f"{p.reason}-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
 
 

@@ -101,9 +101,11 @@ def announced(ctx: RunContext, params: RunParams, *, keep: bool = False) -> Iter
 
     runs = ActiveRuns(ctx.store)
     mine = {
-        "recipe": params.recipe, "model": ctx.settings.api.model, "source": source_id(params.source),
+        "recipe": params.recipe,
+        "model": ctx.settings.api.model,
+        "source": source_id(params.source),
         "started_at": time.time(),
-    }  # fmt: skip
+    }
     if ctx.settings.allow_overlapping_runs:
         yield
         return

@@ -45,9 +45,15 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
 
     documents = [Document.model_validate(d) for d in docs]
     outcomes = extract_recorded(
-        documents, cid, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.client,
-        settings=ctx.settings, settle=settle,
-    )  # fmt: skip
+        documents,
+        cid,
+        recipe=ctx.recipe,
+        run_id=ctx.run_id,
+        store=ctx.store,
+        client=ctx.client,
+        settings=ctx.settings,
+        settle=settle,
+    )
     records = [o.model_dump(mode="json") for o in outcomes]
     stopped = any(r.get("failure_type") == "budget" for r in records)
     if stopped:
@@ -131,9 +137,15 @@ def per_file_pass(
             )
         else:
             outcomes = run_batches(
-                docs, recipe=ctx.recipe, run_id=ctx.run_id, store=ctx.store, client=ctx.sdk,
-                settings=ctx.settings, model_client=ctx.client, submit_only=params.submit_only,
-            )  # fmt: skip
+                docs,
+                recipe=ctx.recipe,
+                run_id=ctx.run_id,
+                store=ctx.store,
+                client=ctx.sdk,
+                settings=ctx.settings,
+                model_client=ctx.client,
+                submit_only=params.submit_only,
+            )
         for o in outcomes:  # results arrive in any order: a chunk is written once all of it is in
             cid = chunk_of[o.doc_id]
             got = buffered.setdefault(cid, {})
@@ -152,11 +164,12 @@ def per_file_pass(
             raise budget_stop(ctx, "during the batch pass")
         if not fit.complete:
             raise budget_stop(
-                ctx, "before submitting the rest of the batch",
+                ctx,
+                "before submitting the rest of the batch",
                 f"{fit.left_documents} more request(s) with a worst case of ${fit.left_usd:.4f} (every "
                 f"answer at max_tokens, input as cache writes; {len(pending)} chunk(s) with a worst case of "
                 f"${fit.reserved_usd:.4f} went) would pass",
-            )  # fmt: skip
+            )
         return
 
     if params.submit_only:  # realtime: nothing is sent before the flow run (flows.run.early)

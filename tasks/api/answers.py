@@ -207,16 +207,26 @@ def _broken_reason(exc: BaseException) -> str:
     return "timeout" if isinstance(exc, StreamBroken) and exc.timed_out else "dropped"
 
 
-def paid_record(label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int, paid: Paid,
-                at: float) -> PossiblyBilled:  # fmt: skip
+def paid_record(
+    label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int, paid: Paid, at: float
+) -> PossiblyBilled:
     """The record of a paid attempt without a whole answer, for the run's cost ledger (input tokens as
     the stream reported them, else the caller's estimate)."""
     input_tokens = prompt_tokens(paid.usage) if paid.usage else estimate
     return PossiblyBilled(
-        pass_name=label.pass_name, doc_id=label.doc_id, key=label.key, attempt=attempt, model=model,
-        input_tokens=input_tokens, max_tokens=max_tokens, usd=paid.usd, at=at, usage=paid.usage,
-        possibly=paid.possibly, reason=paid.reason,
-    )  # fmt: skip
+        pass_name=label.pass_name,
+        doc_id=label.doc_id,
+        key=label.key,
+        attempt=attempt,
+        model=model,
+        input_tokens=input_tokens,
+        max_tokens=max_tokens,
+        usd=paid.usd,
+        at=at,
+        usage=paid.usage,
+        possibly=paid.possibly,
+        reason=paid.reason,
+    )
 
 
 def keep_paid(kept: list[PossiblyBilled], hook: OnPossiblyBilled | None, entry: PossiblyBilled) -> None:
@@ -226,9 +236,13 @@ def keep_paid(kept: list[PossiblyBilled], hook: OnPossiblyBilled | None, entry: 
     what = "possibly billed (at most" if entry.possibly else "billed (exactly"
     log.warning(
         "%s call for %s brought no whole answer (%s) after it was sent: recorded as %s $%.4f)",
-        entry.pass_name, entry.doc_id, entry.reason, what, entry.usd,
+        entry.pass_name,
+        entry.doc_id,
+        entry.reason,
+        what,
+        entry.usd,
         extra={"doc_id": entry.doc_id, "model": entry.model},
-    )  # fmt: skip
+    )
     if hook is not None:
         hook(entry)
 

@@ -106,11 +106,16 @@ class ModelClient:
         self.concurrency = api.concurrency
         self._key, self._base_url = key, base_url
         self.limiter = RateLimiter(
-            api.requests_per_minute, api.input_tokens_per_minute, api.output_tokens_per_minute,
-            concurrency=api.concurrency, ramp_seconds=api.ramp_seconds, ramp_start=api.ramp_start,
-            clock=clock, sleep=sleep,
+            api.requests_per_minute,
+            api.input_tokens_per_minute,
+            api.output_tokens_per_minute,
+            concurrency=api.concurrency,
+            ramp_seconds=api.ramp_seconds,
+            ramp_start=api.ramp_start,
+            clock=clock,
+            sleep=sleep,
             counts_cache_reads=api.input_limit_counts_cache_reads,
-        )  # fmt: skip
+        )
         self._sleep, self._rng = sleep, rng
         self.budget = budget or Budget(settings.cost.max_cost_usd)
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
@@ -136,8 +141,15 @@ class ModelClient:
         """The SDK client (max_retries=0): only call it through `run` or `call`."""
         return self._sdk
 
-    def run(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
-            max_tokens: int = 0, label: CallLabel | None = None) -> T:  # fmt: skip
+    def run(
+        self,
+        fn: Callable[[], T],
+        *,
+        pace_tokens: int = 0,
+        model: str | None = None,
+        max_tokens: int = 0,
+        label: CallLabel | None = None,
+    ) -> T:
         """Any other SDK call (count_tokens, ...) through the one transport layer: retries, pacer,
         concurrency bound and, given `model`, the cost cap (worst case reserved, then settled) and the
         record of an attempt that may have been billed without an answer (against `label`)."""
@@ -152,8 +164,14 @@ class ModelClient:
         fn = partial(stream_message, self._sdk, body, betas=betas)
         return self._run(fn, pace, model, int(body.get("max_tokens") or 0), label)
 
-    def _run(self, fn: Callable[[StreamProgress], T], pace_tokens: int, model: str | None, max_tokens: int,
-             label: CallLabel | None) -> T:  # fmt: skip
+    def _run(
+        self,
+        fn: Callable[[StreamProgress], T],
+        pace_tokens: int,
+        model: str | None,
+        max_tokens: int,
+        label: CallLabel | None,
+    ) -> T:
         api = self.settings.api
         attempts, timeouts = [0], [0]
 
@@ -268,8 +286,16 @@ class ModelClient:
             if is_refused(e):
                 self.breaker.api("connection_refused", describe(e))
 
-    def _failed_attempt(self, exc: BaseException, progress: StreamProgress, ladder: Ladder, worst: float,
-                        estimate: int, max_tokens: int, told: Told) -> float:  # fmt: skip
+    def _failed_attempt(
+        self,
+        exc: BaseException,
+        progress: StreamProgress,
+        ladder: Ladder,
+        worst: float,
+        estimate: int,
+        max_tokens: int,
+        told: Told,
+    ) -> float:
         """What a failed per-call attempt may have cost (0: nothing), recorded when it is not 0; a
         timeout after sending counts against `api.timeout_resends`."""
         ladder.timeouts += timed_out_after_sending(exc)
@@ -283,8 +309,9 @@ class ModelClient:
         self._record_paid(label, ladder.attempts, ladder.model, estimate, max_tokens, paid)
         return paid.usd  # the cap keeps what it may have cost
 
-    def _record_paid(self, label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int,
-                     paid: Paid) -> None:  # fmt: skip
+    def _record_paid(
+        self, label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int, paid: Paid
+    ) -> None:
         entry = paid_record(label, attempt, model, estimate, max_tokens, paid, self.wall())
         keep_paid(self.possibly_billed, self.on_possibly_billed, entry)
 
@@ -412,8 +439,14 @@ class ModelClient:
             self.breaker.invalid_request(describe(e), doc_id)
         return call_error(e, ladder, key, doc_id, pass_name, kind), e
 
-    def _result(self, message: dict[str, Any], ladder: Ladder, started: float, purpose: str,
-                prompt_version: str | None) -> CallResult:  # fmt: skip
+    def _result(
+        self,
+        message: dict[str, Any],
+        ladder: Ladder,
+        started: float,
+        purpose: str,
+        prompt_version: str | None,
+    ) -> CallResult:
         """An answered call: the breaker's API streak reset, one structured log line, the result."""
         self.breaker.api(None)
         cost = self._cost(ladder.model, message.get("usage"))

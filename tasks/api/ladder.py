@@ -116,8 +116,14 @@ def call_error(
     )
 
 
-def answered(message: dict[str, Any], ladder: Ladder, started: float, purpose: str, prompt_version: str | None,
-             cost: float) -> CallResult:  # fmt: skip
+def answered(
+    message: dict[str, Any],
+    ladder: Ladder,
+    started: float,
+    purpose: str,
+    prompt_version: str | None,
+    cost: float,
+) -> CallResult:
     """An answered call's result, and its one structured log line (docmill.api, INFO)."""
     usage = add_usage({}, message.get("usage"))
     if log.isEnabledFor(logging.INFO):
@@ -126,13 +132,24 @@ def answered(message: dict[str, Any], ladder: Ladder, started: float, purpose: s
             ladder.pass_name,
             purpose,
             extra={
-                "doc_id": ladder.doc_id, "request_id": message.get("_request_id"), "model": ladder.model,
-                "prompt_version": prompt_version, "stop_reason": message.get("stop_reason"),
-                "usage": usage, "latency_ms": round((time.monotonic() - started) * 1000, 1),
-                "attempt": ladder.attempts, "cost_usd": round(cost, 6),
+                "doc_id": ladder.doc_id,
+                "request_id": message.get("_request_id"),
+                "model": ladder.model,
+                "prompt_version": prompt_version,
+                "stop_reason": message.get("stop_reason"),
+                "usage": usage,
+                "latency_ms": round((time.monotonic() - started) * 1000, 1),
+                "attempt": ladder.attempts,
+                "cost_usd": round(cost, 6),
             },
-        )  # fmt: skip
+        )
     return CallResult(
-        message=message, usage=usage, model=ladder.model, request_id=message.get("_request_id"),
-        attempts=ladder.attempts, cost_usd=cost, fell_back=ladder.fell_back, errors=ladder.errors,
-    )  # fmt: skip
+        message=message,
+        usage=usage,
+        model=ladder.model,
+        request_id=message.get("_request_id"),
+        attempts=ladder.attempts,
+        cost_usd=cost,
+        fell_back=ladder.fell_back,
+        errors=ladder.errors,
+    )

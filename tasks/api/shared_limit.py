@@ -91,8 +91,11 @@ class SharedLimit:
         self.want = self._measure()
         stats = self.limiter.stats
         member: Member = {
-            "name": self.name, "want": self.want, "sent": stats.sent, "throttled": stats.throttled,
-        }  # fmt: skip
+            "name": self.name,
+            "want": self.want,
+            "sent": stats.sent,
+            "throttled": stats.throttled,
+        }
         share, record = self.pool.renew(
             self.holder, member, lease_seconds=self.lease, limits=dict(stats.adopted) or None
         )

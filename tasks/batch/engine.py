@@ -66,9 +66,14 @@ class BatchEngine:
     submit_only = False  # stop once every batch is created (run_batches)
 
     def __init__(
-        self, p: Pass, client: anthropic.Anthropic, *, clock: Callable[[], float],
-        sleep: Callable[[float], None], on_progress: Progress | None,
-    ) -> None:  # fmt: skip
+        self,
+        p: Pass,
+        client: anthropic.Anthropic,
+        *,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        on_progress: Progress | None,
+    ) -> None:
         self.p, self.recipe, self.run_id, self.settings = p, p.recipe, p.run_id, p.settings
         self.router = ResultRouter(p)
         self.api = lifecycle.BatchApi(client, p.settings, sleep=sleep)
@@ -321,7 +326,9 @@ class BatchEngine:
         items = [item for item, _ in chunk]
         inflight.append((items, self.ingest.submit(self._route_chunk, chunk, gated, bid, costs)))
 
-    def _route_chunk(self, chunk: Chunk, gated: Future[list[Gated]] | None, bid: str, costs: list[CostRow]) -> list[Routed]:  # fmt: skip
+    def _route_chunk(
+        self, chunk: Chunk, gated: Future[list[Gated]] | None, bid: str, costs: list[CostRow]
+    ) -> list[Routed]:
         out: list[Routed] = []
         for i, (item, result) in enumerate(chunk):
             if gated is not None:
@@ -332,7 +339,9 @@ class BatchEngine:
             out.append(self.router.route(ResultType.SUCCEEDED, item, result, bid, costs))
         return out
 
-    def _settle(self, pair: Pending, done: set[str], carry: dict[str, WorkItem], retry: dict[str, str]) -> Iterator[DocOutcome]:  # fmt: skip
+    def _settle(
+        self, pair: Pending, done: set[str], carry: dict[str, WorkItem], retry: dict[str, str]
+    ) -> Iterator[DocOutcome]:
         items, future = pair
         for item, (outcome, follow, why) in zip(items, future.result(), strict=True):
             if outcome is not None:
@@ -371,10 +380,18 @@ class BatchEngine:
 
 def progress_event(kind: str, rec: BatchRecord) -> BatchProgress:  # also the deadline engine's
     return {
-        "event": kind, "run_id": rec.run_id, "n": rec.n, "round": rec.round, "phase": rec.phase.value,
-        "batch_ids": list(rec.batch_ids), "status": rec.processing_status, "counts": dict(rec.request_counts),
-        "requests": rec.request_count, "outcomes": dict(rec.outcome_counts), "notes": list(rec.notes),
-    }  # fmt: skip
+        "event": kind,
+        "run_id": rec.run_id,
+        "n": rec.n,
+        "round": rec.round,
+        "phase": rec.phase.value,
+        "batch_ids": list(rec.batch_ids),
+        "status": rec.processing_status,
+        "counts": dict(rec.request_counts),
+        "requests": rec.request_count,
+        "outcomes": dict(rec.outcome_counts),
+        "notes": list(rec.notes),
+    }
 
 
 # ---- public entry points ---------------------------------------------------------------------

@@ -147,9 +147,15 @@ def submit(
     NOT_CREATED when the API refused or never created the batch (the caller resends its items)."""
     records.write_items(n, body.lines)
     rec = BatchRecord(
-        run_id=run_id, n=n, round=round, request_count=len(body), request_bytes=body.size,
-        request_sha256=body.sha256(), intent_at=now, list_mark=api.newest_id(),
-    )  # fmt: skip
+        run_id=run_id,
+        n=n,
+        round=round,
+        request_count=len(body),
+        request_bytes=body.size,
+        request_sha256=body.sha256(),
+        intent_at=now,
+        list_mark=api.newest_id(),
+    )
     records.create(rec)
     for attempt in range(1, api.attempts + 1):
         crash_point("before_create")

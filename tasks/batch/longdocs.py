@@ -38,9 +38,15 @@ def long_outcome(p: Pass, doc: Document, item: WorkItem) -> DocOutcome:
         why = over_guard(p.settings, worst)
         if why is not None:
             held = DocOutcome(
-                doc_id=doc.doc_id, key=key, pass_name=FILE_PASS, state=DocState.NEEDS_REVIEW, reason=COST_GUARD,
-                last_error=why, model=p.model, origin_run=p.run_id,
-            )  # fmt: skip
+                doc_id=doc.doc_id,
+                key=key,
+                pass_name=FILE_PASS,
+                state=DocState.NEEDS_REVIEW,
+                reason=COST_GUARD,
+                last_error=why,
+                model=p.model,
+                origin_run=p.run_id,
+            )
             return enqueue_review(p, doc, held)
         return review_long(p, doc, key, payload)
     except InputError as e:

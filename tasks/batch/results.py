@@ -85,10 +85,17 @@ class ResultRouter:
 
     def outcome(self, item: WorkItem, state: DocState, **kw: Any) -> DocOutcome:
         return DocOutcome(
-            doc_id=item.doc_id, key=item.custom_id, pass_name=FILE_PASS, state=state,
-            attempts=item.attempts + item.rounds, model=kw.pop("model", self.model), usage=dict(item.usage),
-            cost_usd=item.cost_usd, request_ids=list(item.request_ids), **kw,
-        )  # fmt: skip
+            doc_id=item.doc_id,
+            key=item.custom_id,
+            pass_name=FILE_PASS,
+            state=state,
+            attempts=item.attempts + item.rounds,
+            model=kw.pop("model", self.model),
+            usage=dict(item.usage),
+            cost_usd=item.cost_usd,
+            request_ids=list(item.request_ids),
+            **kw,
+        )
 
     def finish(self, item: WorkItem, outcome: DocOutcome, errors: list[str] | None = None) -> DocOutcome:
         """Write a terminal outcome to the ledger (and the review queue when it needs review)."""
@@ -101,9 +108,12 @@ class ResultRouter:
     def fail(self, item: WorkItem, failure_type: str, error: str, *, permanent: bool) -> DocOutcome:
         """A failed outcome; written to the ledger only when `permanent` (never retried)."""
         outcome = self.outcome(
-            item, DocState.FAILED, failure_type=failure_type, last_error=error,
+            item,
+            DocState.FAILED,
+            failure_type=failure_type,
+            last_error=error,
             retryable=failure_type in RETRYABLE_FAILURES,
-        )  # fmt: skip
+        )
         return self.finish(item, outcome) if permanent else outcome
 
     def from_ledger(self, doc: Document, stored: dict[str, Any]) -> DocOutcome:

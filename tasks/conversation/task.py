@@ -68,8 +68,9 @@ class Transport:
         self.model_client = None if isinstance(client, anthropic.Anthropic) else client
         self.sdk: anthropic.Anthropic = client if self.model_client is None else client.sdk
 
-    def __call__(self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None,
-                 max_tokens: int = 0) -> T:  # fmt: skip
+    def __call__(
+        self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None, max_tokens: int = 0
+    ) -> T:
         """Run one API call with the transport retries (and the run's cost cap when `model` is given)."""
         if self.model_client is None:
             return fn()

@@ -67,9 +67,14 @@ class DeadlineEngine(BatchEngine):
         self.poll = conf.poll_seconds
         self.key = f"runs/{p.run_id}/deadline.json"
         self.state: dict[str, Any] = p.store.get_json_or_none(self.key) or {
-            "finish_by": iso(plan.deadline), "started_at": clock(), "switched_at": None,
-            "realtime": [], "canceled": [], "cancel_seconds": None, "switch_planned": None,
-        }  # fmt: skip
+            "finish_by": iso(plan.deadline),
+            "started_at": clock(),
+            "switched_at": None,
+            "realtime": [],
+            "canceled": [],
+            "cancel_seconds": None,
+            "switch_planned": None,
+        }
         self.switched = self.state.get("switched_at") is not None
 
     # ---- what is left, and when to switch -------------------------------------------------------
@@ -134,9 +139,21 @@ class DeadlineEngine(BatchEngine):
         self.switched = True
         now = self.clock()
         self._save(switched_at=now, switch_why=why, left_at_switch=self.left())
-        self.on_progress({"event": "deadline-switch", "run_id": self.run_id, "n": 0, "round": self.round,
-                          "phase": "switch", "batch_ids": [], "status": why, "counts": {},
-                          "requests": self.left(), "outcomes": {}, "notes": []})  # fmt: skip
+        self.on_progress(
+            {
+                "event": "deadline-switch",
+                "run_id": self.run_id,
+                "n": 0,
+                "round": self.round,
+                "phase": "switch",
+                "batch_ids": [],
+                "status": why,
+                "counts": {},
+                "requests": self.left(),
+                "outcomes": {},
+                "notes": [],
+            }
+        )
 
     def _settle_cancels(self) -> Iterator[DocOutcome]:
         """Cancel every live batch, then follow each until it has ended and collect it."""
@@ -210,7 +227,14 @@ def run_deadline(
     pace = Pace(requests_per_minute, in_flight, conf.latency_seconds, api.ramp_seconds, api.ramp_start)
     p = Pass(recipe, run_id, store, model_client, settings)
     engine = DeadlineEngine(
-        p, client, plan=plan, pace=pace, expected=expected, realtime=realtime, clock=clock, sleep=sleep,
+        p,
+        client,
+        plan=plan,
+        pace=pace,
+        expected=expected,
+        realtime=realtime,
+        clock=clock,
+        sleep=sleep,
         on_progress=on_progress,
-    )  # fmt: skip
+    )
     yield from engine.run(docs)

@@ -265,9 +265,14 @@ def merge_final(answer: dict[str, Any] | None, tracker: FactTracker, dup_field: 
 
 
 def _final_output(
-    task: ConversationTask, recipe: Recipe, tracker: FactTracker, settings: Settings, budget: int,
-    *, answered: bool,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+    task: ConversationTask,
+    recipe: Recipe,
+    tracker: FactTracker,
+    settings: Settings,
+    budget: int,
+    *,
+    answered: bool,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Ask for the final structured answer (unless a crash came after it was `answered`), merge it
     with the facts code kept exact, and validate against the integration schema."""
     if answered:

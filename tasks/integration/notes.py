@@ -60,9 +60,14 @@ def notes_schema(recipe: Recipe) -> type[BaseModel]:
 
 
 def notes_request(
-    recipe: Recipe, schema: type[BaseModel], records: list[dict[str, Any]], summary: str,
-    *, model: str, max_tokens: int,
-) -> dict[str, Any]:  # fmt: skip
+    recipe: Recipe,
+    schema: type[BaseModel],
+    records: list[dict[str, Any]],
+    summary: str,
+    *,
+    model: str,
+    max_tokens: int,
+) -> dict[str, Any]:
     """Static prompt first (cached), then the digest and this slice's results as labelled data."""
     body = "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
     text = (
@@ -159,14 +164,23 @@ class Notes:
     def request(self, records: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         s = self.settings.integration
         request = notes_request(
-            self.recipe, self.schema, records, self.summary,
-            model=self.settings.api.integration_model, max_tokens=s.max_tokens,
-        )  # fmt: skip
+            self.recipe,
+            self.schema,
+            records,
+            self.summary,
+            model=self.settings.api.integration_model,
+            max_tokens=s.max_tokens,
+        )
         r = self.recipe
         key = idempotency_key(
-            PASS, r.version, r.prompt_hash(), r.schema_hash(), self.settings.api.integration_model,
-            content_hash([records, self.summary, list(self.schema.model_fields)]), {"max_tokens": s.max_tokens},
-        )  # fmt: skip
+            PASS,
+            r.version,
+            r.prompt_hash(),
+            r.schema_hash(),
+            self.settings.api.integration_model,
+            content_hash([records, self.summary, list(self.schema.model_fields)]),
+            {"max_tokens": s.max_tokens},
+        )
         return key, request
 
     def send(self, request: dict[str, Any], key: str, attempt: int, slice_no: str) -> dict[str, Any]:
@@ -174,18 +188,34 @@ class Notes:
             self.responses.put(PASS, key, attempt + n, msg)
 
         result = self.client.call(
-            request, key=key, doc_id="*integration*", pass_name=PASS, on_response=persist,
+            request,
+            key=key,
+            doc_id="*integration*",
+            pass_name=PASS,
+            on_response=persist,
             purpose="repair" if attempt else "first",
-        )  # fmt: skip
+        )
         message = result.message
         # one group per API call (request id, else a fresh name): a slice asked again by a resume
         # was billed again, so it is recorded again (a `<key>-<attempt>` group was written once per run)
         call_id = result.request_id or uuid.uuid4().hex[:16]
-        self.costs.record(f"{key}-{attempt}-{call_id}", [CostEntry.from_usage(
-            run_id=self.run_id, pass_name=PASS, doc_id=f"*integration-{slice_no}*", key=key, attempt=attempt,
-            model=result.model, request_id=result.request_id, usage=message.get("usage") or {}, batch=False,
-            answered_model=message.get("model"),
-        )])  # fmt: skip
+        self.costs.record(
+            f"{key}-{attempt}-{call_id}",
+            [
+                CostEntry.from_usage(
+                    run_id=self.run_id,
+                    pass_name=PASS,
+                    doc_id=f"*integration-{slice_no}*",
+                    key=key,
+                    attempt=attempt,
+                    model=result.model,
+                    request_id=result.request_id,
+                    usage=message.get("usage") or {},
+                    batch=False,
+                    answered_model=message.get("model"),
+                )
+            ],
+        )
         return message
 
     def validated(self, text: str) -> tuple[dict[str, Any] | None, list[str]]:
@@ -205,9 +235,11 @@ def _repair_turn(request: dict[str, Any], text: str, errors: list[str]) -> dict[
     return {
         **request,
         "messages": [
-            *request["messages"], {"role": "assistant", "content": text or "{}"}, {"role": "user", "content": fix},
+            *request["messages"],
+            {"role": "assistant", "content": text or "{}"},
+            {"role": "user", "content": fix},
         ],
-    }  # fmt: skip
+    }
 
 
 def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
@@ -250,8 +282,11 @@ def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
     if errors:  # only unknown citations are left: removed, and said so
         output = drop_unknown(output, n.known)
         asked.flags.append({"doc_ids": ids, "problem": "unknown doc ids removed", "errors": errors[:5]})
-    n.ledger.put(PASS, key, {"key": key, "pass_name": PASS, "output": output,
-                             "model": n.settings.api.integration_model})  # fmt: skip
+    n.ledger.put(
+        PASS,
+        key,
+        {"key": key, "pass_name": PASS, "output": output, "model": n.settings.api.integration_model},
+    )
     asked.answers.append(Answered(key, ids, output))
     return asked
 

@@ -145,9 +145,13 @@ def _assemble(
 
 
 def _ask_delta(
-    notes: Notes, state: IntegrationState, records: list[dict[str, Any]], built: dict[str, Any],
-    prior: dict[str, Any], documents: int,
-) -> Asked:  # fmt: skip
+    notes: Notes,
+    state: IntegrationState,
+    records: list[dict[str, Any]],
+    built: dict[str, Any],
+    prior: dict[str, Any],
+    documents: int,
+) -> Asked:
     """The model's notes over this run's delta: every result when there are few, else a code-built
     digest of all of them plus a bounded, prioritised reading (recipes whose exact sections code
     builds). Answers go into `state`."""
@@ -196,11 +200,20 @@ def _checks(
 
 def _skipped(run_id: str, recipe: Recipe, outcomes: list[dict[str, Any]]) -> IntegrationResult:
     return {
-        "run_id": run_id, "recipe": recipe.name, "mode": "skip", "status": "skipped", "problems": [],
-        "documents": len(outcomes), "doc_ids": sorted(o["doc_id"] for o in outcomes), "delta": {},
-        "calls": 0, "truncated": 0, "state_key": None, "output": {},
+        "run_id": run_id,
+        "recipe": recipe.name,
+        "mode": "skip",
+        "status": "skipped",
+        "problems": [],
+        "documents": len(outcomes),
+        "doc_ids": sorted(o["doc_id"] for o in outcomes),
+        "delta": {},
+        "calls": 0,
+        "truncated": 0,
+        "state_key": None,
+        "output": {},
         "checks": {"conflicts": [], "coverage_gaps": [], "flags": []},
-    }  # fmt: skip
+    }
 
 
 def integrate(
@@ -238,19 +251,37 @@ def integrate(
     try:
         output = recipe.integration_schema.model_validate(output).model_dump(mode="json")
     except ValidationError as e:
-        problems.append({"doc_ids": [], "problem": "integration output does not match the schema",
-                         "errors": [str(x["msg"]) for x in e.errors()[:5]]})  # fmt: skip
+        problems.append(
+            {
+                "doc_ids": [],
+                "problem": "integration output does not match the schema",
+                "errors": [str(x["msg"]) for x in e.errors()[:5]],
+            }
+        )
     record: IntegrationResult = {
-        "run_id": run_id, "recipe": recipe.name, "mode": mode,
+        "run_id": run_id,
+        "recipe": recipe.name,
+        "mode": mode,
         "status": "failed" if len(problems) > len(asked.problems) else _status(asked, len(readable)),
-        "problems": problems, "documents": len(outcomes), "doc_ids": sorted(fps), "delta": delta.counts(),
-        "calls": asked.calls, "truncated": asked.truncated, "state_key": None, "output": output,
+        "problems": problems,
+        "documents": len(outcomes),
+        "doc_ids": sorted(fps),
+        "delta": delta.counts(),
+        "calls": asked.calls,
+        "truncated": asked.truncated,
+        "state_key": None,
+        "output": output,
         "checks": _checks(recipe, outcomes, output, asked),
-    }  # fmt: skip
+    }
     if scope:
         state["sections"], state["run_id"] = output, run_id
         record["state_key"] = save_state(store, state)
     store.put_json(f"runs/{run_id}/integration.json", record)
-    log.info("integration %s: %d calls, delta %s", record["status"], asked.calls, delta.counts(),
-             extra={"phase": "integration"})  # fmt: skip
+    log.info(
+        "integration %s: %d calls, delta %s",
+        record["status"],
+        asked.calls,
+        delta.counts(),
+        extra={"phase": "integration"},
+    )
     return record

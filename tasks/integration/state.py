@@ -117,10 +117,13 @@ class Delta:
 
     def counts(self) -> dict[str, int]:
         return {
-            "added": len(self.added), "changed": len(self.changed), "removed": len(self.removed),
-            "pending": len(self.pending), "retracted_slices": len(self.retracted_slices),
+            "added": len(self.added),
+            "changed": len(self.changed),
+            "removed": len(self.removed),
+            "pending": len(self.pending),
+            "retracted_slices": len(self.retracted_slices),
             "to_integrate": len(self.needs_notes),
-        }  # fmt: skip
+        }
 
 
 def apply_delta(state: IntegrationState, fps: dict[str, str]) -> Delta:

@@ -16,9 +16,15 @@ from tasks.per_file.settle import Pass
 
 
 def account_attempt(
-    p: Pass, doc_id: str, key: str, attempt: int, model: str, message: dict[str, Any],
-    usage_total: dict[str, int], request_ids: list[str],
-) -> float:  # fmt: skip
+    p: Pass,
+    doc_id: str,
+    key: str,
+    attempt: int,
+    model: str,
+    message: dict[str, Any],
+    usage_total: dict[str, int],
+    request_ids: list[str],
+) -> float:
     """Account one answered realtime attempt: its usage added to `usage_total`, its request id to
     `request_ids`, its cost entry written; returns its cost in USD."""
     usage = message.get("usage") or {}
@@ -28,9 +34,17 @@ def account_attempt(
         request_ids.append(str(request_id))
     meta = message.get("_docmill") or {}  # when it was sent and answered, if the log kept it
     record_cost(
-        p, doc_id, key, attempt, model, request_id, usage, at=meta.get("at"), sent_at=meta.get("sent_at"),
+        p,
+        doc_id,
+        key,
+        attempt,
+        model,
+        request_id,
+        usage,
+        at=meta.get("at"),
+        sent_at=meta.get("sent_at"),
         answered=message.get("model"),
-    )  # fmt: skip
+    )
     return priced_usd(model, usage) or 0.0
 
 
@@ -99,13 +113,32 @@ def recount_attempts(p: Pass, doc_id: str, key: str) -> None:
 
 
 def file_cost_entry(
-    run_id: str, doc_id: str, key: str, attempt: int, model: str, request_id: Any, usage: dict[str, Any],
-    *, batch: bool, at: float | None = None, answered: Any = None, sent_at: float | None = None,
-) -> CostEntry:  # fmt: skip
+    run_id: str,
+    doc_id: str,
+    key: str,
+    attempt: int,
+    model: str,
+    request_id: Any,
+    usage: dict[str, Any],
+    *,
+    batch: bool,
+    at: float | None = None,
+    answered: Any = None,
+    sent_at: float | None = None,
+) -> CostEntry:
     """The cost entry of one answered per-file attempt, realtime or (`batch=True`) batch-priced;
     `model` is the model asked for, `answered` the answer's own `model` field."""
     return CostEntry.from_usage(
-        run_id=run_id, pass_name=FILE_PASS, doc_id=doc_id, key=key, attempt=attempt, model=model,
-        request_id=request_id, usage=usage, batch=batch, at=at, sent_at=sent_at,
+        run_id=run_id,
+        pass_name=FILE_PASS,
+        doc_id=doc_id,
+        key=key,
+        attempt=attempt,
+        model=model,
+        request_id=request_id,
+        usage=usage,
+        batch=batch,
+        at=at,
+        sent_at=sent_at,
         answered_model=str(answered) if answered else None,
-    )  # fmt: skip
+    )

@@ -79,9 +79,16 @@ class Attempts:
             self.model = str(message.get("_asked_model") or self.model)
 
         result = await aio.call(
-            request, key=self.key, doc_id=self.doc_id, pass_name=FILE_PASS, on_response=on_response,
-            purpose=purpose, prompt_version=prompt_version(self.p.recipe), estimate=estimate, then=then,
-        )  # fmt: skip
+            request,
+            key=self.key,
+            doc_id=self.doc_id,
+            pass_name=FILE_PASS,
+            on_response=on_response,
+            purpose=purpose,
+            prompt_version=prompt_version(self.p.recipe),
+            estimate=estimate,
+            then=then,
+        )
         self.model = result.model
         return result
 

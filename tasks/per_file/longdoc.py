@@ -358,12 +358,24 @@ def review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcom
     from tasks.per_file.settle import enqueue_review, write_outcome
 
     result = extract_long(
-        payload.text, doc_id=doc.doc_id, doc_type=doc.doc_type, recipe=p.recipe, run_id=p.run_id,
-        store=p.store, client=p.client, settings=p.settings, payload=payload,
+        payload.text,
+        doc_id=doc.doc_id,
+        doc_type=doc.doc_type,
+        recipe=p.recipe,
+        run_id=p.run_id,
+        store=p.store,
+        client=p.client,
+        settings=p.settings,
+        payload=payload,
         parts=long_parts(doc, p.recipe, payload, p.settings),
-    )  # fmt: skip
+    )
     fields, errors = long_outcome_fields(p.recipe, result, payload)
     outcome = DocOutcome(
-        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS, model=p.model, attempts=len(result["chunks"]), **fields
-    )  # fmt: skip
+        doc_id=doc.doc_id,
+        key=key,
+        pass_name=FILE_PASS,
+        model=p.model,
+        attempts=len(result["chunks"]),
+        **fields,
+    )
     return enqueue_review(p, doc, write_outcome(p, outcome), errors=errors)

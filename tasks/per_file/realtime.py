@@ -337,9 +337,15 @@ def _held(
     if why is None:
         return None
     outcome = DocOutcome(
-        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS, state=DocState.NEEDS_REVIEW, reason=COST_GUARD,
-        last_error=why, model=p.model, origin_run=p.run_id,
-    )  # fmt: skip
+        doc_id=doc.doc_id,
+        key=key,
+        pass_name=FILE_PASS,
+        state=DocState.NEEDS_REVIEW,
+        reason=COST_GUARD,
+        last_error=why,
+        model=p.model,
+        origin_run=p.run_id,
+    )
     return enqueue_review(p, doc, outcome)
 
 

@@ -73,9 +73,15 @@ class Pass:
 
 
 def persist_answer(
-    p: Pass, key: str, attempt: int, message: dict[str, Any], *, purpose: str | None, request: dict[str, Any],
+    p: Pass,
+    key: str,
+    attempt: int,
+    message: dict[str, Any],
+    *,
+    purpose: str | None,
+    request: dict[str, Any],
     sent_at: float | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """Persist one answer the moment it arrives (invariant 3), with docmill's `ResponseMeta` beside
     it; the one builder of that meta, for realtime answers and batch follow-ups alike. The response
     log never overwrites a billed answer: a taken slot moves to the next free one, which is returned
@@ -107,9 +113,13 @@ def write_outcome(p: Pass, outcome: DocOutcome) -> DocOutcome:
 
 
 def enqueue_review(
-    p: Pass, doc: Document, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
+    p: Pass,
+    doc: Document,
+    outcome: DocOutcome,
+    *,
+    tries: list[dict[str, Any]] | None = None,
     errors: list[str] | None = None,
-) -> DocOutcome:  # fmt: skip
+) -> DocOutcome:
     """Add a needs_review outcome to the run's review queue (others pass through); returns it."""
     if outcome.state is DocState.NEEDS_REVIEW:
         p.queue.add(review_item(p, doc, outcome, tries=tries, errors=errors))
@@ -117,9 +127,13 @@ def enqueue_review(
 
 
 def review_item(
-    p: Pass, doc: Document, outcome: DocOutcome, *, tries: list[dict[str, Any]] | None = None,
+    p: Pass,
+    doc: Document,
+    outcome: DocOutcome,
+    *,
+    tries: list[dict[str, Any]] | None = None,
     errors: list[str] | None = None,
-) -> ReviewItem:  # fmt: skip
+) -> ReviewItem:
     """The review-queue entry of one outcome: what a reviewer needs (errors default to the outcome's
     last error; `tries` is the per-attempt log of the realtime pass)."""
     return {
@@ -143,9 +157,14 @@ def review_item(
 
 def failed_outcome(doc: Document, key: str | None, failure_type: str, error: str, **kw: Any) -> DocOutcome:
     return DocOutcome(
-        doc_id=doc.doc_id, key=key, pass_name=FILE_PASS, state=DocState.FAILED,
-        failure_type=failure_type, last_error=error, **kw,
-    )  # fmt: skip
+        doc_id=doc.doc_id,
+        key=key,
+        pass_name=FILE_PASS,
+        state=DocState.FAILED,
+        failure_type=failure_type,
+        last_error=error,
+        **kw,
+    )
 
 
 # Inputs with nothing to extract: `skipped`, not `failed` (no alert, nothing to fix). Every other skip
@@ -172,9 +191,12 @@ def outcome_from_original(p: Pass, doc: Document, key: str) -> DocOutcome:
     record = p.ledger.get(FILE_PASS, key)
     if record is None:
         return failed_outcome(
-            doc, key, "input:duplicate", f"original {original} has no result in the ledger (it failed)",
+            doc,
+            key,
+            "input:duplicate",
+            f"original {original} has no result in the ledger (it failed)",
             reason=f"duplicate_of:{original}",
-        )  # fmt: skip
+        )
     outcome = DocOutcome.from_record(record, doc_id=doc.doc_id)
     mark = f"duplicate_of:{original}"
     outcome.reason = mark if not outcome.reason else f"{outcome.reason};{mark}"

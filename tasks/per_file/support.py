@@ -29,9 +29,19 @@ from datetime import date
 from typing import Any
 
 _MONTH_NAMES = (
-    "jan january", "feb february", "mar march", "apr april", "may", "jun june", "jul july", "aug august",
-    "sep sept september", "oct october", "nov november", "dec december",
-)  # fmt: skip
+    "jan january",
+    "feb february",
+    "mar march",
+    "apr april",
+    "may",
+    "jun june",
+    "jul july",
+    "aug august",
+    "sep sept september",
+    "oct october",
+    "nov november",
+    "dec december",
+)
 MONTHS = {m: i + 1 for i, names in enumerate(_MONTH_NAMES) for m in names.split()}
 _MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
@@ -134,10 +144,14 @@ def support_flags(output: Any, evidence_fields: tuple[str, ...]) -> list[dict[st
                 and isinstance(excerpt, str)
                 and not supports(node["value"], excerpt)
             ):
-                flags.append({
-                    "path": f"{path}.evidence", "excerpt": excerpt, "value": node["value"],
-                    "problem": "evidence_unsupported",
-                })  # fmt: skip
+                flags.append(
+                    {
+                        "path": f"{path}.evidence",
+                        "excerpt": excerpt,
+                        "value": node["value"],
+                        "problem": "evidence_unsupported",
+                    }
+                )
             for k, v in node.items():
                 walk(v, f"{path}.{k}")
         elif isinstance(node, list):

@@ -136,9 +136,13 @@ def findings_section(findings: list[FindingView]) -> str:
         text = " ".join([file, *(f"{f['severity']} {f['category']} {f['message']} {f['quote']}" for f in fs)])
         rows.append((text, worst, html))
     return f"<p>{cards}</p>" + paged_table(
-        "findings", ["severity", "where", "category", "finding and quoted lines"], rows,
-        choices=SEVERITIES, size=25, empty="No findings.",
-    )  # fmt: skip
+        "findings",
+        ["severity", "where", "category", "finding and quoted lines"],
+        rows,
+        choices=SEVERITIES,
+        size=25,
+        empty="No findings.",
+    )
 
 
 def fields_section(views: list[DocView]) -> str:
@@ -165,8 +169,15 @@ def fields_section(views: list[DocView]) -> str:
                 f"<code>{e(doc)}</code>: {_value(f)} — <q>{e(f['evidence'])}</q> "
                 f"<span class='small muted'>{_where(f)}</span>"
             )
-        rows.append([td(name), td(stated[name], num=True), td(empty[name], num=True),
-                     td(corrected[name], num=True), td(ex, raw=True)])  # fmt: skip
+        rows.append(
+            [
+                td(name),
+                td(stated[name], num=True),
+                td(empty[name], num=True),
+                td(corrected[name], num=True),
+                td(ex, raw=True),
+            ]
+        )
     return table(
         ["field", "stated", "null", "corrected in review", "example with evidence"], rows, "No fields."
     )
@@ -231,8 +242,14 @@ def failures_section(views: list[DocView]) -> str:
             for d in docs[:3]
         )
         explain = SKIP_REASONS.get(why, "") if state == "skipped" else ""
-        rows.append([td(badge(state), raw=True), td(why + (f" — {explain}" if explain else "")),
-                     td(len(docs), num=True), td(examples, raw=True)])  # fmt: skip
+        rows.append(
+            [
+                td(badge(state), raw=True),
+                td(why + (f" — {explain}" if explain else "")),
+                td(len(docs), num=True),
+                td(examples, raw=True),
+            ]
+        )
     return table(["state", "reason", "documents", "examples"], rows, "Every document succeeded.")
 
 

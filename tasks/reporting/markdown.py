@@ -247,8 +247,14 @@ def _decisions(outcomes: list[dict[str, Any]]) -> list[str]:
 
 
 def _costs(costs: dict[str, Any]) -> list[str]:
-    lines = ["", "## Cost", "", f"Total: ${costs.get('usd', 0.0):.4f} over {costs.get('entries', 0)} billed answers "
-             "(every attempt, retries and repairs included).", ""]  # fmt: skip
+    lines = [
+        "",
+        "## Cost",
+        "",
+        f"Total: ${costs.get('usd', 0.0):.4f} over {costs.get('entries', 0)} billed answers "
+        "(every attempt, retries and repairs included).",
+        "",
+    ]
     left = costs.get("in_flight") or {}
     if left.get("groups"):
         lines += [

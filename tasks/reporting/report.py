@@ -74,12 +74,17 @@ def queue_conflicts(
         old = queue.get(item["doc_id"])
         if old and old.get("pass_name") != "integration":
             reasons = [r for r in str(old.get("reason") or "").split(";") if r and r != "conflict"]
-            queue.add({
-                **old,
-                "reason": ";".join([*reasons, "conflict"]),
-                "errors": [*(e for e in old.get("errors") or [] if e not in item["errors"]), *item["errors"]],
-                "conflicts": item.get("conflicts", []),
-            })  # fmt: skip
+            queue.add(
+                {
+                    **old,
+                    "reason": ";".join([*reasons, "conflict"]),
+                    "errors": [
+                        *(e for e in old.get("errors") or [] if e not in item["errors"]),
+                        *item["errors"],
+                    ],
+                    "conflicts": item.get("conflicts", []),
+                }
+            )
         else:
             queue.add(item)
         n += 1

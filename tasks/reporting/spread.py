@@ -56,9 +56,13 @@ def spread_summary(store: ObjectStore, run_id: str) -> SpreadSummary | None:
         key=lambda w: str(w["name"]),
     )
     return {
-        "generation": table.gen, "shards": shards, "counts": counts,
-        "takeovers": sum(s["takeovers"] for s in shards), "workers": workers, "stopped": table.stopped(),
-    }  # fmt: skip
+        "generation": table.gen,
+        "shards": shards,
+        "counts": counts,
+        "takeovers": sum(s["takeovers"] for s in shards),
+        "workers": workers,
+        "stopped": table.stopped(),
+    }
 
 
 def deadline_summary(
@@ -75,14 +79,19 @@ def deadline_summary(
     finished = found.get("realtime_done_at") or found.get("batches_done_at")
     deadline = epoch(str(found["finish_by"]))
     return {
-        "finish_by": str(found["finish_by"]), "switched_at": found.get("switched_at"),
-        "switch_why": found.get("switch_why"), "canceled_batches": len(found.get("canceled") or []),
-        "cancel_seconds": found.get("cancel_seconds"), "batch_docs": len(batch_docs - realtime_docs),
+        "finish_by": str(found["finish_by"]),
+        "switched_at": found.get("switched_at"),
+        "switch_why": found.get("switch_why"),
+        "canceled_batches": len(found.get("canceled") or []),
+        "cancel_seconds": found.get("cancel_seconds"),
+        "batch_docs": len(batch_docs - realtime_docs),
         "realtime_docs": len(realtime_docs),
         "batch_usd": round(sum(float(e.get("usd") or 0.0) for e in file if e.get("batch")), 6),
-        "realtime_usd": round(realtime_usd, 6), "realtime_as_batch_usd": round(realtime_usd / 2, 6),
-        "finished_at": finished, "met": None if finished is None else float(finished) <= deadline,
-    }  # fmt: skip
+        "realtime_usd": round(realtime_usd, 6),
+        "realtime_as_batch_usd": round(realtime_usd / 2, 6),
+        "finished_at": finished,
+        "met": None if finished is None else float(finished) <= deadline,
+    }
 
 
 def _when(ts: Any) -> str:

@@ -228,10 +228,19 @@ def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
         st = run_status(store, run_id, now=now)
         c = st["states"]
         docs = f"{st['progress']}/{st['documents'] if st['documents'] is not None else '?'}"
-        rows.append((
-            run_id, st["phase"], st["driver"], recipe_label(st["recipe"]), st["mode"], docs,
-            str(c.get("needs_review", 0)), str(c.get("failed", 0)), "$" + format(st["cost_usd"], ".4f"),
-        ))  # fmt: skip
+        rows.append(
+            (
+                run_id,
+                st["phase"],
+                st["driver"],
+                recipe_label(st["recipe"]),
+                st["mode"],
+                docs,
+                str(c.get("needs_review", 0)),
+                str(c.get("failed", 0)),
+                "$" + format(st["cost_usd"], ".4f"),
+            )
+        )
     if not rows:
         return [" ".join(head)]
     widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]

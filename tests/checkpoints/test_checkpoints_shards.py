@@ -18,9 +18,11 @@ from tests.fixtures.clock import FakeTime
 def test_plan_deals_chunks_round_robin_into_at_most_n_shards() -> None:
     plan = plan_shards([f"{i:06d}" for i in range(10)], 4)
     assert plan == {
-        "s000": ["000000", "000004", "000008"], "s001": ["000001", "000005", "000009"],
-        "s002": ["000002", "000006"], "s003": ["000003", "000007"],
-    }  # fmt: skip
+        "s000": ["000000", "000004", "000008"],
+        "s001": ["000001", "000005", "000009"],
+        "s002": ["000002", "000006"],
+        "s003": ["000003", "000007"],
+    }
     assert list(plan_shards(["a", "b"], 8)) == ["s000", "s001"]
 
 

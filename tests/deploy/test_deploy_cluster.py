@@ -322,9 +322,14 @@ def _run_docmill(cluster: Cluster, *args: str, **env: str) -> subprocess.Popen[s
     """The `docmill` command as a user runs it against the cluster (the driver of a spread run)."""
     full = {**cluster.env, "DOCMILL_LOG_LEVEL": "WARNING", **env}
     return subprocess.Popen(
-        [str(Path(sys.executable).parent / "docmill"), *args], cwd=REPO, env=full, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [str(Path(sys.executable).parent / "docmill"), *args],
+        cwd=REPO,
+        env=full,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _live_claim(cluster: Cluster, run_prefix: str) -> tuple[str, str] | None:
@@ -350,11 +355,30 @@ def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(clust
         httpx.get(f"{cluster.api_url}/deployments/name/shard-worker/shard-worker", timeout=10).status_code
         != 200
     ):
-        prefect_cli(cluster, "deploy", "--all", "--prefect-file", "deploy/prefect.yaml",
-                    DOCMILL_REPO_DIR=str(REPO), DOCMILL_NIGHTLY_SOURCE=CORPUS)  # fmt: skip
+        prefect_cli(
+            cluster,
+            "deploy",
+            "--all",
+            "--prefect-file",
+            "deploy/prefect.yaml",
+            DOCMILL_REPO_DIR=str(REPO),
+            DOCMILL_NIGHTLY_SOURCE=CORPUS,
+        )
     local = cluster.state / "corpus-spread"
-    subprocess.run([sys.executable, str(REPO / "examples" / "make_invoices.py"), "--out", str(local), "--count",
-                    "40", "--seed", "21"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples" / "make_invoices.py"),
+            "--out",
+            str(local),
+            "--count",
+            "40",
+            "--seed",
+            "21",
+        ],
+        check=True,
+        capture_output=True,
+    )
     s3 = s3_client(cluster)
     for path in sorted(p for p in local.rglob("*") if p.is_file()):
         s3.put_object(
@@ -367,9 +391,17 @@ def test_deploy_cluster_one_run_over_both_workers_survives_a_killed_worker(clust
     t0 = time.monotonic()
     try:
         driver = _run_docmill(
-            cluster, "run", f"s3://{BUCKET}/corpus-spread", "--workers", "2", "--chunk-size", "2",
-            DOCMILL_STORE=SPREAD_STORE, DOCMILL_WORKERS__POLL_SECONDS="0.5", DOCMILL_WORKERS__SHARDS_PER_WORKER="2",
-        )  # fmt: skip
+            cluster,
+            "run",
+            f"s3://{BUCKET}/corpus-spread",
+            "--workers",
+            "2",
+            "--chunk-size",
+            "2",
+            DOCMILL_STORE=SPREAD_STORE,
+            DOCMILL_WORKERS__POLL_SECONDS="0.5",
+            DOCMILL_WORKERS__SHARDS_PER_WORKER="2",
+        )
         victim = shard = None
         while driver.poll() is None and victim is None:  # a worker in the middle of a shard
             for run_id in {k.split("/")[2] for k in list_keys(s3, BUCKET, "store-spread/runs/")}:

@@ -94,9 +94,10 @@ def test_haiku_5_5_above_100k_prompt_tokens_pays_the_band_on_every_token(
 
 def test_batch_multiplier_and_compaction_iterations(fresh_settings: pytest.MonkeyPatch) -> None:
     usage = {
-        "input_tokens": 1000, "output_tokens": 100,
+        "input_tokens": 1000,
+        "output_tokens": 100,
         "iterations": [{"type": "compaction", "input_tokens": 500, "output_tokens": 50}],
-    }  # fmt: skip
+    }
     realtime = prices.cost_usd("claude-sonnet-5-5", usage, day=TODAY)
     assert realtime == pytest.approx((1500 * 2 + 150 * 10) / 1e6)
     assert prices.cost_usd("claude-sonnet-5-5", usage, batch=True, day=TODAY) == pytest.approx(realtime / 2)

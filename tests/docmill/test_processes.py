@@ -133,8 +133,13 @@ def test_launcher_runs_python_in_its_own_process_and_other_programs_under_a_supe
     assert processes.launcher([sys.executable, "s.py"]) == [*head, "s.py"]
     assert processes.launcher([sys.executable, "-u", "s.py"]) == [*head, "--", sys.executable, "-u", "s.py"]
     assert processes.launcher(["sleep", "1"]) == [*head, "--", "sleep", "1"]
-    done = spawn([sys.executable, "-c", "import sys; print(sys.argv[1:]); sys.exit(3)", "a"], role="x",
-                 runtime=str(tmp_path), stdout=subprocess.PIPE, text=True)  # fmt: skip
+    done = spawn(
+        [sys.executable, "-c", "import sys; print(sys.argv[1:]); sys.exit(3)", "a"],
+        role="x",
+        runtime=str(tmp_path),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     out, _ = done.communicate(timeout=30)
     assert (done.returncode, out.strip()) == (3, "['a']")
 
@@ -157,8 +162,11 @@ def test_a_terminal_ctrl_c_reaches_docmill_not_its_helpers_which_still_die_with_
     helper keeps serving docmill's shutdown, and still exits when docmill is gone."""
     proc = subprocess.Popen(
         [sys.executable, "-c", TERMINAL_PARENT, str(tmp_path / "rt")],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     try:
         child = int(proc.stdout.readline())
@@ -195,9 +203,12 @@ def test_a_terminal_ctrl_c_leaves_the_batch_gate_workers_working(tmp_path: Path)
     """The batch gate's worker processes (multiprocessing, docmill's process group) ignore the
     terminal's SIGINT: the pool keeps working through docmill's graceful shutdown."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", POOL_PARENT], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", POOL_PARENT],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     assert proc.stdout is not None
     try:
         worker = int(proc.stdout.readline())

@@ -41,9 +41,13 @@ sys.exit(cli.main())
 def _run(code: str) -> tuple[int, str, float]:
     started = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DOCMILL_SHUTDOWN_GRACE_SECONDS": "30"},
-    )  # fmt: skip
+    )
     return out.returncode, out.stderr, time.monotonic() - started
 
 

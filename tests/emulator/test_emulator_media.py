@@ -20,11 +20,17 @@ from tests.fixtures.formats import invoice
 MODEL = "claude-sonnet-4-6"
 SCHEMA = {
     "type": "object",
-    "properties": {"total": {"type": "object", "properties": {
-        "value": {"type": "string"}, "evidence": {"type": "string"}}, "required": ["value", "evidence"],
-        "additionalProperties": False}},
-    "required": ["total"], "additionalProperties": False,
-}  # fmt: skip
+    "properties": {
+        "total": {
+            "type": "object",
+            "properties": {"value": {"type": "string"}, "evidence": {"type": "string"}},
+            "required": ["value", "evidence"],
+            "additionalProperties": False,
+        }
+    },
+    "required": ["total"],
+    "additionalProperties": False,
+}
 
 
 def pdf_block(data: bytes, title: str = "doc.pdf") -> dict[str, Any]:
@@ -50,13 +56,28 @@ def ask(client: anthropic.Anthropic, *blocks: dict[str, Any], schema: bool = Fal
 @pytest.mark.parametrize(
     ("block", "message"),
     [
-        (pdf_block(F.text_pdf([["page"]] * 101, share_content=True)), "messages.0.content.0.pdf.source.base64.data: A maximum of 100 PDF pages may be provided."),
-        (pdf_block(F.text_pdf([invoice(1)], encrypt=True)), "messages.0.content.0.pdf.source.base64.data: encrypted PDFs are not supported"),
-        (pdf_block(b"%PDF-1.4 not really"), "messages.0.content.0.pdf.source.base64.data: The PDF specified was not valid."),
-        (image_block(F.png_image(["x"]), "image/tiff"), "messages.0.content.0.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"),
-        (image_block(F.jpg_image(["x"]), "image/png"), "messages.0.content.0.image.source.base64.data: Image does not match the provided media type image/png"),
+        (
+            pdf_block(F.text_pdf([["page"]] * 101, share_content=True)),
+            "messages.0.content.0.pdf.source.base64.data: A maximum of 100 PDF pages may be provided.",
+        ),
+        (
+            pdf_block(F.text_pdf([invoice(1)], encrypt=True)),
+            "messages.0.content.0.pdf.source.base64.data: encrypted PDFs are not supported",
+        ),
+        (
+            pdf_block(b"%PDF-1.4 not really"),
+            "messages.0.content.0.pdf.source.base64.data: The PDF specified was not valid.",
+        ),
+        (
+            image_block(F.png_image(["x"]), "image/tiff"),
+            "messages.0.content.0.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
+        ),
+        (
+            image_block(F.jpg_image(["x"]), "image/png"),
+            "messages.0.content.0.image.source.base64.data: Image does not match the provided media type image/png",
+        ),
     ],
-)  # fmt: skip
+)
 def test_refused_as_the_api_refuses(emulator: Any, block: dict[str, Any], message: str) -> None:
     with pytest.raises(anthropic.BadRequestError) as e:
         ask(sdk_client(emulator), block)
@@ -69,8 +90,10 @@ def test_an_image_over_8000_px_is_image_dimensions_too_large(emulator: Any) -> N
         ask(sdk_client(emulator), image_block(F.huge_png_header(9000, 100)))
     body: Any = e.value.body
     assert body["error"]["details"] == {
-        "error_code": "image_dimensions_too_large", "max_side_length_pixels": 8000, "paths": ["messages.0.content.0"],
-    }  # fmt: skip
+        "error_code": "image_dimensions_too_large",
+        "max_side_length_pixels": 8000,
+        "paths": ["messages.0.content.0"],
+    }
 
 
 def test_pages_and_pixels_are_billed_as_the_api_bills_them(emulator: Any) -> None:

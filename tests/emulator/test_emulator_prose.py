@@ -39,8 +39,9 @@ def test_a_prose_contract_yields_values_with_the_sentence_that_states_them() -> 
     text = path.read_text()
     out = answer("agreements/msa-2041-harbor.txt", text)
     assert out["effective_date"] == {
-        "value": "2026-03-01", "evidence": "It is effective as of March 1, 2026 and runs for three years."
-    }  # fmt: skip
+        "value": "2026-03-01",
+        "evidence": "It is effective as of March 1, 2026 and runs for three years.",
+    }
     assert out["governing_law"]["value"] == "England and Wales"
     assert out["fee"]["value"] == 48000.0 and "EUR 48,000.00" in out["fee"]["evidence"]
     for field in ("effective_date", "governing_law", "fee", "contract_number", "provider"):
@@ -88,9 +89,14 @@ def test_a_flat_evidence_sibling_of_an_unfound_value_is_null_never_another_field
         "model": "claude-sonnet-4-6",
         "max_tokens": 2000,
         "system": "Evidence copied verbatim.",
-        "messages": [{"role": "user", "content": f'<document id="po.txt" type="txt">\n{(CORPUS / "purchase-orders" / "po-7781.txt").read_text()}</document>'}],
+        "messages": [
+            {
+                "role": "user",
+                "content": f'<document id="po.txt" type="txt">\n{(CORPUS / "purchase-orders" / "po-7781.txt").read_text()}</document>',
+            }
+        ],
         "output_config": {"format": {"type": "json_schema", "schema": transform_schema(Flat)}},
-    }  # fmt: skip
+    }
     out = json.loads(respond(body)["content"][0]["text"])
     assert out["total"] == 4828.0 and out["total_evidence"] == "Total: USD 4,828.00"
     assert out["effective_date_evidence"] is None and out["governing_law_evidence"] is None

@@ -201,8 +201,10 @@ def test_same_run_command_after_six_sigkills_continues_one_run(tmp_path: Path, e
     assert sum("continuing stopped run " + runs[0] in err for err in lines) == KILLS
     creates = _creates(emulator)
     batches = len(emulator.state.batches.batches)
-    print(f"\n{kills} kills, {len(runs)} run id, {batches} batch creates, {len(creates)} custom_ids sent, "
-          f"{sum(v > 1 for v in creates.values())} in two creates")  # fmt: skip
+    print(
+        f"\n{kills} kills, {len(runs)} run id, {batches} batch creates, {len(creates)} custom_ids sent, "
+        f"{sum(v > 1 for v in creates.values())} in two creates"
+    )
     assert max(creates.values()) == 1, f"{sum(v > 1 for v in creates.values())} custom_ids in two creates"
     assert (_ledger(store), _outcomes(store, runs[0])) == reference
 

@@ -137,9 +137,14 @@ def test_bad_flags_exit_2_in_one_line_at_parse_time(
 
 @pytest.mark.parametrize("prefect", [False, True], ids=["no-prefect", "prefect"])
 def test_store_and_source_problems_exit_2_in_one_line(
-    prefect: bool, env: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest,
-) -> None:  # fmt: skip
+    prefect: bool,
+    env: str,
+    corpus: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+) -> None:
     if prefect:
         request.getfixturevalue("prefect_engine")
     tail = [] if prefect else ["--no-prefect"]
@@ -164,8 +169,9 @@ def test_store_and_source_problems_exit_2_in_one_line(
     assert main(["--store", env, "run", str(empty), "--allow-empty", *tail]) == 0
 
 
-def test_bad_log_level_exits_2(env: str, corpus: Path, monkeypatch: pytest.MonkeyPatch,
-                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_bad_log_level_exits_2(
+    env: str, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("DOCMILL_LOG_LEVEL", "LOUD")
     get_settings.cache_clear()
     assert main(["--store", env, "run", str(corpus), "--no-prefect"]) == 2
@@ -174,9 +180,12 @@ def test_bad_log_level_exits_2(env: str, corpus: Path, monkeypatch: pytest.Monke
 
 
 def test_s3_missing_credentials_and_empty_prefix_exit_2(
-    env: str, corpus: Path, s3_store_uri: str, monkeypatch: pytest.MonkeyPatch,
+    env: str,
+    corpus: Path,
+    s3_store_uri: str,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     assert main(["--store", env, "run", f"{s3_store_uri}/nothing-here/", "--no-prefect"]) == 2
     assert "has no files" in capsys.readouterr().err
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):

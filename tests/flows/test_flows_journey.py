@@ -88,19 +88,29 @@ def test_the_first_week_as_the_guide_tells_it(emulator: Any, tmp_path: Path) -> 
     store = tmp_path / "docmill-store"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCMILL_", "PREFECT_", "ANTHROPIC_"))}
     env.update(day_env())
-    env.update({
-        "DOCMILL_API__BASE_URL": emulator.base_url, "DOCMILL_API__CONCURRENCY": "2", "PYTHONUNBUFFERED": "1",
-        "PREFECT_HOME": str(tmp_path / "prefect"), "DOCMILL_RUNTIME_DIR": str(tmp_path / "run"),
-    })  # fmt: skip
+    env.update(
+        {
+            "DOCMILL_API__BASE_URL": emulator.base_url,
+            "DOCMILL_API__CONCURRENCY": "2",
+            "PYTHONUNBUFFERED": "1",
+            "PREFECT_HOME": str(tmp_path / "prefect"),
+            "DOCMILL_RUNTIME_DIR": str(tmp_path / "run"),
+        }
+    )
     run_id: str | None = None
     emulator.state.config.latency_ms = 2000.0
     for argv, lines, ctrl_c in session():
         argv = [str(store) if a == "./docmill-store" else a for a in argv]
         argv = [a.replace("RUN_ID", run_id) if run_id else a for a in argv]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", *argv], cwd=ROOT, env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,  # a terminal's job
-        )  # fmt: skip
+            [sys.executable, "-m", "flows.cli", *argv],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # a terminal's job
+        )
         if ctrl_c:
             deadline = time.monotonic() + 300  # Prefect's temporary server starts first
             while emulator.state.accounting.received_by_path.get("/v1/messages", 0) < 1:

@@ -104,9 +104,13 @@ class Cli:
     def start(self, *args: str, code: str | None = None) -> subprocess.Popen[str]:
         head = [sys.executable, "-c", code] if code else [sys.executable, "-m", "flows.cli"]
         return subprocess.Popen(
-            [*head, "--store", str(self.store), *args], cwd=ROOT, env=self.env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [*head, "--store", str(self.store), *args],
+            cwd=ROOT,
+            env=self.env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
 
     def phase(self) -> str | None:
         for manifest in self.store.glob("runs/*/manifest.json"):

@@ -25,11 +25,15 @@ def _settings(emulator: Any, store: str, model: str, **api: Any) -> Settings:
     return Settings(
         store=store,
         api=ApiSettings(
-            base_url=emulator.base_url, backoff_max_seconds=0.02, concurrency=4, model=model,
-            integration_model=model, **api,
+            base_url=emulator.base_url,
+            backoff_max_seconds=0.02,
+            concurrency=4,
+            model=model,
+            integration_model=model,
+            **api,
         ),
         batch=BatchSettings(poll_seconds=0.02, poll_max_seconds=0.05),
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("mode", ["realtime", "batch"])

@@ -107,9 +107,11 @@ def test_sources_overlap_by_containment_only() -> None:
 
 
 def test_cli_exit_5_and_one_line(
-    rig: tuple[Path, Settings, Any], monkeypatch: pytest.MonkeyPatch, emulator: Any,
+    rig: tuple[Path, Settings, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    emulator: Any,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     from docmill.settings import get_settings
     from flows.cli.main import main
 
@@ -202,8 +204,12 @@ def test_cli_through_prefect_says_it_in_one_line_too(
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [sys.executable, "-m", "flows.cli", "--store", str(settings.store), "run", str(corpus)],
-        cwd=root, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 5, out.stderr
     assert "skipped" not in out.stdout
     assert "Traceback" not in out.stderr and "Encountered exception" not in out.stderr, out.stderr

@@ -38,8 +38,13 @@ def test_each_running_docmill_process_gets_a_database_of_its_own(tmp_path: Path)
     finally:
         other.kill()
         other.wait()
-    again = subprocess.run([sys.executable, "-c", HOLD.replace("time.sleep(30)", ""), str(folder)],
-                           cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
+    again = subprocess.run(
+        [sys.executable, "-c", HOLD.replace("time.sleep(30)", ""), str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert again.stdout.strip() == "prefect-1.db"  # the killed holder's slot is free again
 
 

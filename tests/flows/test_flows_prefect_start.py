@@ -27,8 +27,12 @@ def test_a_server_that_does_not_start_in_time_is_one_line_and_exit_3(tmp_path: P
     env.pop("DOCMILL_RAISE_ERRORS", None)
     proc = subprocess.run(
         [sys.executable, "-m", "flows.cli", "--store", str(tmp_path / "store"), "run", str(corpus)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 3, proc.stderr
     assert len(lines) == 1, proc.stderr

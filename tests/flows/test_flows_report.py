@@ -132,8 +132,11 @@ def test_report_html_renders_an_invoices_run_in_chromium_with_numbers_and_result
     assert "need review" in explained and "disagrees with another document" in explained
 
     # values with their evidence and its offsets in the document, and a link to the stored result
-    doc = next(o for o in sorted(outcomes.values(), key=lambda o: o["doc_id"]) if o["state"] == "succeeded"
-               and o["doc_id"].endswith(".txt") and not o.get("from_ledger"))  # fmt: skip
+    doc = next(
+        o
+        for o in sorted(outcomes.values(), key=lambda o: o["doc_id"])
+        if o["state"] == "succeeded" and o["doc_id"].endswith(".txt") and not o.get("from_ledger")
+    )
     row = _row(dom, doc["doc_id"])
     total_field = doc["output"]["total"]
     text = (finished_run["tmp"] / "corpus" / doc["doc_id"]).read_text()

@@ -40,9 +40,16 @@ def _long_task(emulator: Any, store: Any, run_id: str) -> None:
     pinned = PinnedFacts()
     pinned.set("docs", "DOCUMENTS SEEN (2): doc-7, doc-70")
     task = ConversationTask(
-        "t1", run_id, store, client, model="claude-sonnet-4-6", system="You integrate invoice results.",
-        budget_tokens=3000, pinned=pinned, max_tokens=200,
-    )  # fmt: skip
+        "t1",
+        run_id,
+        store,
+        client,
+        model="claude-sonnet-4-6",
+        system="You integrate invoice results.",
+        budget_tokens=3000,
+        pinned=pinned,
+        max_tokens=200,
+    )
     for i in range(12):
         task.send(f"slice {i}\n" + "\n".join(f"row {i}-{j} INV-{j} total {j}.00" for j in range(30)))
     assert task.compactions

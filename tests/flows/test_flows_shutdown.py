@@ -36,17 +36,34 @@ def test_signal_stops_sending_exits_with_the_run_id_and_resume_finishes(
     store = str(tmp_path / "store")
     emulator.state.config.latency_ms = 150.0
     env = {
-        **os.environ, "DOCMILL_API__CONCURRENCY": "3", "DOCMILL_CHUNK_SIZE": "5",
-        "DOCMILL_SHUTDOWN_GRACE_SECONDS": "20", "PYTHONUNBUFFERED": "1",
-    }  # fmt: skip
+        **os.environ,
+        "DOCMILL_API__CONCURRENCY": "3",
+        "DOCMILL_CHUNK_SIZE": "5",
+        "DOCMILL_SHUTDOWN_GRACE_SECONDS": "20",
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("ANTHROPIC_API_KEY", None)
     with CountingProxy(emulator.base_url) as proxy:
         env["DOCMILL_API__BASE_URL"] = proxy.base_url
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "--store", store, "run", str(corpus), "--no-prefect",
-             "--run-id", "sig-1"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "flows.cli",
+                "--store",
+                store,
+                "run",
+                str(corpus),
+                "--no-prefect",
+                "--run-id",
+                "sig-1",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.time() + 60
         while len(proxy.sent()) < 4 and time.time() < deadline and proc.poll() is None:
             time.sleep(0.02)

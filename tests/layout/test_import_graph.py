@@ -136,17 +136,30 @@ def test_layered_packages_import_only_downwards(package: str) -> None:
     assert bad == []
 
 
-def test_modules_and_functions_stay_small() -> None:
-    """tasks/ modules under ~400 lines; functions in per_file/, batch/, integration/ under ~80."""
+def test_functions_stay_small() -> None:
+    """Functions in per_file/, batch/, integration/ under ~80 lines. Modules have no line cap: they are
+    split by role (issue 34), and a cap was met by packing lines past the formatter."""
     too_long = []
     for path in (ROOT / "tasks").rglob("*.py"):
+        if path.parent.name not in {"per_file", "batch", "integration"}:
+            continue
         text = path.read_text(encoding="utf-8")
-        if len(text.splitlines()) > 420:
-            too_long.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
-        if path.parent.name in {"per_file", "batch", "integration"}:
-            for node in ast.walk(ast.parse(text)):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    n = (node.end_lineno or node.lineno) - node.lineno + 1
-                    if n > 80:
-                        too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > 80:
+                    too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
     assert too_long == []
+
+
+def test_the_formatter_decides_the_layout() -> None:
+    """No code is packed past the formatter: at most a handful of `# fmt: skip` in the project (data
+    tables use `# fmt: off` blocks)."""
+    skips = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for top in ("docmill", "flows", "tasks", "checkpoints", "emulator", "bench", "examples", "tests")
+        for path in (ROOT / top).rglob("*.py")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "fmt: skip" in line and path.name != "test_import_graph.py"
+    ]
+    assert len(skips) <= 10, skips

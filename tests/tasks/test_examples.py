@@ -72,8 +72,10 @@ def test_ground_truth_matches_the_files(gen: ModuleType, tmp_path: Path) -> None
         if rec["format"] == "json":
             obj = json.loads(data)
             assert (obj["invoice_number"], obj["vendor"], obj["total"]) == (
-                f["invoice_number"], f["vendor_name"], f["total"],
-            )  # fmt: skip
+                f["invoice_number"],
+                f["vendor_name"],
+                f["total"],
+            )
         else:
             for needle in (
                 f["invoice_number"],

@@ -48,11 +48,18 @@ def test_bad_pdfs_images_and_office_files_each_get_their_reason(tmp_path: Path) 
     docs = docs_of(tmp_path)
     reasons = {d: (doc.skip_reason.value if doc.skip_reason else None) for d, doc in docs.items()}
     assert reasons == {
-        "200mb.pdf": "oversized", "2000-pages.pdf": "over_limit", "bomb.docx": "over_limit",
-        "corrupt.pdf": "corrupt", "encrypted.pdf": "encrypted", "good.pdf": None, "huge.png": "over_limit",
-        "macros.docm": "macro_enabled", "old.doc": "unsupported_type", "renamed-macros.docx": "macro_enabled",
+        "200mb.pdf": "oversized",
+        "2000-pages.pdf": "over_limit",
+        "bomb.docx": "over_limit",
+        "corrupt.pdf": "corrupt",
+        "encrypted.pdf": "encrypted",
+        "good.pdf": None,
+        "huge.png": "over_limit",
+        "macros.docm": "macro_enabled",
+        "old.doc": "unsupported_type",
+        "renamed-macros.docx": "macro_enabled",
         "zero-pages.pdf": "empty",
-    }  # fmt: skip
+    }
     detail = {d: doc.skip_detail or "" for d, doc in docs.items()}
     assert "2000 pages" in detail["2000-pages.pdf"] and "zip bomb" in detail["bomb.docx"]
     assert "8000" in detail["huge.png"] and "encrypted" in detail["encrypted.pdf"]
@@ -89,8 +96,11 @@ def test_legacy_encodings_are_read_and_marked_guessed(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(text.encode(enc))
     docs = docs_of(tmp_path)
     assert {d: doc.encoding for d, doc in docs.items()} == {
-        "latin1.txt": "cp1252", "win.csv": "cp1252", "sjis.txt": "cp932", "utf8.txt": None,
-    }  # fmt: skip
+        "latin1.txt": "cp1252",
+        "win.csv": "cp1252",
+        "sjis.txt": "cp932",
+        "utf8.txt": None,
+    }
     for name, (text, _) in texts.items():
         assert docs[name].status == "ok"
         assert load_payload(docs[name], RECIPE, Settings()).text == text
@@ -127,8 +137,9 @@ def test_a_loop_of_forwarded_messages_stops_with_a_reason(tmp_path: Path) -> Non
     assert "loop.eml/1-b.eml/1-a.eml/1-inv.txt" not in docs  # nothing past the loop is read twice
     deep = docs_of(tmp_path, max_nesting=1)
     assert deep["loop.eml/1-b.eml"].status == "ok" and deep["loop.eml/1-b.eml/1-a.eml"].skip_reason in (
-        "forward_loop", "over_limit",
-    )  # fmt: skip
+        "forward_loop",
+        "over_limit",
+    )
 
 
 def test_scans_go_as_pdfs_images_as_images_and_long_pdfs_in_page_ranges(tmp_path: Path) -> None:

@@ -148,9 +148,15 @@ class _Notes(BaseModel):
 
 def _notes(**kw: Any) -> Recipe:
     return Recipe(
-        name="notes", version="1", file_schema=_Notes, file_prompt="p", integration_schema=_Notes,
-        integration_prompt="q", doc_types=frozenset({"txt"}), **kw,
-    )  # fmt: skip
+        name="notes",
+        version="1",
+        file_schema=_Notes,
+        file_prompt="p",
+        integration_schema=_Notes,
+        integration_prompt="q",
+        doc_types=frozenset({"txt"}),
+        **kw,
+    )
 
 
 def test_declared_evidence_fields_are_checked_whatever_their_name() -> None:
@@ -241,10 +247,15 @@ def test_invoice_schema_accepts_a_grounded_answer() -> None:
         "tax": value,
         "total": {"value": 1234.5, "evidence": "Total: 1,234.50"},
         "line_items": [
-            {"description": "Pallet wrap", "quantity": 3, "unit_price": 12.5, "amount": 37.5,
-             "evidence": "- Pallet wrap | 3 x 12.50 = 37.50"},
+            {
+                "description": "Pallet wrap",
+                "quantity": 3,
+                "unit_price": 12.5,
+                "amount": 37.5,
+                "evidence": "- Pallet wrap | 3 x 12.50 = 37.50",
+            },
         ],
-    }  # fmt: skip
+    }
     parsed = InvoiceFile.model_validate(answer)
     assert parsed.total.value == 1234.5
     with pytest.raises(ValueError, match="extra"):
@@ -307,6 +318,12 @@ def test_a_recipe_that_pairs_values_and_evidence_wrongly_is_refused_at_load_with
         ConfigError, match=r"field 'total' is \{value, evidence\} but 'evidence' is not in evidence_fields"
     ):
         Recipe(
-            name="w", version="1", file_schema=Wrong, file_prompt="p", integration_schema=Wrong,
-            integration_prompt="q", doc_types=frozenset({"txt"}), evidence_fields=("note",),
-        )  # fmt: skip
+            name="w",
+            version="1",
+            file_schema=Wrong,
+            file_prompt="p",
+            integration_schema=Wrong,
+            integration_prompt="q",
+            doc_types=frozenset({"txt"}),
+            evidence_fields=("note",),
+        )

@@ -86,11 +86,16 @@ def test_progress_reads_typed_events_and_raw_event_json_alike() -> None:
     start = {
         "type": "message_start",
         "message": {
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
-            "content": [], "stop_reason": None, "stop_sequence": None,
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-6",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
             "usage": {"input_tokens": 40, "output_tokens": 1, "cache_read_input_tokens": 900},
         },
-    }  # fmt: skip
+    }
     delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 77}}
     typed, raw = StreamProgress(), StreamProgress()
     for event in (RawMessageStartEvent.model_validate(start), RawMessageDeltaEvent.model_validate(delta)):

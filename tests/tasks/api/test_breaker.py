@@ -88,8 +88,9 @@ def test_a_model_nobody_knows_stops_at_start_with_nothing_sent(
     assert emulator.state.accounting.received_by_path["/v1/messages/count_tokens"] == 1
 
 
-def test_a_404_for_the_model_mid_run_stops_it_at_once(env: str, emulator: Any, corpus: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_404_for_the_model_mid_run_stops_it_at_once(
+    env: str, emulator: Any, corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A model the table knows but the endpoint refuses (404 not_found_error): systemic at the first
     answer, exit 3, no document failed (a resume sends them again once the model is fixed)."""
     emulator.state.faults.add(kind="invalid_request", status=404, message="model: claude-sonnet-5-5")
@@ -103,8 +104,9 @@ def test_a_404_for_the_model_mid_run_stops_it_at_once(env: str, emulator: Any, c
     assert not outcomes_of(open_store(env), "gone")  # no document ends failed: the chunk is redone
 
 
-def test_nothing_listening_stops_the_run(env: str, corpus: Path, monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_nothing_listening_stops_the_run(
+    env: str, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

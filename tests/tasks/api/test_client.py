@@ -258,9 +258,12 @@ def test_a_200_that_is_not_a_message_is_a_clear_failure_not_retried(tmp_path: An
     try:
         fake = FakeTime()
         client = ModelClient(
-            make_settings(), base_url=f"http://127.0.0.1:{server.server_port}", api_key="test-key",
-            clock=fake.clock, sleep=fake.sleep,
-        )  # fmt: skip
+            make_settings(),
+            base_url=f"http://127.0.0.1:{server.server_port}",
+            api_key="test-key",
+            clock=fake.clock,
+            sleep=fake.sleep,
+        )
         with pytest.raises(ApiCallError) as e:
             call(client)
     finally:

@@ -76,10 +76,13 @@ def test_model_checks_on_2027_06_01_retire_more_models() -> None:
         with pytest.raises(ConfigError, match=f"api.model {model} retired on"):
             check_models(Settings(api=ApiSettings(model=model)), today=later)
     notes = check_models(
-        Settings(api=ApiSettings(model="claude-sonnet-5-5", integration_model="claude-sonnet-5-5",
-                                 fallback_model=None)),
+        Settings(
+            api=ApiSettings(
+                model="claude-sonnet-5-5", integration_model="claude-sonnet-5-5", fallback_model=None
+            )
+        ),
         today=later,
-    )  # fmt: skip
+    )
     assert not any("retired" in n or "deprecated" in n for n in notes)
 
 
@@ -90,8 +93,9 @@ def test_the_suite_runs_on_its_injected_day(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_legacy_model_without_a_retirement_date_is_a_doctor_line_not_a_run_warning() -> None:
-    settings = Settings(api=ApiSettings(model="claude-sonnet-4-6", integration_model="claude-sonnet-4-6",
-                                        fallback_model=None))  # fmt: skip
+    settings = Settings(
+        api=ApiSettings(model="claude-sonnet-4-6", integration_model="claude-sonnet-4-6", fallback_model=None)
+    )
     assert check_models(settings, today=D("2026-12-02")) == []
     assert check_models(settings, today=D("2026-12-02"), everything=True) == [
         "api.model claude-sonnet-4-6 is legacy; the current sonnet is claude-sonnet-5-5",
@@ -101,11 +105,14 @@ def test_a_legacy_model_without_a_retirement_date_is_a_doctor_line_not_a_run_war
 
 def test_legacy_and_unknown_models_are_notes() -> None:
     notes = check_models(
-        Settings(api=ApiSettings(model="claude-sonnet-4-6", integration_model="claude-future-9",
-                                 fallback_model=None)),
+        Settings(
+            api=ApiSettings(
+                model="claude-sonnet-4-6", integration_model="claude-future-9", fallback_model=None
+            )
+        ),
         today=D("2026-12-02"),
         everything=True,
-    )  # fmt: skip
+    )
     assert "api.model claude-sonnet-4-6 is legacy; the current sonnet is claude-sonnet-5-5" in notes
     assert any(
         n.startswith("api.integration_model claude-future-9 is not in docmill's model table") for n in notes

@@ -46,8 +46,11 @@ def test_worker_processes_gate_like_the_main_process(
     for key, mine in local.items():
         theirs = remote[key]
         assert (theirs.state, theirs.output, theirs.reason, theirs.attempts) == (
-            mine.state, mine.output, mine.reason, mine.attempts,
-        ), key  # fmt: skip
+            mine.state,
+            mine.output,
+            mine.reason,
+            mine.attempts,
+        ), key
     repaired = remote_rig.key(remote_rig.ok_docs()[3])
     assert remote[repaired].state is DocState.SUCCEEDED and remote[repaired].attempts == 2
     billed = [r for r in emulator.state.accounting.billed if r.custom_id]
@@ -89,8 +92,11 @@ def test_worker_processes_do_not_run_an_unguarded_script_again(tmp_path: Path) -
     out = subprocess.run(
         [sys.executable, str(script)],
         env={**os.environ, "DOCMILL_ROOT": root, "MARKER": str(marker), "PYTHONPATH": root},
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert "chunks in workers: 1" in out.stdout, out.stdout + out.stderr  # the worker path ran
     assert len(marker.read_text().splitlines()) == 1  # the script ran once: in its own process
 

@@ -44,10 +44,16 @@ def test_a_reset_while_streaming_results_is_fetched_again_and_the_run_finishes(
 def test_results_resume_after_the_last_line_handed_on(emulator: Any) -> None:
     sdk = sdk_client(emulator)
     requests = [
-        {"custom_id": f"r{i}", "params": {"model": "claude-sonnet-4-6", "max_tokens": 16,
-                                          "messages": [{"role": "user", "content": f"hello {i}"}]}}
+        {
+            "custom_id": f"r{i}",
+            "params": {
+                "model": "claude-sonnet-4-6",
+                "max_tokens": 16,
+                "messages": [{"role": "user", "content": f"hello {i}"}],
+            },
+        }
         for i in range(25)
-    ]  # fmt: skip
+    ]
     batch = sdk.messages.batches.create(requests=requests)  # type: ignore[arg-type]
     emulator.state.clock.advance(3600.0)
     emulator.state.faults.add(kind="connection_reset", path=RESULTS, count=2, after_lines=10)

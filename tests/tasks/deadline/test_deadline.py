@@ -44,9 +44,15 @@ class Run:
             store=str(tmp_path / "store"),
             api={"base_url": emulator.base_url, "concurrency": 4, "backoff_max_seconds": 0.0},
             batch={"poll_seconds": 30.0},
-            deadline={"margin_seconds": 10, "margin_fraction": 0, "cancel_seconds": 5, "latency_seconds": 1,
-                      "poll_seconds": 30, "batches": 4},
-        )  # fmt: skip
+            deadline={
+                "margin_seconds": 10,
+                "margin_fraction": 0,
+                "cancel_seconds": 5,
+                "latency_seconds": 1,
+                "poll_seconds": 30,
+                "batches": 4,
+            },
+        )
         self.store = open_store(self.settings.store)
         self.docs = [
             d for d in inventory(str(corpus), self.settings, doc_types=RECIPE.doc_types) if d.status == "ok"
@@ -68,12 +74,21 @@ class Run:
         self.start = self.em.state.clock.now()
         return list(
             run_deadline(
-                self.docs, expected=len(self.docs), deadline=self.start + DEADLINE, recipe=RECIPE, run_id="run-1",
-                store=self.store, client=sdk_client(self.em), model_client=self.client, settings=self.settings,
-                realtime=self.realtime, requests_per_minute=600, clock=self.em.state.clock.now,
+                self.docs,
+                expected=len(self.docs),
+                deadline=self.start + DEADLINE,
+                recipe=RECIPE,
+                run_id="run-1",
+                store=self.store,
+                client=sdk_client(self.em),
+                model_client=self.client,
+                settings=self.settings,
+                realtime=self.realtime,
+                requests_per_minute=600,
+                clock=self.em.state.clock.now,
                 sleep=self.em.state.clock.advance,
             )
-        )  # fmt: skip
+        )
 
     def billed(self) -> tuple[Counter[str], Counter[str]]:
         """(custom_ids billed as batch items, request body hashes billed realtime)."""

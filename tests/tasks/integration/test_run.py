@@ -70,9 +70,14 @@ def run(
 ) -> dict[str, Any]:
     client = ModelClient(settings, base_url=emulator.base_url, api_key="test-key", sleep=lambda _s: None)
     record = integrate(
-        sorted(docs.values(), key=lambda o: o["doc_id"]), recipe=RECIPE, run_id=run_id,
-        store=open_store(settings.store), client=client, settings=settings, **kw,
-    )  # fmt: skip
+        sorted(docs.values(), key=lambda o: o["doc_id"]),
+        recipe=RECIPE,
+        run_id=run_id,
+        store=open_store(settings.store),
+        client=client,
+        settings=settings,
+        **kw,
+    )
     return dict(record)
 
 

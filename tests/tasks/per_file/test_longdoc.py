@@ -87,8 +87,11 @@ def test_a_2mb_document_is_split_extracted_and_merged_with_offsets(emulator: Any
     assert emulator.state.accounting.errors_by_status == {}
     # each chunk goes out alone (with the pinned facts): the document's tokens are paid about once
     billed = emulator.state.accounting.billed
-    sent = sum(int(b.usage.get(f) or 0) for b in billed for f in ("input_tokens", "cache_read_input_tokens",
-               "cache_creation_input_tokens"))  # fmt: skip
+    sent = sum(
+        int(b.usage.get(f) or 0)
+        for b in billed
+        for f in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
     assert len(billed) == len(chunks) and sent <= 1.3 * text_tokens(text)
 
     out, prov = result["output"], result["provenance"]

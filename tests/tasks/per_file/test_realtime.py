@@ -69,8 +69,12 @@ class Harness:
     def run(self, docs: list[Document] | None = None, run_id: str = "run1") -> dict[str, Any]:
         outcomes = extract_chunk(
             docs if docs is not None else self.docs(),
-            recipe=RECIPE, run_id=run_id, store=self.store, client=self.client, settings=self.settings,
-        )  # fmt: skip
+            recipe=RECIPE,
+            run_id=run_id,
+            store=self.store,
+            client=self.client,
+            settings=self.settings,
+        )
         return {o.doc_id: o for o in outcomes}
 
     def key(self, doc_id: str) -> str:
@@ -204,8 +208,13 @@ def test_crash_recovery_gates_a_persisted_response_without_a_new_call(h: Harness
     request = file_request(RECIPE, doc, invoice_text(6), model=PRIMARY, max_tokens=h.settings.api.max_tokens)
     log = ResponseLog(h.store)
     # the process persisted the answer, then died before gating it
-    h.client.call(request, key=key, doc_id=doc.doc_id, pass_name=FILE_PASS,
-                  on_response=lambda n, m: log.put(FILE_PASS, key, n, m))  # fmt: skip
+    h.client.call(
+        request,
+        key=key,
+        doc_id=doc.doc_id,
+        pass_name=FILE_PASS,
+        on_response=lambda n, m: log.put(FILE_PASS, key, n, m),
+    )
     assert h.received == 1 and ResultsLedger(h.store).get(FILE_PASS, key) is None
     out = h.run()["inv.txt"]
     assert h.received == 1  # no second call
@@ -286,8 +295,13 @@ def test_budget_stopping_a_repair_keeps_the_spent_attempt(tmp_path: Path, emulat
     h.write("bad.txt", invoice_text(2) + "Reference: PLANTED-FAULT\n")
     emulator.state.faults.add(kind="schema_invalid", marker="PLANTED-FAULT")
     (doc,) = h.docs()
-    req = file_request(RECIPE, doc, invoice_text(2) + "Reference: PLANTED-FAULT\n", model=PRIMARY,
-                       max_tokens=h.settings.api.max_tokens)  # fmt: skip
+    req = file_request(
+        RECIPE,
+        doc,
+        invoice_text(2) + "Reference: PLANTED-FAULT\n",
+        model=PRIMARY,
+        max_tokens=h.settings.api.max_tokens,
+    )
     first_worst = h.client._worst_case_usd(PRIMARY, estimate_input_tokens(req), req["max_tokens"])
     h.client.budget = Budget(first_worst * 1.01)  # the first call fits, its repair does not
     out = h.run()["bad.txt"]
@@ -445,14 +459,34 @@ def test_a_resumed_document_counts_repair_tokens_as_an_uninterrupted_one(h: Harn
     from tasks.per_file.realtime import Attempts
     from tasks.per_file.settle import Pass
 
-    usage = {"input_tokens": 700, "output_tokens": 90, "cache_creation_input_tokens": 30,
-             "cache_read_input_tokens": 1200}  # fmt: skip
+    usage = {
+        "input_tokens": 700,
+        "output_tokens": 90,
+        "cache_creation_input_tokens": 30,
+        "cache_read_input_tokens": 1200,
+    }
     log = ResponseLog(h.store)
     for n, purpose in ((1, "first"), (2, "repair")):
-        log.put(FILE_PASS, "k1", n, {"type": "message", "role": "assistant", "model": PRIMARY, "content": [],
-                                     "stop_reason": "end_turn", "usage": usage,
-                                     "_docmill": {"attempt": n, "purpose": purpose, "model": PRIMARY,
-                                                  "max_tokens": 4096, "at": 0.0}})  # fmt: skip
+        log.put(
+            FILE_PASS,
+            "k1",
+            n,
+            {
+                "type": "message",
+                "role": "assistant",
+                "model": PRIMARY,
+                "content": [],
+                "stop_reason": "end_turn",
+                "usage": usage,
+                "_docmill": {
+                    "attempt": n,
+                    "purpose": purpose,
+                    "model": PRIMARY,
+                    "max_tokens": 4096,
+                    "at": 0.0,
+                },
+            },
+        )
     p = Pass(recipe=RECIPE, run_id="run1", store=h.store, client=h.client, settings=h.settings)
     resumed = Progress(max_tokens=4096)
     Attempts(p, "inv.txt", "k1", model=PRIMARY).recovered(resumed)

@@ -21,9 +21,15 @@ PO = "PURCHASE ORDER\n\nPO number: PO-7781\nOrder date: 2026-03-05\n\nTotal: USD
 def _answer(**fields: Any) -> dict[str, Any]:
     empty = {"value": None, "evidence": None}
     out = {
-        "doc_kind": "purchase_order", "contract_number": empty, "provider": empty, "effective_date": empty,
-        "governing_law": empty, "fee": empty, "currency": empty, **fields,
-    }  # fmt: skip
+        "doc_kind": "purchase_order",
+        "contract_number": empty,
+        "provider": empty,
+        "effective_date": empty,
+        "governing_law": empty,
+        "fee": empty,
+        "currency": empty,
+        **fields,
+    }
     return {"content": [{"type": "text", "text": json.dumps(out)}], "stop_reason": "end_turn", "usage": {}}
 
 

@@ -155,8 +155,15 @@ def test_a_correction_of_a_missing_value_reads_was_null_and_a_stopped_run_says_h
     outcomes = [
         {"doc_id": "a.txt", "state": "succeeded", "output": {"total": {"value": None, "evidence": None}}}
     ]
-    d = Decision(run_id="r", doc_id="a.txt", seq=1, action=Action.CORRECT, values={"total": 12.5},
-                 by="ann", at=1796167111.29677)  # fmt: skip
+    d = Decision(
+        run_id="r",
+        doc_id="a.txt",
+        seq=1,
+        action=Action.CORRECT,
+        values={"total": 12.5},
+        by="ann",
+        at=1796167111.29677,
+    )
     shown = apply_decisions(outcomes, {"a.txt": d})
     assert shown[0]["review"]["at"] == "2026-12-01T23:18:31Z"  # a timestamp, not epoch seconds
     md = markdown({"run_id": "r", "recipe": "invoices", "phase": "done"}, shown, None)
@@ -165,10 +172,16 @@ def test_a_correction_of_a_missing_value_reads_was_null_and_a_stopped_run_says_h
     assert '<span class="was" title="the model\'s value">null</span>' in page
 
     stopped = {
-        "run_id": "r", "phase": "stopped",
-        "extra": {"stop": {"kind": "breaker", "error": "SystemicFailure: run r stopped: 401 x20 (auth)",
-                           "continue": "docmill resume r"}},
-    }  # fmt: skip
+        "run_id": "r",
+        "phase": "stopped",
+        "extra": {
+            "stop": {
+                "kind": "breaker",
+                "error": "SystemicFailure: run r stopped: 401 x20 (auth)",
+                "continue": "docmill resume r",
+            }
+        },
+    }
     md = markdown(stopped, [], None)
     assert "SystemicFailure: run r stopped: 401 x20 (auth)" in md and "`docmill resume r` continues" in md
     assert "docmill resume r</code> continues" in html_report(stopped, [], None, {}, [], [])

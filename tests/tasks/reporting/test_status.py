@@ -31,11 +31,17 @@ def _run(store: ObjectStore, run_id: str, recipe: str, *, docs: int, written: in
         "000000", [{"doc_id": d, "state": "succeeded"} for d in ids[:written]]
     )
     entries = [
-        CostEntry(run_id=run_id, pass_name="file", doc_id=d, key=f"k{i}", attempt=1, model="m", usd=0.01, at=1.0 + i)
+        CostEntry(
+            run_id=run_id, pass_name="file", doc_id=d, key=f"k{i}", attempt=1, model="m", usd=0.01, at=1.0 + i
+        )
         for i, d in enumerate(ids[: written + answered])
-    ]  # fmt: skip
+    ]
     CostLedger(store, run_id).record("g0", entries)
-    stop = {"kind": "signal", "error": f"Interrupted: run {run_id} stopped: SIGINT received", "continue": f"docmill resume {run_id}"}  # fmt: skip
+    stop = {
+        "kind": "signal",
+        "error": f"Interrupted: run {run_id} stopped: SIGINT received",
+        "continue": f"docmill resume {run_id}",
+    }
     ManifestStore(store).update(
         run_id, lambda m: m.model_copy(update={"phase": Phase.STOPPED, "extra": {"stop": stop}})
     )
@@ -81,9 +87,13 @@ def test_runs_columns_line_up_when_the_recipe_is_a_path(tmp_path: Path) -> None:
 
 def _cli(*args: str, cwd: Path, close_stdout: bool = False) -> tuple[int, str, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(cwd)},
-    )  # fmt: skip
+        [sys.executable, "-m", "flows.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(cwd)},
+    )
     assert proc.stdout is not None and proc.stderr is not None
     if close_stdout:  # the reader is gone before docmill writes (`| head` that has had enough)
         proc.stdout.close()
