@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,20 @@ def _of_flow_run(what: str, flow_run_id: Any) -> list[Any]:
     return asyncio.run(read())
 
 
+def _settled_task_runs(flow_run_id: Any, prefix: str, timeout: float = 30.0) -> list[Any]:
+    """The task runs of a flow run whose names start with `prefix`, once none is Pending or Running.
+
+    The server records task-run states from events, after the flow call has returned: on a loaded
+    machine a read right after the flow still saw its chunks Pending and Running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = [r for r in _of_flow_run("task_runs", flow_run_id) if r.name.startswith(prefix)]
+        settled = runs and all(r.state is not None and r.state.is_final() for r in runs)
+        if settled or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.2)
+
+
 def test_extract_flow_runs_chunks_not_documents(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
 ) -> None:
@@ -55,8 +70,7 @@ def test_extract_flow_runs_chunks_not_documents(
     assert summary["phase"] == "done"
     docs = [t for t in truth if t["record"] == "document"]
     assert summary["documents"] == len(docs)
-    runs = _of_flow_run("task_runs", state.state_details.flow_run_id)
-    chunk_runs = [r for r in runs if r.name.startswith("per-file-chunk")]
+    chunk_runs = _settled_task_runs(state.state_details.flow_run_id, "per-file-chunk")
     from checkpoints.store import open_store
 
     chunks = open_store(env_for).get_json(f"runs/{summary['run_id']}/inventory-done.json")["chunks"]

@@ -21,7 +21,7 @@ from docmill.errors import BudgetExhausted, SystemicFailure
 from docmill.settings import ApiSettings, CostSettings, Settings, get_settings
 from docmill.shutdown import SHUTDOWN
 from tests.flows.helpers import make_corpus
-from tests.flows.test_flows_prefect import _of_flow_run
+from tests.flows.test_flows_prefect import _settled_task_runs
 
 
 @pytest.fixture
@@ -87,9 +87,7 @@ def test_an_interrupted_flow_run_and_its_chunks_end_cancelled_not_failed(
         done.set()
     assert state.is_cancelled() and state.name == "Interrupted", state
     assert "`docmill resume int-1` continues it" in (state.message or "")
-    runs = [
-        r for r in _of_flow_run("task_runs", state.state_details.flow_run_id) if r.name.startswith("per-file")
-    ]
+    runs = _settled_task_runs(state.state_details.flow_run_id, "per-file")
     kinds = {(r.state.type.value, r.state.name) for r in runs if r.state is not None}
     assert ("CANCELLED", "Interrupted") in kinds and not any(t == "FAILED" for t, _ in kinds), kinds
     stopped = [r for r in runs if r.state is not None and r.state.name == "Interrupted"]
@@ -112,9 +110,7 @@ def test_a_budget_stop_ends_the_flow_run_budget_spent_with_the_resume_line(
     assert "docmill resume cap-1 --max-cost-usd" in (state.message or "")
     with pytest.raises(BudgetExhausted):  # what a caller of the flow (the CLI: exit 4) gets
         state.result()
-    runs = [
-        r for r in _of_flow_run("task_runs", state.state_details.flow_run_id) if r.name.startswith("per-file")
-    ]
+    runs = _settled_task_runs(state.state_details.flow_run_id, "per-file")
     assert not any(r.state is not None and r.state.is_failed() for r in runs)
     assert [r.getMessage()[:80] for r in prefect_lines if r.levelno >= logging.ERROR] == []
     budget_lines = [r for r in prefect_lines if "BudgetExhausted" in r.getMessage()]
