@@ -32,7 +32,7 @@ import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
 
-from checkpoints.keys import safe_key
+from checkpoints.keys import MAX_KEY_BYTES, safe_key
 from docmill.errors import UnsafeKey
 
 
@@ -175,24 +175,41 @@ def make_doc_id(name: str) -> str:
 
 
 _ATTACHMENT_NAME_BYTES = 200
+_ATTACHMENT_SEGMENT = re.compile(r"[0-9]+-")
+
+
+def _shortened(name: str, room: int) -> str:
+    """`name` cut to `room` UTF-8 bytes on a character boundary, its extension (<= 16 chars) kept."""
+    if len(name.encode("utf-8")) <= room:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    ext = f".{ext}" if dot and stem and len(ext) <= 16 else ""
+    base = stem if ext else name
+    return base.encode("utf-8")[: max(0, room - len(ext))].decode("utf-8", "ignore") + ext
 
 
 def attachment_doc_id(message_id: str, index: int, name: str) -> str:
     """The id of attachment `index` (1-based) of the message whose id is `message_id`:
     `<message id>/<index>-<name>`, the name made safe (characters a key cannot hold become `_`,
-    shortened to 200 bytes keeping its extension); hashed when the whole is too long for a key."""
+    shortened to fit a key, at most 200 bytes, its extension kept); a hashed id only when the
+    message's own id leaves no room."""
     clean = "".join("_" if _escape_char(c) != c or c == "/" else c for c in name) or "_"
-    if len(clean.encode("utf-8")) > _ATTACHMENT_NAME_BYTES:
-        stem, dot, ext = clean.rpartition(".")
-        ext = ext if dot and stem and len(ext) <= 16 else ""
-        room = _ATTACHMENT_NAME_BYTES - len(ext) - 1
-        base = stem if ext else clean
-        clean = base.encode("utf-8")[:room].decode("utf-8", "ignore") + (f".{ext}" if ext else "")
-    doc_id = f"{message_id}/{index}-{clean}"
+    head = f"{message_id}/{index}-"
+    room = min(_ATTACHMENT_NAME_BYTES, MAX_KEY_BYTES - len(head.encode("utf-8", "surrogatepass")))
+    doc_id = head + _shortened(clean, room)
     try:
-        if safe_key(doc_id) == doc_id:
+        if room >= 20 and safe_key(doc_id) == doc_id:
             return doc_id
     except UnsafeKey:
         pass
     digest = hashlib.sha256(f"attachment\0{message_id}\0{index}".encode("utf-8", "surrogatepass")).hexdigest()
     return _hashed_id(digest, clean)
+
+
+def parent_of(doc_id: str) -> str | None:
+    """The message an attachment's id names (`a.eml/2-x.pdf` -> `a.eml`), else None. Exact: only an
+    attachment's id has a folder ending in `.eml` (a hashed attachment id names none)."""
+    head, sep, last = doc_id.rpartition("/")
+    if sep and head.lower().endswith(MESSAGE_SUFFIX) and _ATTACHMENT_SEGMENT.match(last):
+        return head
+    return None

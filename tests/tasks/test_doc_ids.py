@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from checkpoints.keys import safe_key
 from docmill.errors import InputError
 from docmill.settings import Settings
-from tasks.doc_names import attachment_doc_id, make_doc_id
+from tasks.doc_names import attachment_doc_id, make_doc_id, parent_of
 from tasks.document import Document
 from tasks.inventory import inventory, one_per_id
 from tasks.readers import doc_type_for
@@ -122,6 +122,7 @@ def test_attachment_ids_never_meet_a_file_or_each_other(
     raw_messages = {n + ".eml" for n in names if doc_type_for(n + ".eml") == "eml"} or {"m.eml"}
     messages = sorted(make_doc_id(n) for n in raw_messages)
     taken = _ids_of(set(names) | raw_messages | {f"{m}/1-a.pdf" for m in messages})
+    assert not any(parent_of(doc_id) for doc_id in taken)  # a file's id names no message
     for m in messages:
         assert m.lower().endswith(".eml")  # a message's id: no plain or escaped name has it as a folder
     for k, (which, part) in enumerate(parts):
@@ -129,6 +130,7 @@ def test_attachment_ids_never_meet_a_file_or_each_other(
         doc_id = attachment_doc_id(parent, k + 1, part)
         assert safe_key(doc_id) == doc_id
         assert doc_id not in taken, f"attachment {part!r} of {parent!r} meets {taken.get(doc_id)!r}"
+        assert parent_of(doc_id) == parent  # the exports' parent column
         taken[doc_id] = f"attachment {k + 1} of {parent}"
     # an attachment of an attachment (a forwarded message) stays under its own message
     nested = attachment_doc_id(attachment_doc_id(messages[0], 1, "fwd.eml"), 1, "a.pdf")
