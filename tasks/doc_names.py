@@ -6,8 +6,9 @@ Doc ids are one-to-one: two different files never share one, whatever their name
 namespaces:
 
 - **plain**: a name that is already a safe store key (`checkpoints.keys.safe_key` leaves it as it
-  is) is its own id, unless it could be mistaken for one of the other two: its last segment ends in
-  `~` + 8 hex digits (+ an extension), or a folder in it ends in `.eml`.
+  is) is its own id, unless it could be mistaken for one of the others: its last segment ends in
+  `~` + 8 hex digits (+ an extension) or in `~` + 12 hex digits (the mark of a store key
+  shortened by `checkpoints.keys.fitted_key`), or a folder in it ends in `.eml`.
 - **escaped** (every other name): each segment is escaped reversibly (`%` and characters a key
   cannot hold become `%XX` / `%uXXXX`; an empty segment is `%`; a leading `.` of `.`, `..` or `.~x`,
   the `:` of a drive letter and the `.` of a folder ending in `.eml` become `%2E` / `%3A`), and the
@@ -83,6 +84,9 @@ _ESCAPED_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
 _ESCAPED_CHARS = frozenset("%\\\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # The last segment of an escaped or hashed id: `~` + 8 hex digits, then at most one extension.
 ID_MARK = re.compile(r"~[0-9a-f]{8}(?:\.[^.]*)?$")
+# The last segment of a store key `checkpoints.keys.fitted_key` shortened (`<cut>~<12 hex>`, then
+# its suffix): a plain id shaped like one would share that key (a review item) with a long id.
+FITTED_MARK = re.compile(r"~[0-9a-f]{12}$")
 MESSAGE_SUFFIX = ".eml"
 HASHED_FOLDER = "unsafe"
 _DRIVE = re.compile(r"[A-Za-z]:")
@@ -114,9 +118,9 @@ def _is_plain(name: str) -> bool:
     except UnsafeKey:
         return False
     parts = name.split("/")
-    return ID_MARK.search(parts[-1]) is None and not any(
-        p.lower().endswith(MESSAGE_SUFFIX) for p in parts[:-1]
-    )
+    if ID_MARK.search(parts[-1]) or FITTED_MARK.search(parts[-1]):
+        return False
+    return not any(p.lower().endswith(MESSAGE_SUFFIX) for p in parts[:-1])
 
 
 def _name_hash(name: str) -> str:

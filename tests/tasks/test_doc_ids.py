@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from checkpoints.keys import safe_key
+from checkpoints.keys import fitted_key, safe_key
 from docmill.errors import InputError
 from docmill.settings import Settings
 from tasks.doc_names import attachment_doc_id, make_doc_id, parent_of
@@ -181,3 +181,13 @@ def test_two_documents_with_one_id_stop_the_inventory() -> None:
         for d in one_per_id(docs):
             seen.append(d.doc_id)
     assert seen == ["a.txt", "b.txt"]
+
+
+def test_a_plain_id_never_takes_the_store_key_of_a_long_one() -> None:
+    """A review item's key is the id shortened with `~<12 hex>` when the id's last segment is long:
+    a file named like that shortened key is escaped, so the two items never share a key."""
+    long_id = make_doc_id("inbox/" + "a" * 252)
+    key = fitted_key(long_id, ".json")
+    twin = key.removesuffix(".json")
+    assert twin != long_id and make_doc_id(twin) != twin
+    assert fitted_key(make_doc_id(twin), ".json") != key
