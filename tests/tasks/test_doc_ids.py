@@ -71,6 +71,7 @@ PIECES = st.sampled_from(
         "1-",
         "~0123abcd",
         "~0123abcd.txt",
+        "y" * 250,  # with any other piece: over 255 bytes, a hashed id
         "unsafe",
         "/",
         "é",
@@ -98,6 +99,9 @@ def test_no_two_names_share_an_id_even_when_a_name_is_another_id(names: list[str
     pool |= {make_doc_id(n) for n in names}  # a file literally named like another's id
     pool |= {make_doc_id(make_doc_id(n)) for n in names}
     pool |= {attachment_doc_id(make_doc_id(n), 1, "a.pdf") for n in names}  # an S3 key shaped like one
+    ids = _ids_of(pool)
+    hashed = [name for doc_id, name in ids.items() if doc_id.startswith("unsafe/") and doc_id != name]
+    pool |= {make_doc_id(n) for n in hashed}  # a file named like a hashed id
     ids = _ids_of(pool)
     for doc_id, name in ids.items():
         if doc_id != name and not doc_id.startswith("unsafe/"):
