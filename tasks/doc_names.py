@@ -13,7 +13,7 @@ namespaces:
   cannot hold become `%XX` / `%uXXXX`; an empty segment is `%`; a leading `.` of `.`, `..` or `.~x`,
   the `:` of a drive letter and the `.` of a folder ending in `.eml` become `%2E` / `%3A`), and the
   last segment gets `~` + 8 hex digits of the name's sha256 before its extension:
-  `x<newline>y.txt` -> `x%0Ay~1d3a0f5e.txt`. The raw name can be read back from the id, so two names
+  `x<newline>y.txt` -> `x%0Ay~513166a9.txt`. The raw name can be read back from the id, so two names
   never share one; a plain name never has that last segment.
 - **hashed**: a name whose escaped id would not fit the key length limits becomes
   `unsafe/<56 hex>~<8 hex>.<ext>` (a sha256 of the name, the extension kept when short and
