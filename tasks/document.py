@@ -18,6 +18,9 @@ class SkipReason(StrEnum):
     """Why a document is not sent to the model."""
 
     EMPTY = "empty"
+    NO_TEXT = (
+        "no_text"  # an Office file of only pictures, charts or embedded objects (the detail counts them)
+    )
     BINARY = "binary"
     UNDECODABLE = "undecodable"
     OVERSIZED = "oversized"

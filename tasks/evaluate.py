@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from docmill.errors import InputError
+from tasks.reporting.csv_safe import safe_cell
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -213,12 +214,14 @@ def eval_lines(result: dict[str, Any], *, show_mismatches: int = 20) -> list[str
 
 
 def mismatches_csv(result: dict[str, Any]) -> bytes:
-    """The mismatches as CSV (one row per document and field)."""
+    """The mismatches as CSV (one row per document and field; formula-like cells escaped)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(MISMATCH_COLUMNS))
     writer.writeheader()
     for m in result["mismatches"]:
-        writer.writerow({k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in m.items()})
+        writer.writerow(
+            {k: safe_cell(json.dumps(v) if isinstance(v, dict | list) else v) for k, v in m.items()}
+        )
     return buf.getvalue().encode()
 
 

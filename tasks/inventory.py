@@ -22,9 +22,10 @@ is read in turn, to settings.formats.max_nesting levels; one that is its own anc
 Message-ID is `forward_loop`; attachments past settings.formats.max_attachments are `over_limit`).
 Each keeps its place: nothing of a message is dropped silently.
 
-Doc ids are the `/`-separated path relative to the source, made safe with
-`checkpoints.keys.safe_key`. A name that is not safe (control characters, `..`, undecodable
-bytes) is still taken in, under a sanitized id with a short hash of the raw name appended.
+Doc ids are the `/`-separated path relative to the source when that is a safe key; any other name
+(control characters, `..`, undecodable bytes, a name shaped like an escaped id) is still taken in,
+under an escaped id it can be read back from (tasks.doc_names: two files never share an id). A
+source that still yields two documents with one id stops before anything is sent (`InputError`).
 
 Doc ids and globs (settings.inventory.include / exclude): `tasks.doc_names`.
 """
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from docmill.errors import DocmillError, InputError
 from docmill.settings import Settings, get_settings
-from tasks.doc_names import make_doc_id, selected
+from tasks.doc_names import attachment_doc_id, make_doc_id, selected
 from tasks.document import Document, SkipReason
 from tasks.loading import load_bytes, load_content, load_text, open_source_store, part_uri, read_limits
 from tasks.readers import ALL_TYPES, Content, ExtractError, Limits, doc_type_for, read
@@ -73,6 +74,7 @@ class _Entry:
     doc_type: str | None = None  # forced type (e.g. "directory" for an unlistable folder)
     skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
     parent: str | None = None  # an e-mail attachment: its message's doc id
+    doc_id: str | None = None  # given (an attachment's); else made from `name`
 
 
 def _read_local(path: str) -> Callable[[int], _Read]:
@@ -259,7 +261,7 @@ class _Scan:
 
 
 def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
-    doc_id = make_doc_id(entry.name)
+    doc_id = entry.doc_id or make_doc_id(entry.name)
     doc_type = entry.doc_type or doc_type_for(entry.name)
     base: dict[str, Any] = {
         "doc_id": doc_id,
@@ -314,6 +316,7 @@ def _attachments(
             part_uri(message.source_uri, i),
             _part_read(part.data),
             parent=message.doc_id,
+            doc_id=attachment_doc_id(message.doc_id, i, part.name),
         )
         if i > formats.max_attachments:
             why = f"attachment {i} of {len(content.parts)}: past formats.max_attachments ({formats.max_attachments})"
@@ -337,6 +340,21 @@ def _refuse(doc: Document, reason: SkipReason, detail: str) -> Document:
     return doc.model_copy(update={"status": "skipped", "skip_reason": reason, "skip_detail": detail})
 
 
+def one_per_id(docs: Iterable[Document]) -> Iterator[Document]:
+    """`docs`, refusing a second document with an id already seen: two files under one id would
+    share results and be merged downstream, so the run stops before anything is sent."""
+    seen: set[str] = set()
+    for doc in docs:
+        if doc.doc_id in seen:
+            raise InputError(
+                f"two files have the document id {doc.doc_id!r} (the second: {doc.source_uri})",
+                hint="rename one of them; docmill never merges two files",
+                doc_id=doc.doc_id,
+            )
+        seen.add(doc.doc_id)
+        yield doc
+
+
 def source_is_empty(source: str, settings: Settings) -> bool:
     """True when `source` lists no file at all (after include/exclude); reads no file."""
     return next(iter(SOURCES[source_kind(source)](source, settings)), None) is None
@@ -350,12 +368,17 @@ def inventory(
 
     `doc_types` (e.g. `recipe.doc_types`) limits the types taken; others are skipped as
     `unsupported_type`. Default: every type docmill reads (tasks.readers) and source/config files.
-    Raises InputError only when the source itself cannot be read; bad files become skipped documents.
+    Raises InputError only when the source itself cannot be read, or yields two documents with one
+    id; bad files become skipped documents.
     """
     settings = settings or get_settings()
     types = ALL_TYPES if doc_types is None else frozenset(t for t in doc_types if t in ALL_TYPES)
     scan = _Scan(settings.inventory.max_document_bytes, types, read_limits(settings), settings, {})
-    for entry in SOURCES[source_kind(source)](source, settings):
+    yield from one_per_id(_documents(SOURCES[source_kind(source)](source, settings), scan))
+
+
+def _documents(entries: Iterable[_Entry], scan: _Scan) -> Iterator[Document]:
+    for entry in entries:
         doc, content = _classify(entry, scan)
         yield doc
         if content is not None and content.parts:

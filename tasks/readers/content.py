@@ -7,12 +7,14 @@ attachment; the inventory makes each one its own document.
 
 `Unreadable` carries the inventory's skip reason (its `reason`) and a one-line detail: a file that
 is encrypted, corrupt, over a limit, macro-enabled, or a forwarding loop is reported with that
-reason and never stops a run.
+reason and never stops a run. Every reader's message passes through `ExtractError`, which drops
+memory addresses (`<_io.BytesIO object at 0x7fa3...>`), so a reason reads the same run to run.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 # The API's image rule (docs, vision and PDF support): an image whose long edge passes 1,568 px, or
@@ -40,10 +42,25 @@ def image_tokens(width: float, height: float) -> int:
     return min(IMAGE_MAX_TOKENS, max(1, math.ceil(w * h / PIXELS_PER_TOKEN)))
 
 
+_OBJECT_REPR = re.compile(r"\s*<[^<>]*\bat 0x[0-9a-fA-F]+>")
+_ADDRESS = re.compile(r"\s*\bat 0x[0-9a-fA-F]+\b|\b0x[0-9a-fA-F]{8,}\b")
+
+
+def stable_detail(message: str) -> str:
+    """`message` without memory addresses: an object's repr (`<_io.BytesIO object at 0x...>`) goes,
+    a bare long hex address becomes `0x?`. Reasons are shown to users and compared run to run."""
+    message = _OBJECT_REPR.sub("", message)
+    return _ADDRESS.sub(lambda m: "" if "at" in m.group(0) else "0x?", message)
+
+
 class ExtractError(ValueError):
-    """The bytes cannot be turned into text of their type (skip reason `undecodable`)."""
+    """The bytes cannot be turned into text of their type (skip reason `undecodable`). Its message
+    is made stable (`stable_detail`): the one place every reader's reason is built."""
 
     reason = "undecodable"
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(stable_detail(str(message)))
 
 
 class BinaryContent(ExtractError):
@@ -54,7 +71,7 @@ class BinaryContent(ExtractError):
 
 class Unreadable(ExtractError):
     """A file refused with a named reason: encrypted, corrupt, over_limit, macro_enabled,
-    forward_loop, empty, unsupported_type."""
+    forward_loop, empty, no_text, unsupported_type."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)

@@ -1,10 +1,19 @@
 """Office files: .docx (python-docx), .xlsx (openpyxl), .pptx (python-pptx); all MIT-licensed.
 
+A password-protected file is not a zip but an OLE2 (CFB) container holding an `EncryptionInfo`
+stream: it is `encrypted` (any other OLE2 file named .docx/.xlsx/.pptx is a legacy binary Office
+file: `unsupported_type`).
+
 Before any library opens a file, the zip container is checked from its directory: at most
 `max_unzipped` bytes unpacked, a compression ratio of at most `max_ratio`, at most MAX_MEMBERS
-members (a zip bomb is refused as `over_limit`, nothing is unpacked), and no VBA project
-(`vbaProject.bin`): macro-enabled files (.docm/.xlsm/.pptm, or a macro project renamed .docx) are
-refused as `macro_enabled` unless `allow_macros` (their text is then read; macros never run).
+members (a zip bomb is refused as `over_limit`, nothing is unpacked), and no active content: a VBA
+project (a `vbaProject.bin` member, or any part `[Content_Types].xml` types as a VBA project or its
+signature), a macro-enabled main part (.docm/.xlsm/.pptm and their templates and shows), Excel 4.0
+macro sheets, or ActiveX controls. Such files are refused as `macro_enabled` unless `allow_macros`
+(their text is then read; macros never run).
+
+A file whose text is empty is `no_text` with what it holds instead (`3 pictures, 1 chart`), or
+`empty` when it holds nothing at all: never a silent "only whitespace".
 
 Text: .docx paragraphs and tables in body order, headers and footers first, explicit page breaks as
 page breaks; .xlsx one page per sheet ("sheet"), rows as CSV with cached cell values; .pptx one page
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +34,20 @@ from tasks.readers.content import Content, Unreadable, paged
 
 MAX_MEMBERS = 10_000
 MACRO_PARTS = ("vbaproject.bin",)
+CFB_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+ENCRYPTION_INFO = "EncryptionInfo".encode("utf-16-le")  # the stream's name in the CFB directory
+CONTENT_TYPES = "[Content_Types].xml"
+MAX_CONTENT_TYPES_BYTES = 1024 * 1024
+# Content types (in [Content_Types].xml) of parts that carry or drive code, and what to call them.
+ACTIVE_TYPES = (
+    ("application/vnd.ms-office.vbaproject", "a VBA macro project"),
+    ("vbaprojectsignature", "a signed VBA macro project"),
+    ("macroenabled", "a macro-enabled main part"),
+    ("application/vnd.ms-excel.macrosheet", "an Excel 4.0 macro sheet"),
+    ("application/vnd.ms-excel.intlmacrosheet", "an Excel 4.0 macro sheet"),
+    ("application/vnd.ms-office.activex", "ActiveX controls"),
+)
+_CONTENT_TYPE = re.compile(rb'ContentType\s*=\s*"([^"]*)"', re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -33,11 +57,50 @@ class ZipLimits:
     allow_macros: bool = False
 
 
+def check_ole2(data: bytes, kind: str) -> None:
+    """Refuse an OLE2 (CFB) container named as an Office Open XML file: encrypted or legacy."""
+    if not data.startswith(CFB_MAGIC):
+        return
+    if ENCRYPTION_INFO in data:
+        raise Unreadable(
+            "encrypted",
+            f"a password-protected .{kind} (an encrypted OLE2 container); save it without a password",
+        )
+    raise Unreadable(
+        "unsupported_type", f"a legacy binary Office file (OLE2) named .{kind}; save it as .{kind} or PDF"
+    )
+
+
+def _content_types(z: zipfile.ZipFile) -> bytes:
+    """[Content_Types].xml, at most MAX_CONTENT_TYPES_BYTES of it (read as a stream: the directory's
+    size is not trusted)."""
+    try:
+        with z.open(CONTENT_TYPES) as f:
+            return f.read(MAX_CONTENT_TYPES_BYTES)
+    except (KeyError, zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        return b""
+
+
+def active_content(z: zipfile.ZipFile, infos: list[zipfile.ZipInfo]) -> str | None:
+    """What in the package carries or drives code (a VBA project, macro sheets, ActiveX), else None."""
+    if any(i.filename.rsplit("/", 1)[-1].lower() in MACRO_PARTS for i in infos):
+        return "a VBA macro project (vbaProject.bin)"
+    if any("/activex/" in f"/{i.filename.lower()}" for i in infos):
+        return "ActiveX controls"
+    declared = [t.decode("latin-1").lower() for t in _CONTENT_TYPE.findall(_content_types(z))]
+    for needle, what in ACTIVE_TYPES:
+        if any(needle in t for t in declared):
+            return what
+    return None
+
+
 def check_zip(data: bytes, kind: str, limits: ZipLimits) -> None:
-    """Refuse a zip bomb or a macro-enabled file from the zip directory alone."""
+    """Refuse a zip bomb or a macro-enabled file from the zip directory (and content types) alone."""
+    check_ole2(data, kind)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             infos = z.infolist()
+            active = None if limits.allow_macros or len(infos) > MAX_MEMBERS else active_content(z, infos)
     except (zipfile.BadZipFile, ValueError, OSError) as e:
         raise Unreadable("corrupt", f"not a valid .{kind} (zip): {e}"[:200]) from e
     if len(infos) > MAX_MEMBERS:
@@ -50,25 +113,56 @@ def check_zip(data: bytes, kind: str, limits: ZipLimits) -> None:
             f".{kind} unpacks to {unpacked:,} bytes from {packed:,} (ratio {unpacked // packed}:1); "
             f"limits {limits.max_unzipped:,} bytes and {limits.max_ratio}:1 (a zip bomb?)",
         )
-    if not limits.allow_macros and any(i.filename.rsplit("/", 1)[-1].lower() in MACRO_PARTS for i in infos):
+    if active is not None:
         raise Unreadable(
             "macro_enabled",
-            f".{kind} contains a VBA macro project (vbaProject.bin); save it without macros "
+            f".{kind} contains {active}; save it without macros "
             "(or set DOCMILL_FORMATS__ALLOW_MACROS=true to read its text)",
         )
+
+
+# What a package holds besides text, by member path: (pattern, singular, plural).
+HELD = (
+    (re.compile(r"^(?:word|ppt|xl)/media/"), "picture", "pictures"),
+    (re.compile(r"^(?:word|ppt|xl)/charts/chart[^/]*\.xml$"), "chart", "charts"),
+    (re.compile(r"^(?:word|ppt|xl)/diagrams/data[^/]*\.xml$"), "diagram", "diagrams"),
+    (re.compile(r"^(?:word|ppt|xl)/embeddings/"), "embedded object", "embedded objects"),
+)
+
+
+def held_without_text(data: bytes) -> str:
+    """What a package holds besides text (`3 pictures, 1 chart`), or "" when nothing."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return ""
+    counts = [sum(1 for name in names if pattern.match(name)) for pattern, _, _ in HELD]
+    counts[3] = max(0, counts[3] - counts[1])  # a chart keeps its data in an embedded workbook
+    held = []
+    for (_, one, many), n in zip(HELD, counts, strict=True):
+        if n:
+            held.append(f"{n} {one if n == 1 else many}")
+    return ", ".join(held)
 
 
 def _opened(kind: str, fn: Callable[[bytes], Content]) -> Callable[[bytes, ZipLimits], Content]:
     def read(data: bytes, limits: ZipLimits) -> Content:
         check_zip(data, kind, limits)
         try:
-            return fn(data)
+            content = fn(data)
         except Unreadable:
             raise
         except Exception as e:  # a library's parse error on a broken file: this file only
             raise Unreadable(
                 "corrupt", f"invalid .{kind}: {type(e).__name__}: {e}".splitlines()[0][:200]
             ) from e
+        if not content.text.strip():
+            held = held_without_text(data)
+            if held:
+                raise Unreadable("no_text", f"no text: {held} (send it as a PDF to have them read)")
+            raise Unreadable("empty", f"a .{kind} with no text, pictures, charts or embedded objects")
+        return content
 
     return read
 

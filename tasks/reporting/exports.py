@@ -1,5 +1,9 @@
 """Per-document exports: flattened rows, JSONL, CSV and (with pyarrow) Parquet.
 
+An e-mail attachment's row names its message (`parent`, the message's doc id; empty for a file),
+read from the attachment's id (tasks.doc_names.parent_of). CSV cells a spreadsheet would run as a
+formula get a `'` in front (tasks.reporting.csv_safe); JSONL and Parquet keep every value as it is.
+
 A document with a review decision in force (tasks.review.apply_decisions) exports the corrected
 values as its values, the model's values of corrected fields beside them (`original.<field>` in
 CSV/Parquet, `original_output` in JSONL) and the decision (`review.*` columns, `review` in JSONL).
@@ -13,7 +17,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from tasks.doc_names import parent_of
 from tasks.integration.records import compact_value
+from tasks.reporting.csv_safe import safe_cell
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -68,6 +74,7 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for o in outcomes:
         row = {
             "doc_id": o["doc_id"],
+            "parent": parent_of(o["doc_id"]),
             "state": o["state"],
             "reason": o.get("reason") or o.get("failure_type"),
             "model": o.get("model"),
@@ -90,6 +97,7 @@ def to_jsonl(outcomes: Iterable[dict[str, Any]]) -> bytes:
             json.dumps(
                 {
                     "doc_id": o["doc_id"],
+                    "parent": parent_of(o["doc_id"]),
                     "state": o["state"],
                     "reason": o.get("reason"),
                     "failure_type": o.get("failure_type"),
@@ -114,10 +122,10 @@ def to_csv(rows: list[dict[str, Any]]) -> bytes:
     for r in rows:
         columns.extend(c for c in r if c not in columns)
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns)
-    writer.writeheader()
+    writer = csv.writer(buf)
+    writer.writerow([safe_cell(c) for c in columns])
     for r in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+        writer.writerow([safe_cell(r.get(c)) for c in columns])
     return buf.getvalue().encode()
 
 
