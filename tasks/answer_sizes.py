@@ -13,7 +13,8 @@ when it goes as a PDF or an image: `document_tokens`, from the run's inventory),
 the prompt is the same for every document, and an estimate's count of it differs from a bill's by a
 few tokens that a steep slope would multiply,
 so that a long invoice with many line items is expected to answer longer than a one-line receipt, plus
-the mean thinking tokens and the mean input of repair attempts per document. A format (`format_key`: type and how it is sent) with fewer than
+the mean thinking tokens and the mean input of repair attempts per document, and the text the
+integration pass wrote per document of its run. A format (`format_key`: type and how it is sent) with fewer than
 FORMAT_MIN documents uses the fit over all formats; fewer than LEARN_MIN documents in all: nothing is
 learned and the estimate falls back to its prior (the recipe's schema, `tasks.sizing.answer_chars`).
 """
@@ -79,6 +80,7 @@ class AnswerSizes:
     thinking_per_doc: float = 0.0
     repair_input_per_doc: float = 0.0
     runs: int = 0
+    note_tokens_per_result: float | None = None  # integration pass: text tokens written per document
 
     @property
     def documents(self) -> int:
@@ -87,6 +89,16 @@ class AnswerSizes:
     def text_tokens(self, doc_format: str, doc_tokens: int) -> int:
         """Answer text tokens of a document of `doc_format` (format_key) with `doc_tokens`."""
         return (self.by_type.get(doc_format) or self.overall).predict(doc_tokens)
+
+
+@dataclass
+class _Reading:
+    """What `past_answers` read: the documents, the runs, and the integration passes' text output."""
+
+    answers: list[PastAnswer] = field(default_factory=list)
+    runs: int = 0
+    integration_text_tokens: int = 0
+    integration_documents: int = 0  # documents of the runs whose integration pass was billed
 
 
 def format_key(doc_type: str | None, send_as: str | None) -> str:
@@ -102,13 +114,14 @@ def document_tokens(text_chars: int | None, image_tokens: int | None, send_as: s
     return -(-int(text_chars or 0) // 4) + media
 
 
-def past_answers(store: ObjectStore, recipe: str, model: str) -> tuple[list[PastAnswer], int]:
-    """(documents, runs read) of `recipe` answered by `model` in the store's cost ledgers, newest runs
-    first, at most LEARN_SAMPLE documents; a document answered in two runs counts once (the newest)."""
+def past_answers(store: ObjectStore, recipe: str, model: str, read_records: int | None = None) -> _Reading:
+    """The documents of `recipe` answered by `model` in the store's cost ledgers, newest runs first, at
+    most LEARN_SAMPLE documents (a document answered in two runs counts once: the newest), and what
+    those runs' integration passes wrote (per result read: at most `read_records` of a run)."""
     manifests = ManifestStore(store)
     seen: set[str] = set()
-    out: list[PastAnswer] = []
-    runs = 0
+    reading = _Reading()
+    out = reading.answers
     for run_id in sorted(manifests.list_runs(), reverse=True):
         if len(out) >= LEARN_SAMPLE:
             break
@@ -118,14 +131,22 @@ def past_answers(store: ObjectStore, recipe: str, model: str) -> tuple[list[Past
         except Exception:  # an unreadable manifest teaches nothing
             continue
         per_doc: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
+        notes = 0
         for e in CostLedger(store, run_id).entries():
-            if e.pass_name != "file" or e.possibly_billed or e.unanswered or e.answered_model != model:
+            if e.possibly_billed or e.unanswered:
+                continue
+            if e.pass_name == "integration":
+                notes += e.output_tokens - e.thinking_tokens
+            if e.pass_name != "file" or e.answered_model != model:
                 continue
             prompt = e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
             per_doc[e.doc_id].append((e.attempt, prompt, e.output_tokens, e.thinking_tokens))
         if not per_doc:
             continue
-        runs += 1
+        reading.runs += 1
+        if notes:
+            reading.integration_text_tokens += notes
+            reading.integration_documents += min(len(per_doc), read_records or len(per_doc))
         sizes = _doc_sizes(store, run_id)
         for doc_id, attempts in sorted(per_doc.items()):
             if doc_id in seen or doc_id not in sizes or len(out) >= LEARN_SAMPLE:
@@ -142,12 +163,14 @@ def past_answers(store: ObjectStore, recipe: str, model: str) -> tuple[list[Past
                     repair_input_tokens=sum(a[1] for a in attempts[1:]),
                 )
             )
-    return out, runs
+    return reading
 
 
-def learn(store: ObjectStore, recipe: str, model: str) -> AnswerSizes | None:
-    """The answer sizes of `recipe` on `model` in the store, or None below LEARN_MIN documents."""
-    samples, runs = past_answers(store, recipe, model)
+def learn(store: ObjectStore, recipe: str, model: str, read_records: int | None = None) -> AnswerSizes | None:
+    """The answer sizes of `recipe` on `model` in the store, or None below LEARN_MIN documents
+    (`read_records`: the results an integration pass reads at most, settings.integration)."""
+    reading = past_answers(store, recipe, model, read_records)
+    samples = reading.answers
     if len(samples) < LEARN_MIN:
         return None
     by_type: dict[str, list[PastAnswer]] = defaultdict(list)
@@ -159,7 +182,12 @@ def learn(store: ObjectStore, recipe: str, model: str) -> AnswerSizes | None:
         by_type={t: fit(group) for t, group in by_type.items() if len(group) >= FORMAT_MIN},
         thinking_per_doc=sum(s.thinking_tokens for s in samples) / n,
         repair_input_per_doc=sum(s.repair_input_tokens for s in samples) / n,
-        runs=runs,
+        runs=reading.runs,
+        note_tokens_per_result=(
+            reading.integration_text_tokens / reading.integration_documents
+            if reading.integration_documents
+            else None
+        ),
     )
 
 

@@ -32,8 +32,8 @@ The integration pass (realtime, integration model) is estimated from the same nu
 the exact sections, the model reads at most `integration.read_records` results in full per run,
 `integration.slice_records` per call; a compact result is about half the typical per-file answer
 (no evidence), and the model writes about NOTE_TOKENS_PER_RESULT tokens per result it reads
-(measured against the emulator). Full: every document is new. Incremental: only new or changed
-documents are read (one bounded call per slice of them); an unchanged source costs nothing.
+(measured against the emulator), or what the store's past runs of the recipe wrote per document.
+Full: every document is new. Incremental: only new or changed documents are read (one bounded call per slice of them); an unchanged source costs nothing.
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ class IntegrationEstimate:
     slice_records: int
     max_tokens: int
     thinking_tokens: int = 0  # per call (the model's default effort when it thinks adaptively)
+    note_tokens: float = NOTE_TOKENS_PER_RESULT  # text written per result read (learned, else the prior)
 
     def calls(self, documents: int) -> int:
         return math.ceil(min(documents, self.read_records) / self.slice_records) if documents else 0
@@ -101,7 +102,7 @@ class IntegrationEstimate:
         out = (
             calls * self.max_tokens
             if worst
-            else min(read * NOTE_TOKENS_PER_RESULT + think, calls * self.max_tokens)
+            else min(round(read * self.note_tokens) + think, calls * self.max_tokens)
         )
         rates = price.rates_for(inp // calls)
         return (inp * rates.input + out * rates.output) / 1e6
@@ -120,9 +121,14 @@ class IntegrationEstimate:
 
 
 def integration_estimate(
-    recipe: Any, settings: Any, system_tokens: int, typical: int | None = None
+    recipe: Any,
+    settings: Any,
+    system_tokens: int,
+    typical: int | None = None,
+    note_tokens: float | None = None,
 ) -> IntegrationEstimate:
-    """`typical`: one per-file answer's tokens (measured or the heuristic; default the heuristic)."""
+    """`typical`: one per-file answer's tokens (learned or the prior; default the prior); `note_tokens`:
+    the text written per result read (learned from past runs; default NOTE_TOKENS_PER_RESULT)."""
     s = settings.integration
     typical = typical if typical is not None else typical_output_tokens(recipe, int(settings.api.max_tokens))
     return IntegrationEstimate(
@@ -132,6 +138,7 @@ def integration_estimate(
         read_records=s.read_records,
         slice_records=s.slice_records,
         max_tokens=s.max_tokens,
+        note_tokens=NOTE_TOKENS_PER_RESULT if note_tokens is None else note_tokens,
         thinking_tokens=thinking_tokens(
             settings.api.integration_model,
             None,
@@ -290,7 +297,7 @@ def learned_sizes(recipe: Recipe, settings: Settings) -> AnswerSizes | None:
         return None  # never create a store to estimate
     try:
         store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
-        return learn(store, recipe.name, settings.api.model)
+        return learn(store, recipe.name, settings.api.model, settings.integration.read_records)
     except Exception:  # an estimate never fails on the store: the prior stands in
         return None
 
@@ -384,7 +391,8 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         est.by_type[str(doc.doc_type)] = est.by_type.get(str(doc.doc_type), 0) + 1
     system = max(1, len(recipe.integration_prompt) // 4)
     typical = est.text_output_tokens // est.documents if est.documents else prior
-    est.integration = integration_estimate(recipe, settings, system, typical)
+    notes = learned.note_tokens_per_result if learned else None
+    est.integration = integration_estimate(recipe, settings, system, typical, notes)
     return est
 
 

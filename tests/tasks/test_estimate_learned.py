@@ -12,7 +12,7 @@ from checkpoints.manifest import ManifestStore, RunManifest
 from checkpoints.store import open_store
 from docmill.settings import Settings
 from tasks.answer_sizes import LEARN_MIN, document_tokens
-from tasks.estimate import estimate_docs, typical_output_tokens
+from tasks.estimate import NOTE_TOKENS_PER_RESULT, estimate_docs, typical_output_tokens
 from tasks.inventory import inventory
 from tasks.recipes import load_recipe
 from tasks.sizing import table_rows
@@ -71,6 +71,18 @@ def _past_run(store_uri: str, run_id: str, recipe: str, model: str, docs: int, r
                 )
             )
     CostLedger(store, run_id).record("file-0", entries)
+    notes = CostEntry(
+        run_id=run_id,
+        pass_name="integration",
+        doc_id="*integration-0*",
+        key="i0",
+        model=model,
+        answered_model=model,
+        input_tokens=5000,
+        output_tokens=30 * docs + 128,
+        thinking_tokens=128,
+    )  # the integration pass wrote 30 tokens per document
+    CostLedger(store, run_id).record("integration-0", [notes])
 
 
 def test_estimate_learns_answer_sizes_from_past_runs(tmp_path: Path) -> None:
@@ -102,6 +114,9 @@ def test_estimate_learns_answer_sizes_from_past_runs(tmp_path: Path) -> None:
     est = estimate_docs(docs, recipe, settings)
     assert est.learned is not None and est.measured_answers == 20 + LEARN_MIN - 1
     assert est.learned.runs == 2
+    assert est.learned.note_tokens_per_result == 30 and est.integration is not None
+    assert est.integration.note_tokens == 30 and prior.integration is not None
+    assert prior.integration.note_tokens == NOTE_TOKENS_PER_RESULT
     fit = est.learned.by_type["txt:text"]
     assert abs(fit.slope - 0.4) < 1e-6 and abs(fit.intercept - 200) < 0.5
     docs_n = est.measured_answers
