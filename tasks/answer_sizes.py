@@ -15,7 +15,8 @@ few tokens that a steep slope would multiply,
 so that a long invoice with many line items is expected to answer longer than a one-line receipt, plus
 the mean thinking tokens and the mean input of repair attempts per document, and the text the
 integration pass wrote per document of its run. A format (`format_key`: type and how it is sent) with fewer than
-FORMAT_MIN documents uses the fit over all formats; fewer than LEARN_MIN documents in all: nothing is
+FORMAT_MIN documents gets the mean answer over all formats (another format's slope is not
+extrapolated to it: an image's page tokens are no text to copy); fewer than LEARN_MIN documents in all: nothing is
 learned and the estimate falls back to its prior (the recipe's schema, `tasks.sizing.answer_chars`).
 """
 
@@ -75,7 +76,7 @@ def fit(samples: list[PastAnswer]) -> Fit:
 class AnswerSizes:
     """What a recipe's answers cost in a store's past runs: fits per format and over all of them."""
 
-    overall: Fit
+    overall: Fit  # every format: the mean answer (slope 0), for a format with too few documents
     by_type: dict[str, Fit] = field(default_factory=dict)
     thinking_per_doc: float = 0.0
     repair_input_per_doc: float = 0.0
@@ -178,7 +179,7 @@ def learn(store: ObjectStore, recipe: str, model: str, read_records: int | None 
         by_type[s.doc_format].append(s)
     n = len(samples)
     return AnswerSizes(
-        overall=fit(samples),
+        overall=Fit(intercept=sum(s.text_tokens for s in samples) / n, slope=0.0, documents=n),
         by_type={t: fit(group) for t, group in by_type.items() if len(group) >= FORMAT_MIN},
         thinking_per_doc=sum(s.thinking_tokens for s in samples) / n,
         repair_input_per_doc=sum(s.repair_input_tokens for s in samples) / n,

@@ -7,7 +7,8 @@ How a document is estimated (say so wherever a number is shown — it is an esti
                   in page ranges (tasks.per_file.media): its pages' tokens plus one prompt per part,
                   priced realtime in batch mode too (the long path is realtime)
   output tokens = learned, when the store holds past runs of the recipe on the model (at least
-                  tasks.answer_sizes.LEARN_MIN documents): per document format, answer tokens = a + b x
+                  tasks.answer_sizes.LEARN_MIN documents): per document format (the mean over all of
+                  them for a format with few), answer tokens = a + b x
                   document tokens (tasks.answer_sizes.document_tokens) fitted on the cost ledgers (every attempt, so repairs are in), plus
                   the mean thinking billed per document; else the prior: an answer modelled on the
                   recipe's schema (every field with a short value, evidence about a line; a list of

@@ -119,6 +119,9 @@ def test_estimate_learns_answer_sizes_from_past_runs(tmp_path: Path) -> None:
     assert prior.integration.note_tokens == NOTE_TOKENS_PER_RESULT
     fit = est.learned.by_type["txt:text"]
     assert abs(fit.slope - 0.4) < 1e-6 and abs(fit.intercept - 200) < 0.5
+    answers = [round(200 + 0.4 * (100 + 60 * i)) for n in (LEARN_MIN - 1, 20) for i in range(n)]
+    mean = sum(answers) / len(answers)
+    assert abs(est.learned.text_tokens("png:image", 10_000) - mean) <= 1  # an unseen format: the mean
     docs_n = est.measured_answers
     assert est.learned.thinking_per_doc == (docs_n * 128 + 4 * 100) / docs_n
     assert est.repair_input_tokens == len(docs) * round(4 * 1500 / docs_n)
