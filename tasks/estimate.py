@@ -232,8 +232,8 @@ class Estimate:
         return (
             f"learned from {self.learned.documents} documents of {self.learned.runs} past run(s) of this recipe "
             f"on {self.model} in the store (answer tokens by document size per format: {fits or 'all formats'}; "
-            f"thinking ~{self.learned.thinking_per_doc:.0f} and repairs ~{self.learned.repair_input_per_doc:.0f} "
-            "input tokens per document as billed)"
+            f"other formats the mean answer; per document as billed: thinking ~{self.learned.thinking_per_doc:.0f} "
+            f"tokens, repairs ~{self.learned.repair_input_per_doc:.0f} input tokens)"
         )
 
     def lines(self) -> list[str]:
