@@ -6,12 +6,19 @@ How a document is estimated (say so wherever a number is shown — it is an esti
                   the page, an image by its pixels, as the API bills them (tasks.readers.measure); a PDF
                   in page ranges (tasks.per_file.media): its pages' tokens plus one prompt per part,
                   priced realtime in batch mode too (the long path is realtime)
-  output tokens = typical: the mean of earlier answers in the store, else an answer modelled on the
-                  recipe's schema (every field with a short value, evidence about a line, two items a
-                  list), capped at max_tokens; worst case: max_tokens
-  thinking      = per answer, docmill.models.THINKING_TOKENS_BY_EFFORT at the effort the request sends
-                  (or the model's default) when the model thinks adaptively and the recipe's policy
-                  does not turn it off (5.x); billed as output, so it is in the output tokens
+  output tokens = learned, when the store holds past runs of the recipe on the model (at least
+                  tasks.answer_sizes.LEARN_MIN documents): per document format (the mean over all of
+                  them for a format with few), answer tokens = a + b x
+                  document tokens (tasks.answer_sizes.document_tokens) fitted on the cost ledgers (every attempt, so repairs are in), plus
+                  the mean thinking billed per document; else the prior: an answer modelled on the
+                  recipe's schema (every field with a short value, evidence about a line; a list of
+                  amounts with one item per table row of the document's text, `tasks.sizing.table_rows`,
+                  other lists and documents without text two items), capped at max_tokens; worst
+                  case: max_tokens
+  thinking      = learned (above), else per answer docmill.models.THINKING_TOKENS_BY_EFFORT at the
+                  effort the request sends (or the model's default) when the model thinks adaptively
+                  and the recipe's policy does not turn it off (5.x); billed as output, so it is in the
+                  output tokens
   USD           = tokens x the dated price table on settings.on_day() (docmill.prices: bands by the
                   request's prompt length, user overrides first); batch = the model's batch
                   multiplier (50 %). Realtime: the shared
@@ -19,14 +26,15 @@ How a document is estimated (say so wherever a number is shown — it is an esti
                   reaches the model's minimum cacheable length (settings.api.cache_min_tokens; below
                   it the API caches nothing, and no cache reads are assumed); batch: no cache hits
                   assumed (they are best effort there).
-Repairs are not included (at most settings.gate.repair_attempts per document, typically none).
+Repairs: learned from the past runs' ledgers (their input per document; their output is in the
+answers' fit); the prior includes none (at most settings.gate.repair_attempts per document).
 
 The integration pass (realtime, integration model) is estimated from the same numbers: code builds
 the exact sections, the model reads at most `integration.read_records` results in full per run,
 `integration.slice_records` per call; a compact result is about half the typical per-file answer
 (no evidence), and the model writes about NOTE_TOKENS_PER_RESULT tokens per result it reads
-(measured against the emulator). Full: every document is new. Incremental: only new or changed
-documents are read (one bounded call per slice of them); an unchanged source costs nothing.
+(measured against the emulator), or what the store's past runs of the recipe wrote per document.
+Full: every document is new. Incremental: only new or changed documents are read (one bounded call per slice of them); an unchanged source costs nothing.
 """
 
 from __future__ import annotations
@@ -40,11 +48,12 @@ from typing import TYPE_CHECKING, Any
 from checkpoints.inflight import InFlightBound
 from docmill.models import min_cacheable_tokens, thinking_tokens
 from docmill.prices import Price, override_lines, price_on, worst_usd
+from tasks.answer_sizes import AnswerSizes, document_tokens, format_key, learn
 from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.media import SendAs, load_payload, media_tokens, needs_parts, page_parts, send_as
 from tasks.per_file.requests import file_request, recipe_parts, wrap_document
 from tasks.recipes.thinking import effort_config
-from tasks.sizing import answer_chars, content_tokens
+from tasks.sizing import answer_chars, content_tokens, table_rows
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -53,10 +62,11 @@ if TYPE_CHECKING:
 
 METHOD = (
     "an estimate, no model call: input = request content characters / 4 (PDF pages and images as the "
-    "API bills them), output = a typical answer to the recipe's schema "
+    "API bills them), output = answer sizes learned from the store's past runs of the recipe, else a "
+    "typical answer to the recipe's schema with one list item per table row, "
     "plus the thinking the recipe's effort allows (worst case: max_tokens), priced with the docmill "
     "price table on the run's day; realtime reads the system prompt "
-    "from the cache after the first request when it reaches the model's minimum cacheable length, batch = 50 % without cache hits; repairs not included"
+    "from the cache after the first request when it reaches the model's minimum cacheable length, batch = 50 % without cache hits; repairs as learned (none by the prior)"
 )
 
 
@@ -75,6 +85,7 @@ class IntegrationEstimate:
     slice_records: int
     max_tokens: int
     thinking_tokens: int = 0  # per call (the model's default effort when it thinks adaptively)
+    note_tokens: float = NOTE_TOKENS_PER_RESULT  # text written per result read (learned, else the prior)
 
     def calls(self, documents: int) -> int:
         return math.ceil(min(documents, self.read_records) / self.slice_records) if documents else 0
@@ -92,7 +103,7 @@ class IntegrationEstimate:
         out = (
             calls * self.max_tokens
             if worst
-            else min(read * NOTE_TOKENS_PER_RESULT + think, calls * self.max_tokens)
+            else min(round(read * self.note_tokens) + think, calls * self.max_tokens)
         )
         rates = price.rates_for(inp // calls)
         return (inp * rates.input + out * rates.output) / 1e6
@@ -111,9 +122,14 @@ class IntegrationEstimate:
 
 
 def integration_estimate(
-    recipe: Any, settings: Any, system_tokens: int, typical: int | None = None
+    recipe: Any,
+    settings: Any,
+    system_tokens: int,
+    typical: int | None = None,
+    note_tokens: float | None = None,
 ) -> IntegrationEstimate:
-    """`typical`: one per-file answer's tokens (measured or the heuristic; default the heuristic)."""
+    """`typical`: one per-file answer's tokens (learned or the prior; default the prior); `note_tokens`:
+    the text written per result read (learned from past runs; default NOTE_TOKENS_PER_RESULT)."""
     s = settings.integration
     typical = typical if typical is not None else typical_output_tokens(recipe, int(settings.api.max_tokens))
     return IntegrationEstimate(
@@ -123,6 +139,7 @@ def integration_estimate(
         read_records=s.read_records,
         slice_records=s.slice_records,
         max_tokens=s.max_tokens,
+        note_tokens=NOTE_TOKENS_PER_RESULT if note_tokens is None else note_tokens,
         thinking_tokens=thinking_tokens(
             settings.api.integration_model,
             None,
@@ -143,7 +160,8 @@ class Estimate:
     typical_output_tokens: int = 0  # thinking included
     thinking_tokens: int = 0  # of typical_output_tokens: adaptive thinking (billed as output)
     effort: str | None = None  # the effort the requests send (None: the model's default)
-    measured_answers: int = 0  # earlier answers the output size was measured on (0: schema heuristic)
+    repair_input_tokens: int = 0  # of input_tokens: repair attempts, learned from past runs
+    learned: AnswerSizes | None = None  # answer sizes learned from the store's past runs (None: the prior)
     max_output_tokens: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
     sent_as: dict[str, int] = field(default_factory=dict)  # documents by how they go: text, pdf, image
@@ -188,8 +206,35 @@ class Estimate:
         for i, v in enumerate((usd, worst, usd, worst)):
             self._usd[i] += v
 
+    @property
+    def measured_answers(self) -> int:
+        """Past documents the answer sizes were learned from (0: the prior)."""
+        return self.learned.documents if self.learned else 0
+
+    @property
+    def text_output_tokens(self) -> int:
+        """Output tokens besides thinking: the answers' text."""
+        return self.typical_output_tokens - self.thinking_tokens
+
     def usd(self, *, batch: bool, worst: bool = False) -> float:
         return self._usd[(2 if batch else 0) + (1 if worst else 0)]
+
+    def output_source(self) -> str:
+        """Where the output figure comes from: the store's past runs, or the prior."""
+        if self.learned is None:
+            return (
+                "prior: the recipe's schema with every field filled, a list of amounts with one item per "
+                "table row of the document (2 items without text), thinking at the recipe's effort "
+                "(docmill.models.THINKING_TOKENS_BY_EFFORT); a store with past runs of this recipe "
+                "teaches the real sizes"
+            )
+        fits = ", ".join(f"{k} {v.documents}" for k, v in sorted(self.learned.by_type.items()))
+        return (
+            f"learned from {self.learned.documents} documents of {self.learned.runs} past run(s) of this recipe "
+            f"on {self.model} in the store (answer tokens by document size per format: {fits or 'all formats'}; "
+            f"other formats the mean answer; per document as billed: thinking ~{self.learned.thinking_per_doc:.0f} "
+            f"tokens, repairs ~{self.learned.repair_input_per_doc:.0f} input tokens)"
+        )
 
     def lines(self) -> list[str]:
         rows = [
@@ -200,11 +245,10 @@ class Estimate:
             f"  realtime: ~${self.usd(batch=False):.4f} (worst case ${self.usd(batch=False, worst=True):.4f})",
             f"  batch:    ~${self.usd(batch=True):.4f} (worst case ${self.usd(batch=True, worst=True):.4f})",
         ]
-        if self.measured_answers:
-            rows.append(
-                f"  output measured: the mean size of {self.measured_answers} earlier answers of this recipe "
-                "in the store (not the schema heuristic)"
-            )
+        rows.append(
+            f"  output: answers ~{self.text_output_tokens:,} tokens + thinking ~{self.thinking_tokens:,}; "
+            + self.output_source()
+        )
         if self.thinking_tokens:
             rows.append(
                 f"  thinking: {self.model} thinks adaptively (effort {self.effort or 'default'}): "
@@ -234,22 +278,18 @@ class Estimate:
         return rows
 
 
-MEASURED_SAMPLE = 200  # earlier answers read at most
-MEASURED_MIN = 20  # fewer than this: the schema heuristic
-
-
-def typical_output_tokens(recipe: Recipe, max_tokens: int, measured: int | None = None) -> int:
-    """One answer's text tokens: `measured` (the mean of earlier answers) when given, else a typical
-    answer modelled on the recipe's schema (tasks.sizing.answer_chars); at most max_tokens."""
+def typical_output_tokens(recipe: Recipe, max_tokens: int, rows: int | None = None) -> int:
+    """One answer's text tokens by the prior: a typical answer modelled on the recipe's schema
+    (tasks.sizing.answer_chars; a list of amounts with one item per table row of the document when its
+    text is known, `rows`), at least 64 and at most max_tokens."""
     schema = recipe_parts(recipe)[2]
-    guess = measured if measured is not None else int(answer_chars(schema, schema.get("$defs") or {}, "") / 4)
+    guess = int(answer_chars(schema, schema.get("$defs") or {}, "", rows=rows) / 4)
     return min(max_tokens, max(64, guess))
 
 
-def measured_answer_tokens(recipe: Recipe, settings: Settings) -> tuple[int, int] | None:
-    """(mean tokens, answers read) of this recipe's earlier succeeded per-file answers in the store's
-    results ledger (chars / 4 of each answer's JSON, thinking not included: it depends on the effort, not
-    the documents), at most MEASURED_SAMPLE of them; None below MEASURED_MIN or without a store."""
+def learned_sizes(recipe: Recipe, settings: Settings) -> AnswerSizes | None:
+    """What this recipe's answers cost on the configured model in the store's past runs
+    (tasks.answer_sizes), or None: no store, too few past documents, or an unreadable store."""
     from pathlib import Path
 
     from checkpoints.store import open_store
@@ -258,22 +298,9 @@ def measured_answer_tokens(recipe: Recipe, settings: Settings) -> tuple[int, int
         return None  # never create a store to estimate
     try:
         store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
-        sizes: list[int] = []
-        for key in store.list("results/file/"):
-            if len(sizes) >= MEASURED_SAMPLE:
-                break
-            record = store.get_json(key)
-            output = record.get("output") if record.get("state") == "succeeded" else None
-            if not isinstance(output, dict):
-                continue
-            try:
-                recipe.file_schema.model_validate(output)  # answers of this recipe only
-            except ValueError:
-                continue
-            sizes.append(-(-len(json.dumps(output, ensure_ascii=False)) // 4))
-    except Exception:  # an estimate never fails on the store: the heuristic stands in
+        return learn(store, recipe.name, settings.api.model, settings.integration.read_records)
+    except Exception:  # an estimate never fails on the store: the prior stands in
         return None
-    return (sum(sizes) // len(sizes), len(sizes)) if len(sizes) >= MEASURED_MIN else None
 
 
 def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, Any] | None:
@@ -309,18 +336,23 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         cache_min_tokens=min_cacheable_tokens(settings.api.model, settings.api.cache_min_tokens),
     )
     max_tokens = int(settings.api.max_tokens)
-    measured = measured_answer_tokens(recipe, settings)
-    est.measured_answers = measured[1] if measured else 0
-    typical = typical_output_tokens(recipe, max_tokens, measured[0] if measured else None)
+    learned = learned_sizes(recipe, settings)
+    est.learned = learned
+    prior = typical_output_tokens(recipe, max_tokens)  # without the document's rows
     price = price_on(settings.api.model)
     for doc in docs:
         if doc.status == "ok" and not doc.duplicate_of and needs_parts(doc, recipe, settings):
-            _add_long(est, doc, recipe, settings, typical)
+            _add_long(est, doc, recipe, settings, learned.overall.predict(0) if learned else prior)
             continue
-        request = request_of(recipe, doc, settings)
-        if request is None:
+        if doc.status != "ok" or doc.duplicate_of:
             est.skipped += 1
             continue
+        try:
+            payload = load_payload(doc, recipe, settings)
+        except Exception:
+            est.skipped += 1
+            continue
+        request = file_request(recipe, doc, payload, model=settings.api.model, max_tokens=max_tokens)
         mode = send_as(doc, recipe).value
         est.sent_as[mode] = est.sent_as.get(mode, 0) + 1
         prefix = max(1, len(json.dumps(request["system"], ensure_ascii=False)) // 4)
@@ -330,26 +362,38 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         written = prefix if not est.documents and cacheable else 0
         est.cached_tokens += cached
         est.effort = (request.get("output_config") or {}).get("effort")
-        think = thinking_tokens(settings.api.model, request.get("thinking"), est.effort)
-        out = min(max_tokens, typical + think)
         inp = content_tokens(request)
+        repair = 0
+        if learned is not None:
+            size = document_tokens(doc.text_chars, doc.image_tokens, mode)
+            text = min(max_tokens, learned.text_tokens(format_key(str(doc.doc_type), mode), size))
+            think = round(learned.thinking_per_doc)
+            repair = round(learned.repair_input_per_doc)
+        else:
+            rows = table_rows(payload.text) if payload.text.strip() else None
+            text = typical_output_tokens(recipe, max_tokens, rows)
+            think = thinking_tokens(settings.api.model, request.get("thinking"), est.effort)
+        out = min(max_tokens, text + think)
         est.add(
             price,
-            fresh=inp - cached - written,
+            fresh=inp - cached - written + repair,
             written=written,
             cached=cached,
             out=out,
-            think=think,
+            think=min(think, out),
             max_tokens=max_tokens,
         )
         est.documents += 1
-        est.input_tokens += inp
+        est.input_tokens += inp + repair
+        est.repair_input_tokens += repair
         est.typical_output_tokens += out
-        est.thinking_tokens += think
+        est.thinking_tokens += min(think, out)
         est.max_output_tokens += max_tokens
         est.by_type[str(doc.doc_type)] = est.by_type.get(str(doc.doc_type), 0) + 1
     system = max(1, len(recipe.integration_prompt) // 4)
-    est.integration = integration_estimate(recipe, settings, system, typical)
+    typical = est.text_output_tokens // est.documents if est.documents else prior
+    notes = learned.note_tokens_per_result if learned else None
+    est.integration = integration_estimate(recipe, settings, system, typical, notes)
     return est
 
 

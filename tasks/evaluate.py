@@ -11,9 +11,13 @@ Lines whose `record` is not "document", or without `fields`, are ignored. Review
 second label source (`tasks.review.labels_from_decisions`; a labels file wins for a document in
 both). A labelled field is *covered* when its document produced an output (it did not fail), and
 *correct* when the output value equals the label (numbers within 0.005, strings after trimming
-whitespace). Coverage = covered / labelled; accuracy = correct / covered, so a run that failed
-half its documents but got the rest right reads 50 % coverage, 100 % accuracy. Every labelled field
-that is not correct is a mismatch: `wrong` (covered, another value) or `missing` (no output).
+whitespace). A null value covers nothing: an answer whose field is null (or absent) leaves that
+field uncovered, so a run that "succeeds" with every field empty reads 0 % coverage, not 100 %
+(a field labelled null is covered by a null answer: that answer is correct). Coverage = covered /
+labelled; accuracy = correct / covered, so a run that failed half its documents but got the rest
+right reads 50 % coverage, 100 % accuracy. Every labelled field that is not correct is a mismatch:
+`wrong` (covered, another value), `null` (the document has an output, the field is null) or
+`missing` (no output).
 
 Groups, so that a good overall number cannot hide a bad segment: `format` (the inventory's
 document type, else the file extension) and `folder` (the source folder of the document id).
@@ -142,10 +146,11 @@ def evaluate(
         o = by_doc.get(doc_id)
         if o is None:
             continue
-        covered = o.get("state") != "failed" and bool(o.get("output"))
-        output = (o.get("output") or {}) if covered else {}
+        answered = o.get("state") != "failed" and bool(o.get("output"))
+        output = (o.get("output") or {}) if answered else {}
         g = groups_of(doc_id, types.get(doc_id))
         for name, expected in fields.items():
+            covered = answered and (_value(output.get(name)) is not None or expected is None)
             ok = covered and matches(output.get(name), expected)
             for tally in (overall[name], overall["*all fields*"]):
                 tally.add(doc_id, ok, covered)
@@ -157,7 +162,7 @@ def evaluate(
                     {
                         "doc_id": doc_id,
                         "field": name,
-                        "kind": "wrong" if covered else "missing",
+                        "kind": "wrong" if covered else "null" if answered else "missing",
                         "expected": expected,
                         "got": _value(output.get(name)),
                         "state": o.get("state"),
