@@ -133,3 +133,70 @@ def open_document(data: bytes) -> Any:
     import pypdfium2 as pdfium
 
     return pdfium.PdfDocument(data)
+
+
+Box = tuple[int, float, float, float, float]  # page (from 1), left, top, right, bottom in 0..1 of the page
+
+
+def _rects(page: Any, textpage: Any, first: int, count: int) -> list[tuple[float, float, float, float]]:
+    """The rectangles (one per line segment) of pdfium characters first..first+count-1, as shares of
+    the page as it is shown (rotation and crop box applied; origin top left)."""
+    import pypdfium2.raw as raw
+
+    scale = 1_000_000
+    out = []
+    for r in range(raw.FPDFText_CountRects(textpage, first, count)):
+        left, top, right, bottom = (ctypes.c_double() for _ in range(4))
+        if not raw.FPDFText_GetRect(textpage, r, left, top, right, bottom):
+            continue
+        corners = []
+        for x, y in ((left.value, top.value), (right.value, bottom.value)):
+            dx, dy = ctypes.c_int(), ctypes.c_int()
+            raw.FPDF_PageToDevice(page, 0, 0, scale, scale, 0, x, y, dx, dy)
+            corners.append((dx.value / scale, dy.value / scale))
+        (x0, y0), (x1, y1) = corners
+        box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+        out.append(tuple(round(min(1.0, max(0.0, v)), 4) for v in box))
+    return out  # type: ignore[return-value]
+
+
+def span_boxes(data: bytes, text: str, pages: Any, spans: list[tuple[int, int]]) -> list[list[Box]]:
+    """For each `(start, end)` character span of a PDF's text layer (`text`, `pages`: what
+    tasks.readers.pdf.read_pdf gave for `data`), the boxes of its characters on their page(s), one
+    per line segment. A span on a page whose text is not the page's text layer (a poor page, left
+    out) gets no box there: never a made-up box."""
+    out: list[list[Box]] = [[] for _ in spans]
+    with PDFIUM_LOCK:
+        doc = open_document(data)
+        try:
+            for page_span in pages:
+                wanted = [
+                    (k, max(s, page_span.start), min(e, page_span.end))
+                    for k, (s, e) in enumerate(spans)
+                    if s < page_span.end and e > page_span.start
+                ]
+                if not wanted:
+                    continue
+                page = doc[page_span.number - 1]
+                textpage = page.get_textpage()
+                try:
+                    page_str, index = page_index(textpage)
+                    if page_str != text[page_span.start : page_span.end]:
+                        continue
+                    for k, s, e in wanted:
+                        local = [
+                            i
+                            for i in range(s - page_span.start, e - page_span.start)
+                            if not page_str[i].isspace()
+                        ]
+                        if not local:
+                            continue
+                        first, last = index[local[0]], index[local[-1]]
+                        for box in _rects(page, textpage, first, last - first + 1):
+                            out[k].append((page_span.number, *box))
+                finally:
+                    textpage.close()
+                    page.close()
+        finally:
+            doc.close()
+    return out

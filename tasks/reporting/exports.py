@@ -37,8 +37,9 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def page_columns(o: dict[str, Any]) -> dict[str, Any]:
-    """`value.<field>.page` (and `.verified` false for evidence no code could check: a scanned page)
-    for every top-level field whose evidence names a page."""
+    """`value.<field>.page` (and `.verified` false for evidence no code could check: a scanned page;
+    `.bbox`, the evidence's box on a PDF page with a text layer) for every top-level field whose
+    evidence names a page."""
     fields = ((o.get("provenance") or {}).get("fields")) or {}
     cols: dict[str, Any] = {}
     for path, where in fields.items():
@@ -48,6 +49,8 @@ def page_columns(o: dict[str, Any]) -> dict[str, Any]:
         if "[" in name or "." in name:
             continue  # list items: in the provenance column
         cols[f"value.{name}.page"] = where["page"]
+        if where.get("bbox"):  # its evidence's box on that page (left, top, right, bottom; shares)
+            cols[f"value.{name}.bbox"] = json.dumps(where["bbox"])
         if where.get("verified") is False:
             cols[f"value.{name}.verified"] = False
     return cols
