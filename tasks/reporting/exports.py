@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tasks.integration.records import compact_value
+from tasks.provenance import supports
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -79,6 +80,7 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         row.update({f"value.{k}": v for k, v in flatten(o.get("output") or {}).items()})
         row.update(page_columns(o))
+        row.update({f"value.{k}.support": c for k, c in supports(o).items()})
         row.update(review_columns(o))
         if o.get("provenance"):  # each value's offsets and page; long documents: their chunks
             row["provenance"] = json.dumps(o["provenance"], ensure_ascii=False, sort_keys=True)
@@ -100,6 +102,7 @@ def to_jsonl(outcomes: Iterable[dict[str, Any]]) -> bytes:
                     "values": compact_value(o.get("output")),
                     "output": o.get("output"),
                     "flags": o.get("flags") or [],
+                    "support": supports(o),
                     "cost_usd": o.get("cost_usd") or 0.0,
                     "review": o.get("review"),
                     "original_output": o.get("original_output"),
