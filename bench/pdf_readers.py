@@ -20,6 +20,8 @@ default /work/corpora), each file read in full, text page by page:
   pages/s   pages read per second of CPU-bound wall time (shared, noisy machine: compare the
             ratios, not the absolute figures)
   errors    files a reader raised on
+  boxes     (docmill) labelled values whose evidence boxes (tasks.readers.pdf_text.span_boxes) hold
+            exactly the value's text when pdfium reads the page back under them
 
 The last reader, `docmill`, is tasks.readers.pdf.read_pdf itself (what the inventory runs).
 
@@ -47,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tasks.readers.content import Unreadable
 from tasks.readers.pdf import read_pdf
-from tasks.readers.pdf_text import poor_text
+from tasks.readers.pdf_text import poor_text, span_boxes
 
 Reader = Callable[[bytes], list[str]]
 SKIP_FIELDS = {"desc", "issuer", "currency", "currency_symbol", "country_code", "state_code", "narration"}
@@ -129,12 +131,39 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", "", text).lower()
 
 
-def whole_token(text: str, value: object) -> bool:
+def token_span(text: str, value: object) -> tuple[int, int] | None:
+    """Where `value` stands as a whole token in `text` (spacing inside it aside), or None."""
     for form in forms(value):
         pattern = r"\s*".join(re.escape(ch) for ch in re.sub(r"\s+", "", form))  # "FR 604 219 388 61"
-        if re.search(r"(?<![\w])" + pattern + r"(?![\w]|[.,]\d)", text, re.IGNORECASE):
-            return True
-    return False
+        m = re.search(r"(?<![\w])" + pattern + r"(?![\w]|[.,]\d)", text, re.IGNORECASE)
+        if m:
+            return m.start(), m.end()
+    return None
+
+
+def whole_token(text: str, value: object) -> bool:
+    return token_span(text, value) is not None
+
+
+def boxed(data: bytes, value: object) -> bool:
+    """Whether the boxes docmill gives a labelled value's span hold exactly that text on the page
+    (pdfium reads the text under each box back)."""
+    import pypdfium2 as pdfium
+
+    content = read_pdf(data)
+    span = token_span(content.text, value)
+    if span is None:
+        return False
+    boxes = span_boxes(data, content.text, content.pages, [span])[0]
+    doc = pdfium.PdfDocument(data)
+    under = []
+    for page_no, left, top, right, bottom in boxes:
+        page = doc[page_no - 1]
+        w, h = page.get_size()
+        under.append(
+            page.get_textpage().get_text_bounded(left * w, (1 - bottom) * h, right * w, (1 - top) * h)
+        )
+    return " ".join(" ".join(under).split()) == " ".join(content.text[span[0] : span[1]].split())
 
 
 def present(text: str, value: object) -> bool:
@@ -251,6 +280,11 @@ def main() -> None:
             f"{name:22} {whole:>4}/{len(stated):<4} {glued:>6} {agree / max(1, total):>6.3f} {poor:>5}"
             f" {rate:>8.1f} {rate / base if base else 0:>7.1f}x {len(errors[name]):>6}"
         )
+    boxes_ok = [f"{p.stem}.{k}" for p, k in sorted(stated) if boxed(p.read_bytes(), values[p][k])]
+    print(
+        f"docmill boxes: {len(boxes_ok)}/{len(stated)} labelled values have boxes whose text (read back"
+        " from the page) is the value's text"
+    )
     for name in rs:
         if missed[name]:
             print(f"{name}: not a whole token: {', '.join(missed[name])}")

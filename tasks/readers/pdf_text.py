@@ -74,7 +74,8 @@ def _chars(textpage: Any, n: int) -> str:
     text = buf.raw[: 2 * max(0, written - 1)].decode("utf-16-le", "surrogatepass")  # without the NUL
     if len(text) == n and not _SURROGATE.search(text):
         return text
-    return "".join(chr(min(raw.FPDFText_GetUnicode(textpage, i), 0x10FFFF)) for i in range(n))
+    codes = (raw.FPDFText_GetUnicode(textpage, i) for i in range(n))  # a line-end hyphen reads as 2 here
+    return "".join(chr(HYPHEN_MARK if c == 2 else min(c, 0x10FFFF)) for c in codes)
 
 
 def _map_error_share(textpage: Any, chars: str) -> float:

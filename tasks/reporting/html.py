@@ -160,6 +160,16 @@ def _pages(views: list[Any] | None) -> str:
     )
 
 
+def _queue_why(review: list[dict[str, Any]]) -> str:
+    """What the review queue holds, by reason (`4 conflict`): why it can hold more than the documents
+    that need review (a succeeded document in a conflict is queued too)."""
+    reasons: dict[str, int] = {}
+    for item in review:
+        for r in str(item.get("reason") or "-").split(";"):
+            reasons[r] = reasons.get(r, 0) + 1
+    return ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+
+
 def _stopped(manifest: dict[str, Any]) -> str:
     """Why a stopped run stopped and the command that continues it (nothing for other phases)."""
     note = stop(manifest)
@@ -196,7 +206,9 @@ def html_report(
         f'<div class="card"><div class="n" id="count-total">{len(outcomes)}</div><div class="l">documents</div></div>'
         + cards
         + f'<div class="card"><div class="n" id="cost-card">${costs.get("usd", 0.0):.2f}</div><div class="l">cost</div></div>'
-        + f'<div class="card"><div class="n" id="review-count">{len(review)}</div><div class="l">in review queue</div></div>'
+        + f'<div class="card"><div class="n" id="review-count">{len(review)}</div><div class="l">in review queue</div>'
+        + (f'<div class="small muted" id="review-why">{_e(_queue_why(review))}</div>' if review else "")
+        + "</div>"
     )
     generated = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(extra.get("generated_at") or time.time()))
     reused = sum(1 for o in outcomes if o.get("from_ledger"))

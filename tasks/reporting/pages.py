@@ -188,8 +188,8 @@ padding:0 3px;white-space:nowrap;border-radius:2px 2px 0 0}
 
 def _figure(view: PageView, esc: Callable[[Any], str]) -> str:
     boxes = "".join(
-        f'<div class="bx" style="left:{m.box[0] * 100:.2f}%;top:{m.box[1] * 100:.2f}%;'
-        f'width:{(m.box[2] - m.box[0]) * 100:.2f}%;height:{(m.box[3] - m.box[1]) * 100:.2f}%" '
+        f'<div class="bx" style="left:{m.box[0] * 100:.1f}%;top:{m.box[1] * 100:.1f}%;'
+        f'width:{(m.box[2] - m.box[0]) * 100:.1f}%;height:{(m.box[3] - m.box[1]) * 100:.1f}%" '
         f'title="{esc(m.name)} = {esc(m.value)}"><span>{esc(m.name)}</span></div>'
         for m in view.marks
         if m.box is not None
@@ -197,7 +197,7 @@ def _figure(view: PageView, esc: Callable[[Any], str]) -> str:
     cited = sorted({m.name for m in view.marks if m.box is None})
     ratio = f"aspect-ratio:{view.width}/{view.height}" if view.width else "height:200px"
     image = (
-        f'<img src="{esc(view.image)}" loading="lazy" alt="{esc(view.doc_id)} page {view.page}">'
+        f'<img src="{esc(view.image)}" loading="lazy" alt="page {view.page}">'
         if view.image
         else '<div class="noimg">page image not rendered (over the report\'s page budget, or the file '
         "could not be read again)</div>"
