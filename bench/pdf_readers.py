@@ -17,7 +17,8 @@ default /work/corpora), each file read in full, text page by page:
             no reference transcript exists for these files)
   poor      pages whose text layer is mostly unmapped glyphs or control characters (docmill's
             reader: `tasks.readers.pdf.poor_text`)
-  pages/s   pages read per second of CPU-bound wall time (shared, noisy machine: compare the
+  pages/s   pages read per CPU second of this process (the machine is shared and noisy: CPU time
+            is steadier than wall time; every reader runs in-process, single-threaded; compare the
             ratios, not the absolute figures)
   errors    files a reader raised on
   boxes     (docmill) labelled values whose evidence boxes (tasks.readers.pdf_text.span_boxes) hold
@@ -207,10 +208,10 @@ def main() -> None:
         data = path.read_bytes()
         for name, read in rs.items():  # interleaved file by file: machine noise hits every reader alike
             try:
-                t0 = time.perf_counter()
+                t0 = time.process_time()
                 for _ in range(args.repeat):
                     got = read(data)
-                spent[name][path] = time.perf_counter() - t0
+                spent[name][path] = time.process_time() - t0
                 texts[name][path] = got
             except Unreadable as e:
                 errors[name].append(f"{path.name}: {e.reason}")

@@ -158,7 +158,25 @@ def _rects(page: Any, textpage: Any, first: int, count: int) -> list[tuple[float
         (x0, y0), (x1, y1) = corners
         box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
         out.append(tuple(round(min(1.0, max(0.0, v)), 4) for v in box))
-    return out  # type: ignore[return-value]
+    return _merge_lines(out)  # type: ignore[arg-type]
+
+
+def _merge_lines(rects: list[tuple[float, float, float, float]]) -> list[tuple[float, float, float, float]]:
+    """Rectangles that continue one line (their vertical centres within 3/4 of the taller one's height,
+    the gap between them under twice that height) merged into one: a producer that draws each
+    character as its own text object gives one rectangle per character (a hyphen or an underscore a
+    thin one off the centre line), a reader wants one per line."""
+    out: list[tuple[float, float, float, float]] = []
+    for r in rects:
+        if out:
+            p = out[-1]
+            height = max(p[3] - p[1], r[3] - r[1])
+            centres = abs((p[1] + p[3]) / 2 - (r[1] + r[3]) / 2)
+            if height > 0 and centres < 0.75 * height and -height < r[0] - p[2] < 2 * height:
+                out[-1] = (min(p[0], r[0]), min(p[1], r[1]), max(p[2], r[2]), max(p[3], r[3]))
+                continue
+        out.append(r)
+    return out
 
 
 def span_boxes(data: bytes, text: str, pages: Any, spans: list[tuple[int, int]]) -> list[list[Box]]:

@@ -15,6 +15,8 @@ from examples import formats as F
 from tasks.inventory import inventory
 from tasks.per_file.gate import check, normalize_ws
 from tasks.per_file.media import Payload, load_payload
+from tasks.readers.pdf import read_pdf
+from tasks.readers.pdf_text import span_boxes
 from tasks.recipes import load_recipe
 from tasks.reporting.exports import export_rows
 from tests.fixtures.formats import invoice
@@ -113,3 +115,18 @@ def test_a_text_document_has_offsets_and_no_box(tmp_path: Path) -> None:
     payload = payload_of(tmp_path, "inv.txt", "\n".join(invoice(7)).encode())
     verdict = check(RECIPE, payload, answer(invoice_number=("INV-7", "Invoice number: INV-7")))
     assert verdict.ok and "boxes" not in verdict.offsets["$.invoice_number.evidence"]
+
+
+def test_text_drawn_character_by_character_gets_one_box_per_line() -> None:
+    value = "INV/2023_03-0008"
+    widths = {"I": 2.78, "N": 7.22, "V": 6.67, "/": 2.78, "_": 5.56, "-": 3.33}  # Helvetica at 10 pt
+    row, x = [], 56.0
+    for ch in value:  # each character its own text object, where it would stand in the word
+        row.append((x, ch))
+        x += widths.get(ch, 5.56)
+    data = F.table_pdf([[(56, "Invoice number")], row, [(56, "Thank you for your business, paid in full")]])
+    content = read_pdf(data)
+    start = content.text.index(value)
+    (boxes,) = span_boxes(data, content.text, content.pages, [(start, start + len(value))])
+    assert len(boxes) == 1, boxes
+    assert normalize_ws(text_under(data, list(boxes[0]))) == value
