@@ -11,8 +11,10 @@ it shows the boxes' labels and says where the images are.
 
 Rendered once per page: an image's key is the document's content hash and page, so a later report
 of the same run (or a run over the same file) finds it and renders nothing. A modest resolution
-(`LONG_EDGE` px on the long edge, greyscale JPEG) keeps one page near 40-90 KB, and `MAX_PAGES` bounds
-the images one report renders (the rest are listed with their boxes' labels, without image).
+(`LONG_EDGE` px on the long edge, greyscale JPEG) keeps one page near 15-110 KB and 25-50 ms of CPU,
+and `MAX_PAGES` bounds the images one report renders (documents that need review and the least
+supported values first; the rest are listed with their boxes' labels, without image, until a later
+report renders them).
 
 A box is drawn only where the gate found the evidence in the text layer (tasks.per_file.boxes); a
 scanned page shows its image with the model's page citation and no box (never a made-up one).
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.document import Document
 from tasks.loading import load_bytes
-from tasks.provenance import SUPPORT_ORDER, field_value, support_of
+from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
 from tasks.readers.pdf_text import PDFIUM_LOCK
 
 if TYPE_CHECKING:
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
 LONG_EDGE = 1000  # px: a Letter page at ~90 dpi, small print still legible
 JPEG_QUALITY = 60
-MAX_PAGES = 2000  # page images one report renders at most (a 10,000-document run: its first 2,000)
+MAX_PAGES = 1000  # page images one report renders at most (~25-50 ms CPU each: under a minute)
 log = logging.getLogger(__name__)
 
 
@@ -163,6 +165,7 @@ def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]
             except Exception:  # an inventory record of an older layout: no page images for it
                 continue
     wanted = [o for o in outcomes if o.get("doc_id") in documents and cited_pages(o)]
+    wanted.sort(key=lambda o: (o.get("state") != "needs_review", weakest(o)))  # the budget goes there first
     return page_views(store, run_id, wanted, documents, load_bytes)
 
 
