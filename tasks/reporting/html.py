@@ -155,7 +155,8 @@ def _pages(views: list[Any] | None) -> str:
         f'<h2>Pages with evidence (<span id="pages-docs">{len(rows)}</span> documents)</h2>{PAGES_CSS}'
         '<p class="small muted">Green boxes: the value\'s evidence where the text layer states it. A page '
         "without a text layer shows the page the model cited, and no box. Images are files beside this "
-        "report (<code>pages/</code>), loaded when shown.</p>"
+        "report (<code>pages/</code>), loaded when shown. A text, e-mail or Office document shows each "
+        "value's evidence highlighted in the text around it.</p>"
         + paged_table("pages", ["document", "pages"], rows, choices=SUPPORT_ORDER, size=10)
     )
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tasks.document import Document
-from tasks.loading import load_bytes
+from tasks.loading import load_bytes, load_content
 from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
 from tasks.readers.pdf_text import PDFIUM_LOCK
 
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 LONG_EDGE = 1000  # px: a Letter page at ~90 dpi, small print still legible
 JPEG_QUALITY = 60
+MAX_TEXT_DOCS = 1000  # text documents whose evidence is shown in its surrounding text
+CONTEXT = 120  # characters of text shown each side of a text document's evidence
 MAX_PAGES = 1000  # page images one report renders at most (~25-50 ms CPU each: under a minute)
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,9 @@ class PageView:
     width: int = 0
     height: int = 0
     marks: list[Mark] = field(default_factory=list)
+    snippets: list[tuple[Mark, str, str, str]] = field(
+        default_factory=list
+    )  # text documents: before, evidence, after
 
 
 def cited_pages(outcome: dict[str, Any]) -> dict[int, list[Mark]]:
@@ -164,9 +169,44 @@ def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]
                 documents[d["doc_id"]] = Document.model_validate(d)
             except Exception:  # an inventory record of an older layout: no page images for it
                 continue
-    wanted = [o for o in outcomes if o.get("doc_id") in documents and cited_pages(o)]
+    wanted = [o for o in outcomes if o.get("doc_id") in documents]
     wanted.sort(key=lambda o: (o.get("state") != "needs_review", weakest(o)))  # the budget goes there first
-    return page_views(store, run_id, wanted, documents, load_bytes)
+    media = [o for o in wanted if _media_type(documents[str(o["doc_id"])]) and cited_pages(o)]
+    texts = [o for o in wanted if not _media_type(documents[str(o["doc_id"])]) and _spans(o)][:MAX_TEXT_DOCS]
+    return page_views(store, run_id, media, documents, load_bytes) + text_views(texts, documents)
+
+
+def _spans(outcome: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(field, start, end) of every top-level evidence found in the text."""
+    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
+    out = []
+    for path, where in fields.items():
+        name = str(path).removeprefix("$.").removesuffix(".evidence")
+        if isinstance(where, dict) and where.get("start") is not None and "." not in name and "[" not in name:
+            out.append((name, int(where["start"]), int(where["end"])))
+    return sorted(out, key=lambda s: s[1])
+
+
+def text_views(outcomes: list[dict[str, Any]], documents: dict[str, Any]) -> list[PageView]:
+    """Text, Markdown, HTML, e-mail and Office documents: each value's evidence highlighted in the
+    text around it (`CONTEXT` characters each side), the document's text read again."""
+    views = []
+    for o in outcomes:
+        doc = documents[str(o["doc_id"])]
+        try:
+            text = load_content(doc)[0].text
+        except Exception as e:  # moved or changed since the run: no snippet, the table still has the evidence
+            log.info("no text for %s: %s", o["doc_id"], type(e).__name__)
+            continue
+        output = o.get("output") or {}
+        view = PageView(str(o["doc_id"]), 0)
+        for name, start, end in _spans(o):
+            mark = Mark(name, field_value(output.get(name)), support_of(o, name))
+            before = ("…" if start > CONTEXT else "") + text[max(0, start - CONTEXT) : start]
+            after = text[end : end + CONTEXT] + ("…" if end + CONTEXT < len(text) else "")
+            view.snippets.append((mark, before, text[start:end], after))
+        views.append(view)
+    return views
 
 
 def _media_type(doc: Any) -> str | None:
@@ -181,15 +221,31 @@ PAGES_CSS = """<style>
 .pgs{display:flex;flex-wrap:wrap;gap:12px}.pg{margin:0;width:420px}
 .pgi{position:relative;width:420px;background:#e9ecf1;border:1px solid #dde1e8}
 .pgi img{display:block;width:100%;height:100%}
-.bx{position:absolute;border:2px solid #1a7f37;background:rgba(26,127,55,.12);box-sizing:border-box}
+.bx{position:absolute;outline:1px solid #1a7f37;background:rgba(26,127,55,.15)}
 .bx span{position:absolute;left:100%;top:-2px;margin-left:3px;background:#1a7f37;color:#fff;font-size:10px;
 padding:0 3px;white-space:nowrap;border-radius:2px 2px 0 0}
 .pg figcaption{font-size:12px;color:#5b6478;margin-top:3px}
 .noimg{padding:40px 10px;text-align:center;color:#5b6478;font-size:12px}
+.snips{max-width:760px;font-size:12.5px;white-space:pre-wrap}.snips p{margin:0 0 8px}
+.snips mark{background:#d2f4dc;outline:1px solid #1a7f37}
 </style>"""
 
 
+def _snippets(view: PageView, esc: Callable[[Any], str]) -> str:
+    return (
+        '<div class="snips">'
+        + "".join(
+            f'<p><b>{esc(m.name)}</b> <span class="small muted">{esc(m.support)}</span><br>'
+            f'{esc(before)}<mark title="{esc(m.name)} = {esc(m.value)}">{esc(evidence)}</mark>{esc(after)}</p>'
+            for m, before, evidence, after in view.snippets
+        )
+        + "</div>"
+    )
+
+
 def _figure(view: PageView, esc: Callable[[Any], str]) -> str:
+    if view.snippets:
+        return _snippets(view, esc)
     boxes = "".join(
         f'<div class="bx" style="left:{m.box[0] * 100:.1f}%;top:{m.box[1] * 100:.1f}%;'
         f'width:{(m.box[2] - m.box[0]) * 100:.1f}%;height:{(m.box[3] - m.box[1]) * 100:.1f}%" '
@@ -220,10 +276,12 @@ def pages_rows(views: list[PageView], esc: Callable[[Any], str]) -> list[tuple[s
         by_doc.setdefault(v.doc_id, []).append(v)
     rows = []
     for doc_id, pages in by_doc.items():
-        seen = {m.support for v in pages for m in v.marks}
+        seen = {m.support for v in pages for m in v.marks} | {s[0].support for v in pages for s in v.snippets}
         classes = [c for c in SUPPORT_ORDER if c in seen]  # least supported first
         figures = "".join(_figure(v, esc) for v in pages)
-        names = " ".join(m.name for v in pages for m in v.marks)
+        names = " ".join(
+            [m.name for v in pages for m in v.marks] + [s[0].name for v in pages for s in v.snippets]
+        )
         html = (
             f'<tr><td><code>{esc(doc_id)}</code><br><span class="small muted">{esc(", ".join(classes))}</span></td>'
             f'<td><div class="pgs">{figures}</div></td></tr>'

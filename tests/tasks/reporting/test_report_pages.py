@@ -1,4 +1,5 @@
-"""report.html shows the pages: a text PDF's page with each value's evidence boxed and labelled, a
+"""report.html shows the pages: a text PDF's page with each value's evidence boxed and labelled, a text
+document's evidence highlighted in its text, a
 scanned page with the model's cited page and no box; page images are files beside the report,
 rendered once; checked in headless Chromium."""
 
@@ -48,6 +49,7 @@ def test_report_shows_pages_with_boxes_and_scans_with_the_cited_page(tmp_path: P
     src.mkdir()
     (src / "text.pdf").write_bytes(F.text_pdf([invoice(11)]))
     (src / "scan.pdf").write_bytes(F.scanned_pdf([invoice(12)]))
+    (src / "inv.txt").write_text("\n".join(invoice(13)))
     docs = {d.doc_id: d for d in inventory(str(src), Settings())}
     store = open_store(str(tmp_path / "store"))
     store.put_json("runs/r/inventory/c0.json", [d.model_dump(mode="json") for d in docs.values()])
@@ -61,7 +63,12 @@ def test_report_shows_pages_with_boxes_and_scans_with_the_cited_page(tmp_path: P
         load_payload(docs["scan.pdf"], RECIPE, Settings()),
         answer(invoice_number=("INV-12", "[page 1] Invoice number: INV-12")),
     )
-    outcomes = [outcome_of("text.pdf", text), outcome_of("scan.pdf", scan)]
+    plain = check(
+        RECIPE,
+        load_payload(docs["inv.txt"], RECIPE, Settings()),
+        answer(invoice_number=("INV-13", "Invoice number: INV-13")),
+    )
+    outcomes = [outcome_of("text.pdf", text), outcome_of("scan.pdf", scan), outcome_of("inv.txt", plain)]
     manifest = {"run_id": "r", "phase": "done", "recipe": "invoices", "mode": "realtime"}
     write_report(store, manifest, outcomes, None, {"usd": 0.0, "entries": 0})
     run = tmp_path / "store" / "runs" / "r"
@@ -75,10 +82,17 @@ def test_report_shows_pages_with_boxes_and_scans_with_the_cited_page(tmp_path: P
     dom = render(chromium, run / "report.html", screenshot=shot)
     assert shot.exists() and shot.stat().st_size > 0
     rows = dict(re.findall(r"<tr><td><code>([^<]+)</code>(.*?)</tr>", dom.split('id="pages"')[1], re.S))
-    assert sorted(rows) == ["scan.pdf", "text.pdf"]
+    assert sorted(rows) == ["inv.txt", "scan.pdf", "text.pdf"]
+    assert re.search(
+        r'Vendor: Hartmann Logistics GmbH\n<mark title="invoice_number = INV-13">Invoice number: INV-13</mark>\nInvoice date',
+        rows["inv.txt"],
+    )
     labels = re.findall(r'<div class="bx"[^>]*title="([^"]+)"><span>([^<]+)</span>', rows["text.pdf"])
     assert sorted(n for _, n in labels) == ["invoice_number", "total"], labels
     assert "invoice_number = INV-11" in [t for t, _ in labels]
     assert 'class="bx"' not in rows["scan.pdf"]  # a scan: never a made-up box
     assert "cited by the model, no text layer (no box): invoice_number" in rows["scan.pdf"]
-    assert all(re.search(r'<img src="pages/[0-9a-f]{16}-p1\.jpg" loading="lazy"', r) for r in rows.values())
+    assert all(
+        re.search(r'<img src="pages/[0-9a-f]{16}-p1\.jpg" loading="lazy"', rows[d])
+        for d in ("text.pdf", "scan.pdf")
+    )
