@@ -6,8 +6,9 @@ PYTHONPATH).
 Measured per reader, on every PDF under the corpus folder (`--corpus`, or DOCMILL_PDF_CORPUS;
 default /work/corpora), each file read in full, text page by page:
 
-  whole     labelled values kept as whole tokens: the invoice2data test suite's expected values
-            (`<name>.json` beside `<name>.pdf`: ids, amounts, VAT / IBAN numbers ...; dates and free
+  whole     labelled values kept as whole tokens: expected values in `<name>.json` beside
+            `<name>.pdf` (the invoice2data test suite's, parsee-datasets' invoices: ids, amounts, VAT /
+            IBAN numbers ...; dates and free
             text left out, they are stated in other words) that any reader's text contains
             (spacing and case aside) and that this reader's text holds with no letter or digit glued
             on either side
@@ -110,7 +111,8 @@ def readers() -> dict[str, Reader]:
 
 
 def labelled(json_path: Path) -> dict[str, object]:
-    record = json.loads(json_path.read_text())[0]
+    data = json.loads(json_path.read_text())
+    record = data[0] if isinstance(data, list) else data  # invoice2data: a list; parsee-datasets: one record
     return {
         k: v
         for k, v in record.items()
