@@ -1,4 +1,5 @@
 """Documents in the formats people send, generated: text PDFs, scanned PDFs (page images only),
+PDFs whose text layer is garbage (a font without a Unicode map),
 PNG / JPEG images, .docx, .xlsx, .pptx and .eml with attachments. Small and deterministic (the
 same lines give the same bytes), so tests and the example corpus never download a binary fixture.
 
@@ -99,6 +100,57 @@ def text_pdf(
         objects.append(_stream(_text_ops(pages[0] if share_content else lines)))
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
     return _pdf(objects, info, encrypt=encrypt)
+
+
+def table_pdf(rows: Sequence[Sequence[tuple[float, str]]]) -> bytes:
+    """A one-page PDF laid out as invoices lay out tables: each row's cells `(x, text)` drawn at
+    their own position on one baseline (`Tm`), with no space character between cells."""
+    ops = [b"BT /F1 10 Tf"]
+    for r, cells in enumerate(rows):
+        for x, text in cells:
+            ops.append(f"1 0 0 1 {x:g} {740 - 16 * r} Tm ".encode() + _pdf_string(text) + b" Tj")
+    ops.append(b"ET")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {PAGE_W} {PAGE_H}] /Contents 4 0 R "
+        "/Resources << /Font << /F1 5 0 R >> >> >>".encode(),
+        _stream(b"\n".join(ops)),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    return _pdf(objects)
+
+
+def garbled_pdf(pages: Sequence[Sequence[str]], *, ocr_hint: bool = True) -> bytes:
+    """A PDF whose text layer is garbage, as some producers write it: a Type3 font without a ToUnicode
+    map whose glyphs have names no reader knows (`/g1`...), drawn with codes 1-27 (letters a-z, then
+    anything else), so a text extractor gets control characters. The pages show boxes for letters;
+    the emulator's OCR hint carries the lines (see `scanned_pdf`)."""
+    n = len(pages)
+    kids = " ".join(f"{3 + 2 * i} 0 R" for i in range(n))
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", f"<< /Type /Pages /Kids [{kids}] /Count {n} >>".encode()]
+    font, glyph = 3 + 2 * n, 4 + 2 * n
+    for i, lines in enumerate(pages):
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {PAGE_W} {PAGE_H}] /Contents {4 + 2 * i} 0 R "
+            f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode()
+        )
+        ops = [b"BT /F1 11 Tf 14 TL 56 740 Td"]
+        for line in lines:
+            codes = bytes(ord(c) - 96 if "a" <= c <= "z" else 27 for c in line.lower())
+            ops.append(b"<" + codes.hex().encode() + b"> Tj T*")
+        ops.append(b"ET")
+        objects.append(_stream(b"\n".join(ops)))
+    names = " ".join(f"/g{c}" for c in range(1, 28))
+    procs = " ".join(f"/g{c} {glyph} 0 R" for c in range(1, 28))
+    objects.append(
+        f"<< /Type /Font /Subtype /Type3 /FontBBox [0 0 600 700] /FontMatrix [0.001 0 0 0.001 0 0] "
+        f"/CharProcs << {procs} >> /Encoding << /Type /Encoding /Differences [1 {names}] >> "
+        f"/FirstChar 1 /LastChar 27 /Widths [{' '.join(['600'] * 27)}] /Resources << >> >>".encode()
+    )
+    objects.append(_stream(b"600 0 0 0 500 700 d1 50 0 400 700 re f"))
+    info = {OCR_KEY: "\f".join("\n".join(p) for p in pages)} if ocr_hint else None
+    return _pdf(objects, info)
 
 
 def empty_pdf() -> bytes:

@@ -20,7 +20,9 @@ right reads 50 % coverage, 100 % accuracy. Every labelled field that is not corr
 `missing` (no output).
 
 Groups, so that a good overall number cannot hide a bad segment: `format` (the inventory's
-document type, else the file extension) and `folder` (the source folder of the document id).
+document type, else the file extension) and `folder` (the source folder of the document id); and
+per field, its support class (tasks.provenance: verified, verified_text, unverified, missing), so
+values no code could check are measured apart from those boxed in a text layer.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from docmill.errors import InputError
+from tasks.provenance import SUPPORT_ORDER, support_of
 from tasks.reporting.csv_safe import safe_cell
 
 if TYPE_CHECKING:
@@ -140,6 +143,7 @@ def evaluate(
     by_group: dict[str, dict[str, dict[str, Tally]]] = {
         g: defaultdict(lambda: defaultdict(Tally)) for g in GROUPS
     }
+    by_support: dict[str, Tally] = defaultdict(Tally)  # accuracy per support class (tasks.provenance)
     mismatches: list[dict[str, Any]] = []
     missing = sorted(d for d in labels if d not in by_doc)
     for doc_id, fields in sorted(labels.items()):
@@ -154,6 +158,7 @@ def evaluate(
             ok = covered and matches(output.get(name), expected)
             for tally in (overall[name], overall["*all fields*"]):
                 tally.add(doc_id, ok, covered)
+            by_support[support_of(o, name)].add(doc_id, ok, covered)
             for group in GROUPS:
                 by_group[group][g[group]][name].add(doc_id, ok, covered)
                 by_group[group][g[group]]["*all fields*"].add(doc_id, ok, covered)
@@ -170,7 +175,13 @@ def evaluate(
                         **g,
                     }
                 )
-    return {"overall": dict(overall), "by_group": by_group, "missing": missing, "mismatches": mismatches}
+    return {
+        "overall": dict(overall),
+        "by_group": by_group,
+        "by_support": dict(by_support),
+        "missing": missing,
+        "mismatches": mismatches,
+    }
 
 
 def _page(outcome: dict[str, Any], name: str) -> int | None:
@@ -202,6 +213,10 @@ def eval_lines(result: dict[str, Any], *, show_mismatches: int = 20) -> list[str
             ]
             low = ", ".join(f"{n} {a:.0%}" for a, n in worst if a < 1.0)
             lines.append(_line(seg, fields["*all fields*"], docs=True) + (f"  lowest: {low}" if low else ""))
+    lines.append("by support (how each value's evidence was checked; tasks.provenance):")
+    for cls in SUPPORT_ORDER:
+        if cls in result.get("by_support", {}):
+            lines.append(_line(cls, result["by_support"][cls], docs=True))
     mm = result["mismatches"]
     lines.append(
         f"mismatches: {len(mm)}" + (f" (first {show_mismatches})" if len(mm) > show_mismatches else "")

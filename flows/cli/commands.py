@@ -121,15 +121,17 @@ def cmd_review(a: argparse.Namespace) -> int:
     q = ReviewQueue(store, run_id)
     if a.action == "list":
         from checkpoints.decisions import ReviewDecisions
+        from tasks.provenance import support_line, weakest
 
-        items = list(q.list())
+        items = sorted(q.list(), key=weakest)  # the least supported values first
         decided = ReviewDecisions(store, run_id).in_force()
         for item in items:
             first = str((item.get("errors") or [""])[0])[:100]
             d = decided.get(str(item.get("doc_id")))
             state = f"{d.action.value} by {d.by}" if d else "undecided"
             print(
-                f"{item.get('doc_id')}\t{item.get('reason')}\t{item.get('attempts', 0)} attempt(s)\t{state}\t{first}"
+                f"{item.get('doc_id')}\t{item.get('reason')}\t{support_line(item)}\t"
+                f"{item.get('attempts', 0)} attempt(s)\t{state}\t{first}"
             )
         print(f"{len(items)} item(s) to review in run {run_id}", file=sys.stderr)
     elif a.action == "show":

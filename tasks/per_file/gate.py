@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from tasks.per_file.boxes import with_boxes
 from tasks.per_file.media import Payload, SendAs, text_payload
 from tasks.per_file.requests import neutralize, repair_request, with_max_tokens
 from tasks.per_file.support import support_flags
@@ -275,6 +276,7 @@ def check(recipe: Recipe, text: str | Payload, message: dict[str, Any]) -> Verdi
     if sent != SendAs.TEXT.value:
         output = strip_page_marks(recipe, output)
     guess = text.content.encoding if isinstance(text, Payload) and text.content.guessed else None
+    offsets = with_boxes(text, offsets) if isinstance(text, Payload) else offsets
     return Verdict(True, Problem.NONE, output, [], [], stop, raw, offsets, sent, guess)
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
+from tasks.per_file.boxes import with_boxes
 from tasks.per_file.gate import PAGE_MARK, evidence_report, strip_page_marks
 from tasks.per_file.media import Payload, SendAs, part_payload
 from tasks.per_file.requests import INSTRUCTION, SYSTEM_RULES, document_blocks, neutralize, wrap_document
@@ -321,13 +322,13 @@ def long_outcome_fields(
     flags: list[dict[str, Any]] = []
     output: dict[str, Any] | None = None
     fields: dict[str, Any] = dict(result["provenance"])
-    whole = Payload(payload.text, payload.content, payload.send, None, payload.media_type)
+    whole = Payload(payload.text, payload.content, payload.send, None, payload.media_type, pdf=payload.pdf)
     try:
         output = recipe.file_schema.model_validate(result["output"]).model_dump(mode="json")
         flags, found = evidence_report(recipe, output, whole)
         errors += [f"{f['path']}: evidence excerpt {f['excerpt']!r} {f.pop('why')}" for f in flags]
         if payload.send is SendAs.PDF:
-            fields, output = found, strip_page_marks(recipe, output)
+            fields, output = with_boxes(whole, found), strip_page_marks(recipe, output)
         else:
             for where in fields.values():
                 if isinstance(where, dict) and where.get("start") is not None:

@@ -78,6 +78,7 @@ class Payload:
     data: bytes | None = None
     media_type: str | None = None
     first_page: int = 1
+    pdf: bytes | None = None  # a whole PDF's bytes, however it is sent: evidence boxes (tasks.per_file.boxes)
 
     @property
     def page_count(self) -> int:
@@ -103,9 +104,10 @@ def load_payload(doc: Document, recipe: Recipe | None, settings: Settings) -> Pa
 
     content, data = load_content(doc, settings)
     mode = send_as(doc, recipe)
+    pdf = data if content.media_type == PDF_MEDIA_TYPE else None
     if mode is SendAs.TEXT:
-        return Payload(content.text, content)
-    return Payload(content.text, content, mode, data, content.media_type or PDF_MEDIA_TYPE)
+        return Payload(content.text, content, pdf=pdf)
+    return Payload(content.text, content, mode, data, content.media_type or PDF_MEDIA_TYPE, pdf=pdf)
 
 
 def needs_parts(doc: Document, recipe: Recipe | None, settings: Settings) -> bool:

@@ -3,7 +3,7 @@
 | format | reader | library (licence) |
 |---|---|---|
 | txt, md, csv, html, json, source code | `text.py` | standard library; charset-normalizer (MIT) for legacy encodings |
-| pdf | `pdf.py` | pypdf (BSD-3-Clause) |
+| pdf | `pdf.py`, `pdf_text.py` | pypdfium2 (Apache-2.0 / BSD-3-Clause) text; pypdf (BSD-3-Clause) page ranges |
 | png, jpg/jpeg, gif, webp | `image.py` | Pillow (MIT-CMU), header only |
 | docx/docm, xlsx/xlsm, pptx/pptm | `office.py` | python-docx, openpyxl, python-pptx (MIT) |
 | eml | `mail.py` | standard library `email` |

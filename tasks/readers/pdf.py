@@ -1,15 +1,19 @@
-"""PDFs, read with pypdf (BSD-3-Clause, pure Python, already docmill's PDF library).
+"""PDFs: the text layer read with pdfium (pypdfium2, tasks.readers.pdf_text), page ranges written with
+pypdf (BSD-3-Clause).
 
 The text layer is extracted page by page (pages joined by a form feed, so the long-document path
 cuts at pages and every offset maps to its page). A page whose text layer has fewer than
-`min_chars` visible characters is *textless* (a scan, a photo of a page, a chart): such a PDF is
-sent to the API as what it is, a `document` block (tasks.per_file.media). What each page costs as
-an image is computed from its size with the API's image rule, so estimates count pages as the API
-bills them.
+`min_chars` visible characters, or is *poor* (mostly unmapped glyphs or control characters: a font
+without a ToUnicode map), is *textless* (a scan, a photo of a page, a chart, a garbled layer): its
+text is left out and such a PDF is sent to the API as what it is, a `document` block
+(tasks.per_file.media), so the model reads the page itself. What each page costs as an image is
+computed from its size with the API's image rule, so estimates count pages as the API bills them.
 
-Refused, each with its reason: encrypted (the API takes no encrypted PDF), corrupt (pypdf cannot
-parse it), empty (no pages, or pages with neither text nor images), over_limit (more pages than
-`max_pages`).
+Refused, each with its reason: encrypted (the API takes no encrypted PDF), corrupt (neither pdfium
+nor pypdf can parse it), empty (no pages, or pages with neither text nor images), over_limit (more
+pages than `max_pages`).
+
+A plain function of bytes: pdfium calls hold the per-process lock of tasks.readers.pdf_text.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tasks.readers.content import PDF_MEDIA_TYPE, Content, Unreadable, image_tokens, paged
+from tasks.readers.pdf_text import PDFIUM_LOCK, open_document, page_text, poor_text, visible_chars
 
 DEFAULT_MIN_CHARS = 40
 DEFAULT_MAX_PAGES = 1000
@@ -28,6 +33,10 @@ RENDER_SCALE = 1568 / 792  # a Letter page rendered with its long edge at the AP
 
 def _quiet() -> None:
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # broken files are reported by us, not logged
+
+
+def _one_line(e: Exception) -> str:
+    return f"invalid PDF: {type(e).__name__}: {e}".splitlines()[0][:200]
 
 
 def open_pdf(data: bytes) -> Any:
@@ -39,65 +48,81 @@ def open_pdf(data: bytes) -> Any:
         reader = PdfReader(io.BytesIO(data))
         encrypted = reader.is_encrypted
     except Exception as e:  # pypdf raises many kinds on broken files; a bad file must never crash a run
-        raise Unreadable("corrupt", f"invalid PDF: {type(e).__name__}: {e}".splitlines()[0][:200]) from e
+        raise Unreadable("corrupt", _one_line(e)) from e
     if encrypted:
         raise Unreadable("encrypted", "PDF is encrypted (password protected); the API takes no encrypted PDF")
     return reader
 
 
-def _visible(text: str) -> int:
-    return sum(1 for ch in text if not ch.isspace())
+ENCRYPTED = Unreadable("encrypted", "PDF is encrypted (password protected); the API takes no encrypted PDF")
 
 
-def _has_marks(page: Any) -> bool:
-    """Whether a page without text draws anything (an image or a non-empty content stream)."""
+def _refusal(data: bytes, e: Exception) -> Unreadable:
+    """Why pdfium could not open `data`, as pypdf tells it: encrypted, empty, corrupt (pdfium's own
+    error code is not reset between calls, and it refuses a PDF without pages as a format error)."""
     try:
-        resources = page.get("/Resources")
-        xobjects = resources.get_object().get("/XObject") if resources is not None else None
-        if xobjects is not None and len(xobjects.get_object()) > 0:
-            return True
-        contents = page.get_contents()
-        return contents is not None and len(contents.get_data().strip()) > 0
-    except Exception:
-        return True  # cannot tell: assume it shows something (sent as a PDF, never silently dropped)
-
-
-def _page_tokens(page: Any) -> int:
-    box = page.mediabox
-    w, h = float(box.width), float(box.height)
-    return image_tokens(w * RENDER_SCALE, h * RENDER_SCALE)
+        reader = open_pdf(data)
+        if len(reader.pages) == 0:
+            return Unreadable("empty", "PDF has no pages")
+    except Unreadable as refused:
+        return refused
+    except Exception as e2:  # pypdf raises many kinds on broken files
+        return Unreadable("corrupt", _one_line(e2))
+    return Unreadable("corrupt", _one_line(e))
 
 
 def read_pdf(
     data: bytes, *, min_chars: int = DEFAULT_MIN_CHARS, max_pages: int = DEFAULT_MAX_PAGES
 ) -> Content:
-    """The text layer page by page, textless pages, and what the pages cost as images."""
-    reader = open_pdf(data)
-    try:
-        n = len(reader.pages)
-        if n == 0:
-            raise Unreadable("empty", "PDF has no pages")
-        if n > max_pages:
-            raise Unreadable(
-                "over_limit", f"PDF has {n} pages, more than formats.max_pdf_pages ({max_pages}); split it"
-            )
-        texts: list[str] = []
-        textless: list[int] = []
-        tokens = 0
-        marks = False
-        for i, page in enumerate(reader.pages, start=1):
-            text = (page.extract_text() or "").strip()
-            texts.append(text)
-            tokens += _page_tokens(page)
-            if _visible(text) < min_chars:
-                textless.append(i)
-                marks = marks or _has_marks(page)
-            else:
-                marks = True
-    except Unreadable:
-        raise
-    except Exception as e:
-        raise Unreadable("corrupt", f"invalid PDF: {type(e).__name__}: {e}".splitlines()[0][:200]) from e
+    """The text layer page by page, textless (or poor) pages, and what the pages cost as images."""
+    import pypdfium2.raw as raw
+
+    texts: list[str] = []
+    textless: list[int] = []
+    tokens = 0
+    marks = False
+    with PDFIUM_LOCK:
+        try:
+            doc = open_document(data)
+        except Exception as e:  # pdfium's PdfiumError, or a ctypes error on hostile input
+            raise _refusal(data, e) from e
+        try:
+            if raw.FPDF_GetSecurityHandlerRevision(doc) != -1:
+                raise Unreadable(ENCRYPTED.reason, str(ENCRYPTED))
+            n = len(doc)
+            if n == 0:
+                raise Unreadable("empty", "PDF has no pages")
+            if n > max_pages:
+                raise Unreadable(
+                    "over_limit",
+                    f"PDF has {n} pages, more than formats.max_pdf_pages ({max_pages}); split it",
+                )
+            for i in range(n):
+                page = doc[i]
+                try:
+                    w, h = page.get_size()
+                    tokens += image_tokens(w * RENDER_SCALE, h * RENDER_SCALE)
+                    textpage = page.get_textpage()
+                    try:
+                        text, map_errors = page_text(textpage)
+                    finally:
+                        textpage.close()
+                    poor = poor_text(text, map_errors)
+                    if poor or visible_chars(text) < min_chars:
+                        textless.append(i + 1)
+                        marks = marks or poor or raw.FPDFPage_CountObjects(page) > 0
+                        text = "" if poor else text  # a garbled layer says nothing: the model reads the page
+                    else:
+                        marks = True
+                    texts.append(text)
+                finally:
+                    page.close()
+        except Unreadable:
+            raise
+        except Exception as e:
+            raise Unreadable("corrupt", _one_line(e)) from e
+        finally:
+            doc.close()
     if not marks:
         raise Unreadable("empty", f"PDF has {n} page(s) with neither text nor images")
     text, pages = paged(texts)

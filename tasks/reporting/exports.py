@@ -19,6 +19,7 @@ from typing import Any
 
 from tasks.doc_names import parent_of
 from tasks.integration.records import compact_value
+from tasks.provenance import supports
 from tasks.reporting.csv_safe import safe_cell
 
 
@@ -43,8 +44,9 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def page_columns(o: dict[str, Any]) -> dict[str, Any]:
-    """`value.<field>.page` (and `.verified` false for evidence no code could check: a scanned page)
-    for every top-level field whose evidence names a page."""
+    """`value.<field>.page` (and `.verified` false for evidence no code could check: a scanned page;
+    `.bbox`, the evidence's box on a PDF page with a text layer) for every top-level field whose
+    evidence names a page."""
     fields = ((o.get("provenance") or {}).get("fields")) or {}
     cols: dict[str, Any] = {}
     for path, where in fields.items():
@@ -54,6 +56,8 @@ def page_columns(o: dict[str, Any]) -> dict[str, Any]:
         if "[" in name or "." in name:
             continue  # list items: in the provenance column
         cols[f"value.{name}.page"] = where["page"]
+        if where.get("bbox"):  # its evidence's box on that page (left, top, right, bottom; shares)
+            cols[f"value.{name}.bbox"] = json.dumps(where["bbox"])
         if where.get("verified") is False:
             cols[f"value.{name}.verified"] = False
     return cols
@@ -83,6 +87,7 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         row.update({f"value.{k}": v for k, v in flatten(o.get("output") or {}).items()})
         row.update(page_columns(o))
+        row.update({f"value.{k}.support": c for k, c in supports(o).items()})
         row.update(review_columns(o))
         if o.get("provenance"):  # each value's offsets and page; long documents: their chunks
             row["provenance"] = json.dumps(o["provenance"], ensure_ascii=False, sort_keys=True)
@@ -105,6 +110,7 @@ def to_jsonl(outcomes: Iterable[dict[str, Any]]) -> bytes:
                     "values": compact_value(o.get("output")),
                     "output": o.get("output"),
                     "flags": o.get("flags") or [],
+                    "support": supports(o),
                     "cost_usd": o.get("cost_usd") or 0.0,
                     "review": o.get("review"),
                     "original_output": o.get("original_output"),

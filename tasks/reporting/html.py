@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tasks.provenance import SUPPORT_ORDER
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings
 from tasks.reporting.html_sections import (
@@ -26,7 +27,8 @@ from tasks.reporting.html_sections import (
     integration_output_section,
     review_section,
 )
-from tasks.reporting.htmlkit import CSS, PAGER_JS, e, table, td
+from tasks.reporting.htmlkit import CSS, PAGER_JS, e, paged_table, table, td
+from tasks.reporting.pages import PAGES_CSS, pages_rows
 from tasks.reporting.results import ReportExtras, display_counts, doc_view, key_columns
 from tasks.reporting.spread import html_section
 from tasks.reporting.summary import cache_line, stop
@@ -143,6 +145,32 @@ def _integration_state(integration: IntegrationResult | None) -> str:
     )
 
 
+def _pages(views: list[Any] | None) -> str:
+    """Pages with evidence: each PDF or image page a value cites, evidence boxed and labelled
+    (tasks.reporting.pages), ten documents a page, filtered by least support class."""
+    if not views:
+        return ""
+    rows = pages_rows(views, e)
+    return (
+        f'<h2>Pages with evidence (<span id="pages-docs">{len(rows)}</span> documents)</h2>{PAGES_CSS}'
+        '<p class="small muted">Green boxes: the value\'s evidence where the text layer states it. A page '
+        "without a text layer shows the page the model cited, and no box. Images are files beside this "
+        "report (<code>pages/</code>), loaded when shown. A text, e-mail or Office document shows each "
+        "value's evidence highlighted in the text around it.</p>"
+        + paged_table("pages", ["document", "pages"], rows, choices=SUPPORT_ORDER, size=10)
+    )
+
+
+def _queue_why(review: list[dict[str, Any]]) -> str:
+    """What the review queue holds, by reason (`4 conflict`): why it can hold more than the documents
+    that need review (a succeeded document in a conflict is queued too)."""
+    reasons: dict[str, int] = {}
+    for item in review:
+        for r in str(item.get("reason") or "-").split(";"):
+            reasons[r] = reasons.get(r, 0) + 1
+    return ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+
+
 def _stopped(manifest: dict[str, Any]) -> str:
     """Why a stopped run stopped and the command that continues it (nothing for other phases)."""
     note = stop(manifest)
@@ -179,7 +207,9 @@ def html_report(
         f'<div class="card"><div class="n" id="count-total">{len(outcomes)}</div><div class="l">documents</div></div>'
         + cards
         + f'<div class="card"><div class="n" id="cost-card">${costs.get("usd", 0.0):.2f}</div><div class="l">cost</div></div>'
-        + f'<div class="card"><div class="n" id="review-count">{len(review)}</div><div class="l">in review queue</div></div>'
+        + f'<div class="card"><div class="n" id="review-count">{len(review)}</div><div class="l">in review queue</div>'
+        + (f'<div class="small muted" id="review-why">{_e(_queue_why(review))}</div>' if review else "")
+        + "</div>"
     )
     generated = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(extra.get("generated_at") or time.time()))
     reused = sum(1 for o in outcomes if o.get("from_ledger"))
@@ -199,6 +229,7 @@ v{_e(manifest.get("recipe_version"))} · mode {_e(manifest.get("mode"))} · phas
 {timeline_svg(timeline)}
 <h2>Integration: key findings and flags</h2>{integration_output_section(integration)}
 {_results(str(manifest.get("recipe") or ""), views, outcomes, extra)}
+{_pages(extra.get("pages"))}
 {_integration(integration)}
 <h2>Not succeeded: failures and skipped inputs</h2>{failures_section(views)}
 <h2>Review queue (<span id="review-total">{len(review)}</span>)</h2>{review_section(review, counts, int(extra.get("decided") or 0))}

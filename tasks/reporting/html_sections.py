@@ -198,10 +198,20 @@ def integration_output_section(integration: IntegrationResult | None) -> str:
         return '<p class="muted">The integration pass did not run.</p>'
     out = integration.get("output") or {}
     findings = out.get("key_findings") or []
-    html = "<h3>Key findings</h3>" + (
-        "<ul id='key-findings'>" + "".join(f"<li>{e(f)}</li>" for f in findings) + "</ul>"
-        if findings
-        else '<p class="muted">The integration pass reported no key findings.</p>'
+    act = act_on(integration)
+    html = f"<h3>Act on first (<span id='act-on-count'>{len(act)}</span>)</h3>" + (
+        "<ul id='act-on'>" + "".join(f"<li>{item}</li>" for item in act) + "</ul>"
+        if act
+        else '<p class="muted">Nothing to act on: no conflict, duplicate or coverage gap.</p>'
+    )
+    html += (
+        f"<details><summary>Key findings from the integration answer ({len(findings)})</summary>"
+        + (
+            "<ul id='key-findings'>" + "".join(f"<li>{e(f)}</li>" for f in findings) + "</ul>"
+            if findings
+            else '<p class="muted">The integration pass reported no key findings.</p>'
+        )
+        + "</details>"
     )
     for name, items in out.items():
         if name in ("key_findings", "conflicts", "coverage_gaps") or not isinstance(items, list) or not items:
@@ -220,6 +230,27 @@ def integration_output_section(integration: IntegrationResult | None) -> str:
         '<p class="muted">No flags: every integration answer was valid and cited known documents.</p>'
     )
     return html
+
+
+def act_on(integration: IntegrationResult) -> list[str]:
+    """What a reviewer must act on, as HTML list items, worst first: conflicts across documents,
+    duplicates, coverage gaps (all code-checked or listed by the answer); counts and trivia stay in
+    the key findings, one click away."""
+    checks = integration.get("checks") or {}
+    out = integration.get("output") or {}
+    items = []
+    for c in checks.get("conflicts") or []:
+        values = "; ".join(
+            f"<code>{e(v.get('value'))}</code> in <code>{e(v.get('doc_id'))}</code>" for v in c["values"]
+        )
+        items.append(
+            f"<b>conflict</b> {e(c.get('key_field'))} {e(c.get('key'))}: {e(c.get('field'))} is {values}"
+        )
+    for d in out.get("duplicates") or []:
+        items.append(f"<b>duplicate</b> {e(_json_cell(d))[:300]}")
+    for g in checks.get("coverage_gaps") or []:
+        items.append(f"<b>gap</b> {e(g.get('doc_id') or g.get('field'))}: {e(g.get('reason'))}")
+    return items
 
 
 def _flag(f: Any) -> str:

@@ -19,6 +19,7 @@ from tasks.records import Conflict, IntegrationResult, ReviewItem
 from tasks.reporting.exports import export_rows, to_csv, to_jsonl, to_parquet
 from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
+from tasks.reporting.pages import report_pages
 from tasks.reporting.results import ReportExtras
 from tasks.reporting.spread import deadline_summary, spread_summary
 from tasks.review import apply_decisions
@@ -50,6 +51,7 @@ def conflict_items(
                     "conflicts": [],
                     "raw_output": o.get("raw_output"),
                     "output": o.get("output"),
+                    "provenance": o.get("provenance"),
                     "model": o.get("model"),
                     "attempts": o.get("attempts", 0),
                     "tried": [],
@@ -132,6 +134,7 @@ def write_report(
     extra = report_extras(store, manifest, len(decisions))
     extra["spread"] = spread_summary(store, run_id)
     extra["deadline"] = deadline_summary(store, run_id, entries)
+    extra["pages"] = report_pages(store, run_id, outcomes)
     keys = {
         "report.md": f"{base}/report.md",
         "report.html": f"{base}/report.html",

@@ -201,3 +201,4 @@ class ReportExtras(TypedDict, total=False):
     generated_at: float
     spread: Any  # tasks.reporting.spread.SpreadSummary | None: shards and workers
     deadline: Any  # tasks.reporting.spread.DeadlineSummary | None: what went batch, what realtime
+    pages: Any  # list[tasks.reporting.pages.PageView]: cited pages with their evidence boxes

@@ -1,0 +1,290 @@
+"""Pages you can see: for every PDF or image with evidence, the cited pages as images, each value's
+evidence boxed and labelled on them (report.html's "Pages with evidence").
+
+Where the images go, and why: *beside the report*, as JPEG files in the store under
+`runs/<run_id>/pages/` (`<sha256 of the document, 16 hex>-p<N>.jpg`), referenced from report.html by
+a relative URL and loaded lazily inside a collapsed block per document. Embedding them would make a
+10,000-document report hundreds of MB that a browser parses at once; beside it, report.html grows by
+a few hundred bytes per cited page and a page image is fetched only when its document is opened.
+The report opens offline wherever its folder is (a local store, a synced bucket folder); mailed alone
+it shows the boxes' labels and says where the images are.
+
+Rendered once per page: an image's key is the document's content hash and page, so a later report
+of the same run (or a run over the same file) finds it and renders nothing. A modest resolution
+(`LONG_EDGE` px on the long edge, greyscale JPEG) keeps one page near 15-110 KB and 25-50 ms of CPU,
+and `MAX_PAGES` bounds the images one report renders (documents that need review and the least
+supported values first; the rest are listed with their boxes' labels, without image, until a later
+report renders them).
+
+A box is drawn only where the gate found the evidence in the text layer (tasks.per_file.boxes); a
+scanned page shows its image with the model's page citation and no box (never a made-up one).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tasks.document import Document
+from tasks.loading import load_bytes, load_content
+from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
+from tasks.readers.pdf_text import PDFIUM_LOCK
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+
+LONG_EDGE = 1000  # px: a Letter page at ~90 dpi, small print still legible
+JPEG_QUALITY = 60
+MAX_TEXT_DOCS = 1000  # text documents whose evidence is shown in its surrounding text
+CONTEXT = 120  # characters of text shown each side of a text document's evidence
+MAX_PAGES = 1000  # page images one report renders at most (~25-50 ms CPU each: under a minute)
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Mark:
+    """One value's evidence on a page: its field, value, support class and box (None: no box)."""
+
+    name: str
+    value: Any
+    support: str
+    box: list[float] | None = None  # left, top, right, bottom as shares of the page
+
+
+@dataclass
+class PageView:
+    """A cited page of a document, its image (relative URL, None when over budget or unrenderable)
+    and the marks on it."""
+
+    doc_id: str
+    page: int
+    image: str | None = None
+    width: int = 0
+    height: int = 0
+    marks: list[Mark] = field(default_factory=list)
+    snippets: list[tuple[Mark, str, str, str]] = field(
+        default_factory=list
+    )  # text documents: before, evidence, after
+
+
+def cited_pages(outcome: dict[str, Any]) -> dict[int, list[Mark]]:
+    """Page -> the marks of the values whose evidence is on it (a boxed value: one mark per box)."""
+    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
+    output = outcome.get("output") or {}
+    pages: dict[int, list[Mark]] = {}
+    for path, where in fields.items():
+        if not isinstance(where, dict) or where.get("page") is None:
+            continue
+        name = str(path).removeprefix("$.").removesuffix(".evidence")
+        value = field_value(output.get(name)) if "." not in name and "[" not in name else None
+        support = support_of(outcome, name) if "." not in name and "[" not in name else "verified"
+        boxes = where.get("boxes") or []
+        if boxes:
+            for b in boxes:
+                pages.setdefault(int(b[0]), []).append(Mark(name, value, support, [float(v) for v in b[1:5]]))
+        else:
+            pages.setdefault(int(where["page"]), []).append(Mark(name, value, support))
+    return pages
+
+
+def render_page(data: bytes, media_type: str, page: int) -> tuple[bytes, int, int]:
+    """(JPEG bytes, width, height) of one page of a PDF, or of an image, at LONG_EDGE px."""
+    from PIL import Image
+
+    if media_type == "application/pdf":
+        import pypdfium2 as pdfium
+
+        with PDFIUM_LOCK:
+            doc = pdfium.PdfDocument(data)
+            try:
+                pdf_page = doc[page - 1]
+                w, h = pdf_page.get_size()
+                bitmap = pdf_page.render(scale=LONG_EDGE / max(w, h, 1), grayscale=True)
+                img = bitmap.to_pil()
+                bitmap.close()
+                pdf_page.close()
+            finally:
+                doc.close()
+    else:
+        img = Image.open(io.BytesIO(data))
+        img.thumbnail((LONG_EDGE, LONG_EDGE))
+    img = img.convert("L")
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=JPEG_QUALITY, optimize=True)
+    return buf.getvalue(), img.width, img.height
+
+
+def page_views(
+    store: ObjectStore,
+    run_id: str,
+    outcomes: list[dict[str, Any]],
+    documents: dict[str, Any],
+    load: Callable[[Any], bytes],
+    *,
+    max_pages: int = MAX_PAGES,
+) -> list[PageView]:
+    """The cited pages of every PDF and image outcome, their images written beside the report once
+    (`documents`: doc id -> its inventory `Document`; `load`: its bytes). A document that cannot be
+    read any more (moved, changed) keeps its marks without image."""
+    views: list[PageView] = []
+    rendered = 0
+    for o in outcomes:
+        doc = documents.get(str(o.get("doc_id")))
+        media = _media_type(doc)
+        if doc is None or media is None:
+            continue
+        data: bytes | None = None
+        for number, marks in sorted(cited_pages(o).items()):
+            view = PageView(str(o["doc_id"]), number, marks=marks)
+            views.append(view)
+            name = f"pages/{doc.sha256[:16]}-p{number}.jpg"
+            key = f"runs/{run_id}/{name}"
+            size = store.get_json_or_none(key + ".json")
+            if size is None and rendered < max_pages:
+                try:
+                    data = data if data is not None else load(doc)
+                    jpeg, w, h = render_page(data, media, number)
+                except Exception as e:  # a page that cannot be shown: its marks stay, without image
+                    log.info("no image for %s page %s: %s", o["doc_id"], number, type(e).__name__)
+                    continue
+                store.put(key, jpeg)
+                size = {"width": w, "height": h}
+                store.put_json(key + ".json", size)
+                rendered += 1
+            if size is not None:
+                view.image, view.width, view.height = name, int(size["width"]), int(size["height"])
+    return views
+
+
+def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]) -> list[PageView]:
+    """`page_views` for a run: its documents from the inventory, their bytes re-read (and checked
+    against their hash) from where the inventory found them."""
+    documents: dict[str, Any] = {}
+    for key in store.list(f"runs/{run_id}/inventory/"):
+        for d in store.get_json_or_none(key) or []:
+            try:
+                documents[d["doc_id"]] = Document.model_validate(d)
+            except Exception:  # an inventory record of an older layout: no page images for it
+                continue
+    wanted = [o for o in outcomes if o.get("doc_id") in documents]
+    wanted.sort(key=lambda o: (o.get("state") != "needs_review", weakest(o)))  # the budget goes there first
+    media = [o for o in wanted if _media_type(documents[str(o["doc_id"])]) and cited_pages(o)]
+    texts = [o for o in wanted if not _media_type(documents[str(o["doc_id"])]) and _spans(o)][:MAX_TEXT_DOCS]
+    return page_views(store, run_id, media, documents, load_bytes) + text_views(texts, documents)
+
+
+def _spans(outcome: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(field, start, end) of every top-level evidence found in the text."""
+    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
+    out = []
+    for path, where in fields.items():
+        name = str(path).removeprefix("$.").removesuffix(".evidence")
+        if isinstance(where, dict) and where.get("start") is not None and "." not in name and "[" not in name:
+            out.append((name, int(where["start"]), int(where["end"])))
+    return sorted(out, key=lambda s: s[1])
+
+
+def text_views(outcomes: list[dict[str, Any]], documents: dict[str, Any]) -> list[PageView]:
+    """Text, Markdown, HTML, e-mail and Office documents: each value's evidence highlighted in the
+    text around it (`CONTEXT` characters each side), the document's text read again."""
+    views = []
+    for o in outcomes:
+        doc = documents[str(o["doc_id"])]
+        try:
+            text = load_content(doc)[0].text
+        except Exception as e:  # moved or changed since the run: no snippet, the table still has the evidence
+            log.info("no text for %s: %s", o["doc_id"], type(e).__name__)
+            continue
+        output = o.get("output") or {}
+        view = PageView(str(o["doc_id"]), 0)
+        for name, start, end in _spans(o):
+            mark = Mark(name, field_value(output.get(name)), support_of(o, name))
+            before = ("…" if start > CONTEXT else "") + text[max(0, start - CONTEXT) : start]
+            after = text[end : end + CONTEXT] + ("…" if end + CONTEXT < len(text) else "")
+            view.snippets.append((mark, before, text[start:end], after))
+        views.append(view)
+    return views
+
+
+def _media_type(doc: Any) -> str | None:
+    if doc is None or getattr(doc, "status", "ok") != "ok":
+        return None
+    if doc.doc_type == "pdf":
+        return "application/pdf"
+    return "image" if getattr(doc, "send_as", None) == "image" else None
+
+
+PAGES_CSS = """<style>
+.pgs{display:flex;flex-wrap:wrap;gap:12px}.pg{margin:0;width:420px}
+.pgi{position:relative;width:420px;background:#e9ecf1;border:1px solid #dde1e8}
+.pgi img{display:block;width:100%;height:100%}
+.bx{position:absolute;outline:1px solid #1a7f37;background:rgba(26,127,55,.15)}
+.bx span{position:absolute;left:100%;top:-2px;margin-left:3px;background:#1a7f37;color:#fff;font-size:10px;
+padding:0 3px;white-space:nowrap;border-radius:2px 2px 0 0}
+.pg figcaption{font-size:12px;color:#5b6478;margin-top:3px}
+.noimg{padding:40px 10px;text-align:center;color:#5b6478;font-size:12px}
+.snips{max-width:760px;font-size:12.5px;white-space:pre-wrap}.snips p{margin:0 0 8px}
+.snips mark{background:#d2f4dc;outline:1px solid #1a7f37}
+</style>"""
+
+
+def _snippets(view: PageView, esc: Callable[[Any], str]) -> str:
+    return (
+        '<div class="snips">'
+        + "".join(
+            f'<p><b>{esc(m.name)}</b> <span class="small muted">{esc(m.support)}</span><br>'
+            f'{esc(before)}<mark title="{esc(m.name)} = {esc(m.value)}">{esc(evidence)}</mark>{esc(after)}</p>'
+            for m, before, evidence, after in view.snippets
+        )
+        + "</div>"
+    )
+
+
+def _figure(view: PageView, esc: Callable[[Any], str]) -> str:
+    if view.snippets:
+        return _snippets(view, esc)
+    boxes = "".join(
+        f'<div class="bx" style="left:{m.box[0] * 100:.1f}%;top:{m.box[1] * 100:.1f}%;'
+        f'width:{(m.box[2] - m.box[0]) * 100:.1f}%;height:{(m.box[3] - m.box[1]) * 100:.1f}%" '
+        f'title="{esc(m.name)} = {esc(m.value)}"><span>{esc(m.name)}</span></div>'
+        for m in view.marks
+        if m.box is not None
+    )
+    cited = sorted({m.name for m in view.marks if m.box is None})
+    ratio = f"aspect-ratio:{view.width}/{view.height}" if view.width else "height:200px"
+    image = (
+        f'<img src="{esc(view.image)}" loading="lazy" alt="page {view.page}">'
+        if view.image
+        else '<div class="noimg">page image not rendered (over the report\'s page budget, or the file '
+        "could not be read again)</div>"
+    )
+    caption = f"p. {view.page}"
+    if boxes:
+        caption += " · boxed: " + esc(", ".join(sorted({m.name for m in view.marks if m.box is not None})))
+    if cited:
+        caption += " · cited by the model, no text layer (no box): " + esc(", ".join(cited))
+    return f'<figure class="pg"><div class="pgi" style="{ratio}">{image}{boxes}</div><figcaption>{caption}</figcaption></figure>'
+
+
+def pages_rows(views: list[PageView], esc: Callable[[Any], str]) -> list[tuple[str, str, str]]:
+    """Rows for a paged table (filter text, least support class, row HTML): one per document."""
+    by_doc: dict[str, list[PageView]] = {}
+    for v in views:
+        by_doc.setdefault(v.doc_id, []).append(v)
+    rows = []
+    for doc_id, pages in by_doc.items():
+        seen = {m.support for v in pages for m in v.marks} | {s[0].support for v in pages for s in v.snippets}
+        classes = [c for c in SUPPORT_ORDER if c in seen]  # least supported first
+        figures = "".join(_figure(v, esc) for v in pages)
+        names = " ".join(
+            [m.name for v in pages for m in v.marks] + [s[0].name for v in pages for s in v.snippets]
+        )
+        html = (
+            f'<tr><td><code>{esc(doc_id)}</code><br><span class="small muted">{esc(", ".join(classes))}</span></td>'
+            f'<td><div class="pgs">{figures}</div></td></tr>'
+        )
+        rows.append((f"{doc_id} {names}", classes[0] if classes else "", html))
+    return rows
