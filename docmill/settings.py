@@ -220,6 +220,12 @@ class InventorySettings(BaseModel):
         description="Read symlinks that resolve outside the source and walk symlinked folders "
         "(otherwise: skipped as outside_source / symlinked_folder).",
     )
+    trust_stamps: bool = Field(
+        True,
+        description="A run reuses what the last inventory of the same source recorded for a file whose "
+        "size, mtime, ctime and inode are unchanged, without reading it (tasks.known_files); false: every "
+        "file is read and hashed on every run.",
+    )
 
 
 class SharedLimitSettings(BaseModel):
