@@ -420,6 +420,13 @@ class Settings(BaseSettings):
         description="Lifetime of the presigned S3 link to report.html in a flow run's artifacts (at most "
         "7 days); anyone with the link can read the report until then. 0: the s3:// path, no presigning.",
     )
+    report_unchanged_rows: int = Field(
+        200,
+        ge=0,
+        description="The report's per-document tables leave out documents unchanged since an earlier run "
+        "(succeeded, reused from the ledger) when there are more than this many: a nightly over a large "
+        "archive shows what changed and the totals; every document stays in the exports.",
+    )
     flow_retries: int = Field(
         2,
         ge=0,
