@@ -466,6 +466,14 @@ class Settings(BaseSettings):
         "no PREFECT_API_URL (it boots while docmill imports and checks its inputs, ~6 s sooner); false: "
         "when the flow run first asks for it.",
     )
+    prefect_min_documents: int = Field(
+        1,
+        ge=0,
+        description="`docmill run` through Prefect first counts the documents that need an API call "
+        "(a stat per unchanged file, flows.run.small); with fewer than this it runs without Prefect and "
+        "says so in one line (no temporary server to wait for). 1: only a run with nothing to send; "
+        "0: always through Prefect.",
+    )
     prefect_early_batches: bool = Field(
         True,
         description="`docmill run --mode batch` (or auto) through Prefect, with an API key or base URL: "

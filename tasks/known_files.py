@@ -106,6 +106,7 @@ class KnownFiles:
     cache: InventoryCache
     now_ns: Callable[[], int] = time.time_ns
     counts: dict[str, int] = field(default_factory=lambda: {"trusted": 0, "confirmed": 0, "read": 0})
+    keep_cache: bool = False  # a look only (flows.run.small): `save` writes nothing
 
     def __post_init__(self) -> None:
         self.taken_ns = self.now_ns()  # before any file is listed or stat'ed
@@ -156,6 +157,8 @@ class KnownFiles:
 
     def save(self) -> None:
         """Write the next cache, unless every file was trusted as recorded and none went away."""
+        if self.keep_cache:
+            return
         if self.counts["read"] or self.counts["confirmed"] or self.new.keys() != self.old.keys():
             self.cache.save(self.new, self.taken_ns)
 

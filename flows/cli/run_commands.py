@@ -138,7 +138,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         "inventory.exclude": a.exclude,
         "integration.mode": a.integration,
     }
-    if a.no_prefect:
+    if a.no_prefect or _small_run(a, recipe, overrides):
         if a.workers:
             from docmill.errors import InputError
 
@@ -163,6 +163,30 @@ def cmd_run(a: argparse.Namespace) -> int:
     _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
     with early.unfollowed(early_id):  # in the foreground the person (or cron) running it is the retry
         return _finish(_in_prefect(extract, a, recipe))
+
+
+def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> bool:
+    """A new run with fewer documents to send than settings.prefect_min_documents runs without
+    Prefect when Prefect would first start a temporary server (flows.run.small): the server started
+    first thing is stopped, and one line says so. Not for --workers, --finish-by, --run-id, or with
+    PREFECT_API_URL set (a running server costs no start-up and keeps the run's record)."""
+    if a.workers or a.finish_by or a.run_id or os.environ.get("PREFECT_API_URL"):
+        return False
+    from flows.run.entry import _settings
+    from flows.run.small import work_left
+
+    settings = _settings(a.store, overrides)
+    limit = settings.prefect_min_documents
+    n = work_left(a.source, recipe, settings, limit=limit)
+    if n >= limit:
+        return False
+    prefect_boot.discard()
+    print(
+        f"docmill: {n} document(s) to send, fewer than prefect_min_documents ({limit}): running without "
+        "Prefect (no temporary server to wait for)",
+        file=sys.stderr,
+    )
+    return True
 
 
 def _in_prefect(extract: Any, a: argparse.Namespace, recipe: str) -> dict[str, Any]:
