@@ -172,6 +172,7 @@ def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) ->
     PREFECT_API_URL set (a running server costs no start-up and keeps the run's record)."""
     if a.workers or a.finish_by or a.run_id or os.environ.get("PREFECT_API_URL"):
         return False
+    # imported here, as the rest of the run is: the temporary server boots meanwhile (boot.prespawn)
     from flows.run.entry import _settings
     from flows.run.small import work_left
 
