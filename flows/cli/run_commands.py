@@ -111,8 +111,9 @@ def cmd_run(a: argparse.Namespace) -> int:
         from flows.run.spread import PrefectLauncher
 
         PrefectLauncher.needs_server()
-    # then at once: Prefect's temporary server boots while the rest imports (flows.orchestration.boot)
-    _own_processes(prefect=not a.no_prefect and not a.workers, adopt=False)
+    # then at once: Prefect's temporary server boots while the rest imports (flows.orchestration.boot),
+    # unless the run may turn out to have nothing to send (`_small_run`): then after that count
+    _own_processes(prefect=not a.no_prefect and not a.workers and not _may_be_small(a), adopt=False)
     from docmill.settings import get_settings
     from flows.run.entry import _settings, run_extract
 
@@ -165,12 +166,18 @@ def cmd_run(a: argparse.Namespace) -> int:
         return _finish(_in_prefect(extract, a, recipe))
 
 
+def _may_be_small(a: argparse.Namespace) -> bool:
+    """Whether `_small_run` will count what the run has to send (its temporary server, if it needs
+    one, starts after that count: booting it costs a nothing-to-send run more than the count)."""
+    return not (a.no_prefect or a.workers or a.finish_by or a.run_id or os.environ.get("PREFECT_API_URL"))
+
+
 def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> bool:
     """A new run with fewer documents to send than settings.prefect_min_documents runs without
-    Prefect when Prefect would first start a temporary server (flows.run.small): the server started
-    first thing is stopped, and one line says so. Not for --workers, --finish-by, --run-id, or with
+    Prefect when Prefect would first start a temporary server (flows.run.small), and one line says
+    so; otherwise that server starts now. Not for --workers, --finish-by, --run-id, or with
     PREFECT_API_URL set (a running server costs no start-up and keeps the run's record)."""
-    if a.workers or a.finish_by or a.run_id or os.environ.get("PREFECT_API_URL"):
+    if not _may_be_small(a):
         return False
     # imported here, as the rest of the run is: the temporary server boots meanwhile (boot.prespawn)
     from flows.run.entry import _settings
@@ -180,8 +187,9 @@ def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) ->
     limit = settings.prefect_min_documents
     n = work_left(a.source, recipe, settings, limit=limit)
     if n >= limit:
+        if settings.prefect_prespawn:
+            prefect_boot.prespawn(settings.runtime_dir)
         return False
-    prefect_boot.discard()
     print(
         f"docmill: {n} document(s) to send, fewer than prefect_min_documents ({limit}): running without "
         "Prefect (no temporary server to wait for)",
