@@ -3,7 +3,7 @@
 
 `{"fingerprint", "taken_ns", "files": {name: [stamp, record]}}`: per file name (relative to the
 source), the stamp the source gave for it before it was read (local: size, mtime_ns, ctime_ns,
-inode) and the content part of the document record it gave (hash, size, status, reason, what its
+inode; S3: size and ETag, from the listing) and the content part of the document record it gave (hash, size, status, reason, what its
 reader found). The inventory trusts a record only while the stamp is the same and was not taken
 inside the racy window (tasks.known_files says what is trusted and why).
 
@@ -22,7 +22,7 @@ from docmill.errors import DocmillError
 
 PREFIX = "sources/"
 
-Stamp = list[int]
+Stamp = list[int | str]  # local: [size, mtime_ns, ctime_ns, inode]; S3: [size, ETag]
 Files = dict[str, tuple[Stamp, dict[str, Any]]]
 
 

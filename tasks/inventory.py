@@ -74,13 +74,15 @@ class _Entry:
     doc_type: str | None = None  # forced type (e.g. "directory" for an unlistable folder)
     skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
     parent: str | None = None  # an e-mail attachment: its message's doc id
-    stamp: Callable[[], list[int] | None] | None = None  # what the source says cheaply (tasks.known_files)
+    stamp: Callable[[], list[int | str] | None] | None = (
+        None  # what the source says cheaply (tasks.known_files)
+    )
 
 
-def _stamp_local(path: str) -> Callable[[], list[int] | None]:
+def _stamp_local(path: str) -> Callable[[], list[int | str] | None]:
     """[size, mtime_ns, ctime_ns, inode] of a regular file (one stat), None when it has none."""
 
-    def stamp() -> list[int] | None:
+    def stamp() -> list[int | str] | None:
         try:
             st = os.stat(path)
         except OSError:
@@ -212,10 +214,11 @@ def _s3_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     store = open_source_store(base, settings.s3_endpoint_url)
     inc, exc = settings.inventory.include, settings.inventory.exclude
     try:
-        for key in store.list(""):
+        for key, seen in store.list_stamped(""):
             if key.endswith("/") or not selected(key, inc, exc):
                 continue
-            yield _Entry(key, f"{base}/{key}", _read_s3(store, key))
+            stamp = None if seen is None else (lambda s=seen: s)  # size + ETag from the listing
+            yield _Entry(key, f"{base}/{key}", _read_s3(store, key), stamp=stamp)
     except DocmillError as e:
         if isinstance(e, InputError):
             raise

@@ -9,7 +9,8 @@ with its mtime forced back is still seen; so is a file replaced by another (new 
 taken less than RACY_SECONDS before the inventory that recorded it is not trusted (a file written
 twice within one timestamp tick keeps its mtime: git's "racy" case). Anything else that moved reads
 the file and hashes it: the same hash reuses the record without parsing the file again (a `touch`,
-a `chmod`, a copy), a new hash classifies it anew.
+a `chmod`, a copy), a new hash classifies it anew. On S3 the stamp is the listing's size and ETag:
+every write of an object gives it a new ETag, so there is no racy window.
 
 Never from the record: an e-mail with attachments (read every time: its attachments are documents
 of their own), an unreadable file (the cause may pass), symlinks and folders (never read anyway).
@@ -117,9 +118,16 @@ class KnownFiles:
     def trusted(self, name: str, stamp: Stamp) -> dict[str, Any] | None:
         """The record of `name` when its stamp is the one recorded and was out of the racy window."""
         got = self.old.get(name)
-        if got is None or got[0] != stamp or max(stamp[1], stamp[2]) >= self.trust_before:
+        if got is None or got[0] != stamp or self._racy(stamp):
             return None
         return got[1]
+
+    def _racy(self, stamp: Stamp) -> bool:
+        """A local stamp taken so close to the recording inventory that a later write may have kept
+        it; an S3 stamp ([size, ETag]) never is: every write of an object gives it a new ETag."""
+        if len(stamp) != 4 or not isinstance(stamp[1], int) or not isinstance(stamp[2], int):
+            return False
+        return max(stamp[1], stamp[2]) >= self.trust_before
 
     def confirmed(self, name: str, sha256: str, size: int) -> dict[str, Any] | None:
         """The record of `name` when the file just read has the content recorded (its stamp moved)."""

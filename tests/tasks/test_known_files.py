@@ -132,3 +132,28 @@ def test_other_settings_read_every_file_again(src: Path, tmp_path: Path) -> None
     assert (
         known_files(open_store(small.store), str(src), settings_for(tmp_path, trust_stamps=False), []) is None
     )
+
+
+def test_s3_objects_unchanged_by_etag_are_not_read(s3_store_uri: str, tmp_path: Path) -> None:
+    """On S3 the listing's size and ETag are the stamp: an object written again with the same size and
+    new bytes is seen, the others are not read (SeaweedFS, through boto3)."""
+    bucket = open_store(s3_store_uri)
+    bucket.put("nightly/a.txt", b"Invoice A-1 total 10.00 EUR\n")
+    bucket.put("nightly/b.md", b"# Invoice B-2\ntotal 20.00 EUR\n")
+    bucket.put("nightly/c.txt", b"Invoice A-1 total 10.00 EUR\n")  # a duplicate of a.txt
+    source = f"{s3_store_uri}/nightly"
+    s = settings_for(tmp_path)
+
+    def run() -> tuple[list[Document], KnownFiles]:
+        cache = InventoryCache(open_store(s.store), source, fingerprint(s, ALL_TYPES))
+        known = KnownFiles(cache)  # the real clock: an ETag has no racy window
+        return list(inventory(source, s, known=known)), known
+
+    first, k1 = run()
+    assert k1.counts == {"trusted": 0, "confirmed": 0, "read": 3}
+    again, k2 = run()
+    assert k2.counts == {"trusted": 3, "confirmed": 0, "read": 0} and again == first
+    bucket.put("nightly/b.md", b"# Invoice B-2\ntotal 29.00 EUR\n")  # same size, new bytes
+    docs, k3 = run()
+    assert k3.counts == {"trusted": 2, "confirmed": 0, "read": 1}
+    assert docs == list(inventory(source, s)) and docs != first
