@@ -187,7 +187,7 @@ def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) ->
     Prefect when Prefect would first start a temporary server (flows.run.small), and one line says
     so; otherwise that server starts now. Not for --workers, --finish-by, --run-id, or with
     PREFECT_API_URL set (a running server costs no start-up and keeps the run's record): `_may_be_small`."""
-    # imported here, as the rest of the run is: the temporary server boots meanwhile (boot.prespawn)
+    # imported here, as the rest of the run is (the CLI module is imported for every command)
     from flows.run.entry import _settings
     from flows.run.small import work_left
 
