@@ -220,6 +220,12 @@ class InventorySettings(BaseModel):
         description="Read symlinks that resolve outside the source and walk symlinked folders "
         "(otherwise: skipped as outside_source / symlinked_folder).",
     )
+    trust_stamps: bool = Field(
+        True,
+        description="A run reuses what the last inventory of the same source recorded for a file whose "
+        "size, mtime, ctime and inode are unchanged, without reading it (tasks.known_files); false: every "
+        "file is read and hashed on every run.",
+    )
 
 
 class SharedLimitSettings(BaseModel):
@@ -414,6 +420,13 @@ class Settings(BaseSettings):
         description="Lifetime of the presigned S3 link to report.html in a flow run's artifacts (at most "
         "7 days); anyone with the link can read the report until then. 0: the s3:// path, no presigning.",
     )
+    report_unchanged_rows: int = Field(
+        200,
+        ge=0,
+        description="The report's per-document tables leave out documents unchanged since an earlier run "
+        "(succeeded, reused from the ledger) when there are more than this many: a nightly over a large "
+        "archive shows what changed and the totals; every document stays in the exports.",
+    )
     flow_retries: int = Field(
         2,
         ge=0,
@@ -452,6 +465,14 @@ class Settings(BaseSettings):
         description="Start Prefect's temporary API server first thing when a run goes through Prefect with "
         "no PREFECT_API_URL (it boots while docmill imports and checks its inputs, ~6 s sooner); false: "
         "when the flow run first asks for it.",
+    )
+    prefect_min_documents: int = Field(
+        1,
+        ge=0,
+        description="`docmill run` through Prefect first counts the documents that need an API call "
+        "(a stat per unchanged file, flows.run.small); with fewer than this it runs without Prefect and "
+        "says so in one line (no temporary server to wait for). 1: only a run with nothing to send; "
+        "0: always through Prefect.",
     )
     prefect_early_batches: bool = Field(
         True,

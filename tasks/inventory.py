@@ -37,7 +37,7 @@ import os
 import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,7 @@ from tasks.readers.content import sent_as
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
+    from tasks.known_files import KnownFiles
 
 BLOCK_BYTES = 1024 * 1024
 
@@ -75,6 +76,22 @@ class _Entry:
     skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
     parent: str | None = None  # an e-mail attachment: its message's doc id
     doc_id: str | None = None  # given (an attachment's); else made from `name`
+    stamp: Callable[[], list[int | str] | None] | None = (
+        None  # what the source says cheaply (tasks.known_files)
+    )
+
+
+def _stamp_local(path: str) -> Callable[[], list[int | str] | None]:
+    """[size, mtime_ns, ctime_ns, inode] of a regular file (one stat), None when it has none."""
+
+    def stamp() -> list[int | str] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] if stat.S_ISREG(st.st_mode) else None
+
+    return stamp
 
 
 def _read_local(path: str) -> Callable[[int], _Read]:
@@ -140,7 +157,9 @@ def _walk(root: Path, source: str, follow: bool) -> tuple[list[str], list[str], 
 def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     root = Path(source).expanduser()
     if root.is_file():
-        yield _Entry(root.name, root.resolve().as_uri(), _read_local(str(root)))
+        yield _Entry(
+            root.name, root.resolve().as_uri(), _read_local(str(root)), stamp=_stamp_local(str(root))
+        )
         return
     if not root.is_dir():
         raise InputError(
@@ -165,7 +184,8 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
                 "directory",
                 skip=(SkipReason.SYMLINKED_FOLDER, "a symlinked folder; --follow-symlinks reads it"),
             )
-        elif not follow and not _inside(str(path), root):
+        elif not follow and os.path.islink(path) and not _inside(str(path), root):
+            # only a symlinked file can lead outside: folders that are symlinks are not walked
             yield _Entry(
                 rel,
                 path.as_uri(),
@@ -176,7 +196,7 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
                 ),
             )
         else:
-            yield _Entry(rel, path.as_uri(), _read_local(str(path)))
+            yield _Entry(rel, path.as_uri(), _read_local(str(path)), stamp=_stamp_local(str(path)))
 
 
 def _read_s3(store: ObjectStore, key: str) -> Callable[[int], _Read]:
@@ -196,10 +216,11 @@ def _s3_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     store = open_source_store(base, settings.s3_endpoint_url)
     inc, exc = settings.inventory.include, settings.inventory.exclude
     try:
-        for key in store.list(""):
+        for key, seen in store.list_stamped(""):
             if key.endswith("/") or not selected(key, inc, exc):
                 continue
-            yield _Entry(key, f"{base}/{key}", _read_s3(store, key))
+            stamp = None if seen is None else (lambda s=seen: s)  # size + ETag from the listing
+            yield _Entry(key, f"{base}/{key}", _read_s3(store, key), stamp=stamp)
     except DocmillError as e:
         if isinstance(e, InputError):
             raise
@@ -260,15 +281,19 @@ class _Scan:
     seen: dict[str, str]  # sha256 -> the first ok doc id with it
 
 
-def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
-    doc_id = entry.doc_id or make_doc_id(entry.name)
-    doc_type = entry.doc_type or doc_type_for(entry.name)
-    base: dict[str, Any] = {
-        "doc_id": doc_id,
+def _base(entry: _Entry) -> dict[str, Any]:
+    """The fields of a document that come from its name and place, not its bytes."""
+    return {
+        "doc_id": entry.doc_id or make_doc_id(entry.name),
         "source_uri": entry.source_uri,
-        "doc_type": doc_type,
+        "doc_type": entry.doc_type or doc_type_for(entry.name),
         "parent": entry.parent,
     }
+
+
+def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
+    base = _base(entry)
+    doc_id, doc_type = base["doc_id"], base["doc_type"]
 
     def skipped(read: _Read, reason: SkipReason, detail: str, dup: str | None = None) -> Document:
         return Document(
@@ -298,6 +323,26 @@ def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
         return skipped(got, SkipReason.DUPLICATE, f"same content as {first}", first), None
     scan.seen[got.sha256] = doc_id
     return Document(**base, sha256=got.sha256, size=got.size, **_traits(content, scan.settings)), content
+
+
+def _known_or_classify(entry: _Entry, scan: _Scan, known: KnownFiles) -> tuple[Document, Content | None]:
+    """A file's document from the inventory cache when the source's stamp (or, once the stamp moved,
+    the content's hash) says it has not changed; otherwise classified, read once (tasks.known_files)."""
+    stamp = entry.stamp() if entry.stamp is not None else None
+    if stamp is None or entry.skip is not None or entry.doc_type is not None:
+        return _classify(entry, scan)
+    how, record = "trusted", known.trusted(entry.name, stamp)
+    if record is None:
+        got = entry.read(scan.max_bytes)
+        how, record = "confirmed", None if got.error else known.confirmed(entry.name, got.sha256, got.size)
+        entry = replace(entry, read=lambda _m: got)  # classified from these bytes: never read twice
+    doc = known.replay(_base(entry), record, scan.seen) if record is not None else None
+    if doc is not None and record is not None:
+        known.keep(entry.name, stamp, record, how)
+        return doc, None
+    doc, content = _classify(entry, scan)
+    known.learn(entry.name, stamp, doc, has_parts=content is not None and bool(content.parts))
+    return doc, content
 
 
 def _part_read(data: bytes) -> Callable[[int], _Read]:
@@ -361,7 +406,11 @@ def source_is_empty(source: str, settings: Settings) -> bool:
 
 
 def inventory(
-    source: str, settings: Settings | None = None, *, doc_types: Iterable[str] | None = None
+    source: str,
+    settings: Settings | None = None,
+    *,
+    doc_types: Iterable[str] | None = None,
+    known: KnownFiles | None = None,
 ) -> Iterator[Document]:
     """Documents of `source` (folder, file, or s3://bucket/prefix), sorted by relative path; an
     e-mail's attachments follow their message.
@@ -370,16 +419,20 @@ def inventory(
     `unsupported_type`. Default: every type docmill reads (tasks.readers) and source/config files.
     Raises InputError only when the source itself cannot be read, or yields two documents with one
     id; bad files become skipped documents.
+    `known` (tasks.known_files): files whose stamp says they did not change are not read; the cache
+    is saved once every document is out.
     """
     settings = settings or get_settings()
     types = ALL_TYPES if doc_types is None else frozenset(t for t in doc_types if t in ALL_TYPES)
     scan = _Scan(settings.inventory.max_document_bytes, types, read_limits(settings), settings, {})
-    yield from one_per_id(_documents(SOURCES[source_kind(source)](source, settings), scan))
+    yield from one_per_id(_documents(SOURCES[source_kind(source)](source, settings), scan, known))
+    if known is not None:
+        known.save()
 
 
-def _documents(entries: Iterable[_Entry], scan: _Scan) -> Iterator[Document]:
+def _documents(entries: Iterable[_Entry], scan: _Scan, known: KnownFiles | None) -> Iterator[Document]:
     for entry in entries:
-        doc, content = _classify(entry, scan)
+        doc, content = _classify(entry, scan) if known is None else _known_or_classify(entry, scan, known)
         yield doc
         if content is not None and content.parts:
             yield from _attachments(doc, content, scan, 0, frozenset({content.message_id or doc.sha256}))

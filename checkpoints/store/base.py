@@ -14,6 +14,8 @@ from typing import Any
 
 from docmill.errors import NotFound
 
+ListedStamp = list[int | str]  # what a listing says of an object cheaply (ObjectStore.list_stamped)
+
 
 def dumps_json(obj: Any) -> bytes:
     """JSON bytes for the store: UTF-8, sorted keys (stable diffs and ETags)."""
@@ -69,6 +71,12 @@ class ObjectStore(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object; a missing object is not an error."""
+
+    def list_stamped(self, prefix: str = "") -> Iterator[tuple[str, ListedStamp | None]]:
+        """`list`, each key with what the listing says of its object cheaply: [size, ETag] on S3
+        (an ETag moves with every write of the object), None where the listing says nothing."""
+        for key in self.list(prefix):
+            yield key, None
 
     # ---- conveniences shared by both backends -------------------------------------------
 

@@ -21,7 +21,7 @@ from botocore.config import Config
 
 from checkpoints.keys import check_key, check_prefix
 from checkpoints.retry import RetryPolicy, call_with_retry, describe, is_transient
-from checkpoints.store.base import ObjectStore
+from checkpoints.store.base import ListedStamp, ObjectStore
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
 T = TypeVar("T")
@@ -276,6 +276,14 @@ class S3Store(ObjectStore):
         for page in self._pages(prefix, None):
             for obj in page.get("Contents", []) or []:
                 yield obj["Key"][cut:]
+
+    def list_stamped(self, prefix: str = "") -> Iterator[tuple[str, ListedStamp | None]]:
+        check_prefix(prefix)
+        cut = len(self.prefix)
+        for page in self._pages(prefix, None):
+            for obj in page.get("Contents", []) or []:
+                etag = obj.get("ETag")
+                yield obj["Key"][cut:], ([int(obj.get("Size") or 0), str(etag)] if etag else None)
 
     def list_children(self, prefix: str) -> Iterator[str]:
         check_prefix(prefix)

@@ -111,8 +111,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         from flows.run.spread import PrefectLauncher
 
         PrefectLauncher.needs_server()
-    # then at once: Prefect's temporary server boots while the rest imports (flows.orchestration.boot)
-    _own_processes(prefect=not a.no_prefect and not a.workers, adopt=False)
+    # then at once: Prefect's temporary server boots while the rest imports (flows.orchestration.boot),
+    # unless the run may turn out to have nothing to send (`_small_run`): then after that count
+    may_be_small = _may_be_small(a)
+    _own_processes(prefect=not a.no_prefect and not a.workers and not may_be_small, adopt=False)
     from docmill.settings import get_settings
     from flows.run.entry import _settings, run_extract
 
@@ -138,7 +140,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         "inventory.exclude": a.exclude,
         "integration.mode": a.integration,
     }
-    if a.no_prefect:
+    if a.no_prefect or (may_be_small and _small_run(a, recipe, overrides)):
         if a.workers:
             from docmill.errors import InputError
 
@@ -163,6 +165,45 @@ def cmd_run(a: argparse.Namespace) -> int:
     _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
     with early.unfollowed(early_id):  # in the foreground the person (or cron) running it is the retry
         return _finish(_in_prefect(extract, a, recipe))
+
+
+def _may_be_small(a: argparse.Namespace) -> bool:
+    """Whether `_small_run` will count what the run has to send: a source the store has inventoried
+    before (its inventory cache exists; one never seen has everything to send). Its temporary server,
+    if it needs one, starts after that count: booting it costs a nothing-to-send run more than the count."""
+    if a.no_prefect or a.workers or a.finish_by or a.run_id or os.environ.get("PREFECT_API_URL"):
+        return False
+    from checkpoints.inventory_cache import cache_key  # light; only `run` needs them (the CLI module
+    from flows.run.continuation import source_id  # is imported for every command)
+
+    try:
+        return bool(_store(a).exists(cache_key(source_id(a.source))))
+    except Exception:  # a store that cannot be read: check_store says why, in one line
+        return False
+
+
+def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> bool:
+    """A new run with fewer documents to send than settings.prefect_min_documents runs without
+    Prefect when Prefect would first start a temporary server (flows.run.small), and one line says
+    so; otherwise that server starts now. Not for --workers, --finish-by, --run-id, or with
+    PREFECT_API_URL set (a running server costs no start-up and keeps the run's record): `_may_be_small`."""
+    # imported here, as the rest of the run is (the CLI module is imported for every command)
+    from flows.run.entry import _settings
+    from flows.run.small import work_left
+
+    settings = _settings(a.store, overrides)
+    limit = settings.prefect_min_documents
+    n = work_left(a.source, recipe, settings, limit=limit)
+    if n >= limit:
+        if settings.prefect_prespawn:
+            prefect_boot.prespawn(settings.runtime_dir)
+        return False
+    print(
+        f"docmill: {n} document(s) to send, fewer than prefect_min_documents ({limit}): running without "
+        "Prefect (no temporary server to wait for)",
+        file=sys.stderr,
+    )
+    return True
 
 
 def _in_prefect(extract: Any, a: argparse.Namespace, recipe: str) -> dict[str, Any]:

@@ -34,8 +34,11 @@ log = get_logger("pipeline")
 
 
 def write_inventory(ctx: RunContext, source: str) -> list[str]:
-    """Inventory the source once per run, in chunk files; a resume reads them back."""
+    """Inventory the source once per run, in chunk files; a resume reads them back. Files the last
+    inventory of this source saw unchanged are not read again (tasks.known_files)."""
+    from flows.run.continuation import source_id
     from tasks.inventory import inventory
+    from tasks.known_files import known_files
 
     chunks = InventoryChunks(ctx.store, ctx.run_id)
     done = chunks.done()
@@ -46,7 +49,8 @@ def write_inventory(ctx: RunContext, source: str) -> list[str]:
     dups: list[dict[str, Any]] = []
     size = ctx.settings.chunk_size
     count = 0
-    for doc in inventory(source, ctx.settings, doc_types=ctx.recipe.doc_types):
+    known = known_files(ctx.store, source_id(source), ctx.settings, ctx.recipe.doc_types)
+    for doc in inventory(source, ctx.settings, doc_types=ctx.recipe.doc_types, known=known):
         count += 1
         record = doc.model_dump(mode="json")
         (dups if doc.duplicate_of else chunk).append(record)

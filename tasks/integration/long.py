@@ -53,7 +53,7 @@ FINAL_ASK = (
 
 
 def _scalar(value: Any) -> bool:
-    return value is not None and value != "" and not isinstance(value, dict | list)
+    return value is not None and value != "" and not isinstance(value, (dict, list))
 
 
 def _text(value: Any) -> str:

@@ -123,10 +123,13 @@ def to_jsonl(outcomes: Iterable[dict[str, Any]]) -> bytes:
     return ("\n".join(lines) + ("\n" if lines else "")).encode()
 
 
+def columns_of(rows: list[dict[str, Any]]) -> list[str]:
+    """Every column of `rows`, in first-seen order (one pass: a dict keeps the order)."""
+    return list(dict.fromkeys(c for r in rows for c in r))
+
+
 def to_csv(rows: list[dict[str, Any]]) -> bytes:
-    columns: list[str] = []
-    for r in rows:
-        columns.extend(c for c in r if c not in columns)
+    columns = columns_of(rows)
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow([safe_cell(c) for c in columns])
@@ -141,9 +144,7 @@ def to_parquet(rows: list[dict[str, Any]]) -> bytes | None:
         import pyarrow.parquet as pq
     except ImportError:
         return None
-    columns: list[str] = []
-    for r in rows:
-        columns.extend(c for c in r if c not in columns)
+    columns = columns_of(rows)
     table = pa.table({c: [None if r.get(c) is None else str(r.get(c)) for r in rows] for c in columns})
     sink = io.BytesIO()
     pq.write_table(table, sink)

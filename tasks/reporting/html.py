@@ -106,11 +106,24 @@ def _integration(integration: IntegrationResult | None) -> str:
     )
 
 
+def _unlisted(n: int) -> str:
+    """Where the documents left out of the tables are (nothing when none is)."""
+    if not n:
+        return ""
+    return (
+        f'<p id="unlisted"><b>{n}</b> documents unchanged since an earlier run (succeeded, results reused '
+        "from the ledger) are counted above but not listed here or under the fields; every document is in "
+        '<a href="exports/results.csv">exports/results.csv</a> and '
+        '<a href="exports/results.jsonl">results.jsonl</a>.</p>'
+    )
+
+
 def _results(recipe: str, views: list[Any], outcomes: list[dict[str, Any]], extra: ReportExtras) -> str:
     """The recipe's own view and the per-document table: findings first for a review recipe (they
     are the results), the documents first for an extraction recipe (fields with evidence after)."""
     columns = key_columns(recipe, tuple(extra.get("key_fields") or ()), views)
-    documents = f"<h2>Documents ({len(views)})</h2>" + documents_section(views, columns)
+    documents = f"<h2>Documents ({len(views)})</h2>" + _unlisted(int(extra.get("unlisted") or 0))
+    documents += documents_section(views, columns)
     if has_findings(outcomes):
         return (
             f"<h2>Findings by file and severity ({e(recipe)})</h2>"
@@ -192,11 +205,14 @@ def html_report(
     entries: list[dict[str, Any]],
     *,
     extra: ReportExtras | None = None,
+    listed: list[dict[str, Any]] | None = None,
 ) -> str:
-    """The whole page. `outcomes` carry any review decisions already (tasks.review.apply_decisions)."""
+    """The whole page. `outcomes` carry any review decisions already (tasks.review.apply_decisions);
+    `listed`: the outcomes the per-document sections show (default: all)."""
     extra = extra or {}
     counts = display_counts(outcomes)
-    views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in outcomes]
+    shown = outcomes if listed is None else listed  # the rest: unchanged, in the exports (write_report)
+    views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in shown]
     timeline = run_timeline(manifest, entries, extra.get("batches"))
     run_id = _e(manifest.get("run_id"))
     cards = "".join(

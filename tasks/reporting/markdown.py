@@ -153,6 +153,18 @@ def _fields(views: list[DocView]) -> list[str]:
     return lines
 
 
+def unlisted_lines(n: int) -> list[str]:
+    """Where the documents left out of the tables are (nothing when none is)."""
+    if not n:
+        return []
+    return [
+        "",
+        f"{n} documents unchanged since an earlier run (succeeded, results reused from the ledger) are "
+        "counted above but not listed here or under the fields; every document is in "
+        "[exports/results.csv](exports/results.csv) and [results.jsonl](exports/results.jsonl).",
+    ]
+
+
 def _documents(views: list[DocView], columns: list[str]) -> list[str]:
     lines = ["", f"## Documents ({len(views)})", "", "| document | state | " + " | ".join(columns) + " |"]
     lines.append("|---|---|" + "---|" * len(columns))
@@ -334,10 +346,13 @@ def markdown(
     *,
     extra: ReportExtras | None = None,
     entries: list[dict[str, Any]] | None = None,
+    listed: list[dict[str, Any]] | None = None,
 ) -> str:
+    """report.md. `listed`: the outcomes the per-document sections show (default: all)."""
     extra = extra or {}
     counts = display_counts(outcomes)
-    views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in outcomes]
+    shown = outcomes if listed is None else listed  # the rest: unchanged, in the exports (write_report)
+    views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in shown]
     recipe = str(manifest.get("recipe") or "")
     lines = [
         f"# docmill run {manifest.get('run_id')}",
@@ -361,6 +376,7 @@ def markdown(
     lines += _integration(integration)
     lines += _findings(outcomes, recipe) if has_findings(outcomes) else _fields(views)
     lines += _documents(views, key_columns(recipe, tuple(extra.get("key_fields") or ()), views))
+    lines += unlisted_lines(int(extra.get("unlisted") or 0))
     lines += _conflicts(integration)
     lines += _not_succeeded(views)
     if review is not None:

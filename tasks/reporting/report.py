@@ -14,18 +14,21 @@ from checkpoints.decisions import ReviewDecisions
 from checkpoints.inflight import InFlight
 from checkpoints.review_queue import ReviewQueue
 from docmill.errors import DocmillError
+from docmill.settings import Settings
 from tasks.recipes import load_recipe
 from tasks.records import Conflict, IntegrationResult, ReviewItem
 from tasks.reporting.exports import export_rows, to_csv, to_jsonl, to_parquet
 from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
 from tasks.reporting.pages import report_pages
-from tasks.reporting.results import ReportExtras
+from tasks.reporting.results import ReportExtras, listed
 from tasks.reporting.spread import deadline_summary, spread_summary
 from tasks.review import apply_decisions
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
+
+REPORT_UNCHANGED_ROWS = Settings.model_fields["report_unchanged_rows"].default  # a run from before it
 
 
 def conflict_items(
@@ -134,7 +137,10 @@ def write_report(
     extra = report_extras(store, manifest, len(decisions))
     extra["spread"] = spread_summary(store, run_id)
     extra["deadline"] = deadline_summary(store, run_id, entries)
-    extra["pages"] = report_pages(store, run_id, outcomes)
+    most = int((manifest.get("config") or {}).get("report_unchanged_rows", REPORT_UNCHANGED_ROWS))
+    shown, extra["unlisted"] = listed(outcomes, most)
+    # pages of the listed documents only: a nightly does not render what it did not touch
+    extra["pages"] = report_pages(store, run_id, shown)
     keys = {
         "report.md": f"{base}/report.md",
         "report.html": f"{base}/report.html",
@@ -143,9 +149,11 @@ def write_report(
     }
     store.put(
         keys["report.md"],
-        markdown(manifest, outcomes, integration, costs, review, extra=extra, entries=entries).encode(),
+        markdown(
+            manifest, outcomes, integration, costs, review, extra=extra, entries=entries, listed=shown
+        ).encode(),
     )
-    html = html_report(manifest, outcomes, integration, costs, review, entries, extra=extra)
+    html = html_report(manifest, outcomes, integration, costs, review, entries, extra=extra, listed=shown)
     store.put(keys["report.html"], html.encode())
     rows = export_rows(outcomes)
     store.put(keys["jsonl"], to_jsonl(outcomes))

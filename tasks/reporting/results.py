@@ -202,3 +202,19 @@ class ReportExtras(TypedDict, total=False):
     spread: Any  # tasks.reporting.spread.SpreadSummary | None: shards and workers
     deadline: Any  # tasks.reporting.spread.DeadlineSummary | None: what went batch, what realtime
     pages: Any  # list[tasks.reporting.pages.PageView]: cited pages with their evidence boxes
+    unlisted: int  # succeeded documents reused from the ledger left out of the per-document tables
+
+
+def unchanged(outcome: dict[str, Any]) -> bool:
+    """A document this run did not touch: succeeded from a result an earlier run stored."""
+    return bool(outcome.get("from_ledger")) and outcome.get("state") == "succeeded"
+
+
+def listed(outcomes: list[dict[str, Any]], most_unchanged: int) -> tuple[list[dict[str, Any]], int]:
+    """(the outcomes the per-document tables list, how many are left out). A nightly over a large
+    archive lists what changed: with more than `most_unchanged` unchanged documents (`unchanged`),
+    none of them is listed; they stay in the counts and in every export. Otherwise all are listed."""
+    if sum(1 for o in outcomes if unchanged(o)) <= most_unchanged:
+        return outcomes, 0
+    shown = [o for o in outcomes if not unchanged(o)]
+    return shown, len(outcomes) - len(shown)

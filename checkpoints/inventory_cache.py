@@ -1,0 +1,69 @@
+"""What the inventory learned of a source's files last time:
+`sources/<source hash>/inventory.json.gz` (one object per source, gzipped JSON).
+
+`{"fingerprint", "taken_ns", "files": {name: [stamp, record]}}`: per file name (relative to the
+source), the stamp the source gave for it before it was read (local: size, mtime_ns, ctime_ns,
+inode; S3: size and ETag, from the listing) and the content part of the document record it gave (hash, size, status, reason, what its
+reader found). The inventory trusts a record only while the stamp is the same and was not taken
+inside the racy window (tasks.known_files says what is trusted and why).
+
+The cache is a hint, never the truth: a missing, corrupt, foreign (other fingerprint) or stale
+object only costs reading files again. Two runs over one source at once: the last writer wins, and
+each of its records is still true for the stamp it names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from checkpoints.store import ObjectStore
+from docmill.errors import DocmillError
+
+PREFIX = "sources/"
+
+Stamp = list[int | str]  # local: [size, mtime_ns, ctime_ns, inode]; S3: [size, ETag]
+Files = dict[str, tuple[Stamp, dict[str, Any]]]
+
+
+def cache_key(source_id: str) -> str:
+    """The store key of a source's inventory cache (the source named by its hash)."""
+    digest = hashlib.sha256(source_id.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return f"{PREFIX}{digest}/inventory.json.gz"
+
+
+class InventoryCache:
+    """One source's inventory cache in the store, for one fingerprint of what decides a record
+    (settings, reader code, document types)."""
+
+    def __init__(self, store: ObjectStore, source_id: str, fingerprint: str) -> None:
+        self.store, self.source_id, self.fingerprint = store, source_id, fingerprint
+        self.key = cache_key(source_id)
+
+    def load(self) -> tuple[Files, int]:
+        """(files, taken_ns) of the last save with this fingerprint; ({}, 0) when there is none,
+        it is unreadable, or it was made under another fingerprint."""
+        try:
+            data = self.store.get_json_gz(self.key)
+        except (DocmillError, OSError, ValueError, EOFError):
+            return {}, 0
+        if not isinstance(data, dict) or data.get("fingerprint") != self.fingerprint:
+            return {}, 0
+        files = data.get("files")
+        if not isinstance(files, dict):
+            return {}, 0
+        out: Files = {}
+        for name, value in files.items():
+            if isinstance(value, list) and len(value) == 2 and isinstance(value[1], dict):
+                out[name] = (list(value[0]), value[1])
+        return out, int(data.get("taken_ns") or 0)
+
+    def save(self, files: Files, taken_ns: int) -> None:
+        """Replace the cache with `files`, stamped as seen from `taken_ns` (before the listing)."""
+        record = {
+            "source": self.source_id,
+            "fingerprint": self.fingerprint,
+            "taken_ns": taken_ns,
+            "files": {name: [stamp, doc] for name, (stamp, doc) in files.items()},
+        }
+        self.store.put_json_gz(self.key, record)

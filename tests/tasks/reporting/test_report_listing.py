@@ -1,0 +1,49 @@
+"""A nightly's report lists what changed: past settings.report_unchanged_rows, documents reused
+unchanged from the ledger are counted but not listed (every document stays in the exports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.reporting.exports import export_rows
+from tasks.reporting.html import html_report
+from tasks.reporting.markdown import markdown
+from tasks.reporting.results import listed
+
+MANIFEST = {"run_id": "r1", "recipe": "invoices", "mode": "batch", "phase": "done", "source": "/src"}
+
+
+def outcome(doc_id: str, *, state: str = "succeeded", from_ledger: bool = True) -> dict[str, Any]:
+    return {
+        "doc_id": doc_id,
+        "state": state,
+        "from_ledger": from_ledger,
+        "output": {"invoice_number": {"value": doc_id.upper(), "evidence": doc_id.upper()}},
+    }
+
+
+def corpus() -> list[dict[str, Any]]:
+    same = [outcome(f"old-{i}") for i in range(5)]
+    return [*same, outcome("new-1", from_ledger=False), outcome("bad-1", state="failed", from_ledger=True)]
+
+
+def test_unchanged_documents_are_counted_not_listed_past_the_limit() -> None:
+    outs = corpus()
+    shown, unlisted = listed(outs, 4)
+    assert unlisted == 5 and [o["doc_id"] for o in shown] == ["new-1", "bad-1"]
+    md = markdown(MANIFEST, outs, None, extra={"unlisted": unlisted}, listed=shown)
+    page = html_report(MANIFEST, outs, None, {"usd": 0.0}, [], [], extra={"unlisted": unlisted}, listed=shown)
+    for text in (md, page):
+        assert "new-1" in text and "bad-1" in text and "old-0" not in text
+        assert "5 documents unchanged since an earlier run" in text.replace("<b>5</b>", "5")
+        assert "exports/results.csv" in text
+    assert "| **total** | **7** |" in md and 'id="count-total">7<' in page
+    assert len(export_rows(outs)) == 7  # the exports keep every document
+
+
+def test_within_the_limit_every_document_is_listed() -> None:
+    outs = corpus()
+    shown, unlisted = listed(outs, 5)
+    assert (shown, unlisted) == (outs, 0)
+    md = markdown(MANIFEST, outs, None, extra={"unlisted": unlisted}, listed=shown)
+    assert all(o["doc_id"] in md for o in outs) and "unchanged since an earlier run" not in md
