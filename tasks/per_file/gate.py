@@ -22,6 +22,7 @@ own attempt and token budget — the validation retry layer of invariant 6), ret
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -29,11 +30,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tasks.per_file.media import Payload, SendAs, text_payload
 from tasks.per_file.requests import neutralize, repair_request, with_max_tokens
-from tasks.per_file.support import support_flags
+from tasks.per_file.support import date_paths, support_flags
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -165,13 +166,20 @@ def evidence_report(
             found[str(path)] = verdict
     missing = {f["path"] for f in flags}
     marked = any(PAGE_MARK.match(str(excerpt)) for _, excerpt in excerpts)  # else nothing to strip
+    dates = date_fields(recipe.file_schema)
     for f in support_flags(
-        strip_page_marks(recipe, output) if marked else output, recipe.evidence_fields or ()
+        strip_page_marks(recipe, output) if marked else output, recipe.evidence_fields or (), dates
     ):
         if f["path"] not in missing:  # an excerpt in the document that does not state its value
-            why = f"does not contain the value {f['value']!r}: quote the text that states the value"
-            flags.append({**f, "why": why})
+            flags.append(f)
     return flags, found
+
+
+@functools.lru_cache(maxsize=64)
+def date_fields(schema: type[BaseModel]) -> frozenset[str]:
+    """The `{value, evidence}` pairs of a file schema that hold a date (support.date_paths), read once
+    per schema."""
+    return date_paths(schema.model_json_schema())
 
 
 def _bare(flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
