@@ -94,6 +94,8 @@ MONTHS = {
 
 def fold(text: str) -> str:
     """Lowercase without accents (`März` -> `marz`, `Février` -> `fevrier`)."""
+    if text.isascii():
+        return text.lower()
     plain = unicodedata.normalize("NFKD", text.casefold())
     return "".join(c for c in plain if not unicodedata.combining(c))
 
@@ -156,6 +158,7 @@ CJK_DATE = re.compile(r"(\d{4})\s*[年년]\s*(\d{1,2})\s*[月월]\s*(\d{1,2})\s*
 TIME = re.compile(r"(?<!\d)\d{1,2}[:h]\d{2}(?::\d{2})?(?:\s*[ap]\.?m\.?)?(?![\d])", re.IGNORECASE)
 ISO_VALUE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})(?:[T ][\d:.]+(?:Z|[+-]\d{2}:?\d{2})?)?$")
 WORD = re.compile(r"[^\W_]+")
+_DIGIT = re.compile(r"\d")
 _ORDINAL_MARKS = str.maketrans({"º": " ", "ª": " ", "°": " ", "№": " "})
 
 
@@ -189,6 +192,8 @@ _NAMED: tuple[tuple[re.Pattern[str], int, int, tuple[int, ...]], ...] = (
 def date_spans(text: str) -> list[tuple[int, int, set[date]]]:
     """Every date expression in `text`: (start, end, the days it can mean)."""
     out: list[tuple[int, int, set[date]]] = []
+    if not _DIGIT.search(text):
+        return out
     for m in NUMERIC_DATE.finditer(text):
         a, _sep, b, c = m.groups()
         x, y, z = int(a), int(b), int(c)
