@@ -1,10 +1,16 @@
 """The code gate after every model answer, and the repair policy that follows it.
 
+Invariant 18, the gate proves what documents state: a value passes when its evidence occurs in the
+document and states that value as a whole token, in any common language or format; a non-null value
+needs evidence; nothing of docmill's own wrapper is evidence. Its accept and refuse rates are
+measured on public labelled documents with negative controls (bench/gate.py).
+
 `check()` turns one Message (as a dict) into a `Verdict`: parsed JSON, pydantic validation
 against the recipe's file schema, and evidence: every excerpt must occur in the document after
 whitespace normalization (it was not invented; an accepted answer keeps each excerpt's character
-offsets and page), and every `{value, evidence}` excerpt must contain its value in a normalised form
-(it is about the field: tasks.per_file.support, `evidence_unsupported`).
+offsets and page), and every `{value, evidence}` excerpt must state its value (it is about the field:
+tasks.per_file.support, `evidence_unsupported`; a non-null value with no excerpt fails it, and a date
+field must hold a date written YYYY-MM-DD).
 
 Documents sent as a PDF or an image (tasks.per_file.media) name the page of each excerpt
 (`[page N] ...`, stripped from the stored output). The verbatim rule for them: an excerpt found in

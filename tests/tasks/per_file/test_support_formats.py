@@ -36,7 +36,10 @@ INVOICES = load_recipe("invoices")
         ("2014-05-20", "made as of the 20th day of May, 2014 by and between"),  # a contract
         ("2015-07-01", "Free Haut Débit du 1er au 31 Juillet 2015"),  # a range states its first day
         ("2015-07-31", "Free Haut Débit du 1er au 31 Juillet 2015"),
-        ("2026-03-01", "発行日 2026年3月1日"),
+        ("2026-03-01", "发票日期 2026年3月1日"),
+        ("2026-03-01", "Дата: 1 марта 2026 г."),  # Cyrillic
+        ("2026-05-07", "Ημερομηνία 7 Μαΐου 2026"),  # Greek
+        ("2026-03-01", "Päiväys 1. maaliskuuta 2026"),  # Finnish
         ("2026-01-19", "Invoice date,2026-01-19"),  # a CSV cell right after a comma
         ("2014-08-03", "03/08/2014"),  # day and month could swap: both readings are stated
         ("2014-03-08", "03/08/2014"),
