@@ -27,6 +27,7 @@ INVOICES = load_recipe("invoices")
         ("2014-03-11", "Leistungsdatum 11. März 2014"),  # an umlaut in the month
         ("2015-07-02", "Facture n°562044387 du 02 Juillet 2015"),  # French
         ("2014-08-03", "Invoice Date: August 3 , 2014"),  # a space before the comma
+        ("2014-12-11", "dated December 11,2014"),  # no space after it
         ("2026-03-01", "Fecha: 1 de marzo de 2026"),  # Spanish `de`
         ("2025-12-03", "Data fattura: 3 dicembre 2025"),  # Italian
         ("2026-11-05", "Data wystawienia: 5 listopada 2026"),  # Polish genitive
@@ -80,6 +81,7 @@ def test_an_unambiguous_numeric_date_has_one_reading() -> None:
         (250.0, "Widget 1 250.00 250.00"),  # a quantity, then a price
         (0.607, "Bananas 0.607 kg"),
         (316.83, "Należność ogółem: 316,83 PLN"),
+        (10.5, "Service 5 Dec 10.50"),  # not a date `5 Dec 10` followed by `.50`
     ],
 )
 def test_amounts_written_the_way_documents_write_them(value: float, evidence: str) -> None:
