@@ -290,6 +290,7 @@ def _readings(run: str) -> set[float]:
     return out
 
 
+_UNSPACED = "\u2e80"  # CJK and the scripts after it write no spaces between words
 _DECIMAL_LIKE = re.compile(r"[.,]\d{1,2}$|\d[.,'\u2019\u00a0\u202f]\d{3}")
 
 
@@ -303,11 +304,17 @@ def _is_id(text: str, start: int, end: int) -> bool:
     if before in _ID_BEFORE or after in _ID_AFTER:
         return True
     amount_like = _DECIMAL_LIKE.search(text, start, end) is not None
-    if before.isalpha():
-        return after.isalpha() or after == "-" or not amount_like
+    if _letter(before):
+        return _letter(after) or after == "-" or not amount_like
     if before in "-." and start >= 2 and text[start - 2].isalnum():
-        return not (before == "." and text[start - 2].isalpha() and amount_like)  # `Rs.319.00`
+        return not (before == "." and _letter(text[start - 2]) and amount_like)  # `Rs.319.00`
     return after == "-" and end + 1 < len(text) and text[end + 1].isalnum()
+
+
+def _letter(c: str) -> bool:
+    """A letter an identifier is made of; CJK text glues words to numbers (`金額1,234円`), so its
+    characters are not."""
+    return c.isalpha() and c < _UNSPACED
 
 
 def _blank(text: str, spans: list[tuple[int, int]]) -> str:
@@ -365,8 +372,11 @@ def supports(value: Any, evidence: str | None, *, is_date: bool = False) -> bool
             return True
     if is_date:
         return False
-    have = Counter(words(evidence))
-    return not Counter(words(text)) - have
+    missing = Counter(words(text)) - Counter(words(evidence))
+    if not missing:
+        return True
+    folded = fold(evidence)  # CJK words are not space-separated: found inside a longer run
+    return all(max(word) >= _UNSPACED and word in folded for word in missing)
 
 
 def date_paths(schema: dict[str, Any]) -> frozenset[str]:

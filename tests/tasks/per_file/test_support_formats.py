@@ -82,6 +82,7 @@ def test_an_unambiguous_numeric_date_has_one_reading() -> None:
         (0.607, "Bananas 0.607 kg"),
         (316.83, "Należność ogółem: 316,83 PLN"),
         (10.5, "Service 5 Dec 10.50"),  # not a date `5 Dec 10` followed by `.50`
+        (1234.0, "合計金額1,234円"),  # CJK text glues words to numbers
     ],
 )
 def test_amounts_written_the_way_documents_write_them(value: float, evidence: str) -> None:
@@ -119,6 +120,8 @@ def test_a_number_that_is_not_that_amount_as_a_whole_token_is_refused(value: flo
         ("562044387", "Invoice #562044387", True),
         ("5620", "Facture n°562044387", False),  # a part of the identifier
         ("NO 14 & 16 JALAN PERMAS 4/4", "NO 14& 16 JALAN PERMAS 4/3", False),  # each word as often
+        ("株式会社山田商店", "請求元株式会社山田商店御中", True),  # CJK words inside a longer run
+        ("株式会社田中商店", "請求元株式会社山田商店御中", False),
     ],
 )
 def test_identifiers_and_words_are_whole_tokens(value: str, evidence: str, stated: bool) -> None:
