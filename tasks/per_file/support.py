@@ -336,7 +336,7 @@ def amounts_in(text: str) -> set[float]:
             continue
         before = cleared[: m.start()].rstrip(" $€£¥₹")
         negative = (
-            (before.endswith(("-", "\u2212")) and not before[:-1].rstrip()[-1:].isalnum())
+            (before.endswith(("-", "\u2212")) and not before[:-1][-1:].isalnum())
             or (before.endswith("(") and cleared[end:].lstrip(" $€£¥₹").startswith(")"))
             or (cleared[end : end + 1] == "-" and not cleared[end + 1 : end + 2].isalnum())
         )

@@ -78,6 +78,7 @@ def test_an_unambiguous_numeric_date_has_one_reading() -> None:
         (319.0, "Total Rs.319.00"),
         (4.11, "TOTAL AMOUNT DUE ON August 3 , 2014 $4.11"),
         (-12.0, "Credit: (12.00)"),
+        (-5.0, "Rabatt -5,00 €"),  # a minus sign after a word and a space
         (250.0, "Widget 1 250.00 250.00"),  # a quantity, then a price
         (0.607, "Bananas 0.607 kg"),
         (316.83, "Należność ogółem: 316,83 PLN"),
