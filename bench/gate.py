@@ -374,6 +374,12 @@ def locate(kind: str, value: Any, text: str) -> str | None:
             have = sum(tokens[i : i + span], Counter())
             if not want - have:
                 return "\n".join(lines[i : i + span])
+    compact = "".join(_word_tokens(str(value)))  # an identifier spaced another way: `FR 604 219 388 61`
+    if len(compact) >= 6:
+        spaced = re.compile(r"\b" + r"\W*".join(map(re.escape, compact)) + r"\b")
+        for ln in lines:
+            if spaced.search(fold(ln)):
+                return ln
     return None
 
 

@@ -372,11 +372,31 @@ def supports(value: Any, evidence: str | None, *, is_date: bool = False) -> bool
             return True
     if is_date:
         return False
-    missing = Counter(words(text)) - Counter(words(evidence))
+    value_words, evidence_words = words(text), words(evidence)
+    missing = Counter(value_words) - Counter(evidence_words)
     if not missing:
         return True
+    if _joined(value_words, evidence):
+        return True
     folded = fold(evidence)  # CJK words are not space-separated: found inside a longer run
-    return all(max(word) >= _UNSPACED and word in folded for word in missing)
+    return all(
+        _joined([word], evidence) or (max(word) >= _UNSPACED and word in folded) for word in missing
+    )  # `LP` in `L.P.`, `SA` in `S.A.`
+
+
+def _joined(value_words: list[str], evidence: str) -> bool:
+    """Whether the value, its spacing and punctuation dropped, is written in the evidence with other
+    spacing or punctuation (`DE89370400440532013000` in `IBAN DE89 3704 0044 0532 0130 00`, `DE 232
+    446 240` in `DE232446240`, `7740001454` in `774-00-01-454`), as a whole: never a part of a word
+    (`5620` in `562044387`) nor of an identifier joined by `-`, `.` or `/` (`77400` in
+    `774-00-01-454`). A part of an identifier written in spaced groups cannot be told from numbers
+    side by side: it passes."""
+    compact = "".join(value_words)
+    if len(compact) < 2:
+        return False
+    body = r"[\s\-./]*".join(map(re.escape, compact))
+    pattern = rf"(?<![^\W_])(?<![^\W_][\-./]){body}(?![^\W_])(?![\-./][^\W_])"
+    return re.search(pattern, fold(evidence)) is not None
 
 
 def date_paths(schema: dict[str, Any]) -> frozenset[str]:

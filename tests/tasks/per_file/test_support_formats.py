@@ -120,6 +120,14 @@ def test_a_number_that_is_not_that_amount_as_a_whole_token_is_refused(value: flo
         ("562044387", "Invoice No.562044387", True),
         ("562044387", "Invoice #562044387", True),
         ("5620", "Facture n°562044387", False),  # a part of the identifier
+        ("DE89370400440532013000", "IBAN: DE89 3704 0044 0532 0130 00", True),  # spaced in groups
+        ("DE 232 446 240", "USt-IdNr. DE232446240", True),  # and the other way round
+        ("DE89370400440532013001", "IBAN: DE89 3704 0044 0532 0130 00", False),
+        ("3704004405", "IBAN: DE89 3704 0044 0532 0130 00", False),  # groups, but not ending on one
+        ("7740001454", "NIP: 774-00-01-454", True),
+        ("TPG Capital LP", "TPG Capital, L.P., a Delaware limited partnership", True),  # dotted
+        ("Orchestra-Prémaman SA", "Orchestra-Prémaman, S.A.", True),
+        ("77400", "NIP: 774-00-01-454", False),  # a part of a joined identifier
         ("NO 14 & 16 JALAN PERMAS 4/4", "NO 14& 16 JALAN PERMAS 4/3", False),  # each word as often
         ("株式会社山田商店", "請求元株式会社山田商店御中", True),  # CJK words inside a longer run
         ("株式会社田中商店", "請求元株式会社山田商店御中", False),
