@@ -21,11 +21,13 @@ export PREFECT_LOGGING_LEVEL ?= WARNING
 # uv comes from the lock too: its own block is cut out of the lock and installed hash-checked by pip,
 # then uv installs exactly the lock (sync also removes what the lock does not list) and docmill itself
 # (editable, built with the locked setuptools, no build isolation: nothing unpinned is fetched).
+# Bytecode is compiled at install: where PYTHONDONTWRITEBYTECODE is set (these machines set it), every
+# Python start would otherwise compile Prefect and the SDK from source again (~1 s CPU per start).
 $(STAMP): $(LOCK) pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	awk '/^uv==/{p=1} p{print} p && !/\\$$/{exit}' $(LOCK) > $(VENV)/uv.req
 	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r $(VENV)/uv.req
-	$(UV) pip sync --quiet --require-hashes --python $(BIN)/python $(LOCK)
+	$(UV) pip sync --quiet --compile-bytecode --require-hashes --python $(BIN)/python $(LOCK)
 	$(UV) pip install --quiet --no-deps --no-build-isolation --python $(BIN)/python -e .
 	touch $(STAMP)
 
@@ -37,6 +39,7 @@ test: $(STAMP)
 	$(BIN)/ruff check --no-cache .
 	$(BIN)/ruff format --check --no-cache .
 	$(BIN)/mypy
+	$(BIN)/python -m compileall -q docmill flows tasks checkpoints emulator
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
