@@ -1,4 +1,4 @@
-"""The realtime Messages call on an event loop (issue 23): `AsyncModelClient`, the twin of
+"""The realtime Messages call on an event loop: `AsyncModelClient`, the twin of
 `ModelClient.call` that the per-file pass uses, so one process keeps as many requests in flight as the
 pacer's window asks (Little's law: hundreds at a tier-4 limit) without a thread each.
 

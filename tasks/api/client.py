@@ -435,7 +435,7 @@ class ModelClient:
         if status in API_CAUSES:
             self.breaker.api(API_CAUSES[status], describe(e))
             self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
-        elif is_invalid_request(e):  # the same 400 for every document: systemic (issue 22)
+        elif is_invalid_request(e):  # the same 400 for every document: systemic
             self.breaker.invalid_request(describe(e), doc_id)
         return call_error(e, ladder, key, doc_id, pass_name, kind), e
 

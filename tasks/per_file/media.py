@@ -50,7 +50,7 @@ class SendAs(StrEnum):
 def send_as(doc: Document, recipe: Recipe | None = None) -> SendAs:
     """How `doc` goes to the API for `recipe` (see the module docstring)."""
     mode = getattr(recipe, "pdf_mode", "auto")
-    default = getattr(doc, "send_as", None)  # documents inventoried before issue 24 have none: text
+    default = getattr(doc, "send_as", None)  # a record without it (an older inventory) is sent as text
     if default == SendAs.IMAGE:
         return SendAs.IMAGE
     if default is not None and doc.doc_type == "pdf" and getattr(doc, "status", "ok") == "ok":

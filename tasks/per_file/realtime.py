@@ -1,4 +1,4 @@
-"""The per-file pass over one chunk of documents, realtime (issue #4, invariants 1, 3, 5).
+"""The per-file pass over one chunk of documents, realtime (invariants 1, 3, 5).
 
 Every chunk's documents run as coroutines on the client's one event loop (tasks.api.aio), shared by
 every chunk in flight: a request waits for the pacer, not for a thread, so the window the pacer asks
