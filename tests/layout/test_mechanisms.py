@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.layout.test_import_graph import parsed
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("docmill", "flows", "tasks", "checkpoints", "emulator")
 CAS_CALLS = frozenset({"get_with_etag", "put_if_match"})
@@ -37,7 +39,7 @@ SLEEPS = re.compile(r"sleep|backoff", re.IGNORECASE)
 def product_files(root: Path = ROOT) -> Iterator[tuple[str, ast.Module]]:
     for top in PRODUCT:
         for path in sorted((root / top).rglob("*.py")):
-            yield path.relative_to(root).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+            yield path.relative_to(root).as_posix(), parsed(path)
 
 
 def cas_calls_outside_cas(files: Iterator[tuple[str, ast.Module]]) -> list[str]:
