@@ -31,6 +31,7 @@ from tasks.readers.content import (
     Content,
     Page,
 )
+from tasks.readers.pdf import page_range
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -164,8 +165,6 @@ def page_parts(doc: Document, settings: Settings) -> list[tuple[int, int]]:
 
 def part_payload(whole: Payload, first: int, last: int) -> Payload:
     """The payload of pages first..last of a PDF payload: those pages' bytes and text layer."""
-    from tasks.readers.pdf import page_range
-
     spans = [p for p in whole.content.pages if first <= p.number <= last]
     start = spans[0].start if spans else 0
     end = spans[-1].end if spans else 0
