@@ -151,7 +151,7 @@ def test_layered_packages_import_only_downwards(package: str) -> None:
 
 def test_functions_stay_small() -> None:
     """Functions in per_file/, batch/, integration/ under ~80 lines. Modules have no line cap: they are
-    split by role (issue 34), and a cap was met by packing lines past the formatter."""
+    split by role, since a line cap invites packing lines past the formatter."""
     too_long = []
     for path in (ROOT / "tasks").rglob("*.py"):
         if path.parent.name not in {"per_file", "batch", "integration"}:
