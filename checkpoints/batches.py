@@ -10,7 +10,7 @@ Layout under `runs/<run_id>/batches/`:
 
 `n` is zero-padded so listing order is submission order. The record is created with
 put-if-absent (two drivers cannot both claim `n`) and every later change is a compare-and-swap
-retried on conflict, so `docmill cancel` from another process cannot erase a state change.
+(checkpoints.cas) retried on conflict, so `docmill cancel` from another process cannot erase a state change.
 
 This module keeps state only; it knows nothing of prompts or of the API.
 """
@@ -25,8 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from checkpoints import cas
 from checkpoints.store import ObjectStore, dumps_json, loads_json
-from docmill.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError
+from docmill.errors import AlreadyExists, NotFound, StoreError
 
 CAS_ATTEMPTS = 20
 
@@ -160,19 +161,24 @@ class BatchRecords:
             )
 
     def update(self, n: int, fn: Callable[[BatchRecord], None]) -> BatchRecord:
-        """Apply `fn` to the stored record and compare-and-swap it back (re-read on conflict)."""
+        """Apply `fn` to the stored record and compare-and-swap it back (checkpoints.cas: re-read and
+        re-applied on conflict); `NotFound` when batch `n` has no record."""
         key = self.record_key(n)
-        for _ in range(CAS_ATTEMPTS):
-            data, etag = self.store.get_with_etag(key)
+
+        def decide(data: bytes | None) -> cas.Write[BatchRecord]:
+            if data is None:
+                raise NotFound(f"batch record {n} of run {self.run_id} is missing", key=key)
             record = BatchRecord.model_validate(loads_json(data))
             fn(record)
-            try:
-                self.store.put_if_match(key, dumps_json(record.model_dump(mode="json")), etag)
-            except PreconditionFailed:
-                continue
-            return record
-        raise StoreError(
-            f"batch record {n} of run {self.run_id} kept changing under us ({CAS_ATTEMPTS} tries)",
-            hint="two processes are updating this run; stop one of them",
-            run_id=self.run_id,
-        )
+            return cas.Write(dumps_json(record.model_dump(mode="json")), record)
+
+        def exhausted() -> StoreError:
+            return StoreError(
+                f"batch record {n} of run {self.run_id} kept changing under us ({CAS_ATTEMPTS} tries)",
+                hint="two processes are updating this run; stop one of them",
+                run_id=self.run_id,
+            )
+
+        record = cas.swap(self.store, key, decide, attempts=CAS_ATTEMPTS, exhausted=exhausted)
+        assert record is not None  # `decide` never gives up
+        return record

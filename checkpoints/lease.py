@@ -1,6 +1,6 @@
 """One driver per run: `runs/<run_id>/lease.json` = {holder, expires_at}.
 
-acquire: put-if-absent, or compare-and-swap over an expired lease, one we already hold, or one
+acquire: compare-and-swap (checkpoints.cas) over an absent lease, an expired lease, one we already hold, or one
 whose holder is known dead (`dead`, e.g. `holder_is_dead_here`): the takeover is always a
 conditional replace of the very lease that was judged, never a delete, so of two processes taking
 over the same dead holder's lease exactly one wins and the other sees the winner's live lease.
@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
+from checkpoints import cas
 from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore, dumps_json, loads_json
-from docmill.errors import LeaseHeld, NotFound, PreconditionFailed
+from docmill.errors import LeaseHeld, PreconditionFailed
 
 MAX_ATTEMPTS = 10
 
@@ -82,12 +83,9 @@ class Lease:
         now = self.clock()
         return {"holder": self.holder, "acquired_at": now, "expires_at": now + self.ttl}
 
-    def _read(self) -> tuple[dict[str, Any], str] | None:
-        try:
-            data, etag = self.store.get_with_etag(self.key)
-        except NotFound:
-            return None
-        return loads_json(data), etag
+    def _current(self, data: bytes | None) -> dict[str, Any] | None:
+        found = None if data is None else loads_json(data)
+        return found if isinstance(found, dict) else None
 
     def _held(self, current: dict[str, Any]) -> LeaseHeld:
         until = float(current.get("expires_at", 0))
@@ -105,64 +103,72 @@ class Lease:
     def acquire(self, *, dead: Callable[[str | None], bool] | None = None) -> Lease:
         """Take the lease or raise `LeaseHeld`. `dead(holder)` True lets an unexpired lease of a
         holder known to be gone be taken over (by compare-and-swap, like an expired one)."""
-        for _ in range(MAX_ATTEMPTS):
+
+        def decide(data: bytes | None) -> cas.Write[dict[str, Any]]:
+            current = self._current(data)
+            if current is not None:
+                mine = current.get("holder") == self.holder
+                live = float(current.get("expires_at", 0)) > self.clock()
+                if not mine and live and not (dead is not None and dead(current.get("holder"))):
+                    raise self._held(current)
             record = self._record()
-            if self.store.put_if_absent(self.key, dumps_json(record)):
-                self.expires_at = record["expires_at"]
-                return self
-            found = self._read()
-            if found is None:
-                continue  # released meanwhile: try put-if-absent again
-            current, etag = found
-            mine = current.get("holder") == self.holder
-            live = float(current.get("expires_at", 0)) > self.clock()
-            if not mine and live and not (dead is not None and dead(current.get("holder"))):
-                raise self._held(current)
-            try:
-                self.store.put_if_match(self.key, dumps_json(record), etag)
-            except PreconditionFailed:
-                continue  # someone else moved first: look again
-            self.expires_at = record["expires_at"]
-            return self
-        found = self._read()
-        raise self._held(found[0] if found else {"holder": "unknown", "expires_at": 0})
+            return cas.Write(dumps_json(record), record)
+
+        def exhausted() -> LeaseHeld:
+            found = self.store.get_json_or_none(self.key)
+            return self._held(found if isinstance(found, dict) else {"holder": "unknown", "expires_at": 0})
+
+        record = cas.swap(self.store, self.key, decide, attempts=MAX_ATTEMPTS, exhausted=exhausted)
+        assert record is not None  # `decide` never gives up
+        self.expires_at = record["expires_at"]
+        return self
 
     def renew(self) -> None:
         """Extend our lease by ttl; `LeaseHeld` if it was taken over meanwhile."""
-        for _ in range(MAX_ATTEMPTS):
-            found = self._read()
-            if found is None or found[0].get("holder") != self.holder:
-                current = found[0] if found else {"holder": None, "expires_at": 0}
+
+        def decide(data: bytes | None) -> cas.Write[dict[str, Any]]:
+            current = self._current(data)
+            if current is None or current.get("holder") != self.holder:
+                holder = None if current is None else current.get("holder")
                 raise LeaseHeld(
-                    f"lost the lease of run {self.run_id}: now held by {current.get('holder')!r}",
+                    f"lost the lease of run {self.run_id}: now held by {holder!r}",
                     hint="another process took over after our lease expired; stop this one",
                     run_id=self.run_id,
-                    holder=current.get("holder"),
+                    holder=holder,
                 )
             record = self._record()
-            try:
-                self.store.put_if_match(self.key, dumps_json(record), found[1])
-            except PreconditionFailed:
-                continue
-            self.expires_at = record["expires_at"]
-            return
-        raise LeaseHeld(f"could not renew the lease of run {self.run_id}", run_id=self.run_id)
+            return cas.Write(dumps_json(record), record)
+
+        def exhausted() -> LeaseHeld:
+            return LeaseHeld(f"could not renew the lease of run {self.run_id}", run_id=self.run_id)
+
+        record = cas.swap(self.store, self.key, decide, attempts=MAX_ATTEMPTS, exhausted=exhausted)
+        assert record is not None  # `decide` never gives up
+        self.expires_at = record["expires_at"]
 
     def release(self) -> None:
-        """Give the lease up if we hold it (a lease someone else holds is left alone)."""
-        found = self._read()
-        if found is None or found[0].get("holder") != self.holder:
-            return
-        current, etag = found
-        if float(current.get("expires_at", 0)) > self.clock():
-            self.store.delete(self.key)  # unexpired and ours: nobody else can have it
-        else:
-            # Expired: another process may be taking it over right now, so only a CAS is safe.
+        """Give the lease up if we hold it (a lease someone else holds is left alone). Ours and
+        unexpired: deleted (nobody else can have it). Ours and expired: another process may be taking
+        it over right now, so it is only marked released by one compare-and-swap, which may lose."""
+        unexpired = False
+
+        def decide(data: bytes | None) -> cas.Write[bool] | None:
+            nonlocal unexpired
+            current = self._current(data)
+            if current is None or current.get("holder") != self.holder:
+                return None
+            if float(current.get("expires_at", 0)) > self.clock():
+                unexpired = True
+                return None
             released = {"holder": self.holder, "acquired_at": current.get("acquired_at"), "expires_at": 0}
-            try:
-                self.store.put_if_match(self.key, dumps_json(released), etag)
-            except PreconditionFailed:
-                pass
+            return cas.Write(dumps_json(released), True)
+
+        try:
+            cas.swap(self.store, self.key, decide, attempts=1, sleep=lambda _s: None)
+        except PreconditionFailed:
+            pass  # taken over meanwhile: it is not ours to mark
+        if unexpired:
+            self.store.delete(self.key)
         self.expires_at = None
 
     def __enter__(self) -> Lease:

@@ -7,7 +7,6 @@ The config snapshot goes through `redact` so no secret lands in the store.
 
 from __future__ import annotations
 
-import random
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from checkpoints import cas
 from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore, dumps_json, loads_json
 from docmill.errors import AlreadyExists, NotFound, PreconditionFailed
@@ -114,42 +114,55 @@ class ManifestStore:
             )
         return m
 
-    def load_with_etag(self, run_id: str) -> tuple[RunManifest, str]:
-        try:
-            data, etag = self.store.get_with_etag(manifest_key(run_id))
-        except NotFound as e:
-            raise NotFound(
-                f"no run {run_id!r} in {self.store.uri}",
-                hint="list runs with `docmill runs`; check DOCMILL_STORE",
-                run_id=run_id,
-            ) from e
-        return RunManifest.model_validate(loads_json(data)), etag
-
     def load(self, run_id: str) -> RunManifest:
-        return self.load_with_etag(run_id)[0]
+        try:
+            data = self.store.get(manifest_key(run_id))
+        except NotFound as e:
+            raise self._missing(run_id) from e
+        return RunManifest.model_validate(loads_json(data))
+
+    def _missing(self, run_id: str) -> NotFound:
+        return NotFound(
+            f"no run {run_id!r} in {self.store.uri}",
+            hint="list runs with `docmill runs`; check DOCMILL_STORE",
+            run_id=run_id,
+        )
 
     def update(self, run_id: str, fn: Callable[[RunManifest], RunManifest | None]) -> RunManifest:
-        """Apply `fn` by compare-and-swap; on a conflict read again and re-apply (bounded).
+        """Apply `fn` by compare-and-swap (checkpoints.cas.swap); on a conflict read again and re-apply
+        (bounded).
 
         `fn` may mutate its argument and return None, or return a new manifest. It may run more
         than once, so it must only depend on the manifest it is given.
         """
-        for attempt in range(MAX_CAS_ATTEMPTS):
-            current, etag = self.load_with_etag(run_id)
+
+        def decide(data: bytes | None) -> cas.Write[RunManifest]:
+            if data is None:
+                raise self._missing(run_id)
+            current = RunManifest.model_validate(loads_json(data))
             result = fn(current)
             new = current if result is None else result
             new = new.model_copy(update={"updated_at": self._stamp(), "config": redact(new.config)})
-            try:
-                self.store.put_if_match(manifest_key(run_id), self._encode(new), etag)
-                return new
-            except PreconditionFailed:
-                self.sleep(random.uniform(0, min(0.005 * (attempt + 1), 0.1)))
-        raise PreconditionFailed(
-            f"manifest of run {run_id!r} kept changing: {MAX_CAS_ATTEMPTS} compare-and-swap attempts lost",
-            hint="another process is updating this run; check its lease (only one driver per run)",
-            run_id=run_id,
+            return cas.Write(self._encode(new), new)
+
+        def exhausted() -> PreconditionFailed:
+            return PreconditionFailed(
+                f"manifest of run {run_id!r} kept changing: {MAX_CAS_ATTEMPTS} compare-and-swap attempts lost",
+                hint="another process is updating this run; check its lease (only one driver per run)",
+                run_id=run_id,
+                attempts=MAX_CAS_ATTEMPTS,
+            )
+
+        new = cas.swap(
+            self.store,
+            manifest_key(run_id),
+            decide,
             attempts=MAX_CAS_ATTEMPTS,
+            sleep=self.sleep,
+            exhausted=exhausted,
         )
+        assert new is not None  # `decide` never gives up
+        return new
 
     def set_phase(self, run_id: str, phase: Phase, **counts: Any) -> RunManifest:
         """The run's phase (and counts to keep beside it), by compare-and-swap."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from checkpoints import cas
 from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore, gunzip_json, gzip_json
 from docmill.errors import NotFound, PreconditionFailed, StoreError
@@ -36,22 +37,20 @@ class Scratchpad:
         self.store.put(self.key, text.encode("utf-8"))
 
     def append(self, text: str) -> str:
-        """Add text (a newline is put between notes); returns the whole pad."""
-        for _ in range(MAX_CAS_ATTEMPTS):
-            try:
-                data, etag = self.store.get_with_etag(self.key)
-            except NotFound:
-                if self.store.put_if_absent(self.key, text.encode("utf-8")):
-                    return text
-                continue
-            old = data.decode("utf-8")
+        """Add text (a newline is put between notes) by compare-and-swap (checkpoints.cas); returns
+        the whole pad."""
+
+        def decide(data: bytes | None) -> cas.Write[str]:
+            old = "" if data is None else data.decode("utf-8")
             new = f"{old}\n{text}" if old and not old.endswith("\n") else old + text
-            try:
-                self.store.put_if_match(self.key, new.encode("utf-8"), etag)
-                return new
-            except PreconditionFailed:
-                continue
-        raise PreconditionFailed(f"scratchpad {self.key} kept changing", key=self.key)
+            return cas.Write(new.encode("utf-8"), new)
+
+        def exhausted() -> PreconditionFailed:
+            return PreconditionFailed(f"scratchpad {self.key} kept changing", key=self.key)
+
+        new = cas.swap(self.store, self.key, decide, attempts=MAX_CAS_ATTEMPTS, exhausted=exhausted)
+        assert new is not None  # `decide` never gives up
+        return new
 
 
 class HistoryArchive:

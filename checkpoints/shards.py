@@ -27,6 +27,11 @@ from checkpoints.store import ObjectStore
 Dead = Callable[[str | None], bool]
 
 
+# The stop kind a driver writes on its Ctrl-C / SIGTERM (flows.run.spread): workers stop their sends
+# (flows.orchestration.shard_worker) and the driver clears it when it comes back (`resume`).
+STOP_INTERRUPTED = "interrupted"
+
+
 class ShardState(TypedDict):
     """One shard as `status` and the report show it."""
 

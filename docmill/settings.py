@@ -314,7 +314,7 @@ class DeadlineSettings(BaseModel):
 
 
 class FormatSettings(BaseModel):
-    """How documents of each format are read and sent (issue 24; docs/formats.md)."""
+    """How documents of each format are read and sent (docs/formats.md)."""
 
     pdf_text_min_chars: int = Field(
         40,

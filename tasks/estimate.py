@@ -3,7 +3,7 @@
 How a document is estimated (say so wherever a number is shown — it is an estimate):
   input tokens  = characters of the exact per-file request's content / 4 (`content_tokens`, not its JSON
                   envelope); a PDF or image sent as what it is: every page as its text plus an image of
-                  the page, an image by its pixels, as the API bills them (tasks.readers.measure); a PDF
+                  the page, an image by its pixels, as the API bills them (tasks.api.media_tokens); a PDF
                   in page ranges (tasks.per_file.media): its pages' tokens plus one prompt per part,
                   priced realtime in batch mode too (the long path is realtime)
   output tokens = learned, when the store holds past runs of the recipe on the model (at least

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.store import open_store
 from docmill.errors import DocmillError, InputError
 from docmill.settings import Settings, get_settings
 from tasks.readers import Content, ExtractError, Limits, read
@@ -44,8 +45,6 @@ def part_uri(parent_uri: str, index: int) -> str:
 
 @lru_cache(maxsize=16)
 def open_source_store(uri: str, endpoint_url: str | None) -> Any:
-    from checkpoints.store import open_store
-
     return open_store(uri, endpoint_url=endpoint_url)
 
 

@@ -10,6 +10,8 @@ import math
 import re
 from typing import Any
 
+from tasks.api.media_tokens import media_block_tokens
+
 ANSWER_ITEMS = 2  # items assumed per list in a typical answer
 EVIDENCE_CHARS = 32  # an evidence excerpt: about one labelled line of a document
 VALUE_CHARS = 10  # a value copied from a document (a number, a date, a name)
@@ -80,7 +82,6 @@ def content_tokens(request: dict[str, Any]) -> int:
     the output schema) at 4 characters a token, PDFs and images by pages and pixels, plus a few
     tokens per block; not the JSON envelope (keys, quotes, escapes) that
     tasks.api.usage.estimate_input_tokens includes to stay on the safe side for pacing."""
-    from tasks.readers.measure import media_block_tokens
 
     def text(t: Any) -> int:
         return math.ceil(len(str(t)) / 4) + BLOCK_TOKENS

@@ -1,4 +1,4 @@
-"""Compatibility names: text extraction moved to `tasks.readers` (one reader per format, issue 24).
+"""Compatibility names: text extraction moved to `tasks.readers` (one reader per format).
 
 Import from `tasks.readers`; this module only re-exports what older callers use.
 """

@@ -16,17 +16,17 @@ if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
 
-def _store_uri(a: argparse.Namespace) -> str:
+def store_uri(a: argparse.Namespace) -> str:
     from docmill.settings import get_settings
 
     return str(getattr(a, "store", None) or get_settings().store)
 
 
-def _store(a: argparse.Namespace) -> Any:
+def cli_store(a: argparse.Namespace) -> Any:
     from checkpoints.store import open_store
     from docmill.settings import get_settings
 
-    return open_store(_store_uri(a), endpoint_url=get_settings().s3_endpoint_url)
+    return open_store(store_uri(a), endpoint_url=get_settings().s3_endpoint_url)
 
 
 def _run_id(a: argparse.Namespace, store: ObjectStore) -> str | None:
@@ -41,7 +41,7 @@ def _run_id(a: argparse.Namespace, store: ObjectStore) -> str | None:
 def cmd_status(a: argparse.Namespace) -> int:
     from tasks.reporting.status import run_status, status_text
 
-    store = _store(a)
+    store = cli_store(a)
     run_id = _run_id(a, store)
     if run_id is None:
         print(_no_runs(a))
@@ -63,7 +63,7 @@ def cmd_status(a: argparse.Namespace) -> int:
 def cmd_runs(a: argparse.Namespace) -> int:
     from tasks.reporting.status import runs_table
 
-    lines = runs_table(_store(a))
+    lines = runs_table(cli_store(a))
     print("\n".join(lines) if len(lines) > 1 else _no_runs(a))
     return EXIT_OK
 
@@ -77,7 +77,7 @@ NO_RUNS_HINT = "give the store of your runs with --store PATH (or DOCMILL_STORE)
 
 
 def _store_shown(a: argparse.Namespace) -> str:
-    uri = _store_uri(a)
+    uri = store_uri(a)
     return uri if uri.startswith("s3://") or os.path.isabs(uri) else f"{uri} ({os.path.abspath(uri)})"
 
 
@@ -112,7 +112,7 @@ def cmd_review(a: argparse.Namespace) -> int:
     from checkpoints.review_queue import ReviewQueue
     from docmill.errors import InputError
 
-    store = _store(a)
+    store = cli_store(a)
     run_id, doc_id = _review_target(a, store)
     if a.action in ("accept", "correct", "reject"):
         if not doc_id:
@@ -214,7 +214,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     from checkpoints.outcomes import OutcomeLog
     from tasks.reporting.report import write_report
 
-    store = _store(a)
+    store = cli_store(a)
     run_id = _run_id(a, store)
     if run_id is None:
         print(_no_runs(a))
@@ -229,7 +229,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_estimate(a: argparse.Namespace) -> int:
-    from flows.run.entry import _settings
+    from flows.run.entry import settings_for
     from tasks.estimate import estimate_source
 
     overrides = {
@@ -238,7 +238,7 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         "inventory.include": a.include,
         "inventory.exclude": a.exclude,
     }
-    settings = _settings(getattr(a, "store", None), overrides)
+    settings = settings_for(getattr(a, "store", None), overrides)
     print("\n".join(estimate_source(a.source, a.recipe or settings.recipe, settings).lines()))
     return EXIT_OK
 
@@ -258,7 +258,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     )
     from tasks.review import labels_from_decisions
 
-    store = _store(a)
+    store = cli_store(a)
     known_run(store, a.run_id)
     outcomes = list(OutcomeLog(store, a.run_id).all())
     reviewed = labels_from_decisions(outcomes, ReviewDecisions(store, a.run_id).in_force())

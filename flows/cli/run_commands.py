@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from flows.cli.checks import check_store, known_run
-from flows.cli.commands import _store, _store_uri
+from flows.cli.commands import cli_store, store_uri
 from flows.cli.exit_codes import EXIT_INTEGRATION, EXIT_OK, EXIT_RUN
 from flows.orchestration import boot as prefect_boot
 from flows.run import early
@@ -116,7 +116,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     may_be_small = _may_be_small(a)
     _own_processes(prefect=not a.no_prefect and not a.workers and not may_be_small, adopt=False)
     from docmill.settings import get_settings
-    from flows.run.entry import _settings, run_extract
+    from flows.run.entry import run_extract, settings_for
 
     if a.finish_by:  # a bad time is one line before anything starts
         from flows.run.entry import deadline_iso
@@ -126,7 +126,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         from docmill.errors import InputError
 
         raise InputError(f"source {a.source!r} does not exist", hint="give a folder or an s3://bucket/prefix")
-    check_store(_store(a), _store_uri(a))
+    check_store(cli_store(a), store_uri(a))
     recipe = a.recipe or get_settings().recipe
     overrides: dict[str, Any] = {
         "allow_empty": a.allow_empty or None,
@@ -151,7 +151,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                 recipe,
                 mode=a.mode,
                 run_id=a.run_id,
-                settings=_settings(a.store, overrides),
+                settings=settings_for(a.store, overrides),
                 new_run=a.new_run,
                 given=overrides,
                 finish_by=a.finish_by,
@@ -177,7 +177,7 @@ def _may_be_small(a: argparse.Namespace) -> bool:
     from flows.run.continuation import source_id  # is imported for every command)
 
     try:
-        return bool(_store(a).exists(cache_key(source_id(a.source))))
+        return bool(cli_store(a).exists(cache_key(source_id(a.source))))
     except Exception:  # a store that cannot be read: check_store says why, in one line
         return False
 
@@ -188,10 +188,10 @@ def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) ->
     so; otherwise that server starts now. Not for --workers, --finish-by, --run-id, or with
     PREFECT_API_URL set (a running server costs no start-up and keeps the run's record): `_may_be_small`."""
     # imported here, as the rest of the run is (the CLI module is imported for every command)
-    from flows.run.entry import _settings
+    from flows.run.entry import settings_for
     from flows.run.small import work_left
 
-    settings = _settings(a.store, overrides)
+    settings = settings_for(a.store, overrides)
     limit = settings.prefect_min_documents
     n = work_left(a.source, recipe, settings, limit=limit)
     if n >= limit:
@@ -235,9 +235,9 @@ def _in_prefect(extract: Any, a: argparse.Namespace, recipe: str) -> dict[str, A
 def _early_batches(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> str | None:
     """A batch run's batches created before Prefect is imported and its server is up (flows.run.early);
     the run's id, which the flow run then continues."""
-    from flows.run.entry import _settings, run_extract
+    from flows.run.entry import run_extract, settings_for
 
-    settings = _settings(a.store, overrides)
+    settings = settings_for(a.store, overrides)
     if not early.eligible(settings, a.mode, finish_by=a.finish_by, workers=a.workers):
         return None
     summary = run_extract(
@@ -261,8 +261,8 @@ def cmd_resume(a: argparse.Namespace) -> int:
 
     _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
 
-    store = _store(a)
-    check_store(store, _store_uri(a))
+    store = cli_store(a)
+    check_store(store, store_uri(a))
     known_run(store, a.run_id)
     cap, conc = a.max_cost_usd, a.concurrency
     if a.no_prefect:

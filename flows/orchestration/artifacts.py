@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
+from checkpoints.outcomes import OutcomeLog
 from docmill.logs import get_logger
 from tasks.reporting.summary import integration_text
 
@@ -50,8 +51,6 @@ def summary_markdown(summary: dict[str, Any], report_link: str) -> str:
 def publish_run(summary: dict[str, Any], store: ObjectStore, *, link_seconds: int) -> None:
     """The summary, the report link and the failures table of a finished run, as flow-run artifacts.
     `link_seconds`: lifetime of a presigned link (0: the store path, never presigned)."""
-    from checkpoints.outcomes import OutcomeLog
-
     run_id = str(summary["run_id"])
     key = f"runs/{run_id}/report.html"
     try:

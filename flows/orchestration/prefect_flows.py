@@ -15,7 +15,8 @@ from prefect import flow, get_run_logger
 from prefect.settings import PREFECT_API_URL
 from prefect.states import Cancelled
 
-from docmill.errors import BudgetExhausted, Interrupted
+from checkpoints.store import open_store
+from docmill.errors import BudgetExhausted, Interrupted, RunOverlap
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import install
@@ -27,7 +28,7 @@ from flows.orchestration.chunk_tasks import (
     interrupted_state,
     prefect_map,
 )
-from flows.run.entry import _filters, _settings, resume_run, run_extract
+from flows.run.entry import resume_run, run_extract, settings_for, source_filters
 from tasks.reporting.summary import integration_text
 
 log = get_logger("flows")
@@ -51,8 +52,6 @@ def _logged_to_run(call: Any) -> dict[str, Any]:
 
 
 def _publish(summary: dict[str, Any], settings: Settings) -> None:
-    from checkpoints.store import open_store
-
     store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
     publish_run(summary, store, link_seconds=settings.report_link_seconds)
     get_run_logger().info(
@@ -73,9 +72,7 @@ def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> Any
     is the state's data, so a caller of the flow (the CLI) gets it raised and prints its own line."""
     from prefect.runtime import flow_run
 
-    from docmill.errors import RunOverlap
-
-    settings = kw.get("settings") or _settings(kw.get("store"), {})
+    settings = kw.get("settings") or settings_for(kw.get("store"), {})
     bound = str(flow_run.id) if flow_run.id else None
     try:
         summary = _logged_to_run(
@@ -147,7 +144,7 @@ def extract(
         "cost.max_cost_usd": max_cost_usd,
         "api.concurrency": concurrency,
         "api.model": model,
-        **_filters(include, exclude),
+        **source_filters(include, exclude),
         "integration.mode": integration,
         "cost.max_doc_cost_usd": max_doc_cost_usd,
         "inventory.follow_symlinks": follow_symlinks or None,
@@ -159,7 +156,7 @@ def extract(
         _recipe(recipe),
         mode=mode,
         run_id=run_id,
-        settings=_settings(store, given),
+        settings=settings_for(store, given),
         progress=progress,
         new_run=new_run,
         given=given,
@@ -194,14 +191,14 @@ def nightly(
     given = {
         "api.model": model,
         "cost.max_cost_usd": max_cost_usd,
-        **_filters(include, exclude),
+        **source_filters(include, exclude),
         "integration.mode": integration,
     }
     return _in_flow(
         run_extract,
         source,
         _recipe(recipe),
-        settings=_settings(store, given),
+        settings=settings_for(store, given),
         progress=False,
         given=given,
         workers=workers,
@@ -233,7 +230,7 @@ def backfill(
         "chunk_size": chunk_size,
         "cost.max_cost_usd": max_cost_usd,
         "api.model": model,
-        **_filters(include, exclude),
+        **source_filters(include, exclude),
         "integration.mode": integration,
     }
     return _in_flow(
@@ -242,7 +239,7 @@ def backfill(
         _recipe(recipe),
         mode=mode,
         run_id=run_id,
-        settings=_settings(store, given),
+        settings=settings_for(store, given),
         progress=False,
         given=given,
         workers=workers,

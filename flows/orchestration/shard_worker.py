@@ -35,7 +35,7 @@ from checkpoints.costs import CostLedger
 from checkpoints.lease import holder_is_dead_here
 from checkpoints.manifest import ManifestStore
 from checkpoints.outcomes import OutcomeLog
-from checkpoints.shards import ShardTable, WorkerLog
+from checkpoints.shards import STOP_INTERRUPTED, ShardTable, WorkerLog
 from checkpoints.store import open_store
 from docmill.background import every
 from docmill.errors import BudgetExhausted, DocmillError, Interrupted, SystemicFailure
@@ -48,10 +48,12 @@ from flows.run.context import RunContext, api_endpoint, holder_id, make_clients,
 from flows.run.continuation import pinned_settings
 from flows.run.entry import record_possibly_billed
 from flows.run.passes import Chunk, ChunkFn, MapChunks, plain_map, review_one_chunk
+from tasks.estimate import in_flight_bound
+from tasks.inventory import Document
 from tasks.per_file.realtime import feed
+from tasks.recipes import load_recipe
 
 log = get_logger("flows")
-INTERRUPT = "interrupted"  # the stop kind the driver writes on its Ctrl-C / SIGTERM
 
 
 def work_shards(
@@ -71,7 +73,6 @@ def work_shards(
     st = open_store(base.store, endpoint_url=base.s3_endpoint_url)
     manifest = ManifestStore(st).load(run_id)
     run_settings, _ = pinned_settings(base, manifest)
-    from tasks.recipes import load_recipe
 
     name = name or os.environ.get("PREFECT__WORKER_NAME") or f"{socket.gethostname()}:{os.getpid()}"
     bind_run(run_id)
@@ -158,9 +159,6 @@ class ShardWorker:
             return "none"
         need = 0.0
         if docs:  # what this worker's requests in flight can cost at once (checkpoints.inflight)
-            from tasks.estimate import in_flight_bound
-            from tasks.inventory import Document
-
             need = in_flight_bound(
                 [Document.model_validate(d) for d in docs], self.ctx.recipe, self.ctx.settings
             )["at_once_usd"]
@@ -222,7 +220,7 @@ class ShardWorker:
         def tick() -> None:
             try:
                 halt = self.table.stopped()
-                if halt and halt.get("kind") == INTERRUPT:
+                if halt and halt.get("kind") == STOP_INTERRUPTED:
                     SHUTDOWN.request("SIGINT")  # the driver was stopped: no new request from here
                 if time.monotonic() - last[0] < ttl / 4:
                     return

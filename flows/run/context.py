@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.keys import safe_segment
+from checkpoints.store import open_store
 from docmill.settings import Settings
+from tasks.api.shared_limit import scope_for, shared_limit
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -146,8 +148,6 @@ def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
     """This process's client paces at its share of the organisation's limit, shared through the
     store with every other docmill process at the same endpoint (tasks.api.shared_limit); not
     with docmill's built-in emulator (each process has its own) or with the setting off."""
-    from tasks.api.shared_limit import scope_for, shared_limit
-
     conf = ctx.settings.shared_limit
     limiter = getattr(ctx.client, "limiter", None)
     scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
@@ -157,8 +157,6 @@ def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
     holder = f"{holder_id()}:{name}"
     store = ctx.store
     if conf.store:
-        from checkpoints.store import open_store
-
         store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url)
     with shared_limit(store, limiter, scope, holder, name=name, lease_seconds=conf.lease_seconds) as m:
         yield m

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from checkpoints.limits import LimitPool
+from checkpoints.store import open_store
 from tasks.api.shared_limit import scope_for
 from tasks.deadline.engine import Realtime, run_deadline
 from tasks.inventory import Document
@@ -33,8 +34,6 @@ def org_requests_per_minute(ctx: RunContext) -> float:
     conf = ctx.settings.shared_limit
     scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
     if conf.enabled and scope:
-        from checkpoints.store import open_store
-
         store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url) if conf.store else ctx.store
         shared = (LimitPool(store, scope).read().get("limits") or {}).get("requests")
         if shared:

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks, chunk_id
+from checkpoints.costs import CostLedger
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
+from checkpoints.outcomes import OutcomeLog
 from docmill.errors import (
     BudgetExhausted,
     ConfigError,
@@ -27,8 +29,14 @@ from docmill.errors import (
 )
 from docmill.logs import bind_run, get_logger
 from flows.run.context import RunContext, RunParams
+from flows.run.continuation import source_id
 from flows.run.guard import announced, hold_lease
 from flows.run.passes import MapChunks, per_file_pass, plain_map, spent_usd
+from tasks.integration.run import integrate
+from tasks.inventory import inventory, source_is_empty
+from tasks.known_files import known_files
+from tasks.reporting.report import write_report
+from tasks.reporting.summary import summarize
 
 log = get_logger("pipeline")
 
@@ -36,10 +44,6 @@ log = get_logger("pipeline")
 def write_inventory(ctx: RunContext, source: str) -> list[str]:
     """Inventory the source once per run, in chunk files; a resume reads them back. Files the last
     inventory of this source saw unchanged are not read again (tasks.known_files)."""
-    from flows.run.continuation import source_id
-    from tasks.inventory import inventory
-    from tasks.known_files import known_files
-
     chunks = InventoryChunks(ctx.store, ctx.run_id)
     done = chunks.done()
     if done is not None:
@@ -80,8 +84,6 @@ def choose_mode(ctx: RunContext, params: RunParams) -> str:
 
 
 def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
-    from flows.run.continuation import source_id
-
     manifests = ManifestStore(ctx.store)
     try:
         m = manifests.load(ctx.run_id)
@@ -114,8 +116,6 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
 
 
 def all_outcomes(ctx: RunContext) -> list[dict[str, Any]]:
-    from checkpoints.outcomes import OutcomeLog
-
     return sorted(OutcomeLog(ctx.store, ctx.run_id).all(), key=lambda o: o["doc_id"])
 
 
@@ -123,8 +123,6 @@ def run(
     ctx: RunContext, params: RunParams, *, map_chunks: MapChunks = plain_map, progress: bool = True
 ) -> dict[str, Any]:
     """Drive one run to its end (or to the first phase that cannot finish) and return a summary."""
-    from checkpoints.costs import CostLedger
-
     bind_run(ctx.run_id)
     refuse_empty(ctx, params)
     keep = params.submit_only  # the run goes on in this process: its lease and marker stay
@@ -157,8 +155,6 @@ def stop_note(kind: str, error: str, command: str) -> dict[str, str]:
 
 def report_so_far(ctx: RunContext, what: str) -> None:
     """The report of what is done so far, for a run that stopped (a resume writes it again at the end)."""
-    from tasks.reporting.report import write_report
-
     try:
         m = ManifestStore(ctx.store).load(ctx.run_id)
         write_report(ctx.store, m.model_dump(mode="json"), all_outcomes(ctx), None)
@@ -169,8 +165,6 @@ def report_so_far(ctx: RunContext, what: str) -> None:
 def refuse_empty(ctx: RunContext, params: RunParams) -> None:
     """A new run over a source with no files is a mistake (a wrong path or prefix), not a run of
     0 documents: InputError (exit 2) before anything is written, unless settings.allow_empty."""
-    from tasks.inventory import source_is_empty
-
     if ctx.settings.allow_empty or InventoryChunks(ctx.store, ctx.run_id).done() is not None:
         return
     if source_is_empty(params.source, ctx.settings):
@@ -202,12 +196,6 @@ def stopped(ctx: RunContext, e: SystemicFailure | Interrupted) -> SystemicFailur
 
 
 def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
-    from checkpoints.costs import CostLedger
-    from flows.run.continuation import source_id
-    from tasks.integration.run import integrate
-    from tasks.reporting.report import write_report
-    from tasks.reporting.summary import summarize
-
     budget = getattr(ctx.client, "budget", None)
     if (
         budget is not None

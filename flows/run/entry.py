@@ -9,19 +9,27 @@ from functools import partial
 from typing import Any
 
 from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
+from checkpoints.manifest import ManifestStore
+from checkpoints.store import open_store
+from docmill.errors import ConfigError
 from docmill.logs import get_logger
 from docmill.settings import Settings, get_settings
 from flows.run import driver, early, spread
 from flows.run.context import RunContext, RunParams, api_endpoint, new_run_id, open_clients, share_limit
+from flows.run.continuation import choose_run, mode_of, pinned_settings, source_id
 from flows.run.passes import MapChunks, plain_map
 from flows.run.progress import OnProgress
 from tasks.api.client import PossiblyBilled
 from tasks.api.models import check_models, check_served
+from tasks.deadline.plan import parse_finish_by
+from tasks.recipes import load_recipe
 
 log = get_logger("flows")
 
 
-def _settings(store: str | None, overrides: dict[str, Any]) -> Settings:
+def settings_for(store: str | None, overrides: dict[str, Any]) -> Settings:
+    """The settings of one run: the environment's, with `store` and dotted overrides
+    (`"api.model": ...`; None keeps the configured value) applied and validated."""
     base = get_settings().model_dump()
     if store:
         base["store"] = store
@@ -36,7 +44,7 @@ def _settings(store: str | None, overrides: dict[str, Any]) -> Settings:
     return Settings.model_validate(base)
 
 
-def _filters(include: list[str] | None, exclude: list[str] | None) -> dict[str, Any]:
+def source_filters(include: list[str] | None, exclude: list[str] | None) -> dict[str, Any]:
     """Settings overrides of the source's include / exclude globs (None keeps the configured ones)."""
     return {"inventory.include": include, "inventory.exclude": exclude}
 
@@ -71,12 +79,7 @@ def run_extract(
     one. A continued run takes its settings from its manifest; of `given` (dotted setting -> value,
     None = not given) only the safe ones apply to it. `submit_only`: stop once its batches are created,
     the run's lease kept for the call that continues it in this process (flows.run.early)."""
-    from checkpoints.store import open_store
-    from docmill.errors import ConfigError
-    from flows.run.continuation import choose_run, mode_of, pinned_settings, source_id
-    from tasks.recipes import load_recipe
-
-    settings = settings or _settings(store, {})
+    settings = settings or settings_for(store, {})
     st = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
     choice = choose_run(
         st,
@@ -144,8 +147,6 @@ def deadline_iso(text: str) -> str:
     """A --finish-by time as an ISO 8601 instant (`+2h` and `06:00` counted from now, local time)."""
     from datetime import datetime
 
-    from tasks.deadline.plan import parse_finish_by
-
     try:
         when = datetime.fromisoformat(text)
         if when.tzinfo is not None:
@@ -201,10 +202,7 @@ def resume_run(
 ) -> dict[str, Any]:
     """Continue a run with its own settings (its manifest's); only the cost cap and the concurrency
     may be given anew. A run spread over workers is continued over workers (`launcher`: flows.run.spread)."""
-    from checkpoints.manifest import ManifestStore
-    from checkpoints.store import open_store
-
-    settings = settings or _settings(store, {})
+    settings = settings or settings_for(store, {})
     m = ManifestStore(open_store(settings.store, endpoint_url=settings.s3_endpoint_url)).load(run_id)
     return run_extract(
         m.source,

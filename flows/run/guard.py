@@ -9,10 +9,13 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+from checkpoints.active import ActiveRuns, sources_overlap
+from checkpoints.lease import Lease, holder_is_dead_here, live_lease
 from docmill.background import every
 from docmill.errors import RunOverlap
 from docmill.logs import get_logger
-from flows.run.context import RunContext, RunParams
+from flows.run.context import RunContext, RunParams, holder_id
+from flows.run.continuation import source_id
 
 log = get_logger("pipeline")
 LEASE_TTL = 120.0
@@ -26,9 +29,6 @@ def hold_lease(ctx: RunContext, *, keep: bool = False) -> Iterator[None]:
     """Hold the run's lease, renewed in the background; take over one left by a dead local process.
     `keep`: still held (and renewed) after the block, until the next `hold_lease` of the same run in
     this process takes it over; a lease kept by this process is taken over without asking the store."""
-    from checkpoints.lease import Lease, holder_is_dead_here
-    from flows.run.context import holder_id
-
     kept = _KEPT.pop(ctx.run_id, None)
     if kept is not None:
         lease, renewal = kept
@@ -60,9 +60,6 @@ def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked:
     """Raise `RunOverlap` if another live run of the same recipe and model covers the same
     documents. A stopped run (its lease is gone or its local holder died) does not block: it is
     continued by the same command (flows.run.continuation), and keeps its marker until it is done. With `marked` (both runs may have marked themselves at once) only the later of the two stops."""
-    from checkpoints.active import sources_overlap
-    from checkpoints.lease import live_lease
-
     now = time.time()
     for run_id, other in runs.items():
         if run_id == ctx.run_id or (other.get("recipe"), other.get("model")) != (
@@ -96,9 +93,6 @@ def announced(ctx: RunContext, params: RunParams, *, keep: bool = False) -> Iter
     Best effort across machines (two runs starting in the same instant both see each other after
     marking, and the later one stops). DOCMILL_ALLOW_OVERLAPPING_RUNS=true skips the check. `keep`:
     the marker stays after the block (the run goes on in this process: flows.run.early)."""
-    from checkpoints.active import ActiveRuns
-    from flows.run.continuation import source_id
-
     runs = ActiveRuns(ctx.store)
     mine = {
         "recipe": params.recipe,

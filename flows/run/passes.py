@@ -12,11 +12,18 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks
+from checkpoints.costs import CostLedger
+from checkpoints.inflight import InFlight
+from checkpoints.outcomes import OutcomeLog
 from docmill.collector import relaxed_gc
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
 from flows.run.context import RunContext, RunParams
+from flows.run.deadline import deadline_pass
 from flows.run.progress import Progress
+from tasks.batch.budget import affordable_chunks
+from tasks.batch.engine import run_batches
+from tasks.inventory import Document
 from tasks.per_file.realtime import extract_recorded, feed
 
 ChunkFn = Callable[[str, list[dict[str, Any]]], dict[str, int]]
@@ -37,8 +44,6 @@ def plain_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:
 
 def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
     """Per-file pass over one chunk (realtime); outcomes written once per chunk."""
-    from checkpoints.outcomes import OutcomeLog
-    from tasks.inventory import Document
 
     def settle(outcomes: list[Any]) -> str | None:  # whole: earlier lives are recounted
         return None if any(o.failure_type == "budget" for o in outcomes) else cid
@@ -72,9 +77,6 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
 def spent_usd(ctx: RunContext) -> float:
     """What the run has paid as far as anyone can tell: its cost ledger plus the upper bound of
     requests a crash left in flight unrecorded (checkpoints.inflight)."""
-    from checkpoints.costs import CostLedger
-    from checkpoints.inflight import InFlight
-
     return (
         float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
         + InFlight(ctx.store, ctx.run_id).totals()["usd"]
@@ -98,8 +100,6 @@ def budget_stop(ctx: RunContext, where: str, why: str | None = None) -> BudgetEx
 def per_file_pass(
     ctx: RunContext, params: RunParams, chunk_ids: list[str], map_chunks: MapChunks, progress: bool = True
 ) -> None:
-    from checkpoints.outcomes import OutcomeLog
-
     done = OutcomeLog(ctx.store, ctx.run_id).chunks_done()
     pending = [
         (cid, InventoryChunks(ctx.store, ctx.run_id).load(cid)) for cid in chunk_ids if cid not in done
@@ -107,10 +107,6 @@ def per_file_pass(
     total = sum(len(d) for _, d in pending)
     bar = Progress(total, "per-file pass", enabled=progress, listener=ctx.on_progress)
     if params.mode == "batch":
-        from tasks.batch.budget import affordable_chunks
-        from tasks.batch.engine import run_batches
-        from tasks.inventory import Document
-
         spent = spent_usd(ctx)
         full = {cid: chunk for cid, chunk in pending}  # a chunk cut short by the cap is never written
         fit = affordable_chunks(
@@ -126,8 +122,6 @@ def per_file_pass(
         if ctx.extra.get(
             "finish_by"
         ):  # batch what can finish in time, the rest realtime (flows.run.deadline)
-            from flows.run.deadline import deadline_pass
-
             outcomes = deadline_pass(
                 ctx,
                 docs,

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from checkpoints.allowance import Allowance
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks
 from checkpoints.outcomes import OutcomeLog
-from checkpoints.shards import ShardTable, WorkerLog, plan_shards
+from checkpoints.shards import STOP_INTERRUPTED, ShardTable, WorkerLog, plan_shards
 from docmill.errors import InputError, Interrupted, SystemicFailure
 from docmill.logs import get_logger
 from docmill.shutdown import SHUTDOWN
@@ -34,7 +34,6 @@ from flows.run.passes import Chunk, ChunkFn, MapChunks, spent_usd
 
 log = get_logger("flows")
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-INTERRUPT = "interrupted"  # the stop kind flows.orchestration.shard_worker obeys by stopping its sends
 
 
 class Launcher(Protocol):
@@ -143,7 +142,7 @@ class Spread:
         if gens:
             last = ShardTable(store, run_id, gens[-1])
             stop = last.stopped()
-            if (stop is None or stop.get("kind") == INTERRUPT) and len(last.done()) < len(last.plan()):
+            if (stop is None or stop.get("kind") == STOP_INTERRUPTED) and len(last.done()) < len(last.plan()):
                 if stop is not None:
                     last.resume()  # its claims still keep a worker that is finishing from a second one
                 return last
@@ -187,7 +186,7 @@ class Spread:
         try:
             stop = self.wait(table, plan, size, total)
         except (Interrupted, KeyboardInterrupt):
-            table.stop(INTERRUPT, "the driver was interrupted", by="driver")
+            table.stop(STOP_INTERRUPTED, "the driver was interrupted", by="driver")
             raise
         finally:
             for handle in self.launched:
@@ -210,7 +209,7 @@ class Spread:
         while True:
             SHUTDOWN.check()
             stop = table.stopped()
-            if stop is not None and stop.get("kind") != INTERRUPT:
+            if stop is not None and stop.get("kind") != STOP_INTERRUPTED:
                 return stop
             done = table.done()
             finished = OutcomeLog(self.ctx.store, self.ctx.run_id).chunks_done()

@@ -1,4 +1,4 @@
-"""The realtime Messages call on an event loop (issue 23): `AsyncModelClient`, the twin of
+"""The realtime Messages call on an event loop: `AsyncModelClient`, the twin of
 `ModelClient.call` that the per-file pass uses, so one process keeps as many requests in flight as the
 pacer's window asks (Little's law: hundreds at a tier-4 limit) without a thread each.
 
@@ -36,7 +36,7 @@ from tasks.api.answers import StreamProgress, read_timeout, streams
 from tasks.api.client import ENDINGS, CallResult, ModelClient, OnResponse
 from tasks.api.loop_thread import LoopThread
 from tasks.api.pacing import WINDOW_FULL, WINDOW_MAX, RateLimiter, Ticket, Told
-from tasks.api.retrying import is_retryable
+from tasks.api.retrying import transport_async
 from tasks.api.sse import read_answer
 
 if TYPE_CHECKING:
@@ -318,17 +318,17 @@ class AsyncModelClient:
         started = time.monotonic()
         ladder = c._ladder(request, key, doc_id, pass_name)
         ladder.estimate = estimate
-        while True:  # the thread's tenacity loop, written out: the same decisions, ~0.2 ms less a call
-            try:
-                message: dict[str, Any] = await self._send(request, ladder, on_response, purpose, then)
-                break
-            except ENDINGS as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
-                retryable = is_retryable(e)
-                if retryable and not c._spent(ladder):
-                    await self._backoff(c._wait_for(e, max(ladder.attempts_on_model, 1)))
-                    continue
-                error, cause = c._ended(e, ladder, exhausted=retryable)
-                raise error from cause
+        retrying = transport_async(
+            stop=lambda _s: c._spent(ladder),
+            wait=lambda s: c._wait(s, ladder),
+            sleep=self._backoff,
+            reraise=False,
+        )
+        try:  # the thread's policy (ModelClient.call): the same stop, wait and endings
+            message: dict[str, Any] = await retrying(self._send, request, ladder, on_response, purpose, then)
+        except ENDINGS as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
+            error, cause = c._ended(e, ladder)
+            raise error from cause
         return c._result(message, ladder, started, purpose, prompt_version)
 
     async def _backoff(self, seconds: float) -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anthropic
 from pydantic import SecretStr
-from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception
+from tenacity import RetryCallState, RetryError
 
 from docmill.errors import SpendLimitReached
 from docmill.prices import priced_usd, worst_usd
@@ -52,11 +52,12 @@ from tasks.api.ladder import Ladder, answered, call_error
 from tasks.api.pacing import WINDOW_MAX, Budget, RateLimiter, Told
 from tasks.api.retrying import (
     describe,
+    failure,
     is_invalid_request,
     is_refused,
-    is_retryable,
     is_spend_limit,
     spend_limit_error,
+    transport,
     wait_seconds,
 )
 from tasks.api.usage import estimate_input_tokens, usage_of
@@ -213,12 +214,10 @@ class ModelClient:
                 if ticket is not None:
                     self.limiter.release(ticket, usage=used)
 
-        retrying = Retrying(
-            retry=retry_if_exception(is_retryable),
+        retrying = transport(
             stop=lambda _s: attempts[0] >= api.max_attempts or timeouts[0] > api.timeout_resends,
             wait=lambda st: self._wait_any(st, attempts[0]),
             sleep=self._backoff,
-            reraise=True,
         )
         try:
             return retrying(once)
@@ -356,7 +355,7 @@ class ModelClient:
         return self._wait_any(state, max(ladder.attempts_on_model, 1))
 
     def _wait_any(self, state: RetryCallState, attempt: int) -> float:
-        exc = state.outcome.exception() if state.outcome else None
+        exc = failure(state)
         return 0.0 if exc is None else self._wait_for(exc, attempt)
 
     def _wait_for(self, exc: BaseException, attempt: int) -> float:
@@ -387,8 +386,7 @@ class ModelClient:
         Every answered call leaves one structured log line (docmill.api, INFO)."""
         started = time.monotonic()
         ladder = self._ladder(request, key, doc_id, pass_name)
-        retrying = Retrying(
-            retry=retry_if_exception(is_retryable),
+        retrying = transport(
             stop=lambda _s: self._spent(ladder),
             wait=lambda s: self._wait(s, ladder),
             sleep=self._backoff,
@@ -415,14 +413,14 @@ class ModelClient:
         api = self.settings.api
         return ladder.attempts_on_model >= api.max_attempts or ladder.timeouts > api.timeout_resends
 
-    def _ended(self, e: BaseException, ladder: Ladder, *, exhausted: bool = False) -> Ending:
-        """The error a call ends with when its retry loop gives up on `e` (one of `ENDINGS`; a
-        retryable one when its attempts are spent: `exhausted`), and its cause: a spend-limit refusal
+    def _ended(self, e: BaseException, ladder: Ladder) -> Ending:
+        """The error a call ends with when its retry loop gives up on `e` (one of `ENDINGS`; tenacity's
+        `RetryError` when a retryable failure's attempts are spent), and its cause: a spend-limit refusal
         stops the run (no document is marked failed); 401-404 feed the breaker; everything else is an
         `ApiCallError`."""
         key, doc_id, pass_name = ladder.key, ladder.doc_id, ladder.pass_name
-        if isinstance(e, RetryError) or exhausted:
-            last = e.last_attempt.exception() if isinstance(e, RetryError) else e
+        if isinstance(e, RetryError):
+            last = e.last_attempt.exception()
             return call_error(last, ladder, key, doc_id, pass_name, "transport_exhausted"), last
         if isinstance(e, anthropic.APIResponseValidationError):
             self.breaker.api("not_a_message", str(e))
@@ -435,7 +433,7 @@ class ModelClient:
         if status in API_CAUSES:
             self.breaker.api(API_CAUSES[status], describe(e))
             self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
-        elif is_invalid_request(e):  # the same 400 for every document: systemic (issue 22)
+        elif is_invalid_request(e):  # the same 400 for every document: systemic
             self.breaker.invalid_request(describe(e), doc_id)
         return call_error(e, ladder, key, doc_id, pass_name, kind), e
 

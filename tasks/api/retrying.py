@@ -9,8 +9,13 @@ read timeout). What a failed attempt may have cost is `answers.paid_attempt`'s d
 is reached (`SPEND_LIMIT_CODES`): waiting cannot help, `spend_limit_error` turns it into the error
 that stops the run. Waits: `retry-after-ms` / `retry-after` when the server sends them, capped
 at `api.retry_after_max_seconds` (default 60 s, like the SDK; a capped wait is logged), else
-exponential backoff with jitter capped at `backoff_max_seconds`. Callers: ModelClient (call, run),
-BatchApi (every batch call and the results download).
+exponential backoff with jitter capped at `backoff_max_seconds`.
+
+The loop that re-sends is tenacity, built here and nowhere else (`transport`, on a thread; `transport_async`,
+`AsyncRetrying` on the event loop): callers give when to stop and how long to wait, the decision of
+what is retried is `is_retryable`. Callers: ModelClient (call, run, stream), AsyncModelClient.call,
+BatchApi (every batch call, `create`, the results download). A layout test fails on a retry loop
+written by hand (tests/layout/test_mechanisms.py).
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any
 
 import anthropic
+from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception
 
 from docmill.errors import SpendLimitReached
 from docmill.logs import get_logger
@@ -198,3 +204,45 @@ def is_refused(e: BaseException) -> bool:
             return True
         seen, depth = seen.__cause__ or seen.__context__, depth + 1
     return False
+
+
+Stop = Callable[[RetryCallState], bool]
+Wait = Callable[[RetryCallState], float]
+
+
+def transport(
+    *,
+    stop: Stop,
+    wait: Wait,
+    sleep: Callable[[float], None],
+    reraise: bool = True,
+    retry: Callable[[BaseException], bool] = is_retryable,
+) -> Retrying:
+    """THE transport retry loop on a thread: re-runs the call while `is_retryable` says so and `stop`
+    does not; `wait` says how long before the next attempt (`failure` names what failed), `sleep`
+    waits. A final error is raised as it is; a retryable one whose attempts are spent is raised as it
+    is (`reraise`) or as tenacity's `RetryError` (the caller tells the two apart). `retry` is
+    `is_retryable` but for a batch's results stream (`broke_in_transit`). One object per call:
+    tenacity keeps a call's state on it."""
+    return Retrying(retry=retry_if_exception(retry), stop=stop, wait=wait, sleep=sleep, reraise=reraise)
+
+
+def transport_async(
+    *, stop: Stop, wait: Wait, sleep: Callable[[float], Awaitable[None]], reraise: bool = True
+) -> AsyncRetrying:
+    """`transport` on the event loop (tenacity's `AsyncRetrying`): the same decision; `sleep` is awaited."""
+    retry = retry_if_exception(is_retryable)
+    return AsyncRetrying(retry=retry, stop=stop, wait=wait, sleep=sleep, reraise=reraise)
+
+
+def failure(state: RetryCallState) -> BaseException | None:
+    """The error the attempt just made ended with (None after a success)."""
+    return state.outcome.exception() if state.outcome is not None else None
+
+
+def broke_in_transit(e: BaseException) -> bool:
+    """A downloaded stream (a batch's results) that broke off in transit and is worth fetching again
+    from where it stopped: a connection error, a reset, a truncated line; not a bug."""
+    return isinstance(e, (anthropic.APIConnectionError, OSError, ValueError)) or type(
+        e
+    ).__module__.startswith("httpx")

@@ -1,5 +1,5 @@
-"""Token arithmetic shared by every pass (a leaf: it imports only the media measure of
-tasks.readers): the usage counters of a response summed, and the cheap input-token estimate used
+"""Token arithmetic shared by every pass (a leaf: it imports only the media measure,
+tasks.api.media_tokens): the usage counters of a response summed, and the cheap input-token estimate used
 for pacing and budgets (a PDF or image block counted by pages and pixels as the API bills them,
 never as characters of base64)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tasks.readers.measure import media_block_tokens
+from tasks.api.media_tokens import media_block_tokens
 
 USAGE_FIELDS = (
     "input_tokens",
@@ -49,7 +49,7 @@ def _without_media(request: dict[str, Any]) -> tuple[dict[str, Any], int]:
 
 def estimate_input_tokens(request: dict[str, Any]) -> int:
     """Cheap input-token estimate for pacing and budgets: chars/4 of the request body, a PDF or
-    image block by its pages and pixels (tasks.readers.measure)."""
+    image block by its pages and pixels (tasks.api.media_tokens)."""
     body, media = _without_media(request)
     return max(1, len(json.dumps(body, ensure_ascii=False)) // 4 + media)
 

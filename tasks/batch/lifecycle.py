@@ -18,10 +18,22 @@ from anthropic.types.messages import MessageBatch
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
 from docmill.errors import BatchError
 from docmill.logs import current_run, get_logger
-from tasks.api.retrying import describe, is_retryable, is_spend_limit, spend_limit_error, wait_seconds
+from tasks.api.retrying import (
+    Stop,
+    broke_in_transit,
+    describe,
+    failure,
+    is_retryable,
+    is_spend_limit,
+    spend_limit_error,
+    transport,
+    wait_seconds,
+)
 from tasks.batch.spool import BatchBody
 
 if TYPE_CHECKING:
+    from tenacity import Retrying
+
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
 
@@ -64,24 +76,32 @@ class BatchApi:
         self.cap = float(settings.api.backoff_max_seconds)
         self.asked_max = float(settings.api.retry_after_max_seconds)
 
-    def wait(self, exc: BaseException, attempt: int) -> float:
+    def wait(self, exc: BaseException | None, attempt: int) -> float:
         """The transport wait before retry `attempt` (tasks.api.retrying: retry-after capped)."""
-        return wait_seconds(exc, attempt, self.cap, asked_max=self.asked_max)
+        return 0.0 if exc is None else wait_seconds(exc, attempt, self.cap, asked_max=self.asked_max)
+
+    def retrying(
+        self, *, stop: Stop | None = None, retry: Callable[[BaseException], bool] = is_retryable
+    ) -> Retrying:
+        """The transport retry loop (tasks.api.retrying.transport) with this API's attempts and waits."""
+        spent = stop or (lambda s: s.attempt_number >= self.attempts)
+        wait = lambda s: self.wait(failure(s), s.attempt_number)  # noqa: E731
+        return transport(stop=spent, wait=wait, sleep=self.sleep, retry=retry)
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        for n in range(1, self.attempts + 1):
-            try:
-                return fn(*args, **kw)
-            except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-                if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
-                    raise spend_limit_error(e) from e
-                if not is_retryable(e) or n == self.attempts:
-                    raise BatchError(
-                        f"{what} failed after {n} attempt(s): {describe(e)}",
-                        hint=f"check the API key and network; {resume_hint()} picks the run up again",
-                    ) from e
-                self.sleep(self.wait(e, n))
-        raise AssertionError("unreachable")
+        """`fn(*args, **kw)` with transport retries; a spend-limit refusal stops the run, any other
+        failure leaves as a `BatchError` naming `what`."""
+        retrying = self.retrying()
+        try:
+            return retrying(fn, *args, **kw)
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+            if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+                raise spend_limit_error(e) from e
+            n = retrying.statistics.get("attempt_number", 1)
+            raise BatchError(
+                f"{what} failed after {n} attempt(s): {describe(e)}",
+                hint=f"check the API key and network; {resume_hint()} picks the run up again",
+            ) from e
 
     def create(self, body: BatchBody) -> MessageBatch:
         """POST the spooled body streamed from its file with a known `Content-Length` (never a
@@ -157,34 +177,40 @@ def submit(
         list_mark=api.newest_id(),
     )
     records.create(rec)
-    for attempt in range(1, api.attempts + 1):
+    tries = 0
+
+    def create() -> MessageBatch | list[MessageBatch]:
+        """One `create`; after a failed one, first the batches it may have made (adopted, never sent again)."""
+        nonlocal tries
+        tries += 1
+        if tries > 1 and (found := find_candidates(api, rec, set())):
+            return found
         crash_point("before_create")
-        try:
-            batch = api.create(body)
-        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-            if not is_retryable(e):
-                why = f"create refused: {describe(e)}"
-                if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
-                    records.update(n, partial(_not_created, why=why))
-                    raise spend_limit_error(e) from e
-                records.update(n, partial(_not_created, why=why))
-                raise BatchError(
-                    f"batch {n} of run {run_id} was refused: {describe(e)}",
-                    hint="lower settings.batch.max_requests / max_bytes, or fix the request it names",
-                ) from e
-            api.sleep(api.wait(e, attempt))
-            found = find_candidates(api, rec, set())
-            if found:  # the failed-looking create did create it
+        return api.create(body)
+
+    try:
+        made = api.retrying()(create)
+    except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
+        if is_retryable(e):  # attempts spent: the last failure may hide a batch too
+            api.sleep(api.wait(e, api.attempts))
+            if found := find_candidates(api, rec, set()):
                 return _adopt(api, records, rec, found, cancel=False, why="create answered with an error")
-            continue
-        crash_point("after_create")
-        created = [batch]
-        return records.update(n, partial(_submitted, batches=created, now=now))
-    records.update(n, lambda r: _not_created(r, f"create kept failing ({api.attempts} attempts)"))
-    raise BatchError(
-        f"batch {n} of run {run_id} could not be created after {api.attempts} attempts",
-        hint=f"the API is failing; `docmill resume {run_id}` later resends these requests",
-    )
+            records.update(n, lambda r: _not_created(r, f"create kept failing ({api.attempts} attempts)"))
+            raise BatchError(
+                f"batch {n} of run {run_id} could not be created after {api.attempts} attempts",
+                hint=f"the API is failing; `docmill resume {run_id}` later resends these requests",
+            ) from e
+        records.update(n, partial(_not_created, why=f"create refused: {describe(e)}"))
+        if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+            raise spend_limit_error(e) from e
+        raise BatchError(
+            f"batch {n} of run {run_id} was refused: {describe(e)}",
+            hint="lower settings.batch.max_requests / max_bytes, or fix the request it names",
+        ) from e
+    if isinstance(made, list):  # the failed-looking create did create it
+        return _adopt(api, records, rec, made, cancel=False, why="create answered with an error")
+    crash_point("after_create")
+    return records.update(n, partial(_submitted, batches=[made], now=now))
 
 
 def _submitted(r: BatchRecord, batches: list[MessageBatch], now: float) -> None:
@@ -328,45 +354,43 @@ def results(api: BatchApi, batch_id: str) -> Iterator[dict[str, Any]] | None:
     return _lines(api, batch_id, first)
 
 
-def _broken(e: Exception) -> bool:
-    """A results stream that broke off in transit (worth fetching again), not a bug."""
-    return isinstance(e, (anthropic.APIConnectionError, OSError, ValueError)) or type(
-        e
-    ).__module__.startswith("httpx")
-
-
 def _lines(api: BatchApi, batch_id: str, decoder: Any) -> Iterator[dict[str, Any]]:
+    """The stream's lines; a stream that breaks in transit (`retrying.broke_in_transit`) is fetched
+    again and read on after the last line handed on. Gives up after `api.attempts` breaks in a row
+    without a new line in between."""
     done = 0  # lines handed on; a fetched-again stream skips them
     failures = 0  # consecutive breaks without a new line in between
+    retrying = api.retrying(stop=lambda _s: failures >= api.attempts, retry=broke_in_transit)
     try:
-        while True:
-            seen = 0
-            try:
-                for raw in decoder.http_response.iter_lines():
-                    if not raw.strip():
-                        continue
-                    seen += 1
-                    if seen <= done:
-                        continue
-                    line = json.loads(raw)
-                    done, failures = done + 1, 0
-                    yield line
-                return
-            except Exception as e:
-                failures += 1
-                if not _broken(e):
+        for attempt in retrying:
+            with attempt:
+                if failures:
+                    decoder.close()
+                    decoder = api.call(
+                        f"results of {batch_id}", api.client.messages.batches.results, batch_id
+                    )
+                seen = 0
+                try:
+                    for raw in decoder.http_response.iter_lines():
+                        if not raw.strip():
+                            continue
+                        seen += 1
+                        if seen <= done:
+                            continue
+                        line = json.loads(raw)
+                        done, failures = done + 1, 0
+                        yield line
+                except Exception as e:
+                    if broke_in_transit(e):
+                        failures += 1
+                        log.warning("results of %s broke off after %d line(s) (%s)", batch_id, done, e)
                     raise
-                if failures >= api.attempts:
-                    raise BatchError(
-                        f"results of {batch_id} kept breaking off after {done} line(s): {e}",
-                        hint="resume the run",
-                    ) from e
-                log.warning(
-                    "results of %s broke off after %d line(s) (%s); fetching again", batch_id, done, e
-                )
-                api.sleep(api.wait(e, failures))
-                decoder.close()
-                decoder = api.call(f"results of {batch_id}", api.client.messages.batches.results, batch_id)
+    except Exception as e:
+        if not broke_in_transit(e):
+            raise
+        raise BatchError(
+            f"results of {batch_id} kept breaking off after {done} line(s): {e}", hint="resume the run"
+        ) from e
     finally:
         decoder.close()
 

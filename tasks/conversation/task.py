@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
 
+from checkpoints import cas
 from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.scratch import HistoryArchive, Scratchpad
-from docmill.errors import ContextError, NotFound, PinnedFactLost, PreconditionFailed
+from docmill.errors import ContextError, PinnedFactLost
 from tasks.api.answers import CallLabel, StreamProgress, stream_message
 from tasks.conversation import compaction as cmp
 from tasks.conversation.pinned import PinnedFacts
@@ -163,9 +164,8 @@ class ConversationTask:
         }
 
     def _load(self) -> None:
-        try:
-            data, self._etag = self.store.get_with_etag(self.key)
-        except NotFound:
+        data, self._etag = cas.read(self.store, self.key)
+        if data is None:
             return
         snap = json.loads(data)
         if snap.get("version") != CHECKPOINT_VERSION:
@@ -185,21 +185,14 @@ class ConversationTask:
         return self._etag is not None
 
     def checkpoint(self) -> None:
-        """Write the state with compare-and-swap; a lost race means two drivers: stop."""
+        """Write the state with one conditional write (checkpoints.cas.write, If-Match on the ETag this
+        task last read or wrote); a lost race means two drivers: stop, never merge."""
         data = json.dumps(self._snapshot(), ensure_ascii=False, separators=(",", ":")).encode()
-        if self._etag is None:
-            if not self.store.put_if_absent(self.key, data):
-                raise ContextError(
-                    f"{self.key} appeared while this task ran", hint="another process drives this task"
-                )
-            _, self._etag = self.store.get_with_etag(self.key)
-        else:
-            try:
-                self._etag = self.store.put_if_match(self.key, data, self._etag)
-            except PreconditionFailed as e:
-                raise ContextError(
-                    f"{self.key} changed under this task", hint="another process drives this task"
-                ) from e
+        etag = cas.write(self.store, self.key, data, self._etag)
+        if etag is None:
+            why = "appeared while this task ran" if self._etag is None else "changed under this task"
+            raise ContextError(f"{self.key} {why}", hint="another process drives this task")
+        self._etag = etag
         self.scratch.replace(self.pinned.render())
 
     # ---- requests ----------------------------------------------------------------------------

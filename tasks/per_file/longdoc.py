@@ -32,8 +32,17 @@ from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
 from tasks.per_file.boxes import with_boxes
 from tasks.per_file.gate import PAGE_MARK, evidence_report, strip_page_marks
-from tasks.per_file.media import Payload, SendAs, part_payload
-from tasks.per_file.requests import INSTRUCTION, SYSTEM_RULES, document_blocks, neutralize, wrap_document
+from tasks.per_file.media import Payload, SendAs, long_parts, part_payload
+from tasks.per_file.outcome import DocOutcome
+from tasks.per_file.requests import (
+    FILE_PASS,
+    INSTRUCTION,
+    SYSTEM_RULES,
+    document_blocks,
+    neutralize,
+    wrap_document,
+)
+from tasks.per_file.settle import enqueue_review, write_outcome
 from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
@@ -353,11 +362,6 @@ def review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcom
     document in a batch): split on structure (a PDF sent as a PDF: page ranges), extracted chunk by
     chunk in one conversation task, merged with provenance, gated, written once, queued for review
     when it needs review."""
-    from tasks.per_file.media import long_parts
-    from tasks.per_file.outcome import DocOutcome
-    from tasks.per_file.requests import FILE_PASS
-    from tasks.per_file.settle import enqueue_review, write_outcome
-
     result = extract_long(
         payload.text,
         doc_id=doc.doc_id,

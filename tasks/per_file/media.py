@@ -31,6 +31,7 @@ from tasks.readers.content import (
     Content,
     Page,
 )
+from tasks.readers.pdf import page_range
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -50,7 +51,7 @@ class SendAs(StrEnum):
 def send_as(doc: Document, recipe: Recipe | None = None) -> SendAs:
     """How `doc` goes to the API for `recipe` (see the module docstring)."""
     mode = getattr(recipe, "pdf_mode", "auto")
-    default = getattr(doc, "send_as", None)  # documents inventoried before issue 24 have none: text
+    default = getattr(doc, "send_as", None)  # a record without it (an older inventory) is sent as text
     if default == SendAs.IMAGE:
         return SendAs.IMAGE
     if default is not None and doc.doc_type == "pdf" and getattr(doc, "status", "ok") == "ok":
@@ -166,8 +167,6 @@ def page_parts(doc: Document, settings: Settings) -> list[tuple[int, int]]:
 
 def part_payload(whole: Payload, first: int, last: int) -> Payload:
     """The payload of pages first..last of a PDF payload: those pages' bytes and text layer."""
-    from tasks.readers.pdf import page_range
-
     spans = [p for p in whole.content.pages if first <= p.number <= last]
     start = spans[0].start if spans else 0
     end = spans[-1].end if spans else 0

@@ -1,4 +1,4 @@
-"""The per-file pass over one chunk of documents, realtime (issue #4, invariants 1, 3, 5).
+"""The per-file pass over one chunk of documents, realtime (invariants 1, 3, 5).
 
 Every chunk's documents run as coroutines on the client's one event loop (tasks.api.aio), shared by
 every chunk in flight: a request waits for the pacer, not for a thread, so the window the pacer asks
@@ -51,6 +51,7 @@ from tasks.per_file.gate import (
     check,
     next_request,
 )
+from tasks.per_file.longdoc import review_long
 from tasks.per_file.media import Payload, SendAs, goes_long, load_payload, long_tokens, send_as
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_request
@@ -360,8 +361,6 @@ def answer_cause(verdict: Verdict) -> tuple[str | None, str]:
 
 def _review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcome:
     """A document above the per-file budget (tasks.per_file.longdoc.review_long)."""
-    from tasks.per_file.longdoc import review_long
-
     return review_long(p, doc, key, payload)
 
 

@@ -1,4 +1,4 @@
-"""What a reader gives back, and why it may refuse (a leaf: standard library only).
+"""What a reader gives back, and why it may refuse (a leaf: the standard library and docmill.api_media).
 
 `Content` is one document as docmill can send it: its text layer (pages joined by a form feed, with
 their spans), and for PDFs and images what the API needs to receive them as they are (media type,
@@ -13,16 +13,16 @@ memory addresses (`<_io.BytesIO object at 0x7fa3...>`), so a reason reads the sa
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
-# The API's image rule (docs, vision and PDF support): an image whose long edge passes 1,568 px, or
-# that would cost more than ~1,600 tokens, is scaled down first; an image costs width x height / 750
-# tokens. A PDF page is sent as its text plus an image of the page.
-IMAGE_LONG_EDGE = 1568
-IMAGE_MAX_TOKENS = 1600
-PIXELS_PER_TOKEN = 750
+# The API's image rule (docmill.api_media): re-exported, the readers' names for it
+from docmill.api_media import IMAGE_LONG_EDGE as IMAGE_LONG_EDGE
+from docmill.api_media import IMAGE_MAX_TOKENS as IMAGE_MAX_TOKENS
+from docmill.api_media import PDF_MEDIA_TYPE as PDF_MEDIA_TYPE
+from docmill.api_media import PIXELS_PER_TOKEN as PIXELS_PER_TOKEN
+from docmill.api_media import image_tokens as image_tokens
+
 # What the API takes per request (docs; reference 000.5): 100 PDF pages, 32 MB the whole request,
 # 8,000 px a side (2,000 with more than 20 images), 5 MB an image, jpeg/png/gif/webp.
 API_MAX_PDF_PAGES = 100
@@ -30,16 +30,6 @@ API_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 API_MAX_IMAGE_SIDE = 8000
 API_MAX_IMAGE_BYTES = 5 * 1024 * 1024
 API_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
-PDF_MEDIA_TYPE = "application/pdf"
-
-
-def image_tokens(width: float, height: float) -> int:
-    """Tokens of one image (or one rendered PDF page) as the API bills it."""
-    if width <= 0 or height <= 0:
-        return 0
-    scale = min(1.0, IMAGE_LONG_EDGE / max(width, height))
-    w, h = width * scale, height * scale
-    return min(IMAGE_MAX_TOKENS, max(1, math.ceil(w * h / PIXELS_PER_TOKEN)))
 
 
 _OBJECT_REPR = re.compile(r"\s*<[^<>]*\bat 0x[0-9a-fA-F]+>")

@@ -23,12 +23,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from docmill.api_media import RENDER_SCALE
 from tasks.readers.content import PDF_MEDIA_TYPE, Content, Unreadable, image_tokens, paged
 from tasks.readers.pdf_text import PDFIUM_LOCK, open_document, page_text, poor_text, visible_chars
 
 DEFAULT_MIN_CHARS = 40
 DEFAULT_MAX_PAGES = 1000
-RENDER_SCALE = 1568 / 792  # a Letter page rendered with its long edge at the API's 1,568 px
 
 
 def _quiet() -> None:

@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from docmill.errors import ConfigError
+from tasks.readers import ALL_TYPES, NOT_READ
 from tasks.recipes.shape import PATTERN_HINT, shape_problems
 from tasks.recipes.thinking import ThinkingPolicy
 
@@ -123,8 +124,6 @@ def _evidence_fields(name: str, schema: type[BaseModel], declared: tuple[str, ..
 
 def _check_doc_types(name: str, doc_types: frozenset[str]) -> None:
     """A recipe may list only types docmill reads: refused at load, never skipped file by file."""
-    from tasks.readers import ALL_TYPES, NOT_READ
-
     bad = sorted(doc_types - ALL_TYPES)
     if bad:
         why = "; ".join(NOT_READ.get(t, f"no reader for {t!r}") for t in bad)

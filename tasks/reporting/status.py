@@ -13,8 +13,13 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.batches import BatchRecords
+from checkpoints.costs import CostLedger
 from checkpoints.inflight import InFlight
+from checkpoints.lease import live_lease
 from checkpoints.manifest import ManifestStore
+from checkpoints.outcomes import OutcomeLog
+from checkpoints.review_queue import ReviewQueue
 from tasks.reporting.spread import deadline_lines, deadline_summary, spread_lines, spread_summary
 from tasks.reporting.summary import stop
 
@@ -29,8 +34,6 @@ def driver_state(store: ObjectStore, run_id: str, phase: str, now: float) -> str
     """ "running" while a process holds the run's lease, "stopped" when an unfinished run has none
     (it crashed, was killed, or stopped on its budget or an error: `docmill resume` continues it),
     "finished" when it is done or canceled."""
-    from checkpoints.lease import live_lease
-
     if phase in FINISHED:
         return "finished"
     return "running" if live_lease(store, run_id, now) is not None else "stopped"
@@ -46,11 +49,6 @@ def _inventory_size(store: ObjectStore, run_id: str) -> int | None:
 
 def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> dict[str, Any]:
     """Everything `docmill status` shows, as a dict (also the `--json` output)."""
-    from checkpoints.batches import BatchRecords
-    from checkpoints.costs import CostLedger
-    from checkpoints.outcomes import OutcomeLog
-    from checkpoints.review_queue import ReviewQueue
-
     now = time.time() if now is None else now
     m = ManifestStore(store).load(run_id)
     outcomes = list(OutcomeLog(store, run_id).all())

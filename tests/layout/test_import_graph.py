@@ -6,12 +6,19 @@ and function sizes stay within the layout's limits."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("docmill", "flows", "tasks", "checkpoints", "emulator")
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once per test process (the layout tests walk the same files)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def _modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
@@ -29,7 +36,7 @@ def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dic
     modules = _modules(root, packages)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(tree):
             targets: list[str] = []
@@ -47,6 +54,12 @@ def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dic
                 if t and t != name and not name.startswith(t + "."):
                     graph[name].add(t)
     return graph
+
+
+@functools.cache
+def default_graph() -> dict[str, set[str]]:
+    """The project's import graph, built once per test process (do not change it)."""
+    return import_graph()
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -85,7 +98,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycle_among_first_party_modules() -> None:
-    assert cycles(import_graph()) == []
+    assert cycles(default_graph()) == []
 
 
 def test_the_check_sees_a_cycle_held_by_a_function_local_import() -> None:
@@ -125,7 +138,7 @@ def test_layered_packages_import_only_downwards(package: str) -> None:
     }
     layered = set(below)
     bad = []
-    for module, targets in import_graph().items():
+    for module, targets in default_graph().items():
         if not module.startswith(f"tasks.{package}."):
             continue
         for t in targets:
@@ -138,7 +151,7 @@ def test_layered_packages_import_only_downwards(package: str) -> None:
 
 def test_functions_stay_small() -> None:
     """Functions in per_file/, batch/, integration/ under ~80 lines. Modules have no line cap: they are
-    split by role (issue 34), and a cap was met by packing lines past the formatter."""
+    split by role, since a line cap invites packing lines past the formatter."""
     too_long = []
     for path in (ROOT / "tasks").rglob("*.py"):
         if path.parent.name not in {"per_file", "batch", "integration"}:

@@ -1,7 +1,8 @@
 """What a base64 `document` (PDF) or `image` block costs in input tokens, as the API bills it:
 every PDF page as its text (4 characters a token) plus an image of the page, an image by its
-pixels (tasks.readers.content.image_tokens). Used by the request estimate that paces and budgets
-every call (tasks.api.usage), so a PDF is never counted as characters of base64.
+pixels (docmill.api_media.image_tokens). Used by the request estimate that paces and budgets
+every call (tasks.api.usage) and by `docmill estimate` (tasks.sizing), so a PDF is never counted as
+characters of base64.
 Measured once per distinct block (the data string is the cache key).
 """
 
@@ -14,8 +15,7 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from tasks.readers.content import PDF_MEDIA_TYPE, image_tokens
-from tasks.readers.pdf import RENDER_SCALE
+from docmill.api_media import PDF_MEDIA_TYPE, RENDER_SCALE, image_tokens
 
 FALLBACK_PAGE_TOKENS = 1600  # a PDF that cannot be measured here: the API's per-page image at most
 

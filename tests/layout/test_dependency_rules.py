@@ -1,0 +1,112 @@
+"""The dependency rules the READMEs state, checked on the import graph (function-local and
+`TYPE_CHECKING` imports count, as in test_import_graph):
+
+- rooms (docs/design.md): `docmill` imports no other room; `checkpoints` and `emulator` only
+  `docmill`; `tasks` never `flows` or `emulator`; only the CLI and the run context start the emulator.
+- tasks/ packages (each package's README): `api` and `readers` import nothing else in tasks/;
+  `conversation` only `api`; `recipes` only `readers`; who may import `batch`, `per_file` and
+  `integration` is named in their READMEs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.layout.test_import_graph import default_graph
+
+
+def room(module: str) -> str:
+    return module.split(".")[0]
+
+
+def unit(module: str) -> str:
+    """A tasks/ package (`tasks.api`) or top-level tasks module (`tasks.records`); else the room."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "tasks" and len(parts) > 1 else parts[0]
+
+
+def edges(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return [(m, t) for m, targets in sorted(graph.items()) for t in sorted(targets)]
+
+
+ROOM_MAY_IMPORT = {
+    "docmill": set(),
+    "checkpoints": {"docmill"},
+    "emulator": {"docmill"},
+    "tasks": {"docmill", "checkpoints"},
+    "flows": {"docmill", "checkpoints", "tasks", "emulator"},
+}
+EMULATOR_STARTERS = ("flows.cli.", "flows.run.context")
+# tasks/ package -> the other tasks/ units it may import (None: any); its README says so
+TASKS_MAY_IMPORT: dict[str, set[str] | None] = {
+    "tasks.api": set(),
+    "tasks.readers": set(),
+    "tasks.conversation": {"tasks.api"},
+    "tasks.recipes": {"tasks.readers"},
+}
+# tasks/ package -> the tasks/ units that may import it (flows/ always may)
+TASKS_IMPORTED_BY = {
+    "tasks.batch": {"tasks.deadline"},
+    "tasks.per_file": {"tasks.batch", "tasks.deadline", "tasks.estimate", "tasks.doctor"},
+    "tasks.integration": {"tasks.reporting"},
+}
+
+
+def room_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, t in edges(graph):
+        crosses = room(t) != room(m) and room(t) not in ROOM_MAY_IMPORT[room(m)]
+        starts_emulator = room(t) == "emulator" and room(m) == "flows"
+        if crosses or (starts_emulator and not m.startswith(EMULATOR_STARTERS)):
+            bad.append(f"{m} -> {t}")
+    return bad
+
+
+def tasks_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, t in edges(graph):
+        if room(m) != "tasks" or room(t) != "tasks" or unit(m) == unit(t):
+            continue
+        allowed = TASKS_MAY_IMPORT.get(unit(m))
+        importers = TASKS_IMPORTED_BY.get(unit(t))
+        if (allowed is not None and unit(t) not in allowed) or (
+            importers is not None and unit(m) not in importers
+        ):
+            bad.append(f"{m} -> {t}")
+    return bad
+
+
+def test_rooms_import_only_downwards() -> None:
+    assert room_violations(default_graph()) == []
+
+
+def test_tasks_packages_keep_the_rules_their_readmes_state() -> None:
+    assert tasks_violations(default_graph()) == []
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("tasks.api.usage", "tasks.readers.measure"),  # the api package reaching into readers
+        ("tasks.conversation.task", "tasks.per_file.gate"),
+        ("tasks.recipes.base", "tasks.records"),
+        ("tasks.review", "tasks.batch.engine"),
+        ("tasks.reporting.report", "tasks.per_file.outcome"),
+    ],
+)
+def test_the_tasks_rules_see_a_forbidden_edge(importer: str, imported: str) -> None:
+    assert tasks_violations({importer: {imported}}) == [f"{importer} -> {imported}"]
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("checkpoints.ledger", "tasks.records"),
+        ("docmill.prices", "checkpoints.keys"),
+        ("tasks.per_file.realtime", "flows.run.context"),
+        ("tasks.api.client", "emulator.server"),
+        ("flows.run.driver", "emulator.server"),
+    ],
+)
+def test_the_room_rules_see_a_forbidden_edge(importer: str, imported: str) -> None:
+    assert room_violations({importer: {imported}}) == [f"{importer} -> {imported}"]
