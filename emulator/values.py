@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime
+from email.utils import parsedate_tz
 
 NUMBER = re.compile(r"(?:(?<![A-Za-z0-9])-)?\(?\d(?:[\d,.]*\d)?\)?")
 DATE_RE = re.compile(
@@ -60,6 +61,12 @@ def parse_date(text: str) -> date | None:
             return datetime.strptime(text, fmt).date()
         except ValueError:
             continue
+    stamp = parsedate_tz(text)  # an e-mail's Date header (RFC 5322), which a model reads as a date too
+    if stamp is not None and stamp[0] > 0:
+        try:
+            return date(stamp[0], stamp[1], stamp[2])
+        except ValueError:
+            pass
     head = text[:10]
     if head != text:
         return parse_date(head)

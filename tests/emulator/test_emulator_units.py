@@ -10,6 +10,7 @@ from emulator import cli, tokens
 from emulator.caching import PromptCache
 from emulator.compaction import sign, verify
 from emulator.faults import FaultPlan
+from emulator.schema_hints import as_date
 from emulator.validation import ApiError
 
 MODEL = "claude-sonnet-4-6"
@@ -133,3 +134,10 @@ def test_virtual_clock_speed_and_freeze_change_without_jumps() -> None:
     clock.set_rate(frozen=True, speed=1.0)
     t1 = clock.now()
     assert clock.now() == t1 and t1 >= t0 + 36.0
+
+
+def test_a_date_field_answers_an_email_date_header_in_iso() -> None:
+    """Asked for YYYY-MM-DD, a model turns an e-mail's `Date:` header into an ISO date; the emulator
+    does too (it used to copy the header verbatim, which the gate rightly refuses in a date field)."""
+    assert as_date("Mon, 05 Jan 2026 09:00:00 +0000", "iso-if-date") == "2026-01-05"
+    assert as_date("not a date at all", "iso-if-date") == "not a date at all"
