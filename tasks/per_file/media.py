@@ -20,10 +20,11 @@ from __future__ import annotations
 import base64
 import html
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from tasks.readers.bounded import Bounds, page_range_bounded
 from tasks.readers.content import (
     API_MAX_PDF_PAGES,
     API_MAX_REQUEST_BYTES,
@@ -78,6 +79,9 @@ class Payload:
     data: bytes | None = None
     media_type: str | None = None
     first_page: int = 1
+    bounds: Bounds = field(
+        default_factory=Bounds
+    )  # how its page ranges are cut (a PDF parse, bounded like every read)
 
     @property
     def page_count(self) -> int:
@@ -99,13 +103,14 @@ def text_payload(text: str) -> Payload:
 
 def load_payload(doc: Document, recipe: Recipe | None, settings: Settings) -> Payload:
     """The payload of an `ok` document (its bytes re-read and checked against its sha256)."""
-    from tasks.loading import load_content
+    from tasks.loading import load_content, read_bounds
 
     content, data = load_content(doc, settings)
     mode = send_as(doc, recipe)
     if mode is SendAs.TEXT:
         return Payload(content.text, content)
-    return Payload(content.text, content, mode, data, content.media_type or PDF_MEDIA_TYPE)
+    bounds = read_bounds(settings)
+    return Payload(content.text, content, mode, data, content.media_type or PDF_MEDIA_TYPE, bounds=bounds)
 
 
 def needs_parts(doc: Document, recipe: Recipe | None, settings: Settings) -> bool:
@@ -164,7 +169,6 @@ def page_parts(doc: Document, settings: Settings) -> list[tuple[int, int]]:
 
 def part_payload(whole: Payload, first: int, last: int) -> Payload:
     """The payload of pages first..last of a PDF payload: those pages' bytes and text layer."""
-    from tasks.readers.pdf import page_range
 
     spans = [p for p in whole.content.pages if first <= p.number <= last]
     start = spans[0].start if spans else 0
@@ -172,8 +176,8 @@ def part_payload(whole: Payload, first: int, last: int) -> Payload:
     pages = tuple(Page(p.number - first + 1, p.start - start, p.end - start) for p in spans)
     textless = tuple(n - first + 1 for n in whole.content.textless_pages if first <= n <= last)
     content = Content(whole.text[start:end], pages, "page", PDF_MEDIA_TYPE, last - first + 1, textless)
-    data = page_range(whole.data or b"", range(first, last + 1))
-    return Payload(content.text, content, SendAs.PDF, data, PDF_MEDIA_TYPE, first)
+    data = page_range_bounded(whole.data or b"", range(first, last + 1), whole.bounds)
+    return Payload(content.text, content, SendAs.PDF, data, PDF_MEDIA_TYPE, first, whole.bounds)
 
 
 # ---- the request's blocks -----------------------------------------------------------------------
