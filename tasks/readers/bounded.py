@@ -196,11 +196,13 @@ class ReaderPool:
                 raise _died(worker.proc.returncode, self.bounds) from None
             if reply is None:
                 worker.kill()
+                wall = time.monotonic() - started
+                clock = "on the wall clock" if wall >= self.bounds.seconds * WALL_FACTOR else "of CPU time"
                 raise OverLimit(
                     "time",
                     self.bounds.seconds,
-                    f"reading took longer than formats.read_seconds ({self.bounds.seconds:g} s of CPU time); "
-                    f"stopped after {time.monotonic() - started:.1f} s",
+                    f"reading took longer than formats.read_seconds ({self.bounds.seconds:g} s of CPU time, "
+                    f"{self.bounds.seconds * WALL_FACTOR:g} s on the wall clock); stopped after {wall:.1f} s {clock}",
                 )
             if reply["spent"]:
                 worker.close(STOP_WAIT)
