@@ -90,6 +90,7 @@ class _Worker:
         finally:
             theirs.close()
         self.conn = Connection(mine.detach())
+        self.job_cpu = 0.0  # CPU seconds the current job used, as last seen
 
     def call(self, job: tuple[str, tuple[Any, ...]], seconds: float) -> dict[str, Any] | None:
         """The worker's reply, or None when it used more than `seconds` of CPU time on the job, or
@@ -104,7 +105,9 @@ class _Worker:
                 if used is None or start_cpu is None:  # no /proc: the wall clock decides alone
                     if time.monotonic() > wall_end - seconds * (WALL_FACTOR - 1):
                         return None
-                elif used - start_cpu > seconds or time.monotonic() > wall_end:
+                    continue
+                self.job_cpu = used - start_cpu
+                if self.job_cpu > seconds or time.monotonic() > wall_end:
                     return None
         reply: dict[str, Any] = pickle.loads(self.conn.recv_bytes())
         return reply
@@ -202,7 +205,8 @@ class ReaderPool:
                     "time",
                     self.bounds.seconds,
                     f"reading took longer than formats.read_seconds ({self.bounds.seconds:g} s of CPU time, "
-                    f"{self.bounds.seconds * WALL_FACTOR:g} s on the wall clock); stopped after {wall:.1f} s {clock}",
+                    f"{self.bounds.seconds * WALL_FACTOR:g} s on the wall clock); stopped after {wall:.1f} s {clock} "
+                    f"({worker.job_cpu:.1f} s of CPU)",
                 )
             if reply["spent"]:
                 worker.close(STOP_WAIT)
