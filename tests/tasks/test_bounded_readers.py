@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,15 @@ from examples import hostile as H
 from tasks.inventory import inventory
 from tasks.loading import load_content
 from tasks.readers import Limits, Unreadable, read
-from tasks.readers.bounded import Bounds, pool_for, read_bounded
+from tasks.readers.bounded import Bounds, close_pools, pool_for, read_bounded
 from tests.fixtures.formats import invoice
+
+
+@pytest.fixture(autouse=True)
+def _stop_readers() -> Iterator[None]:
+    """Reader processes started during a test end with it (the next read starts them again)."""
+    yield
+    close_pools()
 
 
 def test_hostile_files_get_over_limit_with_their_limit_and_the_run_goes_on(tmp_path: Path) -> None:
