@@ -348,8 +348,9 @@ class FormatSettings(BaseModel):
     read_seconds: float = Field(
         60.0,
         ge=0,
-        description="Wall-clock time one document's reading may take: past it the reader process is killed "
-        "and the document skipped (over_limit, time). 0: no deadline.",
+        description="CPU time one document's reading may take (and 4x that on the wall clock, for a busy "
+        "machine): past it the reader process is killed and the document skipped (over_limit, time). "
+        "0: no deadline.",
     )
     read_processes: int = Field(
         2,
