@@ -10,8 +10,8 @@ time: a pickled `(function name, args)` in, a pickled `Reply` out. Only the func
 Past the memory cap a reader fails somewhere (MemoryError, or a C library's own "cannot allocate"
 error turned into a parse error): whatever the error, when the process's peak address space came
 within `NEAR_LIMIT` of the cap the reply says `memory`, and the process exits after replying (the
-parent starts a fresh one). The parent enforces the per-document deadline on the wall clock; as a
-backstop that also holds when the parent is gone, each job lowers the soft `RLIMIT_CPU` to the CPU
+parent starts a fresh one). The parent enforces the per-document deadline (this process's CPU time,
+read from /proc, and a wall-clock cap); as a backstop that also holds when the parent is gone, each job lowers the soft `RLIMIT_CPU` to the CPU
 time used so far plus twice the deadline, so a runaway parse dies of SIGXCPU. End-of-file on the
 socket (the parent closed it or died) ends the process; `docmill.lifeline` ends it too when the
 parent is gone while a job runs.
