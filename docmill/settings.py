@@ -345,6 +345,29 @@ class FormatSettings(BaseModel):
     allow_macros: bool = Field(
         False, description="Read the text of macro-enabled Office files (macros never run); else skipped."
     )
+    read_memory_bytes: int = Field(
+        512 * 1024 * 1024,
+        ge=0,
+        description="Address space (RLIMIT_AS) of each reader process: a document whose reading needs more "
+        "is skipped (over_limit, memory). A worker's libraries take about 100 MiB of it. 0: no cap.",
+    )
+    read_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="CPU time one document's reading may take (and 4x that on the wall clock, for a busy "
+        "machine): past it the reader process is killed and the document skipped (over_limit, time). "
+        "0: no deadline.",
+    )
+    read_processes: int = Field(
+        2,
+        ge=1,
+        description="Reader processes at most (started on first use, reused; one document each at a time).",
+    )
+    read_bounded: bool = Field(
+        True,
+        description="Read documents in bounded reader processes (tasks.readers.bounded). False reads them in "
+        "docmill's own process, unbounded: for debugging a reader only.",
+    )
 
 
 class StoreSettings(BaseModel):

@@ -12,7 +12,8 @@ Checks, first match wins: unreadable (permission, broken symlink, not a regular 
 error) -> unsupported_type (not in `doc_types`, or a type docmill does not read) -> oversized
 (> settings.inventory.max_document_bytes) -> empty (no bytes, no visible text, a PDF without pages
 or marks) -> binary (NUL bytes in a text type) -> undecodable (no encoding reads it, invalid JSON) ->
-encrypted / corrupt / over_limit / macro_enabled (the format's reader refuses it: tasks.readers) ->
+encrypted / corrupt / over_limit / macro_enabled (the format's reader refuses it: tasks.readers; it
+runs in a reader process bounded in memory and time, tasks.readers.bounded: past a bound, over_limit) ->
 duplicate (same sha256 as an earlier `ok` document; `duplicate_of` names it). A PDF or image with
 no text layer is `ok`: it is sent as what it is (tasks.per_file.media).
 
@@ -37,7 +38,7 @@ import os
 import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,8 +47,17 @@ from docmill.errors import DocmillError, InputError
 from docmill.settings import Settings, get_settings
 from tasks.doc_names import attachment_doc_id, make_doc_id, selected
 from tasks.document import Document, SkipReason
-from tasks.loading import load_bytes, load_content, load_text, open_source_store, part_uri, read_limits
-from tasks.readers import ALL_TYPES, Content, ExtractError, Limits, doc_type_for, read
+from tasks.loading import (
+    load_bytes,
+    load_content,
+    load_text,
+    open_source_store,
+    part_uri,
+    read_bounds,
+    read_limits,
+)
+from tasks.readers import ALL_TYPES, Content, ExtractError, Limits, doc_type_for
+from tasks.readers.bounded import Bounds, read_bounded
 from tasks.readers.content import sent_as
 
 if TYPE_CHECKING:
@@ -244,12 +254,15 @@ def source_kind(source: str) -> SourceKind:
     return SourceKind.S3 if source.startswith("s3://") else SourceKind.LOCAL
 
 
-def _check_content(doc_type: str, data: bytes, limits: Limits) -> tuple[SkipReason, str] | Content:
-    """What the reader makes of the bytes, or (reason, detail) when there is nothing to send."""
+def _check_content(
+    doc_type: str, data: bytes, limits: Limits, bounds: Bounds
+) -> tuple[SkipReason, str] | Content:
+    """What the reader makes of the bytes (in a bounded reader process), or (reason, detail) when
+    there is nothing to send."""
     if not data:
         return SkipReason.EMPTY, "file has no bytes"
     try:
-        content = read(doc_type, data, limits)
+        content = read_bounded(doc_type, data, limits, bounds)
     except ExtractError as e:
         return SkipReason(e.reason), str(e)
     if not content.text.strip() and content.media_type is None and not content.parts:
@@ -279,6 +292,7 @@ class _Scan:
     limits: Limits
     settings: Settings
     seen: dict[str, str]  # sha256 -> the first ok doc id with it
+    bounds: Bounds = field(default_factory=Bounds)
 
 
 def _base(entry: _Entry) -> dict[str, Any]:
@@ -315,7 +329,7 @@ def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
         return skipped(got, SkipReason.UNSUPPORTED_TYPE, f"type {doc_type!r} is not taken by this run"), None
     if got.size > scan.max_bytes or got.data is None:
         return skipped(got, SkipReason.OVERSIZED, f"{got.size} bytes > limit {scan.max_bytes}"), None
-    content = _check_content(doc_type, got.data, scan.limits)
+    content = _check_content(doc_type, got.data, scan.limits, scan.bounds)
     if not isinstance(content, Content):
         return skipped(got, *content), None
     first = scan.seen.get(got.sha256)
@@ -424,7 +438,14 @@ def inventory(
     """
     settings = settings or get_settings()
     types = ALL_TYPES if doc_types is None else frozenset(t for t in doc_types if t in ALL_TYPES)
-    scan = _Scan(settings.inventory.max_document_bytes, types, read_limits(settings), settings, {})
+    scan = _Scan(
+        settings.inventory.max_document_bytes,
+        types,
+        read_limits(settings),
+        settings,
+        {},
+        read_bounds(settings),
+    )
     yield from one_per_id(_documents(SOURCES[source_kind(source)](source, settings), scan, known))
     if known is not None:
         known.save()

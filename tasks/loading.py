@@ -2,7 +2,8 @@
 
 `load_bytes` reads a file (local or s3://), or an e-mail attachment from its message (the source
 URI ends in `#part=2/1`: the attachment's index path through nested messages). `load_content` gives
-what the reader makes of them (tasks.readers.Content), `load_text` its text layer.
+what the reader makes of them (tasks.readers.Content), `load_text` its text layer. Every parse of
+the bytes runs in a bounded reader process (tasks.readers.bounded, settings.formats.read_*).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from checkpoints.store import open_store
 from docmill.errors import DocmillError, InputError
 from docmill.settings import Settings, get_settings
-from tasks.readers import Content, ExtractError, Limits, read
-from tasks.readers.mail import part_bytes
+from tasks.readers import Content, ExtractError, Limits
+from tasks.readers.bounded import Bounds, part_bytes_bounded, read_bounded
 from tasks.readers.office import ZipLimits
 
 if TYPE_CHECKING:
@@ -35,6 +36,12 @@ def read_limits(settings: Settings) -> Limits:
         pdf_max_pages=f.max_pdf_pages,
         zip=ZipLimits(f.max_unzipped_bytes, f.max_zip_ratio, f.allow_macros),
     )
+
+
+def read_bounds(settings: Settings) -> Bounds:
+    """How the readers are bounded (settings.formats.read_*): memory, time, processes."""
+    f = settings.formats
+    return Bounds(f.read_memory_bytes, f.read_seconds, f.read_processes, f.read_bounded)
 
 
 def part_uri(parent_uri: str, index: int) -> str:
@@ -66,7 +73,7 @@ def load_bytes(doc: Document, settings: Settings | None = None) -> bytes:
     try:
         data = _load_s3(uri, settings) if uri.startswith("s3://") else _load_local(uri)
         if mark:
-            data = part_bytes(data, [int(i) for i in path.split("/")])
+            data = part_bytes_bounded(data, [int(i) for i in path.split("/")], read_bounds(settings))
     except (OSError, DocmillError, ExtractError, ValueError) as e:
         raise InputError(f"cannot read {doc.doc_id}: {e}", doc_id=doc.doc_id) from e
     if hashlib.sha256(data).hexdigest() != doc.sha256:
@@ -86,7 +93,7 @@ def load_content(doc: Document, settings: Settings | None = None) -> tuple[Conte
     settings = settings or get_settings()
     data = load_bytes(doc, settings)
     try:
-        return read(doc.doc_type, data, read_limits(settings)), data
+        return read_bounded(doc.doc_type, data, read_limits(settings), read_bounds(settings)), data
     except ExtractError as e:
         raise InputError(f"cannot read {doc.doc_id}: {e}", doc_id=doc.doc_id) from e
 

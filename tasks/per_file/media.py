@@ -20,10 +20,11 @@ from __future__ import annotations
 import base64
 import html
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from tasks.readers.bounded import Bounds, page_range_bounded
 from tasks.readers.content import (
     API_MAX_PDF_PAGES,
     API_MAX_REQUEST_BYTES,
@@ -31,7 +32,6 @@ from tasks.readers.content import (
     Content,
     Page,
 )
-from tasks.readers.pdf import page_range
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -80,6 +80,9 @@ class Payload:
     media_type: str | None = None
     first_page: int = 1
     pdf: bytes | None = None  # a whole PDF's bytes, however it is sent: evidence boxes (tasks.per_file.boxes)
+    bounds: Bounds = field(
+        default_factory=Bounds
+    )  # how its page ranges are cut (a PDF parse, bounded like every read)
 
     @property
     def page_count(self) -> int:
@@ -101,14 +104,17 @@ def text_payload(text: str) -> Payload:
 
 def load_payload(doc: Document, recipe: Recipe | None, settings: Settings) -> Payload:
     """The payload of an `ok` document (its bytes re-read and checked against its sha256)."""
-    from tasks.loading import load_content
+    from tasks.loading import load_content, read_bounds
 
     content, data = load_content(doc, settings)
     mode = send_as(doc, recipe)
     pdf = data if content.media_type == PDF_MEDIA_TYPE else None
     if mode is SendAs.TEXT:
         return Payload(content.text, content, pdf=pdf)
-    return Payload(content.text, content, mode, data, content.media_type or PDF_MEDIA_TYPE, pdf=pdf)
+    bounds = read_bounds(settings)
+    return Payload(
+        content.text, content, mode, data, content.media_type or PDF_MEDIA_TYPE, pdf=pdf, bounds=bounds
+    )
 
 
 def needs_parts(doc: Document, recipe: Recipe | None, settings: Settings) -> bool:
@@ -167,14 +173,15 @@ def page_parts(doc: Document, settings: Settings) -> list[tuple[int, int]]:
 
 def part_payload(whole: Payload, first: int, last: int) -> Payload:
     """The payload of pages first..last of a PDF payload: those pages' bytes and text layer."""
+
     spans = [p for p in whole.content.pages if first <= p.number <= last]
     start = spans[0].start if spans else 0
     end = spans[-1].end if spans else 0
     pages = tuple(Page(p.number - first + 1, p.start - start, p.end - start) for p in spans)
     textless = tuple(n - first + 1 for n in whole.content.textless_pages if first <= n <= last)
     content = Content(whole.text[start:end], pages, "page", PDF_MEDIA_TYPE, last - first + 1, textless)
-    data = page_range(whole.data or b"", range(first, last + 1))
-    return Payload(content.text, content, SendAs.PDF, data, PDF_MEDIA_TYPE, first)
+    data = page_range_bounded(whole.data or b"", range(first, last + 1), whole.bounds)
+    return Payload(content.text, content, SendAs.PDF, data, PDF_MEDIA_TYPE, first, bounds=whole.bounds)
 
 
 # ---- the request's blocks -----------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 | format | reader | library (licence) |
 |---|---|---|
-| txt, md, csv, html, json, source code | `text.py` | standard library; charset-normalizer (MIT) for legacy encodings |
+| txt, md, csv, html, json, source code | `text.py` | standard library; charset-normalizer (MIT) for legacy encodings; lxml (BSD-3-Clause) for HTML |
 | pdf | `pdf.py`, `pdf_text.py` | pypdfium2 (Apache-2.0 / BSD-3-Clause) text; pypdf (BSD-3-Clause) page ranges |
 | png, jpg/jpeg, gif, webp | `image.py` | Pillow (MIT-CMU), header only |
 | docx/docm, xlsx/xlsm, pptx/pptm | `office.py` | python-docx, openpyxl, python-pptx (MIT) |

@@ -68,6 +68,19 @@ class Unreadable(ExtractError):
         self.reason = reason
 
 
+class OverLimit(Unreadable):
+    """Reading stopped at a bound (tasks.readers.bounded): `limit` is "memory" (bytes of address
+    space) or "time" (seconds), `value` the bound; the reason is `over_limit`."""
+
+    def __init__(self, limit: str, value: float, detail: str) -> None:
+        super().__init__("over_limit", detail)
+        self.limit = limit
+        self.value = value
+
+    def __reduce__(self) -> tuple[type[OverLimit], tuple[str, float, str]]:
+        return (OverLimit, (self.limit, self.value, str(self)))
+
+
 @dataclass(frozen=True)
 class Page:
     """One page (slide, sheet) of the text layer: `text[start:end]`, numbered from 1."""

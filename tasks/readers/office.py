@@ -6,7 +6,9 @@ file: `unsupported_type`).
 
 Before any library opens a file, the zip container is checked from its directory: at most
 `max_unzipped` bytes unpacked, a compression ratio of at most `max_ratio`, at most MAX_MEMBERS
-members (a zip bomb is refused as `over_limit`, nothing is unpacked), and no active content: a VBA
+members (a zip bomb is refused as `over_limit`, nothing is unpacked). The directory may lie, so the
+members are then inflated in bounded chunks to the same limits, and the library opens that checked
+copy (`unpacked`), never the original. No active content: a VBA
 project (a `vbaProject.bin` member, or any part `[Content_Types].xml` types as a VBA project or its
 signature), a macro-enabled main part (.docm/.xlsm/.pptm and their templates and shows), Excel 4.0
 macro sheets, or ActiveX controls. Such files are refused as `macro_enabled` unless `allow_macros`
@@ -33,6 +35,7 @@ from typing import Any
 from tasks.readers.content import Content, Unreadable, paged
 
 MAX_MEMBERS = 10_000
+CHUNK = 1024 * 1024  # bytes inflated per read of a member
 MACRO_PARTS = ("vbaproject.bin",)
 CFB_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 ENCRYPTION_INFO = "EncryptionInfo".encode("utf-16-le")  # the stream's name in the CFB directory
@@ -146,9 +149,53 @@ def held_without_text(data: bytes) -> str:
     return ", ".join(held)
 
 
+def unpacked(data: bytes, kind: str, limits: ZipLimits) -> bytes:
+    """The same archive with every member stored uncompressed, each read in bounded chunks: never
+    more than `max_unzipped` bytes in all, nor more than `max_ratio` times the packed size,
+    whatever the directory says. A library then opening it reads exactly what was checked; given
+    the original, Python's zipfile inflates a member in one call (`ZipFile.read`), so a member
+    whose directory entry understates its size inflated to gigabytes before any check."""
+    out = io.BytesIO()
+    total = 0
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
+            infos = src.infolist()
+            packed = max(1, sum(i.compress_size for i in infos))
+            budget = min(limits.max_unzipped, packed * limits.max_ratio)
+            for info in infos:
+                if info.is_dir():
+                    continue
+                with (
+                    src.open(info) as member,
+                    dst.open(zipfile.ZipInfo(info.filename, info.date_time), "w") as copy,
+                ):
+                    while chunk := member.read(CHUNK):
+                        total += len(chunk)
+                        if total > budget:
+                            raise Unreadable(
+                                "over_limit",
+                                f".{kind} unpacks to more than {budget:,} bytes from {packed:,} (limits "
+                                f"{limits.max_unzipped:,} bytes and {limits.max_ratio}:1; a zip bomb?)",
+                            )
+                        copy.write(chunk)
+    except Unreadable:
+        raise
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        NotImplementedError,
+        ValueError,
+        OSError,
+        EOFError,
+    ) as e:
+        raise Unreadable("corrupt", f"not a valid .{kind} (zip): {type(e).__name__}: {e}"[:200]) from e
+    return out.getvalue()
+
+
 def _opened(kind: str, fn: Callable[[bytes], Content]) -> Callable[[bytes, ZipLimits], Content]:
     def read(data: bytes, limits: ZipLimits) -> Content:
         check_zip(data, kind, limits)
+        data = unpacked(data, kind, limits)
         try:
             content = fn(data)
         except Unreadable:
