@@ -65,6 +65,12 @@ class Bounds:
     enabled: bool = True  # False: read in this process, unbounded (debugging)
 
 
+# A worker killed by a signal once its peak resident memory passed this share of the address-space
+# cap ran out of memory (the cap counts mappings too: pdfium aborted at 121 MiB resident of 200 MiB;
+# a reader crashing on a broken file does so near its ~30 MiB baseline)
+NEAR_CAP = 0.5
+
+
 class _Worker:
     """One worker process and this process's end of its socket."""
 
@@ -91,6 +97,7 @@ class _Worker:
             theirs.close()
         self.conn = Connection(mine.detach())
         self.job_cpu = 0.0  # CPU seconds the current job used, as last seen
+        self.peak_rss = 0  # bytes, once reaped (kill)
 
     def call(self, job: tuple[str, tuple[Any, ...]], seconds: float) -> dict[str, Any] | None:
         """The worker's reply, or None when it used more than `seconds` of CPU time on the job, or
@@ -122,16 +129,26 @@ class _Worker:
             return None
 
     def kill(self) -> None:
+        """End the worker (if it still runs) and reap it, keeping its peak resident memory: a C
+        library that cannot allocate under the address-space cap often aborts the process rather
+        than failing the call (pdfium does), and the peak tells that death from a crash."""
         try:
             self.conn.close()
         except OSError:
             pass
-        if self.proc.poll() is None:
-            try:
-                self.proc.kill()
-            except OSError:
-                pass
-        self.proc.wait()
+        if self.proc.returncode is not None:
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGKILL)  # not Popen.kill: its poll() would reap, losing the usage
+        except OSError:
+            pass
+        try:
+            _, status, usage = os.wait4(self.proc.pid, 0)
+        except ChildProcessError:  # reaped elsewhere
+            self.proc.wait()
+            return
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.peak_rss = usage.ru_maxrss * 1024
 
     def close(self, wait: float) -> None:
         """End-of-file first (the worker exits by itself), SIGKILL if it is still busy after `wait`."""
@@ -196,7 +213,7 @@ class ReaderPool:
                 reply = worker.call(job, self.bounds.seconds)
             except (EOFError, OSError):
                 worker.kill()
-                raise _died(worker.proc.returncode, self.bounds) from None
+                raise _died(worker.proc.returncode, self.bounds, worker.peak_rss) from None
             if reply is None:
                 worker.kill()
                 wall = time.monotonic() - started
@@ -238,7 +255,9 @@ def _memory_error(bounds: Bounds) -> OverLimit:
     )
 
 
-def _died(returncode: int | None, bounds: Bounds) -> ExtractError:
+def _died(returncode: int | None, bounds: Bounds, peak_rss: int = 0) -> ExtractError:
+    """Why a worker ended mid-read: CPU time (SIGXCPU), memory (the OOM killer's SIGKILL, or any
+    death by signal after its resident memory came near the cap), or a crash on this file."""
     if returncode == -signal.SIGXCPU:
         return OverLimit(
             "time",
@@ -246,6 +265,9 @@ def _died(returncode: int | None, bounds: Bounds) -> ExtractError:
             f"reading used more CPU time than formats.read_seconds allows ({bounds.seconds:g} s)",
         )
     if returncode == -signal.SIGKILL:  # the kernel's OOM killer
+        return _memory_error(bounds)
+    died_of_signal = returncode is not None and returncode < 0
+    if died_of_signal and bounds.memory_bytes and peak_rss >= NEAR_CAP * bounds.memory_bytes:
         return _memory_error(bounds)
     how = f"signal {-returncode}" if returncode is not None and returncode < 0 else f"exit {returncode}"
     return Unreadable("corrupt", f"the reader crashed on this file ({how})")

@@ -60,7 +60,12 @@ def test_hostile_files_get_over_limit_with_their_limit_and_the_run_goes_on(tmp_p
         "z-invoice.docx": "ok",
     }
     assert "formats.read_memory_bytes (200 MiB)" in (docs["flood.docx"].skip_detail or "")
-    assert "formats.read_seconds (1.5 s of CPU time" in (docs["form-flood.pdf"].skip_detail or "")
+    # pdfium builds the 5,000 drawings in memory: past 200 MiB it aborts (the reader's peak tells that
+    # death from a crash), or with more room it runs past the deadline; either limit is named
+    flood = docs["form-flood.pdf"].skip_detail or ""
+    assert (
+        "formats.read_seconds (1.5 s of CPU time" in flood or "formats.read_memory_bytes (200 MiB)" in flood
+    )
     assert elapsed < 30, elapsed
     # the per-file pass reads through the same bounded workers, replaced after each trip
     content, _ = load_content(docs["z-invoice.docx"], settings)
