@@ -66,7 +66,7 @@ def _chunk(ctx: RunContext, docs: list[Document]) -> list[DocOutcome]:
         store=ctx.store,
         client=ctx.client,
         settings=ctx.settings,
-        settle=lambda _outcomes: group,
+        settle=lambda _outcomes: True,
     )
 
 

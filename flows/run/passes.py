@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks
+from checkpoints.inflight import run_spend
 from docmill.collector import relaxed_gc
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
@@ -40,8 +41,8 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
     from checkpoints.outcomes import OutcomeLog
     from tasks.inventory import Document
 
-    def settle(outcomes: list[Any]) -> str | None:  # whole: earlier lives are recounted
-        return None if any(o.failure_type == "budget" for o in outcomes) else cid
+    def settle(outcomes: list[Any]) -> bool:  # whole: earlier lives are recounted
+        return not any(o.failure_type == "budget" for o in outcomes)
 
     documents = [Document.model_validate(d) for d in docs]
     outcomes = extract_recorded(
@@ -70,15 +71,11 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
 
 
 def spent_usd(ctx: RunContext) -> float:
-    """What the run has paid as far as anyone can tell: its cost ledger plus the upper bound of
-    requests a crash left in flight unrecorded (checkpoints.inflight)."""
-    from checkpoints.costs import CostLedger
-    from checkpoints.inflight import InFlight
-
-    return (
-        float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
-        + InFlight(ctx.store, ctx.run_id).totals()["usd"]
-    )
+    """What the run has paid as far as anyone can tell: its cost ledger, the answers a crash left
+    saved but not costed, and the upper bound of requests a crash left in flight
+    (checkpoints.inflight.run_spend: the figure `status`, `runs` and the report show)."""
+    spend = run_spend(ctx.store, ctx.run_id)
+    return spend["recorded_usd"] + spend["saved_usd"] + spend["possibly_usd"]
 
 
 def budget_stop(ctx: RunContext, where: str, why: str | None = None) -> BudgetExhausted:

@@ -256,10 +256,16 @@ def _costs(costs: dict[str, Any]) -> list[str]:
         "",
     ]
     left = costs.get("in_flight") or {}
-    if left.get("groups"):
+    if left.get("saved_answers"):
+        lines += [
+            f"Saved before a kill: {left['saved_answers']} answer(s), ${left['saved_usd']:.4f} (in the total), "
+            "costed from the response log.",
+            "",
+        ]
+    if left.get("requests"):
         lines += [
             f"Possibly billed but not recorded: up to ${left['usd']:.4f} for at most {left['requests']} "
-            "request(s) in flight when a run was killed (an upper bound; counted by the budget cap).",
+            "request(s) in flight when a process was killed (an upper bound; counted by the budget cap).",
             "",
         ]
     if costs.get("possibly_billed"):

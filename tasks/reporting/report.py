@@ -125,9 +125,13 @@ def write_report(
     decisions = ReviewDecisions(store, run_id).in_force()
     outcomes = apply_decisions(outcomes, decisions)
     ledger = CostLedger(store, run_id)
-    entries = [e.model_dump(mode="json") for e in ledger.entries()]
+    read = list(ledger.entries())
+    entries = [e.model_dump(mode="json") for e in read]
     costs = costs if costs is not None else ledger.totals()
-    costs = {**costs, "in_flight": InFlight(store, run_id).totals()}  # invariant 13: an upper bound
+    left = InFlight(store, run_id).totals({i for e in read if (i := e.identity)})
+    costs = {**costs, "in_flight": left}  # invariant 13: an upper bound, and answers saved before a kill
+    if left["saved_usd"]:
+        costs["usd"] = float(costs.get("usd", 0.0)) + left["saved_usd"]
     review = list(ReviewQueue(store, run_id).list())
     extra = report_extras(store, manifest, len(decisions))
     extra["spread"] = spread_summary(store, run_id)
