@@ -318,6 +318,31 @@ def test_requests_in_flight_at_a_kill_are_bounded_shown_and_counted(tmp_path: Pa
     assert f"at most {left['requests']} request(s) in flight" in report
 
 
+def test_an_integration_call_in_flight_at_a_kill_is_counted(tmp_path: Path, emulator: Any) -> None:
+    """Invariant 13: killed while an integration call is in flight (the emulator bills it anyway, as
+    the API may), the call counts as possibly billed: recorded + bound covers the bill; one request."""
+    from checkpoints.inflight import CALL, InFlight
+    from tasks.reporting.status import run_status
+
+    corpus, _ = make_corpus(tmp_path, count=4, seed=3)
+    emulator.state.faults.add(kind="latency", latency_ms=3000, marker="integrated_digest", count=1)
+    store, env = tmp_path / "store", _env(emulator, DOCMILL_API__CONCURRENCY="4")
+    proc = Child(_cli(store, "run", str(corpus)), env, tmp_path / "k.txt")
+    s = open_store(store)
+
+    def calling() -> bool:
+        runs = list(ManifestStore(s).list_runs())
+        return bool(runs) and any(r.get("kind") == CALL for r in InFlight(s, runs[0]).records())
+
+    assert _kill_after(proc, calling, 0.3)
+    run_id = next(ManifestStore(s).list_runs())
+    emulator.state.drain()
+    st = run_status(s, run_id)
+    billed = emulator.state.accounting.total_usd()
+    assert st["in_flight"]["requests"] == 1 and st["in_flight"]["usd"] > 0
+    assert st["cost_usd"] < billed <= st["cost_usd"] + st["in_flight"]["usd"] + 1e-9
+
+
 def test_new_run_never_sends_a_stopped_runs_batch_again(tmp_path: Path, emulator: Any) -> None:
     corpus, _ = make_corpus(tmp_path, count=6, seed=9)
     emulator.state.configure(EMULATOR)
