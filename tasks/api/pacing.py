@@ -190,6 +190,11 @@ class RateLimiter:
         )
 
     @property
+    def latency(self) -> float | None:
+        """The observed answer time (moving average), None before the first answer."""
+        return self._latency
+
+    @property
     def window(self) -> int:
         """Requests allowed in flight: the rate the limits admit x the latency (Little's law)."""
         with self._lock:

@@ -309,7 +309,7 @@ def test_requests_in_flight_at_a_kill_are_bounded_shown_and_counted(tmp_path: Pa
     print(f"cap {cap:.4f} billed {billed:.4f} bound {left['usd']:.4f} whole chunks {whole:.4f}")
     assert st["cost_usd"] + whole > cap, "the cap must be one that whole chunks' bounds would pass"
     again = _run(_cli(store, "run", str(corpus), "--max-cost-usd", f"{cap:.4f}"), env, tmp_path)
-    assert again.returncode == 0, again.stderr()
+    assert again.returncode == 0, again.stderr
     emulator.state.drain()
     after = run_status(s, run_id)
     assert after["phase"] == "done" and after["in_flight"]["requests"] == left["requests"]  # kept, frozen
@@ -391,3 +391,32 @@ def test_same_run_command_on_s3_with_mode_auto(tmp_path: Path, emulator: Any, s3
     assert ManifestStore(open_store(s3_store_uri)).load(runs[0]).mode == "batch"
     assert max(_creates(emulator).values()) == 1
     assert (_ledger(s3_store_uri), _outcomes(s3_store_uri, runs[0])) == reference
+
+
+def test_two_resumes_of_a_killed_run_at_once_on_s3_one_drives_the_other_exits_5(
+    tmp_path: Path, emulator: Any, s3_store_uri: str
+) -> None:
+    """Invariants 4 and 11 through the CLI on S3: two `docmill resume RUN_ID` of one killed run
+    started together: one drives it to the end (exit 0), the other exits 5 with one line naming the
+    driver, before sending anything; nothing is paid twice beyond what was in flight at the kill."""
+    corpus, _ = make_corpus(tmp_path, count=16, seed=5)
+    emulator.state.configure({"latency_ms": 300.0})
+    env = _env(
+        emulator,
+        DOCMILL_API__CONCURRENCY="2",
+        DOCMILL_CHUNK_SIZE="4",
+        DOCMILL_S3_ENDPOINT_URL=os.environ["DOCMILL_S3_ENDPOINT_URL"],
+    )
+    s = open_store(s3_store_uri)
+    proc = Child(_cli(s3_store_uri, "run", str(corpus)), env, tmp_path / "first.txt")
+    assert _kill_after(proc, lambda: len(list(s.list("results/file/"))) >= 2, 0.1)
+    run_id = next(ManifestStore(s).list_runs())
+    both = [Child(_cli(s3_store_uri, "resume", run_id), env, tmp_path / f"resume-{i}.txt") for i in (0, 1)]
+    codes = sorted(c.wait() for c in both)
+    assert codes == [0, 5], [c.stderr for c in both]
+    refused = next(c for c in both if c.returncode == 5).stderr.strip().splitlines()
+    assert f"run {run_id} is driven by" in refused[-1] and len(refused) <= 2, refused  # after "continuing"
+    emulator.state.drain()
+    bodies = Counter(b.body_sha256 for b in emulator.state.accounting.billed)
+    assert sum(n - 1 for n in bodies.values()) <= 2  # the kill's requests in flight, at most
+    assert ManifestStore(s).load(run_id).phase == "done"
