@@ -168,7 +168,8 @@ class InFlight:
         return out
 
     def _saved(self, r: InFlightRecord, recorded: set[str], out: InFlightTotals) -> None:
-        """Answers the chunk's life saved (not older than its record) that the cost ledger lacks."""
+        """Answers the chunk's life saved (of this run, not older than its record) that the cost ledger
+        lacks."""
         log = ResponseLog(self.store)
         since = float(r.get("at") or 0.0)
         for key in r.get("worst") or {}:
@@ -179,6 +180,8 @@ class InFlight:
                 message = log.get(SLOT_PASS, key, n)
                 meta: dict[str, Any] = (message or {}).get("_docmill") or {}
                 if not message or float(meta.get("at") or 0.0) < since:
+                    continue
+                if meta.get("run_id", self.run_id) != self.run_id:  # another run's answer to the same key
                     continue
                 recorded.add(identity)  # once, however many records name the key
                 out["saved_answers"] += 1

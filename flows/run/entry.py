@@ -127,6 +127,8 @@ def run_extract(
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, ctx.run_id))
         if finish_by:
             ctx.extra["finish_by"] = finish_by
+        if choice.left_behind:  # stopped runs over these documents, not continued: their spend is reported
+            ctx.extra["left_behind"] = choice.left_behind
         if workers:
             ctx.extra["workers"] = int(workers)
             map_chunks = spread.spread_map(ctx, int(workers), launcher, local=map_chunks, progress=progress)

@@ -268,6 +268,19 @@ def _costs(costs: dict[str, Any]) -> list[str]:
             "request(s) in flight when a process was killed (an upper bound; counted by the budget cap).",
             "",
         ]
+    for run in costs.get("left_behind") or []:
+        lines += [
+            f"Run `{run['run_id']}` stopped over these documents and was not continued (this run was started "
+            f"with --new-run): ${run['recorded_usd'] + run['saved_usd']:.4f} recorded"
+            + (
+                f", up to ${run['possibly_usd']:.4f} more possibly billed by at most {run['possibly_requests']} "
+                "request(s) in flight when it was killed"
+                if run["possibly_requests"]
+                else ""
+            )
+            + " (not in this run's total).",
+            "",
+        ]
     if costs.get("possibly_billed"):
         lines += [
             f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out or broke after they were "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoints.batches import BatchRecords
 from checkpoints.costs import CostLedger
 from checkpoints.decisions import ReviewDecisions
-from checkpoints.inflight import InFlight
+from checkpoints.inflight import InFlight, run_spend
 from checkpoints.review_queue import ReviewQueue
 from docmill.errors import DocmillError
 from tasks.recipes import load_recipe
@@ -132,6 +132,8 @@ def write_report(
     costs = {**costs, "in_flight": left}  # invariant 13: an upper bound, and answers saved before a kill
     if left["saved_usd"]:
         costs["usd"] = float(costs.get("usd", 0.0)) + left["saved_usd"]
+    behind = (manifest.get("extra") or {}).get("left_behind") or []
+    costs["left_behind"] = [{"run_id": r, **run_spend(store, str(r))} for r in behind]  # --new-run
     review = list(ReviewQueue(store, run_id).list())
     extra = report_extras(store, manifest, len(decisions))
     extra["spread"] = spread_summary(store, run_id)

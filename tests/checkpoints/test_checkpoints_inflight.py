@@ -70,6 +70,8 @@ def test_answers_saved_before_a_kill_are_spend_counted_once(tmp_path: Path) -> N
     f.open_chunk("000002", "killed", 4, {"k0": 0.01})  # a second record naming the key: counted once
     log.put("file", "k0", 2, {"usage": USAGE, "_docmill": {"model": MODEL, "at": time.time()}})
     log.put("file", "k1", 1, {"usage": USAGE, "_docmill": {"model": MODEL, "at": time.time()}})
+    other = {"model": MODEL, "at": time.time(), "run_id": "run2"}  # another run's answer to the same key
+    log.put("file", "k1", 2, {"usage": USAGE, "_docmill": other})
     one = priced_usd(MODEL, USAGE) or 0.0
     spend = run_spend(store, "run1")  # attempt 1 of k0 is older than the record: not this life's
     assert spend["in_flight"]["saved_answers"] == 2 and spend["saved_usd"] == pytest.approx(2 * one)

@@ -209,15 +209,36 @@ def test_same_run_command_after_six_sigkills_continues_one_run(tmp_path: Path, e
     assert (_ledger(store), _outcomes(store, runs[0])) == reference
 
 
-def test_new_run_flag_starts_fresh(tmp_path: Path, emulator: Any) -> None:
-    corpus, _ = make_corpus(tmp_path, count=4, seed=12)
-    store, env = tmp_path / "store", _env(emulator)
-    first = _run(_cli(store, "run", str(corpus), "--max-cost-usd", "0"), env, tmp_path)
-    assert first.returncode == 4, first.stderr  # stopped on its budget: a stopped run
+def test_new_run_flag_starts_fresh_and_the_killed_runs_spend_stays_visible(
+    tmp_path: Path, emulator: Any
+) -> None:
+    """`--new-run` after a kill starts a fresh run; what the killed one paid (its answers saved, the
+    bound of what was in flight) stays in `docmill runs` and in the new run's report."""
+    from tasks.reporting.status import run_status, runs_table
+
+    corpus, _ = make_corpus(tmp_path, count=8, seed=12)
+    emulator.state.configure({"latency_ms": 300.0})
+    store, env = tmp_path / "store", _env(emulator, DOCMILL_API__CONCURRENCY="2")
+    s = open_store(store)
+    first = Child(_cli(store, "run", str(corpus)), env, tmp_path / "first.txt")
+    assert _kill_after(first, lambda: len(list(s.list("results/file/"))) >= 1, 0.1)
+    (killed,) = ManifestStore(s).list_runs()
+    emulator.state.drain()
+    paid = emulator.state.accounting.total_usd()
+    st = run_status(s, killed)
+    assert 0 < st["cost_usd"] <= paid + 1e-9 <= st["cost_usd"] + st["in_flight"]["usd"] + 1e-9
+    emulator.state.configure({"latency_ms": 0.0})
     again = _run(_cli(store, "run", str(corpus), "--new-run"), env, tmp_path)
     assert again.returncode == 0, again.stderr
     assert "continuing" not in again.stderr
-    assert len(list(ManifestStore(open_store(store)).list_runs())) == 2
+    runs = list(ManifestStore(s).list_runs())
+    assert len(runs) == 2
+    row = next(line for line in runs_table(s) if line.startswith(killed))
+    assert f"${st['cost_usd']:.4f} +<=${st['in_flight']['usd']:.4f}" in row, row
+    (new,) = [r for r in runs if r != killed]
+    report = s.get(f"runs/{new}/report.md").decode()
+    assert f"Run `{killed}` stopped over these documents" in report
+    assert f"${st['cost_usd']:.4f} recorded" in report
 
 
 def test_resume_keeps_the_model_the_run_was_started_with(tmp_path: Path, emulator: Any) -> None:
