@@ -5,7 +5,9 @@ flight (sent, not answered, not saved) counts as possibly billed, and an answer 
 never counted again.
 
 Who sends: a *life* = one process's client (`life_of`): one pacer window, so at most `ceiling` of its
-requests (its `--concurrency`) are in flight at once, however many chunks or calls it has open.
+requests are in flight at once, however many chunks or calls it has open: its `--concurrency`, or
+the window its pacer declared before growing past it (`declare`, one small record per life rewritten
+a handful of times as the window grows by half: tasks.api.pacing.RateLimiter.declare_to).
 
 What is recorded (one object per chunk or per call, never per request of a chunk):
 - a realtime chunk of the per-file pass (`open_chunk`): before its documents are sent, the key of
@@ -44,7 +46,7 @@ from docmill.prices import priced_usd
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
-CHUNK, CALL = "chunk", "call"
+CHUNK, CALL, LIFE = "chunk", "call", "life"
 _NONCE = uuid.uuid4().hex[:8]  # this process's start: pids are reused
 
 
@@ -102,6 +104,12 @@ class InFlight:
         record = InFlightRecord(kind=CHUNK, life=life, ceiling=ceiling, at=time.time(), worst=worst)
         return Mark(self._put(group, record), earlier)
 
+    def declare(self, life: str, window: int) -> None:
+        """A life's pacer may have up to `window` requests in flight from now on (one small record per
+        life, rewritten as its window grows: tasks.api.pacing.RateLimiter.declare_to)."""
+        record = InFlightRecord(kind=LIFE, life=life, ceiling=window, at=time.time())
+        self.store.put_json(f"{self.prefix}{LIFE}-{safe_segment(life)}.json", dict(record))
+
     def open_call(self, group: str, life: str, ceiling: int | None, usd: float) -> Mark:
         """Record one call about to be sent (a long task's turn, an integration slice)."""
         record = InFlightRecord(kind=CALL, life=life, ceiling=ceiling, at=time.time(), worst={group: usd})
@@ -139,7 +147,9 @@ class InFlight:
     def totals(self, recorded: set[str] | None = None) -> InFlightTotals:
         """The bound and the saved answers (see the module docstring). `recorded`: the identities
         the cost ledger holds (`CostEntry.identity`), when the caller has read it already."""
-        records = self.records()
+        every = self.records()
+        declared = {str(r.get("life")): r.get("ceiling") for r in every if r.get("kind") == LIFE}
+        records = [r for r in every if r.get("kind") != LIFE]
         out = InFlightTotals(
             groups=len(records), lives=0, requests=0, usd=0.0, saved_answers=0, saved_usd=0.0
         )
@@ -151,7 +161,8 @@ class InFlight:
         lives: dict[str, tuple[int | None, dict[str, float]]] = {}
         for r in records:
             worst = r.get("worst") or {}
-            ceiling, maybe = lives.setdefault(str(r.get("life")), (r.get("ceiling"), {}))
+            life = str(r.get("life"))
+            ceiling, maybe = lives.setdefault(life, (_least(r.get("ceiling"), declared.get(life)), {}))
             if r.get("kind") == CHUNK:
                 keys = r["frozen"] if "frozen" in r else self._unfinished(worst)
                 if not r.get("settled"):
@@ -186,6 +197,11 @@ class InFlight:
                 recorded.add(identity)  # once, however many records name the key
                 out["saved_answers"] += 1
                 out["saved_usd"] += priced_usd(str(meta.get("model")), message.get("usage") or {}) or 0.0
+
+
+def _least(*ceilings: int | None) -> int | None:
+    known = [int(c) for c in ceilings if c is not None]
+    return min(known) if known else None
 
 
 class Spend(TypedDict):

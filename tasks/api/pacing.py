@@ -43,8 +43,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from docmill.logs import get_logger
 from tasks.api.budget import Budget as Budget  # re-exported: the cost cap has its own module
 
+log = get_logger("api")
 REQUESTS, INPUT, OUTPUT = "requests", "input-tokens", "output-tokens"
 KINDS = (REQUESTS, INPUT, OUTPUT)
 BURST_SECONDS = 2.0  # the send-rate bucket holds this much: a stalled moment is caught up, no more
@@ -55,6 +57,7 @@ WINDOW_START = 16  # requests in flight before anything says how long answers ta
 WINDOW_HEADROOM = 1.5  # x the rate the limits admit x the latency (latency varies; the pacer paces)
 WINDOW_PAD = 4
 WINDOW_MAX = 10_000  # no ceiling given: at most this many requests in flight
+DECLARE_GROWTH = 1.5  # a declared window grows at least this much at a time (`declare_to`)
 OUTPUT_HOLD = 1.5  # a request in flight holds this x the mean billed output (plus OUTPUT_PAD)
 OUTPUT_PAD = 64
 WINDOW_FULL = -1.0  # try_acquire: the window is full, wait for an answer
@@ -170,6 +173,9 @@ class RateLimiter:
         self._first_sent: float | None = None
         self._in_flight = 0
         self._lock = threading.Condition()
+        self.declare: Callable[[int], None] | None = None  # see `declare_to`
+        self.declared_for: str | None = None
+        self._declared = 0
         self.stats = PacerStats()
         self.counts_cache_reads = counts_cache_reads
 
@@ -200,7 +206,28 @@ class RateLimiter:
         with self._lock:
             return self._window(self._clock())
 
+    def declare_to(self, owner: str, declare: Callable[[int], None]) -> None:
+        """Record the window before it grows (checkpoints.inflight: a killed process had at most that
+        many requests in flight, whatever its chunks held): from now on the window passes what was
+        declared only after `declare(n)` has returned, growing in steps of `DECLARE_GROWTH`, so a
+        handful of writes per process. `owner` (a run id): a new owner declares anew."""
+        with self._lock:
+            self.declared_for, self.declare, self._declared = owner, declare, 0
+
     def _window(self, now: float) -> int:
+        wanted = self._wanted(now)
+        if self.declare is None or wanted <= self._declared:
+            return wanted if self.declare is None else min(wanted, self._declared)
+        grown = min(self.concurrency or WINDOW_MAX, max(wanted, math.ceil(self._declared * DECLARE_GROWTH)))
+        try:
+            self.declare(grown)
+        except Exception as exc:  # not recorded: the window stays where it was declared
+            log.warning("could not record the window of requests in flight: %s", exc)
+            return max(1, self._declared)
+        self._declared = grown
+        return wanted
+
+    def _wanted(self, now: float) -> int:
         ceiling = self.concurrency or WINDOW_MAX
         latency = self._latency
         if latency is None and self._first_sent is not None and self._in_flight:

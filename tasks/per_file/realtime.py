@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from checkpoints.inflight import InFlight, life_of
@@ -121,8 +122,11 @@ def extract_recorded(
     they have no result, checkpoints.inflight); `settle(outcomes)`: every document was handled, so
     what a killed earlier life of the chunk saved is in the cost ledger now."""
     inflight = InFlight(store, run_id)
+    life = life_of(client)
+    if client.limiter.declared_for != run_id:  # its window is recorded before it grows (the bound's ceiling)
+        client.limiter.declare_to(run_id, partial(inflight.declare, life))
     worst = request_worsts(docs, recipe, settings)
-    mark = inflight.open_chunk(group, life_of(client), client.concurrency, worst)
+    mark = inflight.open_chunk(group, life, client.concurrency, worst)
     try:
         outcomes = extract_chunk(
             docs, recipe=recipe, run_id=run_id, store=store, client=client, settings=settings

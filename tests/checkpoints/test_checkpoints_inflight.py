@@ -31,6 +31,16 @@ def test_each_life_counts_at_most_its_concurrency_of_unfinished_keys(tmp_path: P
     f.open_call("integration-x", "b", 2, 0.5)  # another process's call
     left = f.totals()
     assert left["lives"] == 2 and left["requests"] == 4 + 1  # not 12 + 1
+    f.open_chunk("000003", "c", None, _keys("c", 6))  # no --concurrency: what its pacer declared
+    assert f.totals()["requests"] == 4 + 1 + 6
+    f.declare("c", 3)
+    assert f.totals()["requests"] == 4 + 1 + 3
+    f.declare("c", 5)  # its window grew
+    left = f.totals()
+    assert left["lives"] == 3 and left["requests"] == 4 + 1 + 5 and left["groups"] == 4
+    for k in _keys("c", 6):
+        ResultsLedger(store).put("file", k, {"origin_run": "run1"})
+    left = f.totals()
     assert left["usd"] == pytest.approx(0.06 + 0.06 + 0.05 + 0.05 + 0.5)  # the dearest four, and the call
     ledger = ResultsLedger(store)
     for k in ("a5", "b5", "a4", "b4", "a3"):  # finished documents have nothing in flight

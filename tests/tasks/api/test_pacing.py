@@ -210,6 +210,30 @@ def test_in_flight_window_is_littles_law_over_the_tightest_limit() -> None:
     assert capped.window == 64  # never above api.concurrency when it is given
 
 
+def test_the_window_grows_only_past_what_was_declared_first() -> None:
+    """checkpoints.inflight counts at most a killed process's declared window: the window passes
+    a declared size only once the new one is recorded, in a few steps, and not when that fails."""
+    fake = FakeTime()
+    lim = limiter(fake, rpm=4000, tpm=2_000_000)
+    declared: list[int] = []
+    lim.declare_to("run-1", declared.append)
+    assert lim.window == 16 and declared == [16]
+    ticket = lim.acquire(1000, max_tokens=1000)
+    fake.now += 2.0
+    lim.release(ticket, usage={"input_tokens": 1000, "output_tokens": 200})
+    assert lim.window == 104 and declared == [16, 104]  # declared before the window grew
+    assert lim.window == 104 and declared == [16, 104]  # unchanged: no write
+    refused = limiter(fake, rpm=4000, tpm=2_000_000)
+
+    def fail(n: int) -> None:
+        raise OSError("store down")
+
+    refused.declare_to("run-1", fail)
+    assert refused.window == 1  # nothing recorded: it does not grow
+    refused.declare_to("run-2", declared.append)  # a new run declares anew
+    assert refused.window == 16 and declared[-1] == 16
+
+
 def test_a_share_of_the_limits_set_from_outside_at_runtime() -> None:
     """A pacer shared across workers hands each process a share of the organisation's limits."""
     fake = FakeTime()
