@@ -346,7 +346,7 @@ def test_an_integration_call_in_flight_at_a_kill_is_counted(tmp_path: Path, emul
     from tasks.reporting.status import run_status
 
     corpus, _ = make_corpus(tmp_path, count=4, seed=3)
-    emulator.state.faults.add(kind="latency", latency_ms=3000, marker="integrated_digest", count=1)
+    emulator.state.faults.add(kind="latency", latency_ms=1500, marker="integrated_digest", count=1)
     store, env = tmp_path / "store", _env(emulator, DOCMILL_API__CONCURRENCY="4")
     proc = Child(_cli(store, "run", str(corpus)), env, tmp_path / "k.txt")
     s = open_store(store)
