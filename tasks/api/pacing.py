@@ -57,7 +57,9 @@ WINDOW_START = 16  # requests in flight before anything says how long answers ta
 WINDOW_HEADROOM = 1.5  # x the rate the limits admit x the latency (latency varies; the pacer paces)
 WINDOW_PAD = 4
 WINDOW_MAX = 10_000  # no ceiling given: at most this many requests in flight
-DECLARE_GROWTH = 1.5  # a declared window grows at least this much at a time (`declare_to`)
+DECLARE_GROWTH = 1.125  # what is declared in flight grows at least this much at a time (`declare_to`)
+DECLARE_FLOOR = 4  # and is at least this (fewer writes while a run starts)
+DECLARE_RETRY = 1.0  # seconds before asking again when the declaration could not be written
 OUTPUT_HOLD = 1.5  # a request in flight holds this x the mean billed output (plus OUTPUT_PAD)
 OUTPUT_PAD = 64
 WINDOW_FULL = -1.0  # try_acquire: the window is full, wait for an answer
@@ -207,27 +209,28 @@ class RateLimiter:
             return self._window(self._clock())
 
     def declare_to(self, owner: str, declare: Callable[[int], None]) -> None:
-        """Record the window before it grows (checkpoints.inflight: a killed process had at most that
-        many requests in flight, whatever its chunks held): from now on the window passes what was
-        declared only after `declare(n)` has returned, growing in steps of `DECLARE_GROWTH`, so a
-        handful of writes per process. `owner` (a run id): a new owner declares anew."""
+        """Record the most requests ever in flight before passing it (checkpoints.inflight: a killed
+        process had at most that many in flight, whatever its chunks held): a request that would pass
+        what was declared goes only after `declare(n)` has returned, n growing by `DECLARE_GROWTH`
+        (at least `DECLARE_FLOOR`), so a few dozen small writes in a process's life at most. `owner`
+        (a run id): a new owner declares anew."""
         with self._lock:
             self.declared_for, self.declare, self._declared = owner, declare, 0
 
-    def _window(self, now: float) -> int:
-        wanted = self._wanted(now)
-        if self.declare is None or wanted <= self._declared:
-            return wanted if self.declare is None else min(wanted, self._declared)
-        grown = min(self.concurrency or WINDOW_MAX, max(wanted, math.ceil(self._declared * DECLARE_GROWTH)))
+    def _declared_room(self) -> bool:
+        """Whether one more request in flight stays within what was declared (declaring more if not)."""
+        if self.declare is None or self._in_flight < self._declared:
+            return True
+        grown = max(self._in_flight + 1, math.ceil(self._declared * DECLARE_GROWTH), DECLARE_FLOOR)
         try:
             self.declare(grown)
-        except Exception as exc:  # not recorded: the window stays where it was declared
-            log.warning("could not record the window of requests in flight: %s", exc)
-            return max(1, self._declared)
+        except Exception as exc:  # not recorded: no more in flight than was declared
+            log.warning("could not record the requests in flight: %s", exc)
+            return False
         self._declared = grown
-        return wanted
+        return True
 
-    def _wanted(self, now: float) -> int:
+    def _window(self, now: float) -> int:
         ceiling = self.concurrency or WINDOW_MAX
         latency = self._latency
         if latency is None and self._first_sent is not None and self._in_flight:
@@ -322,6 +325,8 @@ class RateLimiter:
             wait = self._wait_needed(now, fits, paced)
             if wait > 0:
                 return max(wait, MIN_WAIT)  # a float-rounding sliver must still move the clock
+            if not self._declared_room():
+                return DECLARE_RETRY  # the record could not be written: ask again a little later
             for kind, held in ((REQUESTS, 1.0), (INPUT, float(tokens)), (OUTPUT, float(hold))):
                 state = self._kinds[kind]
                 state.in_flight += held
