@@ -6,8 +6,8 @@ never counted again.
 
 Who sends: a *life* = one process's client (`life_of`): one pacer window, so at most `ceiling` of its
 requests are in flight at once, however many chunks or calls it has open: its `--concurrency`, or
-the window its pacer declared before growing past it (`declare`, one small record per life rewritten
-a handful of times as the window grows by half: tasks.api.pacing.RateLimiter.declare_to).
+the most its pacer ever had in flight, declared before passing it (`declare`, one small record per
+life, rewritten as that grows by an eighth: tasks.api.pacing.RateLimiter.declare_to).
 
 What is recorded (one object per chunk or per call, never per request of a chunk):
 - a realtime chunk of the per-file pass (`open_chunk`): before its documents are sent, the key of
@@ -106,7 +106,7 @@ class InFlight:
 
     def declare(self, life: str, window: int) -> None:
         """A life's pacer may have up to `window` requests in flight from now on (one small record per
-        life, rewritten as its window grows: tasks.api.pacing.RateLimiter.declare_to)."""
+        life, rewritten as that grows: tasks.api.pacing.RateLimiter.declare_to)."""
         record = InFlightRecord(kind=LIFE, life=life, ceiling=window, at=time.time())
         self.store.put_json(f"{self.prefix}{LIFE}-{safe_segment(life)}.json", dict(record))
 
