@@ -5,8 +5,9 @@ per document a ledger read, a listing of the key's persisted responses (crash re
 response persisted and the result put-if-absent; per chunk of 50 one cost group, the chunk's
 outcome file, a manifest compare-and-swap and a lease renewal; then the report's cost totals.
 Then a resume of the finished run (every document already in the ledger). Each run is made twice,
-side by side: as docmill runs it (a per-chunk in-flight record, checkpoints/inflight.py: put before the
-chunk, delete and one listing after) and without that record, to show what invariant 13 costs.
+side by side: as docmill runs it (a per-chunk in-flight record, checkpoints/inflight.py: one listing of
+the chunk's earlier lives and a put before the chunk, a delete after) and without that record, to show
+what invariant 13 costs.
 Operations are counted by wrapping the store; the S3 side runs against a throwaway SeaweedFS.
 
     .venv/bin/python bench/store_ops.py [--docs 1000] [--chunk 50] [--concurrency 8]
@@ -29,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checkpoints.costs import CostEntry, CostLedger
-from checkpoints.inflight import InFlight, InFlightBound
+from checkpoints.inflight import InFlight, Mark
 from checkpoints.keys import idempotency_key, sha256_hex
 from checkpoints.lease import Lease
 from checkpoints.ledger import ResponseLog, ResultsLedger
@@ -125,14 +126,18 @@ def simulate(
         with ThreadPoolExecutor(concurrency) as pool:
             for c in range(0, docs, chunk):
                 part = doc_ids[c : c + chunk]
-                bound = InFlightBound(requests=len(part), usd=1.0, at_once=concurrency, at_once_usd=0.5)
-                mark = InFlight(store, run_id).open(f"{c // chunk:06d}", bound) if inflight else ""
+                worst = dict.fromkeys((f"k{c}-{i}" for i in range(len(part))), 0.05)
+                mark = (
+                    InFlight(store, run_id).open_chunk(f"{c // chunk:06d}", "bench", concurrency, worst)
+                    if inflight
+                    else Mark("")
+                )
                 entries = [e for e in pool.map(one_doc, part) if e is not None]
                 done = len(entries)
                 if entries:  # one cost group per chunk
                     costs.record(f"file-{c // chunk:05d}", entries)
                 if inflight:
-                    InFlight(store, run_id).close(mark, settle=f"{c // chunk:06d}")
+                    InFlight(store, run_id).close(mark, settled=True)
                 store.put_json(f"runs/{run_id}/outcomes/{c // chunk:05d}.json", {"docs": part, "sent": done})
 
                 def add(m: RunManifest, d: int = done) -> None:

@@ -189,12 +189,12 @@ def spread_run(
         "--new-run",
         env={"DOCMILL_STORE": f"s3://{BUCKET}/{store}"},
     )
-    killed_at, in_flight = None, 0
+    killed_at = None
     if kill:
         while proc.poll() is None:
             n = sum(1 for b in emulator_accounting(url)["billed"] if not b["batch"])
             if n >= a.docs // 2:
-                kill_machine(cluster, kill, f"{store}/runs/{only_run(cluster, store, BUCKET)}", BUCKET)
+                kill_machine(cluster, kill, f"{store}/runs/{only_run(cluster, store)}", BUCKET)
                 killed_at = time.time() - t0
                 print(f"  {name}: SIGKILLed worker {kill} after {n} answers ({killed_at:.0f} s)", flush=True)
                 break
@@ -206,6 +206,10 @@ def spread_run(
     received = int(acct["received_by_path"].get("/v1/messages", 0))
     n429 = int(acct["errors_by_status"].get("429", 0))
     bodies = Counter(b["body_sha256"] for b in acct["billed"])
+    twice = [b for b in acct["billed"] if bodies[b["body_sha256"]] > 1]
+    paid_twice_usd = sum(b["usd"] for b in twice) - sum(
+        max(b["usd"] for b in twice if b["body_sha256"] == h) for h in {b["body_sha256"] for b in twice}
+    )
     run_id = only_run(cluster, store)
     shards = store_json(cluster, f"{store}/runs/{run_id}/manifest.json")
     print(
@@ -222,6 +226,22 @@ def spread_run(
         cwd=ROOT,
     )
     print("  " + status.stdout.replace("\n", "\n  ").rstrip(), flush=True)
+    as_json = subprocess.run(
+        [str(ROOT / ".venv/bin/docmill"), "--store", f"s3://{BUCKET}/{store}", "status", run_id, "--json"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    left = json.loads(as_json.stdout)["status"]["in_flight"] if as_json.returncode == 0 else {}
+    in_flight, in_flight_usd = int(left.get("requests", 0)), float(left.get("usd", 0.0))
+    if kill:
+        print(
+            f"  {name}: possibly billed (docmill) {in_flight} request(s) up to ${in_flight_usd:.4f}; "
+            f"paid twice (emulator) {sum(v - 1 for v in bodies.values())} request(s) "
+            f"${paid_twice_usd:.4f}",
+            flush=True,
+        )
     if kill:  # back for the next scenario
         again = run_script("start-worker.sh", str(cluster.state), kill, "1", env=cluster.env)
         cluster.workers[kill] = int(again["DOCMILL_WORKER_PID"])
@@ -237,7 +257,9 @@ def spread_run(
         "store": store,
         "wall": wall,
         "killed_at": killed_at,
-        "in_flight": in_flight,
+        "in_flight": in_flight,  # requests docmill counts as possibly billed (`docmill status`)
+        "in_flight_usd": in_flight_usd,
+        "paid_twice_usd": paid_twice_usd,
     }
 
 

@@ -17,6 +17,7 @@ class ResponseMeta(TypedDict):
     max_tokens: int
     at: float  # epoch seconds when it was answered
     sent_at: NotRequired[float]  # epoch seconds when the request was sent (realtime answers)
+    run_id: NotRequired[str]  # the run that paid for it (the response log is shared by every run)
 
 
 class OutcomeRecord(TypedDict):

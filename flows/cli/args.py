@@ -119,13 +119,15 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         type=worker_count,
         metavar="N",
         help="spread the run over N Prefect workers of the work pool (they share the organisation's rate "
-        "limit; needs PREFECT_API_URL and the shard-worker deployment: deploy/README.md)",
+        "limit; needs PREFECT_API_URL and the shard-worker deployment: deploy/README.md); not with "
+        "--finish-by",
     )
     r.add_argument(
         "--finish-by",
         metavar="TIME",
         help="a deadline (+2h, 06:00, or ISO 8601): send as batches (half price) what can finish by then, "
-        "and what will not realtime near it; the report says which went which way and what it cost",
+        "and what will not realtime near it, in this one process (not with --workers); the report says "
+        "which went which way, what it cost and why it switched when it did",
     )
     r.add_argument("--run-id", type=run_id_flag, help="continue or name a run")
     r.add_argument(
@@ -144,7 +146,12 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
     r.set_defaults(fn="run")
 
-    rs = sub.add_parser("resume", help="continue a run from its checkpoint", parents=common)
+    rs = sub.add_parser(
+        "resume",
+        help="continue a run from its checkpoint (one process drives a run: a resume started while another "
+        "drives it exits 5, sending nothing)",
+        parents=common,
+    )
     rs.add_argument("run_id", type=run_id_flag, help="the run to continue (see `docmill runs`)")
     rs.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
     rs.add_argument(

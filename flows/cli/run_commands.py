@@ -107,6 +107,10 @@ def _finish(summary: dict[str, Any]) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    if a.workers and a.finish_by:  # one line before anything starts (flows.run.entry says why)
+        from flows.run.entry import refuse_workers_with_deadline
+
+        refuse_workers_with_deadline(a.workers, a.finish_by)
     if a.workers:  # workers need a Prefect server with a pool: no temporary one is started for them
         from flows.run.spread import PrefectLauncher
 

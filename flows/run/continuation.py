@@ -53,6 +53,7 @@ class Choice:
     run_id: str
     manifest: RunManifest | None  # None: a new run
     lines: list[str] = field(default_factory=list)  # what the user is told, one line each
+    left_behind: list[str] = field(default_factory=list)  # stopped runs a `--new-run` did not continue
 
 
 def source_id(source: str) -> str:
@@ -71,19 +72,24 @@ def _load(store: ObjectStore, run_id: str) -> RunManifest | None:
         return None
 
 
-def stopped_run(store: ObjectStore, recipe: str, model: str, source: str) -> RunManifest | None:
-    """The newest unfinished run of this recipe, model and source that no live process drives."""
-    now, best, best_at = time.time(), None, -1.0
+def stopped_runs(store: ObjectStore, recipe: str, model: str, source: str) -> list[RunManifest]:
+    """The unfinished runs of this recipe, model and source that no live process drives, newest first."""
+    now, found = time.time(), []
     for run_id, info in ActiveRuns(store).items():
         if (info.get("recipe"), info.get("model"), info.get("source")) != (recipe, model, source):
             continue
         if live_lease(store, run_id, now) is not None:
             continue  # driven: the overlap check refuses a second driver (exit 5)
         m = _load(store, run_id)
-        started = float(info.get("started_at") or 0)
-        if m is not None and m.phase is not Phase.DONE and started > best_at:
-            best, best_at = m, started
-    return best
+        if m is not None and m.phase is not Phase.DONE:
+            found.append((float(info.get("started_at") or 0), m))
+    return [m for _, m in sorted(found, key=lambda f: f[0], reverse=True)]
+
+
+def stopped_run(store: ObjectStore, recipe: str, model: str, source: str) -> RunManifest | None:
+    """The newest unfinished run of this recipe, model and source that no live process drives."""
+    runs = stopped_runs(store, recipe, model, source)
+    return runs[0] if runs else None
 
 
 def batches_in_flight(store: ObjectStore, recipe: str, model: str, source: str) -> list[tuple[str, int]]:
@@ -165,7 +171,12 @@ def _choose(
                 "start a fresh run once it is done",
                 run_id=other,
             )
-    return Choice(str(new_id()), None)
+    left = (
+        [m.run_id for m in stopped_runs(store, recipe, settings.api.model, source_id(source))]
+        if new_run
+        else []
+    )
+    return Choice(str(new_id()), None, left_behind=left)  # their spend stays in `runs` and this run's report
 
 
 def _get(tree: dict[str, Any], dotted: str) -> tuple[bool, Any]:

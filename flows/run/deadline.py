@@ -11,12 +11,15 @@ import hashlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from checkpoints.limits import LimitPool
 from checkpoints.store import open_store
+from tasks.api.pacing import WINDOW_MAX
 from tasks.api.shared_limit import scope_for
 from tasks.deadline.engine import Realtime, run_deadline
+from tasks.deadline.plan import Pace
 from tasks.inventory import Document
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.realtime import extract_recorded
@@ -27,18 +30,39 @@ if TYPE_CHECKING:
 
 def org_requests_per_minute(ctx: RunContext) -> float:
     """The organisation's request limit as best known now."""
-    limiter = getattr(ctx.client, "limiter", None)
+    return org_limit(ctx)[0]
+
+
+def org_limit(ctx: RunContext) -> tuple[float, str]:
+    """The organisation's request limit as best known now, and where it comes from."""
+    limiter = ctx.client.limiter if ctx.client is not None else None
     stated = limiter.stats.adopted.get("requests") if limiter is not None else None
     if stated:
-        return float(stated)
+        return float(stated), "stated by the API's headers"
     conf = ctx.settings.shared_limit
     scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
     if conf.enabled and scope:
         store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url) if conf.store else ctx.store
         shared = (LimitPool(store, scope).read().get("limits") or {}).get("requests")
         if shared:
-            return float(shared)
-    return float(ctx.settings.api.requests_per_minute)
+            return float(shared), "stated by the API's headers to a process sharing the limit"
+    return float(ctx.settings.api.requests_per_minute), "configured, no answer seen yet"
+
+
+def measured_pace(ctx: RunContext) -> Pace:
+    """What realtime can do, from what has been measured as soon as there is any (tasks.deadline.plan)."""
+    api, conf = ctx.settings.api, ctx.settings.deadline
+    rpm, source = org_limit(ctx)
+    seen = ctx.client.limiter.latency if ctx.client is not None else None
+    return Pace(
+        rpm,
+        api.concurrency or WINDOW_MAX,  # no ceiling: the window follows the limit (tasks.api.pacing)
+        seen if seen is not None else conf.latency_seconds,
+        api.ramp_seconds,
+        api.ramp_start,
+        limit_source=source,
+        latency_source="measured" if seen is not None else "configured, no answer seen yet",
+    )
 
 
 def realtime_pass(ctx: RunContext, threads: int) -> Realtime:
@@ -65,7 +89,7 @@ def _chunk(ctx: RunContext, docs: list[Document]) -> list[DocOutcome]:
         store=ctx.store,
         client=ctx.client,
         settings=ctx.settings,
-        settle=lambda _outcomes: group,
+        settle=lambda _outcomes: True,
     )
 
 
@@ -86,4 +110,5 @@ def deadline_pass(
         settings=ctx.settings,
         realtime=realtime_pass(ctx, threads),
         requests_per_minute=org_requests_per_minute(ctx),
+        measure=partial(measured_pace, ctx),
     )

@@ -11,7 +11,7 @@ from typing import Any
 from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
 from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
-from docmill.errors import ConfigError
+from docmill.errors import ConfigError, InputError
 from docmill.logs import get_logger
 from docmill.settings import Settings, get_settings
 from flows.run import driver, early, spread
@@ -104,6 +104,7 @@ def run_extract(
         mode = mode_of(st, m, mode)
         workers = workers or m.extra.get("workers")
         finish_by = finish_by or m.extra.get("finish_by")
+    refuse_workers_with_deadline(workers, finish_by)
     if finish_by:  # a deadline: the batch pass, with what will not finish in time sent realtime
         finish_by, mode = deadline_iso(finish_by), "batch"
     for note in check_models(settings):  # a retired or (under a cap) unpriced model stops here
@@ -128,6 +129,8 @@ def run_extract(
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, ctx.run_id))
         if finish_by:
             ctx.extra["finish_by"] = finish_by
+        if choice.left_behind:  # stopped runs over these documents, not continued: their spend is reported
+            ctx.extra["left_behind"] = choice.left_behind
         if workers:
             ctx.extra["workers"] = int(workers)
             map_chunks = spread.spread_map(ctx, int(workers), launcher, local=map_chunks, progress=progress)
@@ -141,6 +144,17 @@ def run_extract(
     if submit_only:  # the flow run that continues it in this process says nothing of continuing
         early.SUBMITTED.add(choice.run_id)
     return summary
+
+
+def refuse_workers_with_deadline(workers: int | None, finish_by: str | None) -> None:
+    """A deadline runs its batches and realtime tail in the driver alone: with `--workers` the
+    workers would idle while the run claims to use them, so the pair is refused (exit 2, nothing sent)."""
+    if workers and finish_by:
+        raise InputError(
+            "--workers and --finish-by cannot be combined: a deadline's batches and realtime tail run in "
+            "one process",
+            hint="drop --workers (batches need no workers), or drop --finish-by to spread a realtime run",
+        )
 
 
 def deadline_iso(text: str) -> str:

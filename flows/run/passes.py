@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks
-from checkpoints.costs import CostLedger
-from checkpoints.inflight import InFlight
+from checkpoints.inflight import run_spend
 from checkpoints.outcomes import OutcomeLog
 from docmill.collector import relaxed_gc
 from docmill.errors import BudgetExhausted
@@ -45,8 +44,8 @@ def plain_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:
 def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
     """Per-file pass over one chunk (realtime); outcomes written once per chunk."""
 
-    def settle(outcomes: list[Any]) -> str | None:  # whole: earlier lives are recounted
-        return None if any(o.failure_type == "budget" for o in outcomes) else cid
+    def settle(outcomes: list[Any]) -> bool:  # whole: earlier lives are recounted
+        return not any(o.failure_type == "budget" for o in outcomes)
 
     documents = [Document.model_validate(d) for d in docs]
     outcomes = extract_recorded(
@@ -75,12 +74,11 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
 
 
 def spent_usd(ctx: RunContext) -> float:
-    """What the run has paid as far as anyone can tell: its cost ledger plus the upper bound of
-    requests a crash left in flight unrecorded (checkpoints.inflight)."""
-    return (
-        float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
-        + InFlight(ctx.store, ctx.run_id).totals()["usd"]
-    )
+    """What the run has paid as far as anyone can tell: its cost ledger, the answers a crash left
+    saved but not costed, and the upper bound of requests a crash left in flight
+    (checkpoints.inflight.run_spend: the figure `status`, `runs` and the report show)."""
+    spend = run_spend(ctx.store, ctx.run_id)
+    return spend["recorded_usd"] + spend["saved_usd"] + spend["possibly_usd"]
 
 
 def budget_stop(ctx: RunContext, where: str, why: str | None = None) -> BudgetExhausted:

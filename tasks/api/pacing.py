@@ -43,8 +43,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from docmill.logs import get_logger
 from tasks.api.budget import Budget as Budget  # re-exported: the cost cap has its own module
 
+log = get_logger("api")
 REQUESTS, INPUT, OUTPUT = "requests", "input-tokens", "output-tokens"
 KINDS = (REQUESTS, INPUT, OUTPUT)
 BURST_SECONDS = 2.0  # the send-rate bucket holds this much: a stalled moment is caught up, no more
@@ -55,6 +57,9 @@ WINDOW_START = 16  # requests in flight before anything says how long answers ta
 WINDOW_HEADROOM = 1.5  # x the rate the limits admit x the latency (latency varies; the pacer paces)
 WINDOW_PAD = 4
 WINDOW_MAX = 10_000  # no ceiling given: at most this many requests in flight
+DECLARE_GROWTH = 1.125  # what is declared in flight grows at least this much at a time (`declare_to`)
+DECLARE_FLOOR = 4  # and is at least this (fewer writes while a run starts)
+DECLARE_RETRY = 1.0  # seconds before asking again when the declaration could not be written
 OUTPUT_HOLD = 1.5  # a request in flight holds this x the mean billed output (plus OUTPUT_PAD)
 OUTPUT_PAD = 64
 WINDOW_FULL = -1.0  # try_acquire: the window is full, wait for an answer
@@ -170,6 +175,9 @@ class RateLimiter:
         self._first_sent: float | None = None
         self._in_flight = 0
         self._lock = threading.Condition()
+        self.declare: Callable[[int], None] | None = None  # see `declare_to`
+        self.declared_for: str | None = None
+        self._declared = 0
         self.stats = PacerStats()
         self.counts_cache_reads = counts_cache_reads
 
@@ -190,10 +198,37 @@ class RateLimiter:
         )
 
     @property
+    def latency(self) -> float | None:
+        """The observed answer time (moving average), None before the first answer."""
+        return self._latency
+
+    @property
     def window(self) -> int:
         """Requests allowed in flight: the rate the limits admit x the latency (Little's law)."""
         with self._lock:
             return self._window(self._clock())
+
+    def declare_to(self, owner: str, declare: Callable[[int], None]) -> None:
+        """Record the most requests ever in flight before passing it (checkpoints.inflight: a killed
+        process had at most that many in flight, whatever its chunks held): a request that would pass
+        what was declared goes only after `declare(n)` has returned, n growing by `DECLARE_GROWTH`
+        (at least `DECLARE_FLOOR`), so a few dozen small writes in a process's life at most. `owner`
+        (a run id): a new owner declares anew."""
+        with self._lock:
+            self.declared_for, self.declare, self._declared = owner, declare, 0
+
+    def _declared_room(self) -> bool:
+        """Whether one more request in flight stays within what was declared (declaring more if not)."""
+        if self.declare is None or self._in_flight < self._declared:
+            return True
+        grown = max(self._in_flight + 1, math.ceil(self._declared * DECLARE_GROWTH), DECLARE_FLOOR)
+        try:
+            self.declare(grown)
+        except Exception as exc:  # not recorded: no more in flight than was declared
+            log.warning("could not record the requests in flight: %s", exc)
+            return False
+        self._declared = grown
+        return True
 
     def _window(self, now: float) -> int:
         ceiling = self.concurrency or WINDOW_MAX
@@ -290,6 +325,8 @@ class RateLimiter:
             wait = self._wait_needed(now, fits, paced)
             if wait > 0:
                 return max(wait, MIN_WAIT)  # a float-rounding sliver must still move the clock
+            if not self._declared_room():
+                return DECLARE_RETRY  # the record could not be written: ask again a little later
             for kind, held in ((REQUESTS, 1.0), (INPUT, float(tokens)), (OUTPUT, float(hold))):
                 state = self._kinds[kind]
                 state.in_flight += held

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+from checkpoints.inflight import InFlight, life_of
 from docmill.errors import ApiCallError, BatchError, InputError
-from docmill.prices import priced_usd
+from docmill.prices import priced_usd, worst_usd
 from tasks.api.retrying import RETRYABLE_ERROR_TYPES
-from tasks.api.usage import add_usage
+from tasks.api.usage import add_usage, estimate_input_tokens
 from tasks.batch.items import WorkItem
 from tasks.batch.lifecycle import crash_point
 from tasks.inventory import Document
@@ -192,10 +193,26 @@ class ResultRouter:
                 nonlocal n
                 n = persist_answer(self.p, key, n, answer, purpose=item.action, request=request)
 
-            result = self.p.client.call(
-                request, key=key, doc_id=item.doc_id, pass_name=FILE_PASS, on_response=persist
+            # in flight until its cost entry is written (invariant 13: a kill in between is counted)
+            client = self.p.client
+            worst = worst_usd(
+                str(request["model"]), estimate_input_tokens(request), int(request["max_tokens"])
             )
-            message = result.message
+            mark = InFlight(self.p.store, self.p.run_id).open_call(
+                f"{key}-{n}", life_of(client), client.concurrency, worst or 0.0
+            )
+            try:
+                result = client.call(
+                    request, key=key, doc_id=item.doc_id, pass_name=FILE_PASS, on_response=persist
+                )
+                message = result.message
+                model = answered_model(message, request["model"])
+                item.cost_usd += account_attempt(
+                    self.p, item.doc_id, key, n, model, message, item.usage, item.request_ids
+                )
+            finally:  # answered and costed, or failed (the client recorded a paid attempt without answer)
+                InFlight(self.p.store, self.p.run_id).close(mark)
+            return message, model
         model = answered_model(message, request["model"])
         item.cost_usd += account_attempt(
             self.p, item.doc_id, key, n, model, message, item.usage, item.request_ids

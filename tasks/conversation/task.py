@@ -31,9 +31,12 @@ import anthropic
 
 from checkpoints import cas
 from checkpoints.costs import CostEntry, CostLedger
+from checkpoints.inflight import InFlight, Mark, life_of
 from checkpoints.scratch import HistoryArchive, Scratchpad
 from docmill.errors import ContextError, PinnedFactLost
+from docmill.prices import worst_usd
 from tasks.api.answers import CallLabel, StreamProgress, stream_message
+from tasks.api.usage import estimate_input_tokens
 from tasks.conversation import compaction as cmp
 from tasks.conversation.pinned import PinnedFacts
 
@@ -146,6 +149,8 @@ class ConversationTask:
         self.counts_sent = 0
         self._count_cache: dict[str, int] = {}
         self._etag: str | None = None
+        self.inflight = InFlight(store, run_id)
+        self._open_calls: list[Mark] = []  # answered calls whose cost entry is not written yet
         self._load()
 
     # ---- checkpoint --------------------------------------------------------------------------
@@ -248,10 +253,29 @@ class ConversationTask:
         return "\n".join(parts)
 
     def create(self, betas: list[str] | None, **body: Any) -> Any:
-        """One Messages call, streamed, through the transport layer; beta namespace when `betas`."""
+        """One Messages call, streamed, through the transport layer; beta namespace when `betas`.
+        Recorded in flight until its cost entry is written (`_recorded`; invariant 13)."""
         kind = "c" if "compaction" in body else "x"
         label = CallLabel(self.pass_name, self.doc_id, f"{self.task_id}-{kind}{self.exchanges + 1:06d}")
-        return self.transport.stream(body, betas, label)
+        worst = worst_usd(
+            str(body.get("model")), estimate_input_tokens(body), int(body.get("max_tokens") or 0)
+        )
+        sender = self.transport.model_client or self.transport.sdk
+        ceiling = self.transport.model_client.concurrency if self.transport.model_client else None
+        mark = self.inflight.open_call(safe_group(label.key), life_of(sender), ceiling, worst or 0.0)
+        try:
+            reply = self.transport.stream(body, betas, label)
+        except BaseException:
+            self.inflight.close(mark)  # the transport layer recorded a paid attempt without an answer
+            raise
+        self._open_calls.append(mark)
+        return reply
+
+    def _recorded(self) -> None:
+        """The answers of the calls sent so far are in the cost ledger: no longer in flight."""
+        marks, self._open_calls = self._open_calls, []
+        for mark in marks:
+            self.inflight.close(mark)
 
     # ---- compaction --------------------------------------------------------------------------
 
@@ -290,6 +314,7 @@ class ConversationTask:
         for model, usage, request_id in done.billed_before:  # e.g. a null block, then the fallback
             self._record_cost(f"c{n:04d}", model, usage, request_id)
         self._record_cost(f"c{n:04d}", done.model, done.usage, done.request_id)
+        self._recorded()
         crash_point("compaction_returned")
         new_messages = [done.head, *self.messages[chosen + 1 :]]
         probe = self.params([*new_messages, pending], **extra)
@@ -368,6 +393,7 @@ class ConversationTask:
             getattr(reply, "_request_id", None),
             data.get("model"),
         )
+        self._recorded()
         crash_point("exchange_returned")
         self.messages = [
             *self.messages,

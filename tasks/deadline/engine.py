@@ -58,9 +58,10 @@ class DeadlineEngine(BatchEngine):
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         on_progress: Progress | None,
+        measure: Callable[[], Pace] | None = None,
     ) -> None:
         super().__init__(p, client, clock=clock, sleep=sleep, on_progress=on_progress)
-        self.plan, self.pace, self.realtime = plan, pace, realtime
+        self.plan, self.pace, self.realtime, self.measure = plan, pace, realtime, measure
         conf = p.settings.deadline
         self.expected = expected
         self.per_batch = max(1, math.ceil(expected / conf.batches))
@@ -85,6 +86,11 @@ class DeadlineEngine(BatchEngine):
     def switch_at(self) -> float:
         return self.plan.switch_at(self.left(), self.pace)
 
+    def _measure(self) -> None:
+        """The pace as measured now (limits stated by the API, the answer time seen), when it can be."""
+        if self.measure is not None:
+            self.pace = self.measure()
+
     def _save(self, **changes: Any) -> None:
         self.state.update(changes)
         self.p.store.put_json(self.key, self.state)
@@ -104,8 +110,10 @@ class DeadlineEngine(BatchEngine):
     # ---- following ------------------------------------------------------------------------------
 
     def run(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
+        self._measure()
         if self.clock() >= self.plan.switch_at(self.expected, self.pace):
-            self._switch("no time for a batch: everything goes realtime")
+            why = self.plan.why(self.expected, self.pace)
+            self._switch(f"no time for a batch: everything goes realtime ({why})")
         yield from super().run(docs)
 
     def _drive(self) -> Iterator[DocOutcome]:
@@ -114,8 +122,9 @@ class DeadlineEngine(BatchEngine):
         if sum(r.request_count for r in self.live.values()) >= ingest.MIN_RESULTS:
             self.gates.start()  # its processes start while the batches run
         while self.live or self.pending:
+            self._measure()
             if self.switched or self.clock() >= self.switch_at():
-                self._switch("the switch time came")
+                self._switch(f"the switch time came: {self.plan.why(self.left(), self.pace)}")
                 yield from self._settle_cancels()
                 yield from self._send_realtime()
                 continue
@@ -210,13 +219,16 @@ def run_deadline(
     settings: Settings,
     realtime: Realtime,
     requests_per_minute: float,
+    measure: Callable[[], Pace] | None = None,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     on_progress: Progress | None = None,
 ) -> Iterator[DocOutcome]:
     """`tasks.batch.engine.run_batches` with a deadline (epoch seconds): one terminal `DocOutcome`
     per document, batch where it can finish in time, realtime near the deadline. Calling it again
-    with the same run id resumes, as run_batches does (a switch already made stays made)."""
+    with the same run id resumes, as run_batches does (a switch already made stays made). `measure()`:
+    the pace as known now (tasks.deadline.plan), asked again at every poll; else `requests_per_minute`
+    and the configured answer time throughout."""
     conf = settings.deadline
     now = clock()
     plan = DeadlinePlan.make(
@@ -236,5 +248,6 @@ def run_deadline(
         clock=clock,
         sleep=sleep,
         on_progress=on_progress,
+        measure=measure,
     )
     yield from engine.run(docs)

@@ -12,7 +12,10 @@ and sent realtime in time:
     throughput = min(0.9 x the organisation's request limit, requests in flight at once / latency)
 
 As batches end, fewer requests are left and the switch moves later; a cancel measured once replaces
-the assumed cancel time. Past the switch, every batch still running is cancelled, the cancels are
+the assumed cancel time, and the pace is measured as soon as there is anything to measure: the
+request limit the API's headers state (else the one processes share, else the configured one) and
+the answer time observed, so a deadline is not planned from assumed limits once real ones are known.
+The reason recorded with the switch names those figures and their sources. Past the switch, every batch still running is cancelled, the cancels are
 waited for (a custom_id of a batch that has not ended is never sent again: invariants 2 and 11),
 what the batches answered is kept, and the rest goes realtime.
 """
@@ -68,6 +71,8 @@ class Pace:
     latency_seconds: float
     ramp_seconds: float = 0.0
     ramp_start: float = 1.0
+    limit_source: str = "configured"  # where the request limit comes from (the API's headers, ...)
+    latency_source: str = "configured"  # "measured" once answers came
 
     def throughput(self) -> float:
         """Requests per second realtime can sustain."""
@@ -99,6 +104,15 @@ class DeadlinePlan:
     def switch_at(self, left: int, pace: Pace) -> float:
         """The last moment to cancel the batches and send `left` requests realtime."""
         return self.deadline - self.margin_seconds - self.cancel_seconds - pace.seconds_for(left)
+
+    def why(self, left: int, pace: Pace) -> str:
+        """Why the switch time is when it is: the figures `switch_at` used, and where they came from."""
+        return (
+            f"{left} request(s) left need ~{pace.seconds_for(left):.0f} s realtime at "
+            f"{pace.requests_per_minute:,.0f} requests/min ({pace.limit_source}) and "
+            f"{pace.latency_seconds:.1f} s an answer ({pace.latency_source}), plus {self.cancel_seconds:.0f} s "
+            f"to cancel and {self.margin_seconds:.0f} s of margin before {iso(self.deadline)}"
+        )
 
 
 def iso(ts: float) -> str:

@@ -24,9 +24,12 @@ from anthropic import transform_schema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from checkpoints.costs import CostEntry, CostLedger
+from checkpoints.inflight import InFlight, life_of
 from checkpoints.keys import content_hash, idempotency_key
 from checkpoints.ledger import ResponseLog, ResultsLedger
 from docmill.errors import ApiCallError
+from docmill.prices import worst_usd
+from tasks.api.usage import estimate_input_tokens
 from tasks.integration.checks import cited_ids, drop_unknown
 from tasks.integration.facts import model_sections
 from tasks.integration.records import PASS
@@ -187,14 +190,24 @@ class Notes:
         def persist(n: int, msg: dict[str, Any]) -> None:
             self.responses.put(PASS, key, attempt + n, msg)
 
-        result = self.client.call(
-            request,
-            key=key,
-            doc_id="*integration*",
-            pass_name=PASS,
-            on_response=persist,
-            purpose="repair" if attempt else "first",
+        # in flight until its cost entry is written (invariant 13: a kill in between is counted)
+        worst = worst_usd(str(request["model"]), estimate_input_tokens(request), int(request["max_tokens"]))
+        inflight = InFlight(self.store, self.run_id)
+        mark = inflight.open_call(
+            f"{key}-{attempt}", life_of(self.client), self.client.concurrency, worst or 0.0
         )
+        try:
+            result = self.client.call(
+                request,
+                key=key,
+                doc_id="*integration*",
+                pass_name=PASS,
+                on_response=persist,
+                purpose="repair" if attempt else "first",
+            )
+        except BaseException:
+            inflight.close(mark)  # the client recorded a paid attempt that brought no answer
+            raise
         message = result.message
         # one group per API call (request id, else a fresh name): a slice asked again by a resume
         # was billed again, so it is recorded again (a `<key>-<attempt>` group was written once per run)
@@ -216,6 +229,7 @@ class Notes:
                 )
             ],
         )
+        inflight.close(mark)
         return message
 
     def validated(self, text: str) -> tuple[dict[str, Any] | None, list[str]]:

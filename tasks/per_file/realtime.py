@@ -25,8 +25,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from checkpoints.inflight import InFlight, life_of
 from checkpoints.store.local import LocalStore
 from docmill.errors import (
     ApiCallError,
@@ -39,6 +41,7 @@ from docmill.errors import (
 from docmill.logs import get_logger, redact
 from tasks.api.aio import async_client
 from tasks.api.usage import estimate_input_tokens
+from tasks.estimate import request_worsts
 from tasks.per_file.accounting import flush_costs, recount_attempts
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
 from tasks.per_file.cost_guard import COST_GUARD, long_worst_usd, over_guard, request_worst_usd
@@ -113,16 +116,18 @@ def extract_recorded(
     store: ObjectStore,
     client: ModelClient,
     settings: Settings,
-    settle: Callable[[list[DocOutcome]], str | None],
+    settle: Callable[[list[DocOutcome]], bool],
 ) -> list[DocOutcome]:
-    """`extract_chunk` under an in-flight record of `group` (invariant 13: its worst case is counted
-    as possibly billed until its answers are recorded); `settle(outcomes)` names the group to settle
-    its earlier lives to, or None (checkpoints.inflight)."""
-    from checkpoints.inflight import InFlight
-    from tasks.estimate import in_flight_bound
-
+    """`extract_chunk` under an in-flight record of `group` (invariant 13: the chunk's request keys
+    with their worst cases; at most the client's concurrency of them count as possibly billed while
+    they have no result, checkpoints.inflight); `settle(outcomes)`: every document was handled, so
+    what a killed earlier life of the chunk saved is in the cost ledger now."""
     inflight = InFlight(store, run_id)
-    mark = inflight.open(group, in_flight_bound(docs, recipe, settings))
+    life = life_of(client)
+    if client.limiter.declared_for != run_id:  # its window is recorded before it grows (the bound's ceiling)
+        client.limiter.declare_to(run_id, partial(inflight.declare, life))
+    worst = request_worsts(docs, recipe, settings)
+    mark = inflight.open_chunk(group, life, client.concurrency, worst)
     try:
         outcomes = extract_chunk(
             docs, recipe=recipe, run_id=run_id, store=store, client=client, settings=settings
@@ -130,7 +135,7 @@ def extract_recorded(
     except BaseException:
         inflight.close(mark)  # extract_chunk flushed the costs of every answer it got
         raise
-    inflight.close(mark, settle=settle(outcomes))
+    inflight.close(mark, settled=settle(outcomes))
     return outcomes
 
 

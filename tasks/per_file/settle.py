@@ -92,6 +92,7 @@ def persist_answer(
         "model": str(message.get("_asked_model") or request["model"]),  # the model asked for (priced by)
         "max_tokens": int(request["max_tokens"]),
         "at": time.time(),
+        "run_id": p.run_id,
     }
     if sent_at is not None:  # when the request went out (realtime; the report's timeline)
         meta["sent_at"] = sent_at

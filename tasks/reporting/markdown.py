@@ -268,10 +268,29 @@ def _costs(costs: dict[str, Any]) -> list[str]:
         "",
     ]
     left = costs.get("in_flight") or {}
-    if left.get("groups"):
+    if left.get("saved_answers"):
+        lines += [
+            f"Saved before a kill: {left['saved_answers']} answer(s), ${left['saved_usd']:.4f} (in the total), "
+            "costed from the response log.",
+            "",
+        ]
+    if left.get("requests"):
         lines += [
             f"Possibly billed but not recorded: up to ${left['usd']:.4f} for at most {left['requests']} "
-            "request(s) in flight when a run was killed (an upper bound; counted by the budget cap).",
+            "request(s) in flight when a process was killed (an upper bound; counted by the budget cap).",
+            "",
+        ]
+    for run in costs.get("left_behind") or []:
+        lines += [
+            f"Run `{run['run_id']}` stopped over these documents and was not continued (this run was started "
+            f"with --new-run): ${run['recorded_usd'] + run['saved_usd']:.4f} recorded"
+            + (
+                f", up to ${run['possibly_usd']:.4f} more possibly billed by at most {run['possibly_requests']} "
+                "request(s) in flight when it was killed"
+                if run["possibly_requests"]
+                else ""
+            )
+            + " (not in this run's total).",
             "",
         ]
     if costs.get("possibly_billed"):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoints.batches import BatchRecords
 from checkpoints.costs import CostLedger
 from checkpoints.decisions import ReviewDecisions
-from checkpoints.inflight import InFlight
+from checkpoints.inflight import InFlight, run_spend
 from checkpoints.review_queue import ReviewQueue
 from docmill.errors import DocmillError
 from docmill.settings import Settings
@@ -130,9 +130,15 @@ def write_report(
     decisions = ReviewDecisions(store, run_id).in_force()
     outcomes = apply_decisions(outcomes, decisions)
     ledger = CostLedger(store, run_id)
-    entries = [e.model_dump(mode="json") for e in ledger.entries()]
+    read = list(ledger.entries())
+    entries = [e.model_dump(mode="json") for e in read]
     costs = costs if costs is not None else ledger.totals()
-    costs = {**costs, "in_flight": InFlight(store, run_id).totals()}  # invariant 13: an upper bound
+    left = InFlight(store, run_id).totals({i for e in read if (i := e.identity)})
+    costs = {**costs, "in_flight": left}  # invariant 13: an upper bound, and answers saved before a kill
+    if left["saved_usd"]:
+        costs["usd"] = float(costs.get("usd", 0.0)) + left["saved_usd"]
+    behind = (manifest.get("extra") or {}).get("left_behind") or []
+    costs["left_behind"] = [{"run_id": r, **run_spend(store, str(r))} for r in behind]  # --new-run
     review = list(ReviewQueue(store, run_id).list())
     extra = report_extras(store, manifest, len(decisions))
     extra["spread"] = spread_summary(store, run_id)

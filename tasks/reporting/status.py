@@ -57,7 +57,9 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
     total = _inventory_size(store, run_id)
     ledger = CostLedger(store, run_id)
     entries = list(ledger.entries())
-    usd = sum(e.usd for e in entries)
+    # answers a kill left saved but not costed, and the bound of what was in flight (invariant 13)
+    left = InFlight(store, run_id).totals({i for e in entries if (i := e.identity)})
+    usd = sum(e.usd for e in entries) + left["saved_usd"]
     times = sorted(e.at for e in entries if e.at is not None)
     batches = BatchRecords(store, run_id).load_all() if m.mode == "batch" else []
     live = [b for b in batches if b.live]
@@ -93,7 +95,7 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
         "batches_in_flight": [{"n": b.n, "phase": str(b.phase), "requests": b.request_count} for b in live],
         "batches": len(batches),
         "cost_usd": round(usd, 6),
-        "in_flight": InFlight(store, run_id).totals(),  # upper bound of what a crash left unrecorded
+        "in_flight": left,  # upper bound of what a crash left unrecorded (cost_usd has its saved answers)
         "budget_usd": m.budget_usd,
         "billed_answers": len(entries),
         "unpriced_answers": sum(1 for e in entries if e.unpriced),
@@ -195,12 +197,7 @@ def status_text(st: dict[str, Any]) -> str:
             if st.get("possibly_billed")
             else ""
         )
-        + (
-            f"\n             + up to ${st['in_flight']['usd']:.4f} possibly billed by at most "
-            f"{st['in_flight']['requests']} request(s) in flight when it was killed (not recorded)"
-            if st["in_flight"]["groups"]
-            else ""
-        ),
+        + in_flight_text(st["in_flight"], st["driver"] == "running"),
         f"eta        {eta}",
         *_labelled("workers", spread_lines(st.get("spread"))),
         *_labelled("deadline", deadline_lines(st.get("deadline"))),
@@ -208,6 +205,24 @@ def status_text(st: dict[str, Any]) -> str:
         f"updated    {st['updated_at']}",
     ]
     return "\n".join(lines)
+
+
+def in_flight_text(left: dict[str, Any], running: bool) -> str:
+    """The in-flight part of the `cost` line: answers a kill left saved (in the total) and the upper
+    bound of the requests in flight (checkpoints.inflight)."""
+    out = ""
+    if left.get("saved_answers"):
+        out += (
+            f"; ${left['saved_usd']:.4f} of it: {left['saved_answers']} answer(s) saved before a kill, "
+            "costed from the response log"
+        )
+    if left.get("requests"):
+        when = "in flight now or when a process was killed" if running else "in flight when it was killed"
+        out += (
+            f"\n             + up to ${left['usd']:.4f} possibly billed by at most {left['requests']} "
+            f"request(s) {when} (not recorded; counted by the cap)"
+        )
+    return out
 
 
 def _labelled(label: str, lines: list[str]) -> list[str]:
@@ -236,7 +251,7 @@ def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
                 docs,
                 str(c.get("needs_review", 0)),
                 str(c.get("failed", 0)),
-                "$" + format(st["cost_usd"], ".4f"),
+                "$" + format(st["cost_usd"], ".4f") + possibly_cell(st["in_flight"]),
             )
         )
     if not rows:
@@ -249,6 +264,12 @@ def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
         ).rstrip()
         for r in (head, *rows)
     ]
+
+
+def possibly_cell(left: dict[str, Any]) -> str:
+    """`+<=$X` after a run's cost in `docmill runs`: what may have been billed by requests in flight
+    at a kill (checkpoints.inflight), the figure `status` and the cap use."""
+    return f" +<=${left['usd']:.4f}" if left.get("requests") else ""
 
 
 def recipe_label(recipe: str) -> str:

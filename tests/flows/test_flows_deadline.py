@@ -50,7 +50,9 @@ def test_finish_by_too_close_for_a_batch_goes_realtime_at_once(
     status = _status(offline_env, capsys)
     deadline = status["deadline"]
     assert deadline["realtime_docs"] > 0 and deadline["batch_docs"] == 0 and deadline["met"] is True
-    assert "no time for a batch" in str(deadline["switch_why"])
+    why = str(deadline["switch_why"])  # and why, with the figures the plan used and where they came from
+    assert "no time for a batch" in why and "requests/min (configured, no answer seen yet)" in why
+    assert "s to cancel and 6" in why and "s of margin before" in why  # 60 s, plus a share of the time given
     store = open_store(offline_env)
     (run_id,) = [k.split("/")[1] for k in store.list("runs/") if k.endswith("/manifest.json")]
     report = store.get(f"runs/{run_id}/report.md").decode()
@@ -79,3 +81,33 @@ def test_finish_by_that_is_not_a_time_is_one_line_exit_2(
     assert main(["--store", offline_env, "run", str(corpus), "--no-prefect", "--finish-by", "soon"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--finish-by" in err[0]
+
+
+def test_the_deadline_plans_from_the_pace_measured_as_soon_as_there_is_one(
+    emulator: Any, tmp_path: Path
+) -> None:
+    """Before any answer the plan can only assume the configured limit; after one it uses the limit
+    the API's headers stated and the answer time seen (the engine asks again at every poll)."""
+    from flows.run.context import Endpoint, RunContext
+    from flows.run.deadline import measured_pace
+    from tasks.api.client import ModelClient
+    from tasks.inventory import inventory
+    from tasks.per_file.realtime import extract_chunk
+    from tasks.recipes import load_recipe
+
+    recipe = load_recipe("invoices")
+    emulator.state.configure({"requests_per_minute": 120})
+    settings = get_settings().model_copy(deep=True)
+    settings.api.base_url, settings.store = emulator.base_url, str(tmp_path / "store")
+    settings.api.requests_per_minute = 4000
+    client = ModelClient(settings, base_url=emulator.base_url, api_key="test-key")
+    store = open_store(settings.store)
+    ctx = RunContext(settings, store, recipe, "run-1", Endpoint(emulator.base_url, "test-key", True), client)
+    before = measured_pace(ctx)
+    assert before.requests_per_minute == 4000 and before.limit_source.startswith("configured")
+    corpus, _ = make_corpus(tmp_path, count=1, seed=2)
+    docs = [d for d in inventory(str(corpus), settings, doc_types=recipe.doc_types) if d.status == "ok"]
+    extract_chunk(docs[:1], recipe=recipe, run_id="run-1", store=store, client=client, settings=settings)
+    after = measured_pace(ctx)
+    assert after.requests_per_minute == 120 and after.limit_source == "stated by the API's headers"
+    assert after.latency_source == "measured" and after.latency_seconds != before.latency_seconds

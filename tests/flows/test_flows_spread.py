@@ -227,3 +227,23 @@ def test_cli_workers_without_a_prefect_server_is_one_line_exit_2(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "--workers needs a Prefect server" in lines[0]
     assert not (tmp_path / "s" / "runs").exists()
+
+
+def test_cli_workers_with_a_deadline_is_refused_in_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A deadline runs in one process: `--workers N --finish-by T` is refused before anything starts
+    (the workers would idle while the run claims to use them); the flows refuse the pair alike."""
+    from docmill.errors import InputError
+    from flows.cli.main import main
+
+    corpus, _ = make_corpus(tmp_path, count=3, seed=9)
+    argv = ["--store", str(tmp_path / "s"), "run", str(corpus), "--workers", "2", "--finish-by", "+2h"]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--workers and --finish-by cannot be combined" in lines[0], lines
+    assert not (tmp_path / "s" / "runs").exists()
+    settings = Settings(store=str(tmp_path / "s"))
+    with pytest.raises(InputError, match="cannot be combined"):
+        run_extract(str(corpus), "invoices", settings=settings, workers=2, finish_by="+2h", progress=False)
+    assert not (tmp_path / "s" / "runs").exists()

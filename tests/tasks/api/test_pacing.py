@@ -210,6 +210,31 @@ def test_in_flight_window_is_littles_law_over_the_tightest_limit() -> None:
     assert capped.window == 64  # never above api.concurrency when it is given
 
 
+def test_requests_in_flight_pass_what_was_declared_only_once_it_is_recorded() -> None:
+    """checkpoints.inflight counts at most what a killed process declared in flight: a request that
+    would pass it goes only after the new figure is recorded (a few writes), and not when that fails."""
+    fake = FakeTime()
+    lim = limiter(fake, rpm=4000, tpm=2_000_000)
+    declared: list[int] = []
+    lim.declare_to("run-1", declared.append)
+    held = [lim.acquire(10) for _ in range(12)]
+    assert declared == [4, 5, 6, 7, 8, 9, 11, 13]  # ahead of the 12 in flight, growing by 1/8
+    fake.now += 1.0  # answers take a second: the window stays wide
+    for ticket in held:
+        lim.release(ticket, usage={"input_tokens": 10})
+    held = [lim.acquire(10) for _ in range(12)]
+    assert declared[-1] == 13 and len(declared) == 8  # as many again: nothing new to write
+    refused = limiter(fake, rpm=4000, tpm=2_000_000)
+
+    def fail(n: int) -> None:
+        raise OSError("store down")
+
+    refused.declare_to("run-1", fail)
+    assert refused.try_acquire(10) == pytest.approx(1.0)  # not sent: asked again later
+    refused.declare_to("run-2", declared.append)  # a new owner declares anew
+    assert isinstance(refused.try_acquire(10), Ticket) and declared[-1] == 4
+
+
 def test_a_share_of_the_limits_set_from_outside_at_runtime() -> None:
     """A pacer shared across workers hands each process a share of the organisation's limits."""
     fake = FakeTime()

@@ -298,6 +298,9 @@ def test_repairs_can_go_realtime_and_a_crash_does_not_resend_them(
     outcomes = by_key(rig.run())  # resume; the engine builds its own ModelClient
     assert outcomes[key].state is DocState.SUCCEEDED and outcomes[key].attempts == 2
     assert len(rig.records().load_all()) == 1  # no second batch round
+    from checkpoints.inflight import InFlight
+
+    assert InFlight(rig.store, rig.run_id).totals()["groups"] == 0  # the repair's record closed once costed
     realtime = [r for r in emulator.state.accounting.billed if not r.batch]
     assert len(realtime) == 1  # the persisted realtime answer was reused, not resent
     assert set(rig.billed().values()) == {1}
