@@ -24,6 +24,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -94,7 +95,22 @@ def make_corpus(folder: Path, invoices: int) -> list[str]:
     for name, make in HOSTILE.values():
         (hostile / name).write_bytes(make())
         names.append(f"hostile/{name}")
+    # names that collided into one id before ids were one-to-one: three vendors, three documents
+    for n, name in enumerate(COLLIDING):
+        text = f"INVOICE\nVendor: Collision Vendor {n} Ltd\nInvoice number: COL-{n}\nTotal: {100 + n}.00\n"
+        (hostile / name).write_text(text)
     return names
+
+
+COLLIDING = ("x\ny.txt", "x_y~f4d32cd0.txt", "x%0Ay~513166a9.txt")
+
+
+def integrated_ids(store: Path) -> set[str]:
+    """The doc ids the integration pass's answer cites or counts (runs/<id>/integration.json)."""
+    found: set[str] = set()
+    for path in glob.glob(str(store / "runs/*/integration.json")):
+        found.update(re.findall(r'"(hostile/x[^"]*)"', Path(path).read_text()))
+    return found
 
 
 def run_docmill(corpus: Path, store: Path, mode: str) -> dict[str, Any]:
@@ -159,6 +175,11 @@ def section_run(args: argparse.Namespace, work: Path) -> bool:
                 name in skipped or (name.endswith(".html") and reason in ("succeeded", "needs_review"))
             )
             print(f"    {name:32} {reason:12} {detail[:110]}")
+        named = {k: v for k, v in states.items() if k.startswith("hostile/x")}
+        good = good and len(named) == len(COLLIDING) and set(named.values()) == {"succeeded"}
+        print(
+            f"    colliding names: {len(named)} distinct ids {named}; integration cites {sorted(integrated_ids(store))}"
+        )
         invoices = {k: v for k, v in states.items() if not k.startswith("hostile/")}
         counts: dict[str, int] = {}
         for state in invoices.values():
