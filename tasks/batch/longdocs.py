@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from docmill.errors import ApiCallError, BudgetExhausted, InputError
-from tasks.per_file.cost_guard import COST_GUARD, long_worst_usd, over_guard
+from tasks.per_file.cost_guard import long_worst_usd, over_guard
 from tasks.per_file.longdoc import review_long
 from tasks.per_file.media import load_payload, long_tokens
-from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS
-from tasks.per_file.settle import enqueue_review, failed_outcome
+from tasks.per_file.outcome import DocOutcome
+from tasks.per_file.settle import failed_outcome, hold_for_cost
 
 if TYPE_CHECKING:
     from tasks.batch.items import WorkItem
@@ -37,17 +36,7 @@ def long_outcome(p: Pass, doc: Document, item: WorkItem) -> DocOutcome:
         worst = long_worst_usd(p.settings, p.model, long_tokens(doc, p.recipe, payload.text))
         why = over_guard(p.settings, worst)
         if why is not None:
-            held = DocOutcome(
-                doc_id=doc.doc_id,
-                key=key,
-                pass_name=FILE_PASS,
-                state=DocState.NEEDS_REVIEW,
-                reason=COST_GUARD,
-                last_error=why,
-                model=p.model,
-                origin_run=p.run_id,
-            )
-            return enqueue_review(p, doc, held)
+            return hold_for_cost(p, doc, key, why)
         return review_long(p, doc, key, payload)
     except InputError as e:
         return failed_outcome(doc, key, "input:unreadable", e.one_line())

@@ -44,7 +44,7 @@ from tasks.api.usage import estimate_input_tokens
 from tasks.estimate import request_worsts
 from tasks.per_file.accounting import flush_costs, recount_attempts
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
-from tasks.per_file.cost_guard import COST_GUARD, long_worst_usd, over_guard, request_worst_usd
+from tasks.per_file.cost_guard import long_worst_usd, over_guard, request_worst_usd
 from tasks.per_file.gate import (
     Action,
     Decision,
@@ -64,6 +64,7 @@ from tasks.per_file.settle import (
     enqueue_review,
     failed_outcome,
     gated_fields,
+    hold_for_cost,
     outcome_from_ledger,
     outcome_from_original,
     prompt_version,
@@ -333,26 +334,14 @@ def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> 
 def _held(
     p: Pass, doc: Document, key: str, text: str, request: dict[str, Any], estimate: int | None = None
 ) -> DocOutcome | None:
-    """needs_review `cost_guard` when the document's worst case passes the per-document guard
-    (tasks.per_file.cost_guard); not written to the ledger, so a run with a higher guard sends it."""
+    """needs_review `cost_guard` (settle.hold_for_cost) when the document's worst case passes the
+    per-document guard, else None."""
     if request:
         worst = request_worst_usd(p.settings, request, estimate)
     else:
         worst = long_worst_usd(p.settings, p.model, long_tokens(doc, p.recipe, text))
     why = over_guard(p.settings, worst)
-    if why is None:
-        return None
-    outcome = DocOutcome(
-        doc_id=doc.doc_id,
-        key=key,
-        pass_name=FILE_PASS,
-        state=DocState.NEEDS_REVIEW,
-        reason=COST_GUARD,
-        last_error=why,
-        model=p.model,
-        origin_run=p.run_id,
-    )
-    return enqueue_review(p, doc, outcome)
+    return None if why is None else hold_for_cost(p, doc, key, why)
 
 
 def answer_cause(verdict: Verdict) -> tuple[str | None, str]:

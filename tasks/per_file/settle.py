@@ -18,6 +18,7 @@ from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.ledger import ResponseLog, ResultsLedger
 from checkpoints.review_queue import ReviewQueue
 from tasks.api.usage import estimate_input_tokens
+from tasks.per_file.cost_guard import COST_GUARD
 from tasks.per_file.gate import Action, Decision, Progress, Verdict, decide
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_key, file_params, recipe_parts
@@ -125,6 +126,23 @@ def enqueue_review(
     if outcome.state is DocState.NEEDS_REVIEW:
         p.queue.add(review_item(p, doc, outcome, tries=tries, errors=errors))
     return outcome
+
+
+def hold_for_cost(p: Pass, doc: Document, key: str, why: str) -> DocOutcome:
+    """needs_review `cost_guard`, queued for review: the document's worst case passes the
+    per-document guard (tasks.per_file.cost_guard). Not written to the ledger, so a run with a
+    higher guard sends it. The realtime pass and batch mode's long documents both hold this way."""
+    held = DocOutcome(
+        doc_id=doc.doc_id,
+        key=key,
+        pass_name=FILE_PASS,
+        state=DocState.NEEDS_REVIEW,
+        reason=COST_GUARD,
+        last_error=why,
+        model=p.model,
+        origin_run=p.run_id,
+    )
+    return enqueue_review(p, doc, held)
 
 
 def review_item(
