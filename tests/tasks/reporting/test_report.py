@@ -132,10 +132,10 @@ def test_a_report_of_10k_documents_is_quick_to_write_and_to_open_and_pages_find_
     outcomes = [_invoice(i) for i in range(10_000)]
     manifest = {"run_id": "big", "phase": "done", "recipe": "invoices", "mode": "realtime"}
     costs = {"usd": 1.0, "entries": 10_000}
-    began = time.perf_counter()
+    began = time.process_time()  # CPU, not wall: a loaded machine must not fail a correct report
     page = html_report(manifest, outcomes, None, costs, [], [])
-    took = time.perf_counter() - began
-    assert took < 8.0, f"html_report of 10,000 documents took {took:.1f}s"  # ~1.5 s on an idle core
+    took = time.process_time() - began
+    assert took < 8.0, f"html_report of 10,000 documents took {took:.1f} CPU-s"  # ~1.5 s idle
     assert len(page) < 20_000_000
     path = tmp_path / "report.html"
     path.write_text(page)
