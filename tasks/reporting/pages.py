@@ -133,7 +133,7 @@ def page_views(
     rendered = 0
     for o in outcomes:
         doc = documents.get(str(o.get("doc_id")))
-        media = _media_type(doc)
+        media = media_type_of(doc)
         if doc is None or media is None:
             continue
         data: bytes | None = None
@@ -159,20 +159,28 @@ def page_views(
     return views
 
 
-def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]) -> list[PageView]:
-    """`page_views` for a run: its documents from the inventory, their bytes re-read (and checked
-    against their hash) from where the inventory found them."""
-    documents: dict[str, Any] = {}
+def run_documents(store: ObjectStore, run_id: str) -> dict[str, Document]:
+    """doc id -> its inventory `Document`, for every document of a run's inventory."""
+    documents: dict[str, Document] = {}
     for key in store.list(f"runs/{run_id}/inventory/"):
         for d in store.get_json_or_none(key) or []:
             try:
                 documents[d["doc_id"]] = Document.model_validate(d)
             except Exception:  # an inventory record of an older layout: no page images for it
                 continue
+    return documents
+
+
+def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]) -> list[PageView]:
+    """`page_views` for a run: its documents from the inventory, their bytes re-read (and checked
+    against their hash) from where the inventory found them."""
+    documents = run_documents(store, run_id)
     wanted = [o for o in outcomes if o.get("doc_id") in documents]
     wanted.sort(key=lambda o: (o.get("state") != "needs_review", weakest(o)))  # the budget goes there first
-    media = [o for o in wanted if _media_type(documents[str(o["doc_id"])]) and cited_pages(o)]
-    texts = [o for o in wanted if not _media_type(documents[str(o["doc_id"])]) and _spans(o)][:MAX_TEXT_DOCS]
+    media = [o for o in wanted if media_type_of(documents[str(o["doc_id"])]) and cited_pages(o)]
+    texts = [o for o in wanted if not media_type_of(documents[str(o["doc_id"])]) and _spans(o)][
+        :MAX_TEXT_DOCS
+    ]
     return page_views(store, run_id, media, documents, load_bytes) + text_views(texts, documents)
 
 
@@ -209,7 +217,9 @@ def text_views(outcomes: list[dict[str, Any]], documents: dict[str, Any]) -> lis
     return views
 
 
-def _media_type(doc: Any) -> str | None:
+def media_type_of(doc: Any) -> str | None:
+    """How a document's pages are shown: "application/pdf" or "image" (a page image), else None (its
+    text)."""
     if doc is None or getattr(doc, "status", "ok") != "ok":
         return None
     if doc.doc_type == "pdf":
