@@ -90,7 +90,14 @@ def test_report_shows_pages_with_boxes_and_scans_with_the_cited_page(tmp_path: P
         assert (link is not None and (run / link[1]).is_file()) == doc.endswith(".pdf"), md_rows[doc]
 
     dom = render(chromium, run / "report.html")  # one Chromium launch: the suite's time is short
-    rows = dict(re.findall(r"<tr><td><code>([^<]+)</code>(.*?)</tr>", dom.split('id="pages"')[1], re.S))
+    section = dom.split('id="pages"')[1]
+    assert (
+        '<span class="pinfo small muted">3 of 3 · page 1 of 1</span>' in section
+    )  # the script drew the rows
+    html = (run / "report.html").read_text()
+    data = json.loads(html.split('id="pages-data">')[1].split("</script>")[0])
+    assert all(isinstance(r[2], list) for r in data)  # rows as data, built in the browser (PAGES_JS)
+    rows = dict(re.findall(r"<tr><td><code>([^<]+)</code>(.*?)</tr>", section, re.S))
     assert sorted(rows) == ["inv.txt", "scan.pdf", "text.pdf"]
     assert re.search(
         r'Vendor: Hartmann Logistics GmbH\n<mark title="invoice_number = INV-13">Invoice number: INV-13</mark>\nInvoice date',
