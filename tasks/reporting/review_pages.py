@@ -98,7 +98,7 @@ def draw_marks(jpeg: bytes, view: PageView) -> bytes:
         draw.rectangle((left - 3, top - 3, right + 3, bottom + 3), outline=BOX, width=3)
         text = label_of(m)
         w = draw.textlength(text, font=font)
-        x = min(max(0.0, right + 4), max(0.0, page.width - w - 4))
+        x = min(max(0.0, right + 7), max(0.0, page.width - w - 4))
         y = max(0.0, top - 2)
         draw.rectangle((x - 2, y, x + w + 2, y + line - 2), fill=BOX)
         draw.text((x, y + 1), text, fill="white", font=font)
