@@ -74,7 +74,7 @@ def main() -> None:
 
 def _drawn(dom: str, docs: int) -> bool:
     """Whether the script filtered "Pages with evidence" to the last document and built its row."""
-    section = dom.split('id="pages"')[1]
+    section = dom.split('id="pages"')[1].split("</table>")[0]  # the pager and its table
     last = f"inv-{docs - 1:05d}.txt"
     return (
         f"1 of {docs} · page 1 of 1" in section

@@ -169,7 +169,6 @@ def _pages(views: list[Any] | None) -> str:
     first = pages_rows([v for v in views if v.doc_id in shown], e)
     return (
         f'<h2>Pages with evidence (<span id="pages-docs">{len(data)}</span> documents)</h2>{PAGES_CSS}'
-        f"<script>{PAGES_JS}</script>"
         '<p class="small muted">Green boxes: the value\'s evidence where the text layer states it. A page '
         "without a text layer shows the page the model cited, and no box. Images are files beside this "
         "report (<code>pages/</code>), loaded when shown. A text, e-mail or Office document shows each "
@@ -256,5 +255,5 @@ v{_e(manifest.get("recipe_version"))} · mode {_e(manifest.get("mode"))} · phas
 <h2>Not succeeded: failures and skipped inputs</h2>{failures_section(views)}
 <h2>Review queue (<span id="review-total">{len(review)}</span>)</h2>{review_section(review, counts, int(extra.get("decided") or 0))}
 <h2>Cost</h2>{_costs(costs)}
-</main><script>{PAGER_JS}</script></body></html>
+</main><script>{PAGES_JS if extra.get("pages") else ""}{PAGER_JS}</script></body></html>
 """
