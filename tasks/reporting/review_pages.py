@@ -98,8 +98,10 @@ def draw_marks(jpeg: bytes, view: PageView) -> bytes:
         draw.rectangle((left - 3, top - 3, right + 3, bottom + 3), outline=BOX, width=3)
         text = label_of(m)
         w = draw.textlength(text, font=font)
-        x = min(max(0.0, right + 7), max(0.0, page.width - w - 4))
-        y = max(0.0, top - 2)
+        x, y = right + 7, max(0.0, top - 2)  # to the right of the box; else above it, never over it
+        if x + w + 4 > page.width:
+            x, y = max(0.0, min(left - 3, page.width - w - 4)), top - 3 - line
+            y = y if y >= 0 else bottom + 4
         draw.rectangle((x - 2, y, x + w + 2, y + line - 2), fill=BOX)
         draw.text((x, y + 1), text, fill="white", font=font)
     for i, text in enumerate(caption):

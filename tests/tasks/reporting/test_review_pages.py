@@ -24,8 +24,8 @@ from flows.cli.main import main
 from tasks.inventory import inventory
 from tasks.per_file.gate import check
 from tasks.per_file.media import load_payload
-from tasks.reporting.pages import run_documents
-from tasks.reporting.review_pages import document_evidence, evidence_lines
+from tasks.reporting.pages import Mark, PageView, run_documents
+from tasks.reporting.review_pages import document_evidence, draw_marks, evidence_lines
 from tests.fixtures.formats import invoice
 from tests.tasks.reporting.test_report_pages import RECIPE, answer, outcome_of
 
@@ -118,3 +118,14 @@ def test_review_show_prints_the_links_and_opens_them(
     assert f"p. 1: {page['image']}" in out.err and path_of(page["image"]).is_file()
     assert opened.read_text().split() == [page["image"]]
     assert main(["review", "show", "r", "nope.pdf", "--store", str(store_dir)]) == 2
+
+
+def test_a_label_never_covers_its_evidence_at_the_page_edge() -> None:
+    buf = io.BytesIO()
+    Image.new("L", (400, 500), 255).save(buf, "JPEG")
+    box = [0.8, 0.5, 0.98, 0.53]  # no room for the label on the right
+    view = PageView("d.pdf", 1, marks=[Mark("vendor_name", "Hartmann Logistics GmbH", "verified", box)])
+    drawn = Image.open(io.BytesIO(draw_marks(buf.getvalue(), view))).convert("RGB")
+    inside = drawn.crop((int(0.81 * 400), int(0.505 * 500), int(0.97 * 400), int(0.525 * 500)))
+    assert green(inside) == 0  # the evidence stays readable: the label went above it
+    assert green(drawn.crop((0, 0, 400, int(0.5 * 500)))) > 100  # the label, above the box
