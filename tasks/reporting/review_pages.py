@@ -120,8 +120,11 @@ def document_evidence(
         return Evidence(note="not in this run's inventory: nothing to show")
     if media_type_of(doc) is None:
         views = text_views([outcome], documents)
-        snippets = views[0].snippets if views else []
-        return Evidence(snippets=snippets, note="" if snippets else "no evidence found in its text")
+        if not views:
+            return Evidence(note="its text could not be read again (moved or changed since the run)")
+        return Evidence(
+            snippets=views[0].snippets, note="" if views[0].snippets else "no value has evidence in its text"
+        )
     shown = Evidence()
     for view in page_views(store, run_id, [outcome], documents, load_bytes, max_pages=100):
         image = None

@@ -66,7 +66,9 @@ def run(tmp_path: Path) -> tuple[Any, list[dict[str, Any]], Path]:
     return store, outcomes, tmp_path / "store"
 
 
-def test_pages_are_image_files_with_the_evidence_boxed_and_scans_without_a_box(run: Any) -> None:
+def test_pages_are_image_files_with_the_evidence_boxed_and_scans_without_a_box(
+    run: Any, tmp_path: Path
+) -> None:
     store, outcomes, _ = run
     by = {o["doc_id"]: o for o in outcomes}
     documents = run_documents(store, "r")
@@ -98,6 +100,9 @@ def test_pages_are_image_files_with_the_evidence_boxed_and_scans_without_a_box(r
     ], lines
     coloured = evidence_lines(document_evidence(store, "r", by["inv.txt"], documents), color=True)
     assert "    \x1b[7mInvoice number: INV-13\x1b[0m" in coloured
+    (tmp_path / "src" / "inv.txt").unlink()  # moved since the run: said, never a stale snippet
+    gone = evidence_lines(document_evidence(store, "r", by["inv.txt"], documents))
+    assert gone == ["its text could not be read again (moved or changed since the run)"]
 
 
 def test_review_show_prints_the_links_and_opens_them(
