@@ -317,7 +317,7 @@ def _text(v: Any) -> str:
 
 
 def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
-    """The rows of `pages_rows` as data (filter text, least support class, row data), a fifth of
+    """The rows of `pages_rows` as data (filter text, least support class, row data), under a third of
     their HTML's size: `[doc_id, classes, pages, snippets]`, a page `[number, image, width, height,
     [[field, value, left, top, right, bottom], ...], [cited field, ...]]`, a snippet `[field,
     support, value, before, evidence, after]`; `PAGES_JS` turns one into the row's HTML."""
