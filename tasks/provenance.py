@@ -72,3 +72,20 @@ def support_line(outcome: dict[str, Any]) -> str:
     `unverified 2, verified 5` (`-` without `{value, evidence}` fields)."""
     classes = list(supports(outcome).values())
     return ", ".join(f"{c} {classes.count(c)}" for c in SUPPORT_ORDER if c in classes) or "-"
+
+
+def support_counts(outcomes: list[dict[str, Any]]) -> dict[str, int]:
+    """Values by support class over outcomes, least supported first (every class, zeros included)."""
+    counts = dict.fromkeys(SUPPORT_ORDER, 0)
+    for o in outcomes:
+        for c in supports(o).values():
+            counts[c] += 1
+    return counts
+
+
+SUPPORT_MEANING = {
+    VERIFIED: "found in a PDF's text layer, boxed on its page",
+    VERIFIED_TEXT: "found in a text document's text",
+    UNVERIFIED: "no code could check it: a page without a text layer (the model's page citation only)",
+    MISSING: "no value",
+}

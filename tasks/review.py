@@ -185,9 +185,10 @@ def review_view(
 ) -> dict[str, Any] | None:
     """What `docmill review show RUN DOC` prints: the review-queue item (if the document is queued),
     its outcome's state, every decision on it (oldest first, timestamps in ISO 8601) and, when a
-    decision changed values, the output in force with the model's own beside it. None when the
-    document is neither queued nor decided."""
-    if item is None and not history:
+    decision changed values, the output in force with the model's own beside it. A document that
+    is neither queued nor decided shows its outcome (a reviewer may check any document); None when
+    the run has no such document."""
+    if item is None and not history and outcome is None:
         return None
     view: dict[str, Any] = dict(item) if item is not None else {"doc_id": doc_id, "run_id": run_id}
     if outcome is not None:

@@ -182,7 +182,8 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     rv.add_argument(
         "action",
         choices=["list", "show", "export", "accept", "correct", "reject"],
-        help="list the items, show one (needs DOC_ID), export all as JSONL; "
+        help="list the items, show one document (needs DOC_ID; its evidence on its pages or in its text), "
+        "export all as JSONL; "
         "accept / correct / reject DOC_ID's result (a decision recorded with who and when)",
     )
     rv.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
@@ -192,6 +193,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="for show, accept, correct, reject: the document (`review show DOC_ID` takes the newest run)",
     )
     rv.add_argument("--out", help="for export: write JSONL here instead of stdout")
+    rv.add_argument(
+        "--open",
+        action="store_true",
+        help="for show: open each cited page image (evidence boxed and labelled) in the desktop's viewer",
+    )
     # review decisions (accept | correct | reject), applied by `docmill report`
     rv.add_argument(
         "--labels", action="store_true", help="for export: the decisions as an `eval --labels` file"

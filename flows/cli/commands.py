@@ -147,11 +147,12 @@ def cmd_review(a: argparse.Namespace) -> int:
         history = ReviewDecisions(store, run_id).history(doc_id)
         shown = review_view(run_id, doc_id, q.get(doc_id), outcome, history)
         if shown is None:
-            state = f" (state: {outcome['state']})" if outcome else ""
             raise InputError(
-                f"no review item or decision for {doc_id!r} in run {run_id}{state}",
+                f"no review item, decision or document {doc_id!r} in run {run_id}",
                 hint=f"see `docmill review list {run_id}`",
             )
+        if outcome is not None:
+            _show_evidence(store, run_id, outcome, shown, opening=a.open)
         print(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
     elif a.labels:  # the decisions as an `eval --labels` file
         from checkpoints.decisions import ReviewDecisions
@@ -168,6 +169,28 @@ def cmd_review(a: argparse.Namespace) -> int:
         lines = "".join(json.dumps(item, sort_keys=True, ensure_ascii=False) + "\n" for item in q.list())
         _write_out(lines, a.out)
     return EXIT_OK
+
+
+def _show_evidence(
+    store: ObjectStore, run_id: str, outcome: dict[str, Any], shown: dict[str, Any], *, opening: bool
+) -> None:
+    """`review show`: the document's evidence on standard error for the reviewer (the boxed page images'
+    links, or the evidence in its text), its pages and support classes into the JSON on standard output;
+    `--open` opens each boxed page image."""
+    import webbrowser
+
+    from tasks.provenance import supports
+    from tasks.reporting.pages import run_documents
+    from tasks.reporting.review_pages import document_evidence, evidence_lines
+
+    evidence = document_evidence(store, run_id, outcome, run_documents(store, run_id))
+    shown["support"] = supports(outcome)
+    shown["pages"] = evidence.pages
+    print("\n".join(evidence_lines(evidence, color=sys.stderr.isatty())), file=sys.stderr)
+    if opening:
+        for p in evidence.pages:
+            if p["image"] and not webbrowser.open(p["image"]):
+                print(f"docmill: no viewer to open {p['image']}", file=sys.stderr)
 
 
 def cmd_decide(a: argparse.Namespace, store: Any, run_id: str, doc_id: str) -> int:

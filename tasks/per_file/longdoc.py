@@ -15,7 +15,9 @@ crash resume at the next chunk; values found so far are pinned facts). Each chun
 with the pinned facts, never with the chunks before it: the document's tokens are paid about once,
 not once per later chunk. Code merges the per-chunk answers: a `{value, evidence}` field takes the
 first chunk that states it, lists are concatenated without exact duplicates, and every evidence
-excerpt gets its provenance `{chunk, start, end}` as absolute offsets into the original text.
+excerpt gets its provenance `{chunk, start, end}` as absolute offsets into the original text. A PDF
+sent as text in chunks is therefore boxed like a short one: the absolute offsets of its excerpts map to
+the pages and character boxes of the whole text layer (tasks.per_file.boxes), across chunk borders.
 """
 
 from __future__ import annotations
@@ -342,6 +344,9 @@ def long_outcome_fields(
             for where in fields.values():
                 if isinstance(where, dict) and where.get("start") is not None:
                     where["page"] = payload.page_of(int(where["start"]))
+                    if payload.pdf is not None:
+                        where["verified"] = True  # found verbatim in the PDF's text layer
+            fields = with_boxes(whole, fields)  # a PDF sent as text: its offsets are the whole text's
     except ValidationError as e:
         errors = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:20]]
     if result["failed_chunks"]:

@@ -28,12 +28,13 @@ from tasks.reporting.html_sections import (
     review_section,
 )
 from tasks.reporting.htmlkit import CSS, PAGER_JS, e, paged_table, table, td
-from tasks.reporting.pages import PAGES_CSS, pages_rows
+from tasks.reporting.pages import PAGES_CSS, PAGES_JS, pages_data, pages_rows
 from tasks.reporting.results import ReportExtras, display_counts, doc_view, key_columns
 from tasks.reporting.spread import html_section
 from tasks.reporting.summary import cache_line, stop
 from tasks.reporting.timeline import Timeline, run_span, run_timeline, span_text, timeline_svg
 
+PAGE_ROWS = 10  # documents a page of "Pages with evidence" shows
 STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad", "skipped": "skip"}
 _e, _td, _table = e, td, table
 
@@ -163,14 +164,18 @@ def _pages(views: list[Any] | None) -> str:
     (tasks.reporting.pages), ten documents a page, filtered by least support class."""
     if not views:
         return ""
-    rows = pages_rows(views, e)
+    data = pages_data(views)
+    shown = set(list(dict.fromkeys(v.doc_id for v in views))[:PAGE_ROWS])  # the first page's documents
+    first = pages_rows([v for v in views if v.doc_id in shown], e)
     return (
-        f'<h2>Pages with evidence (<span id="pages-docs">{len(rows)}</span> documents)</h2>{PAGES_CSS}'
+        f'<h2>Pages with evidence (<span id="pages-docs">{len(data)}</span> documents)</h2>{PAGES_CSS}'
         '<p class="small muted">Green boxes: the value\'s evidence where the text layer states it. A page '
         "without a text layer shows the page the model cited, and no box. Images are files beside this "
         "report (<code>pages/</code>), loaded when shown. A text, e-mail or Office document shows each "
         "value's evidence highlighted in the text around it.</p>"
-        + paged_table("pages", ["document", "pages"], rows, choices=SUPPORT_ORDER, size=10)
+        + paged_table(
+            "pages", ["document", "pages"], first, choices=SUPPORT_ORDER, size=PAGE_ROWS, data_rows=data
+        )
     )
 
 
@@ -250,5 +255,5 @@ v{_e(manifest.get("recipe_version"))} · mode {_e(manifest.get("mode"))} · phas
 <h2>Not succeeded: failures and skipped inputs</h2>{failures_section(views)}
 <h2>Review queue (<span id="review-total">{len(review)}</span>)</h2>{review_section(review, counts, int(extra.get("decided") or 0))}
 <h2>Cost</h2>{_costs(costs)}
-</main><script>{PAGER_JS}</script></body></html>
+</main><script>{PAGES_JS if extra.get("pages") else ""}{PAGER_JS}</script></body></html>
 """

@@ -1,7 +1,7 @@
 """HTML building blocks of report.html (a leaf): escaping, tables, and a paged table.
 
-A paged table keeps its rows as pre-rendered HTML in an inline JSON block and shows one page at
-a time with a filter box (inline script, no network): a report of 10,000+ documents opens as fast
+A paged table keeps its rows as pre-rendered HTML (or as data a function of the page renders) in
+an inline JSON block and shows one page at a time with a filter box (inline script, no network): a report of 10,000+ documents opens as fast
 as one of 50. `#q=TEXT` in the address pre-fills every filter (a link to one document).
 """
 
@@ -44,9 +44,11 @@ var q0=(location.hash.match(/[#&]q=([^&]*)/)||[])[1];q0=q0?decodeURIComponent(q0
 document.querySelectorAll('[data-pager]').forEach(function(box){
 var rows=JSON.parse(document.getElementById(box.getAttribute('data-pager')).textContent);
 var body=box.querySelector('tbody'),info=box.querySelector('.pinfo'),q=box.querySelector('input'),
-sel=box.querySelector('select'),size=+box.getAttribute('data-size')||50,page=0,shown=rows;
+sel=box.querySelector('select'),size=+box.getAttribute('data-size')||50,page=0,shown=rows,
+make=(window.DOCMILL_ROWS||{})[box.id];
 function draw(){var n=Math.max(1,Math.ceil(shown.length/size));page=Math.min(Math.max(page,0),n-1);
-body.innerHTML=shown.slice(page*size,(page+1)*size).map(function(r){return r[2];}).join('');
+body.innerHTML=shown.slice(page*size,(page+1)*size).map(function(r){
+return typeof r[2]==='string'?r[2]:make(r[2]);}).join('');
 info.textContent=shown.length+' of '+rows.length+' · page '+(page+1)+' of '+n;}
 function filter(){var t=q.value.toLowerCase(),s=sel?sel.value:'';shown=rows.filter(function(r){
 return(!t||r[0].indexOf(t)>=0)&&(!s||r[1]===s);});page=0;draw();}
@@ -93,13 +95,17 @@ def paged_table(
     choices: tuple[str, ...] = (),
     size: int = 50,
     empty: str = "None.",
+    data_rows: list[tuple[str, str, Any]] | None = None,
 ) -> str:
     """A table shown a page at a time. `rows`: (text to filter on, category for the select, row
     HTML — one or more `<tr>`). The first page is rendered in the page as well (readable with
-    scripts off); the script re-renders it with paging and filtering."""
+    scripts off); the script re-renders it with paging and filtering. `data_rows`: the same rows
+    with data in place of their HTML, which a function the page registers as
+    `window.DOCMILL_ROWS[ident]` turns into HTML when a row is shown (`rows` then needs only the
+    first page): a large table's rows in a fraction of the bytes."""
     if not rows:
         return f'<p class="muted">{e(empty)}</p>'
-    data = [[text.lower(), cat, html] for text, cat, html in rows]
+    data = [[text.lower(), cat, html] for text, cat, html in (rows if data_rows is None else data_rows)]
     select = (
         '<select><option value="">all</option>'
         + "".join(f'<option value="{e(c)}">{e(c)}</option>' for c in choices)
@@ -113,7 +119,7 @@ def paged_table(
         f'<div data-pager="{e(ident)}-data" data-size="{size}" id="{e(ident)}">'
         f'<div class="pager"><input type="search" placeholder="filter (document, value, text)">{select}'
         f'<button class="prev" type="button">‹ prev</button><button class="next" type="button">next ›</button>'
-        f'<span class="pinfo small muted">{len(rows)} rows</span></div>'
+        f'<span class="pinfo small muted">{len(data)} rows</span></div>'
         f"<table><thead><tr>{th}</tr></thead><tbody>{first}</tbody></table>"
         f"{json_block(f'{ident}-data', data)}</div>"
     )

@@ -2,8 +2,9 @@
 
 When the run started and ended; counts (skipped inputs apart from failures); the timeline;
 the integration pass's key findings and flags; the recipe's view (findings by file and severity
-with the quoted lines, or fields with evidence); every document with its key fields, evidence and
-offsets; conflicts and coverage gaps; failures and skipped inputs; the review queue explained; cost.
+with the quoted lines, or fields with evidence and their support classes); the values by support
+class; every document with its key fields, evidence, offsets, support class and links to its page
+images; conflicts and coverage gaps; failures and skipped inputs; the review queue explained; cost.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
+from tasks.provenance import SUPPORT_MEANING, SUPPORT_ORDER, support_counts
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings, severity_counts
 from tasks.reporting.html_sections import REVIEW_REASONS
@@ -142,15 +144,43 @@ def _fields(views: list[DocView]) -> list[str]:
                     example[f["name"]] = (
                         f"`{v['doc_id']}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
                     )
+    support: dict[str, Counter[str]] = defaultdict(Counter)
+    for v in views:
+        for f in v["fields"]:
+            support[f["name"]][f["support"]] += 1
     lines = [
         "",
         "## Fields with evidence",
         "",
-        "| field | stated in | example with evidence |",
-        "|---|---|---|",
+        "| field | stated in | " + " | ".join(SUPPORT_ORDER) + " | example with evidence |",
+        "|---|---|" + "---|" * len(SUPPORT_ORDER) + "---|",
     ]
-    lines += [f"| {n} | {stated[n]} | {example.get(n, '')} |" for n in names]
+    lines += [
+        f"| {n} | {stated[n]} | "
+        + " | ".join(str(support[n][c]) for c in SUPPORT_ORDER)
+        + f" | {example.get(n, '')} |"
+        for n in names
+    ]
     return lines
+
+
+def support_lines(outcomes: list[dict[str, Any]]) -> list[str]:
+    """The values of every document by support class, least supported first, each class explained."""
+    counts = support_counts(outcomes)
+    if not any(counts.values()):
+        return []
+    lines = ["", "Values by support (least supported first):", ""]
+    lines += [f"- {c}: {counts[c]} — {SUPPORT_MEANING[c]}" for c in SUPPORT_ORDER]
+    return lines
+
+
+def page_links(pages: Any) -> dict[str, str]:
+    """doc id -> links to its page images beside the report (` ([p. 1](pages/…-p1.jpg))`)."""
+    links: dict[str, list[str]] = defaultdict(list)
+    for v in pages or []:
+        if getattr(v, "image", None):
+            links[v.doc_id].append(f"[p. {v.page}]({_cell(v.image)})")
+    return {d: f" ({', '.join(ls)})" for d, ls in links.items()}
 
 
 def unlisted_lines(n: int) -> list[str]:
@@ -165,7 +195,7 @@ def unlisted_lines(n: int) -> list[str]:
     ]
 
 
-def _documents(views: list[DocView], columns: list[str]) -> list[str]:
+def _documents(views: list[DocView], columns: list[str], pages: dict[str, str]) -> list[str]:
     lines = ["", f"## Documents ({len(views)})", "", "| document | state | " + " | ".join(columns) + " |"]
     lines.append("|---|---|" + "---|" * len(columns))
     for v in views:
@@ -186,12 +216,13 @@ def _documents(views: list[DocView], columns: list[str]) -> list[str]:
                     else where
                 )
                 shown += f" «{_cell(f['evidence'])[:120]}»{where}"
-            cells.append(shown)
+            cells.append(shown + (f" · {f['support']}" if f["support"] != "missing" else ""))
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
         state = v["state"] + review + (f": {_cell(v['why'])}" if v["why"] else "")
         state += f" ({_cell(v['note'])})" if v.get("note") else ""
         link = f" ([result]({_cell('../../' + v['result_key'])}))" if v["result_key"] else ""
         link += f" ([responses]({_cell('../../' + v['responses_key'])}))" if v["responses_key"] else ""
+        link += pages.get(v["doc_id"], "")
         lines.append(f"| `{_cell(v['doc_id'])}`{link} | {state} | " + " | ".join(cells) + " |")
     return lines
 
@@ -389,12 +420,14 @@ def markdown(
         f"| **total** | **{len(outcomes)}** |",
         "",
         f"Reused from the ledger without an API call: {sum(1 for o in outcomes if o.get('from_ledger'))}.",
+        *support_lines(outcomes),
         *integration_state_lines(integration),
         *markdown_section(extra.get("spread"), extra.get("deadline")),
     ]
     lines += _integration(integration)
     lines += _findings(outcomes, recipe) if has_findings(outcomes) else _fields(views)
-    lines += _documents(views, key_columns(recipe, tuple(extra.get("key_fields") or ()), views))
+    columns = key_columns(recipe, tuple(extra.get("key_fields") or ()), views)
+    lines += _documents(views, columns, page_links(extra.get("pages")))
     lines += unlisted_lines(int(extra.get("unlisted") or 0))
     lines += _conflicts(integration)
     lines += _not_succeeded(views)

@@ -133,7 +133,7 @@ def page_views(
     rendered = 0
     for o in outcomes:
         doc = documents.get(str(o.get("doc_id")))
-        media = _media_type(doc)
+        media = media_type_of(doc)
         if doc is None or media is None:
             continue
         data: bytes | None = None
@@ -159,20 +159,28 @@ def page_views(
     return views
 
 
-def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]) -> list[PageView]:
-    """`page_views` for a run: its documents from the inventory, their bytes re-read (and checked
-    against their hash) from where the inventory found them."""
-    documents: dict[str, Any] = {}
+def run_documents(store: ObjectStore, run_id: str) -> dict[str, Document]:
+    """doc id -> its inventory `Document`, for every document of a run's inventory."""
+    documents: dict[str, Document] = {}
     for key in store.list(f"runs/{run_id}/inventory/"):
         for d in store.get_json_or_none(key) or []:
             try:
                 documents[d["doc_id"]] = Document.model_validate(d)
             except Exception:  # an inventory record of an older layout: no page images for it
                 continue
+    return documents
+
+
+def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]) -> list[PageView]:
+    """`page_views` for a run: its documents from the inventory, their bytes re-read (and checked
+    against their hash) from where the inventory found them."""
+    documents = run_documents(store, run_id)
     wanted = [o for o in outcomes if o.get("doc_id") in documents]
     wanted.sort(key=lambda o: (o.get("state") != "needs_review", weakest(o)))  # the budget goes there first
-    media = [o for o in wanted if _media_type(documents[str(o["doc_id"])]) and cited_pages(o)]
-    texts = [o for o in wanted if not _media_type(documents[str(o["doc_id"])]) and _spans(o)][:MAX_TEXT_DOCS]
+    media = [o for o in wanted if media_type_of(documents[str(o["doc_id"])]) and cited_pages(o)]
+    texts = [o for o in wanted if not media_type_of(documents[str(o["doc_id"])]) and _spans(o)][
+        :MAX_TEXT_DOCS
+    ]
     return page_views(store, run_id, media, documents, load_bytes) + text_views(texts, documents)
 
 
@@ -209,7 +217,9 @@ def text_views(outcomes: list[dict[str, Any]], documents: dict[str, Any]) -> lis
     return views
 
 
-def _media_type(doc: Any) -> str | None:
+def media_type_of(doc: Any) -> str | None:
+    """How a document's pages are shown: "application/pdf" or "image" (a page image), else None (its
+    text)."""
     if doc is None or getattr(doc, "status", "ok") != "ok":
         return None
     if doc.doc_type == "pdf":
@@ -269,22 +279,99 @@ def _figure(view: PageView, esc: Callable[[Any], str]) -> str:
     return f'<figure class="pg"><div class="pgi" style="{ratio}">{image}{boxes}</div><figcaption>{caption}</figcaption></figure>'
 
 
-def pages_rows(views: list[PageView], esc: Callable[[Any], str]) -> list[tuple[str, str, str]]:
-    """Rows for a paged table (filter text, least support class, row HTML): one per document."""
+def _by_doc(views: list[PageView]) -> dict[str, list[PageView]]:
     by_doc: dict[str, list[PageView]] = {}
     for v in views:
         by_doc.setdefault(v.doc_id, []).append(v)
+    return by_doc
+
+
+def _classes(pages: list[PageView]) -> list[str]:
+    seen = {m.support for v in pages for m in v.marks} | {s[0].support for v in pages for s in v.snippets}
+    return [c for c in SUPPORT_ORDER if c in seen]  # least supported first
+
+
+def pages_rows(views: list[PageView], esc: Callable[[Any], str]) -> list[tuple[str, str, str]]:
+    """Rows for a paged table (filter text, least support class, row HTML): one per document. The
+    HTML of the first rows is in the page for a reader without scripts; `pages_data` carries all of
+    them, built by `PAGES_JS` in the browser."""
     rows = []
-    for doc_id, pages in by_doc.items():
-        seen = {m.support for v in pages for m in v.marks} | {s[0].support for v in pages for s in v.snippets}
-        classes = [c for c in SUPPORT_ORDER if c in seen]  # least supported first
+    for doc_id, pages in _by_doc(views).items():
+        classes = _classes(pages)
         figures = "".join(_figure(v, esc) for v in pages)
-        names = " ".join(
-            [m.name for v in pages for m in v.marks] + [s[0].name for v in pages for s in v.snippets]
-        )
         html = (
             f'<tr><td><code>{esc(doc_id)}</code><br><span class="small muted">{esc(", ".join(classes))}</span></td>'
             f'<td><div class="pgs">{figures}</div></td></tr>'
         )
-        rows.append((f"{doc_id} {names}", classes[0] if classes else "", html))
+        rows.append((_filter_text(doc_id, pages), classes[0] if classes else "", html))
     return rows
+
+
+def _filter_text(doc_id: str, pages: list[PageView]) -> str:
+    names = [m.name for v in pages for m in v.marks] + [s[0].name for v in pages for s in v.snippets]
+    return " ".join([doc_id, *names])
+
+
+def _text(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
+    """The rows of `pages_rows` as data (filter text, least support class, row data), under a third of
+    their HTML's size: `[doc_id, classes, pages, snippets]`, a page `[number, image, width, height,
+    [[field, value, left, top, right, bottom], ...], [cited field, ...]]`, a snippet `[field,
+    support, value, before, evidence, after]`; `PAGES_JS` turns one into the row's HTML."""
+    rows = []
+    for doc_id, pages in _by_doc(views).items():
+        classes = _classes(pages)
+        figures = [
+            [
+                v.page,
+                v.image,
+                v.width,
+                v.height,
+                [
+                    [m.name, _text(m.value), *(round(b, 4) for b in m.box)]
+                    for m in v.marks
+                    if m.box is not None
+                ],
+                sorted({m.name for m in v.marks if m.box is None}),
+            ]
+            for v in pages
+            if not v.snippets
+        ]
+        snippets = [
+            [m.name, m.support, _text(m.value), before, evidence, after]
+            for v in pages
+            for m, before, evidence, after in v.snippets
+        ]
+        data = [doc_id, ", ".join(classes), figures, snippets]
+        rows.append((_filter_text(doc_id, pages), classes[0] if classes else "", data))
+    return rows
+
+
+# Builds a row of "Pages with evidence" from `pages_data`, the same HTML as `pages_rows` (`_figure`,
+# `_snippets`); registered for the paged table with id "pages" (htmlkit.PAGER_JS).
+PAGES_JS = """
+(function(){
+function h(s){return String(s).replace(/[&<>"']/g,function(c){return{'&':'&amp;','<':'&lt;','>':'&gt;',
+'"':'&quot;',"'":'&#x27;'}[c];});}
+function pc(x){return (x*100).toFixed(1)+'%';}
+function fig(p){var boxes=p[4].map(function(b){return '<div class="bx" style="left:'+pc(b[2])+';top:'+pc(b[3])+
+';width:'+pc(b[4]-b[2])+';height:'+pc(b[5]-b[3])+'" title="'+h(b[0])+' = '+h(b[1])+'"><span>'+h(b[0])+
+'</span></div>';}).join('');
+var named=p[4].map(function(b){return b[0];}).filter(function(n,i,a){return a.indexOf(n)===i;}).sort();
+var ratio=p[2]?'aspect-ratio:'+p[2]+'/'+p[3]:'height:200px';
+var img=p[1]?'<img src="'+h(p[1])+'" loading="lazy" alt="page '+p[0]+'">':'<div class="noimg">page image not '+
+'rendered (over the report&#x27;s page budget, or the file could not be read again)</div>';
+var cap='p. '+p[0]+(named.length?' · boxed: '+h(named.join(', ')):'')+
+(p[5].length?' · cited by the model, no text layer (no box): '+h(p[5].join(', ')):'');
+return '<figure class="pg"><div class="pgi" style="'+ratio+'">'+img+boxes+'</div><figcaption>'+cap+
+'</figcaption></figure>';}
+function snip(s){return '<p><b>'+h(s[0])+'</b> <span class="small muted">'+h(s[1])+'</span><br>'+h(s[3])+
+'<mark title="'+h(s[0])+' = '+h(s[2])+'">'+h(s[4])+'</mark>'+h(s[5])+'</p>';}
+(window.DOCMILL_ROWS=window.DOCMILL_ROWS||{}).pages=function(d){
+return '<tr><td><code>'+h(d[0])+'</code><br><span class="small muted">'+h(d[1])+'</span></td><td><div class="pgs">'+
+d[2].map(fig).join('')+(d[3].length?'<div class="snips">'+d[3].map(snip).join('')+'</div>':'')+'</div></td></tr>';};
+})();
+"""

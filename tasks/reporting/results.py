@@ -1,11 +1,14 @@
 """What each document yielded, shaped for people (a leaf): the state a report shows (skipped inputs
 apart from failures), the fields with their evidence and offsets, the link to the stored result,
-and the review decision in force. report.html and report.md render these records.
+and the review decision in force. report.html and report.md render these records. Imports only the
+leaf `tasks.provenance` (each value's support class).
 """
 
 from __future__ import annotations
 
 from typing import Any, TypedDict
+
+from tasks.provenance import support_of
 
 # Inputs with nothing to extract are "skipped", not failures (`DocState.SKIPPED`, reason = the skip
 # reason; records from before that state say failed "input:<reason>" and are shown the same way).
@@ -30,6 +33,7 @@ class FieldView(TypedDict):
     verified: bool  # False: on a page without a text layer (a scan), not checkable by code
     original: Any  # the model's value when a reviewer corrected it, else None
     corrected: bool
+    support: str  # verified, verified_text, unverified or missing (tasks.provenance)
 
 
 class DocView(TypedDict):
@@ -124,6 +128,7 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
                 "verified": where.get("verified") is not False,
                 "original": corrections[name]["from"] if name in corrections else None,
                 "corrected": name in corrections,
+                "support": support_of(outcome, name),
             }
         )
     return views, items

@@ -4,6 +4,7 @@ page keeps the model's page and no box."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ from docmill.settings import Settings
 from examples import formats as F
 from tasks.inventory import inventory
 from tasks.per_file.gate import check, normalize_ws
-from tasks.per_file.media import Payload, load_payload
+from tasks.per_file.longdoc import long_outcome_fields, merge_chunks, split_document
+from tasks.per_file.media import Payload, SendAs, load_payload
+from tasks.provenance import supports
 from tasks.readers.pdf import read_pdf
 from tasks.readers.pdf_text import span_boxes
 from tasks.recipes import load_recipe
@@ -130,3 +133,40 @@ def test_text_drawn_character_by_character_gets_one_box_per_line() -> None:
     (boxes,) = span_boxes(data, content.text, content.pages, [(start, start + len(value))])
     assert len(boxes) == 1, boxes
     assert normalize_ws(text_under(data, list(boxes[0]))) == value
+
+
+def test_a_long_pdf_sent_as_text_in_chunks_gets_boxes_across_its_chunks(tmp_path: Path) -> None:
+    recipe = dataclasses.replace(RECIPE, pdf_mode="text")
+    pages = [[f"Page {n}", f"Delivery note line {n}: goods as ordered"] for n in range(1, 6)]
+    pages[2] += ["Invoice number: INV-77"]
+    pages[4] += ["Vendor: Hartmann Logistics GmbH", "Total: 1,190.00"]
+    data = F.text_pdf(pages)
+    (tmp_path / "long.pdf").write_bytes(data)
+    doc = next(iter(inventory(str(tmp_path), Settings())))
+    payload = load_payload(doc, recipe, Settings())
+    assert payload.send is SendAs.TEXT and payload.pdf is not None
+    chunks = split_document(payload.text, 30)  # a few pages a chunk
+    assert len(chunks) >= 3
+    said = {
+        "invoice_number": ("INV-77", "Invoice number: INV-77"),
+        "vendor_name": ("Hartmann Logistics GmbH", "Vendor: Hartmann Logistics GmbH"),
+        "total": (1190.0, "Total: 1,190.00"),
+    }
+    outputs = []
+    for c in chunks:  # each chunk's answer states what its own text holds
+        out = json.loads(answer()["content"][0]["text"])
+        out.update({k: {"value": v, "evidence": e} for k, (v, e) in said.items() if e in c.text})
+        outputs.append(out)
+    merged, provenance = merge_chunks(payload.text, chunks, outputs)
+    result = {"output": merged, "provenance": provenance, "chunks": [], "failed_chunks": []}
+    fields, errors = long_outcome_fields(recipe, result, payload)
+    assert errors == [] and fields["state"] == "succeeded"
+    where = fields["provenance"]["fields"]
+    assert where["total"]["chunk"] == len(chunks) - 1 > where["invoice_number"]["chunk"] > 0  # later chunks
+    for name, (_, evidence) in said.items():
+        w = where[name]
+        assert w["page"] == (3 if name == "invoice_number" else 5) and w["bbox"], (name, w)
+        assert normalize_ws(" ".join(text_under(data, b) for b in w["boxes"])) == evidence, name
+        assert [b[0] for b in w["boxes"]] == [w["page"]]
+    outcome = {"doc_id": "long.pdf", "output": fields["output"], "provenance": fields["provenance"]}
+    assert supports(outcome)["total"] == "verified"

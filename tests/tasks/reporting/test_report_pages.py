@@ -69,6 +69,7 @@ def test_report_shows_pages_with_boxes_and_scans_with_the_cited_page(tmp_path: P
         answer(invoice_number=("INV-13", "Invoice number: INV-13")),
     )
     outcomes = [outcome_of("text.pdf", text), outcome_of("scan.pdf", scan), outcome_of("inv.txt", plain)]
+    doc_number = {"text.pdf": 11, "scan.pdf": 12, "inv.txt": 13}
     manifest = {"run_id": "r", "phase": "done", "recipe": "invoices", "mode": "realtime"}
     write_report(store, manifest, outcomes, None, {"usd": 0.0, "entries": 0})
     run = tmp_path / "store" / "runs" / "r"
@@ -78,8 +79,25 @@ def test_report_shows_pages_with_boxes_and_scans_with_the_cited_page(tmp_path: P
     write_report(store, manifest, outcomes, None, {"usd": 0.0, "entries": 0})  # rendered once
     assert {i: (run / "pages" / i).stat().st_mtime_ns for i in images} == stamps
 
+    md = (run / "report.md").read_text()  # report.md: support classes, links to the page images
+    assert "- unverified: 1 — " in md and "- verified_text: 1 — " in md and "- verified: 2 — " in md
+    assert "| invoice_number | 3 | 1 | 0 | 1 | 1 |" in md  # unverified, missing, verified_text, verified
+    md_rows = {r.split("`")[1]: r for r in md.splitlines() if r.startswith("| `")}
+    for doc, support in (("text.pdf", "verified"), ("scan.pdf", "unverified"), ("inv.txt", "verified_text")):
+        assert f"INV-{doc_number[doc]} «" in md_rows[doc] and "» @" in md_rows[doc], md_rows[doc]
+        assert f" · {support} |" in md_rows[doc], md_rows[doc]
+        link = re.search(r"\(\[p\. 1\]\((pages/[0-9a-f]{16}-p1\.jpg)\)\)", md_rows[doc])
+        assert (link is not None and (run / link[1]).is_file()) == doc.endswith(".pdf"), md_rows[doc]
+
     dom = render(chromium, run / "report.html")  # one Chromium launch: the suite's time is short
-    rows = dict(re.findall(r"<tr><td><code>([^<]+)</code>(.*?)</tr>", dom.split('id="pages"')[1], re.S))
+    section = dom.split('id="pages"')[1].split("</table>")[0]  # the pager and its table
+    assert (
+        '<span class="pinfo small muted">3 of 3 · page 1 of 1</span>' in section
+    )  # the script drew the rows
+    html = (run / "report.html").read_text()
+    data = json.loads(html.split('id="pages-data">')[1].split("</script>")[0])
+    assert all(isinstance(r[2], list) for r in data)  # rows as data, built in the browser (PAGES_JS)
+    rows = dict(re.findall(r"<tr><td><code>([^<]+)</code>(.*?)</tr>", section, re.S))
     assert sorted(rows) == ["inv.txt", "scan.pdf", "text.pdf"]
     assert re.search(
         r'Vendor: Hartmann Logistics GmbH\n<mark title="invoice_number = INV-13">Invoice number: INV-13</mark>\nInvoice date',

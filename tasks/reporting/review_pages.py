@@ -1,0 +1,167 @@
+"""One document's evidence as `docmill review show` gives it in a terminal: the cited pages of a PDF or
+image as image files with each value's evidence boxed and labelled in the pixels, and the evidence of a
+text, e-mail or Office document highlighted in the text around it.
+
+Why image files, and where: a reviewer in a terminal cannot see report.html's boxes (drawn by the
+browser over the page image), so the boxes and their labels are drawn into a copy of the page image
+(`runs/<run_id>/pages/<sha16>-p<N>-boxed.jpg`, beside the report's own plain page) and the command
+prints `store.link` of each: a file:// URL on a local store (most terminals open it on a click), a
+presigned https URL on S3, so one command works on both and nothing is written outside the store.
+`--open` hands each link to the desktop's viewer (Python's `webbrowser`, `$BROWSER` first). A file
+opens in any image viewer and can be attached to a ticket; a one-document HTML page would still need
+the image files beside it.
+
+One mechanism: the plain page comes from `pages.page_views` (rendered once per page, shared with the
+report), its marks from `pages.cited_pages`, the text snippets from `pages.text_views`. A scanned page
+shows its image with the model's cited page named under it and no box (never a made-up one).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from PIL import Image, ImageDraw, ImageFont
+
+from tasks.loading import load_bytes
+from tasks.reporting.pages import JPEG_QUALITY, Mark, PageView, media_type_of, page_views, text_views
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from tasks.document import Document
+
+BOX = (26, 127, 55)  # the report's green
+LABEL_CHARS = 48  # a label's `field = value`, cut beyond this
+FONT_PX = 13
+
+
+class ShownPage(TypedDict):
+    """A cited page as `review show --json` lists it."""
+
+    page: int
+    image: str | None  # where to open the boxed image (store.link), None when it could not be rendered
+    boxed: list[str]  # fields whose evidence is boxed on it
+    cited: list[str]  # fields the model cited on it without a text layer (no box)
+
+
+@dataclass
+class Evidence:
+    """What `review show` adds for one document: its pages (PDFs, images) or snippets (text)."""
+
+    pages: list[ShownPage] = field(default_factory=list)
+    snippets: list[tuple[Mark, str, str, str]] = field(default_factory=list)  # mark, before, evidence, after
+    note: str = ""  # why nothing is shown, when nothing is
+
+
+def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    try:
+        return ImageFont.load_default(size=FONT_PX)
+    except (TypeError, OSError):  # a Pillow without FreeType: the bitmap font
+        return ImageFont.load_default()
+
+
+def label_of(mark: Mark) -> str:
+    text = f"{mark.name} = {mark.value}"
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+
+
+def caption_of(view: PageView) -> list[str]:
+    """The lines under a page: its number, what is boxed, what is only cited (no text layer)."""
+    boxed = sorted({m.name for m in view.marks if m.box is not None})
+    cited = sorted({m.name for m in view.marks if m.box is None})
+    lines = [f"p. {view.page}" + (f" · boxed: {', '.join(boxed)}" if boxed else "")]
+    if cited:
+        lines.append("cited by the model, no text layer (no box): " + ", ".join(cited))
+    return lines
+
+
+def draw_marks(jpeg: bytes, view: PageView) -> bytes:
+    """The page image with each boxed mark outlined and labelled `field = value`, and the caption
+    (`caption_of`) in a white strip under the page, as a JPEG."""
+    page = Image.open(io.BytesIO(jpeg)).convert("RGB")
+    font = _font()
+    caption = caption_of(view)
+    line = FONT_PX + 6
+    out = Image.new("RGB", (page.width, page.height + line * len(caption) + 6), "white")
+    out.paste(page, (0, 0))
+    draw = ImageDraw.Draw(out)
+    for m in view.marks:
+        if m.box is None:
+            continue
+        left, top, right, bottom = (
+            m.box[0] * page.width,
+            m.box[1] * page.height,
+            m.box[2] * page.width,
+            m.box[3] * page.height,
+        )
+        draw.rectangle((left - 3, top - 3, right + 3, bottom + 3), outline=BOX, width=3)
+        text = label_of(m)
+        w = draw.textlength(text, font=font)
+        x, y = right + 7, max(0.0, top - 2)  # to the right of the box; else above it, never over it
+        if x + w + 4 > page.width:
+            x, y = max(0.0, min(left - 3, page.width - w - 4)), top - 3 - line
+            y = y if y >= 0 else bottom + 4
+        draw.rectangle((x - 2, y, x + w + 2, y + line - 2), fill=BOX)
+        draw.text((x, y + 1), text, fill="white", font=font)
+    for i, text in enumerate(caption):
+        draw.text((4, page.height + 4 + i * line), text, fill="black", font=font)
+    buf = io.BytesIO()
+    out.save(buf, "JPEG", quality=JPEG_QUALITY + 15, optimize=True)
+    return buf.getvalue()
+
+
+def document_evidence(
+    store: ObjectStore, run_id: str, outcome: dict[str, Any], documents: dict[str, Document]
+) -> Evidence:
+    """The boxed pages (written to the store, linked) or the text snippets of one document."""
+    doc = documents.get(str(outcome.get("doc_id")))
+    if doc is None:
+        return Evidence(note="not in this run's inventory: nothing to show")
+    if media_type_of(doc) is None:
+        views = text_views([outcome], documents)
+        if not views:
+            return Evidence(note="its text could not be read again (moved or changed since the run)")
+        return Evidence(
+            snippets=views[0].snippets, note="" if views[0].snippets else "no value has evidence in its text"
+        )
+    shown = Evidence()
+    for view in page_views(store, run_id, [outcome], documents, load_bytes, max_pages=100):
+        image = None
+        if view.image is not None:
+            key = f"runs/{run_id}/{view.image.removesuffix('.jpg')}-boxed.jpg"
+            store.put(key, draw_marks(store.get(f"runs/{run_id}/{view.image}"), view))
+            image = store.link(key)
+        shown.pages.append(
+            {
+                "page": view.page,
+                "image": image,
+                "boxed": sorted({m.name for m in view.marks if m.box is not None}),
+                "cited": sorted({m.name for m in view.marks if m.box is None}),
+            }
+        )
+    if not shown.pages:
+        shown.note = "no value cites a page"
+    return shown
+
+
+def evidence_lines(evidence: Evidence, *, color: bool = False) -> list[str]:
+    """The evidence for a terminal: each page and where its boxed image is, or each value's evidence
+    in its surrounding text (highlighted in reverse video on a terminal, else between « »)."""
+    on, off = ("\x1b[7m", "\x1b[0m") if color else ("«", "»")
+    lines: list[str] = []
+    for p in evidence.pages:
+        lines.append(
+            f"p. {p['page']}: {p['image'] or 'page image not rendered (the file could not be read again)'}"
+        )
+        if p["boxed"]:
+            lines.append("  boxed: " + ", ".join(p["boxed"]))
+        if p["cited"]:
+            lines.append("  cited by the model, no text layer (no box): " + ", ".join(p["cited"]))
+    for mark, before, text, after in evidence.snippets:
+        lines.append(f"{mark.name} = {mark.value}  ({mark.support})")
+        body = before + on + text.replace("\n", f"{off}\n{on}") + off + after  # marked on every line
+        lines += ["    " + row for row in body.splitlines()]
+    if evidence.note:
+        lines.append(evidence.note)
+    return lines
