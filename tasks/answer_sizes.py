@@ -13,8 +13,9 @@ when it goes as a PDF or an image: `document_tokens`, from the run's inventory),
 the prompt is the same for every document, and an estimate's count of it differs from a bill's by a
 few tokens that a steep slope would multiply,
 so that a long invoice with many line items is expected to answer longer than a one-line receipt, plus
-the mean thinking tokens and the mean input of repair attempts per document, and the text the
-integration pass wrote per document of its run. A format (`format_key`: type and how it is sent) with fewer than
+per format the mean thinking tokens and the repair input as a share of the first attempt's prompt (a
+repair re-sends the prompt with the answer and its errors; the share is leaned towards every format's,
+`per_doc`), and what the integration pass read and wrote per document of its run. A format (`format_key`: type and how it is sent) with fewer than
 FORMAT_MIN documents gets the mean answer over all formats (another format's slope is not
 extrapolated to it: an image's page tokens are no text to copy); fewer than LEARN_MIN documents in all: nothing is
 learned and the estimate falls back to its prior (the recipe's schema, `tasks.sizing.answer_chars`).
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 LEARN_SAMPLE = 500  # documents read at most (the newest runs first)
 LEARN_MIN = 10  # fewer documents of the recipe: the schema prior
 FORMAT_MIN = 5  # fewer documents of a format: the fit over every format
+REPAIR_WEIGHT = 10  # a format's repair share leans on every format's as if this many documents had it
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class PastAnswer:
     text_tokens: int  # output tokens less thinking, every attempt
     thinking_tokens: int  # every attempt
     repair_input_tokens: int  # the prompts of attempts after the first
+    first_input_tokens: int = 0  # the prompt of the first attempt (the whole request, as billed)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,29 @@ def fit(samples: list[PastAnswer]) -> Fit:
     return Fit(intercept=my - slope * mx, slope=slope, documents=n)
 
 
+@dataclass(frozen=True)
+class PerDoc:
+    """What a format's documents cost besides the answer text, per document: thinking tokens, and
+    repair input as a share of the first attempt's prompt (a repair re-sends the prompt with the
+    answer and its errors, so it grows with the document; the share folds in how often one is needed)."""
+
+    thinking: float
+    repair_share: float
+    documents: int
+
+
+def per_doc(samples: list[PastAnswer], overall: PerDoc | None = None) -> PerDoc:
+    """Thinking and repairs of `samples`; with `overall` (every format's), the repair share is their
+    mean weighted by documents against REPAIR_WEIGHT documents at the overall share: repairs are rare,
+    and two of them among six documents of a format say little about the next six."""
+    first = sum(s.first_input_tokens for s in samples)
+    n = len(samples)
+    share = sum(s.repair_input_tokens for s in samples) / first if first else 0.0
+    if overall is not None:
+        share = (n * share + REPAIR_WEIGHT * overall.repair_share) / (n + REPAIR_WEIGHT)
+    return PerDoc(thinking=sum(s.thinking_tokens for s in samples) / n, repair_share=share, documents=n)
+
+
 @dataclass
 class AnswerSizes:
     """What a recipe's answers cost in a store's past runs: fits per format and over all of them."""
@@ -82,6 +108,11 @@ class AnswerSizes:
     repair_input_per_doc: float = 0.0
     runs: int = 0
     note_tokens_per_result: float | None = None  # integration pass: text tokens written per document
+    overall_per_doc: PerDoc = field(default_factory=lambda: PerDoc(0.0, 0.0, 0))
+    per_doc_by_type: dict[str, PerDoc] = field(default_factory=dict)  # formats with FORMAT_MIN documents
+    integration_input_tokens: int = 0  # the integration passes' input, as billed
+    integration_calls: int = 0  # their calls
+    integration_documents: int = 0  # the results they read
 
     @property
     def documents(self) -> int:
@@ -90,6 +121,11 @@ class AnswerSizes:
     def text_tokens(self, doc_format: str, doc_tokens: int) -> int:
         """Answer text tokens of a document of `doc_format` (format_key) with `doc_tokens`."""
         return (self.by_type.get(doc_format) or self.overall).predict(doc_tokens)
+
+    def costs(self, doc_format: str) -> PerDoc:
+        """Thinking and repairs of a document of `doc_format` (the mean over every format for a
+        format with fewer than FORMAT_MIN past documents)."""
+        return self.per_doc_by_type.get(doc_format) or self.overall_per_doc
 
 
 @dataclass
@@ -100,6 +136,8 @@ class _Reading:
     runs: int = 0
     integration_text_tokens: int = 0
     integration_documents: int = 0  # documents of the runs whose integration pass was billed
+    integration_input_tokens: int = 0
+    integration_calls: int = 0
 
 
 def format_key(doc_type: str | None, send_as: str | None) -> str:
@@ -132,12 +170,14 @@ def past_answers(store: ObjectStore, recipe: str, model: str, read_records: int 
         except Exception:  # an unreadable manifest teaches nothing
             continue
         per_doc: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
-        notes = 0
+        notes = notes_input = calls = 0
         for e in CostLedger(store, run_id).entries():
             if e.possibly_billed or e.unanswered:
                 continue
             if e.pass_name == "integration":
                 notes += e.output_tokens - e.thinking_tokens
+                notes_input += e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
+                calls += 1
             if e.pass_name != "file" or e.answered_model != model:
                 continue
             prompt = e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
@@ -147,6 +187,8 @@ def past_answers(store: ObjectStore, recipe: str, model: str, read_records: int 
         reading.runs += 1
         if notes:
             reading.integration_text_tokens += notes
+            reading.integration_input_tokens += notes_input
+            reading.integration_calls += calls
             reading.integration_documents += min(len(per_doc), read_records or len(per_doc))
         sizes = _doc_sizes(store, run_id)
         for doc_id, attempts in sorted(per_doc.items()):
@@ -162,6 +204,7 @@ def past_answers(store: ObjectStore, recipe: str, model: str, read_records: int 
                     text_tokens=sum(a[2] for a in attempts) - think,
                     thinking_tokens=think,
                     repair_input_tokens=sum(a[1] for a in attempts[1:]),
+                    first_input_tokens=attempts[0][1],
                 )
             )
     return reading
@@ -178,12 +221,20 @@ def learn(store: ObjectStore, recipe: str, model: str, read_records: int | None 
     for s in samples:
         by_type[s.doc_format].append(s)
     n = len(samples)
+    overall = per_doc(samples)
     return AnswerSizes(
         overall=Fit(intercept=sum(s.text_tokens for s in samples) / n, slope=0.0, documents=n),
         by_type={t: fit(group) for t, group in by_type.items() if len(group) >= FORMAT_MIN},
         thinking_per_doc=sum(s.thinking_tokens for s in samples) / n,
         repair_input_per_doc=sum(s.repair_input_tokens for s in samples) / n,
         runs=reading.runs,
+        overall_per_doc=overall,
+        per_doc_by_type={
+            t: per_doc(group, overall) for t, group in by_type.items() if len(group) >= FORMAT_MIN
+        },
+        integration_input_tokens=reading.integration_input_tokens,
+        integration_calls=reading.integration_calls,
+        integration_documents=reading.integration_documents,
         note_tokens_per_result=(
             reading.integration_text_tokens / reading.integration_documents
             if reading.integration_documents
