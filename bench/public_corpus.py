@@ -1,17 +1,16 @@
 """docmill over a folder of public documents nobody here wrote: every file's outcome or reason, and the
 estimate against the bill, per component.
 
-    .venv/bin/python bench/public_corpus.py FOLDER [--recipe invoices] [--limit N]
+    .venv/bin/python bench/public_corpus.py FOLDER [FOLDER...] [--recipe invoices] [--limit N] [--keep DIR]
 
 FOLDER (or env DOCMILL_PUBLIC_CORPUS) holds the files, flat or in folders: e.g. PDFs, images, Office
 files and e-mails taken from the test suites of public projects (the folder's SOURCES.md, or its
 parent's, says where they came from; this bench prints it). The bench runs the `docmill` command line
-offline against its built-in emulator (ANTHROPIC_API_KEY is removed from the environment), each run
-in a fresh temporary store, in two halves of the folder (files alternately, by name):
-
-1. `docmill estimate` of half A with an empty store (the prior), then `docmill run` of half A;
-2. `docmill estimate` of half B with an empty store (the prior) and with half A's run in the store
-   (the answer sizes learned from it), then `docmill run` of half B into that store.
+offline against its built-in emulator (ANTHROPIC_API_KEY is removed from the environment). Each folder
+is split in two halves (files alternately, by name), each half run into its own store; then each half
+is estimated with an empty store (the prior) and with the other half's store (the answer sizes learned
+from it): held out both ways. `--keep DIR` keeps the halves and stores; a later call with the same DIR
+re-estimates against the kept runs without running again (to compare estimate code on one bill).
 
 It prints per file the outcome or the reason (a table, and a count by reason), flags the reasons a user
 could not act on (a memory address, a Python exception's repr, "empty" for a file that has content, a
@@ -19,8 +18,8 @@ file with no outcome at all, a "success" with every field null), and the estimat
 (docmill's cost ledger, which records the emulator's usage) for input, answer text, thinking and USD,
 per-file pass and with the integration pass. Figures depend on the emulator's answers: they are a
 stand-in for the real API's, not a measurement of it (see the README's section on the estimate).
-Default: the whole folder; 153 files took 4-7 minutes on a shared, loaded 2-core machine (two runs of
-95-175 s each, three estimates); --limit N for less. A file whose reason says "empty" is flagged when it
+Default: every file; 153 + 232 files took ~15 minutes on a shared, loaded 2-core machine (four runs
+of 40-220 s, eight estimates; with --keep's runs, the estimates alone ~3-5 minutes); --limit N for less. A file whose reason says "empty" is flagged when it
 has more than 2 KB: a blank slide deck is then a false alarm, a deck of charts is not.
 """
 
@@ -293,7 +292,8 @@ def figures(label: str, est: Estimated, bill: Billed) -> str:
         f"  {label:<34} {est.documents:>4}/{bill.documents:<4} "
         f"{pct(est.input_tokens, bill.input_tokens):>7} {pct(est_text, bill_text):>7} "
         f"{pct(est.thinking_tokens, bill.thinking_tokens):>7} {pct(est.usd, bill.usd):>7} "
-        f"{pct(est.usd + est.integration_usd, bill.usd + bill.integration_usd):>7}   "
+        f"{pct(est.usd + est.integration_usd, bill.usd + bill.integration_usd):>7} "
+        f"{pct(est.integration_usd, bill.integration_usd):>7}   "
         f"${est.usd + est.integration_usd:.4f} / ${bill.usd + bill.integration_usd:.4f}"
     )
 
@@ -301,9 +301,9 @@ def figures(label: str, est: Estimated, bill: Billed) -> str:
 def table(results: list[FolderResult]) -> list[str]:
     rows = [
         "estimate vs bill (realtime; + = the estimate is high): documents estimated/billed, input tokens, "
-        "answer text tokens, thinking tokens, USD per-file pass, USD with integration",
+        "answer text tokens, thinking tokens, USD per-file pass, USD with integration, USD of the integration pass",
         f"  {'folder, half, source':<34} {'docs':>9} {'input':>7} {'text':>7} {'think':>7} {'file':>7} "
-        f"{'+integ':>7}   USD estimate / bill",
+        f"{'+integ':>7} {'integ':>7}   USD estimate / bill",
     ]
     for r in results:
         rows += [

@@ -8,8 +8,8 @@ How a document is estimated (say so wherever a number is shown — it is an esti
                   priced realtime in batch mode too (the long path is realtime)
   output tokens = learned, when the store holds past runs of the recipe on the model (at least
                   tasks.answer_sizes.LEARN_MIN documents): per document format (the mean over all of
-                  them for a format with few), answer tokens = a + b x
-                  document tokens (tasks.answer_sizes.document_tokens) fitted on the cost ledgers (every attempt, so repairs are in), plus
+                  them for a format with few), first-answer tokens = a + b x
+                  document tokens (tasks.answer_sizes.document_tokens) fitted on the cost ledgers (first attempts; repairs below), plus
                   the mean thinking billed per document of the format; else the prior: an answer modelled on the
                   recipe's schema (every field with a short value, evidence about a line; a list of
                   amounts with one item per table row of the document's text, `tasks.sizing.table_rows`,
@@ -26,10 +26,10 @@ How a document is estimated (say so wherever a number is shown — it is an esti
                   reaches the model's minimum cacheable length (settings.api.cache_min_tokens; below
                   it the API caches nothing, and no cache reads are assumed); batch: no cache hits
                   assumed (they are best effort there).
-Repairs: learned from the past runs' ledgers per format, as a share of the first attempt's prompt
-(a repair re-sends it with the answer and its errors), leaned towards every format's share; their
-output is in the answers' fit; the prior includes none (at most settings.gate.repair_attempts per
-document).
+Repairs: learned from the past runs' ledgers: how many a document of the format takes (leaned
+towards every format's rate), and what one costs relative to the first attempt over every format
+(input: the prompt with the answer and its errors; text and thinking: answered again); the prior
+includes none (at most settings.gate.repair_attempts per document).
 
 The integration pass (realtime, integration model) is estimated from the same numbers: code builds
 the exact sections, the model reads at most `integration.read_records` results in full per run, in
@@ -281,7 +281,7 @@ class Estimate:
             f"on {self.model} in the store (answer tokens by document size per format: {fits or 'all formats'}; "
             f"other formats the mean answer; thinking and repairs per format as billed, over all formats "
             f"thinking ~{self.learned.thinking_per_doc:.0f} tokens and repairs "
-            f"~{100 * self.learned.overall_per_doc.repair_share:.0f}% of the prompt per document)"
+            f"~{self.learned.overall_per_doc.repair_rate:.2f} repair(s) per document)"
         )
 
     def lines(self) -> list[str]:
@@ -414,10 +414,8 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         repair = 0
         if learned is not None:
             size = document_tokens(doc.text_chars, doc.image_tokens, mode)
-            text = min(max_tokens, learned.text_tokens(format_key(str(doc.doc_type), mode), size))
-            costs = learned.costs(format_key(str(doc.doc_type), mode))
-            think = round(costs.thinking)
-            repair = round(costs.repair_share * inp)
+            text, think, repair = learned.expected(format_key(str(doc.doc_type), mode), size, inp)
+            text = min(max_tokens, text)
         else:
             rows = table_rows(payload.text) if payload.text.strip() else None
             text = typical_output_tokens(recipe, max_tokens, rows)

@@ -30,7 +30,8 @@ def _invoice(n: int, rows: int) -> str:
 
 def _past_run(store_uri: str, run_id: str, recipe: str, model: str, docs: int, repairs: int) -> None:
     """A finished run's manifest, inventory and cost ledger: document i has 100 + 60 i tokens of text
-    (400 + 240 i characters) and all its attempts answer 200 + 0.4 x that in text (a repair its share)."""
+    (400 + 240 i characters) and its first attempt answers 200 + 0.4 x that in text; the first `repairs`
+    documents are repaired once (1,500 tokens in, 50 of text and 100 of thinking out)."""
     store = open_store(store_uri)
     ManifestStore(store).create(RunManifest(run_id=run_id, recipe=recipe))
     store.put_json(
@@ -49,7 +50,7 @@ def _past_run(store_uri: str, run_id: str, recipe: str, model: str, docs: int, r
     for i in range(docs):
         prompt = 1400 + 60 * i
         text = round(200 + 0.4 * (100 + 60 * i))
-        first = text - 50 if i < repairs else text
+        first = text
         common = {"run_id": run_id, "pass_name": "file", "doc_id": f"{run_id}/inv-{i}.txt", "key": f"k{i}"}
         entries.append(
             CostEntry(
@@ -113,7 +114,7 @@ def test_estimate_learns_answer_sizes_from_past_runs(tmp_path: Path) -> None:
     _past_run(settings.store, "20260103-000000-cccccc", "invoices", "claude-other-1", 40, repairs=0)
     assert estimate_docs(docs, recipe, settings).learned is None
 
-    # enough: answer tokens = 200 + 0.4 x document tokens, thinking and repairs as the ledger billed them
+    # enough: first answers = 200 + 0.4 x document tokens; thinking and repairs as the ledger billed them
     _past_run(settings.store, "20260104-000000-dddddd", "invoices", model, 20, repairs=4)
     est = estimate_docs(docs, recipe, settings)
     assert est.learned is not None and est.measured_answers == 20 + LEARN_MIN - 1
@@ -128,19 +129,21 @@ def test_estimate_learns_answer_sizes_from_past_runs(tmp_path: Path) -> None:
     assert abs(est.learned.text_tokens("png:image", 10_000) - mean) <= 1  # an unseen format: the mean
     docs_n = est.measured_answers
     assert est.learned.thinking_per_doc == (docs_n * 128 + 4 * 100) / docs_n
-    first = sum(1400 + 60 * i for n in (LEARN_MIN - 1, 20) for i in range(n))
-    share = 4 * 1500 / first  # repair input per token of first prompt, as billed
-    assert est.learned.costs("txt:text").repair_share == pytest.approx(share)
-    assert est.repair_input_tokens == sum(
-        round(
-            share
-            * estimate_docs([d], load_recipe("invoices"), Settings(store=str(tmp_path / "none"))).input_tokens
-        )
-        for d in docs
-    )
-    for doc in docs:  # each document's answer from its own size
+    rate = 4 / docs_n  # repair attempts per document (one format: its own rate is every format's)
+    costs = est.learned.costs("txt:text")
+    assert costs.repair_rate == pytest.approx(rate) and costs.thinking == 128
+    size = est.learned.repair
+    repaired_first = [(1400 + 60 * i, round(200 + 0.4 * (100 + 60 * i))) for i in range(4)]
+    assert size.input_ratio == pytest.approx(4 * 1500 / sum(p for p, _ in repaired_first))
+    assert size.text_ratio == pytest.approx(4 * 50 / sum(t for _, t in repaired_first))
+    assert size.thinking == 100
+    for doc in docs:  # each document's answer from its own size, plus the repairs its rate expects
         one = estimate_docs([doc], recipe, settings)
-        assert one.text_output_tokens == round(200 + 0.4 * document_tokens(doc.text_chars, 0, "text"))
+        first = round(200 + 0.4 * document_tokens(doc.text_chars, 0, "text"))
+        assert one.text_output_tokens == round(first * (1 + rate * size.text_ratio))
+        assert one.thinking_tokens == round(128 + rate * 100)
+        prompt = one.input_tokens - one.repair_input_tokens
+        assert one.repair_input_tokens == round(rate * size.input_ratio * prompt)
     text = "\n".join(est.lines())
     assert f"learned from {docs_n} documents of 2 past run(s)" in text and "txt:text" in text
 
@@ -168,9 +171,10 @@ def _formats_run(store_uri: str, run_id: str, model: str, groups: dict[str, tupl
 
 
 def test_repairs_are_learned_per_format_and_lean_on_every_format(tmp_path: Path) -> None:
-    """E-mails that were never repaired are not charged the repairs of the PDFs' format: each format's
-    repair share is its own, weighted against every format's by REPAIR_WEIGHT documents; a format with
-    fewer than FORMAT_MIN documents takes every format's; a document's repair input grows with its prompt."""
+    """E-mails that were never repaired are not charged the repairs of the text files' format: each
+    format's repair rate is its own, weighted against every format's by REPAIR_WEIGHT documents; a format
+    with fewer than FORMAT_MIN documents takes every format's; what a repair costs is learned over every
+    format relative to the first prompt, so a document's repair input grows with its prompt."""
     settings = Settings(store=str(tmp_path / "store"))
     model = settings.api.model
     _formats_run(
@@ -178,13 +182,14 @@ def test_repairs_are_learned_per_format_and_lean_on_every_format(tmp_path: Path)
     )
     learned = learn(open_store(settings.store), "invoices", model)
     assert learned is not None
-    overall = (12 * 1500) / (42 * 1000)
-    assert learned.overall_per_doc.repair_share == pytest.approx(overall)
+    overall = 12 / 42  # repair attempts per document, every format
+    assert learned.overall_per_doc.repair_rate == pytest.approx(overall)
     txt, eml = learned.costs("txt:text"), learned.costs("eml:text")
-    assert txt.repair_share == pytest.approx((20 * 0.75 + REPAIR_WEIGHT * overall) / (20 + REPAIR_WEIGHT))
-    assert eml.repair_share == pytest.approx(REPAIR_WEIGHT * overall / (20 + REPAIR_WEIGHT))
-    assert eml.repair_share < overall < txt.repair_share
+    assert txt.repair_rate == pytest.approx((20 * 0.5 + REPAIR_WEIGHT * overall) / (20 + REPAIR_WEIGHT))
+    assert eml.repair_rate == pytest.approx(REPAIR_WEIGHT * overall / (20 + REPAIR_WEIGHT))
+    assert eml.repair_rate < overall < txt.repair_rate
     assert FORMAT_MIN > 2 and learned.costs("md:text") == learned.overall_per_doc  # too few of its own
+    assert learned.repair.input_ratio == pytest.approx(1.5)  # a repair re-sends 1.5x the first prompt
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -194,7 +199,7 @@ def test_repairs_are_learned_per_format_and_lean_on_every_format(tmp_path: Path)
     for doc in inventory(str(corpus), settings, doc_types=recipe.doc_types):
         one = estimate_docs([doc], recipe, settings)
         prompt = one.input_tokens - one.repair_input_tokens
-        assert one.repair_input_tokens == round(txt.repair_share * prompt)
+        assert one.repair_input_tokens == round(txt.repair_rate * 1.5 * prompt)
 
 
 def test_integration_estimate_prices_the_requests_the_pass_builds(tmp_path: Path) -> None:
