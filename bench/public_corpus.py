@@ -1,17 +1,16 @@
 """docmill over a folder of public documents nobody here wrote: every file's outcome or reason, and the
 estimate against the bill, per component.
 
-    .venv/bin/python bench/public_corpus.py FOLDER [--recipe invoices] [--limit N]
+    .venv/bin/python bench/public_corpus.py FOLDER [FOLDER...] [--recipe invoices] [--limit N] [--keep DIR]
 
 FOLDER (or env DOCMILL_PUBLIC_CORPUS) holds the files, flat or in folders: e.g. PDFs, images, Office
 files and e-mails taken from the test suites of public projects (the folder's SOURCES.md, or its
 parent's, says where they came from; this bench prints it). The bench runs the `docmill` command line
-offline against its built-in emulator (ANTHROPIC_API_KEY is removed from the environment), each run
-in a fresh temporary store, in two halves of the folder (files alternately, by name):
-
-1. `docmill estimate` of half A with an empty store (the prior), then `docmill run` of half A;
-2. `docmill estimate` of half B with an empty store (the prior) and with half A's run in the store
-   (the answer sizes learned from it), then `docmill run` of half B into that store.
+offline against its built-in emulator (ANTHROPIC_API_KEY is removed from the environment). Each folder
+is split in two halves (files alternately, by name), each half run into its own store; then each half
+is estimated with an empty store (the prior) and with the other half's store (the answer sizes learned
+from it): held out both ways. `--keep DIR` keeps the halves and stores; a later call with the same DIR
+re-estimates against the kept runs without running again (to compare estimate code on one bill).
 
 It prints per file the outcome or the reason (a table, and a count by reason), flags the reasons a user
 could not act on (a memory address, a Python exception's repr, "empty" for a file that has content, a
@@ -19,8 +18,8 @@ file with no outcome at all, a "success" with every field null), and the estimat
 (docmill's cost ledger, which records the emulator's usage) for input, answer text, thinking and USD,
 per-file pass and with the integration pass. Figures depend on the emulator's answers: they are a
 stand-in for the real API's, not a measurement of it (see the README's section on the estimate).
-Default: the whole folder; 153 files took 4-7 minutes on a shared, loaded 2-core machine (two runs of
-95-175 s each, three estimates); --limit N for less. A file whose reason says "empty" is flagged when it
+Default: every file; 153 + 232 files took ~15 minutes on a shared, loaded 2-core machine (four runs
+of 40-220 s, eight estimates; with --keep's runs, the estimates alone ~3-5 minutes); --limit N for less. A file whose reason says "empty" is flagged when it
 has more than 2 KB: a blank slide deck is then a false alarm, a deck of charts is not.
 """
 
@@ -119,20 +118,8 @@ def run(folder: Path, recipe: str, store: Path) -> Billed:
         env=env,
         check=False,  # exit 6 (integration partial) or 3 still leaves a ledger to read
     )
-    wall = time.monotonic() - start
-    st = open_store(str(store))
-    run_id = sorted(ManifestStore(st).list_runs())[-1]
-    ledger = CostLedger(st, run_id)
-    billed = Billed(wall_s=wall, outcomes=list(OutcomeLog(st, run_id).all()))
-    for e in ledger.entries():
-        if e.pass_name == "file":
-            billed.input_tokens += e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
-            billed.output_tokens += e.output_tokens
-            billed.thinking_tokens += e.thinking_tokens
-            billed.usd += e.usd
-        elif e.pass_name == "integration":
-            billed.integration_usd += e.usd
-    billed.documents = len({e.doc_id for e in ledger.entries() if e.pass_name == "file"})
+    billed = read_bill(store)
+    billed.wall_s = time.monotonic() - start
     return billed
 
 
@@ -213,18 +200,124 @@ def compare(label: str, est: Estimated, bill: Billed) -> list[str]:
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", nargs="?", default=os.environ.get("DOCMILL_PUBLIC_CORPUS"))
-    parser.add_argument("--recipe", default="invoices")
-    parser.add_argument("--limit", type=int, default=0, help="take the first N files by name (0: all)")
-    parser.add_argument("--show", type=int, default=1000, help="table rows shown at most")
-    args = parser.parse_args()
-    if not args.folder:
-        parser.error("give a folder of public documents (or set DOCMILL_PUBLIC_CORPUS)")
-    folder = Path(args.folder)
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "SOURCES.md")
-    files = files[: args.limit] if args.limit else files
+@dataclass
+class FolderResult:
+    """One folder's estimates and bills: the prior of each half (empty store), the learned estimate of
+    each half from the other half's run, and each half's bill."""
+
+    name: str
+    prior: list[Estimated]
+    learned: list[Estimated]
+    bills: list[Billed]
+
+
+def _sum_est(parts: list[Estimated], source: str) -> Estimated:
+    return Estimated(
+        input_tokens=sum(e.input_tokens for e in parts),
+        output_tokens=sum(e.output_tokens for e in parts),
+        text_tokens=sum(e.text_tokens for e in parts),
+        thinking_tokens=sum(e.thinking_tokens for e in parts),
+        usd=sum(e.usd for e in parts),
+        integration_usd=sum(e.integration_usd for e in parts),
+        source=source,
+        documents=sum(e.documents for e in parts),
+    )
+
+
+def _sum_bill(parts: list[Billed]) -> Billed:
+    return Billed(
+        input_tokens=sum(b.input_tokens for b in parts),
+        output_tokens=sum(b.output_tokens for b in parts),
+        thinking_tokens=sum(b.thinking_tokens for b in parts),
+        usd=sum(b.usd for b in parts),
+        integration_usd=sum(b.integration_usd for b in parts),
+        documents=sum(b.documents for b in parts),
+    )
+
+
+def read_bill(store: Path) -> Billed:
+    """The bill of the one run in `store` (its cost ledger)."""
+    st = open_store(str(store))
+    run_id = sorted(ManifestStore(st).list_runs())[-1]
+    ledger = CostLedger(st, run_id)
+    billed = Billed(outcomes=list(OutcomeLog(st, run_id).all()))
+    for e in ledger.entries():
+        if e.pass_name == "file":
+            billed.input_tokens += e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
+            billed.output_tokens += e.output_tokens
+            billed.thinking_tokens += e.thinking_tokens
+            billed.usd += e.usd
+        elif e.pass_name == "integration":
+            billed.integration_usd += e.usd
+    billed.documents = len({e.doc_id for e in ledger.entries() if e.pass_name == "file"})
+    return billed
+
+
+def split(folder: Path, files: list[Path], work: Path) -> list[Path]:
+    """The folder's files in two halves (alternately, by name), copied under `work` (kept when there)."""
+    halves = [work / "A", work / "B"]
+    if all(h.is_dir() for h in halves):
+        return halves
+    for i, path in enumerate(files):
+        dest = halves[i % 2] / path.relative_to(folder)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+    return halves
+
+
+def bench_folder(folder: Path, files: list[Path], recipe: str, work: Path) -> FolderResult:
+    """Each half run into its own store (once: a kept store's run is reused), then estimated with an
+    empty store (the prior) and with the other half's store (learned): held-out both ways."""
+    halves = split(folder, files, work)
+    stores = [work / "store-A", work / "store-B"]
+    bills = []
+    for half, store in zip(halves, stores, strict=True):
+        if not (store / "runs").is_dir():
+            b = run(half, recipe, store)
+            print(
+                f"  ran {folder.name} half {half.name}: {b.documents} documents billed, {b.wall_s:.0f} s wall"
+            )
+        bills.append(read_bill(store))
+    empty = work / "empty-store"
+    prior = [estimate(h, recipe, empty) for h in halves]
+    learned = [estimate(halves[0], recipe, stores[1]), estimate(halves[1], recipe, stores[0])]
+    return FolderResult(folder.name, prior, learned, bills)
+
+
+def figures(label: str, est: Estimated, bill: Billed) -> str:
+    """One row of the side-by-side table: the estimate against the bill, per component."""
+    est_text = est.text_tokens or max(0, est.output_tokens - est.thinking_tokens)
+    bill_text = bill.output_tokens - bill.thinking_tokens
+    return (
+        f"  {label:<34} {est.documents:>4}/{bill.documents:<4} "
+        f"{pct(est.input_tokens, bill.input_tokens):>7} {pct(est_text, bill_text):>7} "
+        f"{pct(est.thinking_tokens, bill.thinking_tokens):>7} {pct(est.usd, bill.usd):>7} "
+        f"{pct(est.usd + est.integration_usd, bill.usd + bill.integration_usd):>7} "
+        f"{pct(est.integration_usd, bill.integration_usd):>7}   "
+        f"${est.usd + est.integration_usd:.4f} / ${bill.usd + bill.integration_usd:.4f}"
+    )
+
+
+def table(results: list[FolderResult]) -> list[str]:
+    rows = [
+        "estimate vs bill (realtime; + = the estimate is high): documents estimated/billed, input tokens, "
+        "answer text tokens, thinking tokens, USD per-file pass, USD with integration, USD of the integration pass",
+        f"  {'folder, half, source':<34} {'docs':>9} {'input':>7} {'text':>7} {'think':>7} {'file':>7} "
+        f"{'+integ':>7} {'integ':>7}   USD estimate / bill",
+    ]
+    for r in results:
+        rows += [
+            figures(f"{r.name} A prior", r.prior[0], r.bills[0]),
+            figures(f"{r.name} B prior", r.prior[1], r.bills[1]),
+            figures(f"{r.name} whole prior", _sum_est(r.prior, "prior"), _sum_bill(r.bills)),
+            figures(f"{r.name} A learned from B", r.learned[0], r.bills[0]),
+            figures(f"{r.name} B learned from A", r.learned[1], r.bills[1]),
+            figures(f"{r.name} both learned", _sum_est(r.learned, "learned"), _sum_bill(r.bills)),
+        ]
+    return rows
+
+
+def describe(folder: Path, files: list[Path]) -> None:
     for sources in (folder / "SOURCES.md", folder.parent / "SOURCES.md"):
         if sources.exists():
             print(f"corpus {folder}: {len(files)} files; sources in {sources}:")
@@ -237,62 +330,62 @@ def main() -> None:
         print(f"corpus {folder}: {len(files)} files (no SOURCES.md beside it: say where they came from)")
     print(f"types: {dict(Counter(p.suffix.lower() or '-' for p in files).most_common())}")
 
-    with tempfile.TemporaryDirectory(prefix="docmill-public-") as tmp:
-        halves = [Path(tmp, "A"), Path(tmp, "B")]
-        for i, path in enumerate(files):
-            dest = halves[i % 2] / path.relative_to(folder)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dest)
-        store = Path(tmp, "store")
-        prior_a = estimate(halves[0], args.recipe, store)
-        bill_a = run(halves[0], args.recipe, store)
-        prior_b = estimate(halves[1], args.recipe, Path(tmp, "empty-store"))
-        learned_b = estimate(halves[1], args.recipe, store)
-        bill_b = run(halves[1], args.recipe, store)
 
-        rows = file_rows(halves[0], bill_a.outcomes) + file_rows(halves[1], bill_b.outcomes)
-    print(f"\nper file ({len(rows)} rows: documents, attachments under their message):")
-    print(f"  {'document':<58} {'outcome':<12} reason")
-    for r in rows[: args.show]:
-        why = r["reason"] + (f": {r['detail']}" if r["detail"] and r["detail"] != r["reason"] else "")
-        flag = f"  <-- {'; '.join(r['flags'])}" if r["flags"] else ""
-        print(f"  {r['doc'][:58]:<58} {r['state']:<12} {why[:110]}{flag}")
-    print("\nby outcome and reason:")
-    for (state, reason), n in Counter((r["state"], r["reason"] or "-") for r in rows).most_common():
-        print(f"  {n:4}  {state:<12} {reason}")
-    flagged = [r for r in rows if r["flags"]]
-    print(f"\nreasons a user could not act on: {len(flagged)}")
-    for flag, n in Counter(f for r in flagged for f in r["flags"]).most_common():
-        print(f"  {n:4}  {flag}")
-    print(
-        f"\nruns: half A {bill_a.wall_s:.0f} s, half B {bill_b.wall_s:.0f} s wall (a shared machine: noisy)\n"
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="*", default=[os.environ.get("DOCMILL_PUBLIC_CORPUS")])
+    parser.add_argument("--recipe", default="invoices")
+    parser.add_argument("--limit", type=int, default=0, help="take the first N files by name (0: all)")
+    parser.add_argument("--show", type=int, default=1000, help="table rows shown at most")
+    parser.add_argument(
+        "--keep",
+        default="",
+        help="keep the halves and the runs' stores under this folder; a later call with the same "
+        "folder re-estimates against the kept runs without running again",
     )
-    for line in (
-        compare("half A, empty store", prior_a, bill_a)
-        + compare("half B, empty store", prior_b, bill_b)
-        + compare("half B, learned from half A's run", learned_b, bill_b)
-    ):
-        print(line)
-    both = Billed(
-        input_tokens=bill_a.input_tokens + bill_b.input_tokens,
-        output_tokens=bill_a.output_tokens + bill_b.output_tokens,
-        thinking_tokens=bill_a.thinking_tokens + bill_b.thinking_tokens,
-        usd=bill_a.usd + bill_b.usd,
-        integration_usd=bill_a.integration_usd + bill_b.integration_usd,
-        documents=bill_a.documents + bill_b.documents,
-    )
-    prior = Estimated(
-        input_tokens=prior_a.input_tokens + prior_b.input_tokens,
-        output_tokens=prior_a.output_tokens + prior_b.output_tokens,
-        text_tokens=prior_a.text_tokens + prior_b.text_tokens,
-        thinking_tokens=prior_a.thinking_tokens + prior_b.thinking_tokens,
-        usd=prior_a.usd + prior_b.usd,
-        integration_usd=prior_a.integration_usd + prior_b.integration_usd,
-        source="prior",
-        documents=prior_a.documents + prior_b.documents,
-    )
-    for line in compare("whole folder, empty store", prior, both):
-        print(line)
+    args = parser.parse_args()
+    folders = [Path(f) for f in args.folders if f]
+    if not folders:
+        parser.error("give a folder of public documents (or set DOCMILL_PUBLIC_CORPUS)")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="docmill-public-") as tmp:
+        for folder in folders:
+            files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "SOURCES.md")
+            files = files[: args.limit] if args.limit else files
+            describe(folder, files)
+            work = Path(args.keep or tmp) / f"{folder.name}-{len(files)}"
+            result = bench_folder(folder, files, args.recipe, work)
+            results.append(result)
+            rows = file_rows(work / "A", result.bills[0].outcomes) + file_rows(
+                work / "B", result.bills[1].outcomes
+            )
+            print(f"\nper file ({len(rows)} rows: documents, attachments under their message):")
+            print(f"  {'document':<58} {'outcome':<12} reason")
+            for r in rows[: args.show]:
+                why = r["reason"] + (f": {r['detail']}" if r["detail"] and r["detail"] != r["reason"] else "")
+                flag = f"  <-- {'; '.join(r['flags'])}" if r["flags"] else ""
+                print(f"  {r['doc'][:58]:<58} {r['state']:<12} {why[:110]}{flag}")
+            print("\nby outcome and reason:")
+            for (state, reason), n in Counter((r["state"], r["reason"] or "-") for r in rows).most_common():
+                print(f"  {n:4}  {state:<12} {reason}")
+            flagged = [r for r in rows if r["flags"]]
+            print(f"\nreasons a user could not act on: {len(flagged)}")
+            for flag, n in Counter(f for r in flagged for f in r["flags"]).most_common():
+                print(f"  {n:4}  {flag}")
+            print()
+            for i, half in enumerate("AB"):
+                print(
+                    "\n".join(
+                        compare(f"{folder.name} half {half}, empty store", result.prior[i], result.bills[i])
+                        + compare(
+                            f"{folder.name} half {half}, learned from the other half's run",
+                            result.learned[i],
+                            result.bills[i],
+                        )
+                    )
+                )
+            print()
+    print("\n".join(table(results)))
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ How a document is estimated (say so wherever a number is shown — it is an esti
                   priced realtime in batch mode too (the long path is realtime)
   output tokens = learned, when the store holds past runs of the recipe on the model (at least
                   tasks.answer_sizes.LEARN_MIN documents): per document format (the mean over all of
-                  them for a format with few), answer tokens = a + b x
-                  document tokens (tasks.answer_sizes.document_tokens) fitted on the cost ledgers (every attempt, so repairs are in), plus
-                  the mean thinking billed per document; else the prior: an answer modelled on the
+                  them for a format with few), first-answer tokens = a + b x
+                  document tokens (tasks.answer_sizes.document_tokens) fitted on the cost ledgers (first attempts; repairs below), plus
+                  the mean thinking billed per document of the format; else the prior: an answer modelled on the
                   recipe's schema (every field with a short value, evidence about a line; a list of
                   amounts with one item per table row of the document's text, `tasks.sizing.table_rows`,
                   other lists and documents without text two items), capped at max_tokens; worst
@@ -26,14 +26,20 @@ How a document is estimated (say so wherever a number is shown — it is an esti
                   reaches the model's minimum cacheable length (settings.api.cache_min_tokens; below
                   it the API caches nothing, and no cache reads are assumed); batch: no cache hits
                   assumed (they are best effort there).
-Repairs: learned from the past runs' ledgers (their input per document; their output is in the
-answers' fit); the prior includes none (at most settings.gate.repair_attempts per document).
+Repairs: learned from the past runs' ledgers: how many a document of the format takes (leaned
+towards every format's rate), and what one costs relative to the first attempt over every format
+(input: the prompt with the answer and its errors; text and thinking: answered again); the prior
+includes none (at most settings.gate.repair_attempts per document).
 
 The integration pass (realtime, integration model) is estimated from the same numbers: code builds
-the exact sections, the model reads at most `integration.read_records` results in full per run,
-`integration.slice_records` per call; a compact result is about half the typical per-file answer
-(no evidence), and the model writes about NOTE_TOKENS_PER_RESULT tokens per result it reads
-(measured against the emulator), or what the store's past runs of the recipe wrote per document.
+the exact sections, the model reads at most `integration.read_records` results in full per run, in
+slices of `integration.slice_records` results and about `slice_chars` characters; each call's own
+input is the request the pass builds without results (`integration_prompt_tokens`), with a code-built
+digest only where the pass sends one (more results than it reads; a store already integrated); a
+compact result is about half the typical per-file answer (no evidence) plus its doc id and state, or
+what the store's past passes read per result (their input less their calls' prompts); the model
+writes about NOTE_TOKENS_PER_RESULT tokens per result it reads (measured against the emulator), or
+what the store's past runs of the recipe wrote per document.
 Full: every document is new. Incremental: only new or changed documents are read (one bounded call per slice of them); an unchanged source costs nothing.
 """
 
@@ -49,6 +55,9 @@ from docmill.models import min_cacheable_tokens, thinking_tokens
 from docmill.prices import Price, override_lines, price_on, worst_usd
 from tasks.answer_sizes import AnswerSizes, document_tokens, format_key, learn
 from tasks.api.usage import estimate_input_tokens
+from tasks.integration.digest import state_digest
+from tasks.integration.facts import code_built
+from tasks.integration.notes import notes_request, notes_schema
 from tasks.per_file.media import SendAs, load_payload, media_tokens, needs_parts, page_parts, send_as
 from tasks.per_file.requests import file_key, file_params, file_request, recipe_parts, wrap_document
 from tasks.recipes.thinking import effort_config
@@ -70,7 +79,6 @@ METHOD = (
 
 
 NOTE_TOKENS_PER_RESULT = 55
-DIGEST_TOKENS = 1500  # the two code-built digests of a call, at most (integration.digest_chars x 2 / 4)
 
 
 @dataclass
@@ -78,26 +86,42 @@ class IntegrationEstimate:
     """The integration pass over `documents` new documents (full: all of them)."""
 
     model: str
-    prompt_tokens: int  # system prompt + digests, per call
-    result_tokens: int  # one compact result
-    read_records: int
+    prompt_tokens: int  # one call's request without results: prompt, schema, the empty-state digest
+    result_tokens: int  # one compact result as the model reads it
+    read_records: int  # results read in full at most (the rest are summarised by the delta digest)
     slice_records: int
     max_tokens: int
+    slice_chars: int = 24_000  # characters of results per call at most
+    digest_tokens: int = 750  # a code-built digest at most (integration.digest_chars / 4)
     thinking_tokens: int = 0  # per call (the model's default effort when it thinks adaptively)
     note_tokens: float = NOTE_TOKENS_PER_RESULT  # text written per result read (learned, else the prior)
 
     def calls(self, documents: int) -> int:
-        return math.ceil(min(documents, self.read_records) / self.slice_records) if documents else 0
+        """Calls of a pass reading min(documents, read_records) results: slices of at most
+        slice_records results and about slice_chars characters (tasks.integration.notes.plan_slices)."""
+        read = min(documents, self.read_records)
+        if not read:
+            return 0
+        per_slice = max(1, min(self.slice_records, self.slice_chars // max(1, 4 * self.result_tokens)))
+        return math.ceil(read / per_slice)
 
-    def usd(self, documents: int, *, worst: bool = False) -> float:
+    def input_tokens(self, documents: int, *, incremental: bool = False) -> int:
+        """The pass's input over `documents` new documents: each call's prompt (with the delta digest
+        when the results are more than it reads, the state digest when the store already holds
+        integrated results: `incremental`) and the results it reads."""
+        read = min(documents, self.read_records)
+        digests = (self.digest_tokens if documents > read else 0) + (self.digest_tokens if incremental else 0)
+        return self.calls(documents) * (self.prompt_tokens + digests) + read * self.result_tokens
+
+    def usd(self, documents: int, *, worst: bool = False, incremental: bool = False) -> float:
         """Realtime price of integrating `documents` new or changed documents (calls send no thinking
-        policy: the model's default effort; 0 without a price)."""
+        policy: the model's default effort; 0 without a price); `incremental`: see `input_tokens`."""
         price = price_on(self.model)
         read = min(documents, self.read_records)
         calls = self.calls(documents)
         if price is None or not calls:
             return 0.0
-        inp = calls * self.prompt_tokens + read * self.result_tokens
+        inp = self.input_tokens(documents, incremental=incremental)
         think = calls * self.thinking_tokens
         out = (
             calls * self.max_tokens
@@ -110,7 +134,7 @@ class IntegrationEstimate:
     def lines(self, documents: int, per_file_usd: float) -> list[str]:
         full = self.usd(documents)
         share = f" ({100 * full / per_file_usd:.0f}% of the realtime per-file pass)" if per_file_usd else ""
-        one, hundred = self.usd(1), self.usd(100)
+        one, hundred = self.usd(1, incremental=True), self.usd(100, incremental=True)
         return [
             f"  integration, full: {self.calls(documents)} call(s) reading {min(documents, self.read_records)} of "
             f"{documents} results (code builds entities, duplicates, conflicts, gaps) ~${full:.4f}{share} "
@@ -120,24 +144,45 @@ class IntegrationEstimate:
         ]
 
 
+def integration_prompt_tokens(recipe: Any, settings: Any) -> int:
+    """One integration call's input besides the results it reads: the request the pass builds
+    (tasks.integration.notes.notes_request: prompt, rules, the notes schema, the ask) with an empty
+    slice and the digest of a store that holds nothing yet, counted as every request is."""
+    request = notes_request(
+        recipe,
+        notes_schema(recipe),
+        [],
+        state_digest({}, 0, settings.integration.digest_chars),
+        model=settings.api.integration_model,
+        max_tokens=settings.integration.max_tokens,
+    )
+    return content_tokens(request)
+
+
 def integration_estimate(
     recipe: Any,
     settings: Any,
-    system_tokens: int,
     typical: int | None = None,
     note_tokens: float | None = None,
+    result_tokens: int | None = None,
 ) -> IntegrationEstimate:
-    """`typical`: one per-file answer's tokens (learned or the prior; default the prior); `note_tokens`:
-    the text written per result read (learned from past runs; default NOTE_TOKENS_PER_RESULT)."""
+    """`typical`: one per-file answer's text tokens (learned or the prior; default the prior): a compact
+    result is the answer without its evidence (about half) plus its doc id and state; `result_tokens`
+    (learned from past runs' bills) replaces that; `note_tokens`: the text written per result read
+    (learned from past runs; default NOTE_TOKENS_PER_RESULT)."""
     s = settings.integration
     typical = typical if typical is not None else typical_output_tokens(recipe, int(settings.api.max_tokens))
+    if result_tokens is None:
+        result_tokens = typical // 2 + RECORD_TOKENS
     return IntegrationEstimate(
         model=settings.api.integration_model,
-        prompt_tokens=system_tokens + DIGEST_TOKENS,
-        result_tokens=max(16, typical // 2),
-        read_records=s.read_records,
+        prompt_tokens=integration_prompt_tokens(recipe, settings),
+        result_tokens=max(16, result_tokens),
+        read_records=s.read_records if code_built(recipe) else 10**9,
         slice_records=s.slice_records,
         max_tokens=s.max_tokens,
+        slice_chars=s.slice_chars,
+        digest_tokens=s.digest_chars // 4,
         note_tokens=NOTE_TOKENS_PER_RESULT if note_tokens is None else note_tokens,
         thinking_tokens=thinking_tokens(
             settings.api.integration_model,
@@ -145,6 +190,9 @@ def integration_estimate(
             effort_config(settings.api.integration_model, recipe.thinking).get("effort"),
         ),
     )
+
+
+RECORD_TOKENS = 12  # a compact result's doc id and state, as JSON
 
 
 @dataclass
@@ -231,8 +279,9 @@ class Estimate:
         return (
             f"learned from {self.learned.documents} documents of {self.learned.runs} past run(s) of this recipe "
             f"on {self.model} in the store (answer tokens by document size per format: {fits or 'all formats'}; "
-            f"other formats the mean answer; per document as billed: thinking ~{self.learned.thinking_per_doc:.0f} "
-            f"tokens, repairs ~{self.learned.repair_input_per_doc:.0f} input tokens)"
+            f"other formats the mean answer; thinking and repairs per format as billed, over all formats "
+            f"thinking ~{self.learned.thinking_per_doc:.0f} tokens and repairs "
+            f"~{self.learned.overall_per_doc.repair_rate:.2f} repair(s) per document)"
         )
 
     def lines(self) -> list[str]:
@@ -365,9 +414,8 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         repair = 0
         if learned is not None:
             size = document_tokens(doc.text_chars, doc.image_tokens, mode)
-            text = min(max_tokens, learned.text_tokens(format_key(str(doc.doc_type), mode), size))
-            think = round(learned.thinking_per_doc)
-            repair = round(learned.repair_input_per_doc)
+            text, think, repair = learned.expected(format_key(str(doc.doc_type), mode), size, inp)
+            text = min(max_tokens, text)
         else:
             rows = table_rows(payload.text) if payload.text.strip() else None
             text = typical_output_tokens(recipe, max_tokens, rows)
@@ -389,10 +437,14 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
         est.thinking_tokens += min(think, out)
         est.max_output_tokens += max_tokens
         est.by_type[str(doc.doc_type)] = est.by_type.get(str(doc.doc_type), 0) + 1
-    system = max(1, len(recipe.integration_prompt) // 4)
     typical = est.text_output_tokens // est.documents if est.documents else prior
     notes = learned.note_tokens_per_result if learned else None
-    est.integration = integration_estimate(recipe, settings, system, typical, notes)
+    est.integration = integration_estimate(recipe, settings, typical, notes)
+    if learned is not None and learned.integration_calls:
+        # what the past passes' results cost to read: their input less the calls' own prompts
+        prompts = learned.integration_calls * est.integration.prompt_tokens
+        per = (learned.integration_input_tokens - prompts) / max(1, learned.integration_documents)
+        est.integration.result_tokens = max(16, round(per))
     return est
 
 

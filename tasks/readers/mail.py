@@ -4,8 +4,9 @@ The message's own text is its headers (From, To, Cc, Date, Subject, Message-ID),
 plain-text alternative, else the HTML one as text) and a list of its attachments. Each attachment
 is a `Part` the inventory makes into its own document, linked to the message (tasks.inventory); an
 attached message (message/rfc822, a forward) is a part of type eml, read the same way in turn.
-`part_bytes` finds a part again from its index path, so an attachment is re-read from its message
-and checked against the sha256 taken at inventory time.
+`part_bytes` finds a part again from its index path through `read_eml` (one reading for the
+inventory and for loading), so an attachment is re-read from its message and checked against the
+sha256 taken at inventory time.
 
 A message whose whole body is one non-text part (a lone `blah.gz`, a PDF sent as the message itself)
 has that part as its one attachment. Attachment names are decoded (RFC 2231, and RFC 2047 words,
@@ -155,10 +156,11 @@ def read_eml(data: bytes) -> Content:
 
 
 def part_bytes(data: bytes, path: list[int]) -> bytes:
-    """The bytes of the attachment at `path` (1-based indices, nested through attached messages)."""
+    """The bytes of the attachment at `path` (1-based indices, nested through attached messages),
+    found by `read_eml` itself: the parts the inventory made documents of are the parts loaded."""
     for index in path:
-        parts = _attachments(parse(data))
+        parts = read_eml(data).parts
         if not 1 <= index <= len(parts):
             raise Unreadable("corrupt", f"attachment {index} is not in the message any more")
-        data = _payload(parts[index - 1])
+        data = parts[index - 1].data
     return data

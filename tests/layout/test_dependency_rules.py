@@ -48,7 +48,7 @@ TASKS_MAY_IMPORT: dict[str, set[str] | None] = {
 TASKS_IMPORTED_BY = {
     "tasks.batch": {"tasks.deadline"},
     "tasks.per_file": {"tasks.batch", "tasks.deadline", "tasks.estimate", "tasks.doctor"},
-    "tasks.integration": {"tasks.reporting"},
+    "tasks.integration": {"tasks.reporting", "tasks.estimate"},
 }
 
 

@@ -68,4 +68,4 @@ def test_estimate_includes_integration_full_and_incremental(tmp_path: Path, emul
     shutil.copy(corpus / ok, corpus / "new-one.txt")
     second = run_extract(str(corpus), "invoices", settings=settings, progress=False)
     spent = CostLedger(store, second["run_id"]).totals()["by_pass"]
-    assert 0.3 < est.integration.usd(1) / spent["integration"] < 3
+    assert 0.3 < est.integration.usd(1, incremental=True) / spent["integration"] < 3

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.manifest import ManifestStore, RunManifest
 from checkpoints.store import open_store
 from docmill.settings import Settings
-from tasks.answer_sizes import LEARN_MIN, document_tokens
-from tasks.estimate import NOTE_TOKENS_PER_RESULT, estimate_docs, typical_output_tokens
+from tasks.answer_sizes import FORMAT_MIN, LEARN_MIN, REPAIR_WEIGHT, document_tokens, learn
+from tasks.estimate import NOTE_TOKENS_PER_RESULT, estimate_docs, integration_estimate, typical_output_tokens
+from tasks.integration.digest import state_digest
+from tasks.integration.notes import notes_request, notes_schema, plan_slices
 from tasks.inventory import inventory
 from tasks.recipes import load_recipe
-from tasks.sizing import table_rows
+from tasks.sizing import content_tokens, table_rows
 
 
 def _invoice(n: int, rows: int) -> str:
@@ -26,7 +30,8 @@ def _invoice(n: int, rows: int) -> str:
 
 def _past_run(store_uri: str, run_id: str, recipe: str, model: str, docs: int, repairs: int) -> None:
     """A finished run's manifest, inventory and cost ledger: document i has 100 + 60 i tokens of text
-    (400 + 240 i characters) and all its attempts answer 200 + 0.4 x that in text (a repair its share)."""
+    (400 + 240 i characters) and its first attempt answers 200 + 0.4 x that in text; the first `repairs`
+    documents are repaired once (1,500 tokens in, 50 of text and 100 of thinking out)."""
     store = open_store(store_uri)
     ManifestStore(store).create(RunManifest(run_id=run_id, recipe=recipe))
     store.put_json(
@@ -45,7 +50,7 @@ def _past_run(store_uri: str, run_id: str, recipe: str, model: str, docs: int, r
     for i in range(docs):
         prompt = 1400 + 60 * i
         text = round(200 + 0.4 * (100 + 60 * i))
-        first = text - 50 if i < repairs else text
+        first = text
         common = {"run_id": run_id, "pass_name": "file", "doc_id": f"{run_id}/inv-{i}.txt", "key": f"k{i}"}
         entries.append(
             CostEntry(
@@ -109,7 +114,7 @@ def test_estimate_learns_answer_sizes_from_past_runs(tmp_path: Path) -> None:
     _past_run(settings.store, "20260103-000000-cccccc", "invoices", "claude-other-1", 40, repairs=0)
     assert estimate_docs(docs, recipe, settings).learned is None
 
-    # enough: answer tokens = 200 + 0.4 x document tokens, thinking and repairs as the ledger billed them
+    # enough: first answers = 200 + 0.4 x document tokens; thinking and repairs as the ledger billed them
     _past_run(settings.store, "20260104-000000-dddddd", "invoices", model, 20, repairs=4)
     est = estimate_docs(docs, recipe, settings)
     assert est.learned is not None and est.measured_answers == 20 + LEARN_MIN - 1
@@ -124,9 +129,107 @@ def test_estimate_learns_answer_sizes_from_past_runs(tmp_path: Path) -> None:
     assert abs(est.learned.text_tokens("png:image", 10_000) - mean) <= 1  # an unseen format: the mean
     docs_n = est.measured_answers
     assert est.learned.thinking_per_doc == (docs_n * 128 + 4 * 100) / docs_n
-    assert est.repair_input_tokens == len(docs) * round(4 * 1500 / docs_n)
-    for doc in docs:  # each document's answer from its own size
+    rate = 4 / docs_n  # repair attempts per document (one format: its own rate is every format's)
+    costs = est.learned.costs("txt:text")
+    assert costs.repair_rate == pytest.approx(rate) and costs.thinking == 128
+    size = est.learned.repair
+    repaired_first = [(1400 + 60 * i, round(200 + 0.4 * (100 + 60 * i))) for i in range(4)]
+    assert size.input_ratio == pytest.approx(4 * 1500 / sum(p for p, _ in repaired_first))
+    assert size.text_ratio == pytest.approx(4 * 50 / sum(t for _, t in repaired_first))
+    assert size.thinking == 100
+    for doc in docs:  # each document's answer from its own size, plus the repairs its rate expects
         one = estimate_docs([doc], recipe, settings)
-        assert one.text_output_tokens == round(200 + 0.4 * document_tokens(doc.text_chars, 0, "text"))
+        first = round(200 + 0.4 * document_tokens(doc.text_chars, 0, "text"))
+        assert one.text_output_tokens == round(first * (1 + rate * size.text_ratio))
+        assert one.thinking_tokens == round(128 + rate * 100)
+        prompt = one.input_tokens - one.repair_input_tokens
+        assert one.repair_input_tokens == round(rate * size.input_ratio * prompt)
     text = "\n".join(est.lines())
     assert f"learned from {docs_n} documents of 2 past run(s)" in text and "txt:text" in text
+
+
+def _formats_run(store_uri: str, run_id: str, model: str, groups: dict[str, tuple[int, int]]) -> None:
+    """A finished run whose documents of each format ("txt", "eml") number groups[fmt][0], the first
+    groups[fmt][1] of them repaired once (the repair re-sends 1.5x the 1,000-token prompt)."""
+    store = open_store(store_uri)
+    ManifestStore(store).create(RunManifest(run_id=run_id, recipe="invoices"))
+    inventory_rows, entries = [], []
+    for fmt, (n, repaired) in groups.items():
+        for i in range(n):
+            doc_id = f"{fmt}-{i}.{fmt}"
+            inventory_rows.append({"doc_id": doc_id, "doc_type": fmt, "send_as": "text", "text_chars": 2000})
+            common = {"run_id": run_id, "pass_name": "file", "doc_id": doc_id, "key": doc_id, "model": model}
+            entries.append(
+                CostEntry(**common, attempt=1, answered_model=model, input_tokens=1000, output_tokens=300)
+            )
+            if i < repaired:
+                entries.append(
+                    CostEntry(**common, attempt=2, answered_model=model, input_tokens=1500, output_tokens=300)
+                )
+    store.put_json(f"runs/{run_id}/inventory/0.json", inventory_rows)
+    CostLedger(store, run_id).record("file-0", entries)
+
+
+def test_repairs_are_learned_per_format_and_lean_on_every_format(tmp_path: Path) -> None:
+    """E-mails that were never repaired are not charged the repairs of the text files' format: each
+    format's repair rate is its own, weighted against every format's by REPAIR_WEIGHT documents; a format
+    with fewer than FORMAT_MIN documents takes every format's; what a repair costs is learned over every
+    format relative to the first prompt, so a document's repair input grows with its prompt."""
+    settings = Settings(store=str(tmp_path / "store"))
+    model = settings.api.model
+    _formats_run(
+        settings.store, "20260105-000000-eeeeee", model, {"txt": (20, 10), "eml": (20, 0), "md": (2, 2)}
+    )
+    learned = learn(open_store(settings.store), "invoices", model)
+    assert learned is not None
+    overall = 12 / 42  # repair attempts per document, every format
+    assert learned.overall_per_doc.repair_rate == pytest.approx(overall)
+    txt, eml = learned.costs("txt:text"), learned.costs("eml:text")
+    assert txt.repair_rate == pytest.approx((20 * 0.5 + REPAIR_WEIGHT * overall) / (20 + REPAIR_WEIGHT))
+    assert eml.repair_rate == pytest.approx(REPAIR_WEIGHT * overall / (20 + REPAIR_WEIGHT))
+    assert eml.repair_rate < overall < txt.repair_rate
+    assert FORMAT_MIN > 2 and learned.costs("md:text") == learned.overall_per_doc  # too few of its own
+    assert learned.repair.input_ratio == pytest.approx(1.5)  # a repair re-sends 1.5x the first prompt
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "short.txt").write_text(_invoice(1, rows=1))
+    (corpus / "long.txt").write_text(_invoice(2, rows=40))
+    recipe = load_recipe("invoices")
+    for doc in inventory(str(corpus), settings, doc_types=recipe.doc_types):
+        one = estimate_docs([doc], recipe, settings)
+        prompt = one.input_tokens - one.repair_input_tokens
+        assert one.repair_input_tokens == round(txt.repair_rate * 1.5 * prompt)
+
+
+def test_integration_estimate_prices_the_requests_the_pass_builds(tmp_path: Path) -> None:
+    """A full pass over a fresh store: each call's input is the request the pass builds (prompt, rules,
+    notes schema, the empty-state digest: no code-built digest when it reads every result) plus the
+    results; the results go in slices of slice_records and about slice_chars characters, as the pass
+    cuts them; the delta digest is added only past read_records."""
+    settings = Settings(store=str(tmp_path / "store"))
+    recipe = load_recipe("invoices")
+    for typical in (200, 900):
+        est = integration_estimate(recipe, settings, typical)
+        filler = "x" * max(0, 4 * est.result_tokens - 40)
+        records = [{"doc_id": f"doc-{i:03d}.pdf", "state": "succeeded", "vendor": filler} for i in range(40)]
+        cuts = plan_slices(records, settings.integration.slice_records, settings.integration.slice_chars)
+        assert est.calls(40) == len(cuts)
+        billed = sum(
+            content_tokens(
+                notes_request(
+                    recipe,
+                    notes_schema(recipe),
+                    cut,
+                    state_digest({}, 0, settings.integration.digest_chars),
+                    model=settings.api.integration_model,
+                    max_tokens=settings.integration.max_tokens,
+                )
+            )
+            for cut in cuts
+        )
+        assert est.input_tokens(40) == pytest.approx(billed, rel=0.05)
+    many = settings.integration.read_records + 1
+    assert est.input_tokens(many) - est.input_tokens(settings.integration.read_records) >= est.calls(many) * (
+        settings.integration.digest_chars // 4
+    )

@@ -12,6 +12,7 @@ import pytest
 from docmill.errors import ConfigError
 from docmill.settings import FormatSettings, InventorySettings, Settings
 from examples import formats as F
+from tasks.estimate import estimate_docs
 from tasks.inventory import Document, inventory, load_bytes
 from tasks.per_file.gate import evidence_report
 from tasks.per_file.media import SendAs, load_payload, needs_parts, page_parts
@@ -121,6 +122,39 @@ def test_email_attachments_are_linked_documents_within_limits(tmp_path: Path) ->
     assert attached.parent == "one.eml" and attached.status == "ok" and load_bytes(attached) == pdf
     assert "1. inv.pdf (application/pdf" in load_payload(docs["one.eml"], RECIPE, Settings()).text
     assert len(docs_of(tmp_path)) == 2 + 50 + 1  # the default limit (100) takes every attachment
+
+
+def test_broken_attachments_are_refused_by_the_inventory_and_not_priced(tmp_path: Path) -> None:
+    """The public mail fixtures' pattern: a 3-byte "PNG", and a truncated PDF inside a forwarded
+    message, beside a good attachment. The inventory reads each attachment as loading will (the same
+    bytes through the same reader): the broken ones are `corrupt` there, so nothing is sent for them and
+    the estimate prices exactly the documents that load."""
+    pdf = F.text_pdf([invoice(9)])
+    inner = F.eml_bytes(
+        "Inner", "fwd", [("broken.pdf", "application/pdf", pdf[: len(pdf) // 3])], message_id="<in@x>"
+    )
+    (tmp_path / "mixed.eml").write_bytes(
+        F.eml_bytes(
+            "Invoices",
+            "attached",
+            [
+                ("LOGO.png", "image/png", b"H\xd2\x0f"),
+                ("inv.pdf", "application/pdf", pdf),
+                ("fwd.eml", "message/rfc822", inner),
+            ],
+            message_id="<out@x>",
+        )
+    )
+    docs = docs_of(tmp_path)
+    assert docs["mixed.eml/1-LOGO.png"].skip_reason == "corrupt"
+    assert docs["mixed.eml/3-fwd.eml/1-broken.pdf"].skip_reason == "corrupt"
+    sent = [d for d in docs.values() if d.status == "ok"]
+    assert {d.doc_id for d in sent} == {"mixed.eml", "mixed.eml/2-inv.pdf", "mixed.eml/3-fwd.eml"}
+    for doc in sent:  # every document the inventory takes loads, from its message, as the same bytes
+        assert load_payload(doc, RECIPE, Settings()).content is not None
+    assert load_bytes(docs["mixed.eml/2-inv.pdf"]) == pdf
+    est = estimate_docs(list(docs.values()), RECIPE, Settings(store=str(tmp_path / "no-store")))
+    assert est.documents == len(sent) and est.skipped == len(docs) - len(sent)
 
 
 def test_a_loop_of_forwarded_messages_stops_with_a_reason(tmp_path: Path) -> None:
