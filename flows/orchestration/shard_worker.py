@@ -78,7 +78,16 @@ def work_shards(
     bind_run(run_id)
     with api_endpoint(run_settings, quiet=True, store=st) as endpoint:
         client, sdk = make_clients(run_settings, endpoint)
-        ctx = RunContext(run_settings, st, load_recipe(manifest.recipe), run_id, endpoint, client, sdk)
+        recipe = load_recipe(manifest.recipe)
+        ctx = RunContext(
+            recipe=recipe,
+            run_id=run_id,
+            store=st,
+            client=client,
+            settings=run_settings,
+            endpoint=endpoint,
+            sdk=sdk,
+        )
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, run_id))
         worker = ShardWorker(ctx, ShardTable(st, run_id, generation), name, map_chunks, sleep)
         try:
