@@ -41,10 +41,9 @@ from docmill.errors import (
 from docmill.logs import get_logger, redact
 from tasks.api.aio import async_client
 from tasks.api.usage import estimate_input_tokens
-from tasks.estimate import request_worsts
 from tasks.per_file.accounting import flush_costs, recount_attempts
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
-from tasks.per_file.cost_guard import long_worst_usd, over_guard, request_worst_usd
+from tasks.per_file.cost_guard import long_worst_usd, over_guard, request_worst_usd, request_worsts
 from tasks.per_file.gate import (
     Action,
     Decision,
