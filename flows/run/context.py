@@ -163,9 +163,9 @@ def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
     store with every other docmill process at the same endpoint (tasks.api.shared_limit); not
     with docmill's built-in emulator (each process has its own) or with the setting off."""
     conf = ctx.settings.shared_limit
-    limiter = getattr(ctx.client, "limiter", None)
+    limiter = ctx.client.limiter
     scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
-    if not conf.enabled or limiter is None or scope is None:
+    if not conf.enabled or scope is None:
         yield None
         return
     holder = f"{holder_id()}:{name}"

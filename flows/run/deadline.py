@@ -39,8 +39,7 @@ def org_requests_per_minute(ctx: RunContext) -> float:
 
 def org_limit(ctx: RunContext) -> tuple[float, str]:
     """The organisation's request limit as best known now, and where it comes from."""
-    limiter = ctx.client.limiter if ctx.client is not None else None
-    stated = limiter.stats.adopted.get("requests") if limiter is not None else None
+    stated = ctx.client.limiter.stats.adopted.get("requests")
     if stated:
         return float(stated), "stated by the API's headers"
     conf = ctx.settings.shared_limit
@@ -57,7 +56,7 @@ def measured_pace(ctx: RunContext) -> Pace:
     """What realtime can do, from what has been measured as soon as there is any (tasks.deadline.plan)."""
     api, conf = ctx.settings.api, ctx.settings.deadline
     rpm, source = org_limit(ctx)
-    seen = ctx.client.limiter.latency if ctx.client is not None else None
+    seen = ctx.client.limiter.latency
     return Pace(
         rpm,
         api.concurrency or WINDOW_MAX,  # no ceiling: the window follows the limit (tasks.api.pacing)

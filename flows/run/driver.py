@@ -210,11 +210,8 @@ def stopped(ctx: RunContext, e: SystemicFailure | Interrupted) -> SystemicFailur
 
 
 def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
-    budget = getattr(ctx.client, "budget", None)
-    if (
-        budget is not None
-    ):  # a resumed run has spent what its cost ledger says, plus what a crash left in flight
-        budget.spent_usd = spent_usd(ctx)
+    # a resumed run has spent what its cost ledger says, plus what a crash left in flight
+    ctx.client.budget.spent_usd = spent_usd(ctx)
     ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.INVENTORY)
     chunk_ids = write_inventory(ctx, params.source)
     file_pass = choose_pass(ctx, params, map_chunks=map_chunks)
