@@ -33,7 +33,7 @@ from flows.run.context import RunContext, RunParams
 from flows.run.continuation import source_id
 from flows.run.deadline import DeadlinePass
 from flows.run.guard import announced, hold_lease
-from flows.run.modes import PassKind, choose, recorded
+from flows.run.modes import PassKind, auto_line, choose, recorded
 from flows.run.passes import BatchPass, FilePass, MapChunks, RealtimePass, per_file_pass, plain_map, spent_usd
 from tasks.integration.run import integrate
 from tasks.inventory import inventory, source_is_empty
@@ -93,7 +93,9 @@ def choose_pass(ctx: RunContext, params: RunParams, *, map_chunks: MapChunks) ->
     mode = recorded(kind)
     if m.mode != mode:
         manifests.update(ctx.run_id, lambda x: x.model_copy(update={"mode": mode}))
-    log.info("run %s: mode %s over %d documents -> the %s pass", ctx.run_id, asked, documents, kind)
+    line = auto_line(asked, kind, documents)
+    if line:
+        log.info("%s", line)
     return passes[kind]()
 
 

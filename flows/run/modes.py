@@ -42,6 +42,11 @@ def choose(asked: str, *, finish_by: str | None, documents: int, auto_threshold:
     return PassKind.BATCH if mode is Mode.BATCH else PassKind.REALTIME
 
 
+def auto_line(asked: str, kind: PassKind, documents: int) -> str | None:
+    """The log line saying what `--mode auto` chose (any other pass is the one asked)."""
+    return f"mode auto: {documents} documents -> {recorded(kind)}" if Mode(asked) is Mode.AUTO else None
+
+
 def recorded(kind: PassKind) -> str:
     """The manifest's `mode` of a run taking `kind` (a deadline run is a batch run to `status`)."""
     return "realtime" if kind is PassKind.REALTIME else "batch"
