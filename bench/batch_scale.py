@@ -41,9 +41,11 @@ import anthropic  # noqa: E402
 
 from checkpoints.store import ObjectStore, open_store  # noqa: E402
 from docmill.settings import Settings  # noqa: E402
+from tasks.api.client import ModelClient  # noqa: E402
 from tasks.batch import lifecycle as batch_lifecycle  # noqa: E402
 from tasks.batch.engine import run_batches  # noqa: E402
 from tasks.inventory import inventory  # noqa: E402
+from tasks.per_file.scope import RunScope  # noqa: E402
 from tasks.recipes import load_recipe  # noqa: E402
 
 
@@ -119,7 +121,6 @@ def integrate_all(
 ) -> dict[str, Any]:
     """The integration pass over every outcome, as a run does it; its time, calls and cost share."""
     from checkpoints.costs import CostLedger
-    from tasks.api.client import ModelClient
     from tasks.integration.run import integrate
 
     client = ModelClient(settings, base_url=base_url, api_key="bench-key")
@@ -208,15 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         states: Counter[str] = Counter()
         kept: list[dict[str, Any]] = []
         docs = inventory(str(corpus), settings, doc_types=recipe.doc_types)
-        for outcome in run_batches(
-            docs,
-            recipe=recipe,
-            run_id="bench",
-            store=store,
-            client=client,
-            settings=settings,
-            on_progress=progress,
-        ):
+        repairs = ModelClient(
+            settings, base_url=base_url, api_key="bench-key"
+        )  # settings.batch.repairs_realtime
+        scope = RunScope(recipe, "bench", store, repairs, settings)
+        for outcome in run_batches(docs, scope, client, on_progress=progress):
             states[outcome.state.value] += 1
             if args.integrate:
                 kept.append(outcome.model_dump(mode="json"))

@@ -42,7 +42,8 @@ import tasks.integration.run as integration_run  # noqa: E402
 from checkpoints.costs import CostLedger  # noqa: E402
 from checkpoints.store import open_store  # noqa: E402
 from docmill.settings import Settings  # noqa: E402
-from flows.run.entry import run_extract  # noqa: E402
+from flows.run.context import RunParams  # noqa: E402
+from flows.run.entry import RunWiring, run_extract  # noqa: E402
 from tasks.estimate import integration_estimate  # noqa: E402
 
 TIMES: list[float] = []
@@ -114,7 +115,9 @@ def one_run(corpus: Path, settings: Settings, mode: str, base_url: str) -> dict[
     TIMES.clear()
     billed = billed_count(base_url)
     start = time.perf_counter()
-    summary = run_extract(str(corpus), "invoices", settings=settings, mode=mode, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices", mode=mode), settings=settings, wiring=RunWiring(progress=False)
+    )
     wall = time.perf_counter() - start
     store = open_store(settings.store)
     by_pass = CostLedger(store, summary["run_id"]).totals()["by_pass"]

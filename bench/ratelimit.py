@@ -116,10 +116,13 @@ def plain_loop(requests: list[dict[str, Any]], url: str, concurrency: int, failu
 
 def docmill_run(corpus: Path, url: str, concurrency: int, store: Path) -> dict[str, Any]:
     from docmill.settings import ApiSettings, Settings
-    from flows.run.entry import run_extract
+    from flows.run.context import RunParams
+    from flows.run.entry import RunWiring, run_extract
 
     settings = Settings(store=str(store), api=ApiSettings(base_url=url, concurrency=concurrency))
-    return run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    return run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
 
 
 def steady_share(billed: list[dict[str, Any]], kind: str, limit: float, warmup: float) -> tuple[float, float]:

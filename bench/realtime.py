@@ -165,7 +165,8 @@ def docmill_pass(corpus: Path, url: str, store: Path, concurrency: int | None) -
     the concurrency ceiling): docs/s, CPU ms per document and CPU cores during the pass; whole-run docs/s."""
     from docmill.settings import ApiSettings, Settings
     from flows.run import passes as pipeline
-    from flows.run.entry import run_extract
+    from flows.run.context import RunParams
+    from flows.run.entry import RunWiring, run_extract
 
     spent = {"wall": 0.0, "cpu": 0.0}
 
@@ -180,7 +181,11 @@ def docmill_pass(corpus: Path, url: str, store: Path, concurrency: int | None) -
     api = ApiSettings(base_url=url, concurrency=concurrency)
     settings = Settings(store=str(store), api=api)
     start = time.perf_counter()
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False, map_chunks=timed)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"),
+        settings=settings,
+        wiring=RunWiring(progress=False, map_chunks=timed),
+    )
     total = time.perf_counter() - start
     ok = summary["states"]["succeeded"] + summary["states"]["needs_review"] - summary["from_ledger"]
     return {

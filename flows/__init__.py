@@ -13,14 +13,15 @@
         artifacts.py     summary, report link and failures of a finished run
         server.py        the temporary API server docmill owns; boot.py starts it first thing
     flows/run/       one run, with or without Prefect
-        entry.py         `run_extract`, `resume_run`: which run, its settings and clients
-        driver.py        the phases in order, each resumable from the store
-        passes.py        the per-file pass over chunks (realtime or batch) and the cost cap's stop
+        entry.py         `run_extract`, `resume_run`: which run, its settings and clients; `RunWiring`
+        driver.py        the phases in order, each resumable from the store; `choose_pass`
+        modes.py         which per-file pass a run takes: the one place a mode is decided (a leaf)
+        passes.py        `FilePass`: the realtime and batch passes over chunks, the cost cap's stop
         guard.py         the run's lease and the refusal of a second run over the same documents
-        context.py       `RunContext`, `RunParams`, the endpoint and clients, the shared limit
+        context.py       `RunContext` (built once, passed whole), `RunParams`, endpoint, clients, shared limit
         continuation.py  which run a command continues, with which settings
         spread.py        `--workers N`: the driver of shards over Prefect workers
-        deadline.py      `--finish-by`: batch, then realtime near the deadline
+        deadline.py      `--finish-by`: `DeadlinePass`, batch, then realtime near the deadline
         early.py         a batch run's batches created before its Prefect flow run (which continues it)
         progress.py      the progress line
 

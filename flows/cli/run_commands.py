@@ -120,6 +120,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     may_be_small = _may_be_small(a)
     _own_processes(prefect=not a.no_prefect and not a.workers and not may_be_small, adopt=False)
     from docmill.settings import get_settings
+    from flows.run.context import RunParams
     from flows.run.entry import run_extract, settings_for
 
     if a.finish_by:  # a bad time is one line before anything starts
@@ -151,14 +152,16 @@ def cmd_run(a: argparse.Namespace) -> int:
             raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
         return _finish(
             run_extract(
-                a.source,
-                recipe,
-                mode=a.mode,
-                run_id=a.run_id,
+                RunParams(
+                    a.source,
+                    recipe,
+                    mode=a.mode,
+                    run_id=a.run_id,
+                    new_run=a.new_run,
+                    given=overrides,
+                    finish_by=a.finish_by,
+                ),
                 settings=settings_for(a.store, overrides),
-                new_run=a.new_run,
-                given=overrides,
-                finish_by=a.finish_by,
             )
         )
     early_id = _early_batches(a, recipe, overrides)
@@ -239,21 +242,24 @@ def _in_prefect(extract: Any, a: argparse.Namespace, recipe: str) -> dict[str, A
 def _early_batches(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> str | None:
     """A batch run's batches created before Prefect is imported and its server is up (flows.run.early);
     the run's id, which the flow run then continues."""
-    from flows.run.entry import run_extract, settings_for
+    from flows.run.context import RunParams
+    from flows.run.entry import RunWiring, run_extract, settings_for
 
     settings = settings_for(a.store, overrides)
     if not early.eligible(settings, a.mode, finish_by=a.finish_by, workers=a.workers):
         return None
     summary = run_extract(
-        a.source,
-        recipe,
-        mode=a.mode,
-        run_id=a.run_id,
+        RunParams(
+            a.source,
+            recipe,
+            mode=a.mode,
+            run_id=a.run_id,
+            new_run=a.new_run,
+            given=overrides,
+            submit_only=True,
+        ),
         settings=settings,
-        progress=False,
-        new_run=a.new_run,
-        given=overrides,
-        submit_only=True,
+        wiring=RunWiring(progress=False),
     )
     return str(summary["run_id"])
 

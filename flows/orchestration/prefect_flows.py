@@ -28,7 +28,8 @@ from flows.orchestration.chunk_tasks import (
     interrupted_state,
     prefect_map,
 )
-from flows.run.entry import resume_run, run_extract, settings_for, source_filters
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, resume_run, run_extract, settings_for, source_filters
 from tasks.reporting.summary import integration_text
 
 log = get_logger("flows")
@@ -63,7 +64,7 @@ def _publish(summary: dict[str, Any], settings: Settings) -> None:
         )
 
 
-def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> Any:
+def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, progress: bool = False, **kw: Any) -> Any:
     """The chain inside a flow: chunks as Prefect tasks, progress as an artifact, the summary, report
     link and failures published as artifacts, and the docmill run bound to this flow run (a retry of
     the flow run continues the same docmill run). Ends that are not failures end the flow run
@@ -77,7 +78,9 @@ def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, **kw: Any) -> Any
     try:
         summary = _logged_to_run(
             lambda: chain(
-                *args, map_chunks=prefect_map, on_progress=ProgressArtifact(), flow_run_id=bound, **kw
+                *args,
+                wiring=RunWiring(prefect_map, progress, on_progress=ProgressArtifact(), flow_run_id=bound),
+                **kw,
             )
         )
     except RunOverlap as e:
@@ -150,19 +153,17 @@ def extract(
         "inventory.follow_symlinks": follow_symlinks or None,
         "allow_empty": allow_empty or None,
     }
-    return _in_flow(
-        run_extract,
+    asked = RunParams(
         source,
         _recipe(recipe),
-        mode=mode,
-        run_id=run_id,
-        settings=settings_for(store, given),
-        progress=progress,
+        mode,
+        run_id,
         new_run=new_run,
-        given=given,
         workers=workers,
         finish_by=finish_by,
+        given=given,
     )
+    return _in_flow(run_extract, asked, settings=settings_for(store, given), progress=progress)
 
 
 def _recipe(recipe: str | None) -> str:
@@ -194,16 +195,8 @@ def nightly(
         **source_filters(include, exclude),
         "integration.mode": integration,
     }
-    return _in_flow(
-        run_extract,
-        source,
-        _recipe(recipe),
-        settings=settings_for(store, given),
-        progress=False,
-        given=given,
-        workers=workers,
-        finish_by=finish_by,
-    )
+    asked = RunParams(source, _recipe(recipe), workers=workers, finish_by=finish_by, given=given)
+    return _in_flow(run_extract, asked, settings=settings_for(store, given))
 
 
 @_flow("backfill")
@@ -233,18 +226,10 @@ def backfill(
         **source_filters(include, exclude),
         "integration.mode": integration,
     }
-    return _in_flow(
-        run_extract,
-        source,
-        _recipe(recipe),
-        mode=mode,
-        run_id=run_id,
-        settings=settings_for(store, given),
-        progress=False,
-        given=given,
-        workers=workers,
-        finish_by=finish_by,
+    asked = RunParams(
+        source, _recipe(recipe), mode, run_id, workers=workers, finish_by=finish_by, given=given
     )
+    return _in_flow(run_extract, asked, settings=settings_for(store, given))
 
 
 @_flow("resume")
@@ -252,6 +237,4 @@ def resume(
     run_id: str, store: str | None = None, max_cost_usd: float | None = None, concurrency: int | None = None
 ) -> dict[str, Any]:
     """Continue a run from its manifest: nothing in the ledger is sent again."""
-    return _in_flow(
-        resume_run, run_id, store=store, progress=False, max_cost_usd=max_cost_usd, concurrency=concurrency
-    )
+    return _in_flow(resume_run, run_id, store=store, max_cost_usd=max_cost_usd, concurrency=concurrency)

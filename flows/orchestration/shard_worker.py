@@ -48,8 +48,8 @@ from flows.run.context import RunContext, api_endpoint, holder_id, make_clients,
 from flows.run.continuation import pinned_settings
 from flows.run.entry import record_possibly_billed
 from flows.run.passes import Chunk, ChunkFn, MapChunks, plain_map, review_one_chunk
-from tasks.estimate import in_flight_bound
 from tasks.inventory import Document
+from tasks.per_file.cost_guard import in_flight_bound
 from tasks.per_file.realtime import feed
 from tasks.recipes import load_recipe
 
@@ -78,7 +78,16 @@ def work_shards(
     bind_run(run_id)
     with api_endpoint(run_settings, quiet=True, store=st) as endpoint:
         client, sdk = make_clients(run_settings, endpoint)
-        ctx = RunContext(run_settings, st, load_recipe(manifest.recipe), run_id, endpoint, client, sdk)
+        recipe = load_recipe(manifest.recipe)
+        ctx = RunContext(
+            recipe=recipe,
+            run_id=run_id,
+            store=st,
+            client=client,
+            settings=run_settings,
+            endpoint=endpoint,
+            sdk=sdk,
+        )
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, run_id))
         worker = ShardWorker(ctx, ShardTable(st, run_id, generation), name, map_chunks, sleep)
         try:

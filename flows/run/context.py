@@ -11,19 +11,22 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.keys import safe_segment
 from checkpoints.store import open_store
 from docmill.settings import Settings
 from tasks.api.shared_limit import scope_for, shared_limit
+from tasks.per_file.scope import RunScope
 
 if TYPE_CHECKING:
+    import anthropic
+
     from checkpoints.store import ObjectStore
-    from tasks.recipes import Recipe
+    from tasks.api.client import ModelClient
 
 OFFLINE_KEY = "offline-emulator-key"
 
@@ -98,20 +101,31 @@ def api_endpoint(
         yield Endpoint(server.base_url, OFFLINE_KEY, offline=True, server=server)
 
 
-@dataclass
-class RunContext:
-    settings: Settings
-    store: ObjectStore
-    recipe: Recipe
-    run_id: str
+@dataclass(frozen=True)
+class RunContext(RunScope):
+    """What one run needs at hand, built once where it starts (flows.run.entry; a shard worker for
+    its part) and passed whole: the run's scope (recipe, run id, store, realtime client, settings:
+    tasks.per_file.scope.RunScope, which the per-file passes take as it is), the endpoint, the SDK
+    client for batches, and what the run was asked beyond its settings."""
+
     endpoint: Endpoint
-    client: Any = None
-    sdk: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    sdk: anthropic.Anthropic
+    workers: int | None = None  # the per-file pass spread over that many shard workers (flows.run.spread)
+    finish_by: str | None = (
+        None  # ISO 8601: batch what can finish by then, the rest realtime (flows.run.deadline)
+    )
+    left_behind: tuple[str, ...] = ()  # stopped runs over these documents a --new-run did not continue
     on_progress: Callable[[int, int], None] | None = None  # per-file pass: (documents done, total)
 
+    def manifest_extra(self) -> dict[str, Any]:
+        """What the run's manifest keeps of it (`extra`): a continued run takes its workers and
+        deadline from there, the report the spend of the runs left behind."""
+        kept: dict[str, Any] = {"finish_by": self.finish_by, "workers": self.workers}
+        kept["left_behind"] = list(self.left_behind) or None
+        return {k: v for k, v in kept.items() if v}
 
-def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[Any, Any]:
+
+def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[ModelClient, anthropic.Anthropic]:
     """The realtime ModelClient (one transport retry layer) and the raw SDK client for batches."""
     import anthropic
 
@@ -128,7 +142,7 @@ def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[Any, Any]:
 
 
 @contextmanager
-def open_clients(settings: Settings, endpoint: Endpoint) -> Iterator[tuple[Any, Any]]:
+def open_clients(settings: Settings, endpoint: Endpoint) -> Iterator[tuple[ModelClient, anthropic.Anthropic]]:
     """`make_clients`; when the run ends the realtime client's event loop and its I/O threads end
     too (once the last thread waiting on it returns: tasks.api.aio.close_twin), not whenever a
     collection finds them: a process that runs many (a worker, a notebook) kept a set per run. The
@@ -149,9 +163,9 @@ def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
     store with every other docmill process at the same endpoint (tasks.api.shared_limit); not
     with docmill's built-in emulator (each process has its own) or with the setting off."""
     conf = ctx.settings.shared_limit
-    limiter = getattr(ctx.client, "limiter", None)
+    limiter = ctx.client.limiter
     scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
-    if not conf.enabled or limiter is None or scope is None:
+    if not conf.enabled or scope is None:
         yield None
         return
     holder = f"{holder_id()}:{name}"
@@ -162,14 +176,22 @@ def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
         yield m
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunParams:
-    """What a run is asked to do: its source, recipe, mode, and the run id when it continues one."""
+    """What a run is asked to do: its source and recipe, the mode asked (flows.run.modes chooses the
+    pass), which run (an id, else the one flows.run.continuation picks; `new_run`: never a stopped
+    one), the shard workers and the deadline (`--finish-by` as given), the settings given on the
+    command line (dotted name -> value, None = not given: only the safe ones apply to a continued
+    run), and `submit_only`: stop once the batches are created (the inventory only, if the run goes
+    realtime) and keep the run's lease and marker for the flow run that continues it in this process
+    (flows.run.early)."""
 
     source: str
     recipe: str
     mode: str = "realtime"
     run_id: str | None = None
-    # stop once the batches are created (the inventory only, if the run goes realtime) and keep the
-    # run's lease and marker for the flow run that continues it in this process (flows.run.early)
+    new_run: bool = False
+    workers: int | None = None
+    finish_by: str | None = None
+    given: Mapping[str, Any] | None = None
     submit_only: bool = False

@@ -232,10 +232,3 @@ def pinned_settings(
     if kept:
         lines.append(f"docmill: run {m.run_id} keeps its own {', '.join(kept)}; --new-run to change them")
     return Settings.model_validate(tree), lines
-
-
-def mode_of(store: ObjectStore, m: RunManifest, asked: str) -> str:
-    """A continued run's mode: its manifest's once decided (after inventory), else what it asked."""
-    if store.exists(f"runs/{m.run_id}/inventory-done.json"):
-        return m.mode
-    return str(m.extra.get("mode_asked") or m.mode or asked)

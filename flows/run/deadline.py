@@ -10,12 +10,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from checkpoints.limits import LimitPool
 from checkpoints.store import open_store
+from flows.run.modes import PassKind
+from flows.run.passes import CHUNK_WORKERS, Chunk, write_batched
+from flows.run.progress import Progress
 from tasks.api.pacing import WINDOW_MAX
 from tasks.api.shared_limit import scope_for
 from tasks.deadline.engine import Realtime, run_deadline
@@ -35,8 +39,7 @@ def org_requests_per_minute(ctx: RunContext) -> float:
 
 def org_limit(ctx: RunContext) -> tuple[float, str]:
     """The organisation's request limit as best known now, and where it comes from."""
-    limiter = ctx.client.limiter if ctx.client is not None else None
-    stated = limiter.stats.adopted.get("requests") if limiter is not None else None
+    stated = ctx.client.limiter.stats.adopted.get("requests")
     if stated:
         return float(stated), "stated by the API's headers"
     conf = ctx.settings.shared_limit
@@ -53,7 +56,7 @@ def measured_pace(ctx: RunContext) -> Pace:
     """What realtime can do, from what has been measured as soon as there is any (tasks.deadline.plan)."""
     api, conf = ctx.settings.api, ctx.settings.deadline
     rpm, source = org_limit(ctx)
-    seen = ctx.client.limiter.latency if ctx.client is not None else None
+    seen = ctx.client.limiter.latency
     return Pace(
         rpm,
         api.concurrency or WINDOW_MAX,  # no ceiling: the window follows the limit (tasks.api.pacing)
@@ -81,16 +84,7 @@ def realtime_pass(ctx: RunContext, threads: int) -> Realtime:
 
 def _chunk(ctx: RunContext, docs: list[Document]) -> list[DocOutcome]:
     group = "deadline-" + hashlib.sha256("\n".join(d.doc_id for d in docs).encode()).hexdigest()[:16]
-    return extract_recorded(
-        docs,
-        group,
-        recipe=ctx.recipe,
-        run_id=ctx.run_id,
-        store=ctx.store,
-        client=ctx.client,
-        settings=ctx.settings,
-        settle=lambda _outcomes: True,
-    )
+    return extract_recorded(docs, group, ctx, settle=lambda _outcomes: True)
 
 
 def deadline_pass(
@@ -100,15 +94,27 @@ def deadline_pass(
     deadline = datetime.fromisoformat(finish_by).timestamp()
     yield from run_deadline(
         docs,
+        ctx,
+        ctx.sdk,
         expected=expected,
         deadline=deadline,
-        recipe=ctx.recipe,
-        run_id=ctx.run_id,
-        store=ctx.store,
-        client=ctx.sdk,
-        model_client=ctx.client,
-        settings=ctx.settings,
         realtime=realtime_pass(ctx, threads),
         requests_per_minute=org_requests_per_minute(ctx),
         measure=partial(measured_pace, ctx),
     )
+
+
+@dataclass(frozen=True)
+class DeadlinePass:
+    """The batch pass by `finish_by`: what cannot finish as batches goes realtime (tasks.deadline)
+    on `threads` chunk threads."""
+
+    finish_by: str
+    threads: int = CHUNK_WORKERS
+    kind: ClassVar[PassKind] = PassKind.DEADLINE
+
+    def run(self, ctx: RunContext, pending: list[Chunk], bar: Progress) -> None:
+        def outcomes(docs: Iterator[Document], expected: int) -> Iterator[DocOutcome]:
+            return deadline_pass(ctx, docs, expected=expected, finish_by=self.finish_by, threads=self.threads)
+
+        write_batched(ctx, pending, bar, outcomes)

@@ -14,6 +14,7 @@ tasks (flows.orchestration.chunk_tasks.prefect_map), shards over workers (flows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks, chunk_id
@@ -30,8 +31,10 @@ from docmill.errors import (
 from docmill.logs import bind_run, get_logger
 from flows.run.context import RunContext, RunParams
 from flows.run.continuation import source_id
+from flows.run.deadline import DeadlinePass
 from flows.run.guard import announced, hold_lease
-from flows.run.passes import MapChunks, per_file_pass, plain_map, spent_usd
+from flows.run.modes import PassKind, auto_line, choose, recorded
+from flows.run.passes import BatchPass, FilePass, MapChunks, RealtimePass, per_file_pass, plain_map, spent_usd
 from tasks.integration.run import integrate
 from tasks.inventory import inventory, source_is_empty
 from tasks.known_files import known_files
@@ -72,15 +75,28 @@ def write_inventory(ctx: RunContext, source: str) -> list[str]:
     return ids
 
 
-def choose_mode(ctx: RunContext, params: RunParams) -> str:
-    """--mode auto: the Batch API (half price, slower) from settings.batch.auto_threshold documents."""
-    if params.mode != "auto":
-        return params.mode
-    n = int((InventoryChunks(ctx.store, ctx.run_id).done() or {}).get("documents", 0))
-    mode = "batch" if n >= ctx.settings.batch.auto_threshold else "realtime"
-    ManifestStore(ctx.store).update(ctx.run_id, lambda m: m.model_copy(update={"mode": mode}))
-    log.info("mode auto: %d documents -> %s", n, mode)
-    return mode
+def choose_pass(ctx: RunContext, params: RunParams, *, map_chunks: MapChunks) -> FilePass:
+    """The run's per-file pass once its inventory is written (flows.run.modes decides which),
+    recorded in its manifest as `mode`. A continued run keeps the mode it asked first."""
+    manifests = ManifestStore(ctx.store)
+    m = manifests.load(ctx.run_id)
+    asked = str(m.extra.get("mode_asked") or m.mode or params.mode)
+    documents = int((InventoryChunks(ctx.store, ctx.run_id).done() or {}).get("documents", 0))
+    kind = choose(
+        asked, finish_by=ctx.finish_by, documents=documents, auto_threshold=ctx.settings.batch.auto_threshold
+    )
+    passes: dict[PassKind, Callable[[], FilePass]] = {
+        PassKind.REALTIME: lambda: RealtimePass(map_chunks, submit_only=params.submit_only),
+        PassKind.BATCH: lambda: BatchPass(submit_only=params.submit_only),
+        PassKind.DEADLINE: lambda: DeadlinePass(str(ctx.finish_by)),
+    }
+    mode = recorded(kind)
+    if m.mode != mode:
+        manifests.update(ctx.run_id, lambda x: x.model_copy(update={"mode": mode}))
+    line = auto_line(asked, kind, documents)
+    if line:
+        log.info("%s", line)
+    return passes[kind]()
 
 
 def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
@@ -96,10 +112,9 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
             source=source_id(params.source),  # absolute: a resume from another folder finds it
             recipe=params.recipe,
             recipe_version=ctx.recipe.version,
-            mode="realtime" if params.mode == "auto" else params.mode,  # auto is decided after inventory
-            config=config,
+            config=config,  # its `mode` is recorded once the pass is chosen (flows.run.modes)
             budget_usd=ctx.settings.cost.max_cost_usd,
-            extra={"mode_asked": params.mode, **ctx.extra},  # ctx.extra: workers, finish_by
+            extra={"mode_asked": params.mode, **ctx.manifest_extra()},
         )
         manifests.create(m)
     elif m.recipe != params.recipe or source_id(m.source) != source_id(params.source):
@@ -110,8 +125,9 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
     elif m.budget_usd != ctx.settings.cost.max_cost_usd:
         cap = ctx.settings.cost.max_cost_usd
         m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"budget_usd": cap}))
-    if any(m.extra.get(k) != v for k, v in ctx.extra.items()):  # given anew to a continued run
-        m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"extra": {**x.extra, **ctx.extra}}))
+    kept = ctx.manifest_extra()
+    if any(m.extra.get(k) != v for k, v in kept.items()):  # given anew to a continued run
+        m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"extra": {**x.extra, **kept}}))
     return m
 
 
@@ -196,18 +212,15 @@ def stopped(ctx: RunContext, e: SystemicFailure | Interrupted) -> SystemicFailur
 
 
 def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: bool) -> dict[str, Any]:
-    budget = getattr(ctx.client, "budget", None)
-    if (
-        budget is not None
-    ):  # a resumed run has spent what its cost ledger says, plus what a crash left in flight
-        budget.spent_usd = spent_usd(ctx)
+    # a resumed run has spent what its cost ledger says, plus what a crash left in flight
+    ctx.client.budget.spent_usd = spent_usd(ctx)
     ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.INVENTORY)
     chunk_ids = write_inventory(ctx, params.source)
-    params.mode = choose_mode(ctx, params)
+    file_pass = choose_pass(ctx, params, map_chunks=map_chunks)
     ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.PER_FILE, chunks=len(chunk_ids))
-    per_file_pass(ctx, params, chunk_ids, map_chunks, progress)
+    per_file_pass(ctx, file_pass, chunk_ids, progress)
     if params.submit_only:  # batches created; the flow run continues from here (flows.run.early)
-        return {"run_id": ctx.run_id, "phase": "submitted", "mode": params.mode}
+        return {"run_id": ctx.run_id, "phase": "submitted", "mode": recorded(file_pass.kind)}
     outcomes = all_outcomes(ctx)
     summary = summarize(outcomes)
     ManifestStore(ctx.store).set_phase(

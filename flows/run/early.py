@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 from docmill.errors import OrchestratorUnavailable
 from docmill.settings import Settings
+from flows.run.modes import may_batch
 
 SUBMITTED: set[str] = set()  # runs whose batches this process created before their flow run (entry)
 
@@ -32,11 +33,7 @@ SUBMITTED: set[str] = set()  # runs whose batches this process created before th
 def eligible(settings: Settings, mode: str, *, finish_by: str | None, workers: int | None) -> bool:
     own_endpoint = bool(settings.anthropic_api_key or settings.api.base_url)
     return (
-        settings.prefect_early_batches
-        and mode in ("batch", "auto")
-        and not finish_by
-        and not workers
-        and own_endpoint
+        settings.prefect_early_batches and may_batch(mode) and not finish_by and not workers and own_endpoint
     )
 
 

@@ -5,6 +5,7 @@ flows.orchestration.prefect_flows call the same functions."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -16,7 +17,7 @@ from docmill.logs import get_logger
 from docmill.settings import Settings, get_settings
 from flows.run import driver, early, spread
 from flows.run.context import RunContext, RunParams, api_endpoint, new_run_id, open_clients, share_limit
-from flows.run.continuation import choose_run, mode_of, pinned_settings, source_id
+from flows.run.continuation import choose_run, pinned_settings, source_id
 from flows.run.passes import MapChunks, plain_map
 from flows.run.progress import OnProgress
 from tasks.api.client import PossiblyBilled
@@ -49,64 +50,67 @@ def source_filters(include: list[str] | None, exclude: list[str] | None) -> dict
     return {"inventory.include": include, "inventory.exclude": exclude}
 
 
-def run_extract(
-    source: str,
-    recipe: str,
-    *,
-    store: str | None = None,
-    mode: str = "realtime",
-    run_id: str | None = None,
-    settings: Settings | None = None,
-    map_chunks: MapChunks = plain_map,
-    progress: bool = True,
-    on_progress: OnProgress | None = None,
-    new_run: bool = False,
-    given: dict[str, Any] | None = None,
-    flow_run_id: str | None = None,
-    workers: int | None = None,
-    launcher: Any = None,
-    finish_by: str | None = None,
-    submit_only: bool = False,
-) -> dict[str, Any]:
-    """The chain without Prefect bookkeeping (used by the flows and by fast tests); `on_progress`
-    hears (documents done, total) of the per-file pass. `workers`: the per-file pass spread over
-    that many shard workers started by `launcher` (default: runs of the shard-worker deployment;
-    flows.run.spread); `finish_by` (a time: `+2h`, `06:00`, ISO 8601): batch what can finish by then,
-    the rest realtime (flows.run.deadline). A continued run keeps its own of both unless given.
+@dataclass(frozen=True)
+class RunWiring:
+    """How this process runs a run: its chunks through `map_chunks` (a thread pool, Prefect tasks:
+    flows.run.passes), progress shown or not, `on_progress` hearing (documents done, total) of the
+    per-file pass, the Prefect flow run it is bound to (a retry of that flow run continues the same
+    run), and `launcher` starting shard workers (default: runs of the shard-worker deployment;
+    flows.run.spread)."""
 
-    The run driven is the one `flows.run.continuation.choose_run` picks: `run_id`, the run bound to
-    `flow_run_id`, a stopped run of the same recipe, model and source (unless `new_run`), or a new
-    one. A continued run takes its settings from its manifest; of `given` (dotted setting -> value,
-    None = not given) only the safe ones apply to it. `submit_only`: stop once its batches are created,
-    the run's lease kept for the call that continues it in this process (flows.run.early)."""
+    map_chunks: MapChunks = plain_map
+    progress: bool = True
+    on_progress: OnProgress | None = None
+    flow_run_id: str | None = None
+    launcher: spread.Launcher | None = None
+
+
+def run_extract(
+    params: RunParams,
+    *,
+    settings: Settings | None = None,
+    store: str | None = None,
+    wiring: RunWiring | None = None,
+) -> dict[str, Any]:
+    """The chain without Prefect bookkeeping (used by the flows and by fast tests). `params.workers`:
+    the per-file pass spread over that many shard workers; `params.finish_by` (a time: `+2h`, `06:00`,
+    ISO 8601): batch what can finish by then, the rest realtime (flows.run.deadline). A continued run
+    keeps its own of both unless given. `settings`: else the environment's, with `store`.
+
+    The run driven is the one `flows.run.continuation.choose_run` picks: `params.run_id`, the run
+    bound to the wiring's flow run, a stopped run of the same recipe, model and source (unless
+    `params.new_run`), or a new one. A continued run takes its settings from its manifest; of
+    `params.given` only the safe ones apply to it. `params.submit_only`: stop once its batches are
+    created, the run's lease kept for the call that continues it in this process (flows.run.early)."""
+    wiring = wiring or RunWiring()
     settings = settings or settings_for(store, {})
     st = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
     choice = choose_run(
         st,
         settings,
-        source,
-        recipe,
-        run_id=run_id,
-        new_run=new_run,
-        flow_run_id=flow_run_id,
+        params.source,
+        params.recipe,
+        run_id=params.run_id,
+        new_run=params.new_run,
+        flow_run_id=wiring.flow_run_id,
         new_id=new_run_id,
     )
     lines = choice.lines
+    workers, finish_by = params.workers, params.finish_by
     if choice.manifest is not None:
         m = choice.manifest
-        settings, more = pinned_settings(settings, m, given)
+        settings, more = pinned_settings(settings, m, dict(params.given or {}))
         lines = lines + more
-        if (m.source and source_id(m.source) != source_id(source)) or (m.recipe and m.recipe != recipe):
+        if (m.source and source_id(m.source) != source_id(params.source)) or (
+            m.recipe and m.recipe != params.recipe
+        ):
             raise ConfigError(
                 f"run {m.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
                 hint="resume it with `docmill resume RUN_ID`, or start a new run without --run-id",
             )
-        mode = mode_of(st, m, mode)
         workers = workers or m.extra.get("workers")
         finish_by = finish_by or m.extra.get("finish_by")
     refuse_workers_with_deadline(workers, finish_by)
-    if finish_by:  # a deadline: the batch pass, with what will not finish in time sent realtime
-        finish_by, mode = deadline_iso(finish_by), "batch"
     for note in check_models(settings):  # a retired or (under a cap) unpriced model stops here
         log.warning("docmill: %s", note)
     if early.taken(choice.run_id):  # its lines were said when its batches were created
@@ -114,34 +118,40 @@ def run_extract(
     for line in lines:
         print(line, file=sys.stderr)
         log.info("%s", line)
-    rec = load_recipe(recipe)
+    rec = load_recipe(params.recipe)
+    launcher = wiring.launcher
     if workers:
         launcher = launcher or spread.PrefectLauncher(settings.workers.deployment)
         if isinstance(launcher, spread.PrefectLauncher):
             launcher.check()  # a server and the deployment, before anything is sent
     with (
-        api_endpoint(settings, quiet=not progress, store=st) as endpoint,
+        api_endpoint(settings, quiet=not wiring.progress, store=st) as endpoint,
         open_clients(settings, endpoint) as (client, sdk),
     ):
         for note in check_served(settings, sdk):  # a model nobody serves stops here, nothing sent
             log.warning("docmill: %s", note)
-        ctx = RunContext(settings, st, rec, choice.run_id, endpoint, client, sdk, on_progress=on_progress)
+        ctx = RunContext(
+            recipe=rec,
+            run_id=choice.run_id,
+            store=st,
+            client=client,
+            settings=settings,
+            endpoint=endpoint,
+            sdk=sdk,
+            workers=int(workers) if workers else None,
+            finish_by=deadline_iso(finish_by) if finish_by else None,
+            left_behind=tuple(choice.left_behind),  # stopped runs not continued: their spend is reported
+            on_progress=wiring.on_progress,
+        )
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, ctx.run_id))
-        if finish_by:
-            ctx.extra["finish_by"] = finish_by
-        if choice.left_behind:  # stopped runs over these documents, not continued: their spend is reported
-            ctx.extra["left_behind"] = choice.left_behind
-        if workers:
-            ctx.extra["workers"] = int(workers)
-            map_chunks = spread.spread_map(ctx, int(workers), launcher, local=map_chunks, progress=progress)
+        map_chunks = wiring.map_chunks
+        if ctx.workers and launcher is not None:
+            map_chunks = spread.spread_map(ctx, launcher, local=map_chunks, progress=wiring.progress)
         with share_limit(ctx, name="driver"):  # the organisation's limit, shared with other processes
             summary = driver.run(
-                ctx,
-                RunParams(source, recipe, mode, choice.run_id, submit_only=submit_only),
-                map_chunks=map_chunks,
-                progress=progress,
+                ctx, replace(params, run_id=choice.run_id), map_chunks=map_chunks, progress=wiring.progress
             )
-    if submit_only:  # the flow run that continues it in this process says nothing of continuing
+    if params.submit_only:  # the flow run that continues it in this process says nothing of continuing
         early.SUBMITTED.add(choice.run_id)
     return summary
 
@@ -205,29 +215,17 @@ def resume_run(
     run_id: str,
     *,
     store: str | None = None,
-    map_chunks: MapChunks = plain_map,
-    progress: bool = True,
     settings: Settings | None = None,
     max_cost_usd: float | None = None,
     concurrency: int | None = None,
-    on_progress: OnProgress | None = None,
-    flow_run_id: str | None = None,
-    launcher: Any = None,
+    wiring: RunWiring | None = None,
 ) -> dict[str, Any]:
     """Continue a run with its own settings (its manifest's); only the cost cap and the concurrency
-    may be given anew. A run spread over workers is continued over workers (`launcher`: flows.run.spread)."""
+    may be given anew. A run spread over workers is continued over workers (the wiring's `launcher`:
+    flows.run.spread)."""
     settings = settings or settings_for(store, {})
     m = ManifestStore(open_store(settings.store, endpoint_url=settings.s3_endpoint_url)).load(run_id)
+    given = {"cost.max_cost_usd": max_cost_usd, "api.concurrency": concurrency}
     return run_extract(
-        m.source,
-        m.recipe,
-        mode=m.mode,
-        run_id=run_id,
-        settings=settings,
-        map_chunks=map_chunks,
-        progress=progress,
-        on_progress=on_progress,
-        given={"cost.max_cost_usd": max_cost_usd, "api.concurrency": concurrency},
-        flow_run_id=flow_run_id,
-        launcher=launcher,
+        RunParams(m.source, m.recipe, run_id=run_id, given=given), settings=settings, wiring=wiring
     )

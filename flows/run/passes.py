@@ -1,6 +1,7 @@
-"""The per-file pass over a run's chunks: realtime (`review_one_chunk` per chunk, handed out as the
-client's window wants documents: tasks.per_file.realtime.feed) or batch (tasks.batch.engine, or the
-deadline engine of flows.run.deadline); the cost cap's stop between chunks.
+"""The per-file pass over a run's chunks, one `FilePass` per run (chosen once: flows.run.driver.choose_pass):
+`RealtimePass` (`review_one_chunk` per chunk, handed out as the client's window wants documents:
+tasks.per_file.realtime.feed), `BatchPass` (tasks.batch.engine), or the deadline's `DeadlinePass`
+(flows.run.deadline); the batch-shaped two share `write_batched`. The cost cap's stop between chunks.
 
 `map_chunks` is how chunks run: `plain_map` (a bounded thread pool) here, Prefect tasks in
 flows.orchestration.chunk_tasks, shards over workers in flows.run.spread.
@@ -8,8 +9,9 @@ flows.orchestration.chunk_tasks, shards over workers in flows.run.spread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks
 from checkpoints.inflight import run_spend
@@ -17,12 +19,13 @@ from checkpoints.outcomes import OutcomeLog
 from docmill.collector import relaxed_gc
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
-from flows.run.context import RunContext, RunParams
-from flows.run.deadline import deadline_pass
+from flows.run.context import RunContext
+from flows.run.modes import PassKind
 from flows.run.progress import Progress
 from tasks.batch.budget import affordable_chunks
 from tasks.batch.engine import run_batches
 from tasks.inventory import Document
+from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.realtime import extract_recorded, feed
 
 ChunkFn = Callable[[str, list[dict[str, Any]]], dict[str, int]]
@@ -48,16 +51,7 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
         return not any(o.failure_type == "budget" for o in outcomes)
 
     documents = [Document.model_validate(d) for d in docs]
-    outcomes = extract_recorded(
-        documents,
-        cid,
-        recipe=ctx.recipe,
-        run_id=ctx.run_id,
-        store=ctx.store,
-        client=ctx.client,
-        settings=ctx.settings,
-        settle=settle,
-    )
+    outcomes = extract_recorded(documents, cid, ctx, settle=settle)
     records = [o.model_dump(mode="json") for o in outcomes]
     stopped = any(r.get("failure_type") == "budget" for r in records)
     if stopped:
@@ -95,91 +89,110 @@ def budget_stop(ctx: RunContext, where: str, why: str | None = None) -> BudgetEx
     )
 
 
-def per_file_pass(
-    ctx: RunContext, params: RunParams, chunk_ids: list[str], map_chunks: MapChunks, progress: bool = True
-) -> None:
+class FilePass(Protocol):
+    """One way to run the per-file pass over a run's pending chunks, writing each chunk's outcomes
+    once all of them are in; raises `BudgetExhausted` when the cost cap stops it."""
+
+    kind: ClassVar[PassKind]
+
+    def run(self, ctx: RunContext, pending: list[Chunk], bar: Progress) -> None: ...
+
+
+Outcomes = Callable[[Iterator[Document], int], Iterable[DocOutcome]]  # (documents, how many) -> outcomes
+
+
+def per_file_pass(ctx: RunContext, file_pass: FilePass, chunk_ids: list[str], progress: bool = True) -> None:
+    """The chunks of `chunk_ids` without an outcome file, through `file_pass`."""
     done = OutcomeLog(ctx.store, ctx.run_id).chunks_done()
     pending = [
         (cid, InventoryChunks(ctx.store, ctx.run_id).load(cid)) for cid in chunk_ids if cid not in done
     ]
     total = sum(len(d) for _, d in pending)
     bar = Progress(total, "per-file pass", enabled=progress, listener=ctx.on_progress)
-    if params.mode == "batch":
-        spent = spent_usd(ctx)
-        full = {cid: chunk for cid, chunk in pending}  # a chunk cut short by the cap is never written
-        fit = affordable_chunks(
-            pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
+    file_pass.run(ctx, pending, bar)
+
+
+@dataclass(frozen=True)
+class RealtimePass:
+    """The Messages API, chunk by chunk through `map_chunks`: originals first, then the duplicates
+    that take their results from the ledger."""
+
+    map_chunks: MapChunks
+    submit_only: bool = False  # nothing is sent before the flow run (flows.run.early)
+    kind: ClassVar[PassKind] = PassKind.REALTIME
+
+    def run(self, ctx: RunContext, pending: list[Chunk], bar: Progress) -> None:
+        if self.submit_only:
+            return
+
+        def fn(cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
+            counts = review_one_chunk(ctx, cid, docs)
+            bar.add(counts["answered"] if counts.get("budget") else len(docs))  # as `docmill status` counts
+            return counts
+
+        # A budget stop ends the pass before the duplicates' wave (their originals may have no result yet).
+        for wave in (
+            [c for c in pending if not c[0].startswith(DUP_PREFIX)],
+            [c for c in pending if c[0].startswith(DUP_PREFIX)],
+        ):
+            with relaxed_gc():  # a full collection would stall every answer on the event loop
+                handed = feed(wave, ctx.client, ctx.settings)
+                stopped = any(c.get("budget") for c in self.map_chunks(fn, handed))
+            if stopped:
+                bar.finish()
+                raise budget_stop(ctx, "during the per-file pass")
+
+
+@dataclass(frozen=True)
+class BatchPass:
+    """The Message Batches API (tasks.batch.engine)."""
+
+    submit_only: bool = False  # stop once every batch is created (flows.run.early)
+    kind: ClassVar[PassKind] = PassKind.BATCH
+
+    def run(self, ctx: RunContext, pending: list[Chunk], bar: Progress) -> None:
+        def outcomes(docs: Iterator[Document], _expected: int) -> Iterable[DocOutcome]:
+            return run_batches(docs, ctx, ctx.sdk, submit_only=self.submit_only)
+
+        write_batched(ctx, pending, bar, outcomes)
+
+
+def write_batched(ctx: RunContext, pending: list[Chunk], bar: Progress, outcomes: Outcomes) -> None:
+    """The chunks that fit under the cost cap, their documents through `outcomes` (in any order), each
+    chunk's outcomes written once all of it is in; the cap's stop after what is in flight finished."""
+    spent = spent_usd(ctx)
+    full = {cid: chunk for cid, chunk in pending}  # a chunk cut short by the cap is never written
+    fit = affordable_chunks(
+        pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
+    )
+    pending = fit.chunks
+    docs = (Document.model_validate(d) for _, chunk in pending for d in chunk)
+    chunk_of = {d["doc_id"]: cid for cid, chunk in pending for d in chunk}
+    sizes = {cid: len(full[cid]) for cid, _ in pending}
+    order = {cid: [d["doc_id"] for d in full[cid]] for cid, _ in pending}
+    buffered: dict[str, dict[str, dict[str, Any]]] = {}
+    stopped = False
+    for o in outcomes(docs, sum(sizes.values())):  # a chunk is written once all of it is in
+        cid = chunk_of[o.doc_id]
+        got = buffered.setdefault(cid, {})
+        got[o.doc_id] = o.model_dump(mode="json")
+        if len(got) < sizes[cid]:
+            continue
+        records = [got[doc_id] for doc_id in order[cid]]
+        del buffered[cid]
+        if any(r.get("failure_type") == "budget" for r in records):
+            stopped = True  # not written: a resume redoes it; what is in flight still finishes
+            continue
+        OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
+        bar.add(len(records))
+    if stopped:
+        bar.finish()
+        raise budget_stop(ctx, "during the batch pass")
+    if not fit.complete:
+        raise budget_stop(
+            ctx,
+            "before submitting the rest of the batch",
+            f"{fit.left_documents} more request(s) with a worst case of ${fit.left_usd:.4f} (every "
+            f"answer at max_tokens, input as cache writes; {len(pending)} chunk(s) with a worst case of "
+            f"${fit.reserved_usd:.4f} went) would pass",
         )
-        pending = fit.chunks
-        docs = (Document.model_validate(d) for _, chunk in pending for d in chunk)
-        chunk_of = {d["doc_id"]: cid for cid, chunk in pending for d in chunk}
-        sizes = {cid: len(full[cid]) for cid, _ in pending}
-        order = {cid: [d["doc_id"] for d in full[cid]] for cid, _ in pending}
-        buffered: dict[str, dict[str, dict[str, Any]]] = {}
-        stopped = False
-        if ctx.extra.get(
-            "finish_by"
-        ):  # batch what can finish in time, the rest realtime (flows.run.deadline)
-            outcomes = deadline_pass(
-                ctx,
-                docs,
-                expected=sum(sizes.values()),
-                finish_by=ctx.extra["finish_by"],
-                threads=CHUNK_WORKERS,
-            )
-        else:
-            outcomes = run_batches(
-                docs,
-                recipe=ctx.recipe,
-                run_id=ctx.run_id,
-                store=ctx.store,
-                client=ctx.sdk,
-                settings=ctx.settings,
-                model_client=ctx.client,
-                submit_only=params.submit_only,
-            )
-        for o in outcomes:  # results arrive in any order: a chunk is written once all of it is in
-            cid = chunk_of[o.doc_id]
-            got = buffered.setdefault(cid, {})
-            got[o.doc_id] = o.model_dump(mode="json")
-            if len(got) < sizes[cid]:
-                continue
-            records = [got[doc_id] for doc_id in order[cid]]
-            del buffered[cid]
-            if any(r.get("failure_type") == "budget" for r in records):
-                stopped = True  # not written: a resume redoes it; what is in flight still finishes
-                continue
-            OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
-            bar.add(len(records))
-        if stopped:
-            bar.finish()
-            raise budget_stop(ctx, "during the batch pass")
-        if not fit.complete:
-            raise budget_stop(
-                ctx,
-                "before submitting the rest of the batch",
-                f"{fit.left_documents} more request(s) with a worst case of ${fit.left_usd:.4f} (every "
-                f"answer at max_tokens, input as cache writes; {len(pending)} chunk(s) with a worst case of "
-                f"${fit.reserved_usd:.4f} went) would pass",
-            )
-        return
-
-    if params.submit_only:  # realtime: nothing is sent before the flow run (flows.run.early)
-        return
-
-    def fn(cid: str, docs: list[dict[str, Any]]) -> dict[str, int]:
-        counts = review_one_chunk(ctx, cid, docs)
-        bar.add(counts["answered"] if counts.get("budget") else len(docs))  # as `docmill status` counts
-        return counts
-
-    # Originals first, then the duplicates that take their results from the ledger.
-    # A budget stop ends the pass before the duplicates' wave (their originals may have no result yet).
-    for wave in (
-        [c for c in pending if not c[0].startswith(DUP_PREFIX)],
-        [c for c in pending if c[0].startswith(DUP_PREFIX)],
-    ):
-        with relaxed_gc():  # a full collection would stall every answer on the event loop
-            stopped = any(c.get("budget") for c in map_chunks(fn, feed(wave, ctx.client, ctx.settings)))
-        if stopped:
-            bar.finish()
-            raise budget_stop(ctx, "during the per-file pass")

@@ -236,11 +236,10 @@ class Spread:
             print(line, file=sys.stderr)
 
 
-def spread_map(
-    ctx: RunContext, workers: int, launcher: Launcher, *, local: MapChunks, progress: bool = True
-) -> MapChunks:
-    """The run's MapChunks: originals spread over workers, the duplicates' wave (ledger reads of
-    their originals' results, nothing new sent) run here with `local`."""
+def spread_map(ctx: RunContext, launcher: Launcher, *, local: MapChunks, progress: bool = True) -> MapChunks:
+    """The run's MapChunks: originals spread over its `ctx.workers` workers, the duplicates' wave
+    (ledger reads of their originals' results, nothing new sent) run here with `local`."""
+    workers = int(ctx.workers or 1)
 
     def map_chunks(fn: ChunkFn, handed: Iterable[Chunk]) -> list[dict[str, int]]:
         chunks = list(handed)  # planned into shards at once: the workers' own windows pace them

@@ -31,7 +31,6 @@ from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_cust
 from docmill.collector import relaxed_gc
 from docmill.errors import InputError
 from docmill.shutdown import SHUTDOWN
-from tasks.api.client import ModelClient
 from tasks.batch import ingest, lifecycle
 from tasks.batch.ingest import Gated, done_future, ordered_map
 from tasks.batch.items import WorkItem, decode_item
@@ -50,7 +49,7 @@ from tasks.records import BatchProgress
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
-    from tasks.recipes import Recipe
+    from tasks.per_file.scope import RunScope
 
 Progress = Callable[[BatchProgress], None]
 STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads, document reads)
@@ -61,7 +60,12 @@ Pending = tuple[list[WorkItem], "Future[list[Routed]]"]  # a chunk's items and t
 
 
 class BatchEngine:
-    """One driver of one run's batch pass. Single-threaded; the run's lease keeps it alone."""
+    """One driver of one run's batch pass. Single-threaded; the run's lease keeps it alone.
+
+    The deadline engine (tasks.deadline.engine) drives one of these rather than subclassing it:
+    `batch_requests` caps a batch's requests, `held()` true keeps requests in `pending` instead of
+    creating a batch, and `run(docs, follow=...)` replaces the polling loop; `collect` and
+    `submit_pending` are the steps such a loop calls."""
 
     submit_only = False  # stop once every batch is created (run_batches)
 
@@ -73,6 +77,8 @@ class BatchEngine:
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         on_progress: Progress | None,
+        batch_requests: int | None = None,
+        held: Callable[[], bool] | None = None,
     ) -> None:
         self.p, self.recipe, self.run_id, self.settings = p, p.recipe, p.run_id, p.settings
         self.router = ResultRouter(p)
@@ -88,6 +94,10 @@ class BatchEngine:
         self.live_ids: set[str] = set()
         self.next_n, self.round = 1, 1
         self.duplicates: list[Document] = []
+        self.batch_requests = min(
+            p.settings.batch.max_requests, batch_requests or p.settings.batch.max_requests
+        )
+        self.held = held or (lambda: False)
 
     # ---- resume ----------------------------------------------------------------------------
 
@@ -149,9 +159,13 @@ class BatchEngine:
         return body, None
 
     def _body(self) -> BatchBody:
-        return BatchBody(self.settings.batch.max_requests, self.settings.batch.max_bytes)
+        return BatchBody(self.batch_requests, self.settings.batch.max_bytes)
 
     def _submit(self, body: BatchBody) -> None:
+        if self.held():  # no batch is created now: its requests wait (the deadline sends them realtime)
+            self.pending.update((i.custom_id, i) for i in body.items())
+            body.close()
+            return
         if not len(body):
             body.close()
             return
@@ -203,7 +217,7 @@ class BatchEngine:
                     yield failed
         self._submit(body)
 
-    def _submit_pending(self) -> Iterator[DocOutcome]:
+    def submit_pending(self) -> Iterator[DocOutcome]:
         self.round, body = self.round + 1, self._body()
         items, self.pending = list(self.pending.values()), {}
         for item in items:
@@ -220,7 +234,7 @@ class BatchEngine:
             self.gates.start()  # its processes start while the batches run
         while self.live or self.pending:
             if not self.live:
-                yield from self._submit_pending()
+                yield from self.submit_pending()
                 interval = self.settings.batch.poll_seconds
                 continue
             ended_any = False
@@ -232,14 +246,14 @@ class BatchEngine:
                 self.on_progress(progress_event("status", rec))
                 if rec.phase is BatchPhase.ENDED:
                     ended_any = True
-                    yield from self._collect(rec)
+                    yield from self.collect(rec)
             if self.live and not ended_any:
                 self.sleep(interval)
                 interval = min(interval * 2, self.settings.batch.poll_max_seconds)
 
     # ---- collection ------------------------------------------------------------------------
 
-    def _collect(self, rec: BatchRecord) -> Iterator[DocOutcome]:
+    def collect(self, rec: BatchRecord) -> Iterator[DocOutcome]:
         raw = {item_custom_id(line): line for line in self.records.item_lines(rec.n)}
         done: set[str] = set()
         retry: dict[str, str] = {}
@@ -356,7 +370,11 @@ class BatchEngine:
 
     # ---- the run ---------------------------------------------------------------------------
 
-    def run(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
+    def run(
+        self, docs: Iterable[Document], follow: Callable[[], Iterator[DocOutcome]] | None = None
+    ) -> Iterator[DocOutcome]:
+        """Every document's outcome: stream them into batches, then follow the batches to their end
+        (`follow`: another loop over the same steps, the deadline's)."""
         self.gates = ingest.Prechecker(self.recipe, self.settings)
         try:
             with (
@@ -370,7 +388,7 @@ class BatchEngine:
                 if self.submit_only:  # created; the first look on a thread, a later call follows them
                     lifecycle.first_look(self.api, self.records, list(self.live.values()), self.clock)
                     return
-                yield from self._drive()
+                yield from (follow or self._drive)()
                 for doc in self.duplicates:
                     key = file_key(self.recipe, doc, self.model, self.params)
                     yield outcome_from_original(self.p, doc, key)
@@ -399,16 +417,12 @@ def progress_event(kind: str, rec: BatchRecord) -> BatchProgress:  # also the de
 
 def run_batches(
     docs: Iterable[Document],
+    scope: RunScope,
+    sdk: anthropic.Anthropic,
     *,
-    recipe: Recipe,
-    run_id: str,
-    store: ObjectStore,
-    client: anthropic.Anthropic,
-    settings: Settings,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     on_progress: Progress | None = None,
-    model_client: ModelClient | None = None,
     submit_only: bool = False,
 ) -> Iterator[DocOutcome]:
     """The per-file pass as batches: a generator of one terminal `DocOutcome` per document.
@@ -418,14 +432,11 @@ def run_batches(
     another document's content last). Calling it again with the same run id resumes: batches in
     flight are re-attached, keys in the ledger are skipped, only what is missing is submitted.
     `on_progress(event)` gets a `tasks.records.BatchProgress` at every submit, poll, collect and
-    reconcile. `model_client` (a tasks.api.client.ModelClient) is used for repairs when
+    reconcile. `sdk` sends the batches; the scope's model client is used for repairs when
     settings.batch.repairs_realtime is set. `submit_only`: stop once every batch is created.
     """
-    if model_client is None:  # sends nothing unless settings.batch.repairs_realtime asks it to
-        model_client = ModelClient(settings, base_url=str(client.base_url), api_key=client.api_key)
-    p = Pass(recipe, run_id, store, model_client, settings)
-    engine = BatchEngine(p, client, clock=clock, sleep=sleep, on_progress=on_progress)
-    engine.submit_only = submit_only  # (a class attribute: the deadline engine's `run` is the same)
+    engine = BatchEngine(Pass.of(scope), sdk, clock=clock, sleep=sleep, on_progress=on_progress)
+    engine.submit_only = submit_only
     yield from engine.run(docs)
 
 

@@ -1,8 +1,8 @@
 """The per-file pass with a deadline (`--finish-by`): batches while they can finish in time, the
 rest realtime near the deadline (the policy and the arithmetic: tasks.deadline.plan).
 
-`DeadlineEngine` is the batch engine (tasks.batch.engine: crash-safe records, resume, results
-routed by type) with three differences:
+`DeadlineEngine` drives the batch engine (tasks.batch.engine: crash-safe records, resume, results
+routed by type; composed, not subclassed) with three differences:
 - the pass is cut into at least `settings.deadline.batches` batches, so batches ending one by one
   show progress (the API gives none inside a batch) and shrink what is left;
 - it follows them until the *switch time* (recomputed at every poll from what is left), never
@@ -27,7 +27,6 @@ from checkpoints.batches import BatchPhase, BatchRecord
 from tasks.api.pacing import WINDOW_MAX
 from tasks.batch import ingest, lifecycle
 from tasks.batch.engine import BatchEngine, Progress, progress_event
-from tasks.batch.spool import BatchBody
 from tasks.deadline.plan import DeadlinePlan, Pace, iso
 from tasks.inventory import Document
 from tasks.per_file.outcome import DocOutcome
@@ -36,16 +35,17 @@ from tasks.per_file.settle import Pass
 if TYPE_CHECKING:
     import anthropic
 
-    from checkpoints.store import ObjectStore
-    from docmill.settings import Settings
-    from tasks.api.client import ModelClient
-    from tasks.recipes import Recipe
+    from tasks.per_file.scope import RunScope
 
 Realtime = Callable[[list[Document]], Iterator[DocOutcome]]
 SETTLE_POLL = 5.0  # seconds between looks at a batch being cancelled (at most)
 
 
-class DeadlineEngine(BatchEngine):
+class DeadlineEngine:
+    """A `BatchEngine` driven to a deadline: it owns the engine (crash-safe records, streaming,
+    collection, the result router) and gives it a batch size, a hold on new batches past the switch,
+    and its own following loop; it overrides none of the engine's steps."""
+
     def __init__(
         self,
         p: Pass,
@@ -60,11 +60,20 @@ class DeadlineEngine(BatchEngine):
         on_progress: Progress | None,
         measure: Callable[[], Pace] | None = None,
     ) -> None:
-        super().__init__(p, client, clock=clock, sleep=sleep, on_progress=on_progress)
-        self.plan, self.pace, self.realtime, self.measure = plan, pace, realtime, measure
         conf = p.settings.deadline
+        self.batches = BatchEngine(
+            p,
+            client,
+            clock=clock,
+            sleep=sleep,
+            on_progress=on_progress,
+            batch_requests=max(1, math.ceil(expected / conf.batches)),
+            held=lambda: self.switched,  # past the switch no batch is created: its requests go realtime
+        )
+        self.plan, self.pace, self.realtime, self.measure = plan, pace, realtime, measure
+        self.p, self.clock, self.sleep = p, clock, sleep
+        self.on_progress = self.batches.on_progress
         self.expected = expected
-        self.per_batch = max(1, math.ceil(expected / conf.batches))
         self.poll = conf.poll_seconds
         self.key = f"runs/{p.run_id}/deadline.json"
         self.state: dict[str, Any] = p.store.get_json_or_none(self.key) or {
@@ -81,7 +90,8 @@ class DeadlineEngine(BatchEngine):
     # ---- what is left, and when to switch -------------------------------------------------------
 
     def left(self) -> int:
-        return sum(r.request_count for r in self.live.values()) + len(self.pending)
+        b = self.batches
+        return sum(r.request_count for r in b.live.values()) + len(b.pending)
 
     def switch_at(self) -> float:
         return self.plan.switch_at(self.left(), self.pace)
@@ -95,18 +105,6 @@ class DeadlineEngine(BatchEngine):
         self.state.update(changes)
         self.p.store.put_json(self.key, self.state)
 
-    # ---- batches: several, and none at all past the switch --------------------------------------
-
-    def _body(self) -> BatchBody:
-        return BatchBody(min(self.settings.batch.max_requests, self.per_batch), self.settings.batch.max_bytes)
-
-    def _submit(self, body: BatchBody) -> None:
-        if self.switched:  # past the switch no batch is created: its requests go realtime
-            self.pending.update((i.custom_id, i) for i in body.items())
-            body.close()
-            return
-        super()._submit(body)
-
     # ---- following ------------------------------------------------------------------------------
 
     def run(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
@@ -114,30 +112,32 @@ class DeadlineEngine(BatchEngine):
         if self.clock() >= self.plan.switch_at(self.expected, self.pace):
             why = self.plan.why(self.expected, self.pace)
             self._switch(f"no time for a batch: everything goes realtime ({why})")
-        yield from super().run(docs)
+        yield from self.batches.run(docs, follow=self._follow)
 
-    def _drive(self) -> Iterator[DocOutcome]:
-        if self.live or self.pending:
+    def _follow(self) -> Iterator[DocOutcome]:
+        """The engine's batches followed until they end or the switch time comes, whichever is first."""
+        b = self.batches
+        if b.live or b.pending:
             self._save(switch_planned=iso(self.switch_at()))
-        if sum(r.request_count for r in self.live.values()) >= ingest.MIN_RESULTS:
-            self.gates.start()  # its processes start while the batches run
-        while self.live or self.pending:
+        if sum(r.request_count for r in b.live.values()) >= ingest.MIN_RESULTS:
+            b.gates.start()  # its processes start while the batches run
+        while b.live or b.pending:
             self._measure()
             if self.switched or self.clock() >= self.switch_at():
                 self._switch(f"the switch time came: {self.plan.why(self.left(), self.pace)}")
                 yield from self._settle_cancels()
                 yield from self._send_realtime()
                 continue
-            if not self.live:
-                yield from self._submit_pending()  # a later round (follow-ups, errored items)
+            if not b.live:
+                yield from b.submit_pending()  # a later round (follow-ups, errored items)
                 continue
-            for n in sorted(self.live):
-                rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
-                self.live[n] = rec
+            for n in sorted(b.live):
+                rec = lifecycle.poll(b.api, b.records, b.live[n], self.clock())
+                b.live[n] = rec
                 self.on_progress(progress_event("status", rec))
                 if rec.phase is BatchPhase.ENDED:
-                    yield from self._collect(rec)
-            if self.live:
+                    yield from b.collect(rec)
+            if b.live:
                 self.sleep(max(min(self.poll, self.switch_at() - self.clock()), 0.0) or 0.01)
         if not self.switched and self.state.get("batches_done_at") is None:
             self._save(batches_done_at=self.clock())
@@ -151,9 +151,9 @@ class DeadlineEngine(BatchEngine):
         self.on_progress(
             {
                 "event": "deadline-switch",
-                "run_id": self.run_id,
+                "run_id": self.p.run_id,
                 "n": 0,
-                "round": self.round,
+                "round": self.batches.round,
                 "phase": "switch",
                 "batch_ids": [],
                 "status": why,
@@ -166,22 +166,24 @@ class DeadlineEngine(BatchEngine):
 
     def _settle_cancels(self) -> Iterator[DocOutcome]:
         """Cancel every live batch, then follow each until it has ended and collect it."""
+        b = self.batches
         started = self.clock()
-        for n in sorted(self.live):
-            self.live[n] = self._cancel(self.live[n])
-        while self.live:
-            for n in sorted(self.live):
-                rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
-                self.live[n] = rec
+        for n in sorted(b.live):
+            b.live[n] = self._cancel(b.live[n])
+        while b.live:
+            for n in sorted(b.live):
+                rec = lifecycle.poll(b.api, b.records, b.live[n], self.clock())
+                b.live[n] = rec
                 if rec.phase is BatchPhase.ENDED:
-                    yield from self._collect(rec)
-            if self.live:
+                    yield from b.collect(rec)
+            if b.live:
                 self.sleep(min(self.poll, SETTLE_POLL))
         if self.state.get("cancel_seconds") is None and self.state.get("canceled"):
             self._save(cancel_seconds=round(self.clock() - started, 3))
 
     def _cancel(self, rec: BatchRecord) -> BatchRecord:
-        asked = [bid for bid in rec.batch_ids if bid not in rec.canceled_ids and self.api.cancel(bid)]
+        api = self.batches.api
+        asked = [bid for bid in rec.batch_ids if bid not in rec.canceled_ids and api.cancel(bid)]
         if not asked:
             return rec
 
@@ -190,33 +192,30 @@ class DeadlineEngine(BatchEngine):
             r.notes.append(f"canceled for the deadline {self.state['finish_by']}: the rest goes realtime")
 
         self._save(canceled=[*self.state["canceled"], *asked])
-        return self.records.update(rec.n, fn)
+        return self.batches.records.update(rec.n, fn)
 
     def _send_realtime(self) -> Iterator[DocOutcome]:
         """What is left, realtime: no batch of this run is live any more."""
-        assert not self.live
-        items, self.pending = list(self.pending.values()), {}
+        b = self.batches
+        assert not b.live
+        items, b.pending = list(b.pending.values()), {}
         firsts = [Document.model_validate(i.doc) for i in items if i.request is None]
         follow = [i for i in items if i.request is not None]
         self._save(realtime=sorted({*self.state["realtime"], *(i.custom_id for i in items)}))
         if firsts:
             yield from self.realtime(firsts)
         for item in follow:
-            yield self.router.finish_realtime(item)
+            yield b.router.finish_realtime(item)
         self._save(realtime_done_at=self.clock())
 
 
 def run_deadline(
     docs: Iterable[Document],
+    scope: RunScope,
+    sdk: anthropic.Anthropic,
     *,
     expected: int,
     deadline: float,
-    recipe: Recipe,
-    run_id: str,
-    store: ObjectStore,
-    client: anthropic.Anthropic,
-    model_client: ModelClient,
-    settings: Settings,
     realtime: Realtime,
     requests_per_minute: float,
     measure: Callable[[], Pace] | None = None,
@@ -229,6 +228,7 @@ def run_deadline(
     with the same run id resumes, as run_batches does (a switch already made stays made). `measure()`:
     the pace as known now (tasks.deadline.plan), asked again at every poll; else `requests_per_minute`
     and the configured answer time throughout."""
+    settings = scope.settings
     conf = settings.deadline
     now = clock()
     plan = DeadlinePlan.make(
@@ -237,10 +237,9 @@ def run_deadline(
     api = settings.api
     in_flight = api.concurrency or WINDOW_MAX  # no ceiling: the window follows the limit (tasks.api.pacing)
     pace = Pace(requests_per_minute, in_flight, conf.latency_seconds, api.ramp_seconds, api.ramp_start)
-    p = Pass(recipe, run_id, store, model_client, settings)
     engine = DeadlineEngine(
-        p,
-        client,
+        Pass.of(scope),
+        sdk,
         plan=plan,
         pace=pace,
         expected=expected,

@@ -41,10 +41,9 @@ from docmill.errors import (
 from docmill.logs import get_logger, redact
 from tasks.api.aio import async_client
 from tasks.api.usage import estimate_input_tokens
-from tasks.estimate import request_worsts
 from tasks.per_file.accounting import flush_costs, recount_attempts
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
-from tasks.per_file.cost_guard import long_worst_usd, over_guard, request_worst_usd
+from tasks.per_file.cost_guard import long_worst_usd, over_guard, request_worst_usd, request_worsts
 from tasks.per_file.gate import (
     Action,
     Decision,
@@ -73,12 +72,11 @@ from tasks.per_file.settle import (
 )
 
 if TYPE_CHECKING:
-    from checkpoints.store import ObjectStore
     from docmill.settings import Settings
     from tasks.api.aio import AsyncModelClient
     from tasks.api.client import ModelClient
     from tasks.inventory import Document
-    from tasks.recipes import Recipe
+    from tasks.per_file.scope import RunScope
 
 # 4xx answers that depend only on the request: written to the ledger, never re-sent.
 # (401/403/404/402 depend on the account or config: a resume after fixing it retries them.)
@@ -89,19 +87,11 @@ log = get_logger("review")
 T = TypeVar("T")
 
 
-def extract_chunk(
-    docs: list[Document],
-    *,
-    recipe: Recipe,
-    run_id: str,
-    store: ObjectStore,
-    client: ModelClient,
-    settings: Settings,
-) -> list[DocOutcome]:
+def extract_chunk(docs: list[Document], scope: RunScope) -> list[DocOutcome]:
     """One terminal `DocOutcome` per document, in the order given (blocks this thread while the
     documents run on the client's event loop)."""
-    p = Pass(recipe, run_id, store, client, settings, buffer_costs=True)
-    aio = async_client(client)
+    p = Pass.of(scope, buffer_costs=True)
+    aio = async_client(scope.client)
     try:
         return aio.loop.run(_review_all(p, docs, aio))
     finally:
@@ -109,30 +99,21 @@ def extract_chunk(
 
 
 def extract_recorded(
-    docs: list[Document],
-    group: str,
-    *,
-    recipe: Recipe,
-    run_id: str,
-    store: ObjectStore,
-    client: ModelClient,
-    settings: Settings,
-    settle: Callable[[list[DocOutcome]], bool],
+    docs: list[Document], group: str, scope: RunScope, *, settle: Callable[[list[DocOutcome]], bool]
 ) -> list[DocOutcome]:
     """`extract_chunk` under an in-flight record of `group` (invariant 13: the chunk's request keys
     with their worst cases; at most the client's concurrency of them count as possibly billed while
     they have no result, checkpoints.inflight); `settle(outcomes)`: every document was handled, so
     what a killed earlier life of the chunk saved is in the cost ledger now."""
-    inflight = InFlight(store, run_id)
+    client, run_id = scope.client, scope.run_id
+    inflight = InFlight(scope.store, run_id)
     life = life_of(client)
     if client.limiter.declared_for != run_id:  # its window is recorded before it grows (the bound's ceiling)
         client.limiter.declare_to(run_id, partial(inflight.declare, life))
-    worst = request_worsts(docs, recipe, settings)
+    worst = request_worsts(docs, scope.recipe, scope.settings)
     mark = inflight.open_chunk(group, life, client.concurrency, worst)
     try:
-        outcomes = extract_chunk(
-            docs, recipe=recipe, run_id=run_id, store=store, client=client, settings=settings
-        )
+        outcomes = extract_chunk(docs, scope)
     except BaseException:
         inflight.close(mark)  # extract_chunk flushed the costs of every answer it got
         raise

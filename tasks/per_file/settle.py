@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from docmill.settings import Settings
     from tasks.api.client import ModelClient
     from tasks.inventory import Document
+    from tasks.per_file.scope import RunScope
     from tasks.recipes import Recipe
 
 COST_FLUSH_SECONDS = 15.0  # buffered realtime cost entries are written at least this often
@@ -64,6 +65,13 @@ class Pass:
         self.responses = ResponseLog(self.store)
         self.costs = CostLedger(self.store, self.run_id)
         self.queue = ReviewQueue(self.store, self.run_id)
+
+    @classmethod
+    def of(cls, scope: RunScope, *, buffer_costs: bool = False) -> Pass:
+        """The pass of one run's documents (realtime chunks buffer their cost entries)."""
+        return cls(
+            scope.recipe, scope.run_id, scope.store, scope.client, scope.settings, buffer_costs=buffer_costs
+        )
 
     @property
     def model(self) -> str:

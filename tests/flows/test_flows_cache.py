@@ -10,7 +10,8 @@ from typing import Any
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus
 
@@ -22,7 +23,7 @@ def test_a_cacheable_recipe_reads_its_prefix_from_the_cache_and_the_report_says_
 ) -> None:
     corpus, _ = make_corpus(tmp_path, count=40, seed=7)
     settings = Settings(store=str(tmp_path / "store"), api=ApiSettings(base_url=emulator.base_url))
-    summary = run_extract(str(corpus), RECIPE, settings=settings, progress=False)
+    summary = run_extract(RunParams(str(corpus), RECIPE), settings=settings, wiring=RunWiring(progress=False))
     store = open_store(settings.store)
 
     assert emulator.state.drain()
@@ -51,7 +52,9 @@ def test_batches_take_the_one_hour_ttl_only_when_the_prefix_is_cached_at_all(
         settings = Settings(
             store=str(tmp_path / str(ttl)), api=ApiSettings(base_url=emulator.base_url), batch=fast
         )
-        run_extract(str(corpus), recipe, mode="batch", settings=settings, progress=False)
+        run_extract(
+            RunParams(str(corpus), recipe, mode="batch"), settings=settings, wiring=RunWiring(progress=False)
+        )
         creates = [r.body for r in emulator.state.accounting.requests if r.path == "/v1/messages/batches"]
         markers = {
             item["params"]["system"][0]["cache_control"].get("ttl") for item in creates[-1]["requests"]

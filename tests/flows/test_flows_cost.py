@@ -16,7 +16,8 @@ from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
 from docmill.errors import BudgetExhausted
 from docmill.settings import ApiSettings, BatchSettings, CostSettings, Settings
-from flows.run.entry import resume_run, run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, resume_run, run_extract
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of, plant
 
@@ -56,7 +57,9 @@ def test_cost_matches_emulator_across_retries_fallback_and_repairs(tmp_path: Pat
     faults.add(kind="schema_invalid", marker="PLANTED-SCHEMA", count=1)  # one repair
     settings = fast_settings(emulator, str(tmp_path / "store"))
 
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
 
     store = open_store(settings.store)
     assert emulator.state.accounting.errors_by_status[429] == 2
@@ -82,7 +85,9 @@ def test_batch_mode_cost_matches_emulator(tmp_path: Path, emulator: Any) -> None
     emulator.state.faults.add(kind="schema_invalid", marker="PLANTED-SCHEMA", count=1)
     settings = fast_settings(emulator, str(tmp_path / "store"))
 
-    summary = run_extract(str(corpus), "invoices", mode="batch", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices", mode="batch"), settings=settings, wiring=RunWiring(progress=False)
+    )
 
     store = open_store(settings.store)
     billed = emulator.state.accounting.billed
@@ -100,7 +105,11 @@ def test_budget_stops_the_run_and_a_higher_budget_finishes_it(tmp_path: Path, em
     cap = 0.08  # a request reserves up to ~$0.021 (1,024 output tokens); the whole run costs ~$0.17
     settings = fast_settings(emulator, store_dir, 1024, cost=CostSettings(max_cost_usd=cap), chunk_size=5)
     with pytest.raises(BudgetExhausted) as stopped:
-        run_extract(str(corpus), "invoices", run_id="capped", settings=settings, progress=False)
+        run_extract(
+            RunParams(str(corpus), "invoices", run_id="capped"),
+            settings=settings,
+            wiring=RunWiring(progress=False),
+        )
     assert "resume capped --max-cost-usd" in stopped.value.one_line()
     store = open_store(store_dir)
     m = ManifestStore(store).load("capped")
@@ -114,13 +123,18 @@ def test_budget_stops_the_run_and_a_higher_budget_finishes_it(tmp_path: Path, em
     # The same cap again (the run's own, kept in the manifest): it may use what in-flight
     # reservations held back, but it stops again below the cap.
     with pytest.raises(BudgetExhausted):
-        resume_run("capped", settings=fast_settings(emulator, store_dir, 1024), progress=False)
+        resume_run(
+            "capped", settings=fast_settings(emulator, store_dir, 1024), wiring=RunWiring(progress=False)
+        )
     assert len(emulator.state.accounting.billed) >= first_calls
     assert CostLedger(store, "capped").totals()["usd"] <= cap
     assert ManifestStore(store).load("capped").phase == "budget_exhausted"
 
     done = resume_run(
-        "capped", settings=fast_settings(emulator, store_dir, 1024), max_cost_usd=5.0, progress=False
+        "capped",
+        settings=fast_settings(emulator, store_dir, 1024),
+        max_cost_usd=5.0,
+        wiring=RunWiring(progress=False),
     )
     assert done["phase"] == "done"
     n = len([t for t in truth if t["record"] == "document"])
@@ -144,7 +158,11 @@ def test_batch_budget_is_reserved_before_submitting(tmp_path: Path, emulator: An
     store = open_store(store_dir)
     tiny = fast_settings(emulator, store_dir, 1024, cost=CostSettings(max_cost_usd=0.001), chunk_size=5)
     with pytest.raises(BudgetExhausted):  # not even one chunk fits: nothing is submitted
-        run_extract(str(corpus), "invoices", mode="batch", run_id="b", settings=tiny, progress=False)
+        run_extract(
+            RunParams(str(corpus), "invoices", mode="batch", run_id="b"),
+            settings=tiny,
+            wiring=RunWiring(progress=False),
+        )
     assert emulator.state.accounting.received == 0
     assert ManifestStore(store).load("b").phase == "budget_exhausted"
 
@@ -154,7 +172,7 @@ def test_batch_budget_is_reserved_before_submitting(tmp_path: Path, emulator: An
             "b",
             settings=fast_settings(emulator, store_dir, 1024, chunk_size=5),
             max_cost_usd=cap,
-            progress=False,
+            wiring=RunWiring(progress=False),
         )
     billed = emulator.state.accounting.billed
     assert billed and all(b.batch for b in billed)
@@ -165,7 +183,10 @@ def test_batch_budget_is_reserved_before_submitting(tmp_path: Path, emulator: An
     assert went <= cap < went + left and "would pass its cap of $0.1200" in said
 
     done = resume_run(
-        "b", settings=fast_settings(emulator, store_dir, 1024, chunk_size=5), max_cost_usd=5.0, progress=False
+        "b",
+        settings=fast_settings(emulator, store_dir, 1024, chunk_size=5),
+        max_cost_usd=5.0,
+        wiring=RunWiring(progress=False),
     )
     assert done["phase"] == "done"
     assert_ledger_matches_emulator(store, "b", emulator)
@@ -230,7 +251,9 @@ def test_long_document_chunk_by_chunk_costs_match_emulator(tmp_path: Path, emula
         context=ContextSettings(budget_tokens=8000, document_budget_tokens=2000),
     )
 
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
 
     store = open_store(settings.store)
     assert outcomes_of(store, summary["run_id"])["inv-long.txt"]["state"] == "succeeded"
@@ -249,10 +272,12 @@ def test_repeated_integration_calls_after_resumes_are_recorded(tmp_path: Path, e
     corpus, _ = make_corpus(tmp_path, count=4, seed=8)
     emulator.state.faults.add(kind="schema_invalid", marker="per_file_results", count=10**6)
     settings = fast_settings(emulator, str(tmp_path / "store"))
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     first = len([b for b in emulator.state.accounting.billed if not b.batch])
     for _ in range(2):
-        resume_run(summary["run_id"], settings=settings, progress=False)
+        resume_run(summary["run_id"], settings=settings, wiring=RunWiring(progress=False))
     store = open_store(settings.store)
     assert len(emulator.state.accounting.billed) > first  # the resumes paid for integration again
     totals = assert_ledger_matches_emulator(store, summary["run_id"], emulator)

@@ -13,7 +13,7 @@ import pytest
 from checkpoints.store import open_store
 from docmill.settings import get_settings
 from flows.cli.main import main
-from tests.fixtures.emulator import fast_batches
+from tests.fixtures.emulator import fast_batches, sdk_client
 from tests.flows.helpers import make_corpus
 
 
@@ -102,12 +102,14 @@ def test_the_deadline_plans_from_the_pace_measured_as_soon_as_there_is_one(
     settings.api.requests_per_minute = 4000
     client = ModelClient(settings, base_url=emulator.base_url, api_key="test-key")
     store = open_store(settings.store)
-    ctx = RunContext(settings, store, recipe, "run-1", Endpoint(emulator.base_url, "test-key", True), client)
+    endpoint = Endpoint(emulator.base_url, "test-key", True)
+    sdk = sdk_client(emulator)
+    ctx = RunContext(recipe, "run-1", store, client, settings, endpoint=endpoint, sdk=sdk)
     before = measured_pace(ctx)
     assert before.requests_per_minute == 4000 and before.limit_source.startswith("configured")
     corpus, _ = make_corpus(tmp_path, count=1, seed=2)
     docs = [d for d in inventory(str(corpus), settings, doc_types=recipe.doc_types) if d.status == "ok"]
-    extract_chunk(docs[:1], recipe=recipe, run_id="run-1", store=store, client=client, settings=settings)
+    extract_chunk(docs[:1], ctx)
     after = measured_pace(ctx)
     assert after.requests_per_minute == 120 and after.limit_source == "stated by the API's headers"
     assert after.latency_source == "measured" and after.latency_seconds != before.latency_seconds

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from checkpoints.store import open_store
-from flows.run.entry import resume_run, run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, resume_run, run_extract
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of, settings_for, value
 
@@ -67,7 +68,9 @@ def check_conflicts(store: Any, run_id: str, truth: list[dict[str, Any]]) -> Non
 def test_local_run_matches_ground_truth_and_second_run_is_free(tmp_path: Path, emulator: Any) -> None:
     corpus, truth = make_corpus(tmp_path)
     settings = settings_for(emulator, str(tmp_path / "store"))
-    first = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    first = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     store = open_store(settings.store)
     check_against_truth(store, first["run_id"], truth)
     check_conflicts(store, first["run_id"], truth)
@@ -81,7 +84,9 @@ def test_local_run_matches_ground_truth_and_second_run_is_free(tmp_path: Path, e
     for ext in ("jsonl", "csv", "parquet"):
         assert store.exists(f"runs/{first['run_id']}/exports/results.{ext}")
 
-    second = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    second = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     assert second["run_id"] != first["run_id"]
     assert len(emulator.state.accounting.billed) == billed  # zero API calls the second time
     assert second["states"] == first["states"]
@@ -91,7 +96,9 @@ def test_local_run_matches_ground_truth_and_second_run_is_free(tmp_path: Path, e
 def test_s3_run_matches_ground_truth(tmp_path: Path, emulator: Any, s3_store_uri: str) -> None:
     corpus, truth = make_corpus(tmp_path, count=20, seed=11)
     settings = settings_for(emulator, s3_store_uri)
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     store = open_store(s3_store_uri)
     check_against_truth(store, summary["run_id"], truth)
     check_conflicts(store, summary["run_id"], truth)
@@ -114,12 +121,9 @@ def test_resume_after_a_crash_sends_nothing_twice(tmp_path: Path, emulator: Any)
 
     with pytest.raises(Crash):
         run_extract(
-            str(corpus),
-            "invoices",
+            RunParams(str(corpus), "invoices", run_id="crashy-run"),
             settings=settings,
-            run_id="crashy-run",
-            progress=False,
-            map_chunks=crash_after_two,
+            wiring=RunWiring(progress=False, map_chunks=crash_after_two),
         )
     billed_before = {r.body_sha256 for r in emulator.state.accounting.billed}
     assert billed_before
@@ -128,9 +132,15 @@ def test_resume_after_a_crash_sends_nothing_twice(tmp_path: Path, emulator: Any)
         from checkpoints.lease import Lease
 
         with Lease(open_store(settings.store), "crashy-run", "someone-else", ttl_seconds=60):
-            run_extract(str(corpus), "invoices", settings=settings, run_id="crashy-run", progress=False)
+            run_extract(
+                RunParams(str(corpus), "invoices", run_id="crashy-run"),
+                settings=settings,
+                wiring=RunWiring(progress=False),
+            )
 
-    summary = resume_run("crashy-run", store=settings.store, progress=False, settings=settings)
+    summary = resume_run(
+        "crashy-run", store=settings.store, settings=settings, wiring=RunWiring(progress=False)
+    )
     hashes = [r.body_sha256 for r in emulator.state.accounting.billed]
     assert len(hashes) == len(set(hashes)), "a request was billed twice"
     check_against_truth(open_store(settings.store), "crashy-run", truth)
@@ -149,14 +159,18 @@ def test_unchanged_source_run_again_makes_no_call(tmp_path: Path, emulator: Any,
     settings = settings_for(emulator, str(tmp_path / "store"), concurrency=16).model_copy(
         update={"batch": BatchSettings(poll_seconds=0.05, poll_max_seconds=0.2)}
     )
-    first = run_extract(str(corpus), "invoices", settings=settings, mode=mode, progress=False)
+    first = run_extract(
+        RunParams(str(corpus), "invoices", mode=mode), settings=settings, wiring=RunWiring(progress=False)
+    )
     store = open_store(settings.store)
     check_conflicts(store, first["run_id"], truth)
     assert first["integration"] == "complete"
     integration = store.get_json(f"runs/{first['run_id']}/integration.json")
     assert integration["calls"] >= 1 and integration["truncated"] == 0
     billed = len(emulator.state.accounting.billed)
-    again = run_extract(str(corpus), "invoices", settings=settings, mode=mode, progress=False)
+    again = run_extract(
+        RunParams(str(corpus), "invoices", mode=mode), settings=settings, wiring=RunWiring(progress=False)
+    )
     assert len(emulator.state.accounting.billed) == billed  # zero API calls, integration included
     assert again["cost_usd"] == 0.0 and again["integration"] == "complete"
     assert again["conflicts"] == first["conflicts"]
@@ -171,7 +185,9 @@ def test_auto_mode_takes_batches_above_threshold(tmp_path: Path, emulator: Any) 
     settings = settings_for(emulator, str(tmp_path / "store")).model_copy(
         update={"batch": BatchSettings(auto_threshold=10, poll_seconds=0.05, poll_max_seconds=0.2)}
     )
-    summary = run_extract(str(corpus), "invoices", settings=settings, mode="auto", progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices", mode="auto"), settings=settings, wiring=RunWiring(progress=False)
+    )
     store = open_store(settings.store)
     assert store.get_json(f"runs/{summary['run_id']}/manifest.json")["mode"] == "batch"
     check_against_truth(store, summary["run_id"], truth)

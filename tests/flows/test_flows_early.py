@@ -14,7 +14,8 @@ from checkpoints.outcomes import OutcomeLog
 from checkpoints.store import open_store
 from docmill.settings import BatchSettings, Settings
 from flows.run import early, guard
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tasks.batch import lifecycle
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, settings_for
@@ -30,7 +31,9 @@ def test_batches_created_early_are_followed_by_the_flow_run_and_sent_once(
     )
     store = open_store(settings.store)
     rid = run_extract(
-        str(corpus), "invoices", settings=settings, mode="batch", progress=False, submit_only=True
+        RunParams(str(corpus), "invoices", mode="batch", submit_only=True),
+        settings=settings,
+        wiring=RunWiring(progress=False),
     )["run_id"]
     records = BatchRecords(store, rid).load_all()
     assert [r.phase.value for r in records] in (["submitted"], ["ended"])  # created, not collected
@@ -40,7 +43,9 @@ def test_batches_created_early_are_followed_by_the_flow_run_and_sent_once(
 
     capsys.readouterr()
     summary = run_extract(
-        str(corpus), "invoices", settings=settings, mode="batch", run_id=rid, progress=False
+        RunParams(str(corpus), "invoices", mode="batch", run_id=rid),
+        settings=settings,
+        wiring=RunWiring(progress=False),
     )
     assert summary["run_id"] == rid and summary["phase"] == "done"
     assert "continuing run" not in capsys.readouterr().err  # the user started one run, not two

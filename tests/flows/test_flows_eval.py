@@ -18,7 +18,8 @@ from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import get_settings
 from flows.cli.main import main
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tasks.evaluate import groups_of, stratified_sample
 from tests.flows.helpers import make_corpus, settings_for
 
@@ -28,7 +29,9 @@ def test_eval_shows_a_bad_segment_and_samples_for_review(
 ) -> None:
     corpus, truth = make_corpus(tmp_path, count=30, seed=3)
     settings = settings_for(emulator, str(tmp_path / "store"))
-    run_id = run_extract(str(corpus), "invoices", settings=settings, progress=False)["run_id"]
+    run_id = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )["run_id"]
     labels = tmp_path / "labels.jsonl"
     labels.write_text("".join(json.dumps(t) + "\n" for t in truth))
     get_settings.cache_clear()

@@ -15,7 +15,8 @@ import pytest
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tasks.estimate import estimate_source
 from tests.fixtures.emulator import fast_batches
 from tests.fixtures.formats import make_mixed
@@ -41,7 +42,11 @@ def test_mixed_corpus_extracts_every_format_with_pages_and_a_true_estimate(
     est = estimate_source(str(tmp_path / "corpus"), "invoices", settings)
     assert est.sent_as == {"text": 7, "pdf": 1, "image": 3}
 
-    summary = run_extract(str(tmp_path / "corpus"), "invoices", settings=settings, progress=False, mode=mode)
+    summary = run_extract(
+        RunParams(str(tmp_path / "corpus"), "invoices", mode=mode),
+        settings=settings,
+        wiring=RunWiring(progress=False),
+    )
     store = open_store(settings.store)
     outcomes = outcomes_of(store, summary["run_id"])
     assert {d: o["state"] for d, o in outcomes.items()} == dict.fromkeys(sent, "succeeded")
@@ -82,6 +87,10 @@ def test_mixed_corpus_extracts_every_format_with_pages_and_a_true_estimate(
 
     # the same command again: every document from the ledger, nothing billed twice
     answers = len(emulator.state.accounting.billed)
-    again = run_extract(str(tmp_path / "corpus"), "invoices", settings=settings, progress=False, mode=mode)
+    again = run_extract(
+        RunParams(str(tmp_path / "corpus"), "invoices", mode=mode),
+        settings=settings,
+        wiring=RunWiring(progress=False),
+    )
     assert len(emulator.state.accounting.billed) == answers
     assert again["cost_usd"] == 0 or again["run_id"] == summary["run_id"]

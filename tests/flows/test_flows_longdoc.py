@@ -7,7 +7,8 @@ from typing import Any
 
 from checkpoints.store import open_store
 from docmill.settings import ContextSettings
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tests.flows.helpers import outcomes_of, settings_for
 
 
@@ -26,7 +27,9 @@ def test_long_document_is_split_extracted_and_merged_with_offsets(tmp_path: Path
     settings = settings_for(emulator, str(tmp_path / "store")).model_copy(
         update={"context": ContextSettings(document_budget_tokens=2000, budget_tokens=20000)}
     )
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     o = outcomes_of(open_store(settings.store), summary["run_id"])["deep/folder/long.txt"]
     assert o["state"] == "succeeded", (o.get("reason"), o.get("last_error"))
     assert o["output"]["invoice_number"]["value"] == "INV-7001"
@@ -68,7 +71,9 @@ def test_long_document_ledger_equals_the_bill_through_a_stall_and_a_dropped_stre
     settings = settings_for(emulator, str(tmp_path / "store"), timeout_seconds=1.2).model_copy(
         update={"context": ContextSettings(document_budget_tokens=2000, budget_tokens=20000)}
     )
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     store = open_store(settings.store)
     assert outcomes_of(store, summary["run_id"])["long.txt"]["state"] == "succeeded"
     assert stall.hits == 1 and drop.hits == 1

@@ -12,7 +12,8 @@ import pytest
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tasks.reporting.status import run_status, status_text
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of
@@ -42,7 +43,9 @@ def test_dated_model_in_answers_prices_on_every_path(tmp_path: Path, emulator: A
         fast_batches(emulator)
     corpus, _ = make_corpus(tmp_path, count=8, seed=4)
     settings = _settings(emulator, str(tmp_path / "store"), HAIKU, fallback_model=None)
-    summary = run_extract(str(corpus), "invoices", mode=mode, settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices", mode=mode), settings=settings, wiring=RunWiring(progress=False)
+    )
 
     store = open_store(settings.store)
     assert summary["phase"] == "done" and summary["states"]["failed"] == 0
@@ -60,7 +63,9 @@ def test_unknown_model_answers_are_kept_unpriced(tmp_path: Path, emulator: Any) 
     emulator.state.configure({"extra_models": {future: {"input": 2.0, "output": 10.0}}})
     corpus, _ = make_corpus(tmp_path, count=6, seed=4)
     settings = _settings(emulator, str(tmp_path / "store"), future, fallback_model=None)
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
 
     store = open_store(settings.store)
     run_id = summary["run_id"]

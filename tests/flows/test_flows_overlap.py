@@ -14,7 +14,8 @@ from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
 from docmill.errors import NotFound, RunOverlap
 from docmill.settings import Settings
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tests.flows.helpers import make_corpus, settings_for
 
 ELSEWHERE = "another-host:4242:abc123"  # a driver on another machine: alive while its lease is
@@ -46,7 +47,11 @@ def test_a_run_over_documents_a_live_run_covers_is_refused(
     _live_run(store, "nightly-a", settings, corpus if live_source == "same" else corpus.parent)
     billed = _billed(emulator)
     with pytest.raises(RunOverlap) as e:
-        run_extract(str(corpus), "invoices", settings=settings, run_id="nightly-b", progress=False)
+        run_extract(
+            RunParams(str(corpus), "invoices", run_id="nightly-b"),
+            settings=settings,
+            wiring=RunWiring(progress=False),
+        )
     assert "nightly-a" in e.value.one_line() and "twice" in e.value.one_line()
     assert _billed(emulator) == billed  # refused before anything was sent
     with pytest.raises(NotFound):
@@ -61,7 +66,9 @@ def test_runs_that_cannot_share_documents_go_ahead(rig: tuple[Path, Settings, An
         update={"api": settings.api.model_copy(update={"model": "claude-haiku-4-5"})}
     )
     _live_run(store, "other-model", other_model, corpus)
-    summary = run_extract(str(corpus), "invoices", settings=settings, run_id="mine", progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices", run_id="mine"), settings=settings, wiring=RunWiring(progress=False)
+    )
     assert summary["phase"] == "done"
     # finished: its marker is gone, the others' stay
     assert sorted(run_id for run_id, _ in ActiveRuns(store).items()) == ["other-folder", "other-model"]
@@ -70,7 +77,9 @@ def test_runs_that_cannot_share_documents_go_ahead(rig: tuple[Path, Settings, An
 def test_a_crashed_run_does_not_block_and_keeps_its_marker(rig: tuple[Path, Settings, Any]) -> None:
     corpus, settings, store = rig
     _live_run(store, "crashed", settings, corpus, clock=lambda: time.time() - 3600)  # lease expired
-    summary = run_extract(str(corpus), "invoices", settings=settings, run_id="next", progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices", run_id="next"), settings=settings, wiring=RunWiring(progress=False)
+    )
     assert summary["phase"] == "done"
     # the stopped run stays known (the same `docmill run` continues it); the finished one is gone
     assert [run_id for run_id, _ in ActiveRuns(store).items()] == ["crashed"]
@@ -80,7 +89,12 @@ def test_overlap_can_be_allowed(rig: tuple[Path, Settings, Any]) -> None:
     corpus, settings, store = rig
     _live_run(store, "live", settings, corpus)
     allowed = settings.model_copy(update={"allow_overlapping_runs": True})
-    assert run_extract(str(corpus), "invoices", settings=allowed, progress=False)["phase"] == "done"
+    assert (
+        run_extract(RunParams(str(corpus), "invoices"), settings=allowed, wiring=RunWiring(progress=False))[
+            "phase"
+        ]
+        == "done"
+    )
 
 
 def test_two_runs_that_marked_themselves_at_once_the_later_stops(rig: tuple[Path, Settings, Any]) -> None:
@@ -91,7 +105,9 @@ def test_two_runs_that_marked_themselves_at_once_the_later_stops(rig: tuple[Path
     runs = ActiveRuns(store)
     now = time.time()
     _live_run(store, "a", settings, corpus, clock=lambda: now)
-    ctx = RunContext(settings, store, None, "b", Endpoint(None, "", True))
+    ctx = RunContext(
+        None, "b", store, None, settings, endpoint=Endpoint(None, "", True), sdk=None
+    )  # the guard only
     mine = {"recipe": "invoices", "model": settings.api.model, "source": str(corpus)}
     _refuse_overlap(ctx, runs, {**mine, "started_at": now - 1}, marked=True)  # b was first: goes on
     with pytest.raises(RunOverlap):
@@ -136,13 +152,18 @@ def test_a_relative_source_is_compared_as_the_folder_it_names(
     _live_run(store, "absolute", settings, corpus)
     monkeypatch.chdir(corpus.parent)
     with pytest.raises(RunOverlap):
-        run_extract(f"./{corpus.name}/", "invoices", settings=settings, run_id="relative", progress=False)
+        run_extract(
+            RunParams(f"./{corpus.name}/", "invoices", run_id="relative"),
+            settings=settings,
+            wiring=RunWiring(progress=False),
+        )
 
 
 def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, Settings, Any]) -> None:
     """A run whose process died keeps its unfinished phase; status and runs say nobody drives it
     (and how to continue) instead of showing an ETA forever."""
-    from flows.run.entry import resume_run
+    from flows.run.context import RunParams
+    from flows.run.entry import RunWiring, resume_run
     from tasks.reporting.status import run_status, runs_table, status_text
 
     corpus, settings, store = rig
@@ -154,12 +175,9 @@ def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, 
 
     with pytest.raises(KeyboardInterrupt):
         run_extract(
-            str(corpus),
-            "invoices",
+            RunParams(str(corpus), "invoices", run_id="r1"),
             settings=settings,
-            run_id="r1",
-            progress=False,
-            map_chunks=crash_after_one,
+            wiring=RunWiring(progress=False, map_chunks=crash_after_one),
         )
     st = run_status(store, "r1")
     assert (st["phase"], st["driver"], st["eta_seconds"]) == ("per_file", "stopped", None)
@@ -175,7 +193,7 @@ def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, 
     assert "docmill resume" not in status_text(run_status(store, "r1"))
     store.delete("runs/r1/lease.json")
 
-    assert resume_run("r1", settings=settings, progress=False)["phase"] == "done"
+    assert resume_run("r1", settings=settings, wiring=RunWiring(progress=False))["phase"] == "done"
     assert run_status(store, "r1")["driver"] == "finished"
     assert next(line for line in runs_table(store) if line.startswith("r1 ")).split()[1:3] == [
         "done",

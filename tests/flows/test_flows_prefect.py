@@ -140,7 +140,8 @@ def test_resume_flow_sends_nothing_already_in_the_ledger(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
 ) -> None:
     from flows.orchestration.prefect_flows import resume
-    from flows.run.entry import run_extract
+    from flows.run.context import RunParams
+    from flows.run.entry import RunWiring, run_extract
 
     corpus, truth = make_corpus(tmp_path, count=20, seed=14)
 
@@ -151,12 +152,9 @@ def test_resume_flow_sends_nothing_already_in_the_ledger(
     settings = get_settings().model_copy(update={"chunk_size": 6})
     with pytest.raises(RuntimeError):
         run_extract(
-            str(corpus),
-            "invoices",
+            RunParams(str(corpus), "invoices", run_id="prefect-resume"),
             settings=settings,
-            run_id="prefect-resume",
-            progress=False,
-            map_chunks=die_after_one_chunk,
+            wiring=RunWiring(progress=False, map_chunks=die_after_one_chunk),
         )
     paid_before = {r.body_sha256 for r in emulator.state.accounting.billed}
     assert paid_before

@@ -21,7 +21,8 @@ from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, Settings, get_settings
 from flows.cli.main import main
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tests.fixtures.chromium import render
 from tests.fixtures.today import emulator_config
 from tests.flows.helpers import ROOT, make_corpus, outcomes_of, plant, value
@@ -41,7 +42,9 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session: An
     emulator.state.faults.add(kind="schema_invalid", marker="PLANTED-SCHEMA")
     emulator.state.faults.add(kind="refusal", marker="PLANTED-REFUSAL")
     settings = Settings(store=str(tmp / "store"), api=ApiSettings(base_url=emulator.base_url))
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     store = open_store(settings.store)
     return {
         "summary": summary,
@@ -65,7 +68,9 @@ def code_review_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session:
     settings = Settings(store=str(tmp / "store"), api=ApiSettings(base_url=emulator.base_url))
     try:
         summary = run_extract(
-            str(ROOT / "examples/codebase"), "code-review", settings=settings, progress=False
+            RunParams(str(ROOT / "examples/codebase"), "code-review"),
+            settings=settings,
+            wiring=RunWiring(progress=False),
         )
     finally:
         emulator.state.reset(emulator_config())

@@ -11,7 +11,8 @@ import anthropic
 
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tasks.api.client import ModelClient
 from tasks.conversation.pinned import PinnedFacts
 from tasks.conversation.task import ConversationTask
@@ -71,7 +72,9 @@ def test_every_request_docmill_sends_matches_the_sdk_types(tmp_path: Path, emula
         if mode == "batch":
             fast_batches(emulator)
         settings = Settings(store=str(tmp_path / mode), api=api, batch=fast)
-        run_extract(str(corpus), "invoices", mode=mode, settings=settings, progress=False)
+        run_extract(
+            RunParams(str(corpus), "invoices", mode=mode), settings=settings, wiring=RunWiring(progress=False)
+        )
     _long_task(emulator, open_store(str(tmp_path / "long")), "long")
     faults.add(kind="compaction_unavailable")  # the client-side summary path
     _long_task(emulator, open_store(str(tmp_path / "long2")), "long2")

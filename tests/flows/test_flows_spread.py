@@ -17,7 +17,8 @@ from checkpoints.shards import ShardTable, WorkerLog
 from checkpoints.store import open_store
 from docmill.settings import Settings, WorkerSettings
 from flows.orchestration.shard_worker import work_shards
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tests.flows.helpers import make_corpus, outcomes_of, settings_for
 
 
@@ -70,7 +71,9 @@ def test_spread_run_over_two_workers_matches_one_process(emulator: Any, tmp_path
     settings = _settings(emulator, tmp_path / "spread")
     launcher = ThreadLauncher(settings)
     summary = run_extract(
-        str(corpus), "invoices", settings=settings, workers=2, launcher=launcher, progress=False
+        RunParams(str(corpus), "invoices", workers=2),
+        settings=settings,
+        wiring=RunWiring(launcher=launcher, progress=False),
     )
     assert not launcher.errors, launcher.errors
     spread_billed = list(emulator.state.accounting.billed)
@@ -92,7 +95,9 @@ def test_spread_run_over_two_workers_matches_one_process(emulator: Any, tmp_path
     assert len({b.body_sha256 for b in spread_billed}) == len(spread_billed)
 
     one = run_extract(
-        str(corpus), "invoices", settings=settings_for(emulator, str(tmp_path / "one")), progress=False
+        RunParams(str(corpus), "invoices"),
+        settings=settings_for(emulator, str(tmp_path / "one")),
+        wiring=RunWiring(progress=False),
     )
     assert _outputs(tmp_path / "spread", run_id) == _outputs(tmp_path / "one", one["run_id"])
     assert summary["states"] == one["states"] and summary["documents"] == one["documents"]
@@ -117,7 +122,9 @@ def test_spread_shard_of_a_silent_worker_is_claimed_after_its_lease(emulator: An
 
     launcher.launch = launch_after_a_silent_claim  # type: ignore[method-assign]
     summary = run_extract(
-        str(corpus), "invoices", settings=settings, workers=2, launcher=launcher, progress=False
+        RunParams(str(corpus), "invoices", workers=2),
+        settings=settings,
+        wiring=RunWiring(launcher=launcher, progress=False),
     )
     assert not launcher.errors, launcher.errors
     assert summary["phase"] == "done" and time.time() >= silent_until[0]
@@ -149,7 +156,11 @@ def test_spread_same_command_after_the_driver_dies_continues_the_same_run(
 
     first.gone = gone_until_a_shard_is_done  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
-        run_extract(str(corpus), "invoices", settings=settings, workers=2, launcher=first, progress=False)
+        run_extract(
+            RunParams(str(corpus), "invoices", workers=2),
+            settings=settings,
+            wiring=RunWiring(launcher=first, progress=False),
+        )
     for thread in first.threads.values():
         thread.join(30)
     SHUTDOWN.reset()  # the workers' stop (as on their own Ctrl-C) belonged to that life
@@ -158,12 +169,9 @@ def test_spread_same_command_after_the_driver_dies_continues_the_same_run(
     assert 1 <= done_before < 4
 
     summary = run_extract(
-        str(corpus),
-        "invoices",
+        RunParams(str(corpus), "invoices", workers=2),
         settings=settings,
-        workers=2,
-        launcher=ThreadLauncher(settings),
-        progress=False,
+        wiring=RunWiring(launcher=ThreadLauncher(settings), progress=False),
     )
     assert summary["run_id"] == run_id and summary["phase"] == "done"
     assert ShardTable.generations(store, run_id) == [1]  # the same shards, continued
@@ -178,7 +186,8 @@ def test_spread_workers_share_the_cost_cap_and_never_pass_it(emulator: Any, tmp_
     from checkpoints.costs import CostLedger
     from checkpoints.inflight import InFlight
     from docmill.errors import BudgetExhausted
-    from flows.run.entry import resume_run
+    from flows.run.context import RunParams
+    from flows.run.entry import RunWiring, resume_run
 
     corpus, _ = make_corpus(tmp_path, count=24, seed=5)
     settings = _settings(emulator, tmp_path / "s")
@@ -186,7 +195,11 @@ def test_spread_workers_share_the_cost_cap_and_never_pass_it(emulator: Any, tmp_
     capped = settings.model_copy(update={"cost": settings.cost.model_copy(update={"max_cost_usd": cap})})
     launcher = ThreadLauncher(capped)
     with pytest.raises(BudgetExhausted):
-        run_extract(str(corpus), "invoices", settings=capped, workers=2, launcher=launcher, progress=False)
+        run_extract(
+            RunParams(str(corpus), "invoices", workers=2),
+            settings=capped,
+            wiring=RunWiring(launcher=launcher, progress=False),
+        )
     assert not launcher.errors, launcher.errors
     store = open_store(str(tmp_path / "s"))
     (run_id,) = [k.split("/")[1] for k in store.list("runs/") if k.endswith("/manifest.json")]
@@ -194,7 +207,10 @@ def test_spread_workers_share_the_cost_cap_and_never_pass_it(emulator: Any, tmp_
     assert 0 < spent <= cap
     assert sum(b.usd for b in emulator.state.accounting.billed) <= cap
     summary = resume_run(
-        run_id, settings=settings, max_cost_usd=1.0, progress=False, launcher=ThreadLauncher(settings)
+        run_id,
+        settings=settings,
+        max_cost_usd=1.0,
+        wiring=RunWiring(progress=False, launcher=ThreadLauncher(settings)),
     )
     assert summary["phase"] == "done"
     billed = Counter(b.body_sha256 for b in emulator.state.accounting.billed)
@@ -209,7 +225,9 @@ def test_spread_needs_the_shard_worker_deployment(
     corpus, _ = make_corpus(tmp_path, count=3, seed=1)
     settings = settings_for(emulator, str(tmp_path / "s"))
     with pytest.raises(InputError, match=r"shard-worker/shard-worker.*not registered"):
-        run_extract(str(corpus), "invoices", settings=settings, workers=2, progress=False)
+        run_extract(
+            RunParams(str(corpus), "invoices", workers=2), settings=settings, wiring=RunWiring(progress=False)
+        )
     assert emulator.state.accounting.received == 0
 
 
@@ -245,5 +263,9 @@ def test_cli_workers_with_a_deadline_is_refused_in_one_line_exit_2(
     assert not (tmp_path / "s" / "runs").exists()
     settings = Settings(store=str(tmp_path / "s"))
     with pytest.raises(InputError, match="cannot be combined"):
-        run_extract(str(corpus), "invoices", settings=settings, workers=2, finish_by="+2h", progress=False)
+        run_extract(
+            RunParams(str(corpus), "invoices", workers=2, finish_by="+2h"),
+            settings=settings,
+            wiring=RunWiring(progress=False),
+        )
     assert not (tmp_path / "s" / "runs").exists()

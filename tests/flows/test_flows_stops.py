@@ -120,7 +120,8 @@ def test_a_budget_stop_ends_the_flow_run_budget_spent_with_the_resume_line(
 def test_a_breaker_stop_leaves_a_report_naming_the_error_and_the_continue_command(
     tmp_path: Path, emulator: Any
 ) -> None:
-    from flows.run.entry import run_extract
+    from flows.run.context import RunParams
+    from flows.run.entry import RunWiring, run_extract
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=9)
     store_dir = str(tmp_path / "store")
@@ -130,11 +131,9 @@ def test_a_breaker_stop_leaves_a_report_naming_the_error_and_the_continue_comman
     )
     with pytest.raises(SystemicFailure):
         run_extract(
-            str(corpus),
-            "invoices",
-            run_id="brk-1",
+            RunParams(str(corpus), "invoices", run_id="brk-1"),
             settings=Settings(store=store_dir, api=api),
-            progress=False,
+            wiring=RunWiring(progress=False),
         )
     store = open_store(store_dir)
     md = store.get("runs/brk-1/report.md").decode()
@@ -146,7 +145,8 @@ def test_a_breaker_stop_leaves_a_report_naming_the_error_and_the_continue_comman
 def test_after_a_budget_stop_the_progress_bar_and_status_count_the_same(
     tmp_path: Path, emulator: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from flows.run.entry import run_extract
+    from flows.run.context import RunParams
+    from flows.run.entry import RunWiring, run_extract
     from tasks.reporting.status import run_status
 
     corpus, _ = make_corpus(tmp_path, count=30, seed=3)
@@ -154,7 +154,11 @@ def test_after_a_budget_stop_the_progress_bar_and_status_count_the_same(
     api = ApiSettings(base_url=emulator.base_url, max_tokens=1024, concurrency=4, backoff_max_seconds=0.02)
     settings = Settings(store=store_dir, api=api, cost=CostSettings(max_cost_usd=0.08), chunk_size=5)
     with pytest.raises(BudgetExhausted):
-        run_extract(str(corpus), "invoices", run_id="bar-1", settings=settings, progress=True)
+        run_extract(
+            RunParams(str(corpus), "invoices", run_id="bar-1"),
+            settings=settings,
+            wiring=RunWiring(progress=True),
+        )
     bars = re.findall(r"per-file pass \[[#.]+\] (\d+)/(\d+) docs", capsys.readouterr().err)
     assert bars, "no progress line"
     shown, total = map(int, bars[-1])

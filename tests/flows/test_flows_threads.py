@@ -8,7 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tests.flows.helpers import make_corpus, settings_for
 
 
@@ -23,7 +24,9 @@ def test_three_runs_in_one_process_leave_no_event_loop_thread_behind(tmp_path: P
     try:
         for n in range(3):
             settings = settings_for(emulator, str(tmp_path / f"store{n}"))
-            summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+            summary = run_extract(
+                RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+            )
             assert summary["phase"] == "done"
             assert run_threads() - before == set()
     finally:

@@ -9,7 +9,8 @@ from typing import Any
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, Settings
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tests.flows.helpers import make_corpus, plant
 
 
@@ -21,7 +22,9 @@ def test_timeout_after_sending_is_recorded_possibly_billed(tmp_path: Path, emula
         base_url=emulator.base_url, backoff_max_seconds=0.0, timeout_seconds=0.6, max_tokens=1024
     )
     settings = Settings(store=str(tmp_path / "store"), api=api)
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
 
     store = open_store(settings.store)
     entries = list(CostLedger(store, summary["run_id"]).entries())
@@ -47,7 +50,9 @@ def test_dropped_streams_on_the_per_file_path_are_retried_and_recorded(tmp_path:
     emulator.state.faults.add(kind="stream_drop", marker="PLANTED-EARLY-DROP", count=1)  # mid-content
     api = ApiSettings(base_url=emulator.base_url, stream_min_max_tokens=2048)
     settings = Settings(store=str(tmp_path / "store"), api=api)
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
 
     ledger = CostLedger(open_store(settings.store), summary["run_id"])
     unanswered = {e.doc_id: e for e in ledger.entries() if e.unanswered}

@@ -14,7 +14,8 @@ from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.models import THINKING_TOKENS_BY_EFFORT, min_cacheable_tokens
 from docmill.settings import ApiSettings, Settings
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tasks.estimate import estimate_source
 from tests.flows.helpers import make_corpus, settings_for
 
@@ -30,7 +31,9 @@ def test_prefix_below_the_cache_minimum_gets_no_reads_and_the_estimate_agrees(
     assert est.cached_tokens == 0
     assert any(f"below {model}'s minimum cacheable length" in line for line in est.lines())
 
-    summary = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     tokens = CostLedger(open_store(settings.store), summary["run_id"]).totals()["tokens"]
     assert tokens["cache_read_input_tokens"] == 0 and tokens["cache_creation_input_tokens"] == 0
 
@@ -52,7 +55,9 @@ def test_estimate_includes_integration_full_and_incremental(tmp_path: Path, emul
     assert f"thinking: {settings.api.model} thinks adaptively (effort low)" in text  # its cost is shown
     assert est.thinking_tokens == est.documents * THINKING_TOKENS_BY_EFFORT["low"]
 
-    first = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    first = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     store = open_store(settings.store)
     totals = CostLedger(store, first["run_id"]).totals()
     spent = totals["by_pass"]
@@ -66,6 +71,8 @@ def test_estimate_includes_integration_full_and_incremental(tmp_path: Path, emul
 
     ok = next(t["doc_id"] for t in truth if t["record"] == "document" and t["doc_id"].endswith(".txt"))
     shutil.copy(corpus / ok, corpus / "new-one.txt")
-    second = run_extract(str(corpus), "invoices", settings=settings, progress=False)
+    second = run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )
     spent = CostLedger(store, second["run_id"]).totals()["by_pass"]
     assert 0.3 < est.integration.usd(1, incremental=True) / spent["integration"] < 3

@@ -40,8 +40,10 @@ def engine_run(
 ) -> None:
     """One run of the batch pass over `corpus`; outcomes written as JSON lines to `out`."""
     from docmill.settings import Settings
+    from tasks.api.client import ModelClient
     from tasks.batch.engine import run_batches
     from tasks.inventory import inventory
+    from tasks.per_file.scope import RunScope
     from tasks.recipes import load_recipe
     from tests.fixtures.emulator import sdk_client
 
@@ -52,11 +54,14 @@ def engine_run(
     recipe = load_recipe("invoices")
     outcomes = run_batches(
         inventory(str(corpus), settings, doc_types=recipe.doc_types),
-        recipe=recipe,
-        run_id="crash-run",
-        store=open_store(store),
-        client=sdk_client(_Emu()),  # type: ignore[arg-type]
-        settings=settings,
+        RunScope(
+            recipe,
+            "crash-run",
+            open_store(store),
+            ModelClient(settings, base_url=_Emu.base_url, api_key="k"),
+            settings,
+        ),
+        sdk_client(_Emu()),  # type: ignore[arg-type]
         clock=clock,
         sleep=sleep,
     )

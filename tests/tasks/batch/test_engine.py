@@ -29,6 +29,7 @@ from tasks.batch.spool import BatchBody, request_line
 from tasks.inventory import Document, inventory
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.requests import FILE_PASS, file_key, file_params
+from tasks.per_file.scope import RunScope
 from tasks.recipes import load_recipe
 from tests.fixtures.emulator import sdk_client
 
@@ -68,6 +69,7 @@ class Rig:
         self.store = open_store(uri)
         self.recipe = load_recipe("invoices")
         self.client = sdk_client(emulator)
+        self.repairs = ModelClient(self.settings, base_url=emulator.base_url, api_key="test-key")
         self.events: list[dict[str, Any]] = []
         self.run_id = "run-1"
 
@@ -89,15 +91,17 @@ class Rig:
         return list(
             run_batches(
                 self.docs() if docs is None else docs,
-                recipe=self.recipe,
-                run_id=self.run_id,
-                store=self.store,
-                client=self.client,
-                settings=self.settings,
+                RunScope(
+                    self.recipe,
+                    self.run_id,
+                    self.store,
+                    kw.get("model_client") or self.repairs,
+                    self.settings,
+                ),
+                self.client,
                 clock=self.em.state.clock.now,
                 sleep=self.em.state.clock.advance,
                 on_progress=progress,
-                model_client=kw.get("model_client"),
             )
         )
 
@@ -295,7 +299,7 @@ def test_repairs_can_go_realtime_and_a_crash_does_not_resend_them(
             rig.run(model_client=ModelClient(rig.settings, base_url=emulator.base_url, api_key="test-key"))
     finally:
         batch_lifecycle.HOOK = None
-    outcomes = by_key(rig.run())  # resume; the engine builds its own ModelClient
+    outcomes = by_key(rig.run())  # resume, with another ModelClient
     assert outcomes[key].state is DocState.SUCCEEDED and outcomes[key].attempts == 2
     assert len(rig.records().load_all()) == 1  # no second batch round
     from checkpoints.inflight import InFlight

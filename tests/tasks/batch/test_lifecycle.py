@@ -42,7 +42,8 @@ def test_batch_create_sends_content_length_through_a_proxy_that_refuses_chunked(
     emulator: Any, tmp_path: Any
 ) -> None:
     from docmill.settings import ApiSettings, BatchSettings
-    from flows.run.entry import run_extract
+    from flows.run.context import RunParams
+    from flows.run.entry import RunWiring, run_extract
     from tests.flows.helpers import make_corpus
 
     emulator.state.configure({"reject_chunked_bodies": True, "record_requests": True})
@@ -53,7 +54,9 @@ def test_batch_create_sends_content_length_through_a_proxy_that_refuses_chunked(
         api=ApiSettings(base_url=emulator.base_url),
         batch=BatchSettings(poll_seconds=0.02, poll_max_seconds=0.05),
     )
-    summary = run_extract(str(corpus), "invoices", mode="batch", settings=settings, progress=False)
+    summary = run_extract(
+        RunParams(str(corpus), "invoices", mode="batch"), settings=settings, wiring=RunWiring(progress=False)
+    )
     assert summary["phase"] == "done" and summary["states"]["failed"] == 0
     creates = [r for r in emulator.state.accounting.requests if r.path == "/v1/messages/batches"]
     assert creates and emulator.state.accounting.errors_by_status == {}  # no 411, no length mismatch

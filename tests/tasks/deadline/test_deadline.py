@@ -24,6 +24,7 @@ from tasks.inventory import Document, inventory
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.realtime import extract_chunk
 from tasks.per_file.requests import file_key, file_params
+from tasks.per_file.scope import RunScope
 from tasks.recipes import load_recipe
 from tests.fixtures.emulator import sdk_client
 from tests.tasks.batch.test_engine import make_corpus
@@ -58,6 +59,7 @@ class Run:
             d for d in inventory(str(corpus), self.settings, doc_types=RECIPE.doc_types) if d.status == "ok"
         ]
         self.client = ModelClient(self.settings, base_url=emulator.base_url, api_key="test-key")
+        self.scope = RunScope(RECIPE, "run-1", self.store, self.client, self.settings)
         self.realtime_sent: list[tuple[float, str]] = []  # (virtual time, key) of each realtime document
 
     def key(self, doc: Document) -> str:
@@ -66,23 +68,17 @@ class Run:
     def realtime(self, docs: list[Document]) -> Iterator[DocOutcome]:
         now = self.em.state.clock.now()
         self.realtime_sent += [(now, self.key(d)) for d in docs]
-        yield from extract_chunk(
-            docs, recipe=RECIPE, run_id="run-1", store=self.store, client=self.client, settings=self.settings
-        )
+        yield from extract_chunk(docs, self.scope)
 
     def run(self) -> list[DocOutcome]:
         self.start = self.em.state.clock.now()
         return list(
             run_deadline(
                 self.docs,
+                self.scope,
+                sdk_client(self.em),
                 expected=len(self.docs),
                 deadline=self.start + DEADLINE,
-                recipe=RECIPE,
-                run_id="run-1",
-                store=self.store,
-                client=sdk_client(self.em),
-                model_client=self.client,
-                settings=self.settings,
                 realtime=self.realtime,
                 requests_per_minute=600,
                 clock=self.em.state.clock.now,

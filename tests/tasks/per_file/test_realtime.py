@@ -21,6 +21,7 @@ from tasks.inventory import Document, inventory
 from tasks.per_file.outcome import DocState
 from tasks.per_file.realtime import extract_chunk
 from tasks.per_file.requests import FILE_PASS, file_key, file_params, file_request
+from tasks.per_file.scope import RunScope
 from tasks.recipes import load_recipe
 from tests.fixtures.clock import FakeTime
 
@@ -67,14 +68,8 @@ class Harness:
         return list(inventory(str(self.src), self.settings, doc_types=RECIPE.doc_types))
 
     def run(self, docs: list[Document] | None = None, run_id: str = "run1") -> dict[str, Any]:
-        outcomes = extract_chunk(
-            docs if docs is not None else self.docs(),
-            recipe=RECIPE,
-            run_id=run_id,
-            store=self.store,
-            client=self.client,
-            settings=self.settings,
-        )
+        scope = RunScope(RECIPE, run_id, self.store, self.client, self.settings)
+        outcomes = extract_chunk(docs if docs is not None else self.docs(), scope)
         return {o.doc_id: o for o in outcomes}
 
     def key(self, doc_id: str) -> str:
@@ -348,12 +343,13 @@ from tasks.inventory import inventory
 from tasks.api.client import ModelClient
 from tasks.recipes import load_recipe
 from tasks.per_file.realtime import extract_chunk
+from tasks.per_file.scope import RunScope
 src, store, base_url = sys.argv[1:4]
 settings = Settings(api={"concurrency": 4, "model": "claude-sonnet-4-6"})  # the harness's PRIMARY
 recipe = load_recipe("invoices")
 docs = list(inventory(src, settings, doc_types=recipe.doc_types))
 client = ModelClient(settings, base_url=base_url, api_key="test-key")
-extract_chunk(docs, recipe=recipe, run_id="run1", store=open_store(store), client=client, settings=settings)
+extract_chunk(docs, RunScope(recipe, "run1", open_store(store), client, settings))
 """
 
 
