@@ -12,7 +12,10 @@ inventory cache fill); then, side by side, in alternating order per repeat:
   least any inventory can do without trusting file stamps);
 - no-prefect: the same `docmill run ... --no-prefect` again (a new run, every answer in the ledger);
 - prefect: the same through Prefect (the CLI's default: a temporary server, unless PREFECT_API_URL
-  names a running one).
+  names a running one);
+- base (with --base DIR, a checkout of another commit, e.g. `git worktree add /tmp/base main`): that
+  checkout's `docmill run ... --no-prefect` on the same store with this venv, for a ratio of the two
+  measured side by side.
 Printed: wall and CPU seconds (the process and the children it waited for) of each, and the ratios
 the targets are stated in: no-prefect / read+hash (target <= 15) and prefect - no-prefect (target
 <= 8 s). The machine's load average is printed too: on a shared machine the ratio measured in one
@@ -51,12 +54,12 @@ print(n, time.perf_counter() - start)
 """
 
 
-def timed(cmd: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
+def timed(cmd: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT) -> dict[str, Any]:
     """Wall and CPU seconds of one command (CPU: it and the children it waited for)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with log.open("w") as out:
-        rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+        rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=cwd).returncode
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="measurements of each, alternating order")
     p.add_argument("--no-prefect-only", action="store_true", help="skip the run through Prefect")
     p.add_argument("--clock-speed", type=float, default=60.0, help="emulator virtual s per real s")
+    p.add_argument("--base", type=Path, help="a checkout of another commit, run --no-prefect side by side")
     a = p.parse_args(argv)
     work = a.workdir or Path(tempfile.mkdtemp(prefix="docmill-nightly-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -99,17 +103,22 @@ def main(argv: list[str] | None = None) -> int:
     }
     run = [str(ROOT / ".venv" / "bin" / "docmill"), "run", str(corpus), "--recipe", "invoices"]
     run += ["--mode", "batch", "--store", str(store)]
-    results: dict[str, list[dict[str, Any]]] = {"read+hash": [], "no-prefect": [], "prefect": []}
+    results: dict[str, list[dict[str, Any]]] = {"read+hash": [], "no-prefect": [], "prefect": [], "base": []}
+    base_run = [sys.executable, "-m", "flows.cli", *run[1:], "--no-prefect"]
+    base_env = {**env, "PYTHONPATH": str(a.base)} if a.base else env
     try:
         first = timed([*run, "--no-prefect"], env, work / "first.log")
         if first["rc"] not in (0, 6):  # 6: the integration pass was partial
             raise SystemExit(f"the first run failed (rc {first['rc']}): see {first['log']}")
         order = ["read+hash", "no-prefect"] + ([] if a.no_prefect_only else ["prefect"])
+        order += ["base"] if a.base else []
         for r in range(a.repeat):
             for who in order if r % 2 == 0 else order[::-1]:
                 log = work / f"{who}-{r}.log"
                 if who == "read+hash":
                     results[who].append(read_hash(corpus, log))
+                elif who == "base":
+                    results[who].append(timed(base_run, base_env, log, cwd=a.base))
                 else:
                     results[who].append(
                         timed(run + (["--no-prefect"] if who == "no-prefect" else []), env, log)
@@ -121,20 +130,23 @@ def main(argv: list[str] | None = None) -> int:
         got = [r[key] for r in results[who] if r.get("rc") == first["rc"]]  # as the answered run ended
         return round(statistics.median(got), 2) if got else None
 
-    base, plain, pf = (
+    base, plain, pf, other = (
         median("read+hash", "wall_s"),
         median("no-prefect", "wall_s"),
         median("prefect", "wall_s"),
+        median("base", "wall_s"),
     )
     report = {
         "corpus": origin,
         "files": results["read+hash"][0]["files"] if results["read+hash"] else None,
         "first_run": first,
         "runs": results,
-        "median_wall_s": {"read+hash": base, "no-prefect": plain, "prefect": pf},
+        "median_wall_s": {"read+hash": base, "no-prefect": plain, "prefect": pf, "base": other},
         "median_cpu_s": {k: median(k, "cpu_s") for k in results},
         "no-prefect / read+hash": round(plain / base, 1) if plain and base else None,
         "prefect - no-prefect (s)": round(pf - plain, 1) if pf and plain else None,
+        "no-prefect / base": round(plain / other, 2) if plain and other else None,
+        "base_checkout": str(a.base) if a.base else None,
         "load_average": [round(x, 1) for x in os.getloadavg()],
         "cpus": os.cpu_count(),
         "bytecode_cached": os.environ.get("PYTHONDONTWRITEBYTECODE") is None,

@@ -4,6 +4,12 @@ The per-file pass writes one file per chunk when the chunk is done; a resume ski
 `chunks_done()`. A chunk holding a `retryable` outcome (a transient failure, invariant 12) also has a
 `<chunk_id>.retry` marker (written before the chunk, removed after a write without one), so it is
 not done: a resume or a continued run redoes it, its finished documents as free ledger hits. (Per-document results live in the results ledger; these files are the run's view.)
+
+`ChunkIndex` (`unchanged/<digest>.json`, shared by runs): where a finished outcome chunk lives, by the
+digest of what decided it (its documents' inventory records and per-file keys), so a later run whose
+chunk has the same digest takes that chunk's outcomes instead of looking every document up again
+(tasks.per_file.unchanged). A hint, never the truth: the chunk it names is checked document by
+document before it is used, and a missing one is simply not used.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from typing import Any
 
 from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore
+from docmill.errors import NotFound
 
 SUFFIX = ".json"
 RETRY = ".retry"
+INDEX_PREFIX = "unchanged/"
 
 
 class OutcomeLog:
@@ -35,6 +43,21 @@ class OutcomeLog:
             self.store.put_json(marker, {"chunk_id": chunk_id})
         self.store.put_json(self._key(chunk_id), {"chunk_id": chunk_id, "outcomes": list(outcomes)})
         if not retry and self.store.exists(marker):
+            self.store.delete(marker)
+
+    def raw_chunk(self, chunk_id: str) -> bytes | None:
+        """The stored bytes of a finished chunk's file (None when there is none)."""
+        try:
+            return self.store.get(self._key(chunk_id))
+        except NotFound:
+            return None
+
+    def put_raw_chunk(self, chunk_id: str, data: bytes) -> None:
+        """Record a finished chunk as the bytes of a chunk file read from another run with the same
+        chunk id and no retryable outcome (`write_chunk` without encoding it again)."""
+        self.store.put(self._key(chunk_id), data)
+        marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
+        if self.store.exists(marker):
             self.store.delete(marker)
 
     def read_chunk(self, chunk_id: str) -> list[dict[str, Any]] | None:
@@ -61,3 +84,24 @@ class OutcomeLog:
                 data = self.store.get_json_or_none(key)
                 if isinstance(data, dict):
                     yield from data.get("outcomes") or []
+
+
+class ChunkIndex:
+    """`unchanged/<digest>.json` -> {"run_id", "chunk_id"}: a finished outcome chunk decided by
+    `digest` (put replaces: any writer's pointer names a chunk that was true for the digest)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    def _key(self, digest: str) -> str:
+        return f"{INDEX_PREFIX}{safe_segment(digest)}{SUFFIX}"
+
+    def get(self, digest: str) -> tuple[str, str] | None:
+        """(run id, chunk id) of a chunk recorded under `digest`, or None."""
+        data = self.store.get_json_or_none(self._key(digest))
+        if not isinstance(data, dict) or not data.get("run_id") or not data.get("chunk_id"):
+            return None
+        return str(data["run_id"]), str(data["chunk_id"])
+
+    def put(self, digest: str, run_id: str, chunk_id: str) -> None:
+        self.store.put_json(self._key(digest), {"run_id": run_id, "chunk_id": chunk_id})

@@ -38,6 +38,8 @@ from flows.run.passes import BatchPass, FilePass, MapChunks, RealtimePass, per_f
 from tasks.integration.run import integrate
 from tasks.inventory import inventory, source_is_empty
 from tasks.known_files import known_files
+from tasks.per_file.settle import Pass
+from tasks.per_file.unchanged import remember_chunks, reuse_unchanged
 from tasks.reporting.report import write_report
 from tasks.reporting.summary import summarize
 
@@ -218,9 +220,13 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
     chunk_ids = write_inventory(ctx, params.source)
     file_pass = choose_pass(ctx, params, map_chunks=map_chunks)
     ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.PER_FILE, chunks=len(chunk_ids))
+    # chunks whose documents and keys a finished chunk of an earlier run had: its outcomes, whole
+    unchanged = Pass.of(ctx)
+    _, digests = reuse_unchanged(unchanged, chunk_ids)
     per_file_pass(ctx, file_pass, chunk_ids, progress)
     if params.submit_only:  # batches created; the flow run continues from here (flows.run.early)
         return {"run_id": ctx.run_id, "phase": "submitted", "mode": recorded(file_pass.kind)}
+    remember_chunks(unchanged, digests)
     outcomes = all_outcomes(ctx)
     summary = summarize(outcomes)
     ManifestStore(ctx.store).set_phase(

@@ -17,7 +17,7 @@ from docmill.errors import DocmillError
 from docmill.settings import Settings
 from tasks.recipes import load_recipe
 from tasks.records import Conflict, IntegrationResult, ReviewItem
-from tasks.reporting.exports import export_rows, to_csv, to_jsonl, to_parquet
+from tasks.reporting.export_files import write_exports
 from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
 from tasks.reporting.pages import report_pages
@@ -147,12 +147,7 @@ def write_report(
     shown, extra["unlisted"] = listed(outcomes, most)
     # pages of the listed documents only: a nightly does not render what it did not touch
     extra["pages"] = report_pages(store, run_id, shown)
-    keys = {
-        "report.md": f"{base}/report.md",
-        "report.html": f"{base}/report.html",
-        "jsonl": f"{base}/exports/results.jsonl",
-        "csv": f"{base}/exports/results.csv",
-    }
+    keys = {"report.md": f"{base}/report.md", "report.html": f"{base}/report.html"}
     store.put(
         keys["report.md"],
         markdown(
@@ -161,11 +156,5 @@ def write_report(
     )
     html = html_report(manifest, outcomes, integration, costs, review, entries, extra=extra, listed=shown)
     store.put(keys["report.html"], html.encode())
-    rows = export_rows(outcomes)
-    store.put(keys["jsonl"], to_jsonl(outcomes))
-    store.put(keys["csv"], to_csv(rows))
-    parquet = to_parquet(rows)
-    if parquet is not None:
-        keys["parquet"] = f"{base}/exports/results.parquet"
-        store.put(keys["parquet"], parquet)
+    keys.update(write_exports(store, base, outcomes))  # copied when the results did not change
     return keys

@@ -1,0 +1,131 @@
+"""Chunks whose documents did not change take a finished chunk's outcomes whole.
+
+A chunk's outcomes are decided by its documents' inventory records and their per-file idempotency
+keys: a key names a result in the ledger, written once (invariant 1), and a document without a key
+(skipped by the inventory) gets its outcome from its record alone. So a chunk whose `chunk_digest`
+(records and keys) equals that of a finished chunk of an earlier run has, document for document,
+the outcomes that chunk recorded, as ledger hits. `reuse_unchanged` writes those as this run's
+outcome file of the chunk, before the per-file pass (which then skips it as done), instead of one
+ledger read, one outcome built and validated per document; `remember_chunks` records the chunks a
+run finished for the next run (checkpoints.outcomes.ChunkIndex).
+
+The earlier chunk is a hint checked before it is used: same documents in the same order, the same
+key per document, nothing retryable, and an outcome that did not come from the ledger (a document
+answered in that run) replaced by its ledger record, or the chunk is not used (a result held for
+review by the cost guard or a failure with no ledger record is decided again). Documents that need
+review are queued for review in this run, as a ledger hit is. A file changed in place has another
+sha256, hence another key and digest, and is read and sent as usual.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from checkpoints.chunks import InventoryChunks
+from checkpoints.keys import content_hash
+from checkpoints.outcomes import ChunkIndex, OutcomeLog
+from checkpoints.store import loads_json
+from docmill.logs import get_logger
+from tasks.document import Document
+from tasks.per_file.outcome import DocOutcome, DocState
+from tasks.per_file.requests import FILE_PASS, file_key, file_params
+from tasks.per_file.settle import Pass, enqueue_review
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+log = get_logger("unchanged")
+
+
+def chunk_digest(p: Pass, docs: list[dict[str, Any]]) -> tuple[str, list[str | None]]:
+    """The digest of what decides a chunk's outcomes (its inventory records and each document's
+    per-file key; None for a document the inventory skipped for its own sake) and the keys."""
+    model, params = p.model, file_params(p.settings)
+    keys: list[str | None] = []
+    for d in docs:
+        doc = Document.model_validate(d)
+        keyed = doc.status == "ok" or doc.duplicate_of  # a duplicate takes its original's result
+        keys.append(file_key(p.recipe, doc, model, params) if keyed else None)
+    return content_hash({"pass": FILE_PASS, "docs": docs, "keys": keys}), keys
+
+
+def reusable(
+    p: Pass, docs: list[dict[str, Any]], keys: list[str | None], old: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], bool] | None:
+    """An earlier chunk's outcomes as this run's (and whether any had to change: answered then, a
+    ledger hit now), or None when that chunk does not hold what this run would decide."""
+    if len(old) != len(docs):
+        return None
+    out: list[dict[str, Any]] = []
+    changed = False
+    for d, key, o in zip(docs, keys, old, strict=True):
+        if o.get("doc_id") != d.get("doc_id") or o.get("key") != key or o.get("retryable"):
+            return None
+        if key is not None and not o.get("from_ledger"):
+            stored = p.ledger.get(FILE_PASS, key)
+            if stored is None:  # held by the cost guard, or a failure not in the ledger: decided again
+                return None
+            o = DocOutcome.from_record(stored, doc_id=str(d["doc_id"])).model_dump(mode="json")
+            changed = True
+        out.append(o)
+    return out, changed
+
+
+def reuse_chunk(
+    p: Pass, index: ChunkIndex, cid: str, docs: list[dict[str, Any]], digest: str, keys: list[str | None]
+) -> bool:
+    """Write this run's outcome file of chunk `cid` from an earlier run's chunk with the same digest;
+    False (nothing written) when there is none or it does not hold."""
+    ref = index.get(digest)
+    if ref is None:
+        return False
+    raw = OutcomeLog(p.store, ref[0]).raw_chunk(ref[1])
+    if raw is None:  # that run's files are gone
+        return False
+    data = loads_json(raw)
+    old = data.get("outcomes") if isinstance(data, dict) else None
+    got = reusable(p, docs, keys, old) if isinstance(old, list) else None
+    if got is None:
+        return False
+    records, changed = got
+    for d, o in zip(docs, records, strict=True):  # queued for review again, as a ledger hit is
+        if o.get("state") == DocState.NEEDS_REVIEW.value:
+            enqueue_review(p, Document.model_validate(d), DocOutcome.model_validate(o))
+    log_ = OutcomeLog(p.store, p.run_id)
+    if changed or data.get("chunk_id") != cid:
+        log_.write_chunk(cid, records)
+    else:  # the same bytes this run would write: not encoded again
+        log_.put_raw_chunk(cid, raw)
+    return True
+
+
+def reuse_unchanged(p: Pass, chunk_ids: Iterable[str]) -> tuple[set[str], dict[str, str]]:
+    """Chunks of run `p.run_id` without an outcome file that take an earlier run's outcomes
+    (`reuse_chunk`), and every chunk's digest (for `remember_chunks`)."""
+    chunks, index = InventoryChunks(p.store, p.run_id), ChunkIndex(p.store)
+    done = OutcomeLog(p.store, p.run_id).chunks_done()
+    reused: set[str] = set()
+    digests: dict[str, str] = {}
+    for cid in chunk_ids:
+        docs = chunks.load(cid)
+        digest, keys = chunk_digest(p, docs)
+        if cid not in done and reuse_chunk(p, index, cid, docs, digest, keys):
+            reused.add(cid)
+        else:
+            digests[cid] = digest
+    if reused:
+        log.info("%d chunk(s) unchanged since an earlier run: outcomes taken whole", len(reused))
+    return reused, digests
+
+
+def remember_chunks(p: Pass, digests: dict[str, str]) -> int:
+    """Record this run's finished chunks (those of `digests`: computed, not taken) for later runs;
+    returns how many."""
+    done = OutcomeLog(p.store, p.run_id).chunks_done()
+    index = ChunkIndex(p.store)
+    n = 0
+    for cid, digest in digests.items():
+        if cid in done:
+            index.put(digest, p.run_id, cid)
+            n += 1
+    return n

@@ -1,0 +1,127 @@
+"""Chunks whose documents did not change take a finished chunk's outcomes whole (tasks.per_file.unchanged):
+the same outcomes a pass over the ledger gives, and never for a chunk whose documents, keys or
+outcomes say otherwise (a file changed in place, a retryable failure, a result held for review)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoints.chunks import InventoryChunks
+from checkpoints.outcomes import OutcomeLog
+from checkpoints.review_queue import ReviewQueue
+from checkpoints.store import ObjectStore, open_store
+from docmill.settings import Settings
+from flows.run.entry import run_extract
+from tasks.per_file.outcome import DocOutcome
+from tasks.per_file.requests import FILE_PASS
+from tasks.per_file.settle import Pass
+from tasks.per_file.unchanged import remember_chunks, reuse_unchanged
+from tasks.recipes import load_recipe
+from tests.flows.helpers import make_corpus, settings_for
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory, _emulator_session: Any) -> tuple[Path, str]:
+    """One finished realtime run over 12 invoices in chunks of 4 (taken once): its store and id."""
+    tmp = tmp_path_factory.mktemp("unchanged")
+    corpus, _ = make_corpus(tmp, count=12, seed=4)
+    settings = settings_for(_emulator_session, str(tmp / "store")).model_copy(update={"chunk_size": 4})
+    return tmp / "store", run_extract(str(corpus), "invoices", settings=settings, progress=False)["run_id"]
+
+
+def answered(tmp_path: Path, finished: tuple[Path, str]) -> tuple[Settings, ObjectStore, str, list[str]]:
+    """A copy of the finished run's store: settings, store, the run's id and chunks."""
+    shutil.copytree(finished[0], tmp_path / "store")
+    settings = Settings(store=str(tmp_path / "store"), chunk_size=4)
+    store = open_store(settings.store)
+    chunks = list((InventoryChunks(store, finished[1]).done() or {})["chunks"])
+    return settings, store, finished[1], chunks
+
+
+def new_run(store: ObjectStore, settings: Settings, earlier: str, run_id: str) -> Pass:
+    """A later run over the same inventory (its chunks copied from `earlier`)."""
+    old, new = InventoryChunks(store, earlier), InventoryChunks(store, run_id)
+    ids = list((old.done() or {})["chunks"])
+    for cid in ids:
+        new.put(cid, old.load(cid))
+    new.finish(ids, sum(len(old.load(c)) for c in ids))
+    return Pass(load_recipe("invoices"), run_id, store, None, settings)  # type: ignore[arg-type]
+
+
+def test_an_unchanged_run_takes_every_chunk_with_the_outcomes_of_ledger_hits(
+    tmp_path: Path, finished: tuple[Path, str]
+) -> None:
+    settings, store, first, chunks = answered(tmp_path, finished)
+    p = new_run(store, settings, first, "second")
+    reused, digests = reuse_unchanged(p, chunks)
+    assert reused == set(chunks) and digests == {}  # the finished run recorded every chunk
+    before = {o["doc_id"]: o for o in OutcomeLog(store, first).all()}
+    after = list(OutcomeLog(store, "second").all())
+    assert sorted(o["doc_id"] for o in after) == sorted(before)
+    for o in after:  # what a pass over the ledger gives: the stored result, as a ledger hit
+        if o["key"] is None:
+            assert o == before[o["doc_id"]]  # skipped by the inventory: from its record alone
+            continue
+        stored = p.ledger.get(FILE_PASS, o["key"])
+        assert stored is not None
+        hit = DocOutcome.from_record(stored, doc_id=o["doc_id"]).model_dump(mode="json")
+        assert o == {
+            **hit,
+            "reason": before[o["doc_id"]]["reason"],
+        }  # a duplicate's reason names its original
+    review = {r["doc_id"] for r in ReviewQueue(store, "second").list()}
+    assert review == {o["doc_id"] for o in after if o["state"] == "needs_review"}
+    # a third run takes the second's bytes as they are (nothing changed since)
+    p3 = new_run(store, settings, first, "third")
+    assert reuse_unchanged(p3, chunks)[0] == set(chunks)
+    assert [OutcomeLog(store, "third").raw_chunk(c) for c in chunks] == [
+        OutcomeLog(store, "second").raw_chunk(c) for c in chunks
+    ]
+
+
+def test_a_file_changed_in_place_leaves_its_chunk_to_the_pass(
+    tmp_path: Path, finished: tuple[Path, str]
+) -> None:
+    settings, store, first, chunks = answered(tmp_path, finished)
+    p = new_run(store, settings, first, "second")
+    inv = InventoryChunks(store, "second")
+    docs = inv.load(chunks[1])
+    i = next(n for n, d in enumerate(docs) if d["status"] == "ok" and not d.get("duplicate_of"))
+    docs[i] = {**docs[i], "sha256": "0" * 64}  # the inventory saw other bytes: another key
+    inv.put(chunks[1], docs)
+    reused, digests = reuse_unchanged(p, chunks)
+    assert chunks[1] not in reused and reused == set(chunks) - {chunks[1]}
+    assert set(digests) == {chunks[1]}
+    assert chunks[1] not in OutcomeLog(store, "second").chunks_done()  # the per-file pass decides it
+
+
+def test_a_chunk_holding_what_the_ledger_does_not_is_decided_again(
+    tmp_path: Path, finished: tuple[Path, str]
+) -> None:
+    """A retryable failure, or an answer held for review and never written to the ledger (the cost
+    guard), is not a ledger hit: a later run decides its chunk again."""
+    settings, store, first, chunks = answered(tmp_path, finished)
+    log = OutcomeLog(store, first)
+    retry = log.read_chunk(chunks[0]) or []
+    retry[0] = {**retry[0], "state": "failed", "retryable": True, "failure_type": "transport_exhausted"}
+    log.store.put_json(f"runs/{first}/outcomes/{chunks[0]}.json", {"chunk_id": chunks[0], "outcomes": retry})
+    held = log.read_chunk(chunks[2]) or []
+    j = next(n for n, o in enumerate(held) if o["key"])
+    store.delete(p_key := f"results/{FILE_PASS}/{held[j]['key']}.json")  # never written to the ledger
+    assert not store.exists(p_key)
+    p = new_run(store, settings, first, "second")
+    reused, _ = reuse_unchanged(p, chunks)
+    assert reused == set(chunks) - {chunks[0], chunks[2]}
+
+
+def test_remember_chunks_records_only_finished_chunks(tmp_path: Path, finished: tuple[Path, str]) -> None:
+    settings, store, first, chunks = answered(tmp_path, finished)
+    p = new_run(store, settings, first, "second")
+    digests = {cid: f"digest-{cid}" for cid in chunks}
+    assert remember_chunks(p, digests) == 0  # nothing of run "second" is finished
+    OutcomeLog(store, "second").write_chunk(chunks[0], OutcomeLog(store, first).read_chunk(chunks[0]) or [])
+    assert remember_chunks(p, digests) == 1

@@ -1,0 +1,66 @@
+"""A run's exports are encoded once per set of results (tasks.reporting.export_files): a later run with
+the same results copies the files, checked by their sha256; other results, a review decision or a
+file changed since are encoded anew."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from checkpoints.store import open_store
+from tasks.reporting.export_files import INDEX_PREFIX, exports_digest, parquet_available, write_exports
+from tasks.reporting.exports import to_jsonl
+
+
+def outcomes() -> list[dict[str, Any]]:
+    hit = {"state": "succeeded", "from_ledger": True, "model": "m", "cost_usd": 0.01}
+    return [
+        {
+            **hit,
+            "doc_id": "a.txt",
+            "key": "file_a",
+            "output": {"total": {"value": "10.00", "evidence": "10.00"}},
+        },
+        {
+            **hit,
+            "doc_id": "b.txt",
+            "key": "file_b",
+            "output": {"total": {"value": "20.00", "evidence": "20.00"}},
+        },
+        {"doc_id": "c.bin", "key": None, "state": "skipped", "reason": "unsupported_type"},
+    ]
+
+
+def test_the_same_results_copy_the_files_of_the_run_that_encoded_them(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    first = write_exports(store, "runs/one", outcomes())
+    assert set(first) == {"jsonl", "csv"} | ({"parquet"} if parquet_available() else set())
+    # what run one holds is copied, not encoded again: a marked file whose index names its bytes
+    marked = store.get(first["jsonl"]) + b'{"copied": true}\n'
+    store.put(first["jsonl"], marked)
+    digest = exports_digest(outcomes(), parquet=parquet_available())
+    index = store.get_json(f"{INDEX_PREFIX}{digest}.json")
+    index["files"]["jsonl"][1] = hashlib.sha256(marked).hexdigest()
+    store.put_json(f"{INDEX_PREFIX}{digest}.json", index)
+    second = write_exports(store, "runs/two", outcomes())
+    assert second == {k: v.replace("runs/one", "runs/two") for k, v in first.items()}
+    assert store.get(second["jsonl"]) == marked
+    assert store.get(second["csv"]) == store.get(first["csv"])
+
+
+def test_a_changed_file_other_results_or_a_decision_are_encoded_anew(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    first = write_exports(store, "runs/one", outcomes())
+    store.put(first["jsonl"], b"edited by hand\n")  # its sha256 no longer matches the index
+    assert store.get(write_exports(store, "runs/two", outcomes())["jsonl"]) == to_jsonl(outcomes())
+    changed = outcomes()
+    changed[2] = {**changed[2], "reason": "empty"}  # not from the ledger: counts whole
+    assert exports_digest(changed, parquet=False) != exports_digest(outcomes(), parquet=False)
+    assert store.get(write_exports(store, "runs/three", changed)["jsonl"]) == to_jsonl(changed)
+    decided = outcomes()
+    decided[0] = {**decided[0], "review": {"action": "accept", "by": "ana"}}
+    assert exports_digest(decided, parquet=False) != exports_digest(outcomes(), parquet=False)
+    other_key = outcomes()
+    other_key[1] = {**other_key[1], "key": "file_b2"}  # another result of the ledger
+    assert exports_digest(other_key, parquet=False) != exports_digest(outcomes(), parquet=False)
