@@ -15,7 +15,8 @@ from checkpoints.outcomes import OutcomeLog
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import ObjectStore, open_store
 from docmill.settings import Settings
-from flows.run.entry import run_extract
+from flows.run.context import RunParams
+from flows.run.entry import RunWiring, run_extract
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.requests import FILE_PASS
 from tasks.per_file.settle import Pass
@@ -30,7 +31,9 @@ def finished(tmp_path_factory: pytest.TempPathFactory, _emulator_session: Any) -
     tmp = tmp_path_factory.mktemp("unchanged")
     corpus, _ = make_corpus(tmp, count=12, seed=4)
     settings = settings_for(_emulator_session, str(tmp / "store")).model_copy(update={"chunk_size": 4})
-    return tmp / "store", run_extract(str(corpus), "invoices", settings=settings, progress=False)["run_id"]
+    return tmp / "store", run_extract(
+        RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+    )["run_id"]
 
 
 def answered(tmp_path: Path, finished: tuple[Path, str]) -> tuple[Settings, ObjectStore, str, list[str]]:
