@@ -180,7 +180,10 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     names, unlistable, linked = _walk(root, source, follow)
     inc, exc = settings.inventory.include, settings.inventory.exclude
     marks = {rel + "/": "unlistable" for rel in unlistable} | {rel + "/": "linked" for rel in linked}
-    for rel in sorted([n for n in names if selected(n, inc, exc)] + list(marks)):
+    todo = sorted([n for n in names if selected(n, inc, exc)] + list(marks), reverse=True)
+    del names  # every name is held once, and let go as its document goes (memory per document)
+    while todo:
+        rel = todo.pop()
         path = root / rel.rstrip("/")
         if marks.get(rel) == "unlistable":
             yield _Entry(
