@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -149,12 +150,31 @@ def integrate_all(
     }
 
 
+def top_lines(when: str, n: int = 12) -> None:
+    """The source lines holding the most traced memory now (--trace-memory), to stderr."""
+    stats = tracemalloc.take_snapshot().statistics("lineno")
+    total = sum(s.size for s in stats)
+    print(f"traced memory {when}: {total / 2**20:.1f} MiB; top lines:", file=sys.stderr)
+    for s in stats[:n]:
+        frame = s.traceback[0]
+        print(
+            f"  {s.size / 2**20:7.1f} MiB {s.count:>9} blocks  {frame.filename}:{frame.lineno}",
+            file=sys.stderr,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--docs", type=int, default=100_000, help="documents in the corpus")
     p.add_argument("--workdir", type=Path, help="where corpus and store go (default: a temp dir)")
     p.add_argument("--max-requests", type=int, default=100_000, help="settings.batch.max_requests")
     p.add_argument("--integrate", action="store_true", help="run the integration pass after the batches")
+    p.add_argument("--corpus", type=Path, help="an invoice corpus made earlier (default: generate one)")
+    p.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="tracemalloc: the lines holding the most memory when submission ends and at the end (slow)",
+    )
     p.add_argument(
         "--clock-speed",
         type=float,
@@ -163,23 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="docmill-bench-"))
-    corpus, store_dir = work / "corpus", work / "store"
+    corpus, store_dir = args.corpus or work / "corpus", work / "store"
 
     t0 = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "make_invoices.py"),
-            "--out",
-            str(corpus),
-            "--count",
-            str(args.docs),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    if args.corpus is None:
+        make = [sys.executable, str(ROOT / "examples" / "make_invoices.py"), "--out", str(corpus)]
+        subprocess.run([*make, "--count", str(args.docs)], check=True, stdout=subprocess.DEVNULL)
     corpus_s = time.perf_counter() - t0
     emu, base_url = start_emulator(args.clock_speed)
+    if args.trace_memory:
+        tracemalloc.start()
     try:
         settings = Settings(
             store=str(store_dir),
@@ -192,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         ingest_s = ingest_cpu_s = 0.0
 
         def hook(point: str) -> None:  # lifecycle points: when submission ends, when ingesting starts
-            if point == "polling":
-                marks.setdefault("polling", time.perf_counter())
+            if point == "polling" and "polling" not in marks:
+                marks["polling"] = time.perf_counter()
+                if args.trace_memory:
+                    top_lines("when submission ends")
             elif point == "streaming_results" and "ingest_start" not in marks:
                 marks["ingest_start"] = time.perf_counter()
                 marks["ingest_cpu_start"] = time.process_time()
@@ -218,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.integrate:
                 kept.append(outcome.model_dump(mode="json"))
         total_s = time.perf_counter() - start
+        if args.trace_memory:
+            top_lines("at the end")
         integration = integrate_all(kept, settings, store, base_url, recipe) if args.integrate else None
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         billed = emulator_json(base_url, "/_emulator/accounting")

@@ -59,3 +59,26 @@ class Document(BaseModel):
     send_as: str | None = None  # PDFs and images: "pdf", "image" or "text" (tasks.readers.content.sent_as)
     encoding: str | None = None  # a text read in a guessed legacy encoding (charset-normalizer)
     parent: str | None = None  # an e-mail attachment: the doc id of its message
+
+
+class FirstOfContent:
+    """sha256 (hex) -> the doc id of the first `ok` document with that content: how an inventory
+    marks the later ones `duplicate`. It lives as long as the inventory and holds one entry per
+    document, so the hash is kept as its first 16 bytes (a 64-character hex string costs 113 bytes,
+    16 bytes 49; a chance collision of 128 bits is far below a disk's bit error rate)."""
+
+    def __init__(self) -> None:
+        self._first: dict[bytes, str] = {}
+
+    @staticmethod
+    def _short(sha256: str) -> bytes:
+        return bytes.fromhex(sha256[:32])
+
+    def get(self, sha256: str) -> str | None:
+        return self._first.get(self._short(sha256))
+
+    def __setitem__(self, sha256: str, doc_id: str) -> None:
+        self._first[self._short(sha256)] = doc_id
+
+    def __len__(self) -> int:
+        return len(self._first)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from docmill.errors import DocmillError, InputError
 from docmill.settings import Settings, get_settings
 from tasks.doc_names import attachment_doc_id, make_doc_id, selected
-from tasks.document import Document, SkipReason
+from tasks.document import Document, FirstOfContent, SkipReason
 from tasks.loading import (
     load_bytes,
     load_content,
@@ -180,7 +180,10 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     names, unlistable, linked = _walk(root, source, follow)
     inc, exc = settings.inventory.include, settings.inventory.exclude
     marks = {rel + "/": "unlistable" for rel in unlistable} | {rel + "/": "linked" for rel in linked}
-    for rel in sorted([n for n in names if selected(n, inc, exc)] + list(marks)):
+    todo = sorted([n for n in names if selected(n, inc, exc)] + list(marks), reverse=True)
+    del names  # every name is held once, and let go as its document goes (memory per document)
+    while todo:
+        rel = todo.pop()
         path = root / rel.rstrip("/")
         if marks.get(rel) == "unlistable":
             yield _Entry(
@@ -291,7 +294,7 @@ class _Scan:
     types: frozenset[str]
     limits: Limits
     settings: Settings
-    seen: dict[str, str]  # sha256 -> the first ok doc id with it
+    seen: FirstOfContent  # sha256 -> the first ok doc id with it
     bounds: Bounds = field(default_factory=Bounds)
 
 
@@ -443,7 +446,7 @@ def inventory(
         types,
         read_limits(settings),
         settings,
-        {},
+        FirstOfContent(),
         read_bounds(settings),
     )
     yield from one_per_id(_documents(SOURCES[source_kind(source)](source, settings), scan, known))

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.inventory_cache import InventoryCache
-from tasks.document import Document, SkipReason
+from tasks.document import Document, FirstOfContent, SkipReason
 
 if TYPE_CHECKING:
     from checkpoints.inventory_cache import Files, Stamp
@@ -136,7 +136,7 @@ class KnownFiles:
             return None
         return got[1]
 
-    def replay(self, base: dict[str, Any], record: dict[str, Any], seen: dict[str, str]) -> Document | None:
+    def replay(self, base: dict[str, Any], record: dict[str, Any], seen: FirstOfContent) -> Document | None:
         """The document of a recorded file, duplicates decided afresh against `seen` (sha256 -> first
         ok doc id, updated); None when it must be read (a duplicate whose original is gone)."""
         sha, size = str(record["sha256"]), int(record["size"])

@@ -18,6 +18,7 @@ response object per batch answer (one ledger put per document); follow-ups keep 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -91,7 +92,7 @@ class BatchEngine:
         self.params = file_params(p.settings)
         self.pending: dict[str, WorkItem] = {}
         self.live: dict[int, BatchRecord] = {}
-        self.live_ids: set[str] = set()
+        self.live_ids: set[bytes] = set()  # key_digest of the items of batches live at resume
         self.next_n, self.round = 1, 1
         self.duplicates: list[Document] = []
         self.batch_requests = min(
@@ -122,7 +123,7 @@ class BatchEngine:
                 self.pending.update((d["custom_id"], WorkItem.from_line(d)) for d in rec.carry)
             else:
                 self.live[rec.n] = rec
-                self.live_ids.update(cids)
+                self.live_ids.update(map(key_digest, cids))
 
     # ---- submission ------------------------------------------------------------------------
 
@@ -181,15 +182,14 @@ class BatchEngine:
         if rec.phase is BatchPhase.NOT_CREATED:
             self.pending.update((i.custom_id, i) for i in body.items())
             return
-        self.live[n] = rec
-        self.live_ids.update(body.custom_ids)
+        self.live[n] = rec  # its keys are in `streamed` (no need to hold them twice: memory per document)
 
     def _prepare(self, doc: Document) -> tuple[Document, str | None, Any]:
         """Worker-side part of streaming one document: key, ledger lookup, request (I/O overlaps)."""
         if doc.status != "ok":
             return doc, None, None
         key = file_key(self.recipe, doc, self.model, self.params)
-        if key in self.live_ids or key in self.pending:
+        if key in self.pending or key_digest(key) in self.live_ids:
             return doc, key, None
         stored = self.p.ledger.get(FILE_PASS, key)
         if stored is not None:
@@ -199,15 +199,15 @@ class BatchEngine:
 
     def _stream_docs(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
         body = self._body()
-        streamed: set[str] = set()  # a second document with a key already seen waits for its result
+        streamed: set[bytes] = set()  # a second document with a key already seen waits for its result
         for doc, key, got in ordered_map(self.pool, self._prepare, docs, WINDOW):
-            if key is None or key in streamed:
+            if key is None or (digest := key_digest(key)) in streamed:
                 if doc.duplicate_of or key is not None:
                     self.duplicates.append(doc)
                 else:
                     yield skipped_outcome(doc)
                 continue
-            streamed.add(key)
+            streamed.add(digest)
             if isinstance(got, dict):
                 self.pending.pop(key, None)
                 yield self.router.from_ledger(doc, got)
@@ -394,6 +394,12 @@ class BatchEngine:
                     yield outcome_from_original(self.p, doc, key)
         finally:
             self.gates.close()
+
+
+def key_digest(key: str) -> bytes:
+    """16 bytes standing for an idempotency key in the sets a run keeps for every document it streams
+    (a 60-character key costs 113 bytes as text, its digest 49): the run's memory per document."""
+    return hashlib.blake2b(key.encode(), digest_size=16).digest()
 
 
 def progress_event(kind: str, rec: BatchRecord) -> BatchProgress:  # also the deadline engine's
