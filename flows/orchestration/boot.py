@@ -67,8 +67,19 @@ def db_url(db: Path) -> str:
     return f"sqlite+aiosqlite:///{db}"
 
 
+# Client-side settings a Prefect profile sets (the default profile allows ephemeral mode): Prefect's
+# own dump of the settings names them, the early process reads the same profile itself.
+CLIENT_ONLY = frozenset({"PREFECT_SERVER_EPHEMERAL_ENABLED", "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"})
+
+
 def _prefect_part(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith("PREFECT")}
+    """The Prefect settings of an environment, values as Prefect reads them: `false` from
+    os.environ and `False` from Prefect's own dump of its settings are the same setting."""
+    return {
+        k: v.lower() if v.lower() in ("true", "false") else v
+        for k, v in env.items()
+        if k.startswith("PREFECT") and k not in CLIENT_ONLY
+    }
 
 
 def fits(env: dict[str, str]) -> bool:
