@@ -36,7 +36,8 @@ from flows.cli.exit_codes import EXIT_BUDGET, EXIT_INPUT, EXIT_INTERRUPT, EXIT_L
 from flows.cli.run_commands import cmd_resume, cmd_run
 
 
-def _quiet_prefect() -> None:
+def quiet_prefect() -> None:
+    """Prefect's environment as `docmill` sets it before Prefect is imported (the early server's too)."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         from emulator.cli import main as emulator_main
 
         return int(emulator_main(argv[1:]) or 0)
-    _quiet_prefect()
+    quiet_prefect()
     from docmill.logs import redact
     from docmill.settings import get_settings
     from docmill.shutdown import SHUTDOWN, install, leave_within
