@@ -45,9 +45,9 @@ from docmill.settings import Settings  # noqa: E402
 from tasks.api.client import ModelClient  # noqa: E402
 from tasks.batch import lifecycle as batch_lifecycle  # noqa: E402
 from tasks.batch.engine import run_batches  # noqa: E402
-from tasks.inventory import inventory  # noqa: E402
 from tasks.per_file.scope import RunScope  # noqa: E402
 from tasks.recipes import load_recipe  # noqa: E402
+from tasks.source.inventory import inventory  # noqa: E402
 
 
 class CountingStore(ObjectStore):

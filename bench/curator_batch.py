@@ -90,9 +90,9 @@ def get(url: str) -> Any:
 def request_spec(corpus: Path) -> dict[str, Any]:
     """What docmill sends for a document, minus the document: the Curator script asks the same."""
     from docmill.settings import Settings
-    from tasks.inventory import inventory, load_text
-    from tasks.per_file.requests import file_request
     from tasks.recipes import load_recipe
+    from tasks.request import file_request
+    from tasks.source.inventory import inventory, load_text
 
     settings, recipe = Settings(), load_recipe("invoices")
     doc = next(d for d in inventory(str(corpus), settings, doc_types=recipe.doc_types) if d.status == "ok")

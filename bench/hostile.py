@@ -194,8 +194,8 @@ def section_run(args: argparse.Namespace, work: Path) -> bool:
 
 def section_cost(args: argparse.Namespace, work: Path) -> None:
     from docmill.settings import FormatSettings, Settings
-    from tasks.inventory import inventory
-    from tasks.readers.bounded import close_pools
+    from tasks.source.inventory import inventory
+    from tasks.source.readers.bounded import close_pools
 
     corpus = work / "cost"
     subprocess.run(

@@ -17,15 +17,15 @@ default /work/corpora), each file read in full, text page by page:
             that the other readers also produce; a reader that scrambles lines scores low (a proxy:
             no reference transcript exists for these files)
   poor      pages whose text layer is mostly unmapped glyphs or control characters (docmill's
-            reader: `tasks.readers.pdf.poor_text`)
+            reader: `tasks.source.readers.pdf.poor_text`)
   pages/s   pages read per CPU second of this process (the machine is shared and noisy: CPU time
             is steadier than wall time; every reader runs in-process, single-threaded; compare the
             ratios, not the absolute figures)
   errors    files a reader raised on
-  boxes     (docmill) labelled values whose evidence boxes (tasks.readers.pdf_text.span_boxes) hold
+  boxes     (docmill) labelled values whose evidence boxes (tasks.source.readers.pdf_text.span_boxes) hold
             exactly the value's text when pdfium reads the page back under them
 
-The last reader, `docmill`, is tasks.readers.pdf.read_pdf itself (what the inventory runs).
+The last reader, `docmill`, is tasks.source.readers.pdf.read_pdf itself (what the inventory runs).
 
     .venv/bin/python bench/pdf_readers.py [--corpus /work/corpora] [--repeat 1]
 
@@ -49,9 +49,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tasks.readers.content import Unreadable
-from tasks.readers.pdf import read_pdf
-from tasks.readers.pdf_text import poor_text, span_boxes
+from tasks.source.readers.content import Unreadable
+from tasks.source.readers.pdf import read_pdf
+from tasks.source.readers.pdf_text import poor_text, span_boxes
 
 Reader = Callable[[bytes], list[str]]
 SKIP_FIELDS = {"desc", "issuer", "currency", "currency_symbol", "country_code", "state_code", "narration"}

@@ -93,9 +93,9 @@ def accounting(url: str) -> dict[str, Any]:
 
 def requests_for(corpus: Path) -> list[dict[str, Any]]:
     from docmill.settings import Settings
-    from tasks.inventory import inventory, load_text
-    from tasks.per_file.requests import file_request
     from tasks.recipes import load_recipe
+    from tasks.request import file_request
+    from tasks.source.inventory import inventory, load_text
 
     settings = Settings()
     recipe = load_recipe("invoices")

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from docmill.settings import get_settings  # noqa: E402
-from tasks.inventory import inventory  # noqa: E402
+from tasks.source.inventory import inventory  # noqa: E402
 
 
 def main(folders: list[str]) -> int:

@@ -34,7 +34,7 @@ TOKEN_KINDS = (
 
 
 _field = usage_field
-# The pass whose realtime attempts are response-log slots (tasks.per_file.requests.FILE_PASS): for it,
+# The pass whose realtime attempts are response-log slots (tasks.request.FILE_PASS): for it,
 # (key, attempt) names exactly one billed answer, however many groups record it.
 SLOT_PASS = "file"
 

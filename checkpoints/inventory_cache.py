@@ -5,7 +5,7 @@
 source), the stamp the source gave for it before it was read (local: size, mtime_ns, ctime_ns,
 inode; S3: size and ETag, from the listing) and the content part of the document record it gave (hash, size, status, reason, what its
 reader found). The inventory trusts a record only while the stamp is the same and was not taken
-inside the racy window (tasks.known_files says what is trusted and why).
+inside the racy window (tasks.source.known_files says what is trusted and why).
 
 The cache is a hint, never the truth: a missing, corrupt, foreign (other fingerprint) or stale
 object only costs reading files again. Two runs over one source at once: the last writer wins, and

@@ -223,7 +223,7 @@ class InventorySettings(BaseModel):
     trust_stamps: bool = Field(
         True,
         description="A run reuses what the last inventory of the same source recorded for a file whose "
-        "size, mtime, ctime and inode are unchanged, without reading it (tasks.known_files); false: every "
+        "size, mtime, ctime and inode are unchanged, without reading it (tasks.source.known_files); false: every "
         "file is read and hashed on every run.",
     )
 
@@ -365,7 +365,7 @@ class FormatSettings(BaseModel):
     )
     read_bounded: bool = Field(
         True,
-        description="Read documents in bounded reader processes (tasks.readers.bounded). False reads them in "
+        description="Read documents in bounded reader processes (tasks.source.readers.bounded). False reads them in "
         "docmill's own process, unbounded: for debugging a reader only.",
     )
 

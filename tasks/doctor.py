@@ -29,7 +29,7 @@ from docmill.models import min_cacheable_tokens
 from docmill.prices import override_lines, priced_usd
 from tasks.api.models import check_models, pinned_models
 from tasks.api.retrying import describe
-from tasks.per_file.requests import recipe_parts, static_system
+from tasks.request import recipe_parts, static_system
 
 if TYPE_CHECKING:
     from docmill.settings import Settings

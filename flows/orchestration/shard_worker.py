@@ -48,10 +48,10 @@ from flows.run.context import RunContext, api_endpoint, holder_id, make_clients,
 from flows.run.continuation import pinned_settings
 from flows.run.entry import record_possibly_billed
 from flows.run.passes import Chunk, ChunkFn, MapChunks, plain_map, review_one_chunk
-from tasks.inventory import Document
-from tasks.per_file.cost_guard import in_flight_bound
+from tasks.cost.worst_case import in_flight_bound
 from tasks.per_file.realtime import feed
 from tasks.recipes import load_recipe
+from tasks.source.inventory import Document
 
 log = get_logger("flows")
 

@@ -24,9 +24,9 @@ from tasks.api.pacing import WINDOW_MAX
 from tasks.api.shared_limit import scope_for
 from tasks.deadline.engine import Realtime, run_deadline
 from tasks.deadline.plan import Pace
-from tasks.inventory import Document
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.realtime import extract_recorded
+from tasks.source.inventory import Document
 
 if TYPE_CHECKING:
     from flows.run.context import RunContext

@@ -36,19 +36,19 @@ from flows.run.guard import announced, hold_lease
 from flows.run.modes import PassKind, auto_line, choose, recorded
 from flows.run.passes import BatchPass, FilePass, MapChunks, RealtimePass, per_file_pass, plain_map, spent_usd
 from tasks.integration.run import integrate
-from tasks.inventory import inventory, source_is_empty
-from tasks.known_files import known_files
 from tasks.per_file.settle import Pass
 from tasks.per_file.unchanged import remember_chunks, reuse_unchanged
 from tasks.reporting.report import write_report
 from tasks.reporting.summary import summarize
+from tasks.source.inventory import inventory, source_is_empty
+from tasks.source.known_files import known_files
 
 log = get_logger("pipeline")
 
 
 def write_inventory(ctx: RunContext, source: str) -> list[str]:
     """Inventory the source once per run, in chunk files; a resume reads them back. Files the last
-    inventory of this source saw unchanged are not read again (tasks.known_files)."""
+    inventory of this source saw unchanged are not read again (tasks.source.known_files)."""
     chunks = InventoryChunks(ctx.store, ctx.run_id)
     done = chunks.done()
     if done is not None:

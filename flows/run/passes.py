@@ -22,11 +22,11 @@ from docmill.settings import Settings
 from flows.run.context import RunContext
 from flows.run.modes import PassKind
 from flows.run.progress import Progress
-from tasks.batch.budget import affordable_chunks
 from tasks.batch.engine import run_batches
-from tasks.inventory import Document
+from tasks.cost.batch_cap import affordable_chunks
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.realtime import extract_recorded, feed
+from tasks.source.inventory import Document
 
 ChunkFn = Callable[[str, list[dict[str, Any]]], dict[str, int]]
 Chunk = tuple[str, list[dict[str, Any]]]

@@ -5,7 +5,7 @@ Through Prefect a foreground `docmill run` waits for a temporary API server (10-
 person or cron job that started it is its retry (flows.cli.run_commands runs the flow with
 retries=0), so what a small run gets from Prefect is a flow-run record in the UI. `work_left` counts
 the documents that would need an API call (an `ok`, non-duplicate document whose per-file key has no
-result in the ledger) and stops counting at `limit`: the inventory's fast path (tasks.known_files)
+result in the ledger) and stops counting at `limit`: the inventory's fast path (tasks.source.known_files)
 makes this a `stat` per unchanged file, and at most `limit` changed files are read. Nothing is
 written: the run that follows takes its own inventory.
 """
@@ -16,10 +16,10 @@ from checkpoints.ledger import ResultsLedger
 from checkpoints.store import open_store
 from docmill.settings import Settings
 from flows.run.continuation import source_id
-from tasks.inventory import inventory
-from tasks.known_files import known_files
-from tasks.per_file.requests import FILE_PASS, file_key, file_params
 from tasks.recipes import load_recipe
+from tasks.request import FILE_PASS, file_key, file_params
+from tasks.source.inventory import inventory
+from tasks.source.known_files import known_files
 
 
 def work_left(source: str, recipe_name: str, settings: Settings, *, limit: int) -> int:

@@ -1,7 +1,7 @@
 """What a base64 `document` (PDF) or `image` block costs in input tokens, as the API bills it:
 every PDF page as its text (4 characters a token) plus an image of the page, an image by its
 pixels (docmill.api_media.image_tokens). Used by the request estimate that paces and budgets
-every call (tasks.api.usage) and by `docmill estimate` (tasks.sizing), so a PDF is never counted as
+every call (tasks.api.usage) and by `docmill estimate` (tasks.cost.sizing), so a PDF is never counted as
 characters of base64.
 Measured once per distinct block (the data string is the cache key).
 """

@@ -38,14 +38,13 @@ from tasks.batch.items import WorkItem, decode_item
 from tasks.batch.longdocs import LongDoc, long_outcome
 from tasks.batch.results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
 from tasks.batch.spool import BatchBody, request_line
-from tasks.inventory import Document
-from tasks.per_file.cost_guard import COST_GUARD, Held, over_guard
-from tasks.per_file.cost_guard import request_worst_usd as request_worst
-from tasks.per_file.media import needs_parts
+from tasks.cost.worst_case import COST_GUARD, Held, over_guard
+from tasks.cost.worst_case import request_worst_usd as request_worst
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, file_key, file_params
 from tasks.per_file.settle import Pass, enqueue_review, outcome_from_original, skipped_outcome
 from tasks.records import BatchProgress
+from tasks.request import FILE_PASS, file_key, file_params, needs_parts
+from tasks.source.inventory import Document
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore

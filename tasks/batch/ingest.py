@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from docmill.errors import InputError
 from docmill.lifeline import watch_parent_then
-from tasks.inventory import Document
 from tasks.per_file.gate import check
-from tasks.per_file.media import load_payload
+from tasks.request import load_payload
+from tasks.source.inventory import Document
 
 if TYPE_CHECKING:
     from docmill.settings import Settings

@@ -4,7 +4,7 @@ A `WorkItem` is one line of `runs/<run_id>/batches/<n>.items.jsonl.gz` (checkpoi
 custom_id (= the document's idempotency key), the document, and, for follow-up rounds, the exact
 request to send (a repair or a larger-max_tokens retry) plus what was tried and spent so far. A
 first-round item stores no request: it is rebuilt from the document, byte for byte, by
-`tasks.per_file.requests.file_request`.
+`tasks.request.file_request`.
 """
 
 from __future__ import annotations

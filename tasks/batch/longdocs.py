@@ -1,5 +1,5 @@
 """Documents batch mode does not put in a batch: a PDF that must go in page ranges (more pages,
-bytes or tokens than one request takes; tasks.per_file.media) is extracted realtime through the
+bytes or tokens than one request takes; tasks.request) is extracted realtime through the
 long-document path (tasks.per_file.longdoc), its cost guard and failures the same as in realtime.
 """
 
@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from docmill.errors import ApiCallError, BudgetExhausted, InputError
-from tasks.per_file.cost_guard import long_worst_usd, over_guard
+from tasks.cost.worst_case import long_worst_usd, over_guard
 from tasks.per_file.longdoc import review_long
-from tasks.per_file.media import load_payload, long_tokens
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import failed_outcome, hold_for_cost
+from tasks.request import load_payload, long_tokens
 
 if TYPE_CHECKING:
     from tasks.batch.items import WorkItem
-    from tasks.document import Document
     from tasks.per_file.settle import Pass
+    from tasks.source.document import Document
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,9 @@ from tasks.api.retrying import RETRYABLE_ERROR_TYPES
 from tasks.api.usage import add_usage, estimate_input_tokens
 from tasks.batch.items import WorkItem
 from tasks.batch.lifecycle import crash_point
-from tasks.inventory import Document
 from tasks.per_file.accounting import account_attempt, answered_model, file_cost_entry
 from tasks.per_file.gate import Action, Verdict, check, next_request
-from tasks.per_file.media import Payload, load_payload
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, cache_ttl, file_request
 from tasks.per_file.settle import (
     Pass,
     decide_next,
@@ -37,6 +34,8 @@ from tasks.per_file.settle import (
     persist_answer,
     write_outcome,
 )
+from tasks.request import FILE_PASS, Payload, cache_ttl, file_request, load_payload
+from tasks.source.inventory import Document
 
 COST_GROUP = 5000  # cost entries per cost-ledger object
 RETRYABLE_ERRORS = RETRYABLE_ERROR_TYPES  # the one decision, shared with realtime (409 included)

@@ -28,9 +28,9 @@ from tasks.api.pacing import WINDOW_MAX
 from tasks.batch import ingest, lifecycle
 from tasks.batch.engine import BatchEngine, Progress, progress_event
 from tasks.deadline.plan import DeadlinePlan, Pace, iso
-from tasks.inventory import Document
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import Pass
+from tasks.source.inventory import Document
 
 if TYPE_CHECKING:
     import anthropic

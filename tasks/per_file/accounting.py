@@ -11,8 +11,8 @@ from typing import Any
 from checkpoints.costs import CostEntry
 from docmill.prices import priced_usd
 from tasks.api.usage import add_usage
-from tasks.per_file.requests import FILE_PASS
 from tasks.per_file.settle import Pass
+from tasks.request import FILE_PASS
 
 
 def account_attempt(

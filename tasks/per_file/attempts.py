@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from tasks.per_file.accounting import account_attempt, answered_model
 from tasks.per_file.gate import Progress, Verdict, action_of
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS
 from tasks.per_file.settle import Pass, persist_answer, prompt_version
+from tasks.request import FILE_PASS
 
 if TYPE_CHECKING:
     from tasks.api.aio import AsyncModelClient

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.per_file.media import Payload
-from tasks.readers.pdf_text import span_boxes
+from tasks.request import Payload
+from tasks.source.readers.pdf_text import span_boxes
 
 
 def union(boxes: list[list[float]]) -> list[float]:

@@ -12,7 +12,7 @@ offsets and page), and every `{value, evidence}` excerpt must state its value (i
 tasks.per_file.support, `evidence_unsupported`; a non-null value with no excerpt fails it, and a date
 field must hold a date written YYYY-MM-DD).
 
-Documents sent as a PDF or an image (tasks.per_file.media) name the page of each excerpt
+Documents sent as a PDF or an image (tasks.request) name the page of each excerpt
 (`[page N] ...`, stripped from the stored output). The verbatim rule for them: an excerpt found in
 the text layer is verified, its page and offsets taken from where it was found (the page the model
 named does not count); one not found is an error, unless the page it names has no text layer (a
@@ -39,9 +39,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from tasks.per_file.boxes import with_boxes
-from tasks.per_file.media import Payload, SendAs, text_payload
-from tasks.per_file.requests import neutralize, repair_request, with_max_tokens
 from tasks.per_file.support import date_paths, support_flags
+from tasks.request import Payload, SendAs, neutralize, repair_request, text_payload, with_max_tokens
 
 if TYPE_CHECKING:
     from docmill.settings import Settings

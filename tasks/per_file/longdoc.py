@@ -5,7 +5,7 @@ then markdown headings, then blank-line paragraphs, then lines, then a hard cut.
 contiguous slices of the original text (`text[chunk.start:chunk.end] == chunk.text`, and they
 cover the whole text), so every offset maps back into the document.
 
-A PDF sent as a PDF (tasks.per_file.media) is cut into page ranges instead (`media.page_parts`:
+A PDF sent as a PDF (tasks.request) is cut into page ranges instead (`media.page_parts`:
 within the API's 100 pages and 32 MB a request and the document budget); each part goes as its own
 `document` block of those pages, knows its pages (`Chunk.first_page`, `last_page`), and the pages
 its answer names are turned into the document's page numbers.
@@ -34,26 +34,29 @@ from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
 from tasks.per_file.boxes import with_boxes
 from tasks.per_file.gate import PAGE_MARK, evidence_report, strip_page_marks
-from tasks.per_file.media import Payload, SendAs, long_parts, part_payload
 from tasks.per_file.outcome import DocOutcome
-from tasks.per_file.requests import (
+from tasks.per_file.settle import enqueue_review, write_outcome
+from tasks.recipes.thinking import effort_config
+from tasks.request import (
     FILE_PASS,
     INSTRUCTION,
     SYSTEM_RULES,
+    Payload,
+    SendAs,
     document_blocks,
+    long_parts,
     neutralize,
+    part_payload,
     wrap_document,
 )
-from tasks.per_file.settle import enqueue_review, write_outcome
-from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
-    from tasks.document import Document
     from tasks.per_file.outcome import DocOutcome
     from tasks.per_file.settle import Pass
     from tasks.recipes import Recipe
+    from tasks.source.document import Document
 
 PASS = "file_long"
 CHARS_PER_TOKEN = 3.5

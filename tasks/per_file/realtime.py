@@ -41,9 +41,9 @@ from docmill.errors import (
 from docmill.logs import get_logger, redact
 from tasks.api.aio import async_client
 from tasks.api.usage import estimate_input_tokens
+from tasks.cost.worst_case import long_worst_usd, over_guard, request_worst_usd, request_worsts
 from tasks.per_file.accounting import flush_costs, recount_attempts
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
-from tasks.per_file.cost_guard import long_worst_usd, over_guard, request_worst_usd, request_worsts
 from tasks.per_file.gate import (
     Action,
     Decision,
@@ -54,9 +54,7 @@ from tasks.per_file.gate import (
     next_request,
 )
 from tasks.per_file.longdoc import review_long
-from tasks.per_file.media import Payload, SendAs, goes_long, load_payload, long_tokens, send_as
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, file_request
 from tasks.per_file.settle import (
     Pass,
     decide_next,
@@ -70,13 +68,23 @@ from tasks.per_file.settle import (
     skipped_outcome,
     write_outcome,
 )
+from tasks.request import (
+    FILE_PASS,
+    Payload,
+    SendAs,
+    file_request,
+    goes_long,
+    load_payload,
+    long_tokens,
+    send_as,
+)
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
     from tasks.api.aio import AsyncModelClient
     from tasks.api.client import ModelClient
-    from tasks.inventory import Document
     from tasks.per_file.scope import RunScope
+    from tasks.source.inventory import Document
 
 # 4xx answers that depend only on the request: written to the ledger, never re-sent.
 # (401/403/404/402 depend on the account or config: a resume after fixing it retries them.)

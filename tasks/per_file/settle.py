@@ -18,19 +18,19 @@ from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.ledger import ResponseLog, ResultsLedger
 from checkpoints.review_queue import ReviewQueue
 from tasks.api.usage import estimate_input_tokens
-from tasks.per_file.cost_guard import COST_GUARD
+from tasks.cost.worst_case import COST_GUARD
 from tasks.per_file.gate import Action, Decision, Progress, Verdict, decide
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, file_key, file_params, recipe_parts
 from tasks.records import ResponseMeta, ReviewItem
+from tasks.request import FILE_PASS, file_key, file_params, recipe_parts
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
     from tasks.api.client import ModelClient
-    from tasks.inventory import Document
     from tasks.per_file.scope import RunScope
     from tasks.recipes import Recipe
+    from tasks.source.inventory import Document
 
 COST_FLUSH_SECONDS = 15.0  # buffered realtime cost entries are written at least this often
 
@@ -138,7 +138,7 @@ def enqueue_review(
 
 def hold_for_cost(p: Pass, doc: Document, key: str, why: str) -> DocOutcome:
     """needs_review `cost_guard`, queued for review: the document's worst case passes the
-    per-document guard (tasks.per_file.cost_guard). Not written to the ledger, so a run with a
+    per-document guard (tasks.cost.worst_case). Not written to the ledger, so a run with a
     higher guard sends it. The realtime pass and batch mode's long documents both hold this way."""
     held = DocOutcome(
         doc_id=doc.doc_id,
@@ -253,7 +253,7 @@ def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[s
 
 def _provenance(verdict: Verdict) -> dict[str, Any] | None:
     """Where each evidence excerpt sits (offsets, page, verified), and how the document was sent
-    when not as text (a PDF or an image: tasks.per_file.media)."""
+    when not as text (a PDF or an image: tasks.request)."""
     out: dict[str, Any] = {"fields": verdict.offsets} if verdict.offsets else {}
     if verdict.sent_as != "text":
         out["sent_as"] = verdict.sent_as

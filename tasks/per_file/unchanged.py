@@ -26,10 +26,10 @@ from checkpoints.keys import content_hash
 from checkpoints.outcomes import ChunkIndex, OutcomeLog
 from checkpoints.store import loads_json
 from docmill.logs import get_logger
-from tasks.document import Document
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, file_key, file_params
 from tasks.per_file.settle import Pass, enqueue_review
+from tasks.request import FILE_PASS, file_key, file_params
+from tasks.source.document import Document
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -35,9 +35,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from docmill.errors import ConfigError
-from tasks.readers import ALL_TYPES, NOT_READ
 from tasks.recipes.shape import PATTERN_HINT, shape_problems
 from tasks.recipes.thinking import ThinkingPolicy
+from tasks.source.readers import ALL_TYPES, NOT_READ
 
 EVIDENCE_KEYS = frozenset({"evidence", "quote", "excerpt"})
 EVIDENCE_SUFFIXES = ("_evidence", "_quote")

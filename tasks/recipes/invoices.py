@@ -14,7 +14,7 @@ from tasks.recipes import Recipe, read_prompt
 from tasks.recipes.thinking import ThinkingPolicy
 
 VERSION = "1"
-# Every document format docmill reads (tasks.readers); macro-enabled Office files are listed so they
+# Every document format docmill reads (tasks.source.readers); macro-enabled Office files are listed so they
 # are reported as macro_enabled rather than as a type the recipe does not take.
 DOC_TYPES = frozenset(
     [

@@ -1,7 +1,7 @@
 """Per-document exports: flattened rows, JSONL, CSV and (with pyarrow) Parquet.
 
 An e-mail attachment's row names its message (`parent`, the message's doc id; empty for a file),
-read from the attachment's id (tasks.doc_names.parent_of). CSV cells a spreadsheet would run as a
+read from the attachment's id (tasks.source.doc_names.parent_of). CSV cells a spreadsheet would run as a
 formula get a `'` in front (tasks.reporting.csv_safe); JSONL and Parquet keep every value as it is.
 
 A document with a review decision in force (tasks.review.apply_decisions) exports the corrected
@@ -17,10 +17,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from tasks.doc_names import parent_of
 from tasks.integration.records import compact_value
 from tasks.provenance import supports
 from tasks.reporting.csv_safe import safe_cell
+from tasks.source.doc_names import parent_of
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:

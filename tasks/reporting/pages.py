@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tasks.document import Document
-from tasks.loading import load_bytes, load_content
 from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
-from tasks.readers.pdf_text import PDFIUM_LOCK
+from tasks.source.document import Document
+from tasks.source.loading import load_bytes, load_content
+from tasks.source.readers.pdf_text import PDFIUM_LOCK
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore

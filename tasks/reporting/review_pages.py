@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from PIL import Image, ImageDraw, ImageFont
 
-from tasks.loading import load_bytes
 from tasks.reporting.pages import JPEG_QUALITY, Mark, PageView, media_type_of, page_views, text_views
+from tasks.source.loading import load_bytes
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
-    from tasks.document import Document
+    from tasks.source.document import Document
 
 BOX = (26, 127, 55)  # the report's green
 LABEL_CHARS = 48  # a label's `field = value`, cut beyond this

@@ -466,9 +466,9 @@ def test_real_invoice_recipe_on_generated_corpus(tmp_path: Path) -> None:
     from examples.make_invoices import main as make_invoices
     from tasks.integration.records import compact_records
     from tasks.integration.run import integration_request
-    from tasks.per_file.requests import file_request
     from tasks.recipes import load_recipe
-    from tasks.textract import extract_text
+    from tasks.request import file_request
+    from tasks.source.readers import extract_text
 
     out = tmp_path / "invoices"
     assert make_invoices(["--out", str(out), "--count", "30", "--seed", "3"]) == 0
@@ -513,8 +513,8 @@ def test_real_invoice_recipe_on_generated_corpus(tmp_path: Path) -> None:
 
 
 def test_real_code_review_recipe_quotes_lines_of_example_codebase() -> None:
-    from tasks.per_file.requests import file_request
     from tasks.recipes import load_recipe
+    from tasks.request import file_request
 
     recipe = load_recipe("code-review")
     total = 0
@@ -532,7 +532,7 @@ def test_real_code_review_recipe_quotes_lines_of_example_codebase() -> None:
 
 
 def test_doc_id_from_the_real_wrapper_is_unescaped() -> None:
-    from tasks.per_file.requests import wrap_document
+    from tasks.request import wrap_document
 
     doc_id = "R&D/it's <new>.txt"
     body = structured(Invoice, "")

@@ -91,9 +91,9 @@ def test_the_deadline_plans_from_the_pace_measured_as_soon_as_there_is_one(
     from flows.run.context import Endpoint, RunContext
     from flows.run.deadline import measured_pace
     from tasks.api.client import ModelClient
-    from tasks.inventory import inventory
     from tasks.per_file.realtime import extract_chunk
     from tasks.recipes import load_recipe
+    from tasks.source.inventory import inventory
 
     recipe = load_recipe("invoices")
     emulator.state.configure({"requests_per_minute": 120})

@@ -71,7 +71,7 @@ SCENARIOS: dict[int, Callable[[str, Path, Any], list[str]]] = {
 def _partial_integration(corpus: Path, em: Any) -> list[str]:
     """An integration answer cut at max_tokens for one document: the run finishes, integration partial."""
     from docmill.settings import Settings
-    from tasks.inventory import inventory
+    from tasks.source.inventory import inventory
 
     doc = next(
         d.doc_id for d in inventory(str(corpus), Settings()) if d.status == "ok" and not d.duplicate_of

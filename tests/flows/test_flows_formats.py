@@ -17,7 +17,7 @@ from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
 from flows.run.context import RunParams
 from flows.run.entry import RunWiring, run_extract
-from tasks.estimate import estimate_source
+from tasks.cost.estimate import estimate_source
 from tests.fixtures.emulator import fast_batches
 from tests.fixtures.formats import make_mixed
 from tests.flows.helpers import outcomes_of

@@ -8,9 +8,9 @@ from checkpoints.ledger import ResultsLedger
 from checkpoints.store import open_store
 from docmill.settings import Settings
 from flows.run.small import work_left
-from tasks.inventory import inventory
-from tasks.per_file.requests import FILE_PASS, file_key, file_params
 from tasks.recipes import load_recipe
+from tasks.request import FILE_PASS, file_key, file_params
+from tasks.source.inventory import inventory
 
 
 def test_documents_without_a_result_are_counted_up_to_the_limit(tmp_path: Path) -> None:

@@ -125,14 +125,18 @@ def test_the_check_sees_a_cycle_held_by_a_type_checking_import(tmp_path: Path) -
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
 
 
-@pytest.mark.parametrize("package", ["api", "per_file", "batch", "conversation", "integration", "reporting"])
+@pytest.mark.parametrize(
+    "package", ["api", "cost", "per_file", "batch", "conversation", "integration", "reporting"]
+)
 def test_layered_packages_import_only_downwards(package: str) -> None:
-    """api <- conversation <- per_file <- batch; conversation <- integration <- reporting."""
+    """api <- cost <- per_file <- batch; api <- conversation <- per_file; conversation <- integration
+    <- reporting."""
     below = {
         "api": set(),
+        "cost": {"api", "integration"},
         "conversation": {"api"},
-        "per_file": {"api", "conversation"},
-        "batch": {"api", "conversation", "per_file"},
+        "per_file": {"api", "conversation", "cost"},
+        "batch": {"api", "conversation", "per_file", "cost"},
         "integration": {"api", "conversation"},
         "reporting": {"api", "conversation", "integration"},
     }

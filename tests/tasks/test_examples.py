@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from docmill.settings import Settings
-from tasks.inventory import inventory, load_text
 from tasks.recipes import load_recipe
-from tasks.textract import extract_text
+from tasks.source.inventory import inventory, load_text
+from tasks.source.readers import extract_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -42,9 +42,9 @@ def engine_run(
     from docmill.settings import Settings
     from tasks.api.client import ModelClient
     from tasks.batch.engine import run_batches
-    from tasks.inventory import inventory
     from tasks.per_file.scope import RunScope
     from tasks.recipes import load_recipe
+    from tasks.source.inventory import inventory
     from tests.fixtures.emulator import sdk_client
 
     class _Emu:

@@ -26,11 +26,11 @@ from tasks.batch import lifecycle as batch_lifecycle
 from tasks.batch.engine import cancel_batches, run_batches
 from tasks.batch.items import WorkItem
 from tasks.batch.spool import BatchBody, request_line
-from tasks.inventory import Document, inventory
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.per_file.requests import FILE_PASS, file_key, file_params
 from tasks.per_file.scope import RunScope
 from tasks.recipes import load_recipe
+from tasks.request import FILE_PASS, file_key, file_params
+from tasks.source.inventory import Document, inventory
 from tests.fixtures.emulator import sdk_client
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -20,12 +20,12 @@ from docmill.settings import Settings
 from tasks.api.client import ModelClient
 from tasks.deadline.engine import run_deadline
 from tasks.deadline.plan import DeadlinePlan, Pace, parse_finish_by
-from tasks.inventory import Document, inventory
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.realtime import extract_chunk
-from tasks.per_file.requests import file_key, file_params
 from tasks.per_file.scope import RunScope
 from tasks.recipes import load_recipe
+from tasks.request import file_key, file_params
+from tasks.source.inventory import Document, inventory
 from tests.fixtures.emulator import sdk_client
 from tests.tasks.batch.test_engine import make_corpus
 

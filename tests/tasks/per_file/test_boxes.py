@@ -13,15 +13,15 @@ import pypdfium2 as pdfium
 
 from docmill.settings import Settings
 from examples import formats as F
-from tasks.inventory import inventory
 from tasks.per_file.gate import check, normalize_ws
 from tasks.per_file.longdoc import long_outcome_fields, merge_chunks, split_document
-from tasks.per_file.media import Payload, SendAs, load_payload
 from tasks.provenance import supports
-from tasks.readers.pdf import read_pdf
-from tasks.readers.pdf_text import span_boxes
 from tasks.recipes import load_recipe
 from tasks.reporting.exports import export_rows
+from tasks.request import Payload, SendAs, load_payload
+from tasks.source.inventory import inventory
+from tasks.source.readers.pdf import read_pdf
+from tasks.source.readers.pdf_text import span_boxes
 from tests.fixtures.formats import invoice
 
 RECIPE = load_recipe("invoices")

@@ -22,8 +22,8 @@ from tasks.per_file.gate import (
     next_request,
     normalize_ws,
 )
-from tasks.per_file.requests import file_key, file_params, file_request, neutralize, repair_request
 from tasks.recipes import load_recipe
+from tasks.request import file_key, file_params, file_request, neutralize, repair_request
 
 RECIPE = load_recipe("invoices")
 DOC_TEXT = "INVOICE\nInvoice number: INV-7\nInvoice date: 2026-01-05\nVendor:   ACME Corp\nTotal: 12.50\n"

@@ -17,12 +17,12 @@ from docmill.settings import Settings
 from tasks.api.client import ModelClient
 from tasks.api.pacing import Budget
 from tasks.api.usage import estimate_input_tokens
-from tasks.inventory import Document, inventory
 from tasks.per_file.outcome import DocState
 from tasks.per_file.realtime import extract_chunk
-from tasks.per_file.requests import FILE_PASS, file_key, file_params, file_request
 from tasks.per_file.scope import RunScope
 from tasks.recipes import load_recipe
+from tasks.request import FILE_PASS, file_key, file_params, file_request
+from tasks.source.inventory import Document, inventory
 from tests.fixtures.clock import FakeTime
 
 RECIPE = load_recipe("invoices")
@@ -339,7 +339,7 @@ CRASH_SCRIPT = """
 import sys
 from checkpoints.store import open_store
 from docmill.settings import Settings
-from tasks.inventory import inventory
+from tasks.source.inventory import inventory
 from tasks.api.client import ModelClient
 from tasks.recipes import load_recipe
 from tasks.per_file.realtime import extract_chunk

@@ -18,10 +18,10 @@ from docmill.settings import Settings
 from flows.run.context import RunParams
 from flows.run.entry import RunWiring, run_extract
 from tasks.per_file.outcome import DocOutcome
-from tasks.per_file.requests import FILE_PASS
 from tasks.per_file.settle import Pass
 from tasks.per_file.unchanged import remember_chunks, reuse_unchanged
 from tasks.recipes import load_recipe
+from tasks.request import FILE_PASS
 from tests.flows.helpers import make_corpus, settings_for
 
 

@@ -13,11 +13,11 @@ from typing import Any
 from checkpoints.store import open_store
 from docmill.settings import Settings
 from examples import formats as F
-from tasks.inventory import inventory
 from tasks.per_file.gate import check
-from tasks.per_file.media import load_payload
 from tasks.recipes import load_recipe
 from tasks.reporting.report import write_report
+from tasks.request import load_payload
+from tasks.source.inventory import inventory
 from tests.fixtures.chromium import render
 from tests.fixtures.formats import invoice
 

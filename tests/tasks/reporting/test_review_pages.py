@@ -21,11 +21,11 @@ from checkpoints.store import open_store
 from docmill.settings import Settings
 from examples import formats as F
 from flows.cli.main import main
-from tasks.inventory import inventory
 from tasks.per_file.gate import check
-from tasks.per_file.media import load_payload
 from tasks.reporting.pages import Mark, PageView, run_documents
 from tasks.reporting.review_pages import document_evidence, draw_marks, evidence_lines
+from tasks.request import load_payload
+from tasks.source.inventory import inventory
 from tests.fixtures.formats import invoice
 from tests.tasks.reporting.test_report_pages import RECIPE, answer, outcome_of
 

@@ -1,0 +1,496 @@
+"""Inventory: turn a source (local folder or `s3://bucket/prefix`) into a stream of `Document`s.
+
+Every file becomes exactly one `Document`, `ok` or `skipped` with a `SkipReason`; nothing is
+dropped and a bad file never raises. Documents come out sorted by doc id, one file in memory at a
+time (hashing reads in 1 MiB blocks; oversized files are hashed but never held in memory).
+
+Symlinks: a file whose real path is outside the source is `outside_source` and never read; a
+symlinked folder is not walked and shows up as one `symlinked_folder` document (both unless
+settings.inventory.follow_symlinks / `--follow-symlinks`).
+
+Checks, first match wins: unreadable (permission, broken symlink, not a regular file, store
+error) -> unsupported_type (not in `doc_types`, or a type docmill does not read) -> oversized
+(> settings.inventory.max_document_bytes) -> empty (no bytes, no visible text, a PDF without pages
+or marks) -> binary (NUL bytes in a text type) -> undecodable (no encoding reads it, invalid JSON) ->
+encrypted / corrupt / over_limit / macro_enabled (the format's reader refuses it: tasks.source.readers; it
+runs in a reader process bounded in memory and time, tasks.source.readers.bounded: past a bound, over_limit) ->
+duplicate (same sha256 as an earlier `ok` document; `duplicate_of` names it). A PDF or image with
+no text layer is `ok`: it is sent as what it is (tasks.request).
+
+E-mail: every attachment of an `ok` .eml becomes its own document right after its message, with the
+id `<message id>/<n>-<file name>`, `parent` = the message, and the same checks (an attached message
+is read in turn, to settings.formats.max_nesting levels; one that is its own ancestor by
+Message-ID is `forward_loop`; attachments past settings.formats.max_attachments are `over_limit`).
+Each keeps its place: nothing of a message is dropped silently.
+
+Doc ids are the `/`-separated path relative to the source when that is a safe key; any other name
+(control characters, `..`, undecodable bytes, a name shaped like an escaped id) is still taken in,
+under an escaped id it can be read back from (tasks.source.doc_names: two files never share an id). A
+source that still yields two documents with one id stops before anything is sent (`InputError`).
+
+Doc ids and globs (settings.inventory.include / exclude): `tasks.source.doc_names`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from docmill.errors import DocmillError, InputError
+from docmill.settings import Settings, get_settings
+from tasks.source.doc_names import attachment_doc_id, make_doc_id, selected
+from tasks.source.document import Document, FirstOfContent, SkipReason
+from tasks.source.loading import (
+    load_bytes,
+    load_content,
+    load_text,
+    open_source_store,
+    part_uri,
+    read_bounds,
+    read_limits,
+)
+from tasks.source.readers import ALL_TYPES, Content, ExtractError, Limits, doc_type_for
+from tasks.source.readers.bounded import Bounds, read_bounded
+from tasks.source.readers.content import sent_as
+
+if TYPE_CHECKING:
+    from checkpoints.store import ObjectStore
+    from tasks.source.known_files import KnownFiles
+
+BLOCK_BYTES = 1024 * 1024
+
+
+@dataclass
+class _Read:
+    """What reading one file gave: hash and size always, bytes only when not oversized."""
+
+    sha256: str = ""
+    size: int = 0
+    data: bytes | None = None
+    error: str | None = None
+
+
+@dataclass
+class _Entry:
+    name: str  # raw relative name, `/`-separated
+    source_uri: str
+    read: Callable[[int], _Read]  # max_bytes -> _Read
+    doc_type: str | None = None  # forced type (e.g. "directory" for an unlistable folder)
+    skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
+    parent: str | None = None  # an e-mail attachment: its message's doc id
+    doc_id: str | None = None  # given (an attachment's); else made from `name`
+    stamp: Callable[[], list[int | str] | None] | None = (
+        None  # what the source says cheaply (tasks.source.known_files)
+    )
+
+
+def _stamp_local(path: str) -> Callable[[], list[int | str] | None]:
+    """[size, mtime_ns, ctime_ns, inode] of a regular file (one stat), None when it has none."""
+
+    def stamp() -> list[int | str] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] if stat.S_ISREG(st.st_mode) else None
+
+    return stamp
+
+
+def _read_local(path: str) -> Callable[[int], _Read]:
+    def read(max_bytes: int) -> _Read:
+        try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):
+                return _Read(error="not a regular file")
+            digest = hashlib.sha256()
+            size, keep = 0, bytearray()
+            with open(path, "rb") as f:
+                while block := f.read(BLOCK_BYTES):
+                    digest.update(block)
+                    size += len(block)
+                    if size <= max_bytes:
+                        keep += block
+            return _Read(digest.hexdigest(), size, bytes(keep) if size <= max_bytes else None)
+        except OSError as e:
+            return _Read(error=f"{type(e).__name__}: {e.strerror or e}")
+
+    return read
+
+
+_NO_READ: Callable[[int], _Read] = lambda _m: _Read()  # noqa: E731  (known skips are never read)
+
+
+def _inside(path: str, root: Path) -> bool:
+    """True when `path`, symlinks resolved, is `root` or below it."""
+    real = os.path.realpath(path)
+    return real == str(root) or real.startswith(str(root).rstrip(os.sep) + os.sep)
+
+
+def _walk(root: Path, source: str, follow: bool) -> tuple[list[str], list[str], list[str]]:
+    """(files, unlistable folders, symlinked folders not walked), relative `/`-separated names.
+    With `follow`, symlinked folders are walked once each (a loop back to a folder seen is not)."""
+    names: list[str] = []
+    unlistable: list[str] = []
+    linked: list[str] = []
+    seen: set[str] = set()
+
+    def on_error(e: OSError) -> None:
+        if e.filename and os.fspath(e.filename) != str(root):
+            unlistable.append(os.path.relpath(os.fspath(e.filename), root).replace(os.sep, "/"))
+        else:
+            raise InputError(f"cannot list source folder {source!r}: {e.strerror}") from e
+
+    for dirpath, dirs, files in os.walk(root, onerror=on_error, followlinks=follow):
+        rel_dir = os.path.relpath(dirpath, root)
+        real = os.path.realpath(dirpath)
+        if real in seen:  # a symlink loop: this folder was walked already
+            dirs[:] = []
+            continue
+        seen.add(real)
+        for d in dirs:
+            if not follow and os.path.islink(os.path.join(dirpath, d)):
+                linked.append((d if rel_dir == "." else os.path.join(rel_dir, d)).replace(os.sep, "/"))
+        for fname in files:
+            rel = fname if rel_dir == "." else os.path.join(rel_dir, fname)
+            names.append(rel.replace(os.sep, "/"))
+    return names, unlistable, linked
+
+
+def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
+    root = Path(source).expanduser()
+    if root.is_file():
+        yield _Entry(
+            root.name, root.resolve().as_uri(), _read_local(str(root)), stamp=_stamp_local(str(root))
+        )
+        return
+    if not root.is_dir():
+        raise InputError(
+            f"source {source!r} is not a folder, a file or an s3:// prefix", hint="check the path"
+        )
+    root = root.resolve()
+    follow = settings.inventory.follow_symlinks
+    names, unlistable, linked = _walk(root, source, follow)
+    inc, exc = settings.inventory.include, settings.inventory.exclude
+    marks = {rel + "/": "unlistable" for rel in unlistable} | {rel + "/": "linked" for rel in linked}
+    todo = sorted([n for n in names if selected(n, inc, exc)] + list(marks), reverse=True)
+    del names  # every name is held once, and let go as its document goes (memory per document)
+    while todo:
+        rel = todo.pop()
+        path = root / rel.rstrip("/")
+        if marks.get(rel) == "unlistable":
+            yield _Entry(
+                rel.rstrip("/"), path.as_uri(), lambda _m: _Read(error="cannot list folder"), "directory"
+            )
+        elif marks.get(rel) == "linked":
+            yield _Entry(
+                rel.rstrip("/"),
+                path.as_uri(),
+                _NO_READ,
+                "directory",
+                skip=(SkipReason.SYMLINKED_FOLDER, "a symlinked folder; --follow-symlinks reads it"),
+            )
+        elif not follow and os.path.islink(path) and not _inside(str(path), root):
+            # only a symlinked file can lead outside: folders that are symlinks are not walked
+            yield _Entry(
+                rel,
+                path.as_uri(),
+                _NO_READ,
+                skip=(
+                    SkipReason.OUTSIDE_SOURCE,
+                    "a symlink to a file outside the source; --follow-symlinks reads it",
+                ),
+            )
+        else:
+            yield _Entry(rel, path.as_uri(), _read_local(str(path)), stamp=_stamp_local(str(path)))
+
+
+def _read_s3(store: ObjectStore, key: str) -> Callable[[int], _Read]:
+    def read(max_bytes: int) -> _Read:
+        try:
+            data: bytes = store.get(key)
+        except DocmillError as e:
+            return _Read(error=f"{type(e).__name__}: {e}")
+        sha = hashlib.sha256(data).hexdigest()
+        return _Read(sha, len(data), data if len(data) <= max_bytes else None)
+
+    return read
+
+
+def _s3_entries(source: str, settings: Settings) -> Iterator[_Entry]:
+    base = source.rstrip("/")
+    store = open_source_store(base, settings.s3_endpoint_url)
+    inc, exc = settings.inventory.include, settings.inventory.exclude
+    try:
+        for key, seen in store.list_stamped(""):
+            if key.endswith("/") or not selected(key, inc, exc):
+                continue
+            stamp = None if seen is None else (lambda s=seen: s)  # size + ETag from the listing
+            yield _Entry(key, f"{base}/{key}", _read_s3(store, key), stamp=stamp)
+    except DocmillError as e:
+        if isinstance(e, InputError):
+            raise
+        raise InputError(
+            f"cannot list source {source!r}: {e}", hint="check the bucket, prefix and endpoint"
+        ) from e
+
+
+class SourceKind(StrEnum):
+    LOCAL = "local"
+    S3 = "s3"
+
+
+SOURCES: dict[SourceKind, Callable[[str, Settings], Iterator[_Entry]]] = {
+    SourceKind.LOCAL: _local_entries,
+    SourceKind.S3: _s3_entries,
+}
+
+
+def source_kind(source: str) -> SourceKind:
+    return SourceKind.S3 if source.startswith("s3://") else SourceKind.LOCAL
+
+
+def _check_content(
+    doc_type: str, data: bytes, limits: Limits, bounds: Bounds
+) -> tuple[SkipReason, str] | Content:
+    """What the reader makes of the bytes (in a bounded reader process), or (reason, detail) when
+    there is nothing to send."""
+    if not data:
+        return SkipReason.EMPTY, "file has no bytes"
+    try:
+        content = read_bounded(doc_type, data, limits, bounds)
+    except ExtractError as e:
+        return SkipReason(e.reason), str(e)
+    if not content.text.strip() and content.media_type is None and not content.parts:
+        return SkipReason.EMPTY, "only whitespace"
+    return content
+
+
+def _traits(content: Content, settings: Settings) -> dict[str, Any]:
+    """The Document fields that record what the reader found, and how it is sent by default."""
+    return {
+        "send_as": sent_as(content, settings.formats.pdf_send_as),
+        "pages": content.page_count or None,
+        "text_chars": sum(1 for ch in content.text if not ch.isspace()),
+        "textless_pages": len(content.textless_pages),
+        "media_type": content.media_type,
+        "image_tokens": content.image_tokens,
+        "encoding": content.encoding if content.guessed else None,
+    }
+
+
+@dataclass
+class _Scan:
+    """What classifying the entries of one source shares."""
+
+    max_bytes: int
+    types: frozenset[str]
+    limits: Limits
+    settings: Settings
+    seen: FirstOfContent  # sha256 -> the first ok doc id with it
+    bounds: Bounds = field(default_factory=Bounds)
+
+
+def _base(entry: _Entry) -> dict[str, Any]:
+    """The fields of a document that come from its name and place, not its bytes."""
+    return {
+        "doc_id": entry.doc_id or make_doc_id(entry.name),
+        "source_uri": entry.source_uri,
+        "doc_type": entry.doc_type or doc_type_for(entry.name),
+        "parent": entry.parent,
+    }
+
+
+def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
+    base = _base(entry)
+    doc_id, doc_type = base["doc_id"], base["doc_type"]
+
+    def skipped(read: _Read, reason: SkipReason, detail: str, dup: str | None = None) -> Document:
+        return Document(
+            **base,
+            sha256=read.sha256,
+            size=read.size,
+            status="skipped",
+            skip_reason=reason,
+            skip_detail=detail,
+            duplicate_of=dup,
+        )
+
+    if entry.skip is not None:
+        return skipped(_Read(), *entry.skip), None
+    got = entry.read(scan.max_bytes)
+    if got.error is not None:
+        return skipped(got, SkipReason.UNREADABLE, got.error), None
+    if doc_type not in scan.types:
+        return skipped(got, SkipReason.UNSUPPORTED_TYPE, f"type {doc_type!r} is not taken by this run"), None
+    if got.size > scan.max_bytes or got.data is None:
+        return skipped(got, SkipReason.OVERSIZED, f"{got.size} bytes > limit {scan.max_bytes}"), None
+    content = _check_content(doc_type, got.data, scan.limits, scan.bounds)
+    if not isinstance(content, Content):
+        return skipped(got, *content), None
+    first = scan.seen.get(got.sha256)
+    if first is not None:
+        return skipped(got, SkipReason.DUPLICATE, f"same content as {first}", first), None
+    scan.seen[got.sha256] = doc_id
+    return Document(**base, sha256=got.sha256, size=got.size, **_traits(content, scan.settings)), content
+
+
+def _known_or_classify(entry: _Entry, scan: _Scan, known: KnownFiles) -> tuple[Document, Content | None]:
+    """A file's document from the inventory cache when the source's stamp (or, once the stamp moved,
+    the content's hash) says it has not changed; otherwise classified, read once (tasks.source.known_files)."""
+    stamp = entry.stamp() if entry.stamp is not None else None
+    if stamp is None or entry.skip is not None or entry.doc_type is not None:
+        return _classify(entry, scan)
+    how, record = "trusted", known.trusted(entry.name, stamp)
+    if record is None:
+        got = entry.read(scan.max_bytes)
+        how, record = "confirmed", None if got.error else known.confirmed(entry.name, got.sha256, got.size)
+        entry = replace(entry, read=lambda _m: got)  # classified from these bytes: never read twice
+    doc = known.replay(_base(entry), record, scan.seen) if record is not None else None
+    if doc is not None and record is not None:
+        known.keep(entry.name, stamp, record, how)
+        return doc, None
+    doc, content = _classify(entry, scan)
+    known.learn(entry.name, stamp, doc, has_parts=content is not None and bool(content.parts))
+    return doc, content
+
+
+def _part_read(data: bytes) -> Callable[[int], _Read]:
+    sha = hashlib.sha256(data).hexdigest()
+    return lambda max_bytes: _Read(sha, len(data), data if len(data) <= max_bytes else None)
+
+
+def _attachments(
+    message: Document, content: Content, scan: _Scan, depth: int, chain: frozenset[str]
+) -> Iterator[Document]:
+    """The attachments of an `ok` message as documents, each followed by its own attachments."""
+    formats = scan.settings.formats
+    for i, part in enumerate(content.parts, start=1):
+        entry = _Entry(
+            f"{message.doc_id}/{i}-{part.name}",
+            part_uri(message.source_uri, i),
+            _part_read(part.data),
+            parent=message.doc_id,
+            doc_id=attachment_doc_id(message.doc_id, i, part.name),
+        )
+        if i > formats.max_attachments:
+            why = f"attachment {i} of {len(content.parts)}: past formats.max_attachments ({formats.max_attachments})"
+            entry.skip = (SkipReason.OVER_LIMIT, why)
+        doc, inner = _classify(entry, scan)
+        if inner is not None and inner.message_id is not None:
+            if inner.message_id in chain:
+                doc = _refuse(
+                    doc, SkipReason.FORWARD_LOOP, f"message {inner.message_id} is attached inside itself"
+                )
+            elif depth + 1 > formats.max_nesting:
+                doc = _refuse(
+                    doc, SkipReason.OVER_LIMIT, f"a message nested {depth + 1} deep (formats.max_nesting)"
+                )
+        yield doc
+        if doc.status == "ok" and inner is not None and inner.parts:
+            yield from _attachments(doc, inner, scan, depth + 1, chain | {inner.message_id or doc.sha256})
+
+
+def _refuse(doc: Document, reason: SkipReason, detail: str) -> Document:
+    return doc.model_copy(update={"status": "skipped", "skip_reason": reason, "skip_detail": detail})
+
+
+def one_per_id(docs: Iterable[Document]) -> Iterator[Document]:
+    """`docs`, refusing a second document with an id already seen: two files under one id would
+    share results and be merged downstream, so the run stops before anything is sent."""
+    seen: set[str] = set()
+    for doc in docs:
+        if doc.doc_id in seen:
+            raise InputError(
+                f"two files have the document id {doc.doc_id!r} (the second: {doc.source_uri})",
+                hint="rename one of them; docmill never merges two files",
+                doc_id=doc.doc_id,
+            )
+        seen.add(doc.doc_id)
+        yield doc
+
+
+def source_is_empty(source: str, settings: Settings) -> bool:
+    """True when `source` lists no file at all (after include/exclude); reads no file."""
+    return next(iter(SOURCES[source_kind(source)](source, settings)), None) is None
+
+
+def inventory(
+    source: str,
+    settings: Settings | None = None,
+    *,
+    doc_types: Iterable[str] | None = None,
+    known: KnownFiles | None = None,
+) -> Iterator[Document]:
+    """Documents of `source` (folder, file, or s3://bucket/prefix), sorted by relative path; an
+    e-mail's attachments follow their message.
+
+    `doc_types` (e.g. `recipe.doc_types`) limits the types taken; others are skipped as
+    `unsupported_type`. Default: every type docmill reads (tasks.source.readers) and source/config files.
+    Raises InputError only when the source itself cannot be read, or yields two documents with one
+    id; bad files become skipped documents.
+    `known` (tasks.source.known_files): files whose stamp says they did not change are not read; the cache
+    is saved once every document is out.
+    """
+    settings = settings or get_settings()
+    types = ALL_TYPES if doc_types is None else frozenset(t for t in doc_types if t in ALL_TYPES)
+    scan = _Scan(
+        settings.inventory.max_document_bytes,
+        types,
+        read_limits(settings),
+        settings,
+        FirstOfContent(),
+        read_bounds(settings),
+    )
+    yield from one_per_id(_documents(SOURCES[source_kind(source)](source, settings), scan, known))
+    if known is not None:
+        known.save()
+
+
+def _documents(entries: Iterable[_Entry], scan: _Scan, known: KnownFiles | None) -> Iterator[Document]:
+    for entry in entries:
+        doc, content = _classify(entry, scan) if known is None else _known_or_classify(entry, scan, known)
+        yield doc
+        if content is not None and content.parts:
+            yield from _attachments(doc, content, scan, 0, frozenset({content.message_id or doc.sha256}))
+
+
+def summarize_inventory(docs: Iterable[Document]) -> dict[str, Any]:
+    """Counts by status, skip reason and type, plus total documents and bytes."""
+    by_status: Counter[str] = Counter()
+    by_reason: Counter[str] = Counter()
+    by_type: Counter[str] = Counter()
+    total = size = 0
+    for d in docs:
+        total += 1
+        size += d.size
+        by_status[d.status] += 1
+        by_type[d.doc_type] += 1
+        if d.skip_reason is not None:
+            by_reason[d.skip_reason.value] += 1
+    return {
+        "total": total,
+        "bytes": size,
+        "by_status": dict(sorted(by_status.items())),
+        "by_reason": dict(sorted(by_reason.items())),
+        "by_type": dict(sorted(by_type.items())),
+    }
+
+
+__all__ = [
+    "Document",
+    "SkipReason",
+    "inventory",
+    "load_bytes",
+    "load_content",
+    "load_text",
+    "source_is_empty",
+    "summarize_inventory",
+]

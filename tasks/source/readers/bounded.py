@@ -1,0 +1,337 @@
+"""Readers run bounded: every parse of a document's bytes happens in a worker process whose memory
+and time are capped, so no document can sink a run (invariant 19), whatever library reads it.
+
+    content = read_bounded("pdf", data, limits, Bounds(memory_bytes=512 << 20, seconds=60))
+
+Like Apache Tika's forked parser and OCRmyPDF's worker pool, the parsers run in a small pool of
+worker processes (`tasks.source.readers.worker`, started with `subprocess` from a clean interpreter: no
+fork of a process whose threads hold locks, no re-import of the user's script). Each worker caps
+its address space (`RLIMIT_AS`); the parent gives each document a wall-clock deadline. Past either
+limit the document is refused as `over_limit` (`OverLimit`, naming which limit and its value), the
+worker is killed and a fresh one is started on the next call, and the run goes on. A worker that
+dies otherwise (a crash in a C library) makes the document `corrupt`.
+
+The pool is started lazily once per process and reused (a start costs an interpreter, not a
+document), holds at most `Bounds.processes` workers, and is shared by every thread (a worker serves
+one call at a time). It is closed at exit; its workers run in their own session (a Ctrl-C to the
+terminal's process group is docmill's to handle) and exit when docmill is gone however it ended
+(end-of-file on their socket, `docmill.lifeline`, and a CPU-time backstop). A forked child of
+docmill does not use its parent's workers: it starts its own pool.
+
+Documents cross to a worker and their Content back as pickles over a socket pair; documents are at
+most settings.inventory.max_document_bytes, and a copy of 20 MB costs milliseconds next to its parse
+(bench/hostile.py measures the per-document cost of the bound).
+
+Callers: tasks.source.inventory (every check), tasks.source.loading (the per-file pass, realtime and batch,
+estimate, batch preparation and ingest: e-mail attachments too), tasks.request (a long PDF's
+page ranges). `Bounds(enabled=False)` reads in-process (debugging only).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from tasks.source.readers import Content, Limits, read
+from tasks.source.readers.content import BinaryContent, ExtractError, OverLimit, Unreadable
+from tasks.source.readers.mail import part_bytes
+from tasks.source.readers.pdf import page_range
+
+MIB = 1024 * 1024
+STOP_WAIT = 2.0  # seconds a closing worker gets to exit before SIGKILL
+POLL = 0.1  # seconds between looks at a busy worker's CPU time
+WALL_FACTOR = 4  # a job may take this many times its CPU deadline on the wall clock (a busy machine)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What one reading may take (docmill.settings.FormatSettings fills it)."""
+
+    memory_bytes: int = 512 * MIB  # RLIMIT_AS of each worker (0: no cap)
+    seconds: float = 60.0  # CPU time one document may take (0: no deadline); wall clock: 4x that
+    processes: int = 2  # workers at most
+    enabled: bool = True  # False: read in this process, unbounded (debugging)
+
+
+# A worker killed by a signal once its peak resident memory passed this share of the address-space
+# cap ran out of memory (the cap counts mappings too: pdfium aborted at 121 MiB resident of 200 MiB;
+# a reader crashing on a broken file does so near its ~30 MiB baseline)
+NEAR_CAP = 0.5
+
+
+class _Worker:
+    """One worker process and this process's end of its socket."""
+
+    def __init__(self, bounds: Bounds) -> None:
+        mine, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tasks.source.readers.worker",
+                    str(theirs.fileno()),
+                    str(bounds.memory_bytes),
+                    str(bounds.seconds),
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            theirs.close()
+        self.conn = Connection(mine.detach())
+        self.job_cpu = 0.0  # CPU seconds the current job used, as last seen
+        self.peak_rss = 0  # bytes, once reaped (kill)
+
+    def call(self, job: tuple[str, tuple[Any, ...]], seconds: float) -> dict[str, Any] | None:
+        """The worker's reply, or None when it used more than `seconds` of CPU time on the job, or
+        more than WALL_FACTOR times that on the wall clock (the caller kills it). Raises EOFError /
+        OSError when the worker died."""
+        self.conn.send_bytes(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+        if seconds > 0:
+            start_cpu = self.cpu_seconds()
+            wall_end = time.monotonic() + seconds * WALL_FACTOR
+            while not self.conn.poll(POLL):
+                used = self.cpu_seconds()
+                if used is None or start_cpu is None:  # no /proc: the wall clock decides alone
+                    if time.monotonic() > wall_end - seconds * (WALL_FACTOR - 1):
+                        return None
+                    continue
+                self.job_cpu = used - start_cpu
+                if self.job_cpu > seconds or time.monotonic() > wall_end:
+                    return None
+        reply: dict[str, Any] = pickle.loads(self.conn.recv_bytes())
+        return reply
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system) the worker used so far, from /proc; None where absent."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def kill(self) -> None:
+        """End the worker (if it still runs) and reap it, keeping its peak resident memory: a C
+        library that cannot allocate under the address-space cap often aborts the process rather
+        than failing the call (pdfium does), and the peak tells that death from a crash."""
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        if self.proc.returncode is not None:
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGKILL)  # not Popen.kill: its poll() would reap, losing the usage
+        except OSError:
+            pass
+        try:
+            _, status, usage = os.wait4(self.proc.pid, 0)
+        except ChildProcessError:  # reaped elsewhere
+            self.proc.wait()
+            return
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.peak_rss = usage.ru_maxrss * 1024
+
+    def close(self, wait: float) -> None:
+        """End-of-file first (the worker exits by itself), SIGKILL if it is still busy after `wait`."""
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class ReaderPool:
+    """At most `bounds.processes` workers, each serving one call at a time."""
+
+    def __init__(self, bounds: Bounds) -> None:
+        self.bounds = bounds
+        self.pid = os.getpid()
+        self.idle: list[_Worker] = []
+        self.busy = 0
+        self.started = 0  # workers started in this pool's life (replacements included)
+        self.cond = threading.Condition()
+        self.closed = False
+
+    def _checkout(self) -> _Worker:
+        with self.cond:
+            while not self.idle and self.busy >= self.bounds.processes:
+                self.cond.wait()
+            if self.closed:
+                raise RuntimeError("the reader pool is closed")
+            self.busy += 1
+            if self.idle:
+                return self.idle.pop()
+        try:
+            worker = _Worker(self.bounds)
+        except BaseException:
+            self._give_back(None)
+            raise
+        with self.cond:
+            self.started += 1
+        return worker
+
+    def _give_back(self, worker: _Worker | None) -> None:
+        with self.cond:
+            self.busy -= 1
+            if worker is not None:
+                if self.closed:
+                    worker.close(STOP_WAIT)
+                else:
+                    self.idle.append(worker)
+            self.cond.notify()
+
+    def call(self, job: tuple[str, tuple[Any, ...]]) -> Any:
+        """Run `job` in a worker; its value, or the error it raised, raised again here as an
+        ExtractError (OverLimit past a bound, Unreadable("corrupt") when the worker died)."""
+        worker = self._checkout()
+        started = time.monotonic()
+        keep: _Worker | None = None
+        try:
+            try:
+                reply = worker.call(job, self.bounds.seconds)
+            except (EOFError, OSError):
+                worker.kill()
+                raise _died(worker.proc.returncode, self.bounds, worker.peak_rss) from None
+            if reply is None:
+                worker.kill()
+                wall = time.monotonic() - started
+                clock = "on the wall clock" if wall >= self.bounds.seconds * WALL_FACTOR else "of CPU time"
+                raise OverLimit(
+                    "time",
+                    self.bounds.seconds,
+                    f"reading took longer than formats.read_seconds ({self.bounds.seconds:g} s of CPU time, "
+                    f"{self.bounds.seconds * WALL_FACTOR:g} s on the wall clock); stopped after {wall:.1f} s {clock} "
+                    f"({worker.job_cpu:.1f} s of CPU)",
+                )
+            if reply["spent"]:
+                worker.close(STOP_WAIT)
+            else:
+                keep = worker
+            return _value(reply, self.bounds)
+        except BaseException:
+            if keep is None and worker.proc.poll() is None:
+                worker.kill()  # interrupted mid-call: its next reply would answer the wrong call
+            raise
+        finally:
+            self._give_back(keep)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            workers, self.idle = self.idle, []
+            self.cond.notify_all()
+        for worker in workers:
+            worker.close(STOP_WAIT)
+
+
+def _memory_error(bounds: Bounds) -> OverLimit:
+    return OverLimit(
+        "memory",
+        bounds.memory_bytes,
+        f"reading needed more than formats.read_memory_bytes ({bounds.memory_bytes // MIB:,} MiB) of "
+        "memory; stopped",
+    )
+
+
+def _died(returncode: int | None, bounds: Bounds, peak_rss: int = 0) -> ExtractError:
+    """Why a worker ended mid-read: CPU time (SIGXCPU), memory (the OOM killer's SIGKILL, or any
+    death by signal after its resident memory came near the cap), or a crash on this file."""
+    if returncode == -signal.SIGXCPU:
+        return OverLimit(
+            "time",
+            bounds.seconds,
+            f"reading used more CPU time than formats.read_seconds allows ({bounds.seconds:g} s)",
+        )
+    if returncode == -signal.SIGKILL:  # the kernel's OOM killer
+        return _memory_error(bounds)
+    died_of_signal = returncode is not None and returncode < 0
+    if died_of_signal and bounds.memory_bytes and peak_rss >= NEAR_CAP * bounds.memory_bytes:
+        return _memory_error(bounds)
+    how = f"signal {-returncode}" if returncode is not None and returncode < 0 else f"exit {returncode}"
+    return Unreadable("corrupt", f"the reader crashed on this file ({how})")
+
+
+def _value(reply: dict[str, Any], bounds: Bounds) -> Any:
+    kind = reply["kind"]
+    if kind == "ok":
+        return reply["value"]
+    if kind == "memory":
+        raise _memory_error(bounds)
+    if kind == "refused":
+        if reply["value"] == "binary":
+            raise BinaryContent(reply["detail"])
+        if reply["reason"] == "undecodable":
+            raise ExtractError(reply["detail"])
+        raise Unreadable(reply["reason"], reply["detail"])
+    raise ExtractError(reply["detail"])
+
+
+_pools: dict[Bounds, ReaderPool] = {}
+_pools_lock = threading.Lock()
+
+
+def pool_for(bounds: Bounds) -> ReaderPool:
+    """This process's pool for `bounds` (started on first use, reused after)."""
+    with _pools_lock:
+        pool = _pools.get(bounds)
+        if pool is None or pool.pid != os.getpid():
+            if pool is not None and pool.pid != os.getpid():
+                _pools.clear()  # a forked child: its parent's workers are not ours to use
+            pool = _pools[bounds] = ReaderPool(bounds)
+        return pool
+
+
+@atexit.register
+def close_pools() -> None:
+    """Stop every worker of this process (at exit; tests)."""
+    with _pools_lock:
+        pools = [p for p in _pools.values() if p.pid == os.getpid()]
+        _pools.clear()
+    for pool in pools:
+        pool.close()
+
+
+def read_bounded(doc_type: str, data: bytes, limits: Limits, bounds: Bounds) -> Content:
+    """`tasks.source.readers.read` in a bounded worker; raises what it raises, and OverLimit past a bound."""
+    if not bounds.enabled:
+        return read(doc_type, data, limits)
+    content: Content = pool_for(bounds).call(("read", (doc_type, data, limits)))
+    return content
+
+
+def part_bytes_bounded(data: bytes, path: list[int], bounds: Bounds) -> bytes:
+    """`tasks.source.readers.mail.part_bytes` (an attachment found again in its message), bounded."""
+    if not bounds.enabled:
+        return part_bytes(data, path)
+    found: bytes = pool_for(bounds).call(("part_bytes", (data, path)))
+    return found
+
+
+def page_range_bounded(data: bytes, pages: Iterable[int], bounds: Bounds) -> bytes:
+    """`tasks.source.readers.pdf.page_range` (a PDF of some pages of a PDF), bounded."""
+    if not bounds.enabled:
+        return page_range(data, pages)
+    part: bytes = pool_for(bounds).call(("page_range", (data, list(pages))))
+    return part
