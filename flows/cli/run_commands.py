@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flows.cli.checks import check_store, known_run
 from flows.cli.commands import cli_store, store_uri
@@ -15,6 +15,9 @@ from flows.cli.exit_codes import EXIT_INTEGRATION, EXIT_OK, EXIT_RUN
 from flows.orchestration import boot as prefect_boot
 from flows.run import early
 from tasks.reporting.summary import integration_text
+
+if TYPE_CHECKING:
+    from flows.run.context import RunParams
 
 
 def _quiet_prefect_services() -> None:
@@ -120,7 +123,6 @@ def cmd_run(a: argparse.Namespace) -> int:
     may_be_small = _may_be_small(a)
     _own_processes(prefect=not a.no_prefect and not a.workers and not may_be_small, adopt=False)
     from docmill.settings import get_settings
-    from flows.run.context import RunParams
     from flows.run.entry import run_extract, settings_for
 
     if a.finish_by:  # a bad time is one line before anything starts
@@ -152,15 +154,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
         return _finish(
             run_extract(
-                RunParams(
-                    a.source,
-                    recipe,
-                    mode=a.mode,
-                    run_id=a.run_id,
-                    new_run=a.new_run,
-                    given=overrides,
-                    finish_by=a.finish_by,
-                ),
+                _run_params(a, recipe, overrides, finish_by=a.finish_by),
                 settings=settings_for(a.store, overrides),
             )
         )
@@ -239,25 +233,25 @@ def _in_prefect(extract: Any, a: argparse.Namespace, recipe: str) -> dict[str, A
     )
 
 
+def _run_params(a: argparse.Namespace, recipe: str, overrides: dict[str, Any], **more: Any) -> RunParams:
+    """What `docmill run`'s arguments ask of the run (`more`: the deadline, or submit only)."""
+    from flows.run.context import RunParams
+
+    return RunParams(
+        a.source, recipe, mode=a.mode, run_id=a.run_id, new_run=a.new_run, given=overrides, **more
+    )
+
+
 def _early_batches(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> str | None:
     """A batch run's batches created before Prefect is imported and its server is up (flows.run.early);
     the run's id, which the flow run then continues."""
-    from flows.run.context import RunParams
     from flows.run.entry import RunWiring, run_extract, settings_for
 
     settings = settings_for(a.store, overrides)
     if not early.eligible(settings, a.mode, finish_by=a.finish_by, workers=a.workers):
         return None
     summary = run_extract(
-        RunParams(
-            a.source,
-            recipe,
-            mode=a.mode,
-            run_id=a.run_id,
-            new_run=a.new_run,
-            given=overrides,
-            submit_only=True,
-        ),
+        _run_params(a, recipe, overrides, submit_only=True),
         settings=settings,
         wiring=RunWiring(progress=False),
     )

@@ -10,13 +10,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from checkpoints.store import open_store
+from checkpoints.store import ObjectStore, open_store
 from docmill.settings import Settings
 from examples import formats as F
 from tasks.per_file.gate import check
 from tasks.recipes import load_recipe
 from tasks.reporting.report import write_report
 from tasks.request import load_payload
+from tasks.source.document import Document
 from tasks.source.inventory import inventory
 from tests.fixtures.chromium import render
 from tests.fixtures.formats import invoice
@@ -44,7 +45,8 @@ def outcome_of(doc_id: str, verdict: Any) -> dict[str, Any]:
     }
 
 
-def test_report_shows_pages_with_boxes_and_scans_with_the_cited_page(tmp_path: Path, chromium: str) -> None:
+def three_documents(tmp_path: Path) -> tuple[dict[str, Document], ObjectStore]:
+    """A text PDF, a scan and a text file of invoices 11-13, inventoried as run `r` in a store."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "text.pdf").write_bytes(F.text_pdf([invoice(11)]))
@@ -53,6 +55,11 @@ def test_report_shows_pages_with_boxes_and_scans_with_the_cited_page(tmp_path: P
     docs = {d.doc_id: d for d in inventory(str(src), Settings())}
     store = open_store(str(tmp_path / "store"))
     store.put_json("runs/r/inventory/c0.json", [d.model_dump(mode="json") for d in docs.values()])
+    return docs, store
+
+
+def test_report_shows_pages_with_boxes_and_scans_with_the_cited_page(tmp_path: Path, chromium: str) -> None:
+    docs, store = three_documents(tmp_path)
     text = check(
         RECIPE,
         load_payload(docs["text.pdf"], RECIPE, Settings()),

@@ -17,17 +17,13 @@ from PIL import Image
 
 from checkpoints.manifest import ManifestStore, RunManifest
 from checkpoints.outcomes import OutcomeLog
-from checkpoints.store import open_store
 from docmill.settings import Settings
-from examples import formats as F
 from flows.cli.main import main
 from tasks.per_file.gate import check
 from tasks.reporting.pages import Mark, PageView, run_documents
 from tasks.reporting.review_pages import document_evidence, draw_marks, evidence_lines
 from tasks.request import load_payload
-from tasks.source.inventory import inventory
-from tests.fixtures.formats import invoice
-from tests.tasks.reporting.test_report_pages import RECIPE, answer, outcome_of
+from tests.tasks.reporting.test_report_pages import RECIPE, answer, outcome_of, three_documents
 
 
 def green(img: Image.Image) -> int:
@@ -43,14 +39,7 @@ def path_of(link: str) -> Path:
 
 @pytest.fixture
 def run(tmp_path: Path) -> tuple[Any, list[dict[str, Any]], Path]:
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "text.pdf").write_bytes(F.text_pdf([invoice(11)]))
-    (src / "scan.pdf").write_bytes(F.scanned_pdf([invoice(12)]))
-    (src / "inv.txt").write_text("\n".join(invoice(13)))
-    docs = {d.doc_id: d for d in inventory(str(src), Settings())}
-    store = open_store(str(tmp_path / "store"))
-    store.put_json("runs/r/inventory/c0.json", [d.model_dump(mode="json") for d in docs.values()])
+    docs, store = three_documents(tmp_path)
     answers = {
         "text.pdf": answer(
             invoice_number=("INV-11", "Invoice number: INV-11"), total=(1190.0, "Total: 1,190.00")
