@@ -94,6 +94,8 @@ def reuse_chunk(
     log_ = OutcomeLog(p.store, p.run_id)
     if changed or data.get("chunk_id") != cid:
         log_.write_chunk(cid, records)
+        if changed:  # its answers are ledger hits now: the next run takes this chunk, reading no result
+            index.put(digest, p.run_id, cid)
     else:  # the same bytes this run would write: not encoded again
         log_.put_raw_chunk(cid, raw)
     return True

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from checkpoints.chunks import InventoryChunks
-from checkpoints.outcomes import OutcomeLog
+from checkpoints.outcomes import ChunkIndex, OutcomeLog
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import ObjectStore, open_store
 from docmill.settings import Settings
@@ -19,7 +19,7 @@ from flows.run.context import RunParams
 from flows.run.entry import RunWiring, run_extract
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import Pass
-from tasks.per_file.unchanged import remember_chunks, reuse_unchanged
+from tasks.per_file.unchanged import chunk_digest, remember_chunks, reuse_unchanged
 from tasks.recipes import load_recipe
 from tasks.request import FILE_PASS
 from tests.flows.helpers import make_corpus, settings_for
@@ -78,6 +78,18 @@ def test_an_unchanged_run_takes_every_chunk_with_the_outcomes_of_ledger_hits(
         }  # a duplicate's reason names its original
     review = {r["doc_id"] for r in ReviewQueue(store, "second").list()}
     assert review == {o["doc_id"] for o in after if o["state"] == "needs_review"}
+    # the second run's chunks that hold ledger hits are where a third run looks: no result read again
+    index, second = ChunkIndex(store), InventoryChunks(store, "second")
+    answered_then = OutcomeLog(store, first)  # answered in the first run: ledger hits in the second
+    hits = [
+        c
+        for c in chunks
+        if any(o["key"] and not o.get("from_ledger") for o in answered_then.read_chunk(c) or [])
+    ]
+    assert hits, "the corpus has answered documents"
+    for cid in chunks:
+        named = index.get(chunk_digest(p, second.load(cid))[0])
+        assert named == (("second", cid) if cid in hits else (first, cid))
     # a third run takes the second's bytes as they are (nothing changed since)
     p3 = new_run(store, settings, first, "third")
     assert reuse_unchanged(p3, chunks)[0] == set(chunks)
