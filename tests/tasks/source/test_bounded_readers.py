@@ -127,12 +127,23 @@ def _gone(pid: int, within: float) -> bool:
         time.sleep(0.05)
 
 
+def _as_a_terminal_starts_it() -> None:
+    """SIGINT at its default and not blocked, whatever the test process inherited or changed
+    (an ignored or blocked SIGINT is passed on to a child and its Ctrl-C would never arrive)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
 def test_workers_end_with_docmill(how: str) -> None:
     """A Ctrl-C to docmill's process group ends docmill and its workers (they ignore the SIGINT
     themselves and stop at exit); a docmill killed hard leaves none behind either."""
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", CHILD],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_as_a_terminal_starts_it,
     )
     assert child.stdout is not None
     worker = int(child.stdout.readline())
@@ -140,7 +151,7 @@ def test_workers_end_with_docmill(how: str) -> None:
         os.killpg(child.pid, signal.SIGINT)
     else:
         child.kill()
-    child.wait(10)
+    child.wait(30)  # a hang guard: it ends in about a second
     try:
         assert _gone(worker, 10), "the reader process outlived docmill"
     finally:
