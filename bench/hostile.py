@@ -76,19 +76,14 @@ def tree_rss(root: int) -> tuple[int, int, int]:
     return total, total - emulator, own
 
 
+def make_invoices(folder: Path, invoices: int) -> None:
+    """`invoices` generated invoices in `folder` (examples/make_invoices.py, its own process)."""
+    make = [sys.executable, str(ROOT / "examples/make_invoices.py"), "--out", str(folder)]
+    subprocess.run([*make, "--count", str(invoices)], check=True, stdout=subprocess.DEVNULL)
+
+
 def make_corpus(folder: Path, invoices: int) -> list[str]:
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples/make_invoices.py"),
-            "--out",
-            str(folder),
-            "--count",
-            str(invoices),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    make_invoices(folder, invoices)
     names = []
     hostile = folder / "hostile"
     hostile.mkdir()
@@ -198,18 +193,7 @@ def section_cost(args: argparse.Namespace, work: Path) -> None:
     from tasks.source.readers.bounded import close_pools
 
     corpus = work / "cost"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples/make_invoices.py"),
-            "--out",
-            str(corpus),
-            "--count",
-            str(args.cost_docs),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    make_invoices(corpus, args.cost_docs)
     times: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(args.repeat):
         for bounded in (False, True):
