@@ -52,6 +52,8 @@ def alive(pid: int) -> bool:
 
 
 def wait_gone(pids: list[int], seconds: float) -> list[int]:
+    """The pids still alive after `seconds`: a hang guard (it returns once they are gone), generous
+    because a loaded machine delays a watch thread's next look by seconds."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.02)
@@ -87,7 +89,7 @@ def test_children_outlive_the_starting_thread_and_die_with_a_sigkilled_parent(
     assert records == ["prog", "py", "t"]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert wait_gone(pids, 3.0) == []
+    assert wait_gone(pids, 20.0) == []
 
 
 def test_reaping_stops_a_stale_child_of_a_dead_docmill_and_nothing_else(
@@ -109,12 +111,12 @@ def test_reaping_stops_a_stale_child_of_a_dead_docmill_and_nothing_else(
     try:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert wait_gone(pids[1:], 3.0) == []
+        assert wait_gone(pids[1:], 20.0) == []
         assert alive(stuck)
 
         stale = reap_stale(runtime)
         assert [(r["pid"], r["role"]) for r in stale] == [(stuck, "py")]
-        assert wait_gone([stuck], 1.0) == []
+        assert wait_gone([stuck], 20.0) == []
         assert alive(stranger.pid) and alive(mine.pid)
         assert sorted(p.name for p in (tmp_path / "rt").glob("*.json")) == [f"{mine.pid}.json"]
         assert reaped_line(stale).startswith("docmill: stopped 1 process(es) left running by an earlier")
@@ -177,7 +179,7 @@ def test_a_terminal_ctrl_c_reaches_docmill_not_its_helpers_which_still_die_with_
         assert alive(child), "the terminal's SIGINT reached the helper"
         proc.kill()
         proc.wait()
-        assert wait_gone([child], 5.0) == []
+        assert wait_gone([child], 20.0) == []
     finally:
         proc.kill()
         proc.wait()
