@@ -19,6 +19,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from docmill.collector import relaxed_gc
 from tasks.provenance import SUPPORT_ORDER
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings
@@ -174,8 +175,23 @@ def html_report(
     listed: list[dict[str, Any]] | None = None,
 ) -> str:
     """The whole page. `outcomes` carry any review decisions already (tasks.review.apply_decisions);
-    `listed`: the outcomes the per-document sections show (default: all)."""
-    extra = extra or {}
+    `listed`: the outcomes the per-document sections show (default: all). Rendered under relaxed
+    collections (docmill.collector): shaping the rows for the templates makes many small objects,
+    and each full collection they set off walks every outcome of the run again."""
+    with relaxed_gc():
+        return _page(manifest, outcomes, integration, costs, review, entries, extra or {}, listed)
+
+
+def _page(
+    manifest: dict[str, Any],
+    outcomes: list[dict[str, Any]],
+    integration: IntegrationResult | None,
+    costs: dict[str, Any],
+    review: list[dict[str, Any]],
+    entries: list[dict[str, Any]],
+    extra: ReportExtras,
+    listed: list[dict[str, Any]] | None,
+) -> str:
     counts = display_counts(outcomes)
     shown = outcomes if listed is None else listed  # the rest: unchanged, in the exports (write_report)
     views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in shown]
