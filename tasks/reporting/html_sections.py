@@ -108,7 +108,8 @@ def findings_section(recipe: str, findings: list[FindingView]) -> list[Part]:
 
 
 def fields_section(views: list[DocView]) -> Markup:
-    """Per field: how many documents state it, with one example and its evidence."""
+    """Per field: how many documents state it, with one example and its evidence; the most stated
+    first, ties by name (the same page for the same results, whatever the process)."""
     stated: Counter[str] = Counter()
     empty: Counter[str] = Counter()
     corrected: Counter[str] = Counter()
@@ -130,7 +131,7 @@ def fields_section(views: list[DocView]) -> Markup:
             corrected[name],
             (example[name][0], _field(example[name][1])) if name in example else None,
         )
-        for name in sorted(set(stated) | set(empty), key=lambda n: -stated[n])
+        for name in sorted(set(stated) | set(empty), key=lambda n: (-stated[n], n))
     ]
     return _sections().fields(stats)
 

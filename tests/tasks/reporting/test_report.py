@@ -239,3 +239,18 @@ def test_no_text_from_a_document_the_model_or_a_reviewer_adds_markup_anywhere_in
     assert "<x-evil" not in page and 'onmouseover="alert' not in page
     assert page.count("&lt;x-evil&gt;") > 40  # shown, as text, in every section
     assert "&amp;amp;" in page  # an entity in the text is shown as typed, not decoded
+
+
+def test_fields_stated_as_often_are_listed_by_name_so_the_same_results_give_the_same_page() -> None:
+    names = ["zeta", "alpha", "mu", "beta", "omega", "kappa", "delta"]
+    outcomes = [
+        {
+            "doc_id": f"{i}.txt",
+            "state": "succeeded",
+            "output": {n: {"value": i, "evidence": "x"} for n in names},
+        }
+        for i in range(2)
+    ]
+    page = html_report({"run_id": "r", "phase": "done", "recipe": "invoices"}, outcomes, None, {}, [], [])
+    fields = page.split("<h2>Fields with evidence</h2>")[1].split("</table>")[0]
+    assert re.findall(r"<tr><td>(\w+)</td>", fields) == sorted(names)
