@@ -162,29 +162,22 @@ def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
     """An attempt that may have been billed without a whole answer (a timeout after sending, a broken
     stream) goes into the run's cost ledger at once: exact when the stream reported its final usage,
     else flagged possibly billed at its upper bound."""
+    attempt: dict[str, Any] = {
+        "run_id": ledger.run_id,
+        "pass_name": p.pass_name,
+        "doc_id": p.doc_id,
+        "key": p.key,
+        "attempt": p.attempt,
+        "model": p.model,
+        "at": p.at,
+    }
     if p.usage is not None:
-        entry = CostEntry.from_usage(
-            run_id=ledger.run_id,
-            pass_name=p.pass_name,
-            doc_id=p.doc_id,
-            key=p.key,
-            attempt=p.attempt,
-            model=p.model,
-            usage=p.usage,
-            at=p.at,
-        ).model_copy(update={"usd": p.usd, "possibly_billed": p.possibly, "unanswered": True})
+        entry = CostEntry.from_usage(**attempt, usage=p.usage).model_copy(
+            update={"usd": p.usd, "possibly_billed": p.possibly, "unanswered": True}
+        )
     else:
         entry = possibly_billed_entry(
-            run_id=ledger.run_id,
-            pass_name=p.pass_name,
-            doc_id=p.doc_id,
-            key=p.key,
-            attempt=p.attempt,
-            model=p.model,
-            input_tokens=p.input_tokens,
-            max_tokens=p.max_tokens,
-            usd=p.usd,
-            at=p.at,
+            **attempt, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd
         )
     ledger.record(f"{p.reason}-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
 

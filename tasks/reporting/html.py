@@ -178,53 +178,41 @@ def html_report(
     `listed`: the outcomes the per-document sections show (default: all). Rendered under relaxed
     collections (docmill.collector): shaping the rows for the templates makes many small objects,
     and each full collection they set off walks every outcome of the run again."""
+    extra = extra or {}
     with relaxed_gc():
-        return _page(manifest, outcomes, integration, costs, review, entries, extra or {}, listed)
-
-
-def _page(
-    manifest: dict[str, Any],
-    outcomes: list[dict[str, Any]],
-    integration: IntegrationResult | None,
-    costs: dict[str, Any],
-    review: list[dict[str, Any]],
-    entries: list[dict[str, Any]],
-    extra: ReportExtras,
-    listed: list[dict[str, Any]] | None,
-) -> str:
-    counts = display_counts(outcomes)
-    shown = outcomes if listed is None else listed  # the rest: unchanged, in the exports (write_report)
-    views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in shown]
-    timeline = run_timeline(manifest, entries, extra.get("batches"))
-    generated = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(extra.get("generated_at") or time.time()))
-    spread, deadline = extra.get("spread"), extra.get("deadline")
-    pages = extra.get("pages")
-    return render(
-        "report.html.j2",
-        m={k: manifest.get(k) for k in ("run_id", "source", "recipe", "recipe_version", "mode", "phase")},
-        reused=sum(1 for o in outcomes if o.get("from_ledger")),
-        generated=generated,
-        span=_span(manifest, timeline),
-        stopped=_stopped(manifest),
-        total=len(outcomes),
-        counts=list(counts.items()),
-        state_class=STATE_CLASS,
-        usd=costs.get("usd", 0.0),
-        review_count=len(review),
-        review_why=_queue_why(review),
-        integration=_integration_state(integration),
-        spread=spread_lines(spread) if spread is not None else None,
-        deadline=deadline_lines(deadline) if deadline is not None else None,
-        timeline_unit="documents" if timeline["mode"] == "realtime" else "batch requests",
-        timeline_series="answered" if timeline["mode"] == "realtime" else "ended, ingested",
-        timeline=Markup(timeline_svg(timeline)),
-        integration_output=integration_output_section(integration),
-        results=_results(str(manifest.get("recipe") or ""), views, outcomes, extra),
-        pages=_pages(pages),
-        checks=_checks(integration),
-        failures=failures_section(views),
-        review=review_section(review, counts, int(extra.get("decided") or 0)),
-        costs=_costs(costs),
-        css=CSS,
-        scripts=(PAGES_JS if pages else "") + PAGER_JS,
-    )
+        counts = display_counts(outcomes)
+        shown = outcomes if listed is None else listed  # the rest: unchanged, in the exports (write_report)
+        views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in shown]
+        timeline = run_timeline(manifest, entries, extra.get("batches"))
+        generated = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(extra.get("generated_at") or time.time()))
+        spread, deadline = extra.get("spread"), extra.get("deadline")
+        pages = extra.get("pages")
+        return render(
+            "report.html.j2",
+            m={k: manifest.get(k) for k in ("run_id", "source", "recipe", "recipe_version", "mode", "phase")},
+            reused=sum(1 for o in outcomes if o.get("from_ledger")),
+            generated=generated,
+            span=_span(manifest, timeline),
+            stopped=_stopped(manifest),
+            total=len(outcomes),
+            counts=list(counts.items()),
+            state_class=STATE_CLASS,
+            usd=costs.get("usd", 0.0),
+            review_count=len(review),
+            review_why=_queue_why(review),
+            integration=_integration_state(integration),
+            spread=spread_lines(spread) if spread is not None else None,
+            deadline=deadline_lines(deadline) if deadline is not None else None,
+            timeline_unit="documents" if timeline["mode"] == "realtime" else "batch requests",
+            timeline_series="answered" if timeline["mode"] == "realtime" else "ended, ingested",
+            timeline=Markup(timeline_svg(timeline)),
+            integration_output=integration_output_section(integration),
+            results=_results(str(manifest.get("recipe") or ""), views, outcomes, extra),
+            pages=_pages(pages),
+            checks=_checks(integration),
+            failures=failures_section(views),
+            review=review_section(review, counts, int(extra.get("decided") or 0)),
+            costs=_costs(costs),
+            css=CSS,
+            scripts=(PAGES_JS if pages else "") + PAGER_JS,
+        )
