@@ -65,7 +65,7 @@ if(q0){q.value=q0;}filter();});
 
 
 def _shown(v: Any) -> Any:
-    """What a template prints for a value: None prints nothing (as `e`), not "None"."""
+    """What a template prints for a value: None prints nothing, not "None"."""
     return "" if v is None else v
 
 
@@ -96,7 +96,7 @@ def rendered_rows(name: str, rows: list[Any]) -> list[str]:
     (doc_rows.html.j2): a table's rows kept apart for its paged script, rendered in one pass."""
     out: list[str] = []
     TEMPLATES.get_template(name).render(rows=rows, out=out)
-    return [str(row) for row in out]  # plain strings: json.dumps takes a Markup row far more slowly
+    return [str(row) for row in out]  # plain strings: a Markup row would escape what is added to it
 
 
 Cell = tuple[Any, bool]  # a table cell: its value (text, or Markup) and whether it is a number
