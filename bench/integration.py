@@ -42,8 +42,8 @@ import tasks.integration.run as integration_run  # noqa: E402
 from checkpoints.costs import CostLedger  # noqa: E402
 from checkpoints.store import open_store  # noqa: E402
 from docmill.settings import Settings  # noqa: E402
+from flows.entry import RunWiring, run_extract  # noqa: E402
 from flows.run.context import RunParams  # noqa: E402
-from flows.run.entry import RunWiring, run_extract  # noqa: E402
 from tasks.cost.estimate import integration_estimate  # noqa: E402
 
 TIMES: list[float] = []

@@ -116,8 +116,8 @@ def plain_loop(requests: list[dict[str, Any]], url: str, concurrency: int, failu
 
 def docmill_run(corpus: Path, url: str, concurrency: int, store: Path) -> dict[str, Any]:
     from docmill.settings import ApiSettings, Settings
+    from flows.entry import RunWiring, run_extract
     from flows.run.context import RunParams
-    from flows.run.entry import RunWiring, run_extract
 
     settings = Settings(store=str(store), api=ApiSettings(base_url=url, concurrency=concurrency))
     return run_extract(

@@ -164,9 +164,9 @@ def docmill_pass(corpus: Path, url: str, store: Path, concurrency: int | None) -
     """The per-file pass of `run_extract` on default settings (plus the base URL and, when given,
     the concurrency ceiling): docs/s, CPU ms per document and CPU cores during the pass; whole-run docs/s."""
     from docmill.settings import ApiSettings, Settings
+    from flows.entry import RunWiring, run_extract
     from flows.run import passes as pipeline
     from flows.run.context import RunParams
-    from flows.run.entry import RunWiring, run_extract
 
     spent = {"wall": 0.0, "cpu": 0.0}
 

@@ -27,8 +27,8 @@ from checkpoints.store import ObjectStore
 Dead = Callable[[str | None], bool]
 
 
-# The stop kind a driver writes on its Ctrl-C / SIGTERM (flows.run.spread): workers stop their sends
-# (flows.orchestration.shard_worker) and the driver clears it when it comes back (`resume`).
+# The stop kind a driver writes on its Ctrl-C / SIGTERM (flows.workers.spread): workers stop their sends
+# (flows.workers.shard_worker) and the driver clears it when it comes back (`resume`).
 STOP_INTERRUPTED = "interrupted"
 
 

@@ -147,10 +147,6 @@ class BudgetExhausted(DocmillError):
     cap_usd: float | None = None
 
 
-class GateError(DocmillError):
-    """Model output failed validation and its repair budget is spent."""
-
-
 class BatchError(DocmillError):
     """A Message Batch could not be created, followed or collected."""
 

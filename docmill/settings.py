@@ -257,7 +257,7 @@ class SharedLimitSettings(BaseModel):
 
 
 class WorkerSettings(BaseModel):
-    """`docmill run --workers N`: one run spread over Prefect workers (flows.run.spread, flows.orchestration.shard_worker)."""
+    """`docmill run --workers N`: one run spread over Prefect workers (flows.workers.spread, flows.workers.shard_worker)."""
 
     deployment: str = Field(
         "shard-worker/shard-worker",

@@ -110,16 +110,6 @@ class Accounting:
     def total_usd(self) -> float:
         return sum(r.usd for r in self.billed)
 
-    def billed_for(
-        self, *, custom_id: str | None = None, body_sha256: str | None = None
-    ) -> list[BilledRequest]:
-        return [
-            r
-            for r in self.billed
-            if (custom_id is None or r.custom_id == custom_id)
-            and (body_sha256 is None or r.body_sha256 == body_sha256)
-        ]
-
     def snapshot(self) -> dict[str, Any]:
         return {
             "received": self.received,

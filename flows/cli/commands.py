@@ -252,7 +252,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_estimate(a: argparse.Namespace) -> int:
-    from flows.run.entry import settings_for
+    from flows.entry import settings_for
     from tasks.cost.estimate import estimate_source
 
     overrides = {

@@ -110,12 +110,12 @@ def _finish(summary: dict[str, Any]) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    if a.workers and a.finish_by:  # one line before anything starts (flows.run.entry says why)
-        from flows.run.entry import refuse_workers_with_deadline
+    if a.workers and a.finish_by:  # one line before anything starts (flows.entry says why)
+        from flows.entry import refuse_workers_with_deadline
 
         refuse_workers_with_deadline(a.workers, a.finish_by)
     if a.workers:  # workers need a Prefect server with a pool: no temporary one is started for them
-        from flows.run.spread import PrefectLauncher
+        from flows.workers.spread import PrefectLauncher
 
         PrefectLauncher.needs_server()
     # then at once: Prefect's temporary server boots while the rest imports (flows.orchestration.boot),
@@ -123,10 +123,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     may_be_small = _may_be_small(a)
     _own_processes(prefect=not a.no_prefect and not a.workers and not may_be_small, adopt=False)
     from docmill.settings import get_settings
-    from flows.run.entry import run_extract, settings_for
+    from flows.entry import run_extract, settings_for
 
     if a.finish_by:  # a bad time is one line before anything starts
-        from flows.run.entry import deadline_iso
+        from flows.entry import deadline_iso
 
         a.finish_by = deadline_iso(a.finish_by)
     if not os.path.exists(a.source) and not a.source.startswith("s3://"):
@@ -189,7 +189,7 @@ def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) ->
     so; otherwise that server starts now. Not for --workers, --finish-by, --run-id, or with
     PREFECT_API_URL set (a running server costs no start-up and keeps the run's record): `_may_be_small`."""
     # imported here, as the rest of the run is (the CLI module is imported for every command)
-    from flows.run.entry import settings_for
+    from flows.entry import settings_for
     from flows.run.small import work_left
 
     settings = settings_for(a.store, overrides)
@@ -245,7 +245,7 @@ def _run_params(a: argparse.Namespace, recipe: str, overrides: dict[str, Any], *
 def _early_batches(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> str | None:
     """A batch run's batches created before Prefect is imported and its server is up (flows.run.early);
     the run's id, which the flow run then continues."""
-    from flows.run.entry import RunWiring, run_extract, settings_for
+    from flows.entry import RunWiring, run_extract, settings_for
 
     settings = settings_for(a.store, overrides)
     if not early.eligible(settings, a.mode, finish_by=a.finish_by, workers=a.workers):
@@ -260,8 +260,8 @@ def _early_batches(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]
 
 def cmd_resume(a: argparse.Namespace) -> int:
     _own_processes(prefect=not a.no_prefect)
+    from flows.entry import resume_run
     from flows.orchestration.prefect_flows import resume
-    from flows.run.entry import resume_run
 
     _quiet_prefect_services()  # after the import: Prefect's console handlers exist now
 

@@ -20,24 +20,10 @@ from docmill.errors import Interrupted
 from docmill.logs import current_run, get_logger
 from docmill.settings import get_settings
 from docmill.shutdown import SHUTDOWN, resume_line
-from flows.run.passes import CHUNK_WORKERS, Chunk, ChunkFn
+from flows.run.passes import CHUNK_WORKERS, Chunk, ChunkFn, chunk_label
 
 log = get_logger("flows")
 RUNNER: Any = ThreadPoolTaskRunner(max_workers=CHUNK_WORKERS)  # always bounded
-
-
-def chunk_label(cid: str, docs: list[dict[str, Any]]) -> str:
-    """What a chunk holds, for its task-run name: `000003: 2026-05/inv-001004.html .. 2026-06/inv-001020.md
-    (20 docs)` (first and last doc id; long ids shortened to their tail)."""
-
-    def short(doc_id: str) -> str:
-        return doc_id if len(doc_id) <= 60 else "…" + doc_id[-59:]
-
-    if not docs:
-        return f"{cid}: empty"
-    first, last = short(str(docs[0]["doc_id"])), short(str(docs[-1]["doc_id"]))
-    span = first if len(docs) == 1 else f"{first} .. {last}"
-    return f"{cid}: {span} ({len(docs)} doc{'s' if len(docs) != 1 else ''})"
 
 
 # A run that stops on purpose is not a failure: its chunk task runs and its flow run end Cancelled,

@@ -20,6 +20,7 @@ from docmill.errors import BudgetExhausted, Interrupted, RunOverlap
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import install
+from flows.entry import RunWiring, resume_run, run_extract, settings_for, source_filters
 from flows.orchestration.artifacts import publish_run
 from flows.orchestration.chunk_tasks import (
     RUNNER,
@@ -29,7 +30,6 @@ from flows.orchestration.chunk_tasks import (
     prefect_map,
 )
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, resume_run, run_extract, settings_for, source_filters
 from tasks.reporting.summary import integration_text
 
 log = get_logger("flows")

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
 from checkpoints.keys import safe_segment
 from checkpoints.store import open_store
 from docmill.settings import Settings
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     import anthropic
 
     from checkpoints.store import ObjectStore
-    from tasks.api.client import ModelClient
+    from tasks.api.client import ModelClient, PossiblyBilled
 
 OFFLINE_KEY = "offline-emulator-key"
 
@@ -103,14 +104,14 @@ def api_endpoint(
 
 @dataclass(frozen=True)
 class RunContext(RunScope):
-    """What one run needs at hand, built once where it starts (flows.run.entry; a shard worker for
+    """What one run needs at hand, built once where it starts (flows.entry; a shard worker for
     its part) and passed whole: the run's scope (recipe, run id, store, realtime client, settings:
     tasks.per_file.scope.RunScope, which the per-file passes take as it is), the endpoint, the SDK
     client for batches, and what the run was asked beyond its settings."""
 
     endpoint: Endpoint
     sdk: anthropic.Anthropic
-    workers: int | None = None  # the per-file pass spread over that many shard workers (flows.run.spread)
+    workers: int | None = None  # the per-file pass spread over that many shard workers (flows.workers.spread)
     finish_by: str | None = (
         None  # ISO 8601: batch what can finish by then, the rest realtime (flows.run.deadline)
     )
@@ -155,6 +156,30 @@ def open_clients(settings: Settings, endpoint: Endpoint) -> Iterator[tuple[Model
         yield client, sdk
     finally:
         close_twin(client)
+
+
+def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
+    """An attempt that may have been billed without a whole answer (a timeout after sending, a broken
+    stream) goes into the run's cost ledger at once: exact when the stream reported its final usage,
+    else flagged possibly billed at its upper bound."""
+    attempt: dict[str, Any] = {
+        "run_id": ledger.run_id,
+        "pass_name": p.pass_name,
+        "doc_id": p.doc_id,
+        "key": p.key,
+        "attempt": p.attempt,
+        "model": p.model,
+        "at": p.at,
+    }
+    if p.usage is not None:
+        entry = CostEntry.from_usage(**attempt, usage=p.usage).model_copy(
+            update={"usd": p.usd, "possibly_billed": p.possibly, "unanswered": True}
+        )
+    else:
+        entry = possibly_billed_entry(
+            **attempt, input_tokens=p.input_tokens, max_tokens=p.max_tokens, usd=p.usd
+        )
+    ledger.record(f"{p.reason}-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
 
 
 @contextmanager

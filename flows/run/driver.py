@@ -9,7 +9,7 @@ those, documents whose idempotency key is in the ledger cost no API call.
 
 Phases are in this module; the per-file pass is flows.run.passes, the lease and the overlap check
 flows.run.guard. `map_chunks` is how chunks run: a thread pool (flows.run.passes.plain_map), Prefect
-tasks (flows.orchestration.chunk_tasks.prefect_map), shards over workers (flows.run.spread).
+tasks (flows.orchestration.chunk_tasks.prefect_map), shards over workers (flows.workers.spread).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ tasks.per_file.realtime.feed), `BatchPass` (tasks.batch.engine), or the deadline
 (flows.run.deadline); the batch-shaped two share `write_batched`. The cost cap's stop between chunks.
 
 `map_chunks` is how chunks run: `plain_map` (a bounded thread pool) here, Prefect tasks in
-flows.orchestration.chunk_tasks, shards over workers in flows.run.spread.
+flows.orchestration.chunk_tasks, shards over workers in flows.workers.spread.
 """
 
 from __future__ import annotations
@@ -32,6 +32,20 @@ ChunkFn = Callable[[str, list[dict[str, Any]]], dict[str, int]]
 Chunk = tuple[str, list[dict[str, Any]]]
 MapChunks = Callable[[ChunkFn, Iterable[Chunk]], list[dict[str, int]]]
 CHUNK_WORKERS = Settings().chunk_workers  # read once: the Prefect task runner is built at import
+
+
+def chunk_label(cid: str, docs: list[dict[str, Any]]) -> str:
+    """What a chunk holds, for its task-run name: `000003: 2026-05/inv-001004.html .. 2026-06/inv-001020.md
+    (20 docs)` (first and last doc id; long ids shortened to their tail)."""
+
+    def short(doc_id: str) -> str:
+        return doc_id if len(doc_id) <= 60 else "…" + doc_id[-59:]
+
+    if not docs:
+        return f"{cid}: empty"
+    first, last = short(str(docs[0]["doc_id"])), short(str(docs[-1]["doc_id"]))
+    span = first if len(docs) == 1 else f"{first} .. {last}"
+    return f"{cid}: {span} ({len(docs)} doc{'s' if len(docs) != 1 else ''})"
 
 
 def plain_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:

@@ -13,7 +13,7 @@
 - The installed SDK's own end-of-life list (`docmill.sdk_hints`) adds a note when it knows a date the
   table does not, or an earlier one; it never stops a run.
 A legacy model with no retirement date is only listed by `docmill doctor`.
-Used by `flows.run.entry.run_extract` and `docmill doctor`.
+Used by `flows.entry.run_extract` and `docmill doctor`.
 """
 
 from __future__ import annotations

@@ -286,14 +286,3 @@ def compact(
         done.notes, done.billed_before = notes, billed
         return done
     raise ContextError("every compaction strategy failed: " + "; ".join(notes))
-
-
-def summarized_text(head: Mapping[str, Any]) -> str:
-    """The summary text a head message carries (compaction block or marked client summary)."""
-    parts = []
-    for block in head.get("content") or []:
-        if block.get("type") == "compaction":
-            parts.append(str(block.get("content") or ""))
-        elif block.get("type") == "text" and str(block.get("text", "")).startswith(CLIENT_SUMMARY_MARK):
-            parts.append(block["text"])
-    return "\n".join(parts)

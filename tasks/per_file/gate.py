@@ -199,15 +199,6 @@ def evidence_flags(recipe: Recipe, output: dict[str, Any], document: str | Paylo
     return _bare(evidence_report(recipe, output, document)[0])
 
 
-def evidence_offsets(
-    recipe: Any, output: dict[str, Any], document: str | Payload
-) -> dict[str, dict[str, Any]]:
-    """Where each evidence excerpt sits: `{path: {"start", "end", "page", "verified"}}` (character
-    offsets in the text layer, whitespace runs matched loosely as the gate does); excerpts not found
-    are left out."""
-    return evidence_report(recipe, output, document)[1]
-
-
 def strip_page_marks(recipe: Recipe, output: Any) -> Any:
     """The output with `[page N]` prefixes removed from evidence strings (the page is kept in the
     provenance)."""

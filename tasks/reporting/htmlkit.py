@@ -1,4 +1,5 @@
-"""HTML building blocks of report.html (a leaf): escaping, tables, and a paged table.
+"""HTML building blocks of report.html (a leaf): the templates (templates/*.html.j2, through jinja2
+with autoescape on), tables, and a paged table.
 
 A paged table keeps its rows as pre-rendered HTML (or as data a function of the page renders) in
 an inline JSON block and shows one page at a time with a filter box (inline script, no network): a report of 10,000+ documents opens as fast
@@ -8,8 +9,11 @@ as one of 50. `#q=TEXT` in the address pre-fills every filter (a link to one doc
 from __future__ import annotations
 
 import json
-from html import escape
+from dataclasses import dataclass
 from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
@@ -60,31 +64,71 @@ if(q0){q.value=q0;}filter();});
 """
 
 
-def e(v: Any) -> str:
-    return escape("" if v is None else str(v))
+def _shown(v: Any) -> Any:
+    """What a template prints for a value: None prints nothing, not "None"."""
+    return "" if v is None else v
 
 
-def table(head: list[str], rows: list[list[str]], empty: str = "None.") -> str:
-    if not rows:
-        return f'<p class="muted">{e(empty)}</p>'
-    th = "".join(f"<th>{e(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(cells) + "</tr>" for cells in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+# report.html's templates (templates/*.html.j2, package data), every value escaped unless the code
+# marks it as markup (Markup, or `|safe` on docmill's own CSS and scripts).
+TEMPLATES = Environment(
+    loader=PackageLoader("tasks.reporting", "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    keep_trailing_newline=True,
+    finalize=_shown,
+    extensions=["jinja2.ext.do"],
+)
 
 
-def td(v: Any, *, num: bool = False, ident: str | None = None, raw: bool = False) -> str:
-    attrs = (' class="num"' if num else "") + (f' id="{ident}"' if ident else "")
-    return f"<td{attrs}>{v if raw else e(v)}</td>"
+def render(name: str, **values: Any) -> str:
+    """A whole template (`report.html.j2`) rendered with `values`."""
+    return TEMPLATES.get_template(name).render(**values)
 
 
-def badge(kind: str, text: str | None = None) -> str:
-    return f'<span class="badge b-{e(kind)}">{e(text or kind)}</span>'
+def macros(name: str) -> Any:
+    """The macros of a template (`kit.html.j2`): each call returns Markup."""
+    return TEMPLATES.get_template(name).module
 
 
-def json_block(ident: str, data: Any) -> str:
+def rendered_rows(name: str, rows: list[Any]) -> list[str]:
+    """One string per row of a template that loops over `rows` and appends each row to `out`
+    (doc_rows.html.j2): a table's rows kept apart for its paged script, rendered in one pass."""
+    out: list[str] = []
+    TEMPLATES.get_template(name).render(rows=rows, out=out)
+    return [str(row) for row in out]  # plain strings: a Markup row would escape what is added to it
+
+
+Cell = tuple[Any, bool]  # a table cell: its value (text, or Markup) and whether it is a number
+
+
+def table(head: list[str], rows: list[list[Cell]], empty: str = "None.") -> Markup:
+    return Markup(macros("kit.html.j2").table(head, rows, empty))
+
+
+def json_text(data: Any) -> Markup:
     """Data for the inline script; `<` escaped so no text in it can end the script element."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
-    return f'<script type="application/json" id="{e(ident)}">{text}</script>'
+    return Markup(json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c"))
+
+
+@dataclass(frozen=True)
+class Paged:
+    """A table shown a page at a time, as templates/paged.html.j2 shows it: `first`, the first
+    page's rows as markup; `data`, every row for the script (json_text)."""
+
+    ident: str
+    head: list[str]
+    first: Markup
+    count: int
+    data: Markup
+    choices: tuple[str, ...]
+    size: int
+
+
+Part = Paged | Markup  # a part of the page: markup, or a paged table the page includes in place
+
+
+TEMPLATES.tests["paged"] = lambda part: isinstance(part, Paged)
 
 
 def paged_table(
@@ -96,30 +140,15 @@ def paged_table(
     size: int = 50,
     empty: str = "None.",
     data_rows: list[tuple[str, str, Any]] | None = None,
-) -> str:
+) -> Paged | Markup:
     """A table shown a page at a time. `rows`: (text to filter on, category for the select, row
     HTML — one or more `<tr>`). The first page is rendered in the page as well (readable with
     scripts off); the script re-renders it with paging and filtering. `data_rows`: the same rows
     with data in place of their HTML, which a function the page registers as
     `window.DOCMILL_ROWS[ident]` turns into HTML when a row is shown (`rows` then needs only the
-    first page): a large table's rows in a fraction of the bytes."""
+    first page): a large table's rows in a fraction of the bytes. No rows: the `empty` note."""
     if not rows:
-        return f'<p class="muted">{e(empty)}</p>'
+        return table([], [], empty)
     data = [[text.lower(), cat, html] for text, cat, html in (rows if data_rows is None else data_rows)]
-    select = (
-        '<select><option value="">all</option>'
-        + "".join(f'<option value="{e(c)}">{e(c)}</option>' for c in choices)
-        + "</select>"
-        if choices
-        else ""
-    )
-    th = "".join(f"<th>{e(h)}</th>" for h in head)
-    first = "".join(r[2] for r in rows[:size])
-    return (
-        f'<div data-pager="{e(ident)}-data" data-size="{size}" id="{e(ident)}">'
-        f'<div class="pager"><input type="search" placeholder="filter (document, value, text)">{select}'
-        f'<button class="prev" type="button">‹ prev</button><button class="next" type="button">next ›</button>'
-        f'<span class="pinfo small muted">{len(data)} rows</span></div>'
-        f"<table><thead><tr>{th}</tr></thead><tbody>{first}</tbody></table>"
-        f"{json_block(f'{ident}-data', data)}</div>"
-    )
+    first = Markup("".join(r[2] for r in rows[:size]))
+    return Paged(ident, head, first, len(data), json_text(data), choices, size)

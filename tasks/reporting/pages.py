@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
+from tasks.reporting.htmlkit import rendered_rows
 from tasks.source.document import Document
 from tasks.source.loading import load_bytes, load_content
 from tasks.source.readers.pdf_text import PDFIUM_LOCK
@@ -241,42 +242,26 @@ padding:0 3px;white-space:nowrap;border-radius:2px 2px 0 0}
 </style>"""
 
 
-def _snippets(view: PageView, esc: Callable[[Any], str]) -> str:
-    return (
-        '<div class="snips">'
-        + "".join(
-            f'<p><b>{esc(m.name)}</b> <span class="small muted">{esc(m.support)}</span><br>'
-            f'{esc(before)}<mark title="{esc(m.name)} = {esc(m.value)}">{esc(evidence)}</mark>{esc(after)}</p>'
-            for m, before, evidence, after in view.snippets
-        )
-        + "</div>"
-    )
-
-
-def _figure(view: PageView, esc: Callable[[Any], str]) -> str:
+def _figure(view: PageView) -> tuple[Any, ...]:
+    """A page as templates/pages_rows.html.j2 shows it: the evidence highlighted in the text around it
+    (a text, e-mail or Office document), or the page image with each value's box and the fields the
+    model cited on a page without a text layer."""
     if view.snippets:
-        return _snippets(view, esc)
-    boxes = "".join(
-        f'<div class="bx" style="left:{m.box[0] * 100:.1f}%;top:{m.box[1] * 100:.1f}%;'
-        f'width:{(m.box[2] - m.box[0]) * 100:.1f}%;height:{(m.box[3] - m.box[1]) * 100:.1f}%" '
-        f'title="{esc(m.name)} = {esc(m.value)}"><span>{esc(m.name)}</span></div>'
+        return ("snippets", [(m.name, m.support, m.value, *texts) for m, *texts in view.snippets])
+    boxes = [
+        (
+            m.name,
+            m.value,
+            f"left:{m.box[0] * 100:.1f}%;top:{m.box[1] * 100:.1f}%;"
+            f"width:{(m.box[2] - m.box[0]) * 100:.1f}%;height:{(m.box[3] - m.box[1]) * 100:.1f}%",
+        )
         for m in view.marks
         if m.box is not None
-    )
-    cited = sorted({m.name for m in view.marks if m.box is None})
+    ]
+    boxed = ", ".join(sorted({m.name for m in view.marks if m.box is not None}))
+    cited = ", ".join(sorted({m.name for m in view.marks if m.box is None}))
     ratio = f"aspect-ratio:{view.width}/{view.height}" if view.width else "height:200px"
-    image = (
-        f'<img src="{esc(view.image)}" loading="lazy" alt="page {view.page}">'
-        if view.image
-        else '<div class="noimg">page image not rendered (over the report\'s page budget, or the file '
-        "could not be read again)</div>"
-    )
-    caption = f"p. {view.page}"
-    if boxes:
-        caption += " · boxed: " + esc(", ".join(sorted({m.name for m in view.marks if m.box is not None})))
-    if cited:
-        caption += " · cited by the model, no text layer (no box): " + esc(", ".join(cited))
-    return f'<figure class="pg"><div class="pgi" style="{ratio}">{image}{boxes}</div><figcaption>{caption}</figcaption></figure>'
+    return ("page", view.page, view.image, ratio, boxes, boxed, cited)
 
 
 def _by_doc(views: list[PageView]) -> dict[str, list[PageView]]:
@@ -291,19 +276,19 @@ def _classes(pages: list[PageView]) -> list[str]:
     return [c for c in SUPPORT_ORDER if c in seen]  # least supported first
 
 
-def pages_rows(views: list[PageView], esc: Callable[[Any], str]) -> list[tuple[str, str, str]]:
+def pages_rows(views: list[PageView]) -> list[tuple[str, str, str]]:
     """Rows for a paged table (filter text, least support class, row HTML): one per document. The
     HTML of the first rows is in the page for a reader without scripts; `pages_data` carries all of
     them, built by `PAGES_JS` in the browser."""
+    by_doc = _by_doc(views)
+    shaped = [
+        (doc_id, ", ".join(_classes(pages)), [_figure(v) for v in pages]) for doc_id, pages in by_doc.items()
+    ]
+    html = rendered_rows("pages_rows.html.j2", shaped)
     rows = []
-    for doc_id, pages in _by_doc(views).items():
+    for (doc_id, pages), row in zip(by_doc.items(), html, strict=True):
         classes = _classes(pages)
-        figures = "".join(_figure(v, esc) for v in pages)
-        html = (
-            f'<tr><td><code>{esc(doc_id)}</code><br><span class="small muted">{esc(", ".join(classes))}</span></td>'
-            f'<td><div class="pgs">{figures}</div></td></tr>'
-        )
-        rows.append((_filter_text(doc_id, pages), classes[0] if classes else "", html))
+        rows.append((_filter_text(doc_id, pages), classes[0] if classes else "", row))
     return rows
 
 

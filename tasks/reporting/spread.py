@@ -6,7 +6,6 @@ came, what each cost). Read from the store only: `runs/<id>/shards/`, `runs/<id>
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from checkpoints.shards import ShardState, ShardTable, WorkerLog
@@ -146,14 +145,3 @@ def markdown_section(spread: SpreadSummary | None, deadline: DeadlineSummary | N
             *[f"- {line}" for line in deadline_lines(deadline)],
         ]
     return out
-
-
-def html_section(spread: SpreadSummary | None, deadline: DeadlineSummary | None) -> str:
-    parts = []
-    if spread is not None:
-        items = "".join(f"<li>{html.escape(line)}</li>" for line in spread_lines(spread))
-        parts.append(f"<h2>Shards and workers</h2><ul>{items}</ul>")
-    if deadline is not None:
-        items = "".join(f"<li>{html.escape(line)}</li>" for line in deadline_lines(deadline))
-        parts.append(f"<h2>Deadline: batch and realtime</h2><ul>{items}</ul>")
-    return "".join(parts)

@@ -36,7 +36,7 @@ def test_the_flows_retry_delay_serializes_as_prefect_holds_it() -> None:
     from prefect.client.schemas.objects import FlowRunPolicy
 
     from flows.orchestration import prefect_flows as extract
-    from flows.orchestration import shard_worker as shards
+    from flows.workers import shard_worker as shards
 
     for flow_obj in (extract.extract, extract.nightly, extract.backfill, extract.resume, shards.shard_worker):
         policy = FlowRunPolicy()
@@ -48,11 +48,15 @@ def test_the_flows_retry_delay_serializes_as_prefect_holds_it() -> None:
 
 def test_every_entrypoint_loads_as_prefect_loads_it() -> None:
     """A worker loads `path/to/file.py:flow` with that file's folder first on sys.path: a module there
-    named like a top-level package (`tasks.py`, `flows.py`, a `prefect/` folder) shadows it and the
-    flow run dies at import. Deployments registered before the flows/ layout name flows/extract.py.
-    One fresh interpreter per folder (the first load of a folder is the one that can be shadowed)."""
+        named like a top-level package (`tasks.py`, `flows.py`, a `prefect/` folder) shadows it and the
+        flow run dies at import. Deployments registered before the flows/ layout name flows/extract.py, and
+    shard-worker deployments registered before flows/workers/ name flows/orchestration/shard_worker.py.
+        One fresh interpreter per folder (the first load of a folder is the one that can be shadowed)."""
     spec = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
-    by_folder: dict[str, list[str]] = {"flows": ["flows/extract.py:nightly"]}
+    by_folder: dict[str, list[str]] = {
+        "flows": ["flows/extract.py:nightly"],
+        "flows/orchestration": ["flows/orchestration/shard_worker.py:shard_worker"],
+    }
     for d in spec["deployments"]:
         by_folder.setdefault(str(Path(d["entrypoint"].split(":")[0]).parent), []).append(d["entrypoint"])
     code = (

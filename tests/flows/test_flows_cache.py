@@ -10,8 +10,8 @@ from typing import Any
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus
 

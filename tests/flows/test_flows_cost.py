@@ -16,8 +16,8 @@ from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
 from docmill.errors import BudgetExhausted
 from docmill.settings import ApiSettings, BatchSettings, CostSettings, Settings
+from flows.entry import RunWiring, resume_run, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, resume_run, run_extract
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of, plant
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from checkpoints.store import open_store
+from flows.entry import RunWiring, resume_run, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, resume_run, run_extract
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of, settings_for, value
 

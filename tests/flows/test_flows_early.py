@@ -13,9 +13,9 @@ from checkpoints.lease import live_lease
 from checkpoints.outcomes import OutcomeLog
 from checkpoints.store import open_store
 from docmill.settings import BatchSettings, Settings
+from flows.entry import RunWiring, run_extract
 from flows.run import early, guard
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tasks.batch import lifecycle
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, settings_for

@@ -18,8 +18,8 @@ from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import get_settings
 from flows.cli.main import main
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tasks.evaluate import groups_of, stratified_sample
 from tests.flows.helpers import make_corpus, settings_for
 

@@ -15,8 +15,8 @@ import pytest
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tasks.cost.estimate import estimate_source
 from tests.fixtures.emulator import fast_batches
 from tests.fixtures.formats import make_mixed

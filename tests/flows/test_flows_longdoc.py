@@ -7,8 +7,8 @@ from typing import Any
 
 from checkpoints.store import open_store
 from docmill.settings import ContextSettings
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tests.flows.helpers import outcomes_of, settings_for
 
 

@@ -12,8 +12,8 @@ import pytest
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tasks.reporting.status import run_status, status_text
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of

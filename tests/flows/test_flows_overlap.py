@@ -14,8 +14,8 @@ from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
 from docmill.errors import NotFound, RunOverlap
 from docmill.settings import Settings
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tests.flows.helpers import make_corpus, settings_for
 
 ELSEWHERE = "another-host:4242:abc123"  # a driver on another machine: alive while its lease is
@@ -162,8 +162,8 @@ def test_a_relative_source_is_compared_as_the_folder_it_names(
 def test_status_and_runs_tell_a_stopped_run_from_a_running_one(rig: tuple[Path, Settings, Any]) -> None:
     """A run whose process died keeps its unfinished phase; status and runs say nobody drives it
     (and how to continue) instead of showing an ETA forever."""
+    from flows.entry import RunWiring, resume_run
     from flows.run.context import RunParams
-    from flows.run.entry import RunWiring, resume_run
     from tasks.reporting.status import run_status, runs_table, status_text
 
     corpus, settings, store = rig

@@ -139,9 +139,9 @@ def test_flow_logs_reach_prefect_with_the_docmill_run_id(
 def test_resume_flow_sends_nothing_already_in_the_ledger(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
 ) -> None:
+    from flows.entry import RunWiring, run_extract
     from flows.orchestration.prefect_flows import resume
     from flows.run.context import RunParams
-    from flows.run.entry import RunWiring, run_extract
 
     corpus, truth = make_corpus(tmp_path, count=20, seed=14)
 

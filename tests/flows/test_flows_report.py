@@ -21,8 +21,8 @@ from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, Settings, get_settings
 from flows.cli.main import main
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tests.fixtures.chromium import render
 from tests.fixtures.today import emulator_config
 from tests.flows.helpers import ROOT, make_corpus, outcomes_of, plant, value

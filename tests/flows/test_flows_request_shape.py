@@ -11,8 +11,8 @@ import anthropic
 
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, BatchSettings, Settings
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tasks.api.client import ModelClient
 from tasks.conversation.pinned import PinnedFacts
 from tasks.conversation.task import ConversationTask

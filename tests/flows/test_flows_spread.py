@@ -1,5 +1,5 @@
-"""`docmill run --workers N` in one process: the driver (flows.run.spread) plans shards and launches
-shard workers (flows.orchestration.shard_worker) as threads instead of Prefect flow runs; everything else is real (the
+"""`docmill run --workers N` in one process: the driver (flows.workers.spread) plans shards and launches
+shard workers (flows.workers.shard_worker) as threads instead of Prefect flow runs; everything else is real (the
 emulator over HTTP, the store, the claims). The Prefect-launched version runs in
 tests/deploy/test_deploy_workers.py."""
 
@@ -16,14 +16,14 @@ import pytest
 from checkpoints.shards import ShardTable, WorkerLog
 from checkpoints.store import open_store
 from docmill.settings import Settings, WorkerSettings
-from flows.orchestration.shard_worker import work_shards
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
+from flows.workers.shard_worker import work_shards
 from tests.flows.helpers import make_corpus, outcomes_of, settings_for
 
 
 class ThreadLauncher:
-    """Shard workers as threads of this process (a `flows.run.spread.Launcher`)."""
+    """Shard workers as threads of this process (a `flows.workers.spread.Launcher`)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -186,8 +186,8 @@ def test_spread_workers_share_the_cost_cap_and_never_pass_it(emulator: Any, tmp_
     from checkpoints.costs import CostLedger
     from checkpoints.inflight import InFlight
     from docmill.errors import BudgetExhausted
+    from flows.entry import RunWiring, resume_run
     from flows.run.context import RunParams
-    from flows.run.entry import RunWiring, resume_run
 
     corpus, _ = make_corpus(tmp_path, count=24, seed=5)
     settings = _settings(emulator, tmp_path / "s")

@@ -120,8 +120,8 @@ def test_a_budget_stop_ends_the_flow_run_budget_spent_with_the_resume_line(
 def test_a_breaker_stop_leaves_a_report_naming_the_error_and_the_continue_command(
     tmp_path: Path, emulator: Any
 ) -> None:
+    from flows.entry import RunWiring, run_extract
     from flows.run.context import RunParams
-    from flows.run.entry import RunWiring, run_extract
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=9)
     store_dir = str(tmp_path / "store")
@@ -145,8 +145,8 @@ def test_a_breaker_stop_leaves_a_report_naming_the_error_and_the_continue_comman
 def test_after_a_budget_stop_the_progress_bar_and_status_count_the_same(
     tmp_path: Path, emulator: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from flows.entry import RunWiring, run_extract
     from flows.run.context import RunParams
-    from flows.run.entry import RunWiring, run_extract
     from tasks.reporting.status import run_status
 
     corpus, _ = make_corpus(tmp_path, count=30, seed=3)

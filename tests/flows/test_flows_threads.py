@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tests.flows.helpers import make_corpus, settings_for
 
 

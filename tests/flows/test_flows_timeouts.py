@@ -9,8 +9,8 @@ from typing import Any
 from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.settings import ApiSettings, Settings
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tests.flows.helpers import make_corpus, plant
 
 

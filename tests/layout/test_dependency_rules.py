@@ -8,6 +8,8 @@
   request layout (`tasks.request`) only `source` and `recipes`; `cost` only `api`, `source`,
   `recipes`, the request layout and `integration` (never the passes); who may import `batch`,
   `per_file`, `cost` and `integration` is named in their READMEs.
+- flows/ (flows/__init__.py): `cli -> orchestration -> entry -> workers -> run`; a flows unit imports
+  only the units below it, so the workers use the run's pieces and only the entry chooses them.
 """
 
 from __future__ import annotations
@@ -65,6 +67,15 @@ TASKS_MAY_IMPORT: dict[str, set[str] | None] = {
         "tasks.integration",
     },
 }
+# flows/ unit -> the other flows/ units it may import (flows/__init__.py: imports point down)
+FLOWS_MAY_IMPORT: dict[str, set[str]] = {
+    "flows.run": set(),
+    "flows.workers": {"flows.run"},
+    "flows.entry": {"flows.workers", "flows.run"},
+    "flows.orchestration": {"flows.entry", "flows.workers", "flows.run"},
+    "flows.extract": {"flows.orchestration"},
+    "flows.cli": {"flows.orchestration", "flows.entry", "flows.workers", "flows.run"},
+}
 # tasks/ package -> the tasks/ units that may import it (flows/ always may)
 TASKS_IMPORTED_BY = {
     "tasks.batch": {"tasks.deadline"},
@@ -98,12 +109,40 @@ def tasks_violations(graph: dict[str, set[str]]) -> list[str]:
     return bad
 
 
+def flows_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, t in edges(graph):
+        if room(m) != "flows" or room(t) != "flows" or unit(m) == unit(t):
+            continue
+        if unit(t) not in FLOWS_MAY_IMPORT.get(unit(m), set()):
+            bad.append(f"{m} -> {t}")
+    return bad
+
+
 def test_rooms_import_only_downwards() -> None:
     assert room_violations(default_graph()) == []
 
 
 def test_tasks_packages_keep_the_rules_their_readmes_state() -> None:
     assert tasks_violations(default_graph()) == []
+
+
+def test_flows_packages_import_only_downwards() -> None:
+    assert flows_violations(default_graph()) == []
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("flows.run.driver", "flows.workers.spread"),  # the run's pieces choosing the workers
+        ("flows.workers.shard_worker", "flows.entry"),  # a worker reaching up into the run's start
+        ("flows.workers.shard_worker", "flows.orchestration.chunk_tasks"),
+        ("flows.entry", "flows.orchestration.prefect_flows"),
+        ("flows.unknown", "flows.run.context"),  # a new flows unit has its rule written down first
+    ],
+)
+def test_the_flows_rules_see_a_forbidden_edge(importer: str, imported: str) -> None:
+    assert flows_violations({importer: {imported}}) == [f"{importer} -> {imported}"]
 
 
 @pytest.mark.parametrize(

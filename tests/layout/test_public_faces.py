@@ -91,7 +91,7 @@ def test_no_private_name_crosses_a_module() -> None:
 
 def test_the_private_check_sees_an_import_and_an_attribute() -> None:
     code = (
-        "from flows.run.entry import _settings\n"
+        "from flows.entry import _settings\n"
         "from flows.cli import commands\n"
         "from flows.cli import commands as c\n"
         "def f(a):\n"
@@ -99,7 +99,7 @@ def test_the_private_check_sees_an_import_and_an_attribute() -> None:
     )
     found = private_crossings(iter([("flows/cli/run_commands.py", ast.parse(code))]))
     assert found == [
-        "flows/cli/run_commands.py:1 from flows.run.entry import _settings",
+        "flows/cli/run_commands.py:1 from flows.entry import _settings",
         "flows/cli/run_commands.py:5 commands._store",
         "flows/cli/run_commands.py:5 c._store_uri",
     ]

@@ -42,8 +42,8 @@ def test_batch_create_sends_content_length_through_a_proxy_that_refuses_chunked(
     emulator: Any, tmp_path: Any
 ) -> None:
     from docmill.settings import ApiSettings, BatchSettings
+    from flows.entry import RunWiring, run_extract
     from flows.run.context import RunParams
-    from flows.run.entry import RunWiring, run_extract
     from tests.flows.helpers import make_corpus
 
     emulator.state.configure({"reject_chunked_bodies": True, "record_requests": True})

@@ -14,8 +14,8 @@ from checkpoints.costs import CostLedger
 from checkpoints.store import open_store
 from docmill.models import THINKING_TOKENS_BY_EFFORT, min_cacheable_tokens
 from docmill.settings import ApiSettings, Settings
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tasks.cost.estimate import estimate_source
 from tests.flows.helpers import make_corpus, settings_for
 

@@ -15,8 +15,8 @@ from checkpoints.outcomes import ChunkIndex, OutcomeLog
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import ObjectStore, open_store
 from docmill.settings import Settings
+from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
-from flows.run.entry import RunWiring, run_extract
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import Pass
 from tasks.per_file.unchanged import chunk_digest, remember_chunks, reuse_unchanged

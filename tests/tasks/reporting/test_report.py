@@ -186,3 +186,71 @@ def test_a_correction_of_a_missing_value_reads_was_null_and_a_stopped_run_says_h
     assert "SystemicFailure: run r stopped: 401 x20 (auth)" in md and "`docmill resume r` continues" in md
     assert "docmill resume r</code> continues" in html_report(stopped, [], None, {}, [], [])
     assert "docmill resume" not in markdown({**stopped, "phase": "done"}, [], None)  # over once it is done
+
+
+def test_no_text_from_a_document_the_model_or_a_reviewer_adds_markup_anywhere_in_report_html() -> None:
+    """Every place the templates print text they were given: values, evidence, doc ids, reviewers,
+    the integration answer and its flags, the source, page marks and text snippets."""
+    from tasks.reporting.pages import Mark, PageView
+
+    evil = '<x-evil>" onmouseover="alert(1)&amp;'
+    node = {"value": evil, "evidence": evil}
+    outcomes = [
+        {"doc_id": evil, "state": "succeeded", "output": {"vendor_name": node, "total": node}, "attempts": 1},
+        {
+            "doc_id": "b.txt",
+            "state": "succeeded",
+            "output": {"vendor_name": node},
+            "review": {"action": "correct", "by": evil, "note": evil, "at": "2026-12-01T23:18:31Z"},
+        },
+        {"doc_id": "c.txt", "state": "failed", "failure_type": evil, "last_error": evil},
+        {
+            "doc_id": "src/x.py",
+            "state": "succeeded",
+            "output": {
+                "findings": [
+                    {"file": evil, "severity": evil, "category": evil, "message": evil, "quote": evil}
+                ]
+            },
+        },
+    ]
+    integration = {
+        "status": "partial",
+        "mode": evil,
+        "problems": [{"problem": evil, "doc_ids": [evil], "errors": [evil]}],
+        "output": {"key_findings": [evil], "duplicates": [{"why": evil}], "entities": [{"name": evil}]},
+        "checks": {
+            "conflicts": [
+                {"field": evil, "key_field": evil, "key": evil, "values": [{"doc_id": evil, "value": evil}]}
+            ],
+            "coverage_gaps": [{"doc_id": evil, "reason": evil}],
+            "flags": [{"problem": evil, "detail": evil}, evil],
+        },
+    }
+    mark = Mark(evil, evil, "verified", [0.1, 0.1, 0.3, 0.2])
+    pages = [
+        PageView(evil, 1, evil, 10, 10, [mark, Mark(evil, evil, "cited")]),
+        PageView("b.txt", 1, snippets=[(mark, evil, evil, evil)]),
+    ]
+    manifest = {"run_id": evil, "phase": evil, "recipe": evil, "source": evil, "mode": "realtime"}
+    costs = {"usd": 0.1, "by_pass": {evil: 0.1}, "by_doc": {evil: 0.1}, "tokens": {evil: 3}}
+    review = [{"doc_id": evil, "reason": evil, "errors": [evil]}]
+    page = html_report(manifest, outcomes, integration, costs, review, [], extra={"pages": pages})  # type: ignore[arg-type]
+    assert "<x-evil" not in page and 'onmouseover="alert' not in page
+    assert page.count("&lt;x-evil&gt;") > 40  # shown, as text, in every section
+    assert "&amp;amp;" in page  # an entity in the text is shown as typed, not decoded
+
+
+def test_fields_stated_as_often_are_listed_by_name_so_the_same_results_give_the_same_page() -> None:
+    names = ["zeta", "alpha", "mu", "beta", "omega", "kappa", "delta"]
+    outcomes = [
+        {
+            "doc_id": f"{i}.txt",
+            "state": "succeeded",
+            "output": {n: {"value": i, "evidence": "x"} for n in names},
+        }
+        for i in range(2)
+    ]
+    page = html_report({"run_id": "r", "phase": "done", "recipe": "invoices"}, outcomes, None, {}, [], [])
+    fields = page.split("<h2>Fields with evidence</h2>")[1].split("</table>")[0]
+    assert re.findall(r"<tr><td>(\w+)</td>", fields) == sorted(names)

@@ -9,18 +9,26 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
+from checkpoints.costs import CostLedger
 from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
 from docmill.errors import ConfigError, InputError
 from docmill.logs import get_logger
 from docmill.settings import Settings, get_settings
-from flows.run import driver, early, spread
-from flows.run.context import RunContext, RunParams, api_endpoint, new_run_id, open_clients, share_limit
+from flows.run import driver, early
+from flows.run.context import (
+    RunContext,
+    RunParams,
+    api_endpoint,
+    new_run_id,
+    open_clients,
+    record_possibly_billed,
+    share_limit,
+)
 from flows.run.continuation import choose_run, pinned_settings, source_id
 from flows.run.passes import MapChunks, plain_map
 from flows.run.progress import OnProgress
-from tasks.api.client import PossiblyBilled
+from flows.workers import spread
 from tasks.api.models import check_models, check_served
 from tasks.deadline.plan import parse_finish_by
 from tasks.recipes import load_recipe
@@ -56,7 +64,7 @@ class RunWiring:
     flows.run.passes), progress shown or not, `on_progress` hearing (documents done, total) of the
     per-file pass, the Prefect flow run it is bound to (a retry of that flow run continues the same
     run), and `launcher` starting shard workers (default: runs of the shard-worker deployment;
-    flows.run.spread)."""
+    flows.workers.spread)."""
 
     map_chunks: MapChunks = plain_map
     progress: bool = True
@@ -180,37 +188,6 @@ def deadline_iso(text: str) -> str:
     return parse_finish_by(text, datetime.now().astimezone()).isoformat()
 
 
-def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:
-    """An attempt that may have been billed without a whole answer (a timeout after sending, a broken
-    stream) goes into the run's cost ledger at once: exact when the stream reported its final usage,
-    else flagged possibly billed at its upper bound."""
-    if p.usage is not None:
-        entry = CostEntry.from_usage(
-            run_id=ledger.run_id,
-            pass_name=p.pass_name,
-            doc_id=p.doc_id,
-            key=p.key,
-            attempt=p.attempt,
-            model=p.model,
-            usage=p.usage,
-            at=p.at,
-        ).model_copy(update={"usd": p.usd, "possibly_billed": p.possibly, "unanswered": True})
-    else:
-        entry = possibly_billed_entry(
-            run_id=ledger.run_id,
-            pass_name=p.pass_name,
-            doc_id=p.doc_id,
-            key=p.key,
-            attempt=p.attempt,
-            model=p.model,
-            input_tokens=p.input_tokens,
-            max_tokens=p.max_tokens,
-            usd=p.usd,
-            at=p.at,
-        )
-    ledger.record(f"{p.reason}-{p.key or p.doc_id}-{p.attempt}-{int(p.at * 1000)}", [entry])
-
-
 def resume_run(
     run_id: str,
     *,
@@ -222,7 +199,7 @@ def resume_run(
 ) -> dict[str, Any]:
     """Continue a run with its own settings (its manifest's); only the cost cap and the concurrency
     may be given anew. A run spread over workers is continued over workers (the wiring's `launcher`:
-    flows.run.spread)."""
+    flows.workers.spread)."""
     settings = settings or settings_for(store, {})
     m = ManifestStore(open_store(settings.store, endpoint_url=settings.s3_endpoint_url)).load(run_id)
     given = {"cost.max_cost_usd": max_cost_usd, "api.concurrency": concurrency}

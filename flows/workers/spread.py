@@ -1,5 +1,5 @@
 """The driver's side of `docmill run SOURCE --workers N`: one docmill run, its per-file pass spread
-over N shard workers (flows.orchestration.shard_worker) that idle Prefect workers of the work pool pick up.
+over N shard workers (flows.workers.shard_worker) that idle Prefect workers of the work pool pick up.
 
 The run keeps one driver (the run's lease, one run id): it inventories, then, instead of running
 the chunks itself, plans them into shards (`settings.workers.shards_per_worker` per worker) and
