@@ -13,7 +13,7 @@ import pytest
 from checkpoints.chunks import InventoryChunks
 from checkpoints.outcomes import ChunkIndex, OutcomeLog
 from checkpoints.review_queue import ReviewQueue
-from checkpoints.store import ObjectStore, open_store
+from checkpoints.store import LocalStore, ObjectStore, open_store
 from docmill.settings import Settings
 from flows.run.context import RunParams
 from flows.run.entry import RunWiring, run_extract
@@ -140,3 +140,56 @@ def test_remember_chunks_records_only_finished_chunks(tmp_path: Path, finished: 
     assert remember_chunks(p, digests) == 0  # nothing of run "second" is finished
     OutcomeLog(store, "second").write_chunk(chunks[0], OutcomeLog(store, first).read_chunk(chunks[0]) or [])
     assert remember_chunks(p, digests) == 1
+
+
+class CountingStore(LocalStore):
+    """The local backend, counting the objects read under a prefix."""
+
+    def __init__(self, root: str, prefix: str) -> None:
+        super().__init__(root)
+        self.prefix, self.reads = prefix, 0
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        self.reads += key.startswith(self.prefix) and "/outcomes/" in key
+        return super().get_with_etag(key)
+
+
+def test_a_checked_chunk_is_shared_without_reading_its_outcomes(
+    tmp_path: Path, finished: tuple[Path, str]
+) -> None:
+    """Once a run has checked a chunk, the next unchanged run links its file (no outcome read, no
+    bytes written); a file written since (another ETag) is read and checked again."""
+    settings, store, first, chunks = answered(tmp_path, finished)
+    assert reuse_unchanged(new_run(store, settings, first, "second"), chunks)[0] == set(chunks)
+    counting = CountingStore(settings.store or "", "runs/")
+    p3 = new_run(counting, settings, first, "third")
+    review = [
+        c
+        for c in chunks
+        if any(o["state"] == "needs_review" for o in OutcomeLog(store, "second").read_chunk(c) or [])
+    ]
+    counting.reads = 0
+    assert reuse_unchanged(p3, chunks)[0] == set(chunks)
+    assert counting.reads == len(review)  # only chunks holding documents to queue for review are read
+    root = Path(settings.store or "")
+    for cid in set(chunks) - set(review):
+        third = (root / f"runs/third/outcomes/{cid}.json").stat()
+        assert third.st_nlink >= 2  # shared with the file the index names: no bytes written
+    assert [OutcomeLog(store, "third").raw_chunk(c) for c in chunks] == [
+        OutcomeLog(store, "second").raw_chunk(c) for c in chunks
+    ]
+    # the file an entry names is written again (other bytes, same outcomes): read and checked
+    ref = ChunkIndex(store).ref(chunk_digest(p3, InventoryChunks(store, "third").load(chunks[0]))[0])
+    assert ref is not None and "etag" in ref
+    named = OutcomeLog(store, ref["run_id"])
+    store.put_json(
+        f"runs/{ref['run_id']}/outcomes/{chunks[0]}.json",
+        {"chunk_id": chunks[0], "outcomes": named.read_chunk(chunks[0]), "x": 1},
+    )
+    p4 = new_run(counting, settings, first, "fourth")
+    counting.reads = 0
+    assert reuse_unchanged(p4, chunks)[0] == set(chunks)
+    assert counting.reads == len(set(review) | {chunks[0]})
+    assert OutcomeLog(store, "fourth").read_chunk(chunks[0]) == OutcomeLog(store, "third").read_chunk(
+        chunks[0]
+    )
