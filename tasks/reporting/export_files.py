@@ -6,9 +6,10 @@ once, invariant 1) and the few fields a run sets on it (state, reason, failure t
 outcome, and any outcome with a review decision, counts whole. `exports_digest` hashes that, and
 the files of the first run that wrote a digest are recorded under `unchanged/exports-<digest>.json`
 with each file's sha256. A later run whose results have the same digest (an unchanged nightly)
-copies those files, checking each file's sha256, instead of flattening and encoding every result
-again (JSONL, CSV and Parquet are ~48 MB and seconds of CPU at 10,000 invoices); a missing or
-changed file is written anew.
+shares those files (ObjectStore.copy: a hard link locally, a server-side copy on S3) on condition
+of the ETag each had when written, instead of flattening and encoding every result again (JSONL,
+CSV and Parquet are ~48 MB and seconds of CPU at 10,000 invoices); a missing or changed file has
+them written anew.
 """
 
 from __future__ import annotations
@@ -65,9 +66,18 @@ def parquet_available() -> bool:
 
 
 def copied(store: ObjectStore, index: dict[str, Any], base: str) -> dict[str, str] | None:
-    """The files an index entry names, copied under `base` when each is still what was written."""
+    """The files an index entry names, copied under `base` when each is still what was written:
+    shared where they are (ObjectStore.copy, on condition of the ETag recorded) or, for an entry
+    without ETags, read, checked against their sha256 and written."""
+    files = index.get("files") or {}
+    keys = {name: f"{base}/exports/{FILES[name]}" for name in files}
+    if files and all(len(entry) == 3 for entry in files.values()):
+        for name, (key, _sha, etag) in files.items():
+            if not store.copy(key, keys[name], etag=etag):
+                return None
+        return keys
     got: dict[str, bytes] = {}
-    for name, (key, sha) in (index.get("files") or {}).items():
+    for name, (key, sha, *_) in files.items():
         try:
             data = store.get(key)
         except NotFound:
@@ -75,9 +85,7 @@ def copied(store: ObjectStore, index: dict[str, Any], base: str) -> dict[str, st
         if hashlib.sha256(data).hexdigest() != sha:
             return None
         got[name] = data
-    keys = {}
     for name, data in got.items():
-        keys[name] = f"{base}/exports/{FILES[name]}"
         store.put(keys[name], data)
     return keys
 
@@ -98,7 +106,6 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
         if data is None:  # no pyarrow: no Parquet
             continue
         keys[name] = f"{base}/exports/{FILES[name]}"
-        store.put(keys[name], data)
-        files[name] = [keys[name], hashlib.sha256(data).hexdigest()]
+        files[name] = [keys[name], hashlib.sha256(data).hexdigest(), store.put(keys[name], data)]
     store.put_json(index_key, {"files": files})
     return keys
