@@ -4,6 +4,8 @@ outcomes say otherwise (a file changed in place, a retryable failure, a result h
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -193,3 +195,55 @@ def test_a_checked_chunk_is_shared_without_reading_its_outcomes(
     assert OutcomeLog(store, "fourth").read_chunk(chunks[0]) == OutcomeLog(store, "third").read_chunk(
         chunks[0]
     )
+
+
+def test_a_file_changed_in_place_in_an_unchanged_source_is_sent_and_reported(
+    tmp_path: Path, _emulator_session: Any
+) -> None:
+    """Whole runs (the only way to see the inventory, the shared chunks, the integration record and
+    the report together): two unchanged runs share everything, then one file rewritten with the same
+    size and its mtime put back is read, sent once, and listed in the report with its new value."""
+    corpus, _ = make_corpus(tmp_path, count=12, seed=4)
+    settings = settings_for(_emulator_session, str(tmp_path / "store")).model_copy(update={"chunk_size": 4})
+    store = open_store(settings.store)
+
+    def run() -> dict[str, Any]:
+        return run_extract(
+            RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+        )
+
+    run()
+    run()  # checks every chunk: the next unchanged run shares them
+    billed = len(_emulator_session.state.accounting.billed)
+    same = run()
+    assert len(_emulator_session.state.accounting.billed) == billed and same["cost_usd"] == 0.0
+    integration = store.get_json(f"runs/{same['run_id']}/integration.json")
+    assert integration["calls"] == 0 and integration["delta"]["to_integrate"] == 0
+    copies = {
+        p.read_bytes() for p in corpus.rglob("copy-of-*")
+    }  # an original with a copy: two documents move
+    target = next(
+        p
+        for p in sorted(corpus.rglob("*.md"))
+        if "Invoice number: INV-" in p.read_text() and p.read_bytes() not in copies
+    )
+    text, st = target.read_text(), target.stat()
+    number = text.split("Invoice number: ")[1].split()[0]
+    other = number[:-1] + ("1" if number[-1] != "1" else "2")  # the same length: the same size
+    target.write_text(text.replace(number, other))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # its mtime put back: only the ctime moved
+    assert target.stat().st_size == st.st_size
+    moved = run()
+    outcomes = {o["doc_id"]: o for o in OutcomeLog(store, moved["run_id"]).all()}
+    doc = next(d for d, o in outcomes.items() if not o.get("from_ledger") and o.get("key"))
+    assert outcomes[doc]["output"]["invoice_number"]["value"] == other
+    assert sum(1 for o in outcomes.values() if not o.get("from_ledger") and o.get("key")) == 1
+    integration = store.get_json(f"runs/{moved['run_id']}/integration.json")
+    assert integration["delta"]["changed"] == 1
+    # that document once, and the integration's notes over it
+    assert len(_emulator_session.state.accounting.billed) == billed + 1 + integration["calls"]
+    report = store.get(f"runs/{moved['run_id']}/report.md").decode()
+    assert other in report
+    rows = store.get(f"runs/{moved['run_id']}/exports/results.jsonl").decode().splitlines()
+    row = next(json.loads(r) for r in rows if json.loads(r)["doc_id"] == doc)
+    assert row["output"]["invoice_number"]["value"] == other  # new exports, not the last run's
