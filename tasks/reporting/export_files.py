@@ -69,15 +69,15 @@ def copied(store: ObjectStore, index: dict[str, Any], base: str) -> dict[str, st
     """The files an index entry names, copied under `base` when each is still what was written:
     shared where they are (ObjectStore.copy, on condition of the ETag recorded) or, for an entry
     without ETags, read, checked against their sha256 and written."""
-    files = index.get("files") or {}
+    files, etags = index.get("files") or {}, index.get("etags") or {}
     keys = {name: f"{base}/exports/{FILES[name]}" for name in files}
-    if files and all(len(entry) == 3 for entry in files.values()):
-        for name, (key, _sha, etag) in files.items():
-            if not store.copy(key, keys[name], etag=etag):
+    if files and set(etags) == set(files):
+        for name, (key, _sha) in files.items():
+            if not store.copy(key, keys[name], etag=etags[name]):
                 return None
         return keys
     got: dict[str, bytes] = {}
-    for name, (key, sha, *_) in files.items():
+    for name, (key, sha) in files.items():
         try:
             data = store.get(key)
         except NotFound:
@@ -100,12 +100,13 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
         keys = copied(store, index, base)
         if keys is not None:
             return keys
-    keys, files = {}, {}
+    keys, files, etags = {}, {}, {}
     for name, encode in encoders(outcomes).items():
         data = encode()
         if data is None:  # no pyarrow: no Parquet
             continue
         keys[name] = f"{base}/exports/{FILES[name]}"
-        files[name] = [keys[name], hashlib.sha256(data).hexdigest(), store.put(keys[name], data)]
-    store.put_json(index_key, {"files": files})
+        etags[name] = store.put(keys[name], data)
+        files[name] = [keys[name], hashlib.sha256(data).hexdigest()]
+    store.put_json(index_key, {"files": files, "etags": etags})
     return keys
