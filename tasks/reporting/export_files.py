@@ -65,10 +65,11 @@ def parquet_available() -> bool:
     return True
 
 
-def copied(store: ObjectStore, index: dict[str, Any], base: str) -> dict[str, str] | None:
+def copied(store: ObjectStore, index: dict[str, Any], base: str, index_key: str) -> dict[str, str] | None:
     """The files an index entry names, copied under `base` when each is still what was written:
     shared where they are (ObjectStore.copy, on condition of the ETag recorded) or, for an entry
-    without ETags, read, checked against their sha256 and written."""
+    without ETags, read, checked against their sha256 and written (the entry then names these
+    files with their ETags, for the next run to share)."""
     files, etags = index.get("files") or {}, index.get("etags") or {}
     keys = {name: f"{base}/exports/{FILES[name]}" for name in files}
     if files and set(etags) == set(files):
@@ -85,8 +86,8 @@ def copied(store: ObjectStore, index: dict[str, Any], base: str) -> dict[str, st
         if hashlib.sha256(data).hexdigest() != sha:
             return None
         got[name] = data
-    for name, data in got.items():
-        store.put(keys[name], data)
+    etags = {name: store.put(keys[name], data) for name, data in got.items()}
+    store.put_json(index_key, {"files": {n: [keys[n], files[n][1]] for n in files}, "etags": etags})
     return keys
 
 
@@ -97,7 +98,7 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
     index_key = f"{INDEX_PREFIX}{safe_segment(digest)}.json"
     index = store.get_json_or_none(index_key)
     if isinstance(index, dict):
-        keys = copied(store, index, base)
+        keys = copied(store, index, base, index_key)
         if keys is not None:
             return keys
     keys, files, etags = {}, {}, {}
