@@ -50,13 +50,8 @@ class OutcomeLog:
 
     def raw_chunk(self, chunk_id: str) -> bytes | None:
         """The stored bytes of a finished chunk's file (None when there is none)."""
-        got = self.tagged_chunk(chunk_id)
-        return None if got is None else got[0]
-
-    def tagged_chunk(self, chunk_id: str) -> tuple[bytes, str] | None:
-        """The stored bytes of a finished chunk's file and its ETag (None when there is none)."""
         try:
-            return self.store.get_with_etag(self._key(chunk_id))
+            return self.store.get(self._key(chunk_id))
         except NotFound:
             return None
 
@@ -70,13 +65,14 @@ class OutcomeLog:
             self.store.delete(marker)
         return True
 
-    def put_raw_chunk(self, chunk_id: str, data: bytes) -> None:
+    def put_raw_chunk(self, chunk_id: str, data: bytes) -> str:
         """Record a finished chunk as the bytes of a chunk file read from another run with the same
-        chunk id and no retryable outcome (`write_chunk` without encoding it again)."""
-        self.store.put(self._key(chunk_id), data)
+        chunk id and no retryable outcome (`write_chunk` without encoding it again); its ETag."""
+        etag = self.store.put(self._key(chunk_id), data)
         marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
         if self.store.exists(marker):
             self.store.delete(marker)
+        return etag
 
     def read_chunk(self, chunk_id: str) -> list[dict[str, Any]] | None:
         data = self.store.get_json_or_none(self._key(chunk_id))

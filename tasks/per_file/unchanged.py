@@ -88,10 +88,9 @@ def reuse_chunk(
     checked = "etag" in ref and not ref.get("review") and ref["chunk_id"] == cid
     if checked and log_.copy_chunk(earlier, cid, ref["etag"]):
         return True
-    tagged = earlier.tagged_chunk(ref["chunk_id"])
-    if tagged is None:  # that run's files are gone
+    raw = earlier.raw_chunk(ref["chunk_id"])
+    if raw is None:  # that run's files are gone
         return False
-    raw, etag = tagged
     data = loads_json(raw)
     old = data.get("outcomes") if isinstance(data, dict) else None
     got = reusable(p, docs, keys, old) if isinstance(old, list) else None
@@ -105,9 +104,8 @@ def reuse_chunk(
         # its answers are ledger hits now: the next run takes this chunk, reading no result
         index.put(digest, p.run_id, cid, etag=log_.write_chunk(cid, records), review=review)
         return True
-    log_.put_raw_chunk(cid, raw)  # the same bytes this run would write: not encoded again
-    if ref.get("etag") != etag or ref.get("review") != review:  # checked now: the next run shares it
-        index.put(digest, ref["run_id"], ref["chunk_id"], etag=etag, review=review)
+    # the same bytes this run would write: not encoded again; checked now, the next run shares them
+    index.put(digest, p.run_id, cid, etag=log_.put_raw_chunk(cid, raw), review=review)
     return True
 
 
