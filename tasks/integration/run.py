@@ -113,6 +113,7 @@ def integration_request(
 
 
 READABLE = ("succeeded", "needs_review")
+RECORD_VERSION = 1  # raise when code's sections or checks change: an unchanged source integrates anew
 KEY_FINDINGS = 30  # the model's findings kept in the output, newest first (claims are all kept)
 
 
@@ -223,8 +224,8 @@ def unchanged_record(
 ) -> IntegrationResult | None:
     """The integration record of the run that wrote `state`, as this run's, when nothing it read
     moved: no document added, changed, removed or left without notes (`delta` all zero), and that
-    run's record is complete, of the same mode and state, over the same documents, with the output
-    the state holds. Code's sections and checks read only what the fingerprints hash (doc id,
+    run's record is complete, of this code's version, of the same mode and state, over the same
+    documents, with the output the state holds. Code's sections and checks read only what the fingerprints hash (doc id,
     state, reason, output) and no model is asked, so integrating again would give this record; an
     unchanged nightly then reads one object instead of walking every result. None otherwise."""
     if any(delta.counts().values()) or not state["run_id"] or not state["docs"]:
@@ -232,6 +233,7 @@ def unchanged_record(
     prior = store.get_json_or_none(f"runs/{safe_segment(state['run_id'])}/integration.json")
     if (
         not isinstance(prior, dict)
+        or prior.get("version") != RECORD_VERSION
         or prior.get("status") != "complete"
         or prior.get("problems")
         or prior.get("mode") != mode
@@ -314,6 +316,7 @@ def integrate(
         "state_key": None,
         "output": output,
         "checks": _checks(recipe, outcomes, output, asked),
+        "version": RECORD_VERSION,
     }
     if scope:
         state["sections"], state["run_id"] = output, run_id

@@ -191,7 +191,11 @@ def test_unchanged_corpus_reuses_the_last_record_and_writes_no_state(emulator: A
     assert again["run_id"] == "r2" and again["calls"] == 0 and again["status"] == "complete"
     assert json.loads((tmp_path / "s" / "runs/r2/integration.json").read_text()) == again
 
-    (tmp_path / "s" / "runs/r1/integration.json").unlink()  # the record it would take is gone
+    older = tmp_path / "s" / "runs/r1/integration.json"
+    older.write_text(json.dumps({**first, "version": 0}))  # built by other code: integrated anew
+    assert run(emulator, settings, docs, "r2b", source=SOURCE)["calls"] == 0
+    assert load_state(store, scope_of(SOURCE, RECIPE, settings))["run_id"] == "r2b"
+    (tmp_path / "s" / "runs/r2b/integration.json").unlink()  # the record it would take is gone
     rebuilt = run(emulator, settings, docs, "r3", source=SOURCE)
     assert load_state(store, scope_of(SOURCE, RECIPE, settings))["run_id"] == "r3"  # integrated again
     assert {k: v for k, v in again.items() if k != "run_id"} == {
