@@ -56,11 +56,12 @@ class InventoryChunks:
             return cid
         sha = hashlib.sha256(data).hexdigest()
         last = self._last_chunks().get(sha)
-        shared = isinstance(last, list) and len(last) == 2 and last[0] != key
-        if shared and self.store.copy(str(last[0]), key, etag=str(last[1])):  # type: ignore[index]
-            self._written[sha] = [key, str(last[1])]  # type: ignore[index]
-        else:
-            self._written[sha] = [key, self.store.put(key, data)]
+        if isinstance(last, list) and len(last) == 2 and last[0] != key:
+            shared, etag = str(last[0]), str(last[1])
+            if self.store.copy(shared, key, etag=etag):
+                self._written[sha] = [key, etag]
+                return cid
+        self._written[sha] = [key, self.store.put(key, data)]
         return cid
 
     def load(self, cid: str) -> list[dict[str, Any]]:
