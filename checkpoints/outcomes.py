@@ -15,10 +15,10 @@ document before it is used, and a missing one is simply not used.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 from checkpoints.keys import safe_segment
-from checkpoints.store import ObjectStore
+from checkpoints.store import ObjectStore, dumps_json
 from docmill.errors import NotFound
 
 SUFFIX = ".json"
@@ -35,15 +35,18 @@ class OutcomeLog:
     def _key(self, chunk_id: str) -> str:
         return f"{self.prefix}{safe_segment(chunk_id)}{SUFFIX}"
 
-    def write_chunk(self, chunk_id: str, outcomes: list[dict[str, Any]]) -> None:
-        """Record a finished chunk (replaces an earlier write of the same chunk)."""
+    def write_chunk(self, chunk_id: str, outcomes: list[dict[str, Any]]) -> str:
+        """Record a finished chunk (replaces an earlier write of the same chunk); its file's ETag."""
         marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
         retry = any(o.get("retryable") for o in outcomes)
         if retry:
             self.store.put_json(marker, {"chunk_id": chunk_id})
-        self.store.put_json(self._key(chunk_id), {"chunk_id": chunk_id, "outcomes": list(outcomes)})
+        etag = self.store.put(
+            self._key(chunk_id), dumps_json({"chunk_id": chunk_id, "outcomes": list(outcomes)})
+        )
         if not retry and self.store.exists(marker):
             self.store.delete(marker)
+        return etag
 
     def raw_chunk(self, chunk_id: str) -> bytes | None:
         """The stored bytes of a finished chunk's file (None when there is none)."""
@@ -52,13 +55,24 @@ class OutcomeLog:
         except NotFound:
             return None
 
-    def put_raw_chunk(self, chunk_id: str, data: bytes) -> None:
-        """Record a finished chunk as the bytes of a chunk file read from another run with the same
-        chunk id and no retryable outcome (`write_chunk` without encoding it again)."""
-        self.store.put(self._key(chunk_id), data)
+    def copy_chunk(self, other: OutcomeLog, chunk_id: str, etag: str) -> bool:
+        """Record a finished chunk as `other`'s file of the same chunk id, shared or copied where it
+        is (ObjectStore.copy) while that file still has `etag`; False, nothing recorded, otherwise."""
+        if not self.store.copy(other._key(chunk_id), self._key(chunk_id), etag=etag):
+            return False
         marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
         if self.store.exists(marker):
             self.store.delete(marker)
+        return True
+
+    def put_raw_chunk(self, chunk_id: str, data: bytes) -> str:
+        """Record a finished chunk as the bytes of a chunk file read from another run with the same
+        chunk id and no retryable outcome (`write_chunk` without encoding it again); its ETag."""
+        etag = self.store.put(self._key(chunk_id), data)
+        marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
+        if self.store.exists(marker):
+            self.store.delete(marker)
+        return etag
 
     def read_chunk(self, chunk_id: str) -> list[dict[str, Any]] | None:
         data = self.store.get_json_or_none(self._key(chunk_id))
@@ -86,9 +100,21 @@ class OutcomeLog:
                     yield from data.get("outcomes") or []
 
 
+class ChunkRef(TypedDict, total=False):
+    """An index entry: the chunk, and once a run has checked its outcomes document by document
+    (every one a ledger hit or decided by its inventory record, none retryable), that file's ETag
+    and the positions of its outcomes that need review. A later run with the same digest shares a
+    file that still has that ETag and holds nothing for review without reading its outcomes."""
+
+    run_id: str
+    chunk_id: str
+    etag: str
+    review: list[int]
+
+
 class ChunkIndex:
-    """`unchanged/<digest>.json` -> {"run_id", "chunk_id"}: a finished outcome chunk decided by
-    `digest` (put replaces: any writer's pointer names a chunk that was true for the digest)."""
+    """`unchanged/<digest>.json` -> ChunkRef: a finished outcome chunk decided by `digest` (put
+    replaces: any writer's pointer names a chunk that was true for the digest)."""
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
@@ -98,10 +124,31 @@ class ChunkIndex:
 
     def get(self, digest: str) -> tuple[str, str] | None:
         """(run id, chunk id) of a chunk recorded under `digest`, or None."""
+        ref = self.ref(digest)
+        return None if ref is None else (ref["run_id"], ref["chunk_id"])
+
+    def ref(self, digest: str) -> ChunkRef | None:
+        """The entry recorded under `digest`, or None."""
         data = self.store.get_json_or_none(self._key(digest))
         if not isinstance(data, dict) or not data.get("run_id") or not data.get("chunk_id"):
             return None
-        return str(data["run_id"]), str(data["chunk_id"])
+        ref: ChunkRef = {"run_id": str(data["run_id"]), "chunk_id": str(data["chunk_id"])}
+        review = data.get("review")
+        if isinstance(data.get("etag"), str) and isinstance(review, list):
+            ref["etag"], ref["review"] = data["etag"], [int(i) for i in review]
+        return ref
 
-    def put(self, digest: str, run_id: str, chunk_id: str) -> None:
-        self.store.put_json(self._key(digest), {"run_id": run_id, "chunk_id": chunk_id})
+    def put(
+        self,
+        digest: str,
+        run_id: str,
+        chunk_id: str,
+        *,
+        etag: str | None = None,
+        review: list[int] | None = None,
+    ) -> None:
+        """Name the chunk decided by `digest`; with `etag` and `review` when its outcomes were checked."""
+        ref: dict[str, Any] = {"run_id": run_id, "chunk_id": chunk_id}
+        if etag is not None and review is not None:
+            ref.update(etag=etag, review=review)
+        self.store.put_json(self._key(digest), ref)

@@ -77,6 +77,9 @@ class IntegrationResult(TypedDict):
     calls: NotRequired[int]  # model calls this run (ledger hits excluded)
     truncated: NotRequired[int]  # answers cut at max_tokens (each split and asked again in halves)
     state_key: NotRequired[str | None]
+    version: NotRequired[
+        int
+    ]  # of the code that built its sections and checks (integration.run.RECORD_VERSION)
 
 
 class RunSummary(TypedDict):

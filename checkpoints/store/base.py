@@ -72,6 +72,21 @@ class ObjectStore(ABC):
     def delete(self, key: str) -> None:
         """Remove the object; a missing object is not an error."""
 
+    def copy(self, src: str, dst: str, *, etag: str) -> bool:
+        """Make `dst` hold the bytes of `src` while `src`'s ETag is still `etag` (replacing any old
+        `dst`); False, nothing written, when `src` is gone or was written since. For objects kept
+        again unchanged by a later run (outcome chunks, export files): a backend shares or copies
+        them where they are (a hard link locally, a server-side copy on S3) instead of the bytes
+        travelling through the process. This fallback reads and writes them."""
+        try:
+            data, now = self.get_with_etag(src)
+        except NotFound:
+            return False
+        if now != etag:
+            return False
+        self.put(dst, data)
+        return True
+
     def list_stamped(self, prefix: str = "") -> Iterator[tuple[str, ListedStamp | None]]:
         """`list`, each key with what the listing says of its object cheaply: [size, ETag] on S3
         (an ETag moves with every write of the object), None where the listing says nothing."""

@@ -215,6 +215,24 @@ class S3Store(ObjectStore):
             raise self._fail("put-if-match", key, e) from e
         return str(resp["ETag"])
 
+    def copy(self, src: str, dst: str, *, etag: str) -> bool:
+        """A server-side copy, on condition that `src` still has `etag` (the bytes stay in S3)."""
+        s, d = self._k(src), self._k(dst)
+        source = {"Bucket": self.bucket, "Key": s}
+        try:
+            self._call(
+                f"copy {src}",
+                lambda: self.client.copy_object(
+                    Bucket=self.bucket, Key=d, CopySource=source, CopySourceIfMatch=etag
+                ),
+            )
+        except bexc.ClientError as e:
+            code, status = _code_status(e)
+            if status in (412, 404) or code in ("PreconditionFailed", *_MISSING):
+                return False
+            raise self._fail("copy", dst, e) from e
+        return True
+
     def _is_ours(self, k: str, data: bytes) -> bool:
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=k)

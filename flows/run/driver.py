@@ -49,7 +49,7 @@ log = get_logger("pipeline")
 def write_inventory(ctx: RunContext, source: str) -> list[str]:
     """Inventory the source once per run, in chunk files; a resume reads them back. Files the last
     inventory of this source saw unchanged are not read again (tasks.source.known_files)."""
-    chunks = InventoryChunks(ctx.store, ctx.run_id)
+    chunks = InventoryChunks(ctx.store, ctx.run_id, source_id(source))  # shares the last one's files
     done = chunks.done()
     if done is not None:
         return list(done["chunks"])

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from anthropic import transform_schema
 from pydantic import ValidationError
 
-from checkpoints.keys import content_hash
+from checkpoints.keys import content_hash, safe_segment
 from docmill.logs import get_logger
 from tasks.integration.checks import coverage_gaps, drop_unknown, find_conflicts
 from tasks.integration.digest import choose_reading, delta_digest, state_digest
@@ -33,6 +33,7 @@ from tasks.integration.facts import code_built, headline, model_sections, sectio
 from tasks.integration.notes import Asked, Notes, ask_all
 from tasks.integration.records import compact_records, merge_outputs
 from tasks.integration.state import (
+    Delta,
     IntegrationState,
     SliceNotes,
     apply_delta,
@@ -43,6 +44,7 @@ from tasks.integration.state import (
     record_slice,
     save_state,
     scope_of,
+    state_key,
 )
 from tasks.recipes.thinking import effort_config
 from tasks.records import IntegrationChecks, IntegrationResult
@@ -111,6 +113,7 @@ def integration_request(
 
 
 READABLE = ("succeeded", "needs_review")
+RECORD_VERSION = 1  # raise when code's sections or checks change: an unchanged source integrates anew
 KEY_FINDINGS = 30  # the model's findings kept in the output, newest first (claims are all kept)
 
 
@@ -216,6 +219,42 @@ def _skipped(run_id: str, recipe: Recipe, outcomes: list[dict[str, Any]]) -> Int
     }
 
 
+def unchanged_record(
+    store: ObjectStore, state: IntegrationState, delta: Delta, mode: str, run_id: str
+) -> IntegrationResult | None:
+    """The integration record of the run that wrote `state`, as this run's, when nothing it read
+    moved: no document added, changed, removed or left without notes (`delta` all zero), and that
+    run's record is complete, of this code's version, of the same mode and state, over the same
+    documents, with the output the state holds. Code's sections and checks read only what the fingerprints hash (doc id,
+    state, reason, output) and no model is asked, so integrating again would give this record; an
+    unchanged nightly then reads one object instead of walking every result. None otherwise."""
+    if any(delta.counts().values()) or not state["run_id"] or not state["docs"]:
+        return None
+    prior = store.get_json_or_none(f"runs/{safe_segment(state['run_id'])}/integration.json")
+    if (
+        not isinstance(prior, dict)
+        or prior.get("version") != RECORD_VERSION
+        or prior.get("status") != "complete"
+        or prior.get("problems")
+        or prior.get("mode") != mode
+        or prior.get("state_key") != state_key(state["scope"])
+        or prior.get("doc_ids") != sorted(state["docs"])
+        or prior.get("output") != state["sections"]
+        or not isinstance(prior.get("checks"), dict)
+    ):
+        return None
+    checks: IntegrationChecks = prior["checks"]
+    record: IntegrationResult = {
+        **prior,  # type: ignore[typeddict-item]
+        "run_id": run_id,
+        "delta": delta.counts(),
+        "calls": 0,
+        "truncated": 0,
+        "checks": {**checks, "flags": []},  # flags are what this run's answers raised: none
+    }
+    return record
+
+
 def integrate(
     outcomes: list[dict[str, Any]],
     *,
@@ -240,6 +279,11 @@ def integrate(
     prior = state["sections"]
     fps = {o["doc_id"]: fingerprint(o) for o in outcomes}
     delta = apply_delta(state, fps)
+    again = unchanged_record(store, state, delta, mode, run_id) if scope else None
+    if again is not None:  # the state stays as it is: it names the run whose record this is
+        store.put_json(f"runs/{run_id}/integration.json", again)
+        log.info("integration unchanged: no result moved since run %s", state["run_id"])
+        return again
     by_id = {o["doc_id"]: o for o in outcomes}
     readable = [d for d in delta.needs_notes if by_id[d].get("output") and by_id[d].get("state") in READABLE]
     mark_without_notes(state, sorted(set(delta.needs_notes) - set(readable)))
@@ -272,6 +316,7 @@ def integrate(
         "state_key": None,
         "output": output,
         "checks": _checks(recipe, outcomes, output, asked),
+        "version": RECORD_VERSION,
     }
     if scope:
         state["sections"], state["run_id"] = output, run_id

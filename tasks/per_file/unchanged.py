@@ -14,7 +14,9 @@ key per document, nothing retryable, and an outcome that did not come from the l
 answered in that run) replaced by its ledger record, or the chunk is not used (a result held for
 review by the cost guard or a failure with no ledger record is decided again). Documents that need
 review are queued for review in this run, as a ledger hit is. A file changed in place has another
-sha256, hence another key and digest, and is read and sent as usual.
+sha256, hence another key and digest, and is read and sent as usual. Once checked, the index entry
+carries the chunk file's ETag: a later run shares that file (a hard link locally, a server-side copy
+on S3) without reading its outcomes, while the file still has that ETag and holds nothing for review.
 """
 
 from __future__ import annotations
@@ -75,11 +77,18 @@ def reuse_chunk(
     p: Pass, index: ChunkIndex, cid: str, docs: list[dict[str, Any]], digest: str, keys: list[str | None]
 ) -> bool:
     """Write this run's outcome file of chunk `cid` from an earlier run's chunk with the same digest;
-    False (nothing written) when there is none or it does not hold."""
-    ref = index.get(digest)
+    False (nothing written) when there is none or it does not hold. A chunk an earlier run checked
+    (its index entry has the file's ETag) and that holds nothing for review is shared as it is,
+    its outcomes not read (ObjectStore.copy); otherwise it is read and checked document by
+    document (`reusable`), and the entry records the ETag for the next run."""
+    ref = index.ref(digest)
     if ref is None:
         return False
-    raw = OutcomeLog(p.store, ref[0]).raw_chunk(ref[1])
+    earlier, log_ = OutcomeLog(p.store, ref["run_id"]), OutcomeLog(p.store, p.run_id)
+    checked = "etag" in ref and not ref.get("review") and ref["chunk_id"] == cid
+    if checked and log_.copy_chunk(earlier, cid, ref["etag"]):
+        return True
+    raw = earlier.raw_chunk(ref["chunk_id"])
     if raw is None:  # that run's files are gone
         return False
     data = loads_json(raw)
@@ -88,16 +97,15 @@ def reuse_chunk(
     if got is None:
         return False
     records, changed = got
-    for d, o in zip(docs, records, strict=True):  # queued for review again, as a ledger hit is
-        if o.get("state") == DocState.NEEDS_REVIEW.value:
-            enqueue_review(p, Document.model_validate(d), DocOutcome.model_validate(o))
-    log_ = OutcomeLog(p.store, p.run_id)
+    review = [n for n, o in enumerate(records) if o.get("state") == DocState.NEEDS_REVIEW.value]
+    for n in review:  # queued for review again, as a ledger hit is
+        enqueue_review(p, Document.model_validate(docs[n]), DocOutcome.model_validate(records[n]))
     if changed or data.get("chunk_id") != cid:
-        log_.write_chunk(cid, records)
-        if changed:  # its answers are ledger hits now: the next run takes this chunk, reading no result
-            index.put(digest, p.run_id, cid)
-    else:  # the same bytes this run would write: not encoded again
-        log_.put_raw_chunk(cid, raw)
+        # its answers are ledger hits now: the next run takes this chunk, reading no result
+        index.put(digest, p.run_id, cid, etag=log_.write_chunk(cid, records), review=review)
+        return True
+    # the same bytes this run would write: not encoded again; checked now, the next run shares them
+    index.put(digest, p.run_id, cid, etag=log_.put_raw_chunk(cid, raw), review=review)
     return True
 
 

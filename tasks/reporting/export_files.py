@@ -6,9 +6,10 @@ once, invariant 1) and the few fields a run sets on it (state, reason, failure t
 outcome, and any outcome with a review decision, counts whole. `exports_digest` hashes that, and
 the files of the first run that wrote a digest are recorded under `unchanged/exports-<digest>.json`
 with each file's sha256. A later run whose results have the same digest (an unchanged nightly)
-copies those files, checking each file's sha256, instead of flattening and encoding every result
-again (JSONL, CSV and Parquet are ~48 MB and seconds of CPU at 10,000 invoices); a missing or
-changed file is written anew.
+shares those files (ObjectStore.copy: a hard link locally, a server-side copy on S3) on condition
+of the ETag each had when written, instead of flattening and encoding every result again (JSONL,
+CSV and Parquet are ~48 MB and seconds of CPU at 10,000 invoices); a missing or changed file has
+them written anew.
 """
 
 from __future__ import annotations
@@ -64,10 +65,20 @@ def parquet_available() -> bool:
     return True
 
 
-def copied(store: ObjectStore, index: dict[str, Any], base: str) -> dict[str, str] | None:
-    """The files an index entry names, copied under `base` when each is still what was written."""
+def copied(store: ObjectStore, index: dict[str, Any], base: str, index_key: str) -> dict[str, str] | None:
+    """The files an index entry names, copied under `base` when each is still what was written:
+    shared where they are (ObjectStore.copy, on condition of the ETag recorded) or, for an entry
+    without ETags, read, checked against their sha256 and written (the entry then names these
+    files with their ETags, for the next run to share)."""
+    files, etags = index.get("files") or {}, index.get("etags") or {}
+    keys = {name: f"{base}/exports/{FILES[name]}" for name in files}
+    if files and set(etags) == set(files):
+        for name, (key, _sha) in files.items():
+            if not store.copy(key, keys[name], etag=etags[name]):
+                return None
+        return keys
     got: dict[str, bytes] = {}
-    for name, (key, sha) in (index.get("files") or {}).items():
+    for name, (key, sha) in files.items():
         try:
             data = store.get(key)
         except NotFound:
@@ -75,10 +86,8 @@ def copied(store: ObjectStore, index: dict[str, Any], base: str) -> dict[str, st
         if hashlib.sha256(data).hexdigest() != sha:
             return None
         got[name] = data
-    keys = {}
-    for name, data in got.items():
-        keys[name] = f"{base}/exports/{FILES[name]}"
-        store.put(keys[name], data)
+    etags = {name: store.put(keys[name], data) for name, data in got.items()}
+    store.put_json(index_key, {"files": {n: [keys[n], files[n][1]] for n in files}, "etags": etags})
     return keys
 
 
@@ -89,16 +98,16 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
     index_key = f"{INDEX_PREFIX}{safe_segment(digest)}.json"
     index = store.get_json_or_none(index_key)
     if isinstance(index, dict):
-        keys = copied(store, index, base)
+        keys = copied(store, index, base, index_key)
         if keys is not None:
             return keys
-    keys, files = {}, {}
+    keys, files, etags = {}, {}, {}
     for name, encode in encoders(outcomes).items():
         data = encode()
         if data is None:  # no pyarrow: no Parquet
             continue
         keys[name] = f"{base}/exports/{FILES[name]}"
-        store.put(keys[name], data)
+        etags[name] = store.put(keys[name], data)
         files[name] = [keys[name], hashlib.sha256(data).hexdigest()]
-    store.put_json(index_key, {"files": files})
+    store.put_json(index_key, {"files": files, "etags": etags})
     return keys

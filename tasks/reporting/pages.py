@@ -160,11 +160,16 @@ def page_views(
     return views
 
 
-def run_documents(store: ObjectStore, run_id: str) -> dict[str, Document]:
-    """doc id -> its inventory `Document`, for every document of a run's inventory."""
+def run_documents(store: ObjectStore, run_id: str, only: set[str] | None = None) -> dict[str, Document]:
+    """doc id -> its inventory `Document`, for every document of a run's inventory (of `only`, when
+    given: a nightly's report builds the records of the few documents it lists, not of all)."""
     documents: dict[str, Document] = {}
+    if only is not None and not only:
+        return documents
     for key in store.list(f"runs/{run_id}/inventory/"):
         for d in store.get_json_or_none(key) or []:
+            if only is not None and d.get("doc_id") not in only:
+                continue
             try:
                 documents[d["doc_id"]] = Document.model_validate(d)
             except Exception:  # an inventory record of an older layout: no page images for it
@@ -175,7 +180,7 @@ def run_documents(store: ObjectStore, run_id: str) -> dict[str, Document]:
 def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]) -> list[PageView]:
     """`page_views` for a run: its documents from the inventory, their bytes re-read (and checked
     against their hash) from where the inventory found them."""
-    documents = run_documents(store, run_id)
+    documents = run_documents(store, run_id, {str(o.get("doc_id")) for o in outcomes})
     wanted = [o for o in outcomes if o.get("doc_id") in documents]
     wanted.sort(key=lambda o: (o.get("state") != "needs_review", weakest(o)))  # the budget goes there first
     media = [o for o in wanted if media_type_of(documents[str(o["doc_id"])]) and cited_pages(o)]

@@ -45,6 +45,28 @@ def test_put_if_match(store: ObjectStore) -> None:
         store.put_if_match("missing.json", b"x", new)
 
 
+def test_copy_while_the_source_is_as_read(store: ObjectStore) -> None:
+    etag = store.put("c/src.json", b"kept")
+    store.put("c/dst.json", b"old")
+    assert store.copy("c/src.json", "c/dst.json", etag=etag) is True
+    assert store.get("c/dst.json") == b"kept"
+    assert store.get_with_etag("c/dst.json")[1] == etag
+    store.put("c/src.json", b"moved")  # written since: the stale ETag copies nothing
+    assert store.copy("c/src.json", "c/other.json", etag=etag) is False
+    assert not store.exists("c/other.json")
+    assert store.copy("c/gone.json", "c/other.json", etag=etag) is False
+    assert store.get("c/dst.json") == b"kept"  # the copy does not follow its source
+
+
+def test_local_copy_is_a_hard_link_and_writes_no_bytes(tmp_path) -> None:
+    store = open_store(str(tmp_path))
+    etag = store.put("runs/a/x.json", b"x" * 1000)
+    assert store.copy("runs/a/x.json", "runs/b/x.json", etag=etag)
+    a, b = (tmp_path / "runs/a/x.json").stat(), (tmp_path / "runs/b/x.json").stat()
+    assert a.st_ino == b.st_ino and a.st_nlink == 2
+    assert sorted(store.list("runs/")) == ["runs/a/x.json", "runs/b/x.json"]  # no temp file left
+
+
 def test_delete_is_idempotent(store: ObjectStore) -> None:
     store.put("d/x", b"1")
     store.delete("d/x")

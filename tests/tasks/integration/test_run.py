@@ -174,3 +174,36 @@ def test_skip_makes_no_call_and_says_so(emulator: Any, tmp_path: Path) -> None:
     record = run(emulator, settings, corpus(30), "r1", source=SOURCE)
     assert record["status"] == "skipped" and record["calls"] == 0
     assert emulator.state.accounting.billed == []
+
+
+def test_unchanged_corpus_reuses_the_last_record_and_writes_no_state(emulator: Any, tmp_path: Path) -> None:
+    """Nothing moved: the record of the run that wrote the state is this run's (same output and
+    checks as integrating again), and the state is not written again; one changed result, or the
+    earlier record gone, integrates as before."""
+    docs = corpus(90, planted=3)
+    settings = settings_for(emulator, str(tmp_path / "s"))
+    store = open_store(settings.store)
+    first = run(emulator, settings, docs, "r1", source=SOURCE)
+    stamp = (tmp_path / "s" / str(first["state_key"])).stat().st_mtime_ns
+    again = run(emulator, settings, docs, "r2", source=SOURCE)
+    assert (tmp_path / "s" / str(first["state_key"])).stat().st_mtime_ns == stamp  # not written again
+    assert load_state(store, scope_of(SOURCE, RECIPE, settings))["run_id"] == "r1"
+    assert again["run_id"] == "r2" and again["calls"] == 0 and again["status"] == "complete"
+    assert json.loads((tmp_path / "s" / "runs/r2/integration.json").read_text()) == again
+
+    older = tmp_path / "s" / "runs/r1/integration.json"
+    older.write_text(json.dumps({**first, "version": 0}))  # built by other code: integrated anew
+    assert run(emulator, settings, docs, "r2b", source=SOURCE)["calls"] == 0
+    assert load_state(store, scope_of(SOURCE, RECIPE, settings))["run_id"] == "r2b"
+    (tmp_path / "s" / "runs/r2b/integration.json").unlink()  # the record it would take is gone
+    rebuilt = run(emulator, settings, docs, "r3", source=SOURCE)
+    assert load_state(store, scope_of(SOURCE, RECIPE, settings))["run_id"] == "r3"  # integrated again
+    assert {k: v for k, v in again.items() if k != "run_id"} == {
+        k: v for k, v in rebuilt.items() if k != "run_id"
+    }
+
+    docs["inv-0004.txt"] = outcome(4, number="INV-0005", total=1.0)  # now conflicts with inv-0005
+    moved = run(emulator, settings, docs, "r4", source=SOURCE)
+    assert moved["delta"]["changed"] == 1 and moved["calls"] >= 1
+    assert "INV-0005" in {c["key"] for c in moved["checks"]["conflicts"]}
+    assert "INV-0005" not in {c["key"] for c in again["checks"]["conflicts"]}

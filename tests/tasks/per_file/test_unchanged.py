@@ -4,6 +4,8 @@ outcomes say otherwise (a file changed in place, a retryable failure, a result h
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import pytest
 from checkpoints.chunks import InventoryChunks
 from checkpoints.outcomes import ChunkIndex, OutcomeLog
 from checkpoints.review_queue import ReviewQueue
-from checkpoints.store import ObjectStore, open_store
+from checkpoints.store import LocalStore, ObjectStore, open_store
 from docmill.settings import Settings
 from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
@@ -89,7 +91,7 @@ def test_an_unchanged_run_takes_every_chunk_with_the_outcomes_of_ledger_hits(
     assert hits, "the corpus has answered documents"
     for cid in chunks:
         named = index.get(chunk_digest(p, second.load(cid))[0])
-        assert named == (("second", cid) if cid in hits else (first, cid))
+        assert named == ("second", cid)  # checked by the second run: the third shares its files
     # a third run takes the second's bytes as they are (nothing changed since)
     p3 = new_run(store, settings, first, "third")
     assert reuse_unchanged(p3, chunks)[0] == set(chunks)
@@ -140,3 +142,108 @@ def test_remember_chunks_records_only_finished_chunks(tmp_path: Path, finished: 
     assert remember_chunks(p, digests) == 0  # nothing of run "second" is finished
     OutcomeLog(store, "second").write_chunk(chunks[0], OutcomeLog(store, first).read_chunk(chunks[0]) or [])
     assert remember_chunks(p, digests) == 1
+
+
+class CountingStore(LocalStore):
+    """The local backend, counting the objects read under a prefix."""
+
+    def __init__(self, root: str, prefix: str) -> None:
+        super().__init__(root)
+        self.prefix, self.reads = prefix, 0
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        self.reads += key.startswith(self.prefix) and "/outcomes/" in key
+        return super().get_with_etag(key)
+
+
+def test_a_checked_chunk_is_shared_without_reading_its_outcomes(
+    tmp_path: Path, finished: tuple[Path, str]
+) -> None:
+    """Once a run has checked a chunk, the next unchanged run links its file (no outcome read, no
+    bytes written); a file written since (another ETag) is read and checked again."""
+    settings, store, first, chunks = answered(tmp_path, finished)
+    assert reuse_unchanged(new_run(store, settings, first, "second"), chunks)[0] == set(chunks)
+    counting = CountingStore(settings.store or "", "runs/")
+    p3 = new_run(counting, settings, first, "third")
+    review = [
+        c
+        for c in chunks
+        if any(o["state"] == "needs_review" for o in OutcomeLog(store, "second").read_chunk(c) or [])
+    ]
+    counting.reads = 0
+    assert reuse_unchanged(p3, chunks)[0] == set(chunks)
+    assert counting.reads == len(review)  # only chunks holding documents to queue for review are read
+    root = Path(settings.store or "")
+    for cid in set(chunks) - set(review):
+        third = (root / f"runs/third/outcomes/{cid}.json").stat()
+        assert third.st_nlink >= 2  # shared with the file the index names: no bytes written
+    assert [OutcomeLog(store, "third").raw_chunk(c) for c in chunks] == [
+        OutcomeLog(store, "second").raw_chunk(c) for c in chunks
+    ]
+    # the file an entry names is written again (other bytes, same outcomes): read and checked
+    ref = ChunkIndex(store).ref(chunk_digest(p3, InventoryChunks(store, "third").load(chunks[0]))[0])
+    assert ref is not None and "etag" in ref
+    named = OutcomeLog(store, ref["run_id"])
+    store.put_json(
+        f"runs/{ref['run_id']}/outcomes/{chunks[0]}.json",
+        {"chunk_id": chunks[0], "outcomes": named.read_chunk(chunks[0]), "x": 1},
+    )
+    p4 = new_run(counting, settings, first, "fourth")
+    counting.reads = 0
+    assert reuse_unchanged(p4, chunks)[0] == set(chunks)
+    assert counting.reads == len(set(review) | {chunks[0]})
+    assert OutcomeLog(store, "fourth").read_chunk(chunks[0]) == OutcomeLog(store, "third").read_chunk(
+        chunks[0]
+    )
+
+
+def test_a_file_changed_in_place_in_an_unchanged_source_is_sent_and_reported(
+    tmp_path: Path, _emulator_session: Any
+) -> None:
+    """Whole runs (the only way to see the inventory, the shared chunks, the integration record and
+    the report together): two unchanged runs share everything, then one file rewritten with the same
+    size and its mtime put back is read, sent once, and listed in the report with its new value."""
+    corpus, _ = make_corpus(tmp_path, count=12, seed=4)
+    settings = settings_for(_emulator_session, str(tmp_path / "store")).model_copy(update={"chunk_size": 4})
+    store = open_store(settings.store)
+
+    def run() -> dict[str, Any]:
+        return run_extract(
+            RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
+        )
+
+    run()
+    run()  # checks every chunk: the next unchanged run shares them
+    billed = len(_emulator_session.state.accounting.billed)
+    same = run()
+    assert len(_emulator_session.state.accounting.billed) == billed and same["cost_usd"] == 0.0
+    integration = store.get_json(f"runs/{same['run_id']}/integration.json")
+    assert integration["calls"] == 0 and integration["delta"]["to_integrate"] == 0
+    copies = {
+        p.read_bytes() for p in corpus.rglob("copy-of-*")
+    }  # an original with a copy: two documents move
+    target = next(
+        p
+        for p in sorted(corpus.rglob("*.md"))
+        if "Invoice number: INV-" in p.read_text() and p.read_bytes() not in copies
+    )
+    text, st = target.read_text(), target.stat()
+    number = text.split("Invoice number: ")[1].split()[0]
+    other = number[:-1] + ("1" if number[-1] != "1" else "2")  # the same length: the same size
+    target.write_text(text.replace(number, other))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # its mtime put back: only the ctime moved
+    assert target.stat().st_size == st.st_size
+    moved = run()
+    outcomes = {o["doc_id"]: o for o in OutcomeLog(store, moved["run_id"]).all()}
+    doc = next(d for d, o in outcomes.items() if not o.get("from_ledger") and o.get("key"))
+    assert outcomes[doc]["output"]["invoice_number"]["value"] == other
+    assert sum(1 for o in outcomes.values() if not o.get("from_ledger") and o.get("key")) == 1
+    integration = store.get_json(f"runs/{moved['run_id']}/integration.json")
+    assert integration["delta"]["changed"] == 1
+    # that document once, and the integration's notes over it
+    assert len(_emulator_session.state.accounting.billed) == billed + 1 + integration["calls"]
+    report = store.get(f"runs/{moved['run_id']}/report.md").decode()
+    assert other in report
+    rows = store.get(f"runs/{moved['run_id']}/exports/results.jsonl").decode().splitlines()
+    row = next(json.loads(r) for r in rows if json.loads(r)["doc_id"] == doc)
+    assert row["output"]["invoice_number"]["value"] == other  # new exports, not the last run's

@@ -38,15 +38,27 @@ def test_the_same_results_copy_the_files_of_the_run_that_encoded_them(tmp_path: 
     assert set(first) == {"jsonl", "csv"} | ({"parquet"} if parquet_available() else set())
     # what run one holds is copied, not encoded again: a marked file whose index names its bytes
     marked = store.get(first["jsonl"]) + b'{"copied": true}\n'
-    store.put(first["jsonl"], marked)
+    etag = store.put(first["jsonl"], marked)
     digest = exports_digest(outcomes(), parquet=parquet_available())
     index = store.get_json(f"{INDEX_PREFIX}{digest}.json")
-    index["files"]["jsonl"][1] = hashlib.sha256(marked).hexdigest()
+    index["files"]["jsonl"][1], index["etags"]["jsonl"] = hashlib.sha256(marked).hexdigest(), etag
     store.put_json(f"{INDEX_PREFIX}{digest}.json", index)
     second = write_exports(store, "runs/two", outcomes())
     assert second == {k: v.replace("runs/one", "runs/two") for k, v in first.items()}
     assert store.get(second["jsonl"]) == marked
     assert store.get(second["csv"]) == store.get(first["csv"])
+    for name in first:  # shared, not written again: the local backend links the file
+        assert (tmp_path / "store" / second[name]).stat().st_ino == (
+            tmp_path / "store" / first[name]
+        ).stat().st_ino
+    # an entry written before entries had ETags: its files read, checked by sha256 and written
+    del index["etags"]
+    store.put_json(f"{INDEX_PREFIX}{digest}.json", index)
+    third = write_exports(store, "runs/three", outcomes())
+    assert store.get(third["jsonl"]) == marked
+    assert (tmp_path / "store" / third["csv"]).stat().st_ino != (
+        tmp_path / "store" / first["csv"]
+    ).stat().st_ino
 
 
 def test_a_changed_file_other_results_or_a_decision_are_encoded_anew(tmp_path: Path) -> None:

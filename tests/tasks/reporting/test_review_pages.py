@@ -20,7 +20,7 @@ from checkpoints.outcomes import OutcomeLog
 from docmill.settings import Settings
 from flows.cli.main import main
 from tasks.per_file.gate import check
-from tasks.reporting.pages import Mark, PageView, run_documents
+from tasks.reporting.pages import Mark, PageView, report_pages, run_documents
 from tasks.reporting.review_pages import document_evidence, draw_marks, evidence_lines
 from tasks.request import load_payload
 from tests.tasks.reporting.test_report_pages import RECIPE, answer, outcome_of, three_documents
@@ -123,3 +123,12 @@ def test_a_label_never_covers_its_evidence_at_the_page_edge() -> None:
     inside = drawn.crop((int(0.81 * 400), int(0.505 * 500), int(0.97 * 400), int(0.525 * 500)))
     assert green(inside) == 0  # the evidence stays readable: the label went above it
     assert green(drawn.crop((0, 0, 400, int(0.5 * 500)))) > 100  # the label, above the box
+
+
+def test_the_report_reads_the_inventory_records_of_the_documents_it_lists_only(run: Any) -> None:
+    """A nightly's report lists what changed: the inventory records of the others are not built."""
+    store, _, _ = run
+    assert set(run_documents(store, "r")) == {"text.pdf", "scan.pdf", "inv.txt"}
+    assert set(run_documents(store, "r", {"inv.txt", "gone.txt"})) == {"inv.txt"}
+    assert run_documents(store, "r", set()) == {}
+    assert report_pages(store, "r", []) == []
