@@ -6,19 +6,22 @@ person or cron job that started it is its retry (flows.cli.run_commands runs the
 retries=0), so what a small run gets from Prefect is a flow-run record in the UI. `work_left` counts
 the documents that would need an API call (an `ok`, non-duplicate document whose per-file key has no
 result in the ledger) and stops counting at `limit`: the inventory's fast path (tasks.source.known_files)
-makes this a `stat` per unchanged file, and at most `limit` changed files are read. Nothing is
+makes this a `stat` per unchanged file, and at most `limit` changed files are read. A source this
+store never inventoried has everything to send: its files are counted from the listing alone
+(tasks.source.inventory.listed_files), none read, so the count costs no second inventory. Nothing is
 written: the run that follows takes its own inventory.
 """
 
 from __future__ import annotations
 
+from checkpoints.inventory_cache import cache_key
 from checkpoints.ledger import ResultsLedger
 from checkpoints.store import open_store
 from docmill.settings import Settings
 from flows.run.continuation import source_id
 from tasks.recipes import load_recipe
 from tasks.request import FILE_PASS, file_key, file_params
-from tasks.source.inventory import inventory
+from tasks.source.inventory import inventory, listed_files
 from tasks.source.known_files import known_files
 
 
@@ -28,6 +31,8 @@ def work_left(source: str, recipe_name: str, settings: Settings, *, limit: int) 
         return 0
     store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
     recipe = load_recipe(recipe_name)
+    if not store.exists(cache_key(source_id(source))):  # never inventoried here: every file may need a call
+        return listed_files(source, settings, doc_types=recipe.doc_types, limit=limit)
     known = known_files(store, source_id(source), settings, recipe.doc_types)
     if known is not None:
         known.keep_cache = True  # a look only: the run that follows writes the cache

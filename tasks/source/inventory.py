@@ -56,7 +56,7 @@ from tasks.source.loading import (
     read_bounds,
     read_limits,
 )
-from tasks.source.readers import ALL_TYPES, Content, ExtractError, Limits, doc_type_for
+from tasks.source.readers import ALL_TYPES, Content, DocType, ExtractError, Limits, doc_type_for
 from tasks.source.readers.bounded import Bounds, read_bounded
 from tasks.source.readers.content import sent_as
 
@@ -420,6 +420,22 @@ def one_per_id(docs: Iterable[Document]) -> Iterator[Document]:
 def source_is_empty(source: str, settings: Settings) -> bool:
     """True when `source` lists no file at all (after include/exclude); reads no file."""
     return next(iter(SOURCES[source_kind(source)](source, settings)), None) is None
+
+
+def listed_files(source: str, settings: Settings, *, doc_types: Iterable[str], limit: int) -> int:
+    """Files of `source` of a type in `doc_types`, counted from its listing up to `limit` (no file
+    is read): at least as many as its documents that could need an API call, so `limit` for a
+    source holding an e-mail (its attachments become documents too)."""
+    types = frozenset(t for t in doc_types if t in ALL_TYPES)
+    n = 0
+    for entry in SOURCES[source_kind(source)](source, settings):
+        doc_type = entry.doc_type or doc_type_for(entry.name)
+        if entry.skip is not None or doc_type not in types:
+            continue
+        n = limit if doc_type == DocType.EML else n + 1
+        if n >= limit:
+            break
+    return min(n, limit)
 
 
 def inventory(

@@ -97,6 +97,7 @@ class Cli:
             "DOCMILL_RUNTIME_DIR": str(tmp / "runtime"),
             "DOCMILL_EMULATOR_LATENCY_MS": "1500",
             "DOCMILL_EMULATOR_BATCH_BASE_SECONDS": "600",
+            "DOCMILL_PREFECT_MIN_DOCUMENTS": "0",  # small corpora through Prefect (its server is killed)
         }
         if api_url:
             self.env["PREFECT_API_URL"] = api_url
