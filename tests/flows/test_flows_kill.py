@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 # the batch gate's worker processes start for any batch (the default waits for 1000 requests)
 BATCH_WITH_WORKERS = (
-    "import sys; import tasks.batch.ingest as ingest; ingest.MIN_RESULTS = 0; "
+    "import sys; import tasks.batch.ingest as ingest; ingest.MIN_RESULTS = 0; ingest.PROCESSES = 2; "
     "from flows.cli.main import main; sys.exit(main(sys.argv[1:]))"
 )
 
