@@ -438,6 +438,27 @@ def listed_files(source: str, settings: Settings, *, doc_types: Iterable[str], l
     return min(n, limit)
 
 
+def recorded(
+    source: str, settings: Settings, *, doc_types: Iterable[str], known: KnownFiles
+) -> Iterator[tuple[str, Document | None]]:
+    """(type, document) per listed file of a type in `doc_types`: the document the last inventory
+    recorded (its stamp trusted, or its bytes hashed to the recorded content), else None for a new or
+    changed file, or one whose record cannot stand (an e-mail, a duplicate whose original is gone).
+    Nothing is parsed and no cache written: what a run has to send, counted (flows.run.small)."""
+    types = frozenset(t for t in doc_types if t in ALL_TYPES)
+    seen, max_bytes = FirstOfContent(), settings.inventory.max_document_bytes
+    for entry in SOURCES[source_kind(source)](source, settings):
+        doc_type = entry.doc_type or doc_type_for(entry.name)
+        if entry.skip is not None or doc_type not in types:
+            continue
+        stamp = entry.stamp() if entry.stamp is not None else None
+        record = None if stamp is None else known.trusted(entry.name, stamp)
+        if record is None and stamp is not None:
+            got = entry.read(max_bytes)
+            record = None if got.error else known.confirmed(entry.name, got.sha256, got.size)
+        yield doc_type, None if record is None else known.replay(_base(entry), record, seen)
+
+
 def inventory(
     source: str,
     settings: Settings | None = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 from checkpoints.ledger import ResultsLedger
 from checkpoints.store import open_store
 from docmill.settings import Settings, get_settings
+from examples import formats as F
 from flows.cli.main import main
 from flows.run.continuation import source_id
 from flows.run.small import work_left
@@ -62,6 +65,28 @@ def test_documents_without_a_result_are_counted_up_to_the_limit(tmp_path: Path) 
     assert work_left(str(src), "invoices", settings, limit=100) == 1  # only inv-3 has no result
     other = Settings(store=str(tmp_path / "store"), api={"max_tokens": 1234})  # type: ignore[arg-type]
     assert work_left(str(src), "invoices", other, limit=100) == 4  # other call parameters: other keys
+
+    os.utime(src / "inv-1.txt", ns=(time.time_ns() + 10**10,) * 2)  # touched: hashed, still answered
+    assert work_left(str(src), "invoices", settings, limit=100) == 1
+    (src / "inv-2.txt").write_text("")  # changed: counted without being parsed (an upper bound)
+    assert work_left(str(src), "invoices", settings, limit=100) == 2
+
+
+def test_an_email_with_attachments_is_inventoried_to_count_them(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    (src / "mail.eml").write_bytes(
+        F.eml_bytes(
+            "invoices",
+            "two attached",
+            [(f"a{i}.txt", "text/plain", f"INV-A{i} 9.00 EUR".encode()) for i in range(2)],
+        )
+    )
+    settings = Settings(store=str(tmp_path / "store"))
+    recipe = load_recipe("invoices")
+    known = known_files(open_store(settings.store), source_id(str(src)), settings, recipe.doc_types)
+    assert list(inventory(str(src), settings, doc_types=recipe.doc_types, known=known))  # a run's inventory
+    assert work_left(str(src), "invoices", settings, limit=100) == 7  # 4 invoices, the message, 2 attached
+    assert work_left(str(src), "invoices", settings, limit=5) == 5
 
 
 def test_a_new_source_with_few_files_runs_without_a_temporary_server(
