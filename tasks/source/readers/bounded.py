@@ -22,12 +22,13 @@ Documents cross to a worker and their Content back as pickles over a socket pair
 most settings.inventory.max_document_bytes, and a copy of 20 MB costs milliseconds next to its parse
 (bench/hostile.py measures the per-document cost of the bound).
 
-A small UTF-8 text (txt, md, csv and source code up to `IN_PROCESS_BYTES`) needs no worker: its
-reader is `bytes.decode`, linear in a size that is capped, with no parser behind it, so
-`read_bounded` reads it in the calling process (`plain_utf8`). A batch run over plain-text
+A small UTF-8 text (txt, md, csv, JSON and source code up to `IN_PROCESS_BYTES`) needs no worker:
+its reader is `bytes.decode` (and for JSON the standard library's parser after a linear depth check),
+linear in a size that is capped, with no C library of a third party behind it, so `read_bounded`
+reads it in the calling process (`plain_utf8`). A batch run over plain-text
 invoices reads each file three times (inventory, request, gate) and would otherwise pay a socket
 round trip each time and start reader processes in docmill and in every gate process. Anything
-else (charset guessing, HTML, JSON, every binary format, a larger text) still goes to a worker.
+else (charset guessing, HTML through lxml, every binary format, a larger text) still goes to a worker.
 
 Callers: tasks.source.inventory (every check), tasks.source.loading (the per-file pass, realtime and batch,
 estimate, batch preparation and ingest: e-mail attachments too), tasks.request (a long PDF's
@@ -61,8 +62,11 @@ POLL = 0.1  # seconds between looks at a busy worker's CPU time
 WALL_FACTOR = 4  # a job may take this many times its CPU deadline on the wall clock (a busy machine)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # Read in the calling process when valid UTF-8 of at most IN_PROCESS_BYTES (`plain_utf8`): their
-# reader only decodes (tasks.source.readers.text.read_plain); 1 MiB decodes in about a millisecond.
-PLAIN_TYPES = frozenset({DocType.TXT.value, DocType.MD.value, DocType.CSV.value}) | CODE_TYPES
+# reader only decodes (tasks.source.readers.text.read_plain; JSON: read_json, depth checked first);
+# 1 MiB decodes in about a millisecond.
+PLAIN_TYPES = (
+    frozenset({DocType.TXT.value, DocType.MD.value, DocType.CSV.value, DocType.JSON.value}) | CODE_TYPES
+)
 IN_PROCESS_BYTES = 1 * MIB
 
 
@@ -326,7 +330,8 @@ def close_pools() -> None:
 
 def plain_utf8(doc_type: str, data: bytes) -> bool:
     """Whether reading `data` as `doc_type` is only a UTF-8 decode of at most IN_PROCESS_BYTES (no
-    charset guess, no parser): bounded by its size, so it needs no worker process."""
+    charset guess; JSON's parser from the standard library, depth checked): bounded by its size, so
+    it needs no worker process."""
     if doc_type not in PLAIN_TYPES or len(data) > IN_PROCESS_BYTES:
         return False
     if data.isascii():

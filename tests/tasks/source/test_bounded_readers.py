@@ -23,7 +23,7 @@ from tasks.source.inventory import inventory
 from tasks.source.loading import load_content
 from tasks.source.readers import Limits, Unreadable, read
 from tasks.source.readers.bounded import IN_PROCESS_BYTES, Bounds, close_pools, pool_for, read_bounded
-from tasks.source.readers.content import BinaryContent
+from tasks.source.readers.content import BinaryContent, ExtractError
 from tests.fixtures.formats import invoice
 
 
@@ -113,17 +113,19 @@ def test_a_small_utf8_text_is_read_in_process_and_everything_else_in_a_worker() 
         "md": "# Rechnung\n",
         "csv": "a,b\n1,2\n",
         "py": "x = 1\n",
+        "json": '{"total": 12.0, "currency": "€"}',
     }
     for doc_type, text in plain.items():
         assert read_bounded(doc_type, text.encode(), Limits(), bounds) == read(doc_type, text.encode())
     with pytest.raises(BinaryContent):  # what the worker would raise, raised here
         read_bounded("txt", b"bin\x00ary", Limits(), bounds)
+    with pytest.raises(ExtractError, match="nested deeper"):  # the depth check before json's parser
+        read_bounded("json", b"[" * 100_000, Limits(), bounds)
     assert pool.started == 0  # no reader process for any of them
     others = {
         "txt": "Müller, Straße".encode("cp1252"),  # charset-normalizer's guess
         "md": b"#" * (IN_PROCESS_BYTES + 1),  # larger than a decode worth doing here
-        "html": b"<p>Invoice</p>",  # a parser
-        "json": b'{"total": 1}',
+        "html": b"<p>Invoice</p>",  # lxml's parser
     }
     for doc_type, data in others.items():
         assert read_bounded(doc_type, data, Limits(), bounds) == read(doc_type, data)
