@@ -199,9 +199,9 @@ def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) ->
         if settings.prefect_prespawn:
             prefect_boot.prespawn(settings.runtime_dir)
         return False
-    print(
-        f"docmill: {n} document(s) to send, fewer than prefect_min_documents ({limit}): running without "
-        "Prefect (no temporary server to wait for)",
+    print(  # `n` counts files not read yet as documents to send: at most this many
+        f"docmill: at most {n} document(s) to send, fewer than prefect_min_documents ({limit}): running "
+        "without Prefect (no temporary server to wait for)",
         file=sys.stderr,
     )
     return True
