@@ -12,7 +12,9 @@ One emulator for both (its own process, batch_scale.py's settings: a 60x virtual
 ends 1 virtual second after it is created), one generated corpus (examples/make_invoices.py), then
 per repeat, in alternating order:
 - docmill: the real CLI in a subprocess, `docmill run CORPUS --mode batch --store FRESH`, default
-  settings (only DOCMILL_API__BASE_URL and a key given; PREFECT_HOME is this bench's own folder);
+  settings (only DOCMILL_API__BASE_URL and a key given; PREFECT_HOME is this bench's own folder):
+  below DOCMILL_PREFECT_MIN_DOCUMENTS (20,000) documents that is without Prefect's temporary server,
+  `--docmill-env DOCMILL_PREFECT_MIN_DOCUMENTS=0` measures the run through it;
 - curator: a script run by --curator-python that reads the same files (skipping empty, binary and
   byte-identical ones, as docmill's inventory does) and asks, per document, for a JSON answer with
   docmill's own schema, system prompt, instruction, model, max_tokens and effort (`output_config`,

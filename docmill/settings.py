@@ -490,12 +490,14 @@ class Settings(BaseSettings):
         "when the flow run first asks for it.",
     )
     prefect_min_documents: int = Field(
-        1,
+        20_000,
         ge=0,
-        description="`docmill run` through Prefect first counts the documents that need an API call "
-        "(a stat per unchanged file, flows.run.small); with fewer than this it runs without Prefect and "
-        "says so in one line (no temporary server to wait for). 1: only a run with nothing to send; "
-        "0: always through Prefect.",
+        description="`docmill run` that would start Prefect's temporary server (no PREFECT_API_URL) first "
+        "counts the documents that need an API call (a stat per unchanged file, the listing of a source "
+        "never inventoried: flows.run.small); with fewer than this it runs without Prefect and says so in "
+        "one line. The server costs ~15 s of CPU (bench/curator_batch.py, with and without --no-prefect), "
+        "what a batch run spends on ~5,000 documents: past 20,000 it is at most a quarter of the run's "
+        "own. 1: only a run with nothing to send; 0: always through Prefect.",
     )
     prefect_early_batches: bool = Field(
         True,

@@ -169,18 +169,18 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def _may_be_small(a: argparse.Namespace) -> bool:
-    """Whether `_small_run` will count what the run has to send: a source the store has inventoried
-    before (its inventory cache exists; one never seen has everything to send). Its temporary server,
-    if it needs one, starts after that count: booting it costs a nothing-to-send run more than the count."""
+    """Whether `_small_run` will count what the run has to send: a new run that would start
+    Prefect's temporary server (no API URL in the environment, nor in the Prefect settings of a
+    process that has Prefect loaded already: a running server costs no start-up). Its temporary
+    server, if it needs one, starts after that count: booting it costs a small run more than the
+    count (a `stat` per file the store knows, the listing of one it does not)."""
     if a.no_prefect or a.workers or a.finish_by or a.run_id or os.environ.get("PREFECT_API_URL"):
         return False
-    from checkpoints.inventory_cache import cache_key  # light; only `run` needs them (the CLI module
-    from flows.run.continuation import source_id  # is imported for every command)
+    if "prefect" in sys.modules:  # a process with Prefect loaded (an embedding program, tests)
+        from prefect.settings import PREFECT_API_URL
 
-    try:
-        return bool(cli_store(a).exists(cache_key(source_id(a.source))))
-    except Exception:  # a store that cannot be read: check_store says why, in one line
-        return False
+        return not PREFECT_API_URL.value()
+    return True
 
 
 def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> bool:
@@ -199,9 +199,9 @@ def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) ->
         if settings.prefect_prespawn:
             prefect_boot.prespawn(settings.runtime_dir)
         return False
-    print(
-        f"docmill: {n} document(s) to send, fewer than prefect_min_documents ({limit}): running without "
-        "Prefect (no temporary server to wait for)",
+    print(  # `n` counts files not read yet as documents to send: at most this many
+        f"docmill: at most {n} document(s) to send, fewer than prefect_min_documents ({limit}): running "
+        "without Prefect (no temporary server to wait for)",
         file=sys.stderr,
     )
     return True

@@ -56,7 +56,7 @@ from tasks.source.loading import (
     read_bounds,
     read_limits,
 )
-from tasks.source.readers import ALL_TYPES, Content, ExtractError, Limits, doc_type_for
+from tasks.source.readers import ALL_TYPES, Content, DocType, ExtractError, Limits, doc_type_for
 from tasks.source.readers.bounded import Bounds, read_bounded
 from tasks.source.readers.content import sent_as
 
@@ -420,6 +420,43 @@ def one_per_id(docs: Iterable[Document]) -> Iterator[Document]:
 def source_is_empty(source: str, settings: Settings) -> bool:
     """True when `source` lists no file at all (after include/exclude); reads no file."""
     return next(iter(SOURCES[source_kind(source)](source, settings)), None) is None
+
+
+def listed_files(source: str, settings: Settings, *, doc_types: Iterable[str], limit: int) -> int:
+    """Files of `source` of a type in `doc_types`, counted from its listing up to `limit` (no file
+    is read): at least as many as its documents that could need an API call, so `limit` for a
+    source holding an e-mail (its attachments become documents too)."""
+    types = frozenset(t for t in doc_types if t in ALL_TYPES)
+    n = 0
+    for entry in SOURCES[source_kind(source)](source, settings):
+        doc_type = entry.doc_type or doc_type_for(entry.name)
+        if entry.skip is not None or doc_type not in types:
+            continue
+        n = limit if doc_type == DocType.EML else n + 1
+        if n >= limit:
+            break
+    return min(n, limit)
+
+
+def recorded(
+    source: str, settings: Settings, *, doc_types: Iterable[str], known: KnownFiles
+) -> Iterator[tuple[str, Document | None]]:
+    """(type, document) per listed file of a type in `doc_types`: the document the last inventory
+    recorded (its stamp trusted, or its bytes hashed to the recorded content), else None for a new or
+    changed file, or one whose record cannot stand (an e-mail, a duplicate whose original is gone).
+    Nothing is parsed and no cache written: what a run has to send, counted (flows.run.small)."""
+    types = frozenset(t for t in doc_types if t in ALL_TYPES)
+    seen, max_bytes = FirstOfContent(), settings.inventory.max_document_bytes
+    for entry in SOURCES[source_kind(source)](source, settings):
+        doc_type = entry.doc_type or doc_type_for(entry.name)
+        if entry.skip is not None or doc_type not in types:
+            continue
+        stamp = entry.stamp() if entry.stamp is not None else None
+        record = None if stamp is None else known.trusted(entry.name, stamp)
+        if record is None and stamp is not None:
+            got = entry.read(max_bytes)
+            record = None if got.error else known.confirmed(entry.name, got.sha256, got.size)
+        yield doc_type, None if record is None else known.replay(_base(entry), record, seen)
 
 
 def inventory(

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 # the batch gate's worker processes start for any batch (the default waits for 1000 requests)
 BATCH_WITH_WORKERS = (
-    "import sys; import tasks.batch.ingest as ingest; ingest.MIN_RESULTS = 0; "
+    "import sys; import tasks.batch.ingest as ingest; ingest.MIN_RESULTS = 0; ingest.PROCESSES = 2; "
     "from flows.cli.main import main; sys.exit(main(sys.argv[1:]))"
 )
 
@@ -97,6 +97,7 @@ class Cli:
             "DOCMILL_RUNTIME_DIR": str(tmp / "runtime"),
             "DOCMILL_EMULATOR_LATENCY_MS": "1500",
             "DOCMILL_EMULATOR_BATCH_BASE_SECONDS": "600",
+            "DOCMILL_PREFECT_MIN_DOCUMENTS": "0",  # small corpora through Prefect (its server is killed)
         }
         if api_url:
             self.env["PREFECT_API_URL"] = api_url

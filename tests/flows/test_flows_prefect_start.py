@@ -21,6 +21,7 @@ def test_a_server_that_does_not_start_in_time_is_one_line_and_exit_3(tmp_path: P
     env.update(
         DOCMILL_PREFECT_START_TIMEOUT_SECONDS="0.01",  # no server answers /health that fast: both tries fail
         DOCMILL_PREFECT_PRESPAWN="false",  # (one started first thing could be up by the time it is asked)
+        DOCMILL_PREFECT_MIN_DOCUMENTS="0",  # two documents: through Prefect all the same
         DOCMILL_RUNTIME_DIR=str(runtime),
         DOCMILL_API__BASE_URL="http://127.0.0.1:9",  # never reached: the run stops before any request
     )

@@ -22,6 +22,14 @@ Documents cross to a worker and their Content back as pickles over a socket pair
 most settings.inventory.max_document_bytes, and a copy of 20 MB costs milliseconds next to its parse
 (bench/hostile.py measures the per-document cost of the bound).
 
+A small UTF-8 text (txt, md, csv, JSON and source code up to `IN_PROCESS_BYTES`) needs no worker:
+its reader is `bytes.decode` (and for JSON the standard library's parser after a linear depth check),
+linear in a size that is capped, with no C library of a third party behind it, so `read_bounded`
+reads it in the calling process (`plain_utf8`). A batch run over plain-text
+invoices reads each file three times (inventory, request, gate) and would otherwise pay a socket
+round trip each time and start reader processes in docmill and in every gate process. Anything
+else (charset guessing, HTML through lxml, every binary format, a larger text) still goes to a worker.
+
 Callers: tasks.source.inventory (every check), tasks.source.loading (the per-file pass, realtime and batch,
 estimate, batch preparation and ingest: e-mail attachments too), tasks.request (a long PDF's
 page ranges). `Bounds(enabled=False)` reads in-process (debugging only).
@@ -43,7 +51,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from tasks.source.readers import Content, Limits, read
+from tasks.source.readers import CODE_TYPES, Content, DocType, Limits, read
 from tasks.source.readers.content import BinaryContent, ExtractError, OverLimit, Unreadable
 from tasks.source.readers.mail import part_bytes
 from tasks.source.readers.pdf import page_range
@@ -53,6 +61,13 @@ STOP_WAIT = 2.0  # seconds a closing worker gets to exit before SIGKILL
 POLL = 0.1  # seconds between looks at a busy worker's CPU time
 WALL_FACTOR = 4  # a job may take this many times its CPU deadline on the wall clock (a busy machine)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Read in the calling process when valid UTF-8 of at most IN_PROCESS_BYTES (`plain_utf8`): their
+# reader only decodes (tasks.source.readers.text.read_plain; JSON: read_json, depth checked first);
+# 1 MiB decodes in about a millisecond.
+PLAIN_TYPES = (
+    frozenset({DocType.TXT.value, DocType.MD.value, DocType.CSV.value, DocType.JSON.value}) | CODE_TYPES
+)
+IN_PROCESS_BYTES = 1 * MIB
 
 
 @dataclass(frozen=True)
@@ -313,9 +328,25 @@ def close_pools() -> None:
         pool.close()
 
 
+def plain_utf8(doc_type: str, data: bytes) -> bool:
+    """Whether reading `data` as `doc_type` is only a UTF-8 decode of at most IN_PROCESS_BYTES (no
+    charset guess; JSON's parser from the standard library, depth checked): bounded by its size, so
+    it needs no worker process."""
+    if doc_type not in PLAIN_TYPES or len(data) > IN_PROCESS_BYTES:
+        return False
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False  # charset-normalizer's guess: in a worker
+    return True
+
+
 def read_bounded(doc_type: str, data: bytes, limits: Limits, bounds: Bounds) -> Content:
-    """`tasks.source.readers.read` in a bounded worker; raises what it raises, and OverLimit past a bound."""
-    if not bounds.enabled:
+    """`tasks.source.readers.read` in a bounded worker (a small UTF-8 text in this process:
+    `plain_utf8`); raises what it raises, and OverLimit past a bound."""
+    if not bounds.enabled or plain_utf8(doc_type, data):
         return read(doc_type, data, limits)
     content: Content = pool_for(bounds).call(("read", (doc_type, data, limits)))
     return content

@@ -143,3 +143,9 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return state not in (b"Z", b"X")
+
+
+@pytest.mark.parametrize(("cpus", "workers"), [(None, 1), (1, 1), (2, 1), (3, 2), (16, 2)])
+def test_gate_workers_take_only_the_cores_beside_the_engine(cpus: int | None, workers: int) -> None:
+    """On 2 cores a second gate worker has no core of its own: it only adds an interpreter's CPU."""
+    assert batch_ingest.gate_processes(cpus) == workers

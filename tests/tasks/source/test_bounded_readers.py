@@ -22,7 +22,8 @@ from examples import hostile as H
 from tasks.source.inventory import inventory
 from tasks.source.loading import load_content
 from tasks.source.readers import Limits, Unreadable, read
-from tasks.source.readers.bounded import Bounds, close_pools, pool_for, read_bounded
+from tasks.source.readers.bounded import IN_PROCESS_BYTES, Bounds, close_pools, pool_for, read_bounded
+from tasks.source.readers.content import BinaryContent, ExtractError
 from tests.fixtures.formats import invoice
 
 
@@ -104,12 +105,39 @@ def test_bounded_read_gives_the_same_content_and_reuses_its_worker() -> None:
     assert pool.started == before  # no process started per document
 
 
+def test_a_small_utf8_text_is_read_in_process_and_everything_else_in_a_worker() -> None:
+    bounds = Bounds(memory_bytes=300 << 20, seconds=21, processes=1)
+    pool = pool_for(bounds)
+    plain = {
+        "txt": "Invoice INV-1 — total 12,00 €\n",
+        "md": "# Rechnung\n",
+        "csv": "a,b\n1,2\n",
+        "py": "x = 1\n",
+        "json": '{"total": 12.0, "currency": "€"}',
+    }
+    for doc_type, text in plain.items():
+        assert read_bounded(doc_type, text.encode(), Limits(), bounds) == read(doc_type, text.encode())
+    with pytest.raises(BinaryContent):  # what the worker would raise, raised here
+        read_bounded("txt", b"bin\x00ary", Limits(), bounds)
+    with pytest.raises(ExtractError, match="nested deeper"):  # the depth check before json's parser
+        read_bounded("json", b"[" * 100_000, Limits(), bounds)
+    assert pool.started == 0  # no reader process for any of them
+    others = {
+        "txt": "Müller, Straße".encode("cp1252"),  # charset-normalizer's guess
+        "md": b"#" * (IN_PROCESS_BYTES + 1),  # larger than a decode worth doing here
+        "html": b"<p>Invoice</p>",  # lxml's parser
+    }
+    for doc_type, data in others.items():
+        assert read_bounded(doc_type, data, Limits(), bounds) == read(doc_type, data)
+    assert pool.started == 1  # one worker, reused for each
+
+
 CHILD = """
 import os, sys, time
 from tasks.source.readers import Limits
 from tasks.source.readers.bounded import Bounds, pool_for, read_bounded
 bounds = Bounds(memory_bytes=300 << 20, seconds=20, processes=1)
-read_bounded("txt", b"x", Limits(), bounds)
+read_bounded("txt", "Müller".encode("cp1252"), Limits(), bounds)  # a charset guess: in a worker
 print(pool_for(bounds).idle[0].proc.pid, flush=True)
 time.sleep(60)
 """
