@@ -28,12 +28,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anthropic
-import httpx2
-
+from docmill.sdk import anthropic, httpx2
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import StreamProgress, read_timeout, streams
-from tasks.api.client import ENDINGS, CallResult, ModelClient, OnResponse
+from tasks.api.client import CallResult, ModelClient, OnResponse, endings
 from tasks.api.loop_thread import LoopThread
 from tasks.api.pacing import WINDOW_FULL, WINDOW_MAX, RateLimiter, Ticket, Told
 from tasks.api.retrying import transport_async
@@ -326,7 +324,7 @@ class AsyncModelClient:
         )
         try:  # the thread's policy (ModelClient.call): the same stop, wait and endings
             message: dict[str, Any] = await retrying(self._send, request, ladder, on_response, purpose, then)
-        except ENDINGS as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
+        except endings() as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
             error, cause = c._ended(e, ladder)
             raise error from cause
         return c._result(message, ladder, started, purpose, prompt_version)
