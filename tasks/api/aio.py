@@ -263,12 +263,22 @@ class AsyncModelClient:
         self.occupancy = Occupancy()
         self._asleep = loop_sleep(client._sleep)
         self.gate = Gate(client.limiter, self.changes, self._asleep, self.stop)
-        self.sdk: anthropic.AsyncAnthropic = self.loop.run(self._make_sdk(api_key, base_url))
-        # a client dropped without close() (a signal's exit, a script) still closes its connections
-        # (aiohttp logs an error for a session left open at exit)
-        self._close_sdk = weakref.finalize(self, _close_sdk, self.loop, self.sdk)
+        self._key, self._base_url = api_key, base_url
+        self._sdk: anthropic.AsyncAnthropic | None = None
+        self._close_sdk: weakref.finalize[Any, Any] | None = None
 
-    async def _make_sdk(self, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
+    @property
+    def sdk(self) -> anthropic.AsyncAnthropic:
+        """The SDK client, made on the loop when a request first needs it (a pass whose documents
+        all have their answers in the ledger never imports the SDK). Read it on the loop only."""
+        if self._sdk is None:
+            self._sdk = self._make_sdk(self._key, self._base_url)
+            # a client dropped without close() (a signal's exit, a script) still closes its connections
+            # (aiohttp logs an error for a session left open at exit)
+            self._close_sdk = weakref.finalize(self, _close_sdk, self.loop, self._sdk)
+        return self._sdk
+
+    def _make_sdk(self, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
         api = self.client.settings.api
         # as many connections as requests in flight (the SDK's default pool stops at 1,000; aiohttp's
         # at 100 when given none: the pacer's window is the bound)
@@ -287,7 +297,11 @@ class AsyncModelClient:
         )
 
     def close(self) -> None:
-        self.loop.close(before=self._close_sdk)
+        self.loop.close(before=self._close_made_sdk)
+
+    def _close_made_sdk(self) -> None:
+        if self._close_sdk is not None:
+            self._close_sdk()
 
     def stop(self) -> None:
         """What stops every request before it is sent (`ModelClient.check_stops`)."""

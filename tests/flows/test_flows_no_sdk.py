@@ -2,7 +2,7 @@
 is over a second of an unchanged nightly's start-up (docmill.sdk). One CLI run in a fresh
 interpreter over a source whose every answer is in the ledger, looking at `sys.modules` as it ends:
 the module-level imports and whatever the run calls (model checks, clients, the batch engine's
-ledger hits, the report) are all covered."""
+ledger hits, the realtime pass's event loop, the report) are all covered."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from emulator.server import EmulatorServer
 from flows.run.context import RunParams
@@ -27,8 +29,9 @@ finally:
 """
 
 
+@pytest.mark.parametrize("mode", ["batch", "realtime"])
 def test_a_run_with_every_answer_in_the_ledger_never_imports_the_sdk(
-    tmp_path: Path, emulator: EmulatorServer
+    tmp_path: Path, emulator: EmulatorServer, mode: str
 ) -> None:
     src, store = tmp_path / "src", tmp_path / "store"
     src.mkdir()
@@ -40,7 +43,7 @@ def test_a_run_with_every_answer_in_the_ledger_never_imports_the_sdk(
 
     env = {**os.environ, "DOCMILL_API__BASE_URL": emulator.base_url, "ANTHROPIC_API_KEY": ""}
     env["PYTHONPATH"] = str(ROOT)
-    args = ["run", str(src), "--recipe", "invoices", "--mode", "batch", "--store", str(store), "--no-prefect"]
+    args = ["run", str(src), "--recipe", "invoices", "--mode", mode, "--store", str(store), "--no-prefect"]
     done = subprocess.run(
         [sys.executable, "-c", WATCHED, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
     )
