@@ -2,7 +2,7 @@
 
 Importing the SDK costs over a second of start-up (its types, httpx2, aiohttp), and a run that sends
 nothing (every answer in the ledger, every chunk unchanged) has no use for it. So product code never
-writes `import anthropic` at the top of a module; it writes
+writes `import anthropic`; it writes
 
     from docmill.sdk import anthropic, httpx2
 
@@ -20,9 +20,10 @@ What keeps this correct without a test per call site:
   needed, not at import (tasks.api.client.endings, tasks.api.answers.stream_broken).
 - Clients are made on first use (`Once`): the run's context holds the way to make them, not them.
 
-`tests/flows/test_flows_no_sdk.py` runs the CLI over an unchanged store and fails if the SDK was
-imported. A third-party import inside a function elsewhere is still allowed, but this module is the
-one way product code reaches the SDK.
+`tests/flows/test_flows_no_sdk.py` runs the CLI over a source whose answers are all in the ledger
+(batch and realtime) and fails if the SDK was imported; `tests/layout/test_mechanisms.py` fails on
+an import of `anthropic` or `httpx2` anywhere else in product code (one under `if TYPE_CHECKING:`,
+for annotations, is fine).
 """
 
 from __future__ import annotations
