@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             settings, base_url=base_url, api_key="bench-key"
         )  # settings.batch.repairs_realtime
         scope = RunScope(recipe, "bench", store, repairs, settings)
-        for outcome in run_batches(docs, scope, client, on_progress=progress):
+        for outcome in run_batches(docs, scope, lambda: client, on_progress=progress):
             states[outcome.state.value] += 1
             if args.integrate:
                 kept.append(outcome.model_dump(mode="json"))

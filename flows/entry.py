@@ -145,7 +145,7 @@ def run_extract(
             client=client,
             settings=settings,
             endpoint=endpoint,
-            sdk=sdk,
+            batch_sdk=sdk,
             workers=int(workers) if workers else None,
             finish_by=deadline_iso(finish_by) if finish_by else None,
             left_behind=tuple(choice.left_behind),  # stopped runs not continued: their spend is reported

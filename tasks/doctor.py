@@ -21,12 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import anthropic
-from anthropic import transform_schema
-
 from docmill.errors import ConfigError
 from docmill.models import min_cacheable_tokens
 from docmill.prices import override_lines, priced_usd
+from docmill.sdk import anthropic
 from tasks.api.models import check_models, pinned_models
 from tasks.api.retrying import describe
 from tasks.request import recipe_parts, static_system
@@ -148,8 +146,8 @@ def run_doctor(settings: Settings, sdk: anthropic.Anthropic, recipes: list[Recip
         headers = headers if headers is not None else got
     for recipe in recipes:
         schemas = (
-            ("per-file", api.model, recipe_parts(recipe)[2]),
-            ("integration", api.integration_model, transform_schema(recipe.integration_schema)),
+            ("per-file", api.model, recipe_parts(recipe).schema),
+            ("integration", api.integration_model, anthropic.transform_schema(recipe.integration_schema)),
         )
         for which, model, schema in schemas:
             fmt = {"format": {"type": "json_schema", "schema": schema}}

@@ -46,10 +46,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from anthropic import transform_schema
-
 from checkpoints.keys import content_hash, idempotency_key
 from docmill.models import min_cacheable_tokens
+from docmill.sdk import anthropic
 from tasks.recipes.thinking import thinking_params
 from tasks.source.readers.bounded import Bounds, page_range_bounded
 from tasks.source.readers.content import (
@@ -299,21 +298,39 @@ def wrap_document(doc_id: str, doc_type: str, text: str) -> str:
     return f"<document {attrs}>\n{neutralize(text)}\n</document>"
 
 
-_RECIPE_PARTS: dict[int, tuple[Any, str, str, dict[str, Any]]] = {}
+class RecipeParts:
+    """What every request of a recipe shares, made once per recipe object (`recipe_parts`; JSON-schema
+    generation costs milliseconds and a chunk asks per document): the prompt and schema hashes its
+    keys hold, and the wire schema its requests carry (`schema`: the SDK's `transform_schema` of the
+    file schema, made when the first request is built, so keying a document never imports the SDK).
+    Treat the schema as read-only: requests share it."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe = recipe
+        self.prompt_hash = recipe.prompt_hash()
+        self.schema_hash = recipe.schema_hash()
+        self._schema: dict[str, Any] | None = None
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        if self._schema is None:
+            self._schema = anthropic.transform_schema(self.recipe.file_schema)
+        return self._schema
+
+
+_RECIPE_PARTS: dict[int, RecipeParts] = {}
 
 _PARTS_LOCK = threading.Lock()
 
 
-def recipe_parts(recipe: Recipe) -> tuple[str, str, dict[str, Any]]:
-    """(prompt hash, schema hash, wire schema) of a recipe, computed once per recipe object
-    (JSON-schema generation costs milliseconds; a chunk asks for it per document).
-    Treat the returned schema as read-only: requests share it."""
+def recipe_parts(recipe: Recipe) -> RecipeParts:
+    """The recipe's `RecipeParts`, made once per recipe object."""
     hit = _RECIPE_PARTS.get(id(recipe))
-    if hit is not None and hit[0] is recipe:
-        return hit[1], hit[2], hit[3]
-    parts = (recipe.prompt_hash(), recipe.schema_hash(), transform_schema(recipe.file_schema))
+    if hit is not None and hit.recipe is recipe:
+        return hit
+    parts = RecipeParts(recipe)
     with _PARTS_LOCK:
-        _RECIPE_PARTS[id(recipe)] = (recipe, *parts)
+        _RECIPE_PARTS[id(recipe)] = parts
     return parts
 
 
@@ -363,7 +380,7 @@ def file_request(
     payload of tasks.request.load_payload; `ttl`: see `cache_ttl`)."""
     marker: dict[str, Any] = {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
     policy = thinking_params(model, recipe.thinking)  # the recipe's thinking / effort for this model
-    output_config: dict[str, Any] = {"format": {"type": "json_schema", "schema": recipe_parts(recipe)[2]}}
+    output_config: dict[str, Any] = {"format": {"type": "json_schema", "schema": recipe_parts(recipe).schema}}
     if "effort" in policy:
         output_config["effort"] = policy["effort"]
     thinking = {"thinking": policy["thinking"]} if "thinking" in policy else {}
@@ -393,9 +410,9 @@ def file_key(recipe: Recipe, doc: Document, model: str, params: dict[str, Any]) 
     policy = thinking_params(model, recipe.thinking)
     if policy:  # the thinking / effort sent changes the answer: hashed (absent where nothing is sent)
         all_params["thinking_policy"] = policy
-    prompt_hash, schema_hash, _ = recipe_parts(recipe)
+    parts = recipe_parts(recipe)
     return idempotency_key(
-        FILE_PASS, str(recipe.version), prompt_hash, schema_hash, model, doc.sha256, all_params
+        FILE_PASS, str(recipe.version), parts.prompt_hash, parts.schema_hash, model, doc.sha256, all_params
     )
 
 

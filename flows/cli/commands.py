@@ -323,8 +323,7 @@ def _label_sources(path: str | None, from_file: dict[str, Any], reviewed: dict[s
 
 def cmd_doctor(a: argparse.Namespace) -> int:
     """Check the configuration and the endpoint (real API with a key, else the emulator)."""
-    import anthropic
-
+    from docmill.sdk import anthropic
     from docmill.settings import get_settings
     from flows.run.context import api_endpoint
     from tasks.doctor import run_doctor

@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 from checkpoints.costs import CostEntry, CostLedger, possibly_billed_entry
 from checkpoints.keys import safe_segment
 from checkpoints.store import open_store
+from docmill.sdk import Once, anthropic
 from docmill.settings import Settings
 from tasks.api.shared_limit import scope_for, shared_limit
 from tasks.per_file.scope import RunScope
 
 if TYPE_CHECKING:
-    import anthropic
-
     from checkpoints.store import ObjectStore
     from tasks.api.client import ModelClient, PossiblyBilled
 
@@ -107,10 +106,11 @@ class RunContext(RunScope):
     """What one run needs at hand, built once where it starts (flows.entry; a shard worker for
     its part) and passed whole: the run's scope (recipe, run id, store, realtime client, settings:
     tasks.per_file.scope.RunScope, which the per-file passes take as it is), the endpoint, the SDK
-    client for batches, and what the run was asked beyond its settings."""
+    client for batches (`batch_sdk()`: made when a pass first asks for it, `make_clients`), and what the run
+    was asked beyond its settings."""
 
     endpoint: Endpoint
-    sdk: anthropic.Anthropic
+    batch_sdk: Callable[[], anthropic.Anthropic]
     workers: int | None = None  # the per-file pass spread over that many shard workers (flows.workers.spread)
     finish_by: str | None = (
         None  # ISO 8601: batch what can finish by then, the rest realtime (flows.run.deadline)
@@ -126,24 +126,27 @@ class RunContext(RunScope):
         return {k: v for k, v in kept.items() if v}
 
 
-def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[ModelClient, anthropic.Anthropic]:
-    """The realtime ModelClient (one transport retry layer) and the raw SDK client for batches."""
-    import anthropic
-
+def make_clients(settings: Settings, endpoint: Endpoint) -> tuple[ModelClient, Once[anthropic.Anthropic]]:
+    """The realtime ModelClient (one transport retry layer) and the raw SDK client for batches, each
+    made into an SDK client at its first call (a run that sends nothing never imports the SDK)."""
     from tasks.api.client import ModelClient
 
     client = ModelClient(settings, base_url=endpoint.base_url, api_key=endpoint.api_key)
-    sdk = anthropic.Anthropic(
-        api_key=endpoint.api_key,
-        base_url=endpoint.base_url,
-        max_retries=settings.api.max_attempts - 1,
-        timeout=settings.api.timeout_seconds,
+    sdk = Once(
+        lambda: anthropic.Anthropic(
+            api_key=endpoint.api_key,
+            base_url=endpoint.base_url,
+            max_retries=settings.api.max_attempts - 1,
+            timeout=settings.api.timeout_seconds,
+        )
     )
     return client, sdk
 
 
 @contextmanager
-def open_clients(settings: Settings, endpoint: Endpoint) -> Iterator[tuple[ModelClient, anthropic.Anthropic]]:
+def open_clients(
+    settings: Settings, endpoint: Endpoint
+) -> Iterator[tuple[ModelClient, Once[anthropic.Anthropic]]]:
     """`make_clients`; when the run ends the realtime client's event loop and its I/O threads end
     too (once the last thread waiting on it returns: tasks.api.aio.close_twin), not whenever a
     collection finds them: a process that runs many (a worker, a notebook) kept a set per run. The

@@ -95,7 +95,7 @@ def deadline_pass(
     yield from run_deadline(
         docs,
         ctx,
-        ctx.sdk,
+        ctx.batch_sdk,
         expected=expected,
         deadline=deadline,
         realtime=realtime_pass(ctx, threads),

@@ -166,7 +166,7 @@ class BatchPass:
 
     def run(self, ctx: RunContext, pending: list[Chunk], bar: Progress) -> None:
         def outcomes(docs: Iterator[Document], _expected: int) -> Iterable[DocOutcome]:
-            return run_batches(docs, ctx, ctx.sdk, submit_only=self.submit_only)
+            return run_batches(docs, ctx, ctx.batch_sdk, submit_only=self.submit_only)
 
         write_batched(ctx, pending, bar, outcomes)
 

@@ -100,7 +100,7 @@ def work_shards(
             client=client,
             settings=run_settings,
             endpoint=endpoint,
-            sdk=sdk,
+            batch_sdk=sdk,
         )
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, run_id))
         worker = ShardWorker(ctx, ShardTable(st, run_id, generation), name, map_chunks, sleep)

@@ -28,12 +28,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anthropic
-import httpx2
-
+from docmill.sdk import anthropic, httpx2
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import StreamProgress, read_timeout, streams
-from tasks.api.client import ENDINGS, CallResult, ModelClient, OnResponse
+from tasks.api.client import CallResult, ModelClient, OnResponse, endings
 from tasks.api.loop_thread import LoopThread
 from tasks.api.pacing import WINDOW_FULL, WINDOW_MAX, RateLimiter, Ticket, Told
 from tasks.api.retrying import transport_async
@@ -265,12 +263,22 @@ class AsyncModelClient:
         self.occupancy = Occupancy()
         self._asleep = loop_sleep(client._sleep)
         self.gate = Gate(client.limiter, self.changes, self._asleep, self.stop)
-        self.sdk: anthropic.AsyncAnthropic = self.loop.run(self._make_sdk(api_key, base_url))
-        # a client dropped without close() (a signal's exit, a script) still closes its connections
-        # (aiohttp logs an error for a session left open at exit)
-        self._close_sdk = weakref.finalize(self, _close_sdk, self.loop, self.sdk)
+        self._key, self._base_url = api_key, base_url
+        self._sdk: anthropic.AsyncAnthropic | None = None
+        self._close_sdk: weakref.finalize[Any, Any] | None = None
 
-    async def _make_sdk(self, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
+    @property
+    def sdk(self) -> anthropic.AsyncAnthropic:
+        """The SDK client, made on the loop when a request first needs it (a pass whose documents
+        all have their answers in the ledger never imports the SDK). Read it on the loop only."""
+        if self._sdk is None:
+            self._sdk = self._make_sdk(self._key, self._base_url)
+            # a client dropped without close() (a signal's exit, a script) still closes its connections
+            # (aiohttp logs an error for a session left open at exit)
+            self._close_sdk = weakref.finalize(self, _close_sdk, self.loop, self._sdk)
+        return self._sdk
+
+    def _make_sdk(self, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
         api = self.client.settings.api
         # as many connections as requests in flight (the SDK's default pool stops at 1,000; aiohttp's
         # at 100 when given none: the pacer's window is the bound)
@@ -289,7 +297,11 @@ class AsyncModelClient:
         )
 
     def close(self) -> None:
-        self.loop.close(before=self._close_sdk)
+        self.loop.close(before=self._close_made_sdk)
+
+    def _close_made_sdk(self) -> None:
+        if self._close_sdk is not None:
+            self._close_sdk()
 
     def stop(self) -> None:
         """What stops every request before it is sent (`ModelClient.check_stops`)."""
@@ -326,7 +338,7 @@ class AsyncModelClient:
         )
         try:  # the thread's policy (ModelClient.call): the same stop, wait and endings
             message: dict[str, Any] = await retrying(self._send, request, ladder, on_response, purpose, then)
-        except ENDINGS as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
+        except endings() as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
             error, cause = c._ended(e, ladder)
             raise error from cause
         return c._result(message, ladder, started, purpose, prompt_version)

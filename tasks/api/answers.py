@@ -14,8 +14,8 @@ The policy here is shared by every path that calls the Messages API (`client.Mod
   reads it off the events, sync or async.
 - `StreamBroken`: the connection broke after the API answered 200 (a drop: httpx2
   `RemoteProtocolError` / `ReadError`; or a read timeout while the answer streamed). The SDK raises
-  those raw out of the stream; they become this `APIConnectionError`, retried by the one transport
-  layer (tasks.api.retrying) like any reset.
+  those raw out of the stream; `stream_broken` makes them one of these that is also the SDK's
+  `APIConnectionError`, retried by the one transport layer (tasks.api.retrying) like any reset.
 - `paid_attempt(exc, progress, ...)`: THE decision of what a failed attempt may have cost
   (invariant 13): nothing (refused before the model: 4xx/5xx statuses, nothing sent), the stream's
   final usage (exact: it broke after `message_delta`), or an upper bound flagged possibly billed
@@ -29,19 +29,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-import anthropic
-import httpx2
-
 from docmill.logs import get_logger
+from docmill.sdk import anthropic, httpx2
 from tasks.api.usage import prompt_tokens
 
 log = get_logger("api")
 
 TIMEOUT_COVERS = 2048  # output tokens `api.timeout_seconds` covers unstreamed (see `read_timeout`)
-# A failure of the connection after the request went out: the API may have answered and billed it.
-SENT_THEN_BROKEN = (httpx2.ReadError, httpx2.RemoteProtocolError, httpx2.ReadTimeout)
 
 
 @dataclass(frozen=True)
@@ -116,16 +113,36 @@ def _dump(usage: Any) -> dict[str, Any]:
     return dict(usage)
 
 
-class StreamBroken(anthropic.APIConnectionError):
+class StreamBroken(Exception):
     """The connection broke after the API answered 200 and began streaming (`timed_out`: a read timed
     out while the answer streamed). A connection error to the retry layer; `progress` says what the
-    stream had shown."""
+    stream had shown. What is raised is `stream_broken(...)`: one of these that is also the SDK's
+    `APIConnectionError` (that class exists only once the SDK is imported: `broken_class`)."""
 
-    def __init__(self, cause: BaseException, request: httpx2.Request, progress: StreamProgress) -> None:
-        self.timed_out = isinstance(cause, httpx2.TimeoutException)
-        self.progress = progress
-        what = "timed out while the answer streamed" if self.timed_out else "dropped mid-stream"
-        super().__init__(message=f"the connection {what} ({type(cause).__name__})", request=request)
+    timed_out: bool
+    progress: StreamProgress
+    message: str
+
+
+def stream_broken(cause: BaseException, request: httpx2.Request, progress: StreamProgress) -> StreamBroken:
+    """The `StreamBroken` (an `anthropic.APIConnectionError` too) for a stream that `cause` broke."""
+    return broken_class()(cause, request, progress)
+
+
+@cache
+def broken_class() -> type[StreamBroken]:
+    """`StreamBroken` joined with the SDK's `APIConnectionError`, made once, when a stream first broke
+    (only a call with a client gets there, so the SDK is loaded by then)."""
+
+    class Broken(StreamBroken, anthropic.APIConnectionError):
+        def __init__(self, cause: BaseException, request: httpx2.Request, progress: StreamProgress) -> None:
+            self.timed_out = isinstance(cause, httpx2.TimeoutException)
+            self.progress = progress
+            what = "timed out while the answer streamed" if self.timed_out else "dropped mid-stream"
+            super().__init__(message=f"the connection {what} ({type(cause).__name__})", request=request)
+
+    Broken.__name__ = Broken.__qualname__ = "StreamBroken"
+    return Broken
 
 
 def sent_before_timeout(exc: anthropic.APITimeoutError) -> bool:
@@ -187,11 +204,11 @@ def paid_attempt(
 
 def sent_then_broken(cause: BaseException | None) -> bool:
     """Whether a connection error (the SDK's cause) may have come after the request went out.
-    httpx names it (SENT_THEN_BROKEN). aiohttp's transport (the SDK's aiohttp extra, the event
+    httpx names it (a read error or timeout, the peer closing mid-answer). aiohttp's transport (the SDK's aiohttp extra, the event
     loop's client) reports a connection the server closed or reset after the request as
     `httpx2.ConnectError`, the class of a refused connect: the aiohttp error behind it tells them
     apart, and anything but a failed connect counts as sent (the harsher reading)."""
-    if isinstance(cause, SENT_THEN_BROKEN):
+    if isinstance(cause, (httpx2.ReadError, httpx2.RemoteProtocolError, httpx2.ReadTimeout)):
         return True
     inner = cause.__cause__ if isinstance(cause, httpx2.ConnectError) else None
     if inner is None or not type(inner).__module__.startswith("aiohttp"):
@@ -280,7 +297,7 @@ def _read(events: Any, progress: StreamProgress) -> Any:
             progress.on_event(event)
         return events.get_final_message()
     except httpx2.TransportError as e:  # raised raw out of the stream by the SDK: after the 200
-        raise StreamBroken(e, events.response.request, progress) from e
+        raise stream_broken(e, events.response.request, progress) from e
 
 
 def stream_message(

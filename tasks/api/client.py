@@ -21,15 +21,15 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import anthropic
 from pydantic import SecretStr
 from tenacity import RetryCallState, RetryError
 
 from docmill.errors import SpendLimitReached
 from docmill.prices import priced_usd, worst_usd
+from docmill.sdk import Once, anthropic
 from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import (
     CallLabel,
@@ -68,12 +68,18 @@ if TYPE_CHECKING:
 OnResponse = Callable[[int, dict[str, Any]], object]
 T = TypeVar("T")
 Ending = tuple[BaseException, BaseException | None]  # the error a call ends with, and its cause
-ENDINGS = (  # what a call's retry loop can end with that `_ended` turns into the call's error
-    RetryError,
-    anthropic.APIStatusError,
-    anthropic.APIConnectionError,
-    anthropic.APIResponseValidationError,
-)
+
+
+@cache
+def endings() -> tuple[type[BaseException], ...]:
+    """What a call's retry loop can end with that `_ended` turns into the call's error (the SDK's
+    classes: asked for only when a call's loop ended in error, so the SDK is loaded by then)."""
+    return (
+        RetryError,
+        anthropic.APIStatusError,
+        anthropic.APIConnectionError,
+        anthropic.APIResponseValidationError,
+    )
 
 
 class Closes(Protocol):  # this client's twin on an event loop (tasks.api.aio.AsyncModelClient)
@@ -98,8 +104,10 @@ class ModelClient:
         api = settings.api
         key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
         self.settings = settings
-        self._sdk = anthropic.Anthropic(
-            api_key=key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds
+        self._sdk = Once(  # made at the first call: a run that sends nothing never imports the SDK
+            lambda: anthropic.Anthropic(
+                api_key=key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds
+            )
         )
         self.semaphore = threading.BoundedSemaphore(api.concurrency or WINDOW_MAX)
         self._aio: Closes | None = None  # this client on an event loop (tasks.api.aio.async_client)
@@ -128,19 +136,20 @@ class ModelClient:
         self.breaker = CircuitBreaker(api.circuit_breaker_calls)  # systemic failures stop the run
 
     def __repr__(self) -> str:
-        return f"ModelClient(base_url={str(self._sdk.base_url)!r}, concurrency={self.concurrency})"
+        return f"ModelClient(base_url={self._base_url!r}, concurrency={self.concurrency})"
 
     def close(self) -> None:
         with self._aio_lock:  # the twin as tasks.api.aio.close_twin ends it, then this client's pool
             twin, self._aio = self._aio, None
         if twin is not None:
             twin.close()
-        self._sdk.close()
+        if self._sdk.made:
+            self._sdk.get().close()
 
     @property
     def sdk(self) -> anthropic.Anthropic:
         """The SDK client (max_retries=0): only call it through `run` or `call`."""
-        return self._sdk
+        return self._sdk.get()
 
     def run(
         self,
@@ -162,7 +171,7 @@ class ModelClient:
         timeout after sending is possibly billed and resent at most `api.timeout_resends` times; a
         stream that breaks is retried, each paid attempt recorded (`answers.paid_attempt`)."""
         pace, model = estimate_input_tokens(body), str(body["model"])
-        fn = partial(stream_message, self._sdk, body, betas=betas)
+        fn = partial(stream_message, self.sdk, body, betas=betas)
         return self._run(fn, pace, model, int(body.get("max_tokens") or 0), label)
 
     def _run(
@@ -334,7 +343,7 @@ class ModelClient:
         try:
             stream = streams(body, self.settings.api.stream_min_max_tokens)
             timeout = None if stream else read_timeout(body, self.settings.api.timeout_seconds)
-            return answer(self._sdk, body, stream=stream, progress=progress, timeout=timeout)
+            return answer(self.sdk, body, stream=stream, progress=progress, timeout=timeout)
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             self._failed(e, ladder, told)
             raise
@@ -394,7 +403,7 @@ class ModelClient:
         )
         try:
             message = retrying(self._send, request, ladder, on_response)
-        except ENDINGS as e:
+        except endings() as e:
             error, cause = self._ended(e, ladder)
             raise error from cause
         return self._result(message, ladder, started, purpose, prompt_version)
@@ -414,7 +423,7 @@ class ModelClient:
         return ladder.attempts_on_model >= api.max_attempts or ladder.timeouts > api.timeout_resends
 
     def _ended(self, e: BaseException, ladder: Ladder) -> Ending:
-        """The error a call ends with when its retry loop gives up on `e` (one of `ENDINGS`; tenacity's
+        """The error a call ends with when its retry loop gives up on `e` (one of `endings()`; tenacity's
         `RetryError` when a retryable failure's attempts are spent), and its cause: a spend-limit refusal
         stops the run (no document is marked failed); 401-404 feed the breaker; everything else is an
         `ApiCallError`."""

@@ -10,10 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import anthropic
-
 from docmill.errors import ApiCallError
 from docmill.logs import get_logger
+from docmill.sdk import anthropic
 from tasks.api.retrying import FailureKind, classify, describe
 from tasks.api.usage import add_usage
 

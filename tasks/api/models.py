@@ -18,12 +18,14 @@ Used by `flows.entry.run_extract` and `docmill doctor`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from docmill.errors import ConfigError
 from docmill.models import TABLE_CHECKED, Status, current_models, model_info, price_id
 from docmill.prices import declare_hint, note_unpriced, price_on
+from docmill.sdk import anthropic
 from docmill.sdk_hints import sdk_end_of_life
 
 if TYPE_CHECKING:
@@ -111,18 +113,17 @@ def check_models(settings: Settings, *, today: date | None = None, everything: b
     return list(dict.fromkeys(notes))
 
 
-def check_served(settings: Settings, sdk: Any) -> list[str]:
+def check_served(settings: Settings, sdk: Callable[[], Any]) -> list[str]:
     """Probe each pinned model that is not in docmill's table with one free `count_tokens` call (as
-    `doctor` does): a 404 is a `ConfigError` (exit 2) before anything is sent; a served one is a
-    note. Other errors are left to the run (its key, endpoint and breaker checks)."""
-    import anthropic
-
+    `doctor` does) through the client `sdk()` makes (made only when a model needs the probe): a 404
+    is a `ConfigError` (exit 2) before anything is sent; a served one is a note. Other errors are
+    left to the run (its key, endpoint and breaker checks)."""
     notes: list[str] = []
     for name, model in pinned_models(settings):
         if model_info(model) is not None:
             continue
         try:
-            sdk.messages.count_tokens(model=model, messages=[{"role": "user", "content": "ping"}])
+            sdk().messages.count_tokens(model=model, messages=[{"role": "user", "content": "ping"}])
         except anthropic.NotFoundError as e:
             raise ConfigError(
                 f"{name} {model} is neither in docmill's model table (checked {TABLE_CHECKED}) nor served "

@@ -27,11 +27,11 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any
 
-import anthropic
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception
 
 from docmill.errors import SpendLimitReached
 from docmill.logs import get_logger
+from docmill.sdk import anthropic
 from tasks.api.answers import StreamBroken
 
 log = get_logger("api")

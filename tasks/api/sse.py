@@ -20,10 +20,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anthropic
-import httpx2
-
-from tasks.api.answers import StreamBroken, StreamProgress, as_message
+from docmill.sdk import anthropic, httpx2
+from tasks.api.answers import StreamProgress, as_message, stream_broken
 
 PATH = "/v1/messages"
 
@@ -103,7 +101,7 @@ class Accumulator:
     def final(self) -> dict[str, Any]:
         if self.message is None or not self.done:
             cut = httpx2.RemoteProtocolError("the answer's stream ended before message_stop")
-            raise StreamBroken(cut, self.response.request, self.progress)
+            raise stream_broken(cut, self.response.request, self.progress)
         return self.message
 
 
@@ -137,7 +135,7 @@ async def read_answer(
         await _read(response.aiter_bytes(), events)
         message = events.final()
     except httpx2.TransportError as e:  # after the 200: answered in part, may be billed
-        raise StreamBroken(e, response.request, progress) from e
+        raise stream_broken(e, response.request, progress) from e
     finally:
         await response.aclose()
     return message, request_id, response.headers

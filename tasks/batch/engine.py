@@ -26,11 +26,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import anthropic
-
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
 from docmill.collector import relaxed_gc
 from docmill.errors import InputError
+from docmill.sdk import anthropic
 from docmill.shutdown import SHUTDOWN
 from tasks.batch import ingest, lifecycle
 from tasks.batch.ingest import Gated, done_future, ordered_map
@@ -72,7 +71,7 @@ class BatchEngine:
     def __init__(
         self,
         p: Pass,
-        client: anthropic.Anthropic,
+        client: Callable[[], anthropic.Anthropic],
         *,
         clock: Callable[[], float],
         sleep: Callable[[float], None],
@@ -423,7 +422,7 @@ def progress_event(kind: str, rec: BatchRecord) -> BatchProgress:  # also the de
 def run_batches(
     docs: Iterable[Document],
     scope: RunScope,
-    sdk: anthropic.Anthropic,
+    sdk: Callable[[], anthropic.Anthropic],
     *,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
@@ -437,7 +436,7 @@ def run_batches(
     another document's content last). Calling it again with the same run id resumes: batches in
     flight are re-attached, keys in the ledger are skipped, only what is missing is submitted.
     `on_progress(event)` gets a `tasks.records.BatchProgress` at every submit, poll, collect and
-    reconcile. `sdk` sends the batches; the scope's model client is used for repairs when
+    reconcile. `sdk()` makes the client that sends the batches (asked for at the first batch call); the scope's model client is used for repairs when
     settings.batch.repairs_realtime is set. `submit_only`: stop once every batch is created.
     """
     engine = BatchEngine(Pass.of(scope), sdk, clock=clock, sleep=sleep, on_progress=on_progress)

@@ -12,12 +12,10 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anthropic
-from anthropic.types.messages import MessageBatch
-
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
 from docmill.errors import BatchError
 from docmill.logs import current_run, get_logger
+from docmill.sdk import Once, anthropic
 from tasks.api.retrying import (
     Stop,
     broke_in_transit,
@@ -32,6 +30,7 @@ from tasks.api.retrying import (
 from tasks.batch.spool import BatchBody
 
 if TYPE_CHECKING:
+    from anthropic.types.messages import MessageBatch
     from tenacity import Retrying
 
     from checkpoints.store import ObjectStore
@@ -67,14 +66,20 @@ class BatchApi:
     is reconciled by listing first (invariant 2)."""
 
     def __init__(
-        self, client: anthropic.Anthropic, settings: Settings, *, sleep: Callable[[float], None]
+        self, client: Callable[[], anthropic.Anthropic], settings: Settings, *, sleep: Callable[[float], None]
     ) -> None:
-        self.client = client.with_options(max_retries=0)
+        # `client()` makes the SDK client when a batch call is first made (a run whose answers are all
+        # in the ledger makes none, and never imports the SDK)
+        self._client = Once(lambda: client().with_options(max_retries=0))
         self.settings = settings
         self.sleep = sleep
         self.attempts = int(settings.api.max_attempts)
         self.cap = float(settings.api.backoff_max_seconds)
         self.asked_max = float(settings.api.retry_after_max_seconds)
+
+    @property
+    def client(self) -> anthropic.Anthropic:
+        return self._client.get()
 
     def wait(self, exc: BaseException | None, attempt: int) -> float:
         """The transport wait before retry `attempt` (tasks.api.retrying: retry-after capped)."""
@@ -109,7 +114,10 @@ class BatchApi:
         after settings.api.timeout_seconds per write, within the create attempts."""
         headers = {"Content-Type": "application/json", "Content-Length": str(body.size)}
         return self.client.post(
-            "/v1/messages/batches", cast_to=MessageBatch, content=body.chunks(), options={"headers": headers}
+            "/v1/messages/batches",
+            cast_to=anthropic.types.messages.MessageBatch,
+            content=body.chunks(),
+            options={"headers": headers},
         )
 
     def retrieve(self, batch_id: str) -> MessageBatch:
@@ -399,7 +407,7 @@ def cancel_run(
     run_id: str, store: ObjectStore, client: anthropic.Anthropic, settings: Settings
 ) -> dict[str, Any]:
     """Cancel every in-flight batch of a run (reconciling an intent without id first)."""
-    api = BatchApi(client, settings, sleep=time.sleep)
+    api = BatchApi(lambda: client, settings, sleep=time.sleep)
     records = BatchRecords(store, run_id)
     all_records = records.load_all()
     owned = {bid for r in all_records for bid in r.batch_ids}

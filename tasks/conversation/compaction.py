@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from docmill.errors import ContextError
+from docmill.sdk import anthropic
 
 COMPACTION_BETA = "compact-2026-09-04"
 CLIENT_SUMMARY_MARK = "[docmill client-side summary]"
@@ -185,8 +186,6 @@ Create = Callable[..., Any]
 
 def compact_api(create: Create, params: Mapping[str, Any], instructions: str) -> Compacted:
     """On-demand compaction of `params["messages"]`; raises `CompactionUnavailable` to fall back."""
-    import anthropic
-
     body = strip_reply_shaping(params)
     try:
         message = create(

@@ -27,14 +27,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anthropic
-
 from checkpoints import cas
 from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.inflight import InFlight, Mark, life_of
 from checkpoints.scratch import HistoryArchive, Scratchpad
 from docmill.errors import ContextError, PinnedFactLost
 from docmill.prices import worst_usd
+from docmill.sdk import anthropic
 from tasks.api.answers import CallLabel, StreamProgress, stream_message
 from tasks.api.usage import estimate_input_tokens
 from tasks.conversation import compaction as cmp

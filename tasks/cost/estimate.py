@@ -336,7 +336,7 @@ def typical_output_tokens(recipe: Recipe, max_tokens: int, rows: int | None = No
     """One answer's text tokens by the prior: a typical answer modelled on the recipe's schema
     (tasks.cost.sizing.answer_chars; a list of amounts with one item per table row of the document when its
     text is known, `rows`), at least 64 and at most max_tokens."""
-    schema = recipe_parts(recipe)[2]
+    schema = recipe_parts(recipe).schema
     guess = int(answer_chars(schema, schema.get("$defs") or {}, "", rows=rows) / 4)
     return min(max_tokens, max(64, guess))
 

@@ -49,7 +49,7 @@ class DeadlineEngine:
     def __init__(
         self,
         p: Pass,
-        client: anthropic.Anthropic,
+        client: Callable[[], anthropic.Anthropic],
         *,
         plan: DeadlinePlan,
         pace: Pace,
@@ -212,7 +212,7 @@ class DeadlineEngine:
 def run_deadline(
     docs: Iterable[Document],
     scope: RunScope,
-    sdk: anthropic.Anthropic,
+    sdk: Callable[[], anthropic.Anthropic],
     *,
     expected: int,
     deadline: float,

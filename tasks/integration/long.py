@@ -20,10 +20,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from anthropic import transform_schema
 from pydantic import ValidationError
 
 from docmill.errors import ContextError
+from docmill.sdk import anthropic
 from tasks.conversation.pinned import PinnedFacts, compress_ids
 from tasks.conversation.task import ConversationTask
 from tasks.integration.records import compact_value, evidence_of
@@ -282,7 +282,10 @@ def _final_output(
             FINAL_ASK,
             max_tokens=min(settings.api.max_tokens, budget // 3),
             output_config={
-                "format": {"type": "json_schema", "schema": transform_schema(recipe.integration_schema)},
+                "format": {
+                    "type": "json_schema",
+                    "schema": anthropic.transform_schema(recipe.integration_schema),
+                },
                 **effort_config(settings.api.integration_model, recipe.thinking),
             },
         )

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from anthropic import transform_schema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from checkpoints.costs import CostEntry, CostLedger
@@ -29,6 +28,7 @@ from checkpoints.keys import content_hash, idempotency_key
 from checkpoints.ledger import ResponseLog, ResultsLedger
 from docmill.errors import ApiCallError
 from docmill.prices import worst_usd
+from docmill.sdk import anthropic
 from tasks.api.usage import estimate_input_tokens
 from tasks.integration.checks import cited_ids, drop_unknown
 from tasks.integration.facts import model_sections
@@ -93,7 +93,7 @@ def notes_request(
             {"role": "user", "content": [{"type": "text", "text": text}, {"type": "text", "text": ask}]}
         ],
         "output_config": {
-            "format": {"type": "json_schema", "schema": transform_schema(schema)},
+            "format": {"type": "json_schema", "schema": anthropic.transform_schema(schema)},
             **effort_config(model, recipe.thinking),  # the recipe's effort: thinking within max_tokens
         },
     }

@@ -22,11 +22,11 @@ import json
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from anthropic import transform_schema
 from pydantic import ValidationError
 
 from checkpoints.keys import content_hash, safe_segment
 from docmill.logs import get_logger
+from docmill.sdk import anthropic
 from tasks.integration.checks import coverage_gaps, drop_unknown, find_conflicts
 from tasks.integration.digest import choose_reading, delta_digest, state_digest
 from tasks.integration.facts import code_built, headline, model_sections, sections, tracker_of, unaccounted
@@ -106,7 +106,10 @@ def integration_request(
             }
         ],
         "output_config": {
-            "format": {"type": "json_schema", "schema": transform_schema(recipe.integration_schema)},
+            "format": {
+                "type": "json_schema",
+                "schema": anthropic.transform_schema(recipe.integration_schema),
+            },
             **effort_config(model, recipe.thinking),  # the recipe's effort: thinking within max_tokens
         },
     }

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from docmill.sdk import anthropic
 from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
 from tasks.per_file.boxes import with_boxes
@@ -264,8 +265,6 @@ def extract_long(
 ) -> dict[str, Any]:
     """Extract a long document chunk by chunk in one conversation; merged output with provenance.
     With a PDF `payload` and its page `parts`, the chunks are those page ranges, sent as PDFs."""
-    from anthropic import transform_schema
-
     pdf = payload is not None and payload.send is SendAs.PDF and parts is not None
     if pdf:
         assert payload is not None and parts is not None
@@ -287,7 +286,7 @@ def extract_long(
         doc_id=doc_id,
     )
     fmt = {
-        "format": {"type": "json_schema", "schema": transform_schema(recipe.file_schema)},
+        "format": {"type": "json_schema", "schema": anthropic.transform_schema(recipe.file_schema)},
         **effort_config(settings.api.model, recipe.thinking),  # thinking must not eat max_tokens
     }
     task.state.setdefault("outputs", {})

@@ -273,4 +273,4 @@ def decide_next(
 
 def prompt_version(recipe: Recipe) -> str:
     """Recipe version and a short hash of its prompts, as log lines show it."""
-    return f"{recipe.version}/{recipe_parts(recipe)[0][:8]}"
+    return f"{recipe.version}/{recipe_parts(recipe).prompt_hash[:8]}"

@@ -104,7 +104,7 @@ def test_the_deadline_plans_from_the_pace_measured_as_soon_as_there_is_one(
     store = open_store(settings.store)
     endpoint = Endpoint(emulator.base_url, "test-key", True)
     sdk = sdk_client(emulator)
-    ctx = RunContext(recipe, "run-1", store, client, settings, endpoint=endpoint, sdk=sdk)
+    ctx = RunContext(recipe, "run-1", store, client, settings, endpoint=endpoint, batch_sdk=lambda: sdk)
     before = measured_pace(ctx)
     assert before.requests_per_minute == 4000 and before.limit_source.startswith("configured")
     corpus, _ = make_corpus(tmp_path, count=1, seed=2)

@@ -106,7 +106,7 @@ def test_two_runs_that_marked_themselves_at_once_the_later_stops(rig: tuple[Path
     now = time.time()
     _live_run(store, "a", settings, corpus, clock=lambda: now)
     ctx = RunContext(
-        None, "b", store, None, settings, endpoint=Endpoint(None, "", True), sdk=None
+        None, "b", store, None, settings, endpoint=Endpoint(None, "", True), batch_sdk=lambda: None
     )  # the guard only
     mine = {"recipe": "invoices", "model": settings.api.model, "source": str(corpus)}
     _refuse_overlap(ctx, runs, {**mine, "started_at": now - 1}, marked=True)  # b was first: goes on

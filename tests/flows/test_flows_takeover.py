@@ -54,7 +54,7 @@ def _dead_holder() -> str:
 def _resume(store: Any, run_id: str, other_done: threading.Event, done: threading.Event) -> str:
     """What a resume does first: take the run's lease; hold it until the other resume has tried."""
     ctx = RunContext(
-        None, run_id, store, None, Settings(), endpoint=Endpoint(None, "", True), sdk=None
+        None, run_id, store, None, Settings(), endpoint=Endpoint(None, "", True), batch_sdk=lambda: None
     )  # the lease only
     try:
         with hold_lease(ctx):

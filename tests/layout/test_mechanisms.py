@@ -10,6 +10,9 @@
   or `wait`, awaited or not; or it falls through (ends in neither `raise` nor `return`) while the
   loop calls a `sleep` / `backoff` elsewhere. Loops that only poll for a condition, with a reason,
   are listed in `POLLS`. Not caught: a retry by recursion, or one whose wait has another name.
+- The SDK: only `docmill/sdk.py` imports `anthropic` or `httpx2`; every other module reaches them
+  through its faces (imported when first read), or imports them under `if TYPE_CHECKING:` for
+  annotations. A run that sends nothing never pays their import (tests/flows/test_flows_no_sdk.py).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ POLLS = {
 }
 WAITS = re.compile(r"sleep|backoff|wait", re.IGNORECASE)
 SLEEPS = re.compile(r"sleep|backoff", re.IGNORECASE)
+SDK_PACKAGES = ("anthropic", "httpx2")
+SDK_HOME = "docmill/sdk.py"
 
 
 def product_files(root: Path = ROOT) -> Iterator[tuple[str, ast.Module]]:
@@ -148,3 +153,47 @@ def test_the_retry_check_sees_a_loop_written_by_hand(loop: str) -> None:
 def test_the_retry_check_lets_a_poll_without_a_try_pass() -> None:
     poll = "def follow(api):\n    while api.live():\n        api.look()\n        time.sleep(5)\n"
     assert retry_loops(iter([("tasks/other.py", ast.parse(poll))])) == []
+
+
+def sdk_imports(files: Iterator[tuple[str, ast.Module]]) -> list[str]:
+    """`file:line module` of each import of the SDK outside its home and outside `if TYPE_CHECKING:`."""
+    found = []
+    for rel, tree in files:
+        if rel == SDK_HOME:
+            continue
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for stmt in block.body
+            for n in ast.walk(stmt)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            found += [f"{rel}:{node.lineno} {n}" for n in names if n.split(".")[0] in SDK_PACKAGES]
+    return found
+
+
+def test_only_the_sdk_face_imports_the_sdk() -> None:
+    assert sdk_imports(product_files()) == []
+
+
+def test_the_sdk_check_sees_an_import_and_lets_typing_only_ones_pass() -> None:
+    code = (
+        "from typing import TYPE_CHECKING\n"
+        "import anthropic\n"
+        "if TYPE_CHECKING:\n"
+        "    from anthropic.types import Message\n"
+        "def f():\n"
+        "    from httpx2 import Limits\n"
+        "    return Limits\n"
+    )
+    files = iter([(SDK_HOME, ast.parse(code)), ("tasks/other.py", ast.parse(code))])
+    assert sdk_imports(files) == ["tasks/other.py:2 anthropic", "tasks/other.py:6 httpx2"]

@@ -179,7 +179,7 @@ def test_concurrency_is_bounded_by_the_semaphore(emulator: Any) -> None:
     emulator.state.configure({"latency_ms": 100.0})
     client = ModelClient(make_settings(concurrency=2), base_url=emulator.base_url, api_key="test-key")
     active, peak, lock = [0], [0], threading.Lock()
-    original = client._sdk.messages.with_raw_response.create
+    original = client.sdk.messages.with_raw_response.create
 
     def counting(**kw: Any) -> Any:
         with lock:
@@ -191,7 +191,7 @@ def test_concurrency_is_bounded_by_the_semaphore(emulator: Any) -> None:
             with lock:
                 active[0] -= 1
 
-    client._sdk.messages.with_raw_response.create = counting  # type: ignore[method-assign]
+    client.sdk.messages.with_raw_response.create = counting  # type: ignore[method-assign]
     started = time.monotonic()
     threads = [threading.Thread(target=call, args=(client,)) for _ in range(6)]
     for t in threads:

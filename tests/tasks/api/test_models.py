@@ -21,7 +21,7 @@ from docmill.models import (
     status_on,
 )
 from docmill.prices import cost_usd, priced_usd
-from docmill.sdk_hints import parse_sdk_date, sdk_end_of_life
+from docmill.sdk_hints import listed_in_source, parse_sdk_date, sdk_end_of_life
 from docmill.settings import ApiSettings, Settings
 from tasks.api.models import check_models
 from tests.fixtures.today import TODAY
@@ -146,6 +146,19 @@ def test_sdk_hints_are_read_defensively(fake_sdk_data: types.ModuleType) -> None
     }
     assert sdk_end_of_life(name) == {"claude-a": D("2026-11-30"), "claude-b": D("2027-01-22")}
     assert parse_sdk_date("January 22nd, 2027") == D("2027-01-22") and parse_sdk_date(None) is None  # type: ignore[arg-type]
+
+
+def test_the_sdk_list_read_from_its_source_is_the_one_an_import_gives() -> None:
+    """Every run reads the SDK's end-of-life list without importing the SDK (docmill.sdk): the
+    literal in the package's source, the same list an import gives."""
+    import importlib
+
+    data = importlib.import_module("anthropic._data")
+    assert listed_in_source("anthropic._data", "DEPRECATED_MODELS") == data.DEPRECATED_MODELS
+    with pytest.raises(LookupError):
+        listed_in_source("anthropic._data", "NO_SUCH_LIST")
+    with pytest.raises(LookupError):
+        listed_in_source("no_such_package_anywhere._data", "DEPRECATED_MODELS")
 
 
 def test_an_sdk_date_the_table_lacks_is_a_note_never_an_error(

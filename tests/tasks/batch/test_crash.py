@@ -61,7 +61,7 @@ def engine_run(
             ModelClient(settings, base_url=_Emu.base_url, api_key="k"),
             settings,
         ),
-        sdk_client(_Emu()),  # type: ignore[arg-type]
+        lambda: sdk_client(_Emu()),  # type: ignore[arg-type]
         clock=clock,
         sleep=sleep,
     )

@@ -98,7 +98,7 @@ class Rig:
                     kw.get("model_client") or self.repairs,
                     self.settings,
                 ),
-                self.client,
+                lambda: self.client,
                 clock=self.em.state.clock.now,
                 sleep=self.em.state.clock.advance,
                 on_progress=progress,

@@ -19,7 +19,7 @@ PARAMS = {"model": "claude-sonnet-4-6", "max_tokens": 20, "messages": [{"role": 
 def test_cancel_of_an_ended_batch_is_nothing_to_cancel(emulator: Any, status: int) -> None:
     emulator.state.configure({"cancel_ended_status": status})
     sdk = sdk_client(emulator)
-    api = BatchApi(sdk, Settings(), sleep=lambda _s: None)
+    api = BatchApi(lambda: sdk, Settings(), sleep=lambda _s: None)
     ended = sdk.messages.batches.create(requests=[{"custom_id": "a", "params": PARAMS}])  # type: ignore[misc]
     pass_batch_time(emulator)
     assert sdk.messages.batches.retrieve(ended.id).processing_status == "ended"
@@ -29,7 +29,7 @@ def test_cancel_of_an_ended_batch_is_nothing_to_cancel(emulator: Any, status: in
 def test_cancel_of_a_running_batch_cancels_and_a_refusal_of_one_still_raises(emulator: Any) -> None:
     emulator.state.configure({"batch_seconds_per_request": 100.0, "frozen_clock": True})
     sdk = sdk_client(emulator)
-    api = BatchApi(sdk, Settings(), sleep=lambda _s: None)
+    api = BatchApi(lambda: sdk, Settings(), sleep=lambda _s: None)
     running = sdk.messages.batches.create(requests=[{"custom_id": "a", "params": PARAMS}])  # type: ignore[misc]
     emulator.state.faults.add(kind="invalid_request", path="/v1/messages/batches/*/cancel", count=1)
     with pytest.raises(BatchError):

@@ -57,7 +57,7 @@ def test_results_resume_after_the_last_line_handed_on(emulator: Any) -> None:
     batch = sdk.messages.batches.create(requests=requests)  # type: ignore[arg-type]
     emulator.state.clock.advance(3600.0)
     emulator.state.faults.add(kind="connection_reset", path=RESULTS, count=2, after_lines=10)
-    api = lifecycle.BatchApi(sdk, Settings(), sleep=lambda _s: None)
+    api = lifecycle.BatchApi(lambda: sdk, Settings(), sleep=lambda _s: None)
     lines = lifecycle.results(api, batch.id)
     assert lines is not None
     ids = [line["custom_id"] for line in lines]

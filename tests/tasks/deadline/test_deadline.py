@@ -76,7 +76,7 @@ class Run:
             run_deadline(
                 self.docs,
                 self.scope,
-                sdk_client(self.em),
+                lambda: sdk_client(self.em),
                 expected=len(self.docs),
                 deadline=self.start + DEADLINE,
                 realtime=self.realtime,
