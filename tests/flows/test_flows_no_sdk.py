@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from emulator.server import EmulatorServer
+from flows.entry import run_extract
 from flows.run.context import RunParams
-from flows.run.entry import run_extract
 from tests.flows.helpers import ROOT, settings_for
 
 SDK_MODULES = ("anthropic", "httpx2", "httpx", "aiohttp")

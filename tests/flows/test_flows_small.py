@@ -100,7 +100,12 @@ def test_a_new_source_with_few_files_runs_without_a_temporary_server(
     monkeypatch.setenv("DOCMILL_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
     get_settings.cache_clear()
-    assert main(["--store", str(tmp_path / "store"), "run", str(src)]) == 0
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    # as a fresh process: no API URL in Prefect's settings (another test of this process may have
+    # pointed them at its server, and a running server keeps every run on Prefect)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        assert main(["--store", str(tmp_path / "store"), "run", str(src)]) == 0
     err = capsys.readouterr().err
     assert "at most 6 document(s) to send, fewer than prefect_min_documents (100)" in err, err
     assert emulator.state.accounting.received_by_path.get("/v1/messages", 0) >= 4
