@@ -10,6 +10,9 @@ flows.orchestration.chunk_tasks, shards over workers in flows.run.spread.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -189,26 +192,26 @@ class BatchPass:
 def write_batched(ctx: RunContext, pending: PendingChunks, bar: Progress, outcomes: Outcomes) -> None:
     """The chunks that fit under the cost cap, their documents through `outcomes` (in any order), each
     chunk's outcomes written once all of it is in; the cap's stop after what is in flight finished.
-    Chunks are read as their documents are streamed (`PendingChunks`); per document only its place
-    is kept until its outcome comes (`Unwritten`)."""
+    Chunks are read as their documents are streamed (`PendingChunks`); until a chunk is whole, per
+    document its place and its spilled outcome (`Unwritten`)."""
     spent = spent_usd(ctx)
     fit = affordable_chunks(
         pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
     )
-    unwritten = Unwritten()
-    docs = unwritten.documents(fit.take(pending))
     stopped = False
     expected = pending.documents if fit.documents is None else fit.documents
-    for o in outcomes(docs, expected):  # a chunk is written once all of it is in
-        whole = unwritten.add(o.doc_id, o.model_dump(mode="json"))
-        if whole is None:
-            continue
-        cid, records = whole
-        if any(r.get("failure_type") == "budget" for r in records):
-            stopped = True  # not written: a resume redoes it; what is in flight still finishes
-            continue
-        OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
-        bar.add(len(records))
+    with Unwritten() as unwritten:
+        docs = unwritten.documents(fit.take(pending))
+        for o in outcomes(docs, expected):  # a chunk is written once all of it is in
+            whole = unwritten.add(o)
+            if whole is None:
+                continue
+            cid, records = whole
+            if any(r.get("failure_type") == "budget" for r in records):
+                stopped = True  # not written: a resume redoes it; what is in flight still finishes
+                continue
+            OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
+            bar.add(len(records))
     if stopped:
         bar.finish()
         raise budget_stop(ctx, "during the batch pass")
@@ -223,19 +226,29 @@ def write_batched(ctx: RunContext, pending: PendingChunks, bar: Progress, outcom
 
 
 PLACES = 1 << 20  # a document's place packed in one int: chunk number * PLACES + position in the chunk
+SPAN = 1 << 40  # a spilled record's place packed in one int: offset * SPAN + length
 
 
 class Unwritten:
     """The chunks a batch-shaped pass has streamed and not yet written. Outcomes come in any order
-    (a batch's results, ledger hits while streaming), so each streamed document's place waits for
-    its outcome: a 16-byte digest of its doc id -> one int (~120 bytes a document, where its record
-    and doc id kept as text cost ~1 KB), and a chunk's outcome records only until all of it is in."""
+    (a batch's results in the API's order, ledger hits while streaming), so a chunk is whole only
+    near the end of its batch: each streamed document's place waits for its outcome (a 16-byte digest
+    of its doc id -> one int), and the outcome records of chunks not yet whole wait in a temporary
+    file, one int each in memory (held as dicts, a batch's records cost ~16 KB a document)."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []  # chunk number -> chunk id
         self.sizes: list[int] = []  # chunk number -> its documents (a chunk cut short is never whole)
         self.places: dict[bytes, int] = {}
-        self.got: dict[int, dict[int, dict[str, Any]]] = {}  # chunk number -> position -> outcome record
+        self.got: dict[int, dict[int, int]] = {}  # chunk number -> position -> spilled record
+        self.spill = tempfile.TemporaryFile(prefix="docmill-outcomes-")  # noqa: SIM115 (closed by close())
+        self.end = 0
+
+    def __enter__(self) -> Unwritten:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.spill.close()
 
     def documents(self, chunks: Iterable[Cut]) -> Iterator[Document]:
         """The documents of `chunks`, their places noted as they are handed out."""
@@ -247,16 +260,23 @@ class Unwritten:
                 self.places[doc_digest(d["doc_id"])] = n * PLACES + i
                 yield Document.model_validate(d)
 
-    def add(self, doc_id: str, record: dict[str, Any]) -> tuple[str, list[dict[str, Any]]] | None:
-        """Note one document's outcome record; its chunk's id and records in inventory order once
+    def add(self, outcome: DocOutcome) -> tuple[str, list[dict[str, Any]]] | None:
+        """Note one document's outcome; its chunk's id and outcome records in inventory order once
         every document of the chunk has one, else None."""
-        n, i = divmod(self.places.pop(doc_digest(doc_id)), PLACES)
+        n, i = divmod(self.places.pop(doc_digest(outcome.doc_id)), PLACES)
         got = self.got.setdefault(n, {})
-        got[i] = record
+        data = outcome.model_dump_json().encode()
+        got[i] = self.end * SPAN + len(data)
+        os.pwrite(self.spill.fileno(), data, self.end)
+        self.end += len(data)
         if len(got) < self.sizes[n]:
             return None
         del self.got[n]
-        return self.ids[n], [got[i] for i in range(self.sizes[n])]
+        return self.ids[n], [self.record(got[i]) for i in range(self.sizes[n])]
+
+    def record(self, place: int) -> dict[str, Any]:
+        offset, length = divmod(place, SPAN)
+        return dict(json.loads(os.pread(self.spill.fileno(), length, offset)))
 
 
 def doc_digest(doc_id: str) -> bytes:
