@@ -262,8 +262,12 @@ class Unwritten:
 
     def add(self, outcome: DocOutcome) -> tuple[str, list[dict[str, Any]]] | None:
         """Note one document's outcome; its chunk's id and outcome records in inventory order once
-        every document of the chunk has one, else None."""
-        n, i = divmod(self.places.pop(doc_digest(outcome.doc_id)), PLACES)
+        every document of the chunk has one, else None (also for a second outcome of a document:
+        the first one counts). The spill file is emptied whenever no chunk waits."""
+        place = self.places.pop(doc_digest(outcome.doc_id), None)
+        if place is None:
+            return None
+        n, i = divmod(place, PLACES)
         got = self.got.setdefault(n, {})
         data = outcome.model_dump_json().encode()
         got[i] = self.end * SPAN + len(data)
@@ -272,7 +276,11 @@ class Unwritten:
         if len(got) < self.sizes[n]:
             return None
         del self.got[n]
-        return self.ids[n], [self.record(got[i]) for i in range(self.sizes[n])]
+        records = [self.record(got[i]) for i in range(self.sizes[n])]
+        if not self.got:
+            self.spill.truncate(0)
+            self.end = 0
+        return self.ids[n], records
 
     def record(self, place: int) -> dict[str, Any]:
         offset, length = divmod(place, SPAN)
