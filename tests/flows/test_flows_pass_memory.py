@@ -6,6 +6,7 @@ that completes no chunk before the last round; tracemalloc measures what the pas
 
 from __future__ import annotations
 
+import os
 import tracemalloc
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from checkpoints.store import open_store
 from docmill.settings import Settings
 from flows.run.context import Endpoint, RunContext
 from flows.run.modes import PassKind
-from flows.run.passes import PendingChunks, per_file_pass, write_batched
+from flows.run.passes import PendingChunks, Unwritten, per_file_pass, write_batched
 from flows.run.progress import Progress
 from tasks.api.client import ModelClient
 from tasks.per_file.outcome import DocOutcome, DocState
@@ -99,3 +100,22 @@ def test_the_batch_pass_streams_the_inventory_chunk_by_chunk(tmp_path: Path) -> 
         assert [r["doc_id"] for r in log.read_chunk(cid) or []] == [
             doc_id(i) for i in range(n * SIZE, (n + 1) * SIZE)
         ]
+
+
+def test_unwritten_outcomes_wait_in_a_spill_emptied_when_no_chunk_waits() -> None:
+    chunks = [(chunk_id(n), [record(i) for i in range(n * 3, n * 3 + 3)], 3) for n in range(2)]
+    with Unwritten() as unwritten:
+        assert [d.doc_id for d in unwritten.documents(chunks)] == [doc_id(i) for i in range(6)]
+        whole = []
+        for i in (5, 0, 3, 1, 4, 1, 2):  # doc 1 twice: the first outcome counts
+            reason = "second" if whole and i == 1 else "empty"
+            got = unwritten.add(DocOutcome(doc_id=doc_id(i), state=DocState.SKIPPED, reason=reason))
+            if got is not None:
+                whole.append(got)
+                size = os.fstat(unwritten.spill.fileno()).st_size
+                assert (size == 0) == (len(whole) == 2)  # chunk 000000 still waits after 000001
+    assert [(cid, [r["doc_id"] for r in records]) for cid, records in whole] == [
+        ("000001", [doc_id(3), doc_id(4), doc_id(5)]),
+        ("000000", [doc_id(0), doc_id(1), doc_id(2)]),
+    ]
+    assert {r["reason"] for _, records in whole for r in records} == {"empty"}
