@@ -15,7 +15,10 @@ of a batch to its record `collected`: download, gate, ledger, costs; per second)
 peak RSS of this process, and store operations per document by kind. Targets: peak RSS < 500 MB,
 ingestion >= 2,000 documents/s. With --integrate, the integration pass then runs over every outcome
 (as a run does, with its state in the same store), and its wall time, calls and cost as a share of
-the per-file pass are printed too; peak RSS then includes holding every outcome.
+the per-file pass are printed too; peak RSS then includes holding every outcome. With --driver, the
+run driver's batch pass replaces the direct call: the inventory written in chunk files and the per-file
+pass over them (flows.run: chunks read as they are streamed, outcome files written per chunk), as
+`docmill run --mode batch` does before integration; the ingestion rate is then not measured.
 """
 
 from __future__ import annotations
@@ -40,8 +43,12 @@ sys.path.insert(0, str(ROOT))
 
 import anthropic  # noqa: E402
 
+from checkpoints.outcomes import OutcomeLog  # noqa: E402
 from checkpoints.store import ObjectStore, open_store  # noqa: E402
 from docmill.settings import Settings  # noqa: E402
+from flows.run.context import Endpoint, RunContext  # noqa: E402
+from flows.run.driver import write_inventory  # noqa: E402
+from flows.run.passes import BatchPass, per_file_pass  # noqa: E402
 from tasks.api.client import ModelClient  # noqa: E402
 from tasks.batch import lifecycle as batch_lifecycle  # noqa: E402
 from tasks.batch.engine import run_batches  # noqa: E402
@@ -169,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, help="where corpus and store go (default: a temp dir)")
     p.add_argument("--max-requests", type=int, default=100_000, help="settings.batch.max_requests")
     p.add_argument("--integrate", action="store_true", help="run the integration pass after the batches")
+    p.add_argument(
+        "--driver",
+        action="store_true",
+        help="through the run driver's batch pass (inventory chunk files, per-file pass, outcome files)",
+    )
     p.add_argument("--corpus", type=Path, help="an invoice corpus made earlier (default: generate one)")
     p.add_argument(
         "--trace-memory",
@@ -223,15 +235,26 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         states: Counter[str] = Counter()
         kept: list[dict[str, Any]] = []
-        docs = inventory(str(corpus), settings, doc_types=recipe.doc_types)
         repairs = ModelClient(
             settings, base_url=base_url, api_key="bench-key"
         )  # settings.batch.repairs_realtime
-        scope = RunScope(recipe, "bench", store, repairs, settings)
-        for outcome in run_batches(docs, scope, lambda: client, on_progress=progress):
-            states[outcome.state.value] += 1
-            if args.integrate:
-                kept.append(outcome.model_dump(mode="json"))
+        if args.driver:
+            endpoint = Endpoint(base_url, "bench-key", offline=False)
+            ctx = RunContext(
+                recipe, "bench", store, repairs, settings, endpoint=endpoint, batch_sdk=lambda: client
+            )
+            per_file_pass(ctx, BatchPass(), write_inventory(ctx, str(corpus)), progress=False)
+            for record in OutcomeLog(store, "bench").all():  # read back one chunk file at a time
+                states[record["state"]] += 1
+                if args.integrate:
+                    kept.append(record)
+        else:
+            docs = inventory(str(corpus), settings, doc_types=recipe.doc_types)
+            scope = RunScope(recipe, "bench", store, repairs, settings)
+            for outcome in run_batches(docs, scope, lambda: client, on_progress=progress):
+                states[outcome.state.value] += 1
+                if args.integrate:
+                    kept.append(outcome.model_dump(mode="json"))
         total_s = time.perf_counter() - start
         if args.trace_memory:
             top_lines("at the end")

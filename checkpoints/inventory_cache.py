@@ -14,10 +14,13 @@ each of its records is still true for the stamp it names.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
+from collections.abc import Mapping
 from typing import Any
 
-from checkpoints.store import ObjectStore
+from checkpoints.store import ObjectStore, dumps_json
 from docmill.errors import DocmillError
 
 PREFIX = "sources/"
@@ -60,10 +63,22 @@ class InventoryCache:
 
     def save(self, files: Files, taken_ns: int) -> None:
         """Replace the cache with `files`, stamped as seen from `taken_ns` (before the listing)."""
-        record = {
-            "source": self.source_id,
-            "fingerprint": self.fingerprint,
-            "taken_ns": taken_ns,
-            "files": {name: [stamp, doc] for name, (stamp, doc) in files.items()},
-        }
-        self.store.put_json_gz(self.key, record)
+        self.save_encoded({name: encode_entry(stamp, doc) for name, (stamp, doc) in files.items()}, taken_ns)
+
+    def save_encoded(self, files: Mapping[str, bytes], taken_ns: int) -> None:
+        """`save` from entries already encoded (`encode_entry`): the object is gzipped as it is
+        written out, so the whole cache is never held as Python objects (~0.5 KB a file)."""
+        head = {"fingerprint": self.fingerprint, "source": self.source_id, "taken_ns": taken_ns}
+        out = io.BytesIO()
+        with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0) as z:
+            z.write(b'{"files":{')
+            for n, name in enumerate(sorted(files)):
+                z.write((b"," if n else b"") + dumps_json(name) + b":" + files[name])
+            z.write(b"}," + dumps_json(head)[1:])
+        self.store.put(self.key, out.getvalue())
+
+
+def encode_entry(stamp: Stamp, record: dict[str, Any]) -> bytes:
+    """One file's `[stamp, record]` as the cache stores it (UTF-8 JSON, sorted keys): what an
+    inventory keeps per file until it saves the cache."""
+    return dumps_json([stamp, record])

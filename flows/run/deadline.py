@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 from checkpoints.limits import LimitPool
 from checkpoints.store import open_store
 from flows.run.modes import PassKind
-from flows.run.passes import CHUNK_WORKERS, Chunk, write_batched
+from flows.run.passes import CHUNK_WORKERS, PendingChunks, write_batched
 from flows.run.progress import Progress
 from tasks.api.pacing import WINDOW_MAX
 from tasks.api.shared_limit import scope_for
@@ -113,7 +113,7 @@ class DeadlinePass:
     threads: int = CHUNK_WORKERS
     kind: ClassVar[PassKind] = PassKind.DEADLINE
 
-    def run(self, ctx: RunContext, pending: list[Chunk], bar: Progress) -> None:
+    def run(self, ctx: RunContext, pending: PendingChunks, bar: Progress) -> None:
         def outcomes(docs: Iterator[Document], expected: int) -> Iterator[DocOutcome]:
             return deadline_pass(ctx, docs, expected=expected, finish_by=self.finish_by, threads=self.threads)
 

@@ -2,6 +2,9 @@
 `RealtimePass` (`review_one_chunk` per chunk, handed out as the client's window wants documents:
 tasks.per_file.realtime.feed), `BatchPass` (tasks.batch.engine), or the deadline's `DeadlinePass`
 (flows.run.deadline); the batch-shaped two share `write_batched`. The cost cap's stop between chunks.
+Memory stays flat in the corpus: a chunk is read from the store when the pass comes to it
+(`PendingChunks`), and the batch-shaped passes keep per document only its place and, until its chunk
+is whole, its outcome spilled to a temporary file (`Unwritten`).
 
 `map_chunks` is how chunks run: `plain_map` (a bounded thread pool) here, Prefect tasks in
 flows.orchestration.chunk_tasks, shards over workers in flows.workers.spread.
@@ -9,6 +12,10 @@ flows.orchestration.chunk_tasks, shards over workers in flows.workers.spread.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -23,7 +30,7 @@ from flows.run.context import RunContext
 from flows.run.modes import PassKind
 from flows.run.progress import Progress
 from tasks.batch.engine import run_batches
-from tasks.cost.batch_cap import affordable_chunks
+from tasks.cost.batch_cap import Cut, affordable_chunks
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.realtime import extract_recorded, feed
 from tasks.source.inventory import Document
@@ -109,20 +116,51 @@ class FilePass(Protocol):
 
     kind: ClassVar[PassKind]
 
-    def run(self, ctx: RunContext, pending: list[Chunk], bar: Progress) -> None: ...
+    def run(self, ctx: RunContext, pending: PendingChunks, bar: Progress) -> None: ...
 
 
 Outcomes = Callable[[Iterator[Document], int], Iterable[DocOutcome]]  # (documents, how many) -> outcomes
 
 
+@dataclass(frozen=True)
+class PendingChunks:
+    """A run's chunks without an outcome file, in inventory order: their ids and how many documents
+    they hold. A chunk's records are read from the store when a pass comes to it, so the pass holds
+    the chunks in flight, not the whole inventory (~0.9 KB a record as Python objects)."""
+
+    inventory: InventoryChunks
+    ids: tuple[str, ...]
+    documents: int
+
+    def __iter__(self) -> Iterator[Chunk]:
+        return self.wave(None)
+
+    def wave(self, duplicates: bool | None) -> Iterator[Chunk]:
+        """The chunks read one at a time: all of them (None), or only those of duplicate-content
+        documents (True) or only the others (False)."""
+        for cid in self.ids:
+            if duplicates is None or cid.startswith(DUP_PREFIX) == duplicates:
+                yield cid, self.inventory.load(cid)
+
+
+def pending_chunks(ctx: RunContext, chunk_ids: list[str]) -> PendingChunks:
+    """The chunks of `chunk_ids` without an outcome file. Their documents are counted from the finished
+    inventory's record when none has one, else by reading the pending chunks one at a time."""
+    done = OutcomeLog(ctx.store, ctx.run_id).chunks_done()
+    chunks = InventoryChunks(ctx.store, ctx.run_id)
+    ids = tuple(cid for cid in chunk_ids if cid not in done)
+    record = chunks.done()
+    if record is not None and list(ids) == list(record["chunks"]):
+        documents = int(record["documents"])
+    else:
+        documents = sum(len(chunks.load(cid)) for cid in ids)
+    return PendingChunks(chunks, ids, documents)
+
+
 def per_file_pass(ctx: RunContext, file_pass: FilePass, chunk_ids: list[str], progress: bool = True) -> None:
     """The chunks of `chunk_ids` without an outcome file, through `file_pass`."""
-    done = OutcomeLog(ctx.store, ctx.run_id).chunks_done()
-    pending = [
-        (cid, InventoryChunks(ctx.store, ctx.run_id).load(cid)) for cid in chunk_ids if cid not in done
-    ]
-    total = sum(len(d) for _, d in pending)
-    bar = Progress(total, "per-file pass", enabled=progress, listener=ctx.on_progress)
+    pending = pending_chunks(ctx, chunk_ids)
+    bar = Progress(pending.documents, "per-file pass", enabled=progress, listener=ctx.on_progress)
     file_pass.run(ctx, pending, bar)
 
 
@@ -135,7 +173,7 @@ class RealtimePass:
     submit_only: bool = False  # nothing is sent before the flow run (flows.run.early)
     kind: ClassVar[PassKind] = PassKind.REALTIME
 
-    def run(self, ctx: RunContext, pending: list[Chunk], bar: Progress) -> None:
+    def run(self, ctx: RunContext, pending: PendingChunks, bar: Progress) -> None:
         if self.submit_only:
             return
 
@@ -145,10 +183,7 @@ class RealtimePass:
             return counts
 
         # A budget stop ends the pass before the duplicates' wave (their originals may have no result yet).
-        for wave in (
-            [c for c in pending if not c[0].startswith(DUP_PREFIX)],
-            [c for c in pending if c[0].startswith(DUP_PREFIX)],
-        ):
+        for wave in (pending.wave(duplicates=False), pending.wave(duplicates=True)):
             with relaxed_gc():  # a full collection would stall every answer on the event loop
                 handed = feed(wave, ctx.client, ctx.settings)
                 stopped = any(c.get("budget") for c in self.map_chunks(fn, handed))
@@ -164,41 +199,36 @@ class BatchPass:
     submit_only: bool = False  # stop once every batch is created (flows.run.early)
     kind: ClassVar[PassKind] = PassKind.BATCH
 
-    def run(self, ctx: RunContext, pending: list[Chunk], bar: Progress) -> None:
+    def run(self, ctx: RunContext, pending: PendingChunks, bar: Progress) -> None:
         def outcomes(docs: Iterator[Document], _expected: int) -> Iterable[DocOutcome]:
             return run_batches(docs, ctx, ctx.batch_sdk, submit_only=self.submit_only)
 
         write_batched(ctx, pending, bar, outcomes)
 
 
-def write_batched(ctx: RunContext, pending: list[Chunk], bar: Progress, outcomes: Outcomes) -> None:
+def write_batched(ctx: RunContext, pending: PendingChunks, bar: Progress, outcomes: Outcomes) -> None:
     """The chunks that fit under the cost cap, their documents through `outcomes` (in any order), each
-    chunk's outcomes written once all of it is in; the cap's stop after what is in flight finished."""
+    chunk's outcomes written once all of it is in; the cap's stop after what is in flight finished.
+    Chunks are read as their documents are streamed (`PendingChunks`); until a chunk is whole, per
+    document its place and its spilled outcome (`Unwritten`)."""
     spent = spent_usd(ctx)
-    full = {cid: chunk for cid, chunk in pending}  # a chunk cut short by the cap is never written
     fit = affordable_chunks(
         pending, recipe=ctx.recipe, settings=ctx.settings, store=ctx.store, spent_usd=spent
     )
-    pending = fit.chunks
-    docs = (Document.model_validate(d) for _, chunk in pending for d in chunk)
-    chunk_of = {d["doc_id"]: cid for cid, chunk in pending for d in chunk}
-    sizes = {cid: len(full[cid]) for cid, _ in pending}
-    order = {cid: [d["doc_id"] for d in full[cid]] for cid, _ in pending}
-    buffered: dict[str, dict[str, dict[str, Any]]] = {}
     stopped = False
-    for o in outcomes(docs, sum(sizes.values())):  # a chunk is written once all of it is in
-        cid = chunk_of[o.doc_id]
-        got = buffered.setdefault(cid, {})
-        got[o.doc_id] = o.model_dump(mode="json")
-        if len(got) < sizes[cid]:
-            continue
-        records = [got[doc_id] for doc_id in order[cid]]
-        del buffered[cid]
-        if any(r.get("failure_type") == "budget" for r in records):
-            stopped = True  # not written: a resume redoes it; what is in flight still finishes
-            continue
-        OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
-        bar.add(len(records))
+    expected = pending.documents if fit.documents is None else fit.documents
+    with Unwritten() as unwritten:
+        docs = unwritten.documents(fit.take(pending))
+        for o in outcomes(docs, expected):  # a chunk is written once all of it is in
+            whole = unwritten.add(o)
+            if whole is None:
+                continue
+            cid, records = whole
+            if any(r.get("failure_type") == "budget" for r in records):
+                stopped = True  # not written: a resume redoes it; what is in flight still finishes
+                continue
+            OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
+            bar.add(len(records))
     if stopped:
         bar.finish()
         raise budget_stop(ctx, "during the batch pass")
@@ -207,6 +237,73 @@ def write_batched(ctx: RunContext, pending: list[Chunk], bar: Progress, outcomes
             ctx,
             "before submitting the rest of the batch",
             f"{fit.left_documents} more request(s) with a worst case of ${fit.left_usd:.4f} (every "
-            f"answer at max_tokens, input as cache writes; {len(pending)} chunk(s) with a worst case of "
+            f"answer at max_tokens, input as cache writes; {fit.chunks} chunk(s) with a worst case of "
             f"${fit.reserved_usd:.4f} went) would pass",
         )
+
+
+PLACES = 1 << 20  # a document's place packed in one int: chunk number * PLACES + position in the chunk
+SPAN = 1 << 40  # a spilled record's place packed in one int: offset * SPAN + length
+
+
+class Unwritten:
+    """The chunks a batch-shaped pass has streamed and not yet written. Outcomes come in any order
+    (a batch's results in the API's order, ledger hits while streaming), so a chunk is whole only
+    near the end of its batch: each streamed document's place waits for its outcome (a 16-byte digest
+    of its doc id -> one int), and the outcome records of chunks not yet whole wait in a temporary
+    file, one int each in memory (held as dicts, a batch's records cost ~16 KB a document)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []  # chunk number -> chunk id
+        self.sizes: list[int] = []  # chunk number -> its documents (a chunk cut short is never whole)
+        self.places: dict[bytes, int] = {}
+        self.got: dict[int, dict[int, int]] = {}  # chunk number -> position -> spilled record
+        self.spill = tempfile.TemporaryFile(prefix="docmill-outcomes-")  # noqa: SIM115 (closed by close())
+        self.end = 0
+
+    def __enter__(self) -> Unwritten:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.spill.close()
+
+    def documents(self, chunks: Iterable[Cut]) -> Iterator[Document]:
+        """The documents of `chunks`, their places noted as they are handed out."""
+        for cid, taken, size in chunks:
+            n = len(self.ids)
+            self.ids.append(cid)
+            self.sizes.append(size)
+            for i, d in enumerate(taken):
+                self.places[doc_digest(d["doc_id"])] = n * PLACES + i
+                yield Document.model_validate(d)
+
+    def add(self, outcome: DocOutcome) -> tuple[str, list[dict[str, Any]]] | None:
+        """Note one document's outcome; its chunk's id and outcome records in inventory order once
+        every document of the chunk has one, else None (also for a second outcome of a document:
+        the first one counts). The spill file is emptied whenever no chunk waits."""
+        place = self.places.pop(doc_digest(outcome.doc_id), None)
+        if place is None:
+            return None
+        n, i = divmod(place, PLACES)
+        got = self.got.setdefault(n, {})
+        data = outcome.model_dump_json().encode()
+        got[i] = self.end * SPAN + len(data)
+        os.pwrite(self.spill.fileno(), data, self.end)
+        self.end += len(data)
+        if len(got) < self.sizes[n]:
+            return None
+        del self.got[n]
+        records = [self.record(got[i]) for i in range(self.sizes[n])]
+        if not self.got:
+            self.spill.truncate(0)
+            self.end = 0
+        return self.ids[n], records
+
+    def record(self, place: int) -> dict[str, Any]:
+        offset, length = divmod(place, SPAN)
+        return dict(json.loads(os.pread(self.spill.fileno(), length, offset)))
+
+
+def doc_digest(doc_id: str) -> bytes:
+    """16 bytes standing for a doc id (a 40-character id costs 89 bytes as text, its digest 49)."""
+    return hashlib.blake2b(doc_id.encode(), digest_size=16).digest()

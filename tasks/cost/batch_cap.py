@@ -11,7 +11,8 @@ the results ledger cost nothing and reserve nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.ledger import ResultsLedger
@@ -25,21 +26,41 @@ if TYPE_CHECKING:
     from tasks.recipes import Recipe
 
 Chunk = tuple[str, list[dict[str, Any]]]
+Cut = tuple[str, list[dict[str, Any]], int]  # chunk id, the documents taken, the chunk's whole size
 
 
 @dataclass
 class Affordable:
-    """What a batch under the cap may carry: `chunks` (the last one possibly cut short), the worst case
-    reserved for them, and the worst case of the documents left out (0: everything fits)."""
+    """What the batches under the cap may carry: the leading `documents` of the pending chunks in
+    inventory order (None: all of them, no cap), the worst case reserved for them, and the worst case
+    of the documents left out (0: everything fits). It keeps counts, not chunks: `take` cuts the
+    chunks as they are read again, so the pass holds one chunk at a time, not the inventory."""
 
-    chunks: list[Chunk] = field(default_factory=list)
+    documents: int | None = None
     reserved_usd: float = 0.0
     left_usd: float = 0.0
     left_documents: int = 0
+    chunks: int = 0  # chunks handed out by `take` so far
 
     @property
     def complete(self) -> bool:
         return self.left_documents == 0
+
+    def take(self, pending: Iterable[Chunk]) -> Iterator[Cut]:
+        """`pending` cut to what fits, as (chunk id, the documents taken, the chunk's whole size):
+        the leading documents; when any was left out, chunks holding a duplicate wait too (their
+        originals may not be sent)."""
+        left = self.documents
+        for cid, chunk in pending:
+            if left is not None and left <= 0:
+                return
+            taken = chunk if left is None else chunk[:left]
+            if left is not None:
+                left -= len(taken)
+            if not self.complete and any(d.get("duplicate_of") for d in taken):
+                continue
+            self.chunks += 1
+            yield cid, taken, len(chunk)
 
 
 def doc_worst_case_usd(doc: Any, recipe: Recipe, settings: Settings, ledger: ResultsLedger) -> float:
@@ -53,20 +74,19 @@ def doc_worst_case_usd(doc: Any, recipe: Recipe, settings: Settings, ledger: Res
 
 
 def affordable_chunks(
-    pending: list[Chunk], *, recipe: Recipe, settings: Settings, store: ObjectStore, spent_usd: float
+    pending: Iterable[Chunk], *, recipe: Recipe, settings: Settings, store: ObjectStore, spent_usd: float
 ) -> Affordable:
     """The leading documents whose batch worst case fits under settings.cost.max_cost_usd after
-    `spent_usd` (all of them when there is no cap). Duplicates wait when any document was left out
-    (their originals may not be sent)."""
+    `spent_usd` (all of them when there is no cap: `pending` is not read). With a cap, `pending` is
+    read once here, one chunk at a time; `Affordable.take` cuts it on the second reading."""
     from tasks.source.inventory import Document
 
     cap = settings.cost.max_cost_usd
     if cap is None:
-        return Affordable(chunks=list(pending))
+        return Affordable()
     ledger = ResultsLedger(store)
-    out = Affordable()
-    for cid, chunk in pending:
-        taken: list[dict[str, Any]] = []
+    out = Affordable(documents=0)
+    for _cid, chunk in pending:
         for d in chunk:
             cost = doc_worst_case_usd(Document.model_validate(d), recipe, settings, ledger)
             if out.left_documents or spent_usd + out.reserved_usd + cost > cap:
@@ -74,9 +94,5 @@ def affordable_chunks(
                 out.left_usd += cost
                 continue
             out.reserved_usd += cost
-            taken.append(d)
-        if taken:
-            out.chunks.append((cid, taken))
-    if not out.complete:
-        out.chunks = [c for c in out.chunks if not any(d.get("duplicate_of") for d in c[1])]
+            out.documents = (out.documents or 0) + 1
     return out
