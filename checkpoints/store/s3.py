@@ -218,6 +218,14 @@ class S3Store(ObjectStore):
     def copy(self, src: str, dst: str, *, etag: str) -> bool:
         """A server-side copy, on condition that `src` still has `etag` (the bytes stay in S3)."""
         s, d = self._k(src), self._k(dst)
+        if s == d:  # S3 refuses a copy onto itself: the object already holds those bytes if its ETag does
+            try:
+                head = self._call(f"head {src}", lambda: self.client.head_object(Bucket=self.bucket, Key=s))
+            except bexc.ClientError as e:
+                if _code_status(e)[0] in _MISSING or _code_status(e)[1] == 404:
+                    return False
+                raise self._fail("head", src, e) from e
+            return str(head.get("ETag")) == etag
         source = {"Bucket": self.bucket, "Key": s}
         try:
             self._call(

@@ -58,6 +58,16 @@ def test_copy_while_the_source_is_as_read(store: ObjectStore) -> None:
     assert store.get("c/dst.json") == b"kept"  # the copy does not follow its source
 
 
+def test_copy_onto_itself_says_whether_the_object_is_as_read(store: ObjectStore) -> None:
+    """A run resumed after its exports were written names its own files as the ones to share: S3
+    refuses a copy of an object onto itself, so that copy checks the ETag and writes nothing."""
+    etag = store.put("c/self.json", b"kept")
+    assert store.copy("c/self.json", "c/self.json", etag=etag) is True
+    assert store.get_with_etag("c/self.json") == (b"kept", etag)
+    assert store.copy("c/self.json", "c/self.json", etag='"stale"') is False
+    assert store.copy("c/none.json", "c/none.json", etag=etag) is False
+
+
 def test_local_copy_is_a_hard_link_and_writes_no_bytes(tmp_path) -> None:
     store = open_store(str(tmp_path))
     etag = store.put("runs/a/x.json", b"x" * 1000)
