@@ -342,14 +342,16 @@ class BatchEngine:
         self, chunk: Chunk, gated: Future[list[Gated]] | None, bid: str, costs: list[CostRow]
     ) -> list[Routed]:
         out: list[Routed] = []
-        for i, (item, result) in enumerate(chunk):
-            if gated is not None:
-                message = result.get("message") or {}
-                self.router.prechecked[item.custom_id] = partial(
-                    self.gates.result, gated, i, item.doc, message
-                )
-            out.append(self.router.route(ResultType.SUCCEEDED, item, result, bid, costs))
-        return out
+        # the chunk's ledger writes made durable together, before the driver yields any of them
+        with self.router.grouped() as settled:
+            for i, (item, result) in enumerate(chunk):
+                if gated is not None:
+                    message = result.get("message") or {}
+                    self.router.prechecked[item.custom_id] = partial(
+                        self.gates.result, gated, i, item.doc, message
+                    )
+                out.append(self.router.route(ResultType.SUCCEEDED, item, result, bid, costs))
+        return [(settled(outcome), follow, why) for outcome, follow, why in out]
 
     def _settle(
         self, pair: Pending, done: set[str], carry: dict[str, WorkItem], retry: dict[str, str]
