@@ -282,10 +282,10 @@ class BatchEngine:
                 result = line.get("result") or {}
                 kind = str(result.get("type"))
                 counts[kind] += 1
-                if kind == ResultType.SUCCEEDED:  # gate in worker processes, ledger write in the pool
+                if kind == ResultType.SUCCEEDED:  # gate in worker processes, ledger writes in the pool
                     answered.add(item.custom_id)
                     chunk.append((item, result))
-                    if len(chunk) >= ingest.CHUNK or not gate_remotely:
+                    if len(chunk) >= ingest.CHUNK:  # in-process gating too: one durable flush a chunk
                         self._send(chunk, inflight, bid, costs, gate_remotely)
                         chunk = []
                     while len(inflight) * ingest.CHUNK >= WINDOW:
