@@ -8,11 +8,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from checkpoints.keys import safe_segment
-from checkpoints.store import ObjectStore
+from checkpoints.store import ObjectStore, dumps_json
 from docmill.errors import NotFound, StoreError
 
 ATTEMPT_DIGITS = 6
@@ -39,11 +39,29 @@ class ResultsLedger:
         path = self.path(pass_name, key)
         if self.store.put_json(path, record, if_absent=True):
             return record, True
+        return self._winner(path), False
+
+    def put_many(
+        self, pass_name: str, records: Sequence[tuple[str, dict[str, Any]]]
+    ) -> list[tuple[dict[str, Any], bool]]:
+        """`put` of each (key, record), durable together (`ObjectStore.put_many_if_absent`: one
+        flush of a local store for the group, each result still written once and atomically)."""
+        paths = [self.path(pass_name, key) for key, _ in records]
+        written = self.store.put_many_if_absent(
+            [(path, dumps_json(record)) for path, (_, record) in zip(paths, records, strict=True)]
+        )
+        return [
+            (record, True) if ok else (self._winner(path), False)
+            for path, (_, record), ok in zip(paths, records, written, strict=True)
+        ]
+
+    def _winner(self, path: str) -> dict[str, Any]:
+        """The record another writer put first (the loser of a race reads it)."""
         try:
-            stored = self.store.get_json(path)
+            stored: dict[str, Any] = self.store.get_json(path)
         except NotFound as e:  # only if someone deleted it in between: results are immutable
             raise StoreError(f"result {path} vanished right after a conflicting write", key=path) from e
-        return stored, False
+        return stored
 
 
 class ResponseLog:

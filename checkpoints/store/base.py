@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from docmill.errors import NotFound
@@ -51,6 +51,13 @@ class ObjectStore(ABC):
     @abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Write only if no object exists: True = written, False = it was already there."""
+
+    def put_many_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """`put_if_absent` of each (key, bytes), in order: True = written, False = it was already
+        there. Each object is atomic on its own, as with `put_if_absent`; a backend may make the
+        group durable together (the local one pays one flush of the file system for all of them
+        instead of one fsync each)."""
+        return [self.put_if_absent(key, data) for key, data in items]
 
     @abstractmethod
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:

@@ -4,6 +4,11 @@
 - put_if_absent: temp file, then `os.link(tmp, final)`, which fails when final exists: atomic
   across threads and processes. On Linux the temp file is unnamed (O_TMPFILE, linked through
   /proc/self/fd): no temp name to create and unlink, nothing left behind by a crashed writer.
+- put_many_if_absent: every object's unnamed file written, ONE flush of the file system (syncfs)
+  for all of them, then each linked into place. The order that makes a single write crash-safe
+  (bytes durable before the name appears) holds for every object of the group: a power loss leaves
+  each key absent or complete, never linked to bytes that did not reach the disk. One fsync per
+  object cost ~0.4-0.6 ms of CPU each (the batch pass writes one result per document).
 - put_if_match / put / delete: hold an exclusive `flock` on the key's lock file across
   read-compare-replace, so compare-and-swap is atomic across processes. Lock files live in one
   hidden folder at the root (`.~locks/`, named by a hash of the key), never beside the objects:
@@ -15,12 +20,13 @@ Temp files and the lock folder start with `.~` (a prefix `safe_key` refuses) and
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import hashlib
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from checkpoints.keys import RESERVED_PREFIX, check_key, check_prefix
@@ -86,7 +92,7 @@ class LocalStore(ObjectStore):
         os.close(fd)
         return tmp
 
-    def _write_anonymous(self, path: Path, data: bytes) -> int | None:
+    def _write_anonymous(self, path: Path, data: bytes, *, sync: bool = True) -> int | None:
         """An unnamed file (O_TMPFILE) in `path`'s folder holding `data`, synced; its descriptor,
         or None where the platform or file system has no unnamed files. Two fewer directory
         operations than a named temp file, and a crashed writer leaves nothing behind."""
@@ -100,7 +106,7 @@ class LocalStore(ObjectStore):
             _no_anonymous()  # this file system has no unnamed files
             return None
         try:
-            _write_all(fd, data)
+            _write_all(fd, data, sync=sync)
         except BaseException:
             os.close(fd)
             raise
@@ -193,6 +199,42 @@ class LocalStore(ObjectStore):
             _unlink(tmp)
         return True
 
+    def put_many_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """Write every object's bytes to an unnamed file, make them all durable with one flush of
+        the file system, then link each into place (False where the key was already there).
+
+        Safe order: no name is linked before the flush returns, so after a power loss each key is
+        absent or holds its complete bytes, exactly as with `put_if_absent` one at a time; a process
+        killed at any point leaves only unnamed files, which the kernel drops. Where there are no
+        unnamed files, or fsync is off (then nothing is flushed anyway), each object is written
+        on its own."""
+        paths = [self._path(key) for key, _ in items]
+        if not _ANONYMOUS or not _fsync() or len(items) < 2:
+            return [self.put_if_absent(key, data) for key, data in items]
+        fds: list[int | None] = []
+        try:
+            for path, (_, data) in zip(paths, items, strict=True):
+                fds.append(self._write_anonymous(path, data, sync=False))
+            if any(fd is not None for fd in fds):
+                _sync_file_system(self.root)
+            out: list[bool] = []
+            for (key, data), path, fd in zip(items, paths, fds, strict=True):
+                if fd is None:  # unnamed files went away meanwhile: this one the ordinary way
+                    out.append(self.put_if_absent(key, data))
+                    continue
+                try:
+                    os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
+                    out.append(True)
+                except FileExistsError:
+                    out.append(False)
+                except OSError:  # a folder gone, a sandbox refusing the link: the ordinary way
+                    out.append(self.put_if_absent(key, data))
+            return out
+        finally:
+            for fd in fds:
+                if fd is not None:
+                    os.close(fd)
+
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         path = self._path(key)
         with self._locked(path):
@@ -280,12 +322,33 @@ def _no_anonymous() -> None:
     _ANONYMOUS = False
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes, *, sync: bool = True) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-    if _fsync():
+    if sync and _fsync():
         os.fsync(fd)
+
+
+def _sync_file_system(root: Path) -> None:
+    """Everything written to the file system holding `root` made durable: syncfs(2) on Linux (one
+    journal commit for any number of files written before it), sync(2) where there is none."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _SYNCFS is None or _SYNCFS(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # no libc symbol (macOS, musl without it)
+        return None
+
+
+_SYNCFS = _load_syncfs()
 
 
 def _unlink(path: Path) -> None:

@@ -282,10 +282,10 @@ class BatchEngine:
                 result = line.get("result") or {}
                 kind = str(result.get("type"))
                 counts[kind] += 1
-                if kind == ResultType.SUCCEEDED:  # gate in worker processes, ledger write in the pool
+                if kind == ResultType.SUCCEEDED:  # gate in worker processes, ledger writes in the pool
                     answered.add(item.custom_id)
                     chunk.append((item, result))
-                    if len(chunk) >= ingest.CHUNK or not gate_remotely:
+                    if len(chunk) >= ingest.CHUNK:  # in-process gating too: one durable flush a chunk
                         self._send(chunk, inflight, bid, costs, gate_remotely)
                         chunk = []
                     while len(inflight) * ingest.CHUNK >= WINDOW:
@@ -342,14 +342,16 @@ class BatchEngine:
         self, chunk: Chunk, gated: Future[list[Gated]] | None, bid: str, costs: list[CostRow]
     ) -> list[Routed]:
         out: list[Routed] = []
-        for i, (item, result) in enumerate(chunk):
-            if gated is not None:
-                message = result.get("message") or {}
-                self.router.prechecked[item.custom_id] = partial(
-                    self.gates.result, gated, i, item.doc, message
-                )
-            out.append(self.router.route(ResultType.SUCCEEDED, item, result, bid, costs))
-        return out
+        # the chunk's ledger writes made durable together, before the driver yields any of them
+        with self.router.grouped() as settled:
+            for i, (item, result) in enumerate(chunk):
+                if gated is not None:
+                    message = result.get("message") or {}
+                    self.router.prechecked[item.custom_id] = partial(
+                        self.gates.result, gated, i, item.doc, message
+                    )
+                out.append(self.router.route(ResultType.SUCCEEDED, item, result, bid, costs))
+        return [(settled(outcome), follow, why) for outcome, follow, why in out]
 
     def _settle(
         self, pair: Pending, done: set[str], carry: dict[str, WorkItem], retry: dict[str, str]

@@ -11,7 +11,9 @@ same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import Any
 
@@ -33,6 +35,7 @@ from tasks.per_file.settle import (
     outcome_from_ledger,
     persist_answer,
     write_outcome,
+    write_outcomes,
 )
 from tasks.request import FILE_PASS, Payload, cache_ttl, file_request, load_payload
 from tasks.source.inventory import Document
@@ -63,6 +66,7 @@ class ResultRouter:
         self.ttl = cache_ttl(p.recipe, self.model, p.settings, batch=True)  # batches: 1 h when it pays
         # custom_id -> the verdict of its answer gated elsewhere (tasks.batch.ingest), taken once
         self.prechecked: dict[str, Callable[[], tuple[str, Any]]] = {}
+        self._local = threading.local()  # this thread's group of ledger writes (`grouped`)
 
     def request(
         self, item: WorkItem, doc: Document | None = None, text: Payload | None = None
@@ -98,12 +102,45 @@ class ResultRouter:
         )
 
     def finish(self, item: WorkItem, outcome: DocOutcome, errors: list[str] | None = None) -> DocOutcome:
-        """Write a terminal outcome to the ledger (and the review queue when it needs review)."""
+        """Write a terminal outcome to the ledger (and the review queue when it needs review); inside
+        `grouped`, at the group's end, and the outcome returned is then the one `settled` maps."""
         crash_point("before_ledger_write")
-        outcome = write_outcome(self.p, outcome)
+        group: list[tuple[WorkItem, DocOutcome, list[str] | None]] | None = getattr(
+            self._local, "group", None
+        )
+        if group is not None:
+            group.append((item, outcome, errors))
+            return outcome
+        return self._review(item, write_outcome(self.p, outcome), errors)
+
+    def _review(self, item: WorkItem, outcome: DocOutcome, errors: list[str] | None) -> DocOutcome:
         if outcome.state is DocState.NEEDS_REVIEW:  # the document is decoded only when needed
             enqueue_review(self.p, Document.model_validate(item.doc), outcome, errors=errors)
         return outcome
+
+    @contextlib.contextmanager
+    def grouped(self) -> Iterator[Callable[[DocOutcome | None], DocOutcome | None]]:
+        """Outcomes finished by this thread inside are written to the ledger together when the block
+        ends (`write_outcomes`: durable with one flush of a local store, not one fsync each), then
+        queued for review. Yields `settled`, which maps an outcome `finish` returned inside to the
+        one in the ledger (the winner's, where another writer put the key first).
+
+        Why the later write is safe: nothing outside the block sees these outcomes before the block
+        ends (the engine yields them, and records the batch collected, only after), and a crash
+        before the write leaves the keys absent with the batch not collected, so a rerun downloads
+        the batch's results again (free) and writes them then: nothing is paid for twice, and each
+        key is still written once, complete (invariant 1)."""
+        group: list[tuple[WorkItem, DocOutcome, list[str] | None]] = []
+        settled: dict[int, DocOutcome] = {}
+        self._local.group = group
+        try:
+            yield lambda o: settled.get(id(o), o) if o is not None else None
+            self._local.group = None
+            written = write_outcomes(self.p, [outcome for _, outcome, _ in group]) if group else []
+            for (item, outcome, errors), final in zip(group, written, strict=True):
+                settled[id(outcome)] = self._review(item, final, errors)
+        finally:
+            self._local.group = None
 
     def fail(self, item: WorkItem, failure_type: str, error: str, *, permanent: bool) -> DocOutcome:
         """A failed outcome; written to the ledger only when `permanent` (never retried)."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from checkpoints.store import ObjectStore, open_store
+from checkpoints.store import local as local_store
 from docmill.errors import NotFound, PreconditionFailed, UnsafeKey
 
 
@@ -30,6 +34,46 @@ def test_put_if_absent(store: ObjectStore) -> None:
     assert store.put_if_absent("k/one.json", b"first") is True
     assert store.put_if_absent("k/one.json", b"second") is False
     assert store.get("k/one.json") == b"first"
+
+
+def test_put_many_if_absent(store: ObjectStore) -> None:
+    """Each object written once, as put_if_absent: a key already there keeps its bytes, the second
+    of two equal keys in one group loses to the first."""
+    assert store.put_if_absent("m/taken.json", b"old") is True
+    items = [("m/a.json", b"a"), ("m/taken.json", b"new"), ("m/b/c.json", b"c"), ("m/a.json", b"a2")]
+    assert store.put_many_if_absent(items) == [True, False, True, False]
+    assert [store.get(k) for k in ("m/a.json", "m/taken.json", "m/b/c.json")] == [b"a", b"old", b"c"]
+
+
+def test_local_put_many_links_nothing_before_its_one_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One flush of the file system for the group, no fsync per object, and no key linked before the
+    flush returned: a crash during it (here an exception) leaves every key absent, never a name
+    pointing at bytes that may not have reached the disk."""
+    store = open_store(str(tmp_path / "s"))
+    assert store.put_if_absent("m/seed.json", b"x")  # the folder exists: only the group is counted
+    fsyncs: list[int] = []
+    seen: list[list[str]] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    def crash(root: Path) -> None:
+        seen.append(sorted(store.list("m/")))
+        raise OSError("power lost")
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(local_store, "_sync_file_system", crash)
+    with pytest.raises(OSError, match="power lost"):
+        store.put_many_if_absent([(f"m/{i}.json", b"%d" % i) for i in range(5)])
+    assert seen == [["m/seed.json"]] and sorted(store.list("m/")) == ["m/seed.json"]
+    monkeypatch.setattr(local_store, "_sync_file_system", lambda root: seen.append([]))
+    assert store.put_many_if_absent([(f"m/{i}.json", b"%d" % i) for i in range(5)]) == [True] * 5
+    assert len(seen) == 2 and fsyncs == []
+    assert [store.get(f"m/{i}.json") for i in range(5)] == [b"%d" % i for i in range(5)]
 
 
 def test_put_if_match(store: ObjectStore) -> None:

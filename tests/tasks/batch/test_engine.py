@@ -6,6 +6,7 @@ the engine's sleep advances the emulator's virtual clock."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -19,9 +20,11 @@ from checkpoints.batches import BatchPhase, BatchRecords
 from checkpoints.costs import CostLedger
 from checkpoints.ledger import ResponseLog, ResultsLedger
 from checkpoints.review_queue import ReviewQueue
+from checkpoints.store import local as local_store
 from checkpoints.store import open_store
-from docmill.settings import Settings
+from docmill.settings import Settings, get_settings
 from tasks.api.client import ModelClient
+from tasks.batch import ingest
 from tasks.batch import lifecycle as batch_lifecycle
 from tasks.batch.engine import cancel_batches, run_batches
 from tasks.batch.items import WorkItem
@@ -471,3 +474,54 @@ def test_every_document_gets_an_outcome_even_when_two_share_a_key(
         and by_doc[twin.doc_id].output == by_doc[docs[0].doc_id].output
     )
     assert rig.sent()[rig.key(docs[0])] == 1
+
+
+def test_a_collected_batch_makes_its_results_durable_with_one_flush(
+    emulator: Any, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The results of a batch are written to the ledger without an fsync each: one flush of the file
+    system per chunk of results makes them durable, before each is linked into place (counted, the
+    real fsync and syncfs still run)."""
+    fsynced: list[str] = []
+    flushes: list[Path] = []
+    real_fsync, real_flush = os.fsync, local_store._sync_file_system
+
+    def counting_fsync(fd: int) -> None:
+        fsynced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def counting_flush(root: Path) -> None:
+        flushes.append(root)
+        real_flush(root)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(local_store, "_sync_file_system", counting_flush)
+    rig = Rig(emulator, tmp_path, corpus)
+    docs = rig.docs()
+    outcomes = rig.run(docs)
+    ok = {rig.key(d) for d in docs if d.status == "ok"}
+    assert len(ok) >= 20 and {o.key for o in outcomes if o.state is DocState.SUCCEEDED} >= ok
+    records = rig.records().load_all()
+    assert all(r.phase is BatchPhase.COLLECTED for r in records)
+    assert [p for p in fsynced if "/results/" in p] == []  # was one per result
+    assert 1 <= len(flushes) <= len(records) * -(-len(ok) // ingest.CHUNK)
+    ledger = ResultsLedger(rig.store)
+    assert all(ledger.get(FILE_PASS, key) is not None for key in ok)  # readable as any result
+
+
+def test_fsync_off_writes_results_without_any_flush(
+    emulator: Any, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DOCMILL_STORE_IO__FSYNC=false keeps meaning no flush at all, grouped or not."""
+    flushes: list[Path] = []
+    monkeypatch.setattr(local_store, "_sync_file_system", flushes.append)
+    monkeypatch.setenv("DOCMILL_STORE_IO__FSYNC", "false")
+    get_settings.cache_clear()
+    try:
+        rig = Rig(emulator, tmp_path, corpus)
+        outcomes = rig.run()
+    finally:
+        monkeypatch.delenv("DOCMILL_STORE_IO__FSYNC")
+        get_settings.cache_clear()
+    assert any(o.state is DocState.SUCCEEDED for o in outcomes)
+    assert flushes == []
