@@ -97,6 +97,8 @@ def test_local_copy_reads_a_file_changed_in_place(tmp_path) -> None:
     assert not (tmp_path / "runs/b/x.json").exists()
     os.removexattr(path, local.ETAG_XATTR)  # no attribute (another file system): read and hashed
     assert store.copy("runs/a/x.json", "runs/b/x.json", etag=local.etag_of(b"bbbb")) is True
+    with open(path, "rb") as f:  # checked once, recorded: the next copy reads nothing
+        assert local.recorded_etag(f.fileno()) == local.etag_of(b"bbbb")
 
 
 def test_delete_is_idempotent(store: ObjectStore) -> None:
