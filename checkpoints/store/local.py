@@ -13,7 +13,11 @@
   read-compare-replace, so compare-and-swap is atomic across processes. Lock files live in one
   hidden folder at the root (`.~locks/`, named by a hash of the key), never beside the objects:
   the folders a person opens (exports, reports) hold only what docmill wrote for them.
-- ETag: quoted md5 of the bytes (the same value S3 gives a single-part upload).
+- ETag: quoted md5 of the bytes (the same value S3 gives a single-part upload). Each file written
+  carries it in an extended attribute (`ETAG_XATTR`) with the file's size and mtime when written, so
+  `copy` checks a file is what it was without reading it; a file without the attribute (another
+  file system, or a size or mtime that moved: changed in place behind the store's back) is read and
+  hashed as before.
 Temp files and the lock folder start with `.~` (a prefix `safe_key` refuses) and never show up in `list`.
 """
 
@@ -39,8 +43,32 @@ LOCK_FOLDER = f"{RESERVED_PREFIX}locks"  # one hidden folder of lock files per s
 _TMP_IDS = itertools.count()  # with the pid, a temp name no other writer uses (O_EXCL checks anyway)
 
 
+ETAG_XATTR = "user.docmill.etag"  # "<etag> <size> <mtime_ns>" of a file as written
+
+
 def etag_of(data: bytes) -> str:
     return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+
+
+def remember_etag(fd: int, etag: str) -> None:
+    """Record a file's ETag on it with its size and mtime now (`ETAG_XATTR`): `recorded_etag` trusts
+    it while both are unchanged. Nothing is recorded where the file system has no user attributes."""
+    try:
+        st = os.fstat(fd)
+        os.setxattr(fd, ETAG_XATTR, f"{etag} {st.st_size} {st.st_mtime_ns}".encode())
+    except (OSError, AttributeError):  # no user xattrs here (or no os.setxattr): copy reads the bytes
+        pass
+
+
+def recorded_etag(fd: int) -> str | None:
+    """The ETag `remember_etag` recorded on an open file, while its size and mtime are still those it
+    had then (a write in place moves the mtime); None when there is none or it does not hold."""
+    try:
+        etag, size, mtime = os.getxattr(fd, ETAG_XATTR).decode().split()
+        st = os.fstat(fd)
+    except (OSError, AttributeError, ValueError, UnicodeDecodeError):
+        return None
+    return etag if int(size) == st.st_size and int(mtime) == st.st_mtime_ns else None
 
 
 class LocalStore(ObjectStore):
@@ -80,11 +108,11 @@ class LocalStore(ObjectStore):
             self._ensure_dir(path)
             return os.open(target, flags, 0o644)
 
-    def _write_temp(self, path: Path, data: bytes) -> Path:
+    def _write_temp(self, path: Path, data: bytes, etag: str) -> Path:
         tmp = _sidecar(path, f"tmp.{os.getpid()}.{next(_TMP_IDS)}")
         fd = self._open_in_folder(path, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
-            _write_all(fd, data)
+            _write_all(fd, data, etag)
         except BaseException:
             os.close(fd)
             _unlink(tmp)
@@ -92,7 +120,7 @@ class LocalStore(ObjectStore):
         os.close(fd)
         return tmp
 
-    def _write_anonymous(self, path: Path, data: bytes, *, sync: bool = True) -> int | None:
+    def _write_anonymous(self, path: Path, data: bytes, etag: str, *, sync: bool = True) -> int | None:
         """An unnamed file (O_TMPFILE) in `path`'s folder holding `data`, synced; its descriptor,
         or None where the platform or file system has no unnamed files. Two fewer directory
         operations than a named temp file, and a crashed writer leaves nothing behind."""
@@ -106,7 +134,7 @@ class LocalStore(ObjectStore):
             _no_anonymous()  # this file system has no unnamed files
             return None
         try:
-            _write_all(fd, data, sync=sync)
+            _write_all(fd, data, etag, sync=sync)
         except BaseException:
             os.close(fd)
             raise
@@ -138,41 +166,54 @@ class LocalStore(ObjectStore):
         return data, etag_of(data)
 
     def put(self, key: str, data: bytes) -> str:
-        path = self._path(key)
+        path, etag = self._path(key), etag_of(data)
         with self._locked(path):
-            tmp = self._write_temp(path, data)
+            tmp = self._write_temp(path, data, etag)
             os.replace(tmp, path)
-        return etag_of(data)
+        return etag
 
     def copy(self, src: str, dst: str, *, etag: str) -> bool:
         """A hard link of `src`'s file at `dst` (no bytes written): the file read and checked is the
         one linked, through its open descriptor. Safe because no write changes a file in place (put
         replaces, put_if_absent links a new one), so the two keys share bytes that never move.
-        Another file system or a sandbox that refuses the link: the bytes are written."""
+        The file's ETag is the one recorded on it when its size and mtime still hold
+        (`recorded_etag`), else its bytes are read and hashed. Another file system or a sandbox
+        that refuses the link: the bytes are written."""
         path, target = self._path(src), self._path(dst)
         try:
             fd = os.open(path, os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return False
         try:
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read()
-            if etag_of(data) != etag:
+            data: bytes | None = None
+            known = recorded_etag(fd)
+            if known is None:
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    data = f.read()
+                known = etag_of(data)
+                if known == etag:  # written before files carried their ETag: the next copy reads nothing
+                    remember_etag(fd, known)
+            if known != etag:
                 return False
             with self._locked(target):
                 tmp = _sidecar(target, f"tmp.{os.getpid()}.{next(_TMP_IDS)}")
                 try:
                     os.link(f"/proc/self/fd/{fd}", tmp, src_dir_fd=fd, follow_symlinks=True)
                 except OSError:  # no /proc, another file system, a sandbox: write the bytes
-                    tmp = self._write_temp(target, data)
+                    if data is None:
+                        with os.fdopen(os.dup(fd), "rb") as f:
+                            data = f.read()
+                        if etag_of(data) != etag:
+                            return False
+                    tmp = self._write_temp(target, data, etag)
                 os.replace(tmp, target)
         finally:
             os.close(fd)
         return True
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        path = self._path(key)
-        fd = self._write_anonymous(path, data)
+        path, etag = self._path(key), etag_of(data)
+        fd = self._write_anonymous(path, data, etag)
         if fd is not None:
             try:
                 # linkat(AT_SYMLINK_FOLLOW) is needed to follow the /proc link; os.link uses it only
@@ -190,7 +231,7 @@ class LocalStore(ObjectStore):
                     raise
             finally:
                 os.close(fd)
-        tmp = self._write_temp(path, data)
+        tmp = self._write_temp(path, data, etag)
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -214,7 +255,7 @@ class LocalStore(ObjectStore):
         fds: list[int | None] = []
         try:
             for path, (_, data) in zip(paths, items, strict=True):
-                fds.append(self._write_anonymous(path, data, sync=False))
+                fds.append(self._write_anonymous(path, data, etag_of(data), sync=False))
             if any(fd is not None for fd in fds):
                 _sync_file_system(self.root)
             out: list[bool] = []
@@ -248,9 +289,10 @@ class LocalStore(ObjectStore):
                 raise PreconditionFailed(
                     f"{key!r} changed since it was read", key=key, hint="read it again and retry"
                 )
-            tmp = self._write_temp(path, data)
+            new = etag_of(data)
+            tmp = self._write_temp(path, data, new)
             os.replace(tmp, path)
-        return etag_of(data)
+        return new
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -322,10 +364,11 @@ def _no_anonymous() -> None:
     _ANONYMOUS = False
 
 
-def _write_all(fd: int, data: bytes, *, sync: bool = True) -> None:
+def _write_all(fd: int, data: bytes, etag: str, *, sync: bool = True) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+    remember_etag(fd, etag)  # before the sync: the attribute is as durable as the bytes
     if sync and _fsync():
         os.fsync(fd)
 

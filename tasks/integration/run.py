@@ -38,9 +38,10 @@ from tasks.integration.state import (
     SliceNotes,
     apply_delta,
     empty_state,
-    fingerprint,
+    fingerprints,
     load_state,
     mark_without_notes,
+    record_refs,
     record_slice,
     save_state,
     scope_of,
@@ -280,10 +281,13 @@ def integrate(
     scope = scope_of(source, recipe, settings) if source else None
     state = load_state(store, scope) if scope and mode == "incremental" else empty_state(scope or {})
     prior = state["sections"]
-    fps = {o["doc_id"]: fingerprint(o) for o in outcomes}
+    fps, refs = fingerprints(outcomes, state)
     delta = apply_delta(state, fps)
+    refs_moved = record_refs(state, refs)
     again = unchanged_record(store, state, delta, mode, run_id) if scope else None
-    if again is not None:  # the state stays as it is: it names the run whose record this is
+    if again is not None:  # the state still names the run whose record this is
+        if refs_moved:  # the next unchanged run takes these fingerprints without encoding outputs
+            save_state(store, state)
         store.put_json(f"runs/{run_id}/integration.json", again)
         log.info("integration unchanged: no result moved since run %s", state["run_id"])
         return again

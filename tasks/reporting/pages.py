@@ -179,9 +179,12 @@ def run_documents(store: ObjectStore, run_id: str, only: set[str] | None = None)
 
 def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]) -> list[PageView]:
     """`page_views` for a run: its documents from the inventory, their bytes re-read (and checked
-    against their hash) from where the inventory found them."""
-    documents = run_documents(store, run_id, {str(o.get("doc_id")) for o in outcomes})
-    wanted = [o for o in outcomes if o.get("doc_id") in documents]
+    against their hash) from where the inventory found them. Only outcomes with evidence to show
+    (a cited page, a span of text) need their documents: without any (a nightly that lists only its
+    failures and skips) the inventory is not read."""
+    shown = [o for o in outcomes if cited_pages(o) or _spans(o)]
+    documents = run_documents(store, run_id, {str(o.get("doc_id")) for o in shown})
+    wanted = [o for o in shown if o.get("doc_id") in documents]
     wanted.sort(key=lambda o: (o.get("state") != "needs_review", weakest(o)))  # the budget goes there first
     media = [o for o in wanted if media_type_of(documents[str(o["doc_id"])]) and cited_pages(o)]
     texts = [o for o in wanted if not media_type_of(documents[str(o["doc_id"])]) and _spans(o)][

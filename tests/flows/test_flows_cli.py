@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +203,19 @@ def test_partial_integration_is_reported_everywhere_and_exits_6(
     assert "integration: complete" in capsys.readouterr().out
     assert main(["--store", offline_env, "run", str(corpus), "--no-prefect", "--integration", "skip"]) == 0
     assert "integration: skipped" in capsys.readouterr().out
+
+
+def test_the_docmill_process_scans_for_cycles_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`docmill` itself (no argv given) raises the young-generation threshold of the cyclic GC, which
+    otherwise re-scans every decoded result again and again; main() called with argv (a test, an
+    embedding program) leaves the process's collector alone."""
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        assert main(["runs", "--help"]) == 0
+        assert gc.get_threshold() == (700, 10, 10)
+        monkeypatch.setattr(sys, "argv", ["docmill", "runs", "--help"])
+        assert main() == 0
+        assert gc.get_threshold() == (50_000, 10, 10)
+    finally:
+        gc.set_threshold(*before)

@@ -5,6 +5,9 @@ file changed since are encoded anew."""
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +79,26 @@ def test_a_changed_file_other_results_or_a_decision_are_encoded_anew(tmp_path: P
     other_key = outcomes()
     other_key[1] = {**other_key[1], "key": "file_b2"}  # another result of the ledger
     assert exports_digest(other_key, parquet=False) != exports_digest(outcomes(), parquet=False)
+
+
+def test_copied_exports_do_not_import_pyarrow(tmp_path: Path) -> None:
+    """An unchanged run copies its exports: it never pays for importing pyarrow (checked in a fresh
+    interpreter, as a run starts)."""
+    store = open_store(str(tmp_path / "store"))
+    write_exports(store, "runs/one", outcomes())
+    code = (
+        "import json, sys\n"
+        "from checkpoints.store import open_store\n"
+        "from tasks.reporting.export_files import write_exports\n"
+        f"keys = write_exports(open_store(sys.argv[1]), 'runs/two', json.loads({json.dumps(json.dumps(outcomes()))}))\n"
+        "print(json.dumps([sorted(keys), 'pyarrow' in sys.modules]))\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True, check=True
+    )
+    names, imported = json.loads(got.stdout)
+    assert names == sorted(["jsonl", "csv"] + (["parquet"] if parquet_available() else []))
+    assert imported is False
+    assert (tmp_path / "store/runs/two/exports/results.csv").stat().st_ino == (
+        tmp_path / "store/runs/one/exports/results.csv"
+    ).stat().st_ino

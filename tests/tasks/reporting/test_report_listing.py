@@ -3,11 +3,14 @@ unchanged from the ledger are counted but not listed (every document stays in th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from checkpoints.store.local import LocalStore
 from tasks.reporting.exports import export_rows
 from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
+from tasks.reporting.pages import report_pages
 from tasks.reporting.results import listed
 
 MANIFEST = {"run_id": "r1", "recipe": "invoices", "mode": "batch", "phase": "done", "source": "/src"}
@@ -47,3 +50,31 @@ def test_within_the_limit_every_document_is_listed() -> None:
     assert (shown, unlisted) == (outs, 0)
     md = markdown(MANIFEST, outs, None, extra={"unlisted": unlisted}, listed=shown)
     assert all(o["doc_id"] in md for o in outs) and "unchanged since an earlier run" not in md
+
+
+class CountingStore(LocalStore):
+    """The local backend, counting the inventory chunks read."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.reads = 0
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        self.reads += "/inventory/" in key
+        return super().get_with_etag(key)
+
+
+def test_a_report_listing_only_failures_reads_no_document(tmp_path: Path) -> None:
+    """The pages section shows evidence: the failures and skips a nightly lists have none, so its
+    report neither reads the inventory nor the documents; a listed result with evidence still does."""
+    store = CountingStore(str(tmp_path / "store"))
+    doc = {"doc_id": "new-1", "source_uri": (tmp_path / "new-1.txt").as_uri(), "doc_type": "txt"}
+    doc |= {"sha256": "0" * 64, "size": 3, "status": "ok"}
+    store.put_json("runs/r1/inventory/000000.json", [doc])
+    failed = [{"doc_id": "bad-1", "state": "failed", "from_ledger": True}]
+    assert report_pages(store, "r1", failed) == []
+    assert store.reads == 0
+    cited = outcome("new-1", from_ledger=False)
+    cited["provenance"] = {"fields": {"$.invoice_number.evidence": {"start": 0, "end": 3}}}
+    report_pages(store, "r1", [cited, *failed])
+    assert store.reads == 1
