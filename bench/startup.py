@@ -30,14 +30,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("docmill", "flows", "tasks", "checkpoints", "emulator")
-SDK_MODULES = ("anthropic", "httpx2", "httpx", "aiohttp")
-WATCHED = f"""
-import runpy, sys
-try:
-    runpy.run_module("flows.cli", run_name="__main__", alter_sys=True)
-finally:
-    print("imported:", sorted(m for m in {SDK_MODULES!r} if m in sys.modules), file=sys.stderr)
-"""
+sys.path.insert(0, str(ROOT))
+
+# the CLI as `docmill` runs it, then the SDK modules it imported: the same script the test runs
+from tests.flows.test_flows_no_sdk import WATCHED  # noqa: E402
 
 
 def timed(tree: Path, args: list[str], env: dict[str, str]) -> dict[str, Any]:
