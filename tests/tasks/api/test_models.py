@@ -7,6 +7,7 @@ import sys
 import types
 from collections.abc import Iterator
 from datetime import date, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -148,15 +149,32 @@ def test_sdk_hints_are_read_defensively(fake_sdk_data: types.ModuleType) -> None
     assert parse_sdk_date("January 22nd, 2027") == D("2027-01-22") and parse_sdk_date(None) is None  # type: ignore[arg-type]
 
 
-def test_the_sdk_list_read_from_its_source_is_the_one_an_import_gives() -> None:
+def test_the_sdk_list_read_from_its_source_is_the_one_an_import_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every run reads the SDK's end-of-life list without importing the SDK (docmill.sdk): the
-    literal in the package's source, the same list an import gives."""
+    literal in the package's source, the same list an import gives. The package is this test's own
+    (the SDK's private module changes between releases): a module file and a folder of files."""
     import importlib
 
-    data = importlib.import_module("anthropic._data")
-    assert listed_in_source("anthropic._data", "DEPRECATED_MODELS") == data.DEPRECATED_MODELS
+    pkg = tmp_path / "docmill_test_sdk"
+    (pkg / "_folder").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('the package is never imported')\n")
+    listed = {"claude-a": "November 30th, 2026", "claude-b": "2027-01-22"}
+    body = f"from typing import Any\n\nOTHER = 1\nDEPRECATED_MODELS: dict[str, Any] = {listed!r}\n"
+    (pkg / "_data.py").write_text(body)
+    (pkg / "_folder" / "__init__.py").write_text("")
+    (pkg / "_folder" / "lists.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.spec_from_file_location("docmill_test_sdk_data_file", pkg / "_data.py")
+    assert spec is not None and spec.loader is not None
+    data = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(data)  # what an import of the module itself gives
+    assert listed_in_source("docmill_test_sdk._data", "DEPRECATED_MODELS") == data.DEPRECATED_MODELS
+    assert listed_in_source("docmill_test_sdk._folder", "DEPRECATED_MODELS") == listed
+    assert "docmill_test_sdk" not in sys.modules  # located, not imported
     with pytest.raises(LookupError):
-        listed_in_source("anthropic._data", "NO_SUCH_LIST")
+        listed_in_source("docmill_test_sdk._data", "NO_SUCH_LIST")
     with pytest.raises(LookupError):
         listed_in_source("no_such_package_anywhere._data", "DEPRECATED_MODELS")
 
