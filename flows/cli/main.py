@@ -16,12 +16,12 @@ Exit codes (the table in README.md):
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from docmill.collector import relax_process_gc
 from flows.cli import args as cli_args
 from flows.cli.commands import (
     cmd_doctor,
@@ -69,22 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 TEARDOWN_SECONDS = 5.0  # after an interrupted command returned: the interpreter's exit, at most
-GC_YOUNG_THRESHOLD = 50_000  # allocations between young cyclic-GC passes (CPython's default: 700)
-
-
-def tune_gc() -> None:
-    """Fewer cyclic-GC passes in the `docmill` process. A run holds tens of MB of decoded results
-    (dicts and lists without cycles, ~300,000 containers per 10,000 documents) that the default
-    threshold has the collector scan again and again: ~15% of an unchanged run's CPU. Garbage in
-    cycles is still collected, a few tens of thousands of allocations later."""
-    young, middle, old = gc.get_threshold()
-    gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), middle, old)
 
 
 def main(argv: list[str] | None = None) -> int:
     console = argv is None  # the `docmill` command itself (tests pass argv and go on running)
     if console:  # the process is docmill's: its collector tuned for it
-        tune_gc()
+        relax_process_gc()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["emulator"]:  # the emulator has its own parser and --help
         from emulator.cli import main as emulator_main
