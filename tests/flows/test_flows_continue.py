@@ -347,14 +347,15 @@ def test_an_integration_call_in_flight_at_a_kill_is_counted(tmp_path: Path, emul
     from tasks.reporting.status import run_status
 
     corpus, _ = make_corpus(tmp_path, count=4, seed=3)
-    emulator.state.faults.add(kind="latency", latency_ms=1500, marker="integrated_digest", count=1)
+    slow = emulator.state.faults.add(kind="latency", latency_ms=1500, marker="integrated_digest", count=1)
     store, env = tmp_path / "store", _env(emulator, DOCMILL_API__CONCURRENCY="4")
     proc = Child(_cli(store, "run", str(corpus)), env, tmp_path / "k.txt")
     s = open_store(store)
 
-    def calling() -> bool:
+    def calling() -> bool:  # recorded in flight, and the request has reached the emulator
         runs = list(ManifestStore(s).list_runs())
-        return bool(runs) and any(r.get("kind") == CALL for r in InFlight(s, runs[0]).records())
+        recorded = bool(runs) and any(r.get("kind") == CALL for r in InFlight(s, runs[0]).records())
+        return recorded and slow.hits == 1
 
     assert _kill_after(proc, calling, 0.3)
     run_id = next(ManifestStore(s).list_runs())
