@@ -27,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
+from checkpoints.outcomes_places import DigestMap
 from docmill.collector import relaxed_gc
 from docmill.errors import InputError
 from docmill.sdk import anthropic
@@ -197,7 +198,7 @@ class BatchEngine:
 
     def _stream_docs(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
         body = self._body()
-        streamed: set[bytes] = set()  # a second document with a key already seen waits for its result
+        streamed = DigestMap()  # a second document with a key already seen waits for its result
         for doc, key, got in ordered_map(self.pool, self._prepare, docs, WINDOW):
             if key is None or (digest := key_digest(key)) in streamed:
                 if doc.duplicate_of or key is not None:
