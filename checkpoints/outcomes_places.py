@@ -2,7 +2,8 @@
 (of doc ids or idempotency keys) to non-negative ints in one bytearray.
 
 A batch-shaped pass streams every document of the run before the first batch ends, so what it keeps
-per document until the document's outcome comes is what its memory grows by with the corpus. As a
+per document until the document's outcome comes is what its memory grows by with the corpus (the
+documents' places, the keys already streamed, a resume's keys of batches in flight). As a
 dict of bytes to int that is ~130 bytes a document (a 49-byte bytes object, an int, a dict entry);
 here a slot is 24 bytes and the table is kept between a quarter and two thirds full, so ~36-96
 bytes a document, and emptied slots are given back as the table shrinks."""

@@ -91,7 +91,7 @@ class BatchEngine:
         self.params = file_params(p.settings)
         self.pending: dict[str, WorkItem] = {}
         self.live: dict[int, BatchRecord] = {}
-        self.live_ids: set[bytes] = set()  # key_digest of the items of batches live at resume
+        self.live_ids = DigestMap()  # key_digest of the items of batches live at resume
         self.next_n, self.round = 1, 1
         self.duplicates: list[Document] = []
         self.batch_requests = min(
@@ -122,7 +122,8 @@ class BatchEngine:
                 self.pending.update((d["custom_id"], WorkItem.from_line(d)) for d in rec.carry)
             else:
                 self.live[rec.n] = rec
-                self.live_ids.update(map(key_digest, cids))
+                for digest in map(key_digest, cids):
+                    self.live_ids.add(digest)
 
     # ---- submission ------------------------------------------------------------------------
 
