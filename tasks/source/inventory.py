@@ -409,7 +409,7 @@ def one_per_id(docs: Iterable[Document]) -> Iterator[Document]:
     are 16-byte digests in one bytearray (DigestMap: ~50 bytes a document; a set of the ids ~130)."""
     seen = DigestMap()
     for doc in docs:
-        digest = hashlib.blake2b(doc.doc_id.encode("utf-8", "surrogateescape"), digest_size=16).digest()
+        digest = hashlib.blake2b(doc.doc_id.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         if digest in seen:
             raise InputError(
                 f"two files have the document id {doc.doc_id!r} (the second: {doc.source_uri})",
