@@ -308,4 +308,4 @@ class Unwritten:
 
 def doc_digest(doc_id: str) -> bytes:
     """16 bytes standing for a doc id (a 40-character id costs 89 bytes as text, its digest 49)."""
-    return hashlib.blake2b(doc_id.encode(), digest_size=16).digest()
+    return hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=16).digest()
