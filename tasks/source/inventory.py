@@ -43,7 +43,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from checkpoints.outcomes_places import DigestMap
 from docmill.errors import DocmillError, InputError
 from docmill.settings import Settings, get_settings
 from tasks.source.doc_names import attachment_doc_id, make_doc_id, selected
@@ -405,18 +404,16 @@ def _refuse(doc: Document, reason: SkipReason, detail: str) -> Document:
 
 def one_per_id(docs: Iterable[Document]) -> Iterator[Document]:
     """`docs`, refusing a second document with an id already seen: two files under one id would
-    share results and be merged downstream, so the run stops before anything is sent. The ids seen
-    are 16-byte digests in one bytearray (DigestMap: ~50 bytes a document; a set of the ids ~130)."""
-    seen = DigestMap()
+    share results and be merged downstream, so the run stops before anything is sent."""
+    seen: set[str] = set()
     for doc in docs:
-        digest = hashlib.blake2b(doc.doc_id.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        if digest in seen:
+        if doc.doc_id in seen:
             raise InputError(
                 f"two files have the document id {doc.doc_id!r} (the second: {doc.source_uri})",
                 hint="rename one of them; docmill never merges two files",
                 doc_id=doc.doc_id,
             )
-        seen.add(digest)
+        seen.add(doc.doc_id)
         yield doc
 
 

@@ -7,16 +7,13 @@ from __future__ import annotations
 import hashlib
 import random
 import tracemalloc
-from itertools import islice
 
 import pytest
 
 from checkpoints.chunks import chunk_id
 from checkpoints.outcomes_places import DigestMap
-from docmill.errors import InputError
 from flows.run.passes import PLACES, Unwritten, doc_digest
 from tasks.per_file.outcome import DocOutcome, DocState
-from tasks.source.inventory import Document, one_per_id
 
 
 def digest(i: int) -> bytes:
@@ -87,22 +84,3 @@ def test_a_streamed_document_waits_for_its_outcome_in_tens_of_bytes() -> None:
             assert (got is None) == (i < SIZE - 1)
         assert got is not None and got[0] == chunk_id(0) and len(got[1]) == SIZE
         assert len(unwritten.places) == DOCS - SIZE
-
-
-def test_the_inventory_remembers_the_ids_it_gave_in_tens_of_bytes() -> None:
-    """One file per id (tasks.source.inventory.one_per_id) remembers every id of the corpus until the
-    inventory ends: as a set of the ids (each kept alive) ~120 bytes a document."""
-    docs = (Document.model_validate(record(i)) for i in range(DOCS))
-    given = one_per_id(docs)
-    tracemalloc.start()
-    try:
-        start = tracemalloc.get_traced_memory()[0]
-        for _ in islice(given, DOCS - 1):  # the generator still holds what it remembers
-            pass
-        held = (tracemalloc.get_traced_memory()[0] - start) / DOCS
-    finally:
-        tracemalloc.stop()
-    assert held < 80, f"{held:.0f} bytes a document given"
-    assert [d.doc_id for d in given] == [record(DOCS - 1)["doc_id"]]
-    with pytest.raises(InputError, match="two files have the document id"):
-        list(one_per_id(Document.model_validate(record(i % 3)) for i in range(4)))
