@@ -12,7 +12,8 @@
 Prints: wall time of submission (inventory, request building, spooling, create calls: start to the
 first poll), wait for the emulator's processing, results ingestion rate (from the first result line
 of a batch to its record `collected`: download, gate, ledger, costs; per second),
-peak RSS of this process, and store operations per document by kind. Targets: peak RSS < 500 MB,
+peak RSS of this process (and its peak when every batch was created: inventory, streaming, spooling),
+and store operations per document by kind. Targets: peak RSS < 500 MB,
 ingestion >= 2,000 documents/s. With --integrate, the integration pass then runs over every outcome
 (as a run does, with its state in the same store), and its wall time, calls and cost as a share of
 the per-file pass are printed too; peak RSS then includes holding every outcome. With --driver, the
@@ -219,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         def hook(point: str) -> None:  # lifecycle points: when submission ends, when ingesting starts
             if point == "polling" and "polling" not in marks:
                 marks["polling"] = time.perf_counter()
+                marks["rss_submitted"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
                 if args.trace_memory:
                     top_lines("when submission ends")
             elif point == "streaming_results" and "ingest_start" not in marks:
@@ -281,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "total_wall_s": round(total_s, 1),
         "peak_rss_mb": round(rss_mb),
+        "peak_rss_when_submitted_mb": round(marks["rss_submitted"]) if "rss_submitted" in marks else None,
         "store_ops_per_doc": {k: round(v / n, 3) for k, v in sorted(store.ops.items())},
         "store_ops_total_per_doc": round(sum(store.ops.values()) / n, 3),
         "billed_requests": billed["billed_count"],

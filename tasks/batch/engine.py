@@ -27,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
+from checkpoints.outcomes_places import DigestMap
 from docmill.collector import relaxed_gc
 from docmill.errors import InputError
 from docmill.sdk import anthropic
@@ -90,7 +91,7 @@ class BatchEngine:
         self.params = file_params(p.settings)
         self.pending: dict[str, WorkItem] = {}
         self.live: dict[int, BatchRecord] = {}
-        self.live_ids: set[bytes] = set()  # key_digest of the items of batches live at resume
+        self.live_ids = DigestMap()  # key_digest of the items of batches live at resume
         self.next_n, self.round = 1, 1
         self.duplicates: list[Document] = []
         self.batch_requests = min(
@@ -121,7 +122,8 @@ class BatchEngine:
                 self.pending.update((d["custom_id"], WorkItem.from_line(d)) for d in rec.carry)
             else:
                 self.live[rec.n] = rec
-                self.live_ids.update(map(key_digest, cids))
+                for digest in map(key_digest, cids):
+                    self.live_ids.add(digest)
 
     # ---- submission ------------------------------------------------------------------------
 
@@ -197,7 +199,7 @@ class BatchEngine:
 
     def _stream_docs(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
         body = self._body()
-        streamed: set[bytes] = set()  # a second document with a key already seen waits for its result
+        streamed = DigestMap()  # a second document with a key already seen waits for its result
         for doc, key, got in ordered_map(self.pool, self._prepare, docs, WINDOW):
             if key is None or (digest := key_digest(key)) in streamed:
                 if doc.duplicate_of or key is not None:
