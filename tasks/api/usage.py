@@ -62,6 +62,7 @@ def estimate_input_tokens(request: dict[str, Any], dumps: Callable[[dict[str, An
 
 WIDE = (", ", ": ")  # json.dumps's default separators (what estimate_input_tokens counts)
 COMPACT = (",", ":")  # a batch body's
+REPEATED = ("system", "output_config", "thinking", "tools", "tool_choice")  # the same in every per-file request
 
 
 class RepeatedJson:
@@ -74,8 +75,9 @@ class RepeatedJson:
     they do not change afterwards (a request is built fresh per document; the schema its requests
     share is read-only); safe to call from several threads (a race only encodes a value again)."""
 
-    def __init__(self, separators: tuple[str, str] = WIDE) -> None:
+    def __init__(self, separators: tuple[str, str] = WIDE, repeated: tuple[str, ...] = REPEATED) -> None:
         self.separators = separators
+        self.repeated = frozenset(repeated)  # the keys whose values repeat (others: encoded each time)
         self._last: dict[str, tuple[Any, str]] = {}
 
     def dumps(self, obj: dict[str, Any]) -> str:
@@ -84,12 +86,13 @@ class RepeatedJson:
         for key, value in obj.items():
             if not isinstance(key, str):  # json.dumps's own rules for such keys
                 return json.dumps(obj, ensure_ascii=False, separators=self.separators)
-            hit = self._last.get(key)
+            hit = self._last.get(key) if key in self.repeated else None
             if hit is not None and same_json(hit[0], value):
                 text = hit[1]
             else:
                 text = json.dumps(value, ensure_ascii=False, separators=self.separators)
-                self._last[key] = (value, text)
+                if key in self.repeated:
+                    self._last[key] = (value, text)
             parts.append(f"{json.dumps(key, ensure_ascii=False)}{key_sep}{text}")
         return "{" + item_sep.join(parts) + "}"
 
