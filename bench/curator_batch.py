@@ -9,7 +9,8 @@ Curator 0.1.31 calls `instructor.handle_response_model`, gone from instructor 1.
 python. Without it, this prints one line and exits 0 (the bench is not part of CI).
 
 One emulator for both (its own process, batch_scale.py's settings: a 60x virtual clock, a batch
-ends 1 virtual second after it is created), one generated corpus (examples/make_invoices.py), then
+ends 1 virtual second after it is created), one generated corpus (examples/make_invoices.py, or
+`--corpus DIR`, a folder generated before), then
 per repeat, in alternating order:
 - docmill: the real CLI in a subprocess, `docmill run CORPUS --mode batch --store FRESH`, default
   settings (only DOCMILL_API__BASE_URL and a key given; PREFECT_HOME is this bench's own folder):
@@ -23,7 +24,7 @@ Printed per run: wall time from process start to exit, CPU seconds (the process 
 it waited for, e.g. Prefect's server), time until its first batch was created (the batch's
 created_at on the emulator's virtual clock, mapped back to wall time), documents answered (batch
 items that succeeded), polls (GETs of its batches), realtime calls (docmill's integration pass);
-then docmill / curator of the median wall times and of each pair. Both poll every 60 s by default
+then docmill / curator of the median wall and CPU times and of each pair. Both poll every 60 s by default
 and both look once right after creating: whether that first look already finds the batch ended
 (polls 2-3) or not (docmill then sleeps 60 s) decides much of a small run's wall time.
 """
