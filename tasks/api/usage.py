@@ -62,7 +62,8 @@ def estimate_input_tokens(request: dict[str, Any], dumps: Callable[[dict[str, An
 
 WIDE = (", ", ": ")  # json.dumps's default separators (what estimate_input_tokens counts)
 COMPACT = (",", ":")  # a batch body's
-REPEATED = ("system", "output_config", "thinking", "tools", "tool_choice")  # the same in every per-file request
+# the keys whose values are the same in every per-file request
+REPEATED = ("system", "output_config", "thinking", "tools", "tool_choice")
 
 
 class RepeatedJson:
