@@ -53,8 +53,8 @@ STATS: Counter[str] = Counter()  # chunks handed to the worker processes (for te
 # process, it does not remove any, and adds its own: an interpreter importing the gate, a reader
 # process of its own for formats read outside the engine, every answer and verdict pickled. On 2
 # shared cores that was 3.8-4.5 s more CPU than in-process at 2,000 answers (two workers), and at
-# 10,000 answers (one worker) a median 34.2 s against 31.9 s of the whole run's CPU, and no less
-# wall time (bench/curator_batch.py's docmill command, three pairs, load 7-14)
+# 10,000 answers (one worker) 1.06-1.14x the whole run's CPU and 1.16-1.22x its wall time
+# (bench/curator_batch.py's docmill command, two pairs, load 2.5-3.7)
 MIN_RESULTS = 20_000
 
 # per answer: ("verdict", Verdict) or ("unreadable", InputError.one_line())
