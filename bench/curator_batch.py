@@ -9,7 +9,8 @@ Curator 0.1.31 calls `instructor.handle_response_model`, gone from instructor 1.
 python. Without it, this prints one line and exits 0 (the bench is not part of CI).
 
 One emulator for both (its own process, batch_scale.py's settings: a 60x virtual clock, a batch
-ends 1 virtual second after it is created), one generated corpus (examples/make_invoices.py), then
+ends 1 virtual second after it is created), one generated corpus (examples/make_invoices.py, or
+`--corpus DIR`, a folder generated before), then
 per repeat, in alternating order:
 - docmill: the real CLI in a subprocess, `docmill run CORPUS --mode batch --store FRESH`, default
   settings (only DOCMILL_API__BASE_URL and a key given; PREFECT_HOME is this bench's own folder):
@@ -23,7 +24,7 @@ Printed per run: wall time from process start to exit, CPU seconds (the process 
 it waited for, e.g. Prefect's server), time until its first batch was created (the batch's
 created_at on the emulator's virtual clock, mapped back to wall time), documents answered (batch
 items that succeeded), polls (GETs of its batches), realtime calls (docmill's integration pass);
-then docmill / curator of the median wall times and of each pair. Both poll every 60 s by default
+then docmill / curator of the median wall and CPU times and of each pair. Both poll every 60 s by default
 and both look once right after creating: whether that first look already finds the batch ended
 (polls 2-3) or not (docmill then sleeps 60 s) decides much of a small run's wall time.
 """
@@ -158,7 +159,7 @@ def command(
     who: str, r: int, a: argparse.Namespace, work: Path, url: str
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of one run (fresh store or cache; the same key for both)."""
-    run, corpus = work / f"{who}-{r}", str(work / "corpus")
+    run, corpus = work / f"{who}-{r}", str(a.corpus or work / "corpus")
     run.mkdir(parents=True, exist_ok=True)
     if who == "docmill":
         docmill = str(Path(sys.executable).parent / "docmill")
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docmill-args", default="", help="more `docmill run` arguments ('--integration skip')")
     p.add_argument("--docmill-env", action="append", default=[], help="KEY=VALUE for docmill (repeatable)")
     p.add_argument("--workdir", type=Path, help="corpus, stores, logs (default: a temp dir)")
+    p.add_argument("--corpus", type=Path, help="an invoice folder to use instead of generating --docs")
     a = p.parse_args(argv)
     probe = [a.curator_python, "-c", "import bespokelabs.curator"]
     if not Path(a.curator_python).exists() or subprocess.run(probe, capture_output=True).returncode != 0:
@@ -203,14 +205,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     work = a.workdir or Path(tempfile.mkdtemp(prefix="docmill-curator-"))
     work.mkdir(parents=True, exist_ok=True)
-    make = [sys.executable, str(ROOT / "examples/make_invoices.py"), "--out", str(work / "corpus")]
-    subprocess.run([*make, "--count", str(a.docs)], check=True, stdout=subprocess.DEVNULL)
-    (work / "spec.json").write_text(json.dumps(request_spec(work / "corpus")))
+    corpus = a.corpus or work / "corpus"
+    if a.corpus is None:
+        make = [sys.executable, str(ROOT / "examples/make_invoices.py"), "--out", str(corpus)]
+        subprocess.run([*make, "--count", str(a.docs)], check=True, stdout=subprocess.DEVNULL)
+    (work / "spec.json").write_text(json.dumps(request_spec(corpus)))
     (work / "curator_extract.py").write_text(CURATOR_SCRIPT)
     emu, url = start_emulator(a.clock_speed)
     results: list[dict[str, Any]] = []
     print(
-        f"{a.docs} invoices, emulator {url} (x{a.clock_speed:g}), work {work}, load {os.getloadavg()[0]:.1f}"
+        f"{a.corpus or a.docs} invoices, emulator {url} (x{a.clock_speed:g}), work {work}, load {os.getloadavg()[0]:.1f}"
     )
     head = ("wall s", "CPU s", "1st batch s", "answered", "batches", "polls", "realtime", "rc")
     print(f"{'':<8} " + " ".join(f"{h:>{w}}" for h, w in zip(head, (8, 6, 12, 9, 8, 6, 9, 3), strict=True)))
@@ -223,13 +227,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(row(results[-1]), f"  log {log}, load {os.getloadavg()[0]:.1f}", flush=True)
     finally:
         stop_emulator(emu)
-    walls = {w: [r["wall_s"] for r in results if r["who"] == w] for w in ("docmill", "curator")}
-    pairs = " ".join(f"{d / c:.2f}" for d, c in zip(walls["docmill"], walls["curator"], strict=True))
-    d, c = statistics.median(walls["docmill"]), statistics.median(walls["curator"])
-    verdict = "no slower" if d <= c else "SLOWER"
-    print(
-        f"median wall: docmill {d:.1f} s, curator {c:.1f} s; docmill/curator {d / c:.2f} ({verdict}); pairs {pairs}"
-    )
+    for what, verdicts in (("wall_s", ("no slower", "SLOWER")), ("cpu_s", ("no more", "MORE"))):
+        got = {w: [r[what] for r in results if r["who"] == w] for w in ("docmill", "curator")}
+        ratios = [d / c for d, c in zip(got["docmill"], got["curator"], strict=True)]
+        d, c = statistics.median(got["docmill"]), statistics.median(got["curator"])
+        print(
+            f"median {what.split('_')[0]}: docmill {d:.1f} s, curator {c:.1f} s; docmill/curator {d / c:.2f} "
+            f"({verdicts[d > c]}); pairs {' '.join(f'{x:.2f}' for x in ratios)}, "
+            f"median of pairs {statistics.median(ratios):.2f}"
+        )
     return 0
 
 

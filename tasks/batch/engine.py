@@ -32,6 +32,7 @@ from docmill.collector import relaxed_gc
 from docmill.errors import InputError
 from docmill.sdk import anthropic
 from docmill.shutdown import SHUTDOWN
+from tasks.api.usage import COMPACT, WIDE, RepeatedJson, estimate_input_tokens
 from tasks.batch import ingest, lifecycle
 from tasks.batch.ingest import Gated, done_future, ordered_map
 from tasks.batch.items import WorkItem, decode_item
@@ -98,6 +99,8 @@ class BatchEngine:
             p.settings.batch.max_requests, batch_requests or p.settings.batch.max_requests
         )
         self.held = held or (lambda: False)
+        # the JSON of what every request repeats (system prompt, schema), encoded once a run
+        self.wide_json, self.compact_json = RepeatedJson(WIDE), RepeatedJson(COMPACT)
 
     # ---- resume ----------------------------------------------------------------------------
 
@@ -136,8 +139,12 @@ class BatchEngine:
             request = self.router.request(item, doc)
         except InputError as e:
             return e
-        why = None if item.request else over_guard(self.settings, request_worst(self.settings, request))
-        return Held(why) if why else request_line(item.custom_id, request)
+        if not item.request:
+            estimate = estimate_input_tokens(request, self.wide_json.dumps)
+            why = over_guard(self.settings, request_worst(self.settings, request, estimate))
+            if why:
+                return Held(why)
+        return request_line(item.custom_id, request, self.compact_json.dumps)
 
     def _add(
         self, body: BatchBody, item: WorkItem, line: bytes | InputError | Held | LongDoc

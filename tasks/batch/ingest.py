@@ -49,9 +49,13 @@ def gate_processes(cpus: int | None) -> int:
 PROCESSES = gate_processes(os.cpu_count())
 CHUNK = 128  # answers per task sent to a worker (amortizes pickling and wake-ups)
 STATS: Counter[str] = Counter()  # chunks handed to the worker processes (for tests and benches)
-# A batch with fewer requests is gated in-process: 2,000 answers gated by two workers took 3.8-4.5 s
-# more CPU than in-process, and no less wall time (bench: a 2,000-invoice batch run, two pairs)
-MIN_RESULTS = 5000
+# A batch with fewer requests is gated in-process. A worker moves the gate's CPU off the engine's
+# process, it does not remove any, and adds its own: an interpreter importing the gate, a reader
+# process of its own for formats read outside the engine, every answer and verdict pickled. On 2
+# shared cores that was 3.8-4.5 s more CPU than in-process at 2,000 answers (two workers), and at
+# 10,000 answers (one worker) 1.06-1.14x the whole run's CPU and 1.16-1.22x its wall time
+# (bench/curator_batch.py's docmill command, two pairs, load 2.5-3.7)
+MIN_RESULTS = 20_000
 
 # per answer: ("verdict", Verdict) or ("unreadable", InputError.one_line())
 Gated = tuple[str, Any]

@@ -9,8 +9,9 @@ first-round item stores no request: it is rebuilt from the document, byte for by
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.per_file.gate import Progress
@@ -56,12 +57,15 @@ class WorkItem:
         self.truncation_retries = progress.truncation_retries
 
     def to_line(self) -> dict[str, Any]:
-        """Compact dict: defaults left out (first-round items are just custom_id, doc, max_tokens)."""
-        out: dict[str, Any] = {}
-        defaults = _DEFAULTS
-        for name, value in asdict(self).items():
-            if name in ("custom_id", "doc", "max_tokens") or value != defaults.get(name):
-                out[name] = value
+        """Compact dict: defaults left out (first-round items are just custom_id, doc, max_tokens).
+        Built field by field rather than with `dataclasses.asdict`, whose deep copy of the document
+        record was most of the cost of spooling a request; what is not a default is copied, so the
+        line shares only the document record, which nothing changes once an item holds it."""
+        out: dict[str, Any] = {"custom_id": self.custom_id, "doc": self.doc, "max_tokens": self.max_tokens}
+        for name, default in _DEFAULTS.items():
+            value = getattr(self, name)
+            if value != default:
+                out[name] = copy.deepcopy(value)
         return out
 
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from checkpoints.batches import encode_item
@@ -21,11 +21,17 @@ SUFFIX = b"]}"
 READ_BLOCK = 1024 * 1024
 
 
-def request_line(custom_id: str, params: dict[str, Any]) -> bytes:
-    """One request of a batch body, as compact JSON."""
-    return json.dumps(
-        {"custom_id": custom_id, "params": params}, ensure_ascii=False, separators=(",", ":")
-    ).encode()
+def request_line(
+    custom_id: str, params: dict[str, Any], dumps: Callable[[dict[str, Any]], str] | None = None
+) -> bytes:
+    """One request of a batch body, as compact JSON (`dumps`: what gives the params' compact JSON
+    text, a `tasks.api.usage.RepeatedJson(COMPACT).dumps` where requests repeat most of it)."""
+    if dumps is None:
+        return json.dumps(
+            {"custom_id": custom_id, "params": params}, ensure_ascii=False, separators=(",", ":")
+        ).encode()
+    cid = json.dumps(custom_id, ensure_ascii=False)
+    return f'{{"custom_id":{cid},"params":{dumps(params)}}}'.encode()
 
 
 class BatchBody:
