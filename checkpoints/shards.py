@@ -93,13 +93,8 @@ class ShardTable:
         return f"{self.prefix}{safe_segment(sid)}.done.json"
 
     def done(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for key in self.store.list(self.prefix):
-            if key.endswith(".done.json"):
-                record = self.store.get_json_or_none(key)
-                if isinstance(record, dict):
-                    out[key[len(self.prefix) : -len(".done.json")]] = record
-        return out
+        found = self.store.json_objects(self.prefix, ".done.json")
+        return {key[len(self.prefix) : -len(".done.json")]: record for key, record in found}
 
     # ---- claims --------------------------------------------------------------------------------
 
@@ -209,7 +204,5 @@ class WorkerLog:
         self.store.put_json(f"{self.prefix}{safe_segment(holder)}.json", {"holder": holder, **info})
 
     def all(self) -> Iterator[dict[str, Any]]:
-        for key in self.store.list(self.prefix):
-            record = self.store.get_json_or_none(key) if key.endswith(".json") else None
-            if isinstance(record, dict):
-                yield record
+        for _key, record in self.store.json_objects(self.prefix):
+            yield record

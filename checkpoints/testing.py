@@ -17,7 +17,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import boto3
@@ -173,7 +172,5 @@ class SeaweedServer:
     def __enter__(self) -> SeaweedServer:
         return self.start()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

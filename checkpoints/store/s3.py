@@ -21,7 +21,7 @@ from botocore.config import Config
 
 from checkpoints.keys import check_key, check_prefix
 from checkpoints.retry import RetryPolicy, call_with_retry, describe, is_transient
-from checkpoints.store.base import ListedStamp, ObjectStore
+from checkpoints.store.base import ListedStamp, ObjectStore, etag_of
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
 T = TypeVar("T")
@@ -36,12 +36,7 @@ def _code_status(e: bexc.ClientError) -> tuple[str, int]:
 
 
 def resolve_endpoint(endpoint_url: str | None) -> str | None:
-    if endpoint_url:
-        return endpoint_url
-    for name in ENDPOINT_ENV:
-        if os.environ.get(name):
-            return os.environ[name]
-    return None
+    return endpoint_url or next((os.environ[n] for n in ENDPOINT_ENV if os.environ.get(n)), None)
 
 
 # Sessions are shared (a fresh one re-parses the S3 model: ~0.2-0.4 s per store); keyed by the
@@ -207,8 +202,7 @@ class S3Store(ObjectStore):
             code, status = _code_status(e)
             if status in (412, 404) or code in ("PreconditionFailed", *_MISSING):
                 if faults and self._is_ours(k, data):
-                    # An earlier attempt landed but its answer was lost: that write was ours.
-                    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+                    return etag_of(data)  # an earlier attempt landed but its answer was lost
                 raise PreconditionFailed(
                     f"{key!r} changed since it was read", key=key, hint="read it again and retry"
                 ) from e
@@ -244,11 +238,9 @@ class S3Store(ObjectStore):
     def _is_ours(self, k: str, data: bytes) -> bool:
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=k)
-        except bexc.BotoCoreError:
+        except (bexc.BotoCoreError, bexc.ClientError):
             return False
-        except bexc.ClientError:
-            return False
-        return str(head.get("ETag")) == f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+        return str(head.get("ETag")) == etag_of(data)
 
     def exists(self, key: str) -> bool:
         k = self._k(key)
@@ -295,13 +287,8 @@ class S3Store(ObjectStore):
 
     def list(self, prefix: str = "") -> Iterator[str]:
         check_prefix(prefix)
-        return self._list(prefix)
-
-    def _list(self, prefix: str) -> Iterator[str]:
         cut = len(self.prefix)
-        for page in self._pages(prefix, None):
-            for obj in page.get("Contents", []) or []:
-                yield obj["Key"][cut:]
+        return (obj["Key"][cut:] for page in self._pages(prefix, None) for obj in page.get("Contents") or [])
 
     def list_stamped(self, prefix: str = "") -> Iterator[tuple[str, ListedStamp | None]]:
         check_prefix(prefix)
