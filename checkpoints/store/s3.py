@@ -20,19 +20,13 @@ import botocore.exceptions as bexc
 from botocore.config import Config
 
 from checkpoints.keys import check_key, check_prefix
-from checkpoints.retry import RetryPolicy, call_with_retry, describe, is_transient
+from checkpoints.retry import RetryPolicy, call_with_retry, code_status, describe, is_transient
 from checkpoints.store.base import ListedStamp, ObjectStore, etag_of
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
 T = TypeVar("T")
 ENDPOINT_ENV = ("DOCMILL_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _MISSING = {"NoSuchKey", "NotFound", "404"}
-
-
-def _code_status(e: bexc.ClientError) -> tuple[str, int]:
-    err = e.response.get("Error", {}) or {}
-    status = int((e.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode", 0) or 0)
-    return str(err.get("Code", "")), status
 
 
 def resolve_endpoint(endpoint_url: str | None) -> str | None:
@@ -129,7 +123,7 @@ class S3Store(ObjectStore):
             ) from e
 
     def _fail(self, what: str, key: str, e: bexc.ClientError) -> StoreError:
-        code, status = _code_status(e)
+        code, status = code_status(e)
         hint = {
             403: "check the AWS credentials and the bucket policy (s3:GetObject/PutObject/ListBucket)",
             404: f"create the bucket {self.bucket!r} or fix the store URI",
@@ -155,7 +149,7 @@ class S3Store(ObjectStore):
         try:
             return self._call(f"get {key}", go)
         except bexc.ClientError as e:
-            if _code_status(e)[0] in _MISSING:
+            if code_status(e)[0] in _MISSING:
                 raise NotFound(f"no object {key!r} in {self.uri}", key=key) from e
             raise self._fail("get", key, e) from e
 
@@ -177,7 +171,7 @@ class S3Store(ObjectStore):
                 lambda: self.client.put_object(Bucket=self.bucket, Key=k, Body=data, IfNoneMatch="*"),
             )
         except bexc.ClientError as e:
-            code, status = _code_status(e)
+            code, status = code_status(e)
             if status == 412 or code == "PreconditionFailed":
                 return False
             raise self._fail("put-if-absent", key, e) from e
@@ -199,7 +193,7 @@ class S3Store(ObjectStore):
         try:
             resp = self._call(f"put-if-match {key}", go)
         except bexc.ClientError as e:
-            code, status = _code_status(e)
+            code, status = code_status(e)
             if status in (412, 404) or code in ("PreconditionFailed", *_MISSING):
                 if faults and self._is_ours(k, data):
                     return etag_of(data)  # an earlier attempt landed but its answer was lost
@@ -216,7 +210,7 @@ class S3Store(ObjectStore):
             try:
                 head = self._call(f"head {src}", lambda: self.client.head_object(Bucket=self.bucket, Key=s))
             except bexc.ClientError as e:
-                if _code_status(e)[0] in _MISSING or _code_status(e)[1] == 404:
+                if code_status(e)[0] in _MISSING or code_status(e)[1] == 404:
                     return False
                 raise self._fail("head", src, e) from e
             return str(head.get("ETag")) == etag
@@ -229,7 +223,7 @@ class S3Store(ObjectStore):
                 ),
             )
         except bexc.ClientError as e:
-            code, status = _code_status(e)
+            code, status = code_status(e)
             if status in (412, 404) or code in ("PreconditionFailed", *_MISSING):
                 return False
             raise self._fail("copy", dst, e) from e
@@ -247,7 +241,7 @@ class S3Store(ObjectStore):
         try:
             self._call(f"head {key}", lambda: self.client.head_object(Bucket=self.bucket, Key=k))
         except bexc.ClientError as e:
-            code, status = _code_status(e)
+            code, status = code_status(e)
             if status == 404 or code in _MISSING:
                 return False
             raise self._fail("head", key, e) from e
@@ -258,7 +252,7 @@ class S3Store(ObjectStore):
         try:
             self._call(f"delete {key}", lambda: self.client.delete_object(Bucket=self.bucket, Key=k))
         except bexc.ClientError as e:
-            if _code_status(e)[0] in _MISSING:
+            if code_status(e)[0] in _MISSING:
                 return
             raise self._fail("delete", key, e) from e
 
