@@ -108,9 +108,6 @@ class FaultRule:
         values["kind"] = FaultKind(values["kind"])
         return cls(**values)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def matches_http(self, path: str, text: str, body: Any) -> bool:
         if self.custom_id is not None or self.kind is FaultKind.SLOW_BATCH:
             return False
@@ -239,10 +236,8 @@ class FaultPlan:
         self._lock = threading.Lock()  # tests add rules from their own thread while the server runs
 
     def add(self, rule: FaultRule | Mapping[str, Any] | None = None, /, **kw: Any) -> FaultRule:
-        if rule is None:
-            rule = FaultRule.from_dict(kw)
-        elif not isinstance(rule, FaultRule):
-            rule = FaultRule.from_dict(rule)
+        if not isinstance(rule, FaultRule):
+            rule = FaultRule.from_dict(kw if rule is None else rule)
         with self._lock:
             self.rules.append(rule)
         return rule
@@ -299,7 +294,7 @@ class FaultPlan:
         )
 
     def snapshot(self) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in self.rules]
+        return [asdict(r) for r in self.rules]
 
 
 def body_text(body: Any) -> str:

@@ -191,11 +191,13 @@ def media_docs(content: Any) -> list[Doc]:
                 attr = ID_ATTR.search(m.group(1))
                 label = html.unescape(attr.group(1)) if attr else label
             continue
-        got = media.read_block(block)
-        if got is not None:
-            kind, pages = got
-            name = str(block.get("title") or label or "") if kind == "pdf" else label
-            out.append(Doc(name or None, "\f".join(pages), paged=True))
+        found = media.read_media(block)
+        if isinstance(found, media.Pdf):
+            out.append(
+                Doc(str(block.get("title") or label or "") or None, "\f".join(found.pages), paged=True)
+            )
+        elif found is not None:  # an image: what the model reads of it is its OCR hint
+            out.append(Doc(label or None, found.text, paged=True))
     return out
 
 

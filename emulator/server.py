@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 from emulator import batches, control, messages, tokens
 from emulator.accounting import ReceivedRequest
 from emulator.batch_store import BatchJournal
-from emulator.calls import Call, Handler
+from emulator.calls import Call, Handler, list_page
 from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
 from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers, ratelimit_headers
 from emulator.validation import ApiError, ErrorType, invalid
@@ -287,13 +287,7 @@ def _model_info(model_id: str) -> dict[str, Any]:
 
 
 async def list_models(call: Call) -> dict[str, Any]:
-    data = [_model_info(m) for m in sorted(call.state.served())]
-    return {
-        "data": data,
-        "has_more": False,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-    }
+    return list_page([_model_info(m) for m in sorted(call.state.served())], has_more=False)
 
 
 async def get_model(call: Call) -> dict[str, Any]:
