@@ -257,27 +257,23 @@ class S3Store(ObjectStore):
             raise self._fail("delete", key, e) from e
 
     def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
-        token: str | None = None
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": self.prefix + prefix,
+            "MaxKeys": self.page_size,
+        }
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
         while True:
-            kwargs: dict[str, Any] = {
-                "Bucket": self.bucket,
-                "Prefix": self.prefix + prefix,
-                "MaxKeys": self.page_size,
-            }
-            if delimiter:
-                kwargs["Delimiter"] = delimiter
-            if token:
-                kwargs["ContinuationToken"] = token
             try:
-                page = self._call(f"list {prefix}", lambda kw=kwargs: self.client.list_objects_v2(**kw))  # type: ignore[misc]
+                page = self._call(f"list {prefix}", lambda: self.client.list_objects_v2(**kwargs))
             except bexc.ClientError as e:
                 raise self._fail("list", prefix, e) from e
             yield page
-            if not page.get("IsTruncated"):
-                return
             token = page.get("NextContinuationToken")
-            if not token:
+            if not page.get("IsTruncated") or not token:
                 return
+            kwargs["ContinuationToken"] = token
 
     def list(self, prefix: str = "") -> Iterator[str]:
         check_prefix(prefix)
