@@ -102,7 +102,6 @@ def _run_item(state: EmulatorState, batch: Batch, cid: str, params: dict[str, An
             path="/v1/messages/batches",
             custom_id=cid,
             batch_id=batch.id,
-            validate=False,
         )
     except ApiError as err:
         error = {"type": "error", "error": err.error_object(), "request_id": None}

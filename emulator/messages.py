@@ -102,17 +102,14 @@ def answer(
     *,
     request_id: str | None,
     api_key: str,
-    betas: frozenset[str] = frozenset(),
     batch: bool = False,
     shape: FaultRule | None = None,
     path: str = "/v1/messages",
     custom_id: str | None = None,
     batch_id: str | None = None,
-    validate: bool = True,
 ) -> Answer:
-    """Build the Message for a request body and bill it. Raises `ApiError` on invalid input."""
-    if validate:
-        state.validate(body, batch=batch, betas=betas)
+    """Build the Message for a body the caller has validated (`EmulatorState.validate`) and bill it.
+    Raises `ApiError` on a compaction block or request the API refuses."""
     secret = state.config.compaction_secret
     compaction.check_blocks(secret, body)
     model_name = str(body["model"])

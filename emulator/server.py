@@ -205,9 +205,7 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
         body,
         request_id=call.request_id,
         api_key=call.api_key,
-        betas=call.betas,
         shape=call.shape,
-        validate=False,
     )
     if limiter.active:
         limiter.settle_output(int(body["max_tokens"]), ans.output_tokens)
