@@ -23,15 +23,8 @@ from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore
 from docmill.prices import priced_usd, usage_field
 
-TOKEN_KINDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "compaction_input_tokens",
-    "compaction_output_tokens",
-    "thinking_tokens",
-)
+USAGE_TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+TOKEN_KINDS = (*USAGE_TOKENS, "compaction_input_tokens", "compaction_output_tokens", "thinking_tokens")
 
 
 # The pass whose realtime attempts are response-log slots (tasks.request.FILE_PASS): for it,
@@ -112,10 +105,7 @@ class CostEntry(BaseModel):
             unpriced=usd is None,
             request_id=request_id,
             batch=batch,
-            input_tokens=int(usage_field(usage, "input_tokens") or 0),
-            output_tokens=int(usage_field(usage, "output_tokens") or 0),
-            cache_creation_input_tokens=int(usage_field(usage, "cache_creation_input_tokens") or 0),
-            cache_read_input_tokens=int(usage_field(usage, "cache_read_input_tokens") or 0),
+            **{kind: int(usage_field(usage, kind) or 0) for kind in USAGE_TOKENS},
             thinking_tokens=int(
                 usage_field(usage_field(usage, "output_tokens_details") or {}, "thinking_tokens") or 0
             ),
