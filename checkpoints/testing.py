@@ -88,7 +88,7 @@ class SeaweedServer:
     def start(self) -> SeaweedServer:
         weed = find_weed()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        for attempt in range(3):  # a port picked free can be taken before weed binds it: try again
+        for _ in range(3):  # a port picked free can be taken before weed binds it: try again
             m, mg, v, vg, f, fg, s3, s3g = free_ports(8)
             args = [
                 str(weed),
@@ -123,8 +123,6 @@ class SeaweedServer:
             if self._wait_ready():
                 return self
             self.stop(remove=False)
-            if attempt == 2:
-                break
         raise ConfigError(
             f"SeaweedFS did not become ready within {self.start_timeout:.0f}s",
             hint=f"see its log: {self.log_path}\n{self.log_tail()}",
