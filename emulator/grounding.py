@@ -222,12 +222,6 @@ def read_prompt(body: dict[str, Any]) -> Prompt:
     docs.extend(sent_media)
     if not docs:
         docs = [Doc(None, "\n".join(user_parts))]
-    ids: list[str] = []
-    for doc in docs:
-        if doc.doc_id and doc.doc_id not in ids:
-            ids.append(doc.doc_id)
-    if '"' in full and "id" in full:
-        for found in JSON_ID.findall(full):
-            if found not in ids:
-                ids.append(found)
+    in_json = JSON_ID.findall(full) if '"' in full and "id" in full else []
+    ids = list(dict.fromkeys([*(doc.doc_id for doc in docs if doc.doc_id), *in_json]))
     return Prompt(docs, full, ids)
