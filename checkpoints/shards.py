@@ -64,11 +64,8 @@ class ShardTable:
 
     @staticmethod
     def generations(store: ObjectStore, run_id: str) -> list[int]:
-        found = []
-        for child in store.list_children(f"runs/{safe_segment(run_id)}/shards/"):
-            if child.endswith("/") and child[:-1].isdigit():
-                found.append(int(child[:-1]))
-        return sorted(found)
+        children = store.list_children(f"runs/{safe_segment(run_id)}/shards/")
+        return sorted(int(c[:-1]) for c in children if c.endswith("/") and c[:-1].isdigit())
 
     # ---- the plan ------------------------------------------------------------------------------
 
