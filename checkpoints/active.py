@@ -32,11 +32,9 @@ class ActiveRuns:
 
     def items(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(run_id, marker) of every marked run; a marker deleted while listing is skipped."""
-        for key in self.store.list(PREFIX):
-            if key.endswith(".json"):
-                info = self.store.get_json_or_none(key)
-                if isinstance(info, dict) and info.get("run_id"):
-                    yield str(info["run_id"]), info
+        for _key, info in self.store.json_objects(PREFIX):
+            if info.get("run_id"):
+                yield str(info["run_id"]), info
 
 
 def sources_overlap(a: str, b: str) -> bool:

@@ -106,22 +106,13 @@ class BatchRecords:
     # ---- reading -------------------------------------------------------------------------
 
     def numbers(self) -> list[int]:
-        out = []
-        for key in self.store.list(self.prefix):
-            name = key[len(self.prefix) :]
-            if name.endswith(".json") and name[:-5].isdigit():
-                out.append(int(name[:-5]))
-        return sorted(out)
+        return self.store.numbers(self.prefix, ".json")
 
     def load(self, n: int) -> BatchRecord:
         return BatchRecord.model_validate(loads_json(self.store.get(self.record_key(n))))
 
     def load_all(self) -> list[BatchRecord]:
         return [self.load(n) for n in self.numbers()]
-
-    def next_n(self) -> int:
-        numbers = self.numbers()
-        return (numbers[-1] + 1) if numbers else 1
 
     def items(self, n: int) -> Iterator[dict[str, Any]]:
         """The items of batch `n`, in submission order."""

@@ -113,14 +113,15 @@ def update_json(
     *,
     attempts: int = MAX_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
+    exhausted: Callable[[], Exception] | None = None,
 ) -> dict[str, Any] | None:
     """Apply `fn(current or None)` by compare-and-swap and return what was written. `fn` returning
     None writes nothing (and None is returned). `fn` may run more than once: it must depend only on
-    the record it is given."""
+    the record it is given. `exhausted`: as for `swap`."""
 
     def decide(data: bytes | None) -> Write[dict[str, Any]] | None:
         found = None if data is None else loads_json(data)
         new = fn(found if isinstance(found, dict) else None)
         return None if new is None else Write(dumps_json(new), new)
 
-    return swap(store, key, decide, attempts=attempts, sleep=sleep)
+    return swap(store, key, decide, attempts=attempts, sleep=sleep, exhausted=exhausted)

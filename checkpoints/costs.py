@@ -13,6 +13,7 @@ entry whose model has no price keeps its tokens, has usd 0 and `unpriced` set: t
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -22,18 +23,10 @@ from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore
 from docmill.prices import priced_usd, usage_field
 
-TOKEN_KINDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "compaction_input_tokens",
-    "compaction_output_tokens",
-    "thinking_tokens",
-)
+USAGE_TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+TOKEN_KINDS = (*USAGE_TOKENS, "compaction_input_tokens", "compaction_output_tokens", "thinking_tokens")
 
 
-_field = usage_field
 # The pass whose realtime attempts are response-log slots (tasks.request.FILE_PASS): for it,
 # (key, attempt) names exactly one billed answer, however many groups record it.
 SLOT_PASS = "file"
@@ -97,10 +90,10 @@ class CostEntry(BaseModel):
         """An entry from an API `usage` (object or dict), compaction iterations included."""
         usd = priced_usd(model, usage, batch=batch)
         comp_in = comp_out = 0
-        for it in _field(usage, "iterations") or []:
-            if _field(it, "type") == "compaction":
-                comp_in += int(_field(it, "input_tokens") or 0)
-                comp_out += int(_field(it, "output_tokens") or 0)
+        for it in usage_field(usage, "iterations") or []:
+            if usage_field(it, "type") == "compaction":
+                comp_in += int(usage_field(it, "input_tokens") or 0)
+                comp_out += int(usage_field(it, "output_tokens") or 0)
         return cls(
             run_id=run_id,
             pass_name=pass_name,
@@ -112,11 +105,10 @@ class CostEntry(BaseModel):
             unpriced=usd is None,
             request_id=request_id,
             batch=batch,
-            input_tokens=int(_field(usage, "input_tokens") or 0),
-            output_tokens=int(_field(usage, "output_tokens") or 0),
-            cache_creation_input_tokens=int(_field(usage, "cache_creation_input_tokens") or 0),
-            cache_read_input_tokens=int(_field(usage, "cache_read_input_tokens") or 0),
-            thinking_tokens=int(_field(_field(usage, "output_tokens_details") or {}, "thinking_tokens") or 0),
+            **{kind: int(usage_field(usage, kind) or 0) for kind in USAGE_TOKENS},
+            thinking_tokens=int(
+                usage_field(usage_field(usage, "output_tokens_details") or {}, "thinking_tokens") or 0
+            ),
             compaction_input_tokens=comp_in,
             compaction_output_tokens=comp_out,
             usd=usd or 0.0,
@@ -187,44 +179,38 @@ class CostLedger:
         price, their tokens still counted; `possibly_billed`: timeouts and broken streams after sending,
         at their upper bound, included in usd; `cache_saved_usd`: what the prompt cache saved, net of its
         write premium, against the same answers uncached)."""
-        usd = 0.0
-        by_pass: dict[str, float] = {}
-        by_model: dict[str, float] = {}
-        by_doc: dict[str, float] = {}
+        usd = thinking_usd = possibly_usd = saved = 0.0
+        by_pass: defaultdict[str, float] = defaultdict(float)
+        by_model: defaultdict[str, float] = defaultdict(float)
+        by_doc: defaultdict[str, float] = defaultdict(float)
         tokens = dict.fromkeys(TOKEN_KINDS, 0)
-        count = 0
         unpriced: set[str] = set()
-        unpriced_count = possibly = unpriced_tokens = 0
-        thinking_usd = 0.0
-        possibly_usd = saved = 0.0
+        count = unpriced_count = possibly = unpriced_tokens = 0
         for e in self.entries():
             count += 1
+            usd += e.usd
             saved += cache_saving(e)
             if e.possibly_billed:
                 possibly += 1
                 possibly_usd += e.usd
-            if e.unpriced:
+            if e.unpriced:  # thinking tokens are a part of output_tokens
                 unpriced_count += 1
                 unpriced.add(e.model)
-                unpriced_tokens += e.input_tokens + e.output_tokens + e.cache_creation_input_tokens
-                unpriced_tokens += (
-                    e.cache_read_input_tokens + e.compaction_input_tokens + e.compaction_output_tokens
-                )
-            usd += e.usd
-            if e.thinking_tokens and not e.unpriced:  # thinking is billed as output: its share of usd
+                unpriced_tokens += sum(getattr(e, kind) for kind in TOKEN_KINDS if kind != "thinking_tokens")
+            elif e.thinking_tokens:  # thinking is billed as output: its share of usd
                 thinking_usd += (
                     priced_usd(e.model, {"output_tokens": e.thinking_tokens}, batch=e.batch) or 0.0
                 )
-            by_pass[e.pass_name] = by_pass.get(e.pass_name, 0.0) + e.usd
-            by_model[e.model] = by_model.get(e.model, 0.0) + e.usd
-            by_doc[e.doc_id] = by_doc.get(e.doc_id, 0.0) + e.usd
+            by_pass[e.pass_name] += e.usd
+            by_model[e.model] += e.usd
+            by_doc[e.doc_id] += e.usd
             for kind in TOKEN_KINDS:
                 tokens[kind] += getattr(e, kind)
         return {
             "usd": usd,
-            "by_pass": by_pass,
-            "by_model": by_model,
-            "by_doc": by_doc,
+            "by_pass": dict(by_pass),
+            "by_model": dict(by_model),
+            "by_doc": dict(by_doc),
             "tokens": tokens,
             "entries": count,
             "unpriced": unpriced_count,

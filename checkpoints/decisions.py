@@ -90,11 +90,8 @@ class ReviewDecisions:
         return sorted(mine, key=lambda d: d.seq)
 
     def _read(self, prefix: str) -> Iterator[Decision]:
-        for key in self.store.list(prefix):
-            if key.endswith(".json"):
-                data = self.store.get_json_or_none(key)
-                if isinstance(data, dict):
-                    yield Decision.model_validate(data)
+        for _key, data in self.store.json_objects(prefix):
+            yield Decision.model_validate(data)
 
     def in_force(self) -> dict[str, Decision]:
         """doc id -> the decision in force (the last one recorded for it)."""

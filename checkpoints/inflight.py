@@ -137,12 +137,7 @@ class InFlight:
         return out
 
     def records(self) -> list[InFlightRecord]:
-        out: list[InFlightRecord] = []
-        for key in self.store.list(self.prefix):
-            record = self.store.get_json_or_none(key) if key.endswith(".json") else None
-            if isinstance(record, dict):
-                out.append(InFlightRecord(**record))  # type: ignore[typeddict-item]
-        return out
+        return [InFlightRecord(**r) for _k, r in self.store.json_objects(self.prefix)]  # type: ignore[typeddict-item]
 
     def totals(self, recorded: set[str] | None = None) -> InFlightTotals:
         """The bound and the saved answers (see the module docstring). `recorded`: the identities

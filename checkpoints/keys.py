@@ -152,8 +152,6 @@ def check_key(key: str) -> str:
 
 def check_prefix(prefix: str) -> str:
     """Validate a listing prefix: empty, or a safe key optionally ending in `/`."""
-    if prefix == "":
-        return prefix
-    body = prefix[:-1] if prefix.endswith("/") else prefix
-    check_key(body)
+    if prefix:
+        check_key(prefix.removesuffix("/"))
     return prefix

@@ -16,12 +16,11 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any
 
 from checkpoints import cas
 from checkpoints.keys import safe_segment
-from checkpoints.store import ObjectStore, dumps_json, loads_json
+from checkpoints.store import ObjectStore
 from docmill.errors import LeaseHeld, PreconditionFailed
 
 MAX_ATTEMPTS = 10
@@ -83,10 +82,6 @@ class Lease:
         now = self.clock()
         return {"holder": self.holder, "acquired_at": now, "expires_at": now + self.ttl}
 
-    def _current(self, data: bytes | None) -> dict[str, Any] | None:
-        found = None if data is None else loads_json(data)
-        return found if isinstance(found, dict) else None
-
     def _held(self, current: dict[str, Any]) -> LeaseHeld:
         until = float(current.get("expires_at", 0))
         left = max(0.0, until - self.clock())
@@ -104,30 +99,27 @@ class Lease:
         """Take the lease or raise `LeaseHeld`. `dead(holder)` True lets an unexpired lease of a
         holder known to be gone be taken over (by compare-and-swap, like an expired one)."""
 
-        def decide(data: bytes | None) -> cas.Write[dict[str, Any]]:
-            current = self._current(data)
+        def fn(current: dict[str, Any] | None) -> dict[str, Any]:
             if current is not None:
                 mine = current.get("holder") == self.holder
                 live = float(current.get("expires_at", 0)) > self.clock()
                 if not mine and live and not (dead is not None and dead(current.get("holder"))):
                     raise self._held(current)
-            record = self._record()
-            return cas.Write(dumps_json(record), record)
+            return self._record()
 
         def exhausted() -> LeaseHeld:
             found = self.store.get_json_or_none(self.key)
             return self._held(found if isinstance(found, dict) else {"holder": "unknown", "expires_at": 0})
 
-        record = cas.swap(self.store, self.key, decide, attempts=MAX_ATTEMPTS, exhausted=exhausted)
-        assert record is not None  # `decide` never gives up
+        record = cas.update_json(self.store, self.key, fn, attempts=MAX_ATTEMPTS, exhausted=exhausted)
+        assert record is not None  # `fn` never gives up
         self.expires_at = record["expires_at"]
         return self
 
     def renew(self) -> None:
         """Extend our lease by ttl; `LeaseHeld` if it was taken over meanwhile."""
 
-        def decide(data: bytes | None) -> cas.Write[dict[str, Any]]:
-            current = self._current(data)
+        def fn(current: dict[str, Any] | None) -> dict[str, Any]:
             if current is None or current.get("holder") != self.holder:
                 holder = None if current is None else current.get("holder")
                 raise LeaseHeld(
@@ -136,14 +128,13 @@ class Lease:
                     run_id=self.run_id,
                     holder=holder,
                 )
-            record = self._record()
-            return cas.Write(dumps_json(record), record)
+            return self._record()
 
         def exhausted() -> LeaseHeld:
             return LeaseHeld(f"could not renew the lease of run {self.run_id}", run_id=self.run_id)
 
-        record = cas.swap(self.store, self.key, decide, attempts=MAX_ATTEMPTS, exhausted=exhausted)
-        assert record is not None  # `decide` never gives up
+        record = cas.update_json(self.store, self.key, fn, attempts=MAX_ATTEMPTS, exhausted=exhausted)
+        assert record is not None  # `fn` never gives up
         self.expires_at = record["expires_at"]
 
     def release(self) -> None:
@@ -152,19 +143,17 @@ class Lease:
         it over right now, so it is only marked released by one compare-and-swap, which may lose."""
         unexpired = False
 
-        def decide(data: bytes | None) -> cas.Write[bool] | None:
+        def fn(current: dict[str, Any] | None) -> dict[str, Any] | None:
             nonlocal unexpired
-            current = self._current(data)
             if current is None or current.get("holder") != self.holder:
                 return None
             if float(current.get("expires_at", 0)) > self.clock():
                 unexpired = True
                 return None
-            released = {"holder": self.holder, "acquired_at": current.get("acquired_at"), "expires_at": 0}
-            return cas.Write(dumps_json(released), True)
+            return {"holder": self.holder, "acquired_at": current.get("acquired_at"), "expires_at": 0}
 
         try:
-            cas.swap(self.store, self.key, decide, attempts=1, sleep=lambda _s: None)
+            cas.update_json(self.store, self.key, fn, attempts=1, sleep=lambda _s: None)
         except PreconditionFailed:
             pass  # taken over meanwhile: it is not ours to mark
         if unexpired:
@@ -174,7 +163,5 @@ class Lease:
     def __enter__(self) -> Lease:
         return self.acquire()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

@@ -102,15 +102,4 @@ class ResponseLog:
         return data if isinstance(data, dict) else None
 
     def attempts(self, pass_name: str, key: str) -> list[int]:
-        prefix = self.prefix(pass_name, key)
-        out = []
-        for k in self.store.list(prefix):
-            name = k[len(prefix) :]
-            if name.endswith(".json") and name[:-5].isdigit():
-                out.append(int(name[:-5]))
-        return sorted(out)
-
-    def latest(self, pass_name: str, key: str) -> dict[str, Any] | None:
-        """The response of the highest attempt, or None."""
-        attempts = self.attempts(pass_name, key)
-        return self.get(pass_name, key, attempts[-1]) if attempts else None
+        return self.store.numbers(self.prefix(pass_name, key), ".json")

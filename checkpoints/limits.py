@@ -89,7 +89,6 @@ class LimitPool:
     ) -> tuple[float, dict[str, Any]]:
         """Join or renew `holder` for `lease_seconds`, publish the limits it saw in headers (they
         replace the record's), drop expired members; returns (its share, the record written)."""
-        written: dict[str, Any] = {}
 
         def fn(current: dict[str, Any] | None) -> dict[str, Any]:
             now = self.clock()
@@ -104,11 +103,10 @@ class LimitPool:
                 stated = {k: float(v) for k, v in limits.items()}
                 if stated != record.get("limits"):
                     record["limits"], record["stated_at"] = stated, now
-            written.clear()
-            written.update(record)
             return record
 
-        update_json(self.store, self.key, fn)
+        written = update_json(self.store, self.key, fn)
+        assert written is not None  # `fn` never gives up
         return float(written["members"][holder]["share"]), written
 
     def leave(self, holder: str) -> None:

@@ -97,9 +97,6 @@ class ManifestStore:
         self.clock = clock
         self.sleep = sleep
 
-    def _stamp(self) -> datetime:
-        return datetime.fromtimestamp(self.clock(), UTC)
-
     def _encode(self, m: RunManifest) -> bytes:
         return dumps_json(m.model_dump(mode="json"))
 
@@ -142,7 +139,8 @@ class ManifestStore:
             current = RunManifest.model_validate(loads_json(data))
             result = fn(current)
             new = current if result is None else result
-            new = new.model_copy(update={"updated_at": self._stamp(), "config": redact(new.config)})
+            stamp = datetime.fromtimestamp(self.clock(), UTC)
+            new = new.model_copy(update={"updated_at": stamp, "config": redact(new.config)})
             return cas.Write(self._encode(new), new)
 
         def exhausted() -> PreconditionFailed:

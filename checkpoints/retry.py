@@ -39,28 +39,32 @@ THROTTLING_CODES = frozenset(
     }
 )
 
-_TRANSIENT_BOTO = (
+_TRANSIENT = (
     bexc.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError, proxy
     bexc.ReadTimeoutError,
     bexc.ResponseStreamingError,
     bexc.IncompleteReadError,
+    bexc.HTTPClientError,  # urllib3-level failures wrapped by botocore
+    ConnectionError,
+    TimeoutError,
 )
+
+
+def code_status(e: bexc.ClientError) -> tuple[str, int]:
+    """The S3 error code and HTTP status of a client error ("" and 0 when not given)."""
+    err = e.response.get("Error", {}) or {}
+    status = int((e.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode", 0) or 0)
+    return str(err.get("Code", "")), status
 
 
 def is_transient(exc: BaseException) -> bool:
     """True when repeating the same store call may succeed."""
     if isinstance(exc, bexc.ClientError):
-        err = exc.response.get("Error", {}) or {}
-        code = str(err.get("Code", ""))
-        status = int((exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode", 0) or 0)
+        code, status = code_status(exc)
         if status == 412 or code == "PreconditionFailed":
             return False
         return status >= 500 or status == 429 or code in THROTTLING_CODES
-    if isinstance(exc, _TRANSIENT_BOTO):
-        return True
-    if isinstance(exc, bexc.HTTPClientError):  # urllib3-level failures wrapped by botocore
-        return True
-    return isinstance(exc, ConnectionError | TimeoutError)
+    return isinstance(exc, _TRANSIENT)
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,6 @@ def describe(exc: BaseException | None) -> str:
     if exc is None:
         return "unknown error"
     if isinstance(exc, bexc.ClientError):
-        err = exc.response.get("Error", {}) or {}
-        status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode", "?")
-        return f"{err.get('Code', 'error')} (HTTP {status})"
+        code, status = code_status(exc)
+        return f"{code or 'error'} (HTTP {status or '?'})"
     return type(exc).__name__

@@ -41,11 +41,8 @@ class ReviewQueue:
 
     def list(self) -> Iterator[dict[str, Any]]:
         """Every item of the run, in key order."""
-        for key in self.store.list(self.prefix):
-            if key.endswith(SUFFIX):
-                item = self.store.get_json_or_none(key)
-                if isinstance(item, dict):
-                    yield item
+        for _key, item in self.store.json_objects(self.prefix, SUFFIX):
+            yield item
 
     def __len__(self) -> int:
         return sum(1 for k in self.store.list(self.prefix) if k.endswith(SUFFIX))

@@ -62,21 +62,11 @@ class HistoryArchive:
         return f"{self.prefix}{seq:0{SEQ_DIGITS}d}{SUFFIX}"
 
     def seqs(self) -> list[int]:
-        out = []
-        for key in self.store.list(self.prefix):
-            name = key[len(self.prefix) :]
-            if name.endswith(SUFFIX) and name[: -len(SUFFIX)].isdigit():
-                out.append(int(name[: -len(SUFFIX)]))
-        return sorted(out)
-
-    def latest_seq(self) -> int | None:
-        seqs = self.seqs()
-        return seqs[-1] if seqs else None
+        return self.store.numbers(self.prefix, SUFFIX)
 
     def archive(self, messages: list[dict[str, Any]]) -> int:
         """Save a history; returns its sequence number (0, 1, 2... per task)."""
-        latest = self.latest_seq()
-        seq = 0 if latest is None else latest + 1
+        seq = max(self.seqs(), default=-1) + 1
         data = gzip_json(messages)
         for _ in range(MAX_CAS_ATTEMPTS):
             if self.store.put_if_absent(self._key(seq), data):

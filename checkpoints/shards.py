@@ -64,11 +64,8 @@ class ShardTable:
 
     @staticmethod
     def generations(store: ObjectStore, run_id: str) -> list[int]:
-        found = []
-        for child in store.list_children(f"runs/{safe_segment(run_id)}/shards/"):
-            if child.endswith("/") and child[:-1].isdigit():
-                found.append(int(child[:-1]))
-        return sorted(found)
+        children = store.list_children(f"runs/{safe_segment(run_id)}/shards/")
+        return sorted(int(c[:-1]) for c in children if c.endswith("/") and c[:-1].isdigit())
 
     # ---- the plan ------------------------------------------------------------------------------
 
@@ -93,13 +90,8 @@ class ShardTable:
         return f"{self.prefix}{safe_segment(sid)}.done.json"
 
     def done(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for key in self.store.list(self.prefix):
-            if key.endswith(".done.json"):
-                record = self.store.get_json_or_none(key)
-                if isinstance(record, dict):
-                    out[key[len(self.prefix) : -len(".done.json")]] = record
-        return out
+        found = self.store.json_objects(self.prefix, ".done.json")
+        return {key[len(self.prefix) : -len(".done.json")]: record for key, record in found}
 
     # ---- claims --------------------------------------------------------------------------------
 
@@ -209,7 +201,5 @@ class WorkerLog:
         self.store.put_json(f"{self.prefix}{safe_segment(holder)}.json", {"holder": holder, **info})
 
     def all(self) -> Iterator[dict[str, Any]]:
-        for key in self.store.list(self.prefix):
-            record = self.store.get_json_or_none(key) if key.endswith(".json") else None
-            if isinstance(record, dict):
-                yield record
+        for _key, record in self.store.json_objects(self.prefix):
+            yield record

@@ -17,7 +17,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import boto3
@@ -89,7 +88,7 @@ class SeaweedServer:
     def start(self) -> SeaweedServer:
         weed = find_weed()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        for attempt in range(3):  # a port picked free can be taken before weed binds it: try again
+        for _ in range(3):  # a port picked free can be taken before weed binds it: try again
             m, mg, v, vg, f, fg, s3, s3g = free_ports(8)
             args = [
                 str(weed),
@@ -124,8 +123,6 @@ class SeaweedServer:
             if self._wait_ready():
                 return self
             self.stop(remove=False)
-            if attempt == 2:
-                break
         raise ConfigError(
             f"SeaweedFS did not become ready within {self.start_timeout:.0f}s",
             hint=f"see its log: {self.log_path}\n{self.log_tail()}",
@@ -173,7 +170,5 @@ class SeaweedServer:
     def __enter__(self) -> SeaweedServer:
         return self.start()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -81,7 +81,7 @@ class _Formatter(logging.Formatter):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + "Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "run_id": getattr(record, "run_id", None) or _run_id.get() or _process_run_id,
+            "run_id": getattr(record, "run_id", None) or current_run(),
             "msg": record.getMessage(),
         }
         for name in _EXTRA_FIELDS:

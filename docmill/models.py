@@ -2,7 +2,7 @@
 A leaf (standard library only) for prices, settings, the pipeline's model checks and the emulator.
 
 - `model_info(id)`: the table's row for an id or its dated form (`claude-haiku-4-5-20251001`).
-- `status_on(id, day)`: current / legacy / deprecated / retired on a given day (or unknown). The day is
+- `ModelInfo.status_on(day)`: current / legacy / deprecated / retired on a given day. The day is
   always passed in (settings.today in the pipeline, the injected date in tests), never read here.
 - `price_id`: a `-YYYYMMDD` suffix dropped. Before the 4.6 generation an alias resolves to a dated id
   and answers name it (`claude-haiku-4-5` -> `claude-haiku-4-5-20251001`); both price the same.
@@ -45,7 +45,6 @@ class Status(StrEnum):
     LEGACY = "legacy"
     DEPRECATED = "deprecated"
     RETIRED = "retired"
-    UNKNOWN = "unknown"  # not in docmill's table
 
 
 @dataclass(frozen=True)
@@ -125,11 +124,6 @@ def price_id(model: str) -> str:
 def model_info(model: str) -> ModelInfo | None:
     """The table's row for `model` (exact id first, then its alias without a date suffix)."""
     return MODELS.get(model) or MODELS.get(price_id(model))
-
-
-def status_on(model: str, day: date) -> Status:
-    info = model_info(model)
-    return Status.UNKNOWN if info is None else info.status_on(day)
 
 
 def dated_aliases() -> dict[str, str]:

@@ -129,7 +129,7 @@ class Row:
     source: str
 
 
-def _load() -> tuple[str, dict[str, list[Row]]]:
+def _load() -> dict[str, list[Row]]:
     raw = json.loads(resources.files("docmill").joinpath("data/prices.json").read_text(encoding="utf-8"))
     rows: dict[str, list[Row]] = {}
     for item in raw["prices"]:
@@ -143,10 +143,10 @@ def _load() -> tuple[str, dict[str, list[Row]]]:
         rows.setdefault(model, []).append(Row(effective, price, source))
     for model_rows in rows.values():
         model_rows.sort(key=lambda r: r.effective or date.min)
-    return raw["checked"], rows
+    return rows
 
 
-PRICES_CHECKED, TABLE = _load()
+TABLE = _load()
 
 
 def table_row(model: str, day: date) -> Row | None:
@@ -225,12 +225,6 @@ def price_on(model: str, day: date | None = None) -> Price | None:
         hit = None if row is None else row.price
     found[(model, day)] = hit
     return hit
-
-
-def has_no_published_price(model: str, day: date | None = None) -> bool:
-    """The table says there is no published price (as opposed to not knowing the model)."""
-    row = table_row(model, day or _today())
-    return row is not None and row.price is None
 
 
 def override_lines() -> list[str]:

@@ -22,6 +22,7 @@ Processes that multiprocessing starts (tasks.batch.ingest) call `lifeline.die_wi
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import json
 import os
@@ -185,22 +186,18 @@ def reap_stale(runtime: str | None = None) -> list[ChildRecord]:
         if rec is not None and _alive(rec["parent"], rec["parent_started"]):
             continue  # its docmill still runs: its business
         if rec is not None and _alive(rec["pid"], rec["started"]) and _marked(rec["pid"], rec["parent"]):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(rec["pid"], signal.SIGTERM)
                 os.kill(rec["pid"], signal.SIGCONT)  # a stopped process acts on it too
                 stale.append(rec)
-            except OSError:
-                pass
         path.unlink(missing_ok=True)
     deadline = time.monotonic() + STOP_WAIT
     while any(_alive(r["pid"], r["started"]) for r in stale) and time.monotonic() < deadline:
         time.sleep(0.05)
     for r in stale:
         if _alive(r["pid"], r["started"]):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(r["pid"], signal.SIGKILL)
-            except OSError:
-                pass
     return stale
 
 

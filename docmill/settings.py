@@ -383,15 +383,6 @@ class StoreSettings(BaseModel):
     fsync: bool = Field(True, description="Local backend: fsync each object before it is renamed into place.")
 
 
-class ReviewSettings(BaseModel):
-    """The human review queue."""
-
-    sample_size: int = Field(
-        0, ge=0, description="Succeeded documents sampled into the review queue by eval."
-    )
-    sample_seed: int = Field(0, description="Seed of that stratified sample.")
-
-
 class Settings(BaseSettings):
     """Every docmill setting. Env prefix DOCMILL_, nested with `__`."""
 
@@ -534,7 +525,6 @@ class Settings(BaseSettings):
     inventory: InventorySettings = Field(default_factory=InventorySettings)
     formats: FormatSettings = Field(default_factory=FormatSettings)
     store_io: StoreSettings = Field(default_factory=StoreSettings)
-    review: ReviewSettings = Field(default_factory=ReviewSettings)
     shared_limit: SharedLimitSettings = Field(default_factory=SharedLimitSettings)
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
     deadline: DeadlineSettings = Field(default_factory=DeadlineSettings)

@@ -17,6 +17,7 @@ server that is gone (Prefect's engine retries for minutes) cannot hold the exit 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -88,11 +89,17 @@ def say_stopped(signal_name: str, run_id: str | None) -> None:
 
 def _exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):
             stream.flush()
-        except Exception:
-            pass
     os._exit(code)
+
+
+def _after(seconds: float, fn: Callable[..., None], *args: object) -> threading.Timer:
+    """`fn(*args)` in `seconds` on a daemon timer (it never holds the process up)."""
+    timer = threading.Timer(seconds, fn, args=args)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _leave(signal_name: str) -> None:
@@ -104,9 +111,7 @@ def leave_within(seconds: float, code: int) -> None:
     """Exit with `code` at the latest `seconds` from now, whatever the interpreter's teardown still
     waits for (a Prefect client flushing events to a server that is gone). Console use only: a
     process that goes on running must not call it."""
-    timer = threading.Timer(seconds, _exit_now, args=(code,))
-    timer.daemon = True
-    timer.start()
+    _after(seconds, _exit_now, code)
 
 
 def install(grace_seconds: float) -> Callable[[], None]:
@@ -126,10 +131,7 @@ def install(grace_seconds: float) -> Callable[[], None]:
             file=sys.stderr,
             flush=True,
         )
-        timer = threading.Timer(grace_seconds, _leave, args=(name,))
-        timer.daemon = True
-        timer.start()
-        SHUTDOWN.timers.append(timer)
+        SHUTDOWN.timers.append(_after(grace_seconds, _leave, name))
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
 

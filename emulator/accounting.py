@@ -45,9 +45,6 @@ class BilledRequest:
     def output_tokens(self) -> int:
         return int(self.usage.get("output_tokens") or 0)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class ReceivedRequest:
@@ -117,7 +114,7 @@ class Accounting:
             "errors_by_status": {str(k): v for k, v in self.errors_by_status.items()},
             "billed_count": len(self.billed),
             "total_usd": self.total_usd(),
-            "billed": [r.to_dict() for r in self.billed],
+            "billed": [asdict(r) for r in self.billed],
         }
 
     def reset(self) -> None:

@@ -31,6 +31,7 @@ from starlette.responses import StreamingResponse
 
 from emulator import messages
 from emulator.batch_store import Batch
+from emulator.calls import list_page
 from emulator.clock import rfc3339
 from emulator.faults import error_for
 from emulator.validation import CUSTOM_ID_RE, ApiError, ErrorType, invalid
@@ -101,7 +102,6 @@ def _run_item(state: EmulatorState, batch: Batch, cid: str, params: dict[str, An
             path="/v1/messages/batches",
             custom_id=cid,
             batch_id=batch.id,
-            validate=False,
         )
     except ApiError as err:
         error = {"type": "error", "error": err.error_object(), "request_id": None}
@@ -199,11 +199,15 @@ async def create_batch(call: Call) -> dict[str, Any]:
     return to_dict(call.state, batch)
 
 
-async def get_batch(call: Call) -> dict[str, Any]:
-    store = call.state.batches
-    batch = store.get(call.request.path_params["batch_id"])
+async def _looked_at(call: Call) -> Batch:
+    """The batch the path names, brought up to the virtual clock's now."""
+    batch = call.state.batches.get(call.request.path_params["batch_id"])
     await refresh(call.state, batch)
-    return to_dict(call.state, batch)
+    return batch
+
+
+async def get_batch(call: Call) -> dict[str, Any]:
+    return to_dict(call.state, await _looked_at(call))
 
 
 async def list_batches(call: Call) -> dict[str, Any]:
@@ -221,18 +225,11 @@ async def list_batches(call: Call) -> dict[str, Any]:
         batch = store.batches[batch_id]
         await refresh(call.state, batch)
         data.append(to_dict(call.state, batch))
-    return {
-        "data": data,
-        "has_more": page["has_more"],
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-    }
+    return list_page(data, has_more=page["has_more"])
 
 
 async def cancel_batch(call: Call) -> dict[str, Any]:
-    store = call.state.batches
-    batch = store.get(call.request.path_params["batch_id"])
-    await refresh(call.state, batch)
+    store, batch = call.state.batches, await _looked_at(call)
     if batch.ended_at is not None:
         status = call.state.config.cancel_ended_status
         if status == 200:
@@ -248,9 +245,7 @@ async def cancel_batch(call: Call) -> dict[str, Any]:
 
 
 async def delete_batch(call: Call) -> dict[str, Any]:
-    store = call.state.batches
-    batch = store.get(call.request.path_params["batch_id"])
-    await refresh(call.state, batch)
+    store, batch = call.state.batches, await _looked_at(call)
     if batch.ended_at is None:
         raise invalid(
             f"message batch {batch.id} is still processing; cancel it first and wait until it has ended"
@@ -261,9 +256,7 @@ async def delete_batch(call: Call) -> dict[str, Any]:
 
 
 async def batch_results(call: Call) -> StreamingResponse:
-    store = call.state.batches
-    batch = store.get(call.request.path_params["batch_id"])
-    await refresh(call.state, batch)
+    batch = await _looked_at(call)
     if archived(call.state, batch):
         raise ApiError(
             ErrorType.NOT_FOUND, f"results of message batch {batch.id} are no longer available (archived)"

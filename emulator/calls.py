@@ -53,3 +53,9 @@ class Call:
 
 
 Handler = Callable[[Call], Awaitable[Response | dict[str, Any]]]
+
+
+def list_page(data: list[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
+    """A page of a list endpoint (models, batches): its items and where it starts and ends."""
+    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+    return {"data": data, "has_more": has_more, "first_id": first, "last_id": last}

@@ -20,20 +20,14 @@ from datetime import UTC, date, datetime
 
 from docmill.models import CACHE_MIN_TOKENS as PIPELINE_CACHE_MIN_TOKENS
 from docmill.models import CACHE_MIN_TOKENS_UNKNOWN as PIPELINE_UNKNOWN
-from docmill.models import MODELS, model_info, price_id
-from docmill.models import dated_aliases as table_dated_aliases
+from docmill.models import MODELS, dated_aliases, model_info, price_id
 from docmill.prices import RATE_FIELDS, Price, Rates, price_on
 
-__all__ = ["price_id"]
+__all__ = ["dated_aliases", "price_id"]
 
 # One table with the client's settings default (larger value where sources differ).
 CACHE_MIN_TOKENS: dict[str, int] = dict(PIPELINE_CACHE_MIN_TOKENS)
 CACHE_MIN_TOKENS_UNKNOWN = PIPELINE_UNKNOWN  # a model not in the table: the largest known minimum
-
-
-def dated_aliases() -> dict[str, str]:
-    """alias -> dated id, for every model of the table that answers with a dated id."""
-    return table_dated_aliases()
 
 
 def table_end_of_life() -> dict[str, str]:

@@ -31,10 +31,6 @@ class VirtualClock:
         self._real0 = time.monotonic()
         self._frozen, self._speed = frozen, speed
 
-    @property
-    def frozen(self) -> bool:
-        return self._frozen
-
     def advance(self, seconds: float) -> float:
         self.offset += seconds
         return self.now()

@@ -45,6 +45,10 @@ def verify(secret: str, block: Mapping[str, Any], where: str) -> None:
     if content == "":
         raise invalid(f"{where}.content: String should have at least 1 character")
     signature = block.get("signature")
+    forged = invalid(
+        f"{where}.signature: the compaction signature does not verify",
+        error_code="compaction_signature_invalid",
+    )
     try:
         if not isinstance(signature, str) or not signature.startswith(SIG_PREFIX):
             raise ValueError
@@ -52,10 +56,7 @@ def verify(secret: str, block: Mapping[str, Any], where: str) -> None:
         if len(raw) != 64:
             raise ValueError
     except (ValueError, binascii.Error):
-        raise invalid(
-            f"{where}.signature: the compaction signature does not verify",
-            error_code="compaction_signature_invalid",
-        ) from None
+        raise forged from None
     digest, mac = raw[:32], raw[32:]
     expected = _mac(secret, digest, block.get("encrypted_content"), block.get("tool_changes"))
     if not hmac.compare_digest(mac, expected):
@@ -64,15 +65,16 @@ def verify(secret: str, block: Mapping[str, Any], where: str) -> None:
                 f"{where}.tool_changes: tool_changes differ from the compacted range",
                 error_code="compaction_tool_changes_mismatch",
             )
-        raise invalid(
-            f"{where}.signature: the compaction signature does not verify",
-            error_code="compaction_signature_invalid",
-        )
+        raise forged
     if not hmac.compare_digest(digest, _digest(str(content))):
         raise invalid(
             f"{where}.content: the compaction content was modified; send the block back unchanged",
             error_code="compaction_content_mismatch",
         )
+
+
+def _is_compaction(block: Any) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "compaction"
 
 
 def check_blocks(secret: str, body: Mapping[str, Any]) -> None:
@@ -83,7 +85,7 @@ def check_blocks(secret: str, body: Mapping[str, Any]) -> None:
         if not isinstance(content, list):
             continue
         for j, block in enumerate(content):
-            if isinstance(block, Mapping) and block.get("type") == "compaction":
+            if _is_compaction(block):
                 found.append((i, j, block, str(msg.get("role"))))
     if not found:
         return
@@ -108,16 +110,9 @@ def expand_for_model(body: Mapping[str, Any]) -> dict[str, Any]:
     messages = []
     for msg in body.get("messages") or []:
         content = msg.get("content")
-        if isinstance(content, list) and any(
-            isinstance(b, Mapping) and b.get("type") == "compaction" for b in content
-        ):
-            blocks = []
-            for b in content:
-                if isinstance(b, Mapping) and b.get("type") == "compaction":
-                    if b.get("content"):
-                        blocks.append({"type": "text", "text": str(b["content"])})
-                else:
-                    blocks.append(b)
+        if isinstance(content, list) and any(_is_compaction(b) for b in content):
+            kept = [b for b in content if not _is_compaction(b) or b.get("content")]
+            blocks = [{"type": "text", "text": str(b["content"])} if _is_compaction(b) else b for b in kept]
             if not blocks:
                 continue
             msg = {**msg, "content": blocks}
@@ -146,10 +141,7 @@ def check_compaction_request(body: Mapping[str, Any]) -> None:
     last = messages[-1]
     if last.get("role") == "assistant":
         content = last.get("content")
-        only_compaction = isinstance(content, list) and all(
-            isinstance(b, Mapping) and b.get("type") == "compaction" for b in content
-        )
-        if not only_compaction:
+        if not (isinstance(content, list) and all(_is_compaction(b) for b in content)):
             raise invalid(
                 "messages: the conversation ends on an unfinished assistant turn",
                 error_code="compaction_incomplete_turn",

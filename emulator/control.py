@@ -60,7 +60,7 @@ def routes(state: EmulatorState) -> list[Route]:
             added = [state.faults.add(FaultRule.from_dict(item)) for item in items]
         except (ValueError, TypeError, KeyError) as e:
             return _bad(f"bad fault rule: {e}")
-        return JSONResponse({"added": [r.to_dict() for r in added], "rules": state.faults.snapshot()})
+        return JSONResponse({"added": [asdict(r) for r in added], "rules": state.faults.snapshot()})
 
     async def faults_clear(request: Request) -> JSONResponse:
         state.faults.clear()

@@ -108,9 +108,6 @@ class FaultRule:
         values["kind"] = FaultKind(values["kind"])
         return cls(**values)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def matches_http(self, path: str, text: str, body: Any) -> bool:
         if self.custom_id is not None or self.kind is FaultKind.SLOW_BATCH:
             return False
@@ -163,10 +160,15 @@ def rate_limit_error(
     *,
     error_code: str | None = None,
 ) -> ApiError:
-    out = dict(headers or {})
-    out["retry-after"] = str(max(1, math.ceil(retry_after)))
-    out["retry-after-ms"] = str(int(retry_after * 1000))
+    out = {**(headers or {}), **retry_headers(retry_after)}
     return ApiError(ErrorType.RATE_LIMIT, message, headers=out, error_code=error_code)
+
+
+def retry_headers(retry_after: float) -> dict[str, str]:
+    return {
+        "retry-after": str(max(1, math.ceil(retry_after))),
+        "retry-after-ms": str(int(retry_after * 1000)),
+    }
 
 
 ERROR_BUILDERS: dict[FaultKind, Callable[[FaultRule], ApiError]] = {
@@ -198,8 +200,7 @@ def error_for(rule: FaultRule) -> ApiError:
     if rule.status is not None:
         err.status = rule.status
     if rule.retry_after is not None and "retry-after" not in err.headers:
-        err.headers["retry-after"] = str(max(1, math.ceil(rule.retry_after)))
-        err.headers["retry-after-ms"] = str(int(rule.retry_after * 1000))
+        err.headers.update(retry_headers(rule.retry_after))
     if rule.should_retry is not None:
         err.headers["x-should-retry"] = "true" if rule.should_retry else "false"
     return err
@@ -218,6 +219,15 @@ class FaultHits:
     stall: FaultRule | None = None
 
 
+HIT_SLOTS: dict[FaultKind, str] = {  # the `FaultHits` field a kind's first firing rule takes
+    **dict.fromkeys(ERROR_KINDS, "error"),
+    **dict.fromkeys(RESPONSE_KINDS, "response"),
+    FaultKind.CONNECTION_RESET: "reset",
+    FaultKind.STREAM_DROP: "drop",
+    FaultKind.STALL: "stall",
+}
+
+
 class FaultPlan:
     def __init__(self, seed: int = 0, rules: list[FaultRule] | None = None) -> None:
         self.seed = seed
@@ -226,10 +236,8 @@ class FaultPlan:
         self._lock = threading.Lock()  # tests add rules from their own thread while the server runs
 
     def add(self, rule: FaultRule | Mapping[str, Any] | None = None, /, **kw: Any) -> FaultRule:
-        if rule is None:
-            rule = FaultRule.from_dict(kw)
-        elif not isinstance(rule, FaultRule):
-            rule = FaultRule.from_dict(rule)
+        if not isinstance(rule, FaultRule):
+            rule = FaultRule.from_dict(kw if rule is None else rule)
         with self._lock:
             self.rules.append(rule)
         return rule
@@ -250,38 +258,20 @@ class FaultPlan:
         return True
 
     def _collect(self, candidates: list[FaultRule]) -> FaultHits:
-        with self._lock:
-            return self._collect_locked(candidates)
-
-    def _collect_locked(self, candidates: list[FaultRule]) -> FaultHits:
+        """The first rule of each phase that fires; every latency and slow-batch rule adds up."""
         hits = FaultHits()
-        for rule in candidates:
-            kind = rule.kind
-            wanted = (
-                (kind in ERROR_KINDS and hits.error is None)
-                or (kind is FaultKind.CONNECTION_RESET and hits.reset is None)
-                or (kind in RESPONSE_KINDS and hits.response is None)
-                or kind in (FaultKind.LATENCY, FaultKind.SLOW_BATCH)
-                or (kind is FaultKind.STREAM_DROP and hits.drop is None)
-                or (kind is FaultKind.STALL and hits.stall is None)
-            )
-            if not wanted or not self._fire(rule):
-                continue
-            if kind in ERROR_KINDS:
-                hits.error = rule
-            elif kind is FaultKind.CONNECTION_RESET:
-                hits.reset = rule
-            elif kind in RESPONSE_KINDS:
-                hits.response = rule
-            elif kind is FaultKind.STREAM_DROP:
-                hits.drop = rule
-            elif kind is FaultKind.STALL:
-                hits.stall = rule
-            elif kind is FaultKind.LATENCY:
-                hits.latency_ms += rule.latency_ms
-            else:
-                hits.slow_seconds += rule.seconds
-        self.rules = [r for r in self.rules if r.count is None or r.count > 0]
+        with self._lock:
+            for rule in candidates:
+                slot = HIT_SLOTS.get(rule.kind)
+                if (slot is not None and getattr(hits, slot) is not None) or not self._fire(rule):
+                    continue
+                if slot is not None:
+                    setattr(hits, slot, rule)
+                elif rule.kind is FaultKind.LATENCY:
+                    hits.latency_ms += rule.latency_ms
+                else:
+                    hits.slow_seconds += rule.seconds
+            self.rules = [r for r in self.rules if r.count is None or r.count > 0]
         return hits
 
     def for_http(self, path: str, body: Any) -> FaultHits:
@@ -304,7 +294,7 @@ class FaultPlan:
         )
 
     def snapshot(self) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in self.rules]
+        return [asdict(r) for r in self.rules]
 
 
 def body_text(body: Any) -> str:

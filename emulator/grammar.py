@@ -77,7 +77,4 @@ def too_large(body: Mapping[str, Any], limit: int | None) -> str | None:
     """The path of the first schema over `limit`, or None (always None when limit is None)."""
     if limit is None:
         return None
-    for path, schema in grammar_schemas(body):
-        if complexity(schema) > limit:
-            return path
-    return None
+    return next((path for path, schema in grammar_schemas(body) if complexity(schema) > limit), None)

@@ -191,11 +191,13 @@ def media_docs(content: Any) -> list[Doc]:
                 attr = ID_ATTR.search(m.group(1))
                 label = html.unescape(attr.group(1)) if attr else label
             continue
-        got = media.read_block(block)
-        if got is not None:
-            kind, pages = got
-            name = str(block.get("title") or label or "") if kind == "pdf" else label
-            out.append(Doc(name or None, "\f".join(pages), paged=True))
+        found = media.read_media(block)
+        if isinstance(found, media.Pdf):
+            out.append(
+                Doc(str(block.get("title") or label or "") or None, "\f".join(found.pages), paged=True)
+            )
+        elif found is not None:  # an image: what the model reads of it is its OCR hint
+            out.append(Doc(label or None, found.text, paged=True))
     return out
 
 
@@ -220,12 +222,6 @@ def read_prompt(body: dict[str, Any]) -> Prompt:
     docs.extend(sent_media)
     if not docs:
         docs = [Doc(None, "\n".join(user_parts))]
-    ids: list[str] = []
-    for doc in docs:
-        if doc.doc_id and doc.doc_id not in ids:
-            ids.append(doc.doc_id)
-    if '"' in full and "id" in full:
-        for found in JSON_ID.findall(full):
-            if found not in ids:
-                ids.append(found)
+    in_json = JSON_ID.findall(full) if '"' in full and "id" in full else []
+    ids = list(dict.fromkeys([*(doc.doc_id for doc in docs if doc.doc_id), *in_json]))
     return Prompt(docs, full, ids)

@@ -157,19 +157,25 @@ def read_image(media_type: str, data: str) -> Picture:
     return Picture(media_type, w, h, text, image_tokens(w, h), len(raw))
 
 
-def block_tokens(block: dict[str, Any]) -> int | None:
-    """Billed tokens of a base64 PDF or image block (None: not one, or not readable)."""
-    source = block.get("source")
+def read_media(block: Any) -> Pdf | Picture | None:
+    """The base64 PDF or image a block holds, read (None: not one, or not readable)."""
+    source = block.get("source") if isinstance(block, dict) else None
     if not isinstance(source, dict) or source.get("type") != "base64":
         return None
     try:
         if block.get("type") == "document" and source.get("media_type") == "application/pdf":
-            return read_pdf(str(source.get("data"))).tokens
+            return read_pdf(str(source.get("data")))
         if block.get("type") == "image":
-            return read_image(str(source.get("media_type")), str(source.get("data"))).tokens
+            return read_image(str(source.get("media_type")), str(source.get("data")))
     except MediaError:
         return None
     return None
+
+
+def block_tokens(block: dict[str, Any]) -> int | None:
+    """Billed tokens of a base64 PDF or image block (None: not one, or not readable)."""
+    found = read_media(block)
+    return None if found is None else found.tokens
 
 
 def _check_document(block: dict[str, Any]) -> int:
@@ -238,18 +244,3 @@ def check_request(messages: list[Any]) -> None:
             code="image_dimensions_too_large",
             extra={"max_side_length_pixels": side, "paths": too_large},
         )
-
-
-def read_block(block: dict[str, Any]) -> tuple[str, list[str]] | None:
-    """(kind, the text of each page as the model reads it) of a base64 PDF or image block."""
-    source = block.get("source") if isinstance(block, dict) else None
-    if not isinstance(source, dict) or source.get("type") != "base64":
-        return None
-    try:
-        if block.get("type") == "document" and source.get("media_type") == "application/pdf":
-            return "pdf", list(read_pdf(str(source.get("data"))).pages)
-        if block.get("type") == "image":
-            return "image", [read_image(str(source.get("media_type")), str(source.get("data"))).text]
-    except MediaError:
-        return None
-    return None

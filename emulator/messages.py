@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from emulator import compaction, model, model_rules, tokens
+from emulator.caching import CacheUsage
 from emulator.faults import FaultRule, shape_response
 
 if TYPE_CHECKING:
@@ -69,7 +70,18 @@ def cache_read_tokens(state: EmulatorState, body: Mapping[str, Any], api_key: st
     """The tokens a request would read from the prompt cache now (nothing recorded or refreshed)."""
     if "compaction" in body:
         return 0
-    segs = tokens.segments(body)
+    return _cache(state, body, api_key, tokens.segments(body), dry_run=True).read
+
+
+def _cache(
+    state: EmulatorState,
+    body: Mapping[str, Any],
+    api_key: str,
+    segs: list[tokens.Segment],
+    *,
+    dry_run: bool = False,
+) -> CacheUsage:
+    """The prompt cache's answer for a request's segments (`dry_run`: nothing recorded or refreshed)."""
     model_name = str(body["model"])
     return state.cache.apply(
         scope=api_key,
@@ -80,8 +92,8 @@ def cache_read_tokens(state: EmulatorState, body: Mapping[str, Any], api_key: st
         now=state.clock.now(),
         min_tokens=state.config.min_cache_tokens(model_name),
         counts_schema=state.config.cache_counts_output_schema,
-        dry_run=True,
-    ).read
+        dry_run=dry_run,
+    )
 
 
 def answer(
@@ -90,17 +102,14 @@ def answer(
     *,
     request_id: str | None,
     api_key: str,
-    betas: frozenset[str] = frozenset(),
     batch: bool = False,
     shape: FaultRule | None = None,
     path: str = "/v1/messages",
     custom_id: str | None = None,
     batch_id: str | None = None,
-    validate: bool = True,
 ) -> Answer:
-    """Build the Message for a request body and bill it. Raises `ApiError` on invalid input."""
-    if validate:
-        state.validate(body, batch=batch, betas=betas)
+    """Build the Message for a body the caller has validated (`EmulatorState.validate`) and bill it.
+    Raises `ApiError` on a compaction block or request the API refuses."""
     secret = state.config.compaction_secret
     compaction.check_blocks(secret, body)
     model_name = str(body["model"])
@@ -130,7 +139,6 @@ def answer(
             "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
             "iterations": iterations,
         }
-        input_counted = input_total
     else:
         result = model.respond(compaction.expand_for_model(body))
         content = [dict(b) for b in result["content"]]
@@ -147,20 +155,9 @@ def answer(
         out_tokens = tokens.output_tokens(content) + thought
         if thought:
             content = [model_rules.thinking_block(body), *content]
-        cache = state.cache.apply(
-            scope=api_key,
-            model=model_name,
-            segments=segs,
-            total_tokens=input_total,
-            top_level=body.get("cache_control"),
-            now=state.clock.now(),
-            min_tokens=state.config.min_cache_tokens(model_name),
-            counts_schema=state.config.cache_counts_output_schema,
-        )
-        usage = {**cache.usage_fields(), "output_tokens": out_tokens}
+        usage = {**_cache(state, body, api_key, segs).usage_fields(), "output_tokens": out_tokens}
         if thought:
             usage["output_tokens_details"] = {"thinking_tokens": thought}
-        input_counted = input_total
     usage.update(
         {
             "server_tool_use": None,
@@ -196,7 +193,7 @@ def answer(
         at=state.clock.now(),
         price=state.price_for(model_name),
     )
-    return Answer(message, input_counted, out_tokens)
+    return Answer(message, input_total, out_tokens)
 
 
 def _sse(event: str, data: Mapping[str, Any]) -> bytes:
@@ -215,43 +212,28 @@ def sse_events(message: Mapping[str, Any], *, fail: bool = False) -> Iterator[by
     yield _sse("message_start", {"type": "message_start", "message": start})
     for i, block in enumerate(message["content"]):
         kind = block.get("type")
+        head, deltas = block, []  # the block as it starts, then its deltas
         if kind == "text":
-            yield _sse(
-                "content_block_start",
-                {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
-            )
-            if i == 0:
-                yield _sse("ping", {"type": "ping"})
-            text = block["text"]
-            for k in range(0, max(len(text), 1), 64):
-                delta = {"type": "text_delta", "text": text[k : k + 64]}
-                yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+            head, text = {"type": "text", "text": ""}, block["text"]
+            deltas = [
+                {"type": "text_delta", "text": text[k : k + 64]} for k in range(0, max(len(text), 1), 64)
+            ]
         elif kind == "tool_use":
             head = {**block, "input": {}}
-            yield _sse(
-                "content_block_start", {"type": "content_block_start", "index": i, "content_block": head}
-            )
-            partial = json.dumps(block.get("input", {}))
-            delta = {"type": "input_json_delta", "partial_json": partial}
-            yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block.get("input", {}))}]
         elif kind == "thinking":
             head = {**block, "thinking": "", "signature": ""}
-            yield _sse(
-                "content_block_start", {"type": "content_block_start", "index": i, "content_block": head}
-            )
-            delta = {"type": "signature_delta", "signature": block.get("signature", "")}
-            yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+            deltas = [{"type": "signature_delta", "signature": block.get("signature", "")}]
         elif kind == "compaction":
             head = {**block, "content": None}
-            yield _sse(
-                "content_block_start", {"type": "content_block_start", "index": i, "content_block": head}
-            )
-            delta = {"type": "compaction_delta", "content": block.get("content"), "encrypted_content": None}
+            deltas = [
+                {"type": "compaction_delta", "content": block.get("content"), "encrypted_content": None}
+            ]
+        yield _sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": head})
+        if i == 0 and kind == "text":
+            yield _sse("ping", {"type": "ping"})
+        for delta in deltas:
             yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
-        else:
-            yield _sse(
-                "content_block_start", {"type": "content_block_start", "index": i, "content_block": block}
-            )
         if fail:
             break
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": i})

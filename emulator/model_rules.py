@@ -3,8 +3,7 @@ table the pipeline checks against; `thinking_types`, `effort`, `default_effort`,
 
 - `check_model_params(body)`: a `thinking.type` the model does not accept answers 400 (manual extended
   thinking and `disabled` on the models that refuse them, e.g. Sonnet 5.5 and Opus 5.5), the API's
-  message included; `output_config.effort` on a model without effort (Haiku 4.5) or at an unknown
-  level answers 400; `disabled` above effort high answers 400 where thinking can only be turned off
+  message included; `output_config.effort` on a model without effort (Haiku 4.5) answers 400; `disabled` above effort high answers 400 where thinking can only be turned off
   at high or lower (Opus 5, Haiku 5.5); on 5.x models a non-default temperature / top_p / top_k
   answers 400 even under the old API version that still takes them (under 2026-10-21 the generic
   validation refuses them outright).
@@ -23,7 +22,6 @@ from docmill.models import model_info
 from docmill.models import thinking_tokens as table_thinking_tokens
 from emulator.validation import invalid
 
-EFFORTS = ("low", "medium", "high", "xhigh", "max")
 OFF_AT_MOST = ("low", "medium", "high")  # `disabled` is accepted only at these efforts (Opus 5, Haiku 5.5)
 
 
@@ -40,11 +38,8 @@ def check_model_params(body: Mapping[str, Any], *, path: str = "", legacy: bool 
         return
     p = f"{path}." if path else ""
     effort = _effort(body)
-    if effort is not None:
-        if effort not in EFFORTS:
-            raise invalid(f"{p}output_config.effort: Input should be {', '.join(repr(e) for e in EFFORTS)}")
-        if not info.effort:
-            raise invalid(f"{p}output_config.effort: effort is not supported for this model")
+    if effort is not None and not info.effort:  # an unknown level: refused by `validation` first
+        raise invalid(f"{p}output_config.effort: effort is not supported for this model")
     thinking = body.get("thinking")
     if isinstance(thinking, Mapping):
         kind = thinking.get("type")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from emulator.grounding import Doc, Line
 from emulator.values import parse_number
-from emulator.words import strong, tokens
+from emulator.words import strong, tokens, word_set
 
 SENTENCE_END = re.compile(r"(?<=[.;!?])\s+(?=[A-Z0-9\"'(])")
 _MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
@@ -33,35 +33,8 @@ AMOUNT = re.compile(
     r"(?<![\w.,])\d{1,3}(?:[,.\u00a0 ]\d{3})+(?:[.,]\d{1,2})?(?![\w])|(?<![\w.,])\d+(?:[.,]\d{1,2})?(?![\w%])"
 )
 KIND_WORDS = frozenset({"date", "day", "amount", "value", "number", "text", "name", "sum"})
-SMALL = frozenset(
-    (
-        "a",
-        "an",
-        "the",
-        "of",
-        "by",
-        "is",
-        "are",
-        "be",
-        "been",
-        "shall",
-        "will",
-        "to",
-        "as",
-        "at",
-        "on",
-        "in",
-        "under",
-        "from",
-        "per",
-        "its",
-        "their",
-        "this",
-        "that",
-        "which",
-        "with",
-        "for",
-    )
+SMALL = word_set(  # the small words a phrase neither starts nor ends with
+    "a an the of by is are be been shall will to as at on in under from per its their this that which with for"
 )
 MONTHS = {
     m: i + 1

@@ -308,9 +308,7 @@ class Filler:
         )
         value = value if low is None else max(value, low)
         value = value if high is None else min(value, high)
-        if schema.get("type") == "integer":
-            return Out(round(value), line, found)
-        return Out(value, line, found)
+        return Out(round(value) if schema.get("type") == "integer" else value, line, found)
 
     def boolean(self, schema: dict[str, Any], name: str, parent: str, frame: Frame) -> Out:
         words = {"yes": True, "true": True, "y": True, "paid": True, "no": False, "false": False, "n": False}

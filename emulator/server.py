@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 from emulator import batches, control, messages, tokens
 from emulator.accounting import ReceivedRequest
 from emulator.batch_store import BatchJournal
-from emulator.calls import Call, Handler
+from emulator.calls import Call, Handler, list_page
 from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
 from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers, ratelimit_headers
 from emulator.validation import ApiError, ErrorType, invalid
@@ -205,9 +205,7 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
         body,
         request_id=call.request_id,
         api_key=call.api_key,
-        betas=call.betas,
         shape=call.shape,
-        validate=False,
     )
     if limiter.active:
         limiter.settle_output(int(body["max_tokens"]), ans.output_tokens)
@@ -287,13 +285,7 @@ def _model_info(model_id: str) -> dict[str, Any]:
 
 
 async def list_models(call: Call) -> dict[str, Any]:
-    data = [_model_info(m) for m in sorted(call.state.served())]
-    return {
-        "data": data,
-        "has_more": False,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-    }
+    return list_page([_model_info(m) for m in sorted(call.state.served())], has_more=False)
 
 
 async def get_model(call: Call) -> dict[str, Any]:
@@ -329,10 +321,8 @@ def create_app(state: EmulatorState | None = None) -> Starlette:
         status = getattr(exc, "status_code", 404)
         request_id = state.new_id("req")
         if status == 405:
-            err = ApiError(
-                ErrorType.INVALID_REQUEST, f"{request.method} is not allowed on {request.url.path}"
-            )
-            err.status = 405
+            message = f"{request.method} is not allowed on {request.url.path}"
+            err = ApiError(ErrorType.INVALID_REQUEST, message, status=405)
         else:
             err = ApiError(ErrorType.NOT_FOUND, f"Not found: {request.method} {request.url.path}")
         state.accounting.note_error(err.status)
@@ -361,17 +351,13 @@ class EmulatorServer:
             self.state.batches.journal = journal
         self.app = create_app(self.state)
         self.host = host
-        self._port = port
+        self.port = port  # the port listened on once started (a free one when 0)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
-    def port(self) -> int:
-        return self._port
-
-    @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self._port}"
+        return f"http://{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
         return self.base_url + path
@@ -381,9 +367,9 @@ class EmulatorServer:
         # every keep-alive request waited ~44 ms for a delayed ACK (Nagle).
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self._port))
+        sock.bind((self.host, self.port))
         sock.listen(2048)
-        self._port = sock.getsockname()[1]
+        self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app,
             lifespan="off",

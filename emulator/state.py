@@ -145,8 +145,6 @@ class Bucket:
 class RateLimiter:
     """requests/min, input tokens/min and output tokens/min buckets (None = unlimited)."""
 
-    KINDS = ("requests", "input-tokens", "output-tokens")
-
     def __init__(self, config: EmulatorConfig, clock: VirtualClock) -> None:
         self.clock = clock
         now = clock.now()
@@ -194,10 +192,14 @@ class RateLimiter:
             if kind != "requests":
                 remaining = int(round(remaining, -3)) if remaining >= 1000 else remaining
             reset = now + (bucket.limit - max(bucket.level, 0)) * 60.0 / bucket.limit
-            out[f"anthropic-ratelimit-{kind}-limit"] = str(bucket.limit)
-            out[f"anthropic-ratelimit-{kind}-remaining"] = str(remaining)
-            out[f"anthropic-ratelimit-{kind}-reset"] = rfc3339(reset)
+            out.update(limit_headers(kind, bucket.limit, remaining, rfc3339(reset)))
         return out
+
+
+def limit_headers(kind: str, limit: object, remaining: object, reset: str) -> dict[str, str]:
+    """The `anthropic-ratelimit-<kind>-{limit,remaining,reset}` headers of one limit."""
+    prefix = f"anthropic-ratelimit-{kind}"
+    return {f"{prefix}-limit": str(limit), f"{prefix}-remaining": str(remaining), f"{prefix}-reset": reset}
 
 
 def with_tokens_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -217,9 +219,7 @@ def exhausted_headers(now: float, retry_after: float) -> dict[str, str]:
     reset = rfc3339(now + retry_after)
     out: dict[str, str] = {}
     for kind, limit in (("requests", "50"), ("input-tokens", "30000"), ("output-tokens", "8000")):
-        out[f"anthropic-ratelimit-{kind}-limit"] = limit
-        out[f"anthropic-ratelimit-{kind}-remaining"] = "0" if kind == "requests" else limit
-        out[f"anthropic-ratelimit-{kind}-reset"] = reset
+        out.update(limit_headers(kind, limit, "0" if kind == "requests" else limit, reset))
     return with_tokens_headers(out)
 
 
@@ -229,9 +229,7 @@ def ratelimit_headers(limiter: RateLimiter, defaults: Mapping[str, int]) -> dict
     out: dict[str, str] = {}
     now = rfc3339(limiter.clock.now())
     for kind, limit in defaults.items():
-        out[f"anthropic-ratelimit-{kind}-limit"] = str(limit)
-        out[f"anthropic-ratelimit-{kind}-remaining"] = str(limit)
-        out[f"anthropic-ratelimit-{kind}-reset"] = now
+        out.update(limit_headers(kind, limit, limit, now))
     out.update(limiter.headers())
     return with_tokens_headers(out)
 
@@ -239,17 +237,11 @@ def ratelimit_headers(limiter: RateLimiter, defaults: Mapping[str, int]) -> dict
 class EmulatorState:
     def __init__(self, config: EmulatorConfig | None = None) -> None:
         self.config = config or EmulatorConfig.from_env()
-        self.clock = VirtualClock(frozen=self.config.frozen_clock, speed=self.config.clock_speed)
         self._known: set[str] = catalog.table_models()
         self.accounting = Accounting()
-        self.cache = PromptCache()
-        self.faults = FaultPlan(self.config.seed)
-        env_rules = os.environ.get(ENV_PREFIX + "FAULTS")
-        if env_rules:
-            for rule in parse_rules(env_rules):
-                self.faults.add(rule)
-        self.limiter = RateLimiter(self.config, self.clock)
-        self.batches = BatchStore()
+        self.reset()
+        for rule in parse_rules(os.environ.get(ENV_PREFIX + "FAULTS") or "[]"):
+            self.faults.add(rule)
         self._ids = itertools.count(1)
         self.in_flight = 0  # API requests being answered now (a test waits for 0 before a reset)
         self._salt = secrets.token_hex(3)
@@ -327,7 +319,6 @@ class EmulatorState:
     def drain(self, timeout: float = 10.0) -> bool:
         """Wait until no API request is being answered (one a client gave up on still finishes
         and is billed, as on the real API); True when drained."""
-
         deadline = time.monotonic() + timeout
         while self.in_flight and time.monotonic() < deadline:
             time.sleep(0.01)

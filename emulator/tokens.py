@@ -97,9 +97,7 @@ def segments(body: Mapping[str, Any]) -> list[Segment]:
     out: list[Segment] = []
     for tool in body.get("tools") or []:
         if isinstance(tool, Mapping):
-            plain_tool = _strip_cc(tool)
-            tool_tokens = text_tokens(_canon(plain_tool)) + BLOCK_OVERHEAD
-            out.append(Segment("tool", plain_tool, tool_tokens, tool.get("cache_control")))
+            out.append(_segment("tool", tool, text_tokens(_canon(_strip_cc(tool))) + BLOCK_OVERHEAD))
     fmt = (
         (body.get("output_config") or {}).get("format")
         if isinstance(body.get("output_config"), Mapping)
@@ -109,20 +107,22 @@ def segments(body: Mapping[str, Any]) -> list[Segment]:
         out.append(Segment("format", fmt, text_tokens(_canon(fmt)) + BLOCK_OVERHEAD, None))
     system = body.get("system")
     for block in _as_blocks(system) if system else []:
-        cc = block.get("cache_control") if isinstance(block, Mapping) else None
-        plain = _strip_cc(block) if isinstance(block, Mapping) else block
-        out.append(Segment("system", plain, block_tokens(block) + BLOCK_OVERHEAD, cc))
+        out.append(_segment("system", block, block_tokens(block) + BLOCK_OVERHEAD))
     for msg in body.get("messages") or []:
         if not isinstance(msg, Mapping):
             continue
         role = str(msg.get("role"))
         for i, block in enumerate(_as_blocks(msg.get("content"))):
-            cc = block.get("cache_control") if isinstance(block, Mapping) else None
-            plain = _strip_cc(block) if isinstance(block, Mapping) else block
             extra = MESSAGE_OVERHEAD if i == 0 else 0
-            tokens = block_tokens(block) + BLOCK_OVERHEAD + extra
-            out.append(Segment(f"{role}:{i}", plain, tokens, cc))
+            out.append(_segment(f"{role}:{i}", block, block_tokens(block) + BLOCK_OVERHEAD + extra))
     return out
+
+
+def _segment(label: str, block: Any, tokens: int) -> Segment:
+    """A content block as a segment: its `cache_control` apart from what is hashed."""
+    if not isinstance(block, Mapping):
+        return Segment(label, block, tokens, None)
+    return Segment(label, _strip_cc(block), tokens, block.get("cache_control"))
 
 
 def total(segs: Iterable[Segment]) -> int:

@@ -7,6 +7,7 @@ refuses anything else with `UnsafeKey`. ETags are opaque strings: compare them, 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,11 @@ ListedStamp = list[int | str]  # what a listing says of an object cheaply (Objec
 def dumps_json(obj: Any) -> bytes:
     """JSON bytes for the store: UTF-8, sorted keys (stable diffs and ETags)."""
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def etag_of(data: bytes) -> str:
+    """The ETag of bytes: quoted md5, as S3 gives a single-part upload."""
+    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
 
 
 def loads_json(data: bytes) -> Any:
@@ -63,6 +69,12 @@ class ObjectStore(ABC):
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         """Compare-and-swap: write only if the object's ETag is still `etag`; returns the new ETag.
         Raises `PreconditionFailed` when it changed or is gone."""
+
+    def numbers(self, prefix: str, suffix: str) -> list[int]:
+        """The n of each `<prefix><n><suffix>` key, sorted (sequence-numbered objects); `list[int]`
+        is the builtin here, before this class defines its own `list`."""
+        names = (key[len(prefix) : -len(suffix)] for key in self.list(prefix) if key.endswith(suffix))
+        return sorted(int(name) for name in names if name.isdigit())
 
     @abstractmethod
     def exists(self, key: str) -> bool: ...
@@ -125,12 +137,13 @@ class ObjectStore(ABC):
     def get_json_gz(self, key: str) -> Any:
         return gunzip_json(self.get(key))
 
-    def put_json_gz(self, key: str, obj: Any, *, if_absent: bool = False) -> bool:
-        data = gzip_json(obj)
-        if if_absent:
-            return self.put_if_absent(key, data)
-        self.put(key, data)
-        return True
+    def json_objects(self, prefix: str, suffix: str = ".json") -> Iterator[tuple[str, dict[str, Any]]]:
+        """(key, object) of each JSON object listed under `prefix` whose key ends with `suffix`; one
+        deleted while listing, or not a JSON object, is skipped."""
+        for key in self.list(prefix):
+            found = self.get_json_or_none(key) if key.endswith(suffix) else None
+            if isinstance(found, dict):
+                yield key, found
 
     def link(self, key: str, *, expires_seconds: int = 7 * 24 * 3600) -> str:
         """Where a person opens `key`: the store's URI of it here; a file:// URL on the local backend,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from checkpoints.keys import RESERVED_PREFIX, check_key, check_prefix
-from checkpoints.store.base import ObjectStore
+from checkpoints.store.base import ObjectStore, etag_of
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
 # Unnamed temp files (Linux O_TMPFILE, linked into place through /proc); off where unsupported.
@@ -44,10 +44,6 @@ _TMP_IDS = itertools.count()  # with the pid, a temp name no other writer uses (
 
 
 ETAG_XATTR = "user.docmill.etag"  # "<etag> <size> <mtime_ns>" of a file as written
-
-
-def etag_of(data: bytes) -> str:
-    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
 
 
 def remember_etag(fd: int, etag: str) -> None:

@@ -20,8 +20,8 @@ import botocore.exceptions as bexc
 from botocore.config import Config
 
 from checkpoints.keys import check_key, check_prefix
-from checkpoints.retry import RetryPolicy, call_with_retry, describe, is_transient
-from checkpoints.store.base import ListedStamp, ObjectStore
+from checkpoints.retry import RetryPolicy, call_with_retry, code_status, describe, is_transient
+from checkpoints.store.base import ListedStamp, ObjectStore, etag_of
 from docmill.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 
 T = TypeVar("T")
@@ -29,19 +29,8 @@ ENDPOINT_ENV = ("DOCMILL_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_
 _MISSING = {"NoSuchKey", "NotFound", "404"}
 
 
-def _code_status(e: bexc.ClientError) -> tuple[str, int]:
-    err = e.response.get("Error", {}) or {}
-    status = int((e.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode", 0) or 0)
-    return str(err.get("Code", "")), status
-
-
 def resolve_endpoint(endpoint_url: str | None) -> str | None:
-    if endpoint_url:
-        return endpoint_url
-    for name in ENDPOINT_ENV:
-        if os.environ.get(name):
-            return os.environ[name]
-    return None
+    return endpoint_url or next((os.environ[n] for n in ENDPOINT_ENV if os.environ.get(n)), None)
 
 
 # Sessions are shared (a fresh one re-parses the S3 model: ~0.2-0.4 s per store); keyed by the
@@ -134,7 +123,7 @@ class S3Store(ObjectStore):
             ) from e
 
     def _fail(self, what: str, key: str, e: bexc.ClientError) -> StoreError:
-        code, status = _code_status(e)
+        code, status = code_status(e)
         hint = {
             403: "check the AWS credentials and the bucket policy (s3:GetObject/PutObject/ListBucket)",
             404: f"create the bucket {self.bucket!r} or fix the store URI",
@@ -160,7 +149,7 @@ class S3Store(ObjectStore):
         try:
             return self._call(f"get {key}", go)
         except bexc.ClientError as e:
-            if _code_status(e)[0] in _MISSING:
+            if code_status(e)[0] in _MISSING:
                 raise NotFound(f"no object {key!r} in {self.uri}", key=key) from e
             raise self._fail("get", key, e) from e
 
@@ -182,7 +171,7 @@ class S3Store(ObjectStore):
                 lambda: self.client.put_object(Bucket=self.bucket, Key=k, Body=data, IfNoneMatch="*"),
             )
         except bexc.ClientError as e:
-            code, status = _code_status(e)
+            code, status = code_status(e)
             if status == 412 or code == "PreconditionFailed":
                 return False
             raise self._fail("put-if-absent", key, e) from e
@@ -204,11 +193,10 @@ class S3Store(ObjectStore):
         try:
             resp = self._call(f"put-if-match {key}", go)
         except bexc.ClientError as e:
-            code, status = _code_status(e)
+            code, status = code_status(e)
             if status in (412, 404) or code in ("PreconditionFailed", *_MISSING):
                 if faults and self._is_ours(k, data):
-                    # An earlier attempt landed but its answer was lost: that write was ours.
-                    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+                    return etag_of(data)  # an earlier attempt landed but its answer was lost
                 raise PreconditionFailed(
                     f"{key!r} changed since it was read", key=key, hint="read it again and retry"
                 ) from e
@@ -222,7 +210,7 @@ class S3Store(ObjectStore):
             try:
                 head = self._call(f"head {src}", lambda: self.client.head_object(Bucket=self.bucket, Key=s))
             except bexc.ClientError as e:
-                if _code_status(e)[0] in _MISSING or _code_status(e)[1] == 404:
+                if code_status(e)[0] in _MISSING or code_status(e)[1] == 404:
                     return False
                 raise self._fail("head", src, e) from e
             return str(head.get("ETag")) == etag
@@ -235,7 +223,7 @@ class S3Store(ObjectStore):
                 ),
             )
         except bexc.ClientError as e:
-            code, status = _code_status(e)
+            code, status = code_status(e)
             if status in (412, 404) or code in ("PreconditionFailed", *_MISSING):
                 return False
             raise self._fail("copy", dst, e) from e
@@ -244,18 +232,16 @@ class S3Store(ObjectStore):
     def _is_ours(self, k: str, data: bytes) -> bool:
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=k)
-        except bexc.BotoCoreError:
+        except (bexc.BotoCoreError, bexc.ClientError):
             return False
-        except bexc.ClientError:
-            return False
-        return str(head.get("ETag")) == f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+        return str(head.get("ETag")) == etag_of(data)
 
     def exists(self, key: str) -> bool:
         k = self._k(key)
         try:
             self._call(f"head {key}", lambda: self.client.head_object(Bucket=self.bucket, Key=k))
         except bexc.ClientError as e:
-            code, status = _code_status(e)
+            code, status = code_status(e)
             if status == 404 or code in _MISSING:
                 return False
             raise self._fail("head", key, e) from e
@@ -266,42 +252,33 @@ class S3Store(ObjectStore):
         try:
             self._call(f"delete {key}", lambda: self.client.delete_object(Bucket=self.bucket, Key=k))
         except bexc.ClientError as e:
-            if _code_status(e)[0] in _MISSING:
+            if code_status(e)[0] in _MISSING:
                 return
             raise self._fail("delete", key, e) from e
 
     def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
-        token: str | None = None
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": self.prefix + prefix,
+            "MaxKeys": self.page_size,
+        }
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
         while True:
-            kwargs: dict[str, Any] = {
-                "Bucket": self.bucket,
-                "Prefix": self.prefix + prefix,
-                "MaxKeys": self.page_size,
-            }
-            if delimiter:
-                kwargs["Delimiter"] = delimiter
-            if token:
-                kwargs["ContinuationToken"] = token
             try:
-                page = self._call(f"list {prefix}", lambda kw=kwargs: self.client.list_objects_v2(**kw))  # type: ignore[misc]
+                page = self._call(f"list {prefix}", lambda: self.client.list_objects_v2(**kwargs))
             except bexc.ClientError as e:
                 raise self._fail("list", prefix, e) from e
             yield page
-            if not page.get("IsTruncated"):
-                return
             token = page.get("NextContinuationToken")
-            if not token:
+            if not page.get("IsTruncated") or not token:
                 return
+            kwargs["ContinuationToken"] = token
 
     def list(self, prefix: str = "") -> Iterator[str]:
         check_prefix(prefix)
-        return self._list(prefix)
-
-    def _list(self, prefix: str) -> Iterator[str]:
         cut = len(self.prefix)
-        for page in self._pages(prefix, None):
-            for obj in page.get("Contents", []) or []:
-                yield obj["Key"][cut:]
+        return (obj["Key"][cut:] for page in self._pages(prefix, None) for obj in page.get("Contents") or [])
 
     def list_stamped(self, prefix: str = "") -> Iterator[tuple[str, ListedStamp | None]]:
         check_prefix(prefix)

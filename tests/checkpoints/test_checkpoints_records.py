@@ -123,13 +123,12 @@ def test_redact_keeps_plain_settings() -> None:
     assert redact(plain) == plain
 
 
-def test_response_log_latest_and_no_overwrite(store: ObjectStore) -> None:
+def test_response_log_never_overwrites(store: ObjectStore) -> None:
     log = ResponseLog(store)
-    assert log.latest("file", "k_1") is None
+    assert log.attempts("file", "k_1") == []
     assert log.put("file", "k_1", 0, {"id": "a"}) == 0
     assert log.put("file", "k_1", 2, {"id": "c"}) == 2
     assert log.put("file", "k_1", 1, {"id": "b"}) == 1
-    assert log.latest("file", "k_1") == {"id": "c"}
     assert log.put("file", "k_1", 2, {"id": "d"}) == 3  # attempt 2 was already billed: kept
     assert log.attempts("file", "k_1") == [0, 1, 2, 3]
     assert log.get("file", "k_1", 2) == {"id": "c"}
@@ -154,11 +153,11 @@ def test_scratchpad_and_history_archive(store: ObjectStore) -> None:
     assert pad.read() == "pinned"
     assert store.exists("runs/r/scratch/integrate.md")
     arch = HistoryArchive(store, "r", "integrate")
-    assert arch.latest_seq() is None
+    assert arch.seqs() == []
     msgs = [{"role": "user", "content": "héllo"}]
     assert arch.archive(msgs) == 0
     assert arch.archive([*msgs, {"role": "assistant", "content": "x"}]) == 1
-    assert arch.latest_seq() == 1
+    assert arch.seqs() == [0, 1]
     assert arch.load(0) == msgs
     assert store.get("runs/r/history/integrate/000000.json.gz")[:2] == b"\x1f\x8b"
 

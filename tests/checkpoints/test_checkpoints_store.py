@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.store import ObjectStore, local, open_store
+from checkpoints.store import ObjectStore, gzip_json, local, open_store
 from docmill.errors import NotFound, PreconditionFailed, UnsafeKey
 
 
@@ -179,7 +179,7 @@ def test_json_and_gzip_helpers(store: ObjectStore) -> None:
     assert store.get_json("j/x.json") == {"b": 1, "a": [1, "é"]}
     assert store.put_json("j/x.json", {"other": 1}, if_absent=True) is False
     assert store.get_json("j/x.json") == {"b": 1, "a": [1, "é"]}
-    assert store.put_json_gz("j/h.json.gz", [{"role": "user"}]) is True
+    assert store.put("j/h.json.gz", gzip_json([{"role": "user"}]))
     assert store.get_json_gz("j/h.json.gz") == [{"role": "user"}]
     assert store.get_json_or_none("j/none.json") is None
 

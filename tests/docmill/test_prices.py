@@ -103,11 +103,10 @@ def test_batch_multiplier_and_compaction_iterations(fresh_settings: pytest.Monke
     assert prices.cost_usd("claude-sonnet-5-5", usage, batch=True, day=TODAY) == pytest.approx(realtime / 2)
 
 
-def test_no_published_price_is_said_and_differs_from_unknown(fresh_settings: pytest.MonkeyPatch) -> None:
+def test_no_published_price_is_no_price(fresh_settings: pytest.MonkeyPatch) -> None:
     assert prices.price_on("claude-fable-5-2", TODAY) is None
-    assert prices.has_no_published_price("claude-fable-5-2", TODAY)
+    assert prices.table_row("claude-fable-5-2", TODAY) is not None  # a row that says so, not an unknown model
     assert prices.price_on("claude-nonexistent-9", TODAY) is None
-    assert not prices.has_no_published_price("claude-nonexistent-9", TODAY)
     assert prices.priced_usd("claude-fable-5-2", {"input_tokens": 5}) is None
     with pytest.raises(ConfigError) as no_price:
         prices.cost_usd("claude-fable-5-2", {"input_tokens": 5})

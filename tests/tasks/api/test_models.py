@@ -19,7 +19,6 @@ from docmill.models import (
     min_cacheable_tokens,
     model_info,
     price_id,
-    status_on,
 )
 from docmill.prices import cost_usd, priced_usd
 from docmill.sdk_hints import listed_in_source, parse_sdk_date, sdk_end_of_life
@@ -30,15 +29,21 @@ from tests.fixtures.today import TODAY
 D = date.fromisoformat
 
 
+def _status(model: str, day: date) -> Status:
+    info = model_info(model)
+    assert info is not None, model
+    return info.status_on(day)
+
+
 def test_the_table_dates_each_status() -> None:
-    assert status_on("claude-sonnet-4-5", D("2026-09-30")) is Status.LEGACY
-    assert status_on("claude-sonnet-4-5", D("2026-10-01")) is Status.DEPRECATED
-    assert status_on("claude-sonnet-4-5", D("2026-11-29")) is Status.DEPRECATED
-    assert status_on("claude-sonnet-4-5", D("2026-11-30")) is Status.RETIRED  # from 00:00 UTC
-    assert status_on("claude-sonnet-4-5-20250929", D("2026-11-30")) is Status.RETIRED  # dated id too
-    assert status_on("claude-sonnet-5-5", D("2026-12-02")) is Status.CURRENT
-    assert status_on("claude-sonnet-4-6", D("2026-12-02")) is Status.LEGACY
-    assert status_on("claude-future-9", D("2026-12-02")) is Status.UNKNOWN
+    assert _status("claude-sonnet-4-5", D("2026-09-30")) is Status.LEGACY
+    assert _status("claude-sonnet-4-5", D("2026-10-01")) is Status.DEPRECATED
+    assert _status("claude-sonnet-4-5", D("2026-11-29")) is Status.DEPRECATED
+    assert _status("claude-sonnet-4-5", D("2026-11-30")) is Status.RETIRED  # from 00:00 UTC
+    assert _status("claude-sonnet-4-5-20250929", D("2026-11-30")) is Status.RETIRED  # dated id too
+    assert _status("claude-sonnet-5-5", D("2026-12-02")) is Status.CURRENT
+    assert _status("claude-sonnet-4-6", D("2026-12-02")) is Status.LEGACY
+    assert model_info("claude-future-9") is None  # not in the table: no status
     assert dated_aliases()["claude-haiku-4-5"] == "claude-haiku-4-5-20251001"
     assert "claude-sonnet-4-6" not in dated_aliases()  # 4.6 and later have no dated form
 

@@ -54,4 +54,4 @@ def test_the_next_cache_is_kept_encoded_until_it_is_saved(tmp_path: Path) -> Non
         record = d.model_dump(mode="json", exclude=set(BASE_FIELDS), exclude_defaults=True)
         assert files[name] == (stamp(i, d), {**record, "sha256": d.sha256, "size": d.size})
     data = gzip.decompress(store.get(known.cache.key))
-    assert data == dumps_json(json.loads(data))  # the bytes `put_json_gz` writes for the same object
+    assert data == dumps_json(json.loads(data))  # the bytes `dumps_json` gives the same object
