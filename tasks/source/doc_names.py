@@ -27,6 +27,7 @@ attachments of one message apart whatever their names (which are made safe lossi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import unicodedata
@@ -170,11 +171,9 @@ def make_doc_id(name: str) -> str:
     escaped = [_escape_segment(p, i == 0, i == n) for i, p in enumerate(parts)]
     escaped[-1] = _marked(escaped[-1], digest[:8])
     doc_id = "/".join(escaped)
-    try:
+    with contextlib.suppress(UnsafeKey):
         if safe_key(doc_id) == doc_id:
             return doc_id
-    except UnsafeKey:
-        pass
     return _hashed_id(digest, name)
 
 
@@ -201,11 +200,9 @@ def attachment_doc_id(message_id: str, index: int, name: str) -> str:
     head = f"{message_id}/{index}-"
     room = min(_ATTACHMENT_NAME_BYTES, MAX_KEY_BYTES - len(head.encode("utf-8", "surrogatepass")))
     doc_id = head + _shortened(clean, room)
-    try:
+    with contextlib.suppress(UnsafeKey):
         if room >= 20 and safe_key(doc_id) == doc_id:
             return doc_id
-    except UnsafeKey:
-        pass
     digest = hashlib.sha256(f"attachment\0{message_id}\0{index}".encode("utf-8", "surrogatepass")).hexdigest()
     return _hashed_id(digest, clean)
 

@@ -18,9 +18,8 @@ class SkipReason(StrEnum):
     """Why a document is not sent to the model."""
 
     EMPTY = "empty"
-    NO_TEXT = (
-        "no_text"  # an Office file of only pictures, charts or embedded objects (the detail counts them)
-    )
+    # an Office file of only pictures, charts or embedded objects (the detail counts them)
+    NO_TEXT = "no_text"
     BINARY = "binary"
     UNDECODABLE = "undecodable"
     OVERSIZED = "oversized"
@@ -56,9 +55,8 @@ class Document(BaseModel):
     textless_pages: int = 0  # PDF pages without a usable text layer (scanned)
     media_type: str | None = None  # PDFs and images: what the API receives them as
     image_tokens: int = 0  # the pages (PDF) or the image as the API bills them as images
-    send_as: str | None = (
-        None  # PDFs and images: "pdf", "image" or "text" (tasks.source.readers.content.sent_as)
-    )
+    # PDFs and images: "pdf", "image" or "text" (tasks.source.readers.content.sent_as)
+    send_as: str | None = None
     encoding: str | None = None  # a text read in a guessed legacy encoding (charset-normalizer)
     parent: str | None = None  # an e-mail attachment: the doc id of its message
 

@@ -86,9 +86,8 @@ class _Entry:
     skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
     parent: str | None = None  # an e-mail attachment: its message's doc id
     doc_id: str | None = None  # given (an attachment's); else made from `name`
-    stamp: Callable[[], list[int | str] | None] | None = (
-        None  # what the source says cheaply (tasks.source.known_files)
-    )
+    # what the source says cheaply (tasks.source.known_files)
+    stamp: Callable[[], list[int | str] | None] | None = None
 
 
 def _stamp_local(path: str) -> Callable[[], list[int | str] | None]:

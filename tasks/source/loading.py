@@ -100,9 +100,4 @@ def load_content(doc: Document, settings: Settings | None = None) -> tuple[Conte
 
 def load_text(doc: Document, settings: Settings | None = None) -> str:
     """The text layer of an `ok` document (empty for an image). Raises InputError with a one-line reason."""
-    if doc.status != "ok":
-        raise InputError(
-            f"{doc.doc_id} was skipped ({doc.skip_reason.value if doc.skip_reason else 'unknown'}); it has no text",
-            doc_id=doc.doc_id,
-        )
     return load_content(doc, settings)[0].text

@@ -50,6 +50,8 @@ ACTIVE_TYPES = (
     ("application/vnd.ms-excel.intlmacrosheet", "an Excel 4.0 macro sheet"),
     ("application/vnd.ms-office.activex", "ActiveX controls"),
 )
+# What a broken or hostile zip raises from zipfile (a member's inflation included).
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, OSError, EOFError)
 _CONTENT_TYPE = re.compile(rb'ContentType\s*=\s*"([^"]*)"', re.IGNORECASE)
 
 
@@ -80,7 +82,7 @@ def _content_types(z: zipfile.ZipFile) -> bytes:
     try:
         with z.open(CONTENT_TYPES) as f:
             return f.read(MAX_CONTENT_TYPES_BYTES)
-    except (KeyError, zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+    except (KeyError, *ZIP_ERRORS):
         return b""
 
 
@@ -180,14 +182,7 @@ def unpacked(data: bytes, kind: str, limits: ZipLimits) -> bytes:
                         copy.write(chunk)
     except Unreadable:
         raise
-    except (
-        zipfile.BadZipFile,
-        zipfile.LargeZipFile,
-        NotImplementedError,
-        ValueError,
-        OSError,
-        EOFError,
-    ) as e:
+    except ZIP_ERRORS as e:
         raise Unreadable("corrupt", f"not a valid .{kind} (zip): {type(e).__name__}: {e}"[:200]) from e
     return out.getvalue()
 
