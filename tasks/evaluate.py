@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from docmill.errors import InputError
-from tasks.provenance import SUPPORT_ORDER, support_of
+from tasks.provenance import SUPPORT_ORDER, field_value, support_of, where_of
 from tasks.reporting.csv_safe import safe_cell
 
 if TYPE_CHECKING:
@@ -76,12 +76,8 @@ def load_labels(path: str) -> dict[str, dict[str, Any]]:
     return labels
 
 
-def _value(v: Any) -> Any:
-    return v.get("value") if isinstance(v, dict) and "value" in v else v
-
-
 def matches(got: Any, expected: Any) -> bool:
-    got = _value(got)
+    got = field_value(got)
     if isinstance(expected, bool) or isinstance(got, bool):
         return got == expected
     if isinstance(expected, int | float) and expected is not None:
@@ -154,7 +150,7 @@ def evaluate(
         output = (o.get("output") or {}) if answered else {}
         g = groups_of(doc_id, types.get(doc_id))
         for name, expected in fields.items():
-            covered = answered and (_value(output.get(name)) is not None or expected is None)
+            covered = answered and (field_value(output.get(name)) is not None or expected is None)
             ok = covered and matches(output.get(name), expected)
             for tally in (overall[name], overall["*all fields*"]):
                 tally.add(doc_id, ok, covered)
@@ -169,9 +165,9 @@ def evaluate(
                         "field": name,
                         "kind": "wrong" if covered else "null" if answered else "missing",
                         "expected": expected,
-                        "got": _value(output.get(name)),
+                        "got": field_value(output.get(name)),
                         "state": o.get("state"),
-                        "page": _page(o, name),
+                        "page": where_of(o, name).get("page"),  # so a mismatch can be looked up
                         **g,
                     }
                 )
@@ -182,13 +178,6 @@ def evaluate(
         "missing": missing,
         "mismatches": mismatches,
     }
-
-
-def _page(outcome: dict[str, Any], name: str) -> int | None:
-    """The page the field's evidence names (PDFs, slides, sheets), so a mismatch can be looked up."""
-    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
-    where = fields.get(f"$.{name}.evidence") or fields.get(name) or {}
-    return where.get("page") if isinstance(where, dict) else None
 
 
 def _line(name: str, t: Tally, docs: bool = False) -> str:

@@ -61,7 +61,7 @@ from flows.run.passes import (
     plain_map,
     review_one_chunk,
 )
-from tasks.cost.worst_case import in_flight_bound
+from tasks.cost.worst_case import in_flight_usd
 from tasks.per_file.realtime import feed
 from tasks.recipes import load_recipe
 from tasks.source.inventory import Document
@@ -182,9 +182,9 @@ class ShardWorker:
             return "none"
         need = 0.0
         if docs:  # what this worker's requests in flight can cost at once (checkpoints.inflight)
-            need = in_flight_bound(
+            need = in_flight_usd(
                 [Document.model_validate(d) for d in docs], self.ctx.recipe, self.ctx.settings
-            )["at_once_usd"]
+            )
         granted, others = self.allowance.take(
             self.holder,
             budget.spent_usd,

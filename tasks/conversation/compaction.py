@@ -1,6 +1,6 @@
 """Compaction of a long task's history: which range, which contract, which call, which checks.
 
-Two ways to shrink a history, tried in order (`STRATEGIES`):
+Two ways to shrink a history, tried in order (`compact`):
 
 - `api`: on-demand compaction (beta `compact-2026-09-04`). The API answers with one signed
   `compaction` block and `stop_reason: "compaction"`; the block goes first in later requests,
@@ -52,9 +52,7 @@ class Strategy(StrEnum):
 class CompactionUnavailable(ContextError):
     """The API could not compact (529 compaction_unavailable after retries, or a null block)."""
 
-    billed: tuple[str, dict[str, Any], str | None] | None = (
-        None  # (model, usage, request id) of a paid answer
-    )
+    billed: tuple[str, dict[str, Any], str | None] | None = None  # (model, usage, request id) if paid
     request_id: str | None = None
 
 
@@ -261,27 +259,13 @@ def _has_block(body: Mapping[str, Any]) -> bool:
     return bool(compaction_blocks(list(body.get("messages") or [])))
 
 
-STRATEGIES: dict[Strategy, Callable[[Create, Mapping[str, Any], str], Compacted]] = {
-    Strategy.API: compact_api,
-    Strategy.CLIENT: compact_client,
-}
-
-
-def compact(
-    create: Create, params: Mapping[str, Any], instructions: str, *, allow_api: bool = True
-) -> Compacted:
-    """Compact with the API; on `CompactionUnavailable`, with a client-side summary."""
-    notes: list[str] = []
-    billed: list[tuple[str, dict[str, Any], str | None]] = []
-    order = [Strategy.API, Strategy.CLIENT] if allow_api else [Strategy.CLIENT]
-    for strategy in order:
-        try:
-            done = STRATEGIES[strategy](create, params, instructions)
-        except CompactionUnavailable as e:
-            notes.append(f"{strategy}: {e.message}")
-            if e.billed:
-                billed.append(e.billed)
-            continue
-        done.notes, done.billed_before = notes, billed
+def compact(create: Create, params: Mapping[str, Any], instructions: str) -> Compacted:
+    """Compact with the API; on `CompactionUnavailable`, with a client-side summary (its notes say
+    why, its `billed_before` what the API's attempt cost)."""
+    try:
+        return compact_api(create, params, instructions)
+    except CompactionUnavailable as e:
+        done = compact_client(create, params, instructions)
+        done.notes = [f"{Strategy.API}: {e.message}"]
+        done.billed_before = [e.billed] if e.billed else []
         return done
-    raise ContextError("every compaction strategy failed: " + "; ".join(notes))

@@ -120,9 +120,7 @@ class ConversationTask:
         tools: list[dict[str, Any]] | None = None,
         budget_tokens: int,
         pinned: PinnedFacts | None = None,
-        scratch: Any = None,
         max_tokens: int = 1024,
-        keep_recent_fraction: float = 0.25,
         pass_name: str = "context",
         doc_id: str | None = None,
     ) -> None:
@@ -135,8 +133,8 @@ class ConversationTask:
         self.compaction_max_tokens = max_tokens
         # lines kept for KEEP terms repeat what is pinned anyway: bound them by the budget
         self.keep_terms_limit = max(5, min(200, budget_tokens // 800))
-        self.keep_tokens = int(budget_tokens * keep_recent_fraction)
-        self.scratch = scratch if scratch is not None else Scratchpad(store, run_id, task_id)
+        self.keep_tokens = budget_tokens // 4  # the recent tail a compaction keeps as it is
+        self.scratch = Scratchpad(store, run_id, task_id)
         self.archive = HistoryArchive(store, run_id, task_id)
         self.key = f"runs/{run_id}/tasks/{task_id}/checkpoint.json"
         self.pinned = pinned if pinned is not None else PinnedFacts()
@@ -145,7 +143,6 @@ class ConversationTask:
         self.compactions: list[dict[str, Any]] = []
         self.block_digest: str | None = None
         self.state: dict[str, Any] = {}  # caller-owned JSON state, checkpointed with the history
-        self.counts_sent = 0
         self._count_cache: dict[str, int] = {}
         self._etag: str | None = None
         self.inflight = InFlight(store, run_id)
@@ -231,7 +228,6 @@ class ConversationTask:
                 )
             else:
                 result = self.transport(lambda: self.transport.sdk.messages.count_tokens(**body))
-            self.counts_sent += 1
             self._count_cache[key] = int(result.input_tokens)
         return self._count_cache[key]
 
@@ -350,7 +346,6 @@ class ConversationTask:
         max_tokens: int | None = None,
         output_config: dict[str, Any] | None = None,
         tool_choice: dict[str, Any] | None = None,
-        stop_sequences: list[str] | None = None,
         on_reply: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """One exchange within budget; returns the assistant message (dict).
@@ -359,11 +354,7 @@ class ConversationTask:
         `self.state` / `self.pinned` is saved atomically with the exchange.
         """
         pending = {"role": "user", "content": _blocks(content)}
-        extra: dict[str, Any] = {
-            "output_config": output_config,
-            "tool_choice": tool_choice,
-            "stop_sequences": stop_sequences,
-        }
+        extra: dict[str, Any] = {"output_config": output_config, "tool_choice": tool_choice}
         saved = self.max_tokens
         if max_tokens is not None:
             self.max_tokens = max_tokens

@@ -24,7 +24,6 @@ import importlib
 import importlib.util
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from enum import StrEnum
@@ -223,17 +222,10 @@ class BuiltIn(StrEnum):
 _ALIASES = {"code_review": BuiltIn.CODE_REVIEW, "codereview": BuiltIn.CODE_REVIEW}
 
 
-def _builtin(module: str) -> Callable[[], Recipe]:
-    def load() -> Recipe:
-        recipe: Recipe = importlib.import_module(module).RECIPE
-        return recipe
-
-    return load
-
-
-BUILTINS: dict[BuiltIn, Callable[[], Recipe]] = {
-    BuiltIn.INVOICES: _builtin("tasks.recipes.invoices"),
-    BuiltIn.CODE_REVIEW: _builtin("tasks.recipes.code_review"),
+# the module whose RECIPE each built-in is (imported when asked for)
+BUILTINS: dict[BuiltIn, str] = {
+    BuiltIn.INVOICES: "tasks.recipes.invoices",
+    BuiltIn.CODE_REVIEW: "tasks.recipes.code_review",
 }
 
 
@@ -317,7 +309,8 @@ def load_recipe(spec: str | Recipe) -> Recipe:
         raise ConfigError(
             f"unknown recipe {spec!r}", hint=f"use one of {known}, or path/to/module.py:NAME"
         ) from None
-    return BUILTINS[key]()
+    recipe: Recipe = importlib.import_module(BUILTINS[key]).RECIPE
+    return recipe
 
 
 __all__ = ["BUILTINS", "Recipe", "is_evidence_key", "load_recipe", "read_prompt", "schema_fields"]
