@@ -197,10 +197,8 @@ def eval_lines(result: dict[str, Any], *, show_mismatches: int = 20) -> list[str
         segments = result["by_group"][group]
         lines.append(f"by {group}:")
         for seg, fields in sorted(segments.items()):
-            worst = sorted((t.accuracy, n) for n, t in fields.items() if n != "*all fields*" and t.covered)[
-                :2
-            ]
-            low = ", ".join(f"{n} {a:.0%}" for a, n in worst if a < 1.0)
+            scored = sorted((t.accuracy, n) for n, t in fields.items() if n != "*all fields*" and t.covered)
+            low = ", ".join(f"{n} {a:.0%}" for a, n in scored[:2] if a < 1.0)
             lines.append(_line(seg, fields["*all fields*"], docs=True) + (f"  lowest: {low}" if low else ""))
     lines.append("by support (how each value's evidence was checked; tasks.provenance):")
     for cls in SUPPORT_ORDER:
@@ -256,9 +254,7 @@ def stratified_sample(
     if n <= 0:
         return []
     keys = sorted(strata, key=lambda k: -len(strata[k]))
-    quota = {k: 0 for k in keys}
-    for k in keys[:n]:
-        quota[k] = 1
+    quota = {k: int(i < n) for i, k in enumerate(keys)}  # one each while n allows
     left = n - sum(quota.values())
     while left > 0:  # largest remaining share first
         k = max(keys, key=lambda k: (len(strata[k]) / total * n - quota[k], len(strata[k]) - quota[k]))

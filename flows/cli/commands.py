@@ -48,13 +48,8 @@ def cmd_status(a: argparse.Namespace) -> int:
         return EXIT_OK
     st = run_status(store, run_id)
     if a.json:
-        print(
-            json.dumps(
-                st["manifest"] | {"status": {k: v for k, v in st.items() if k != "manifest"}},
-                indent=2,
-                sort_keys=True,
-            )
-        )
+        status = {k: v for k, v in st.items() if k != "manifest"}
+        print(json.dumps(st["manifest"] | {"status": status}, indent=2, sort_keys=True))
     else:
         print(status_text(st))
     return EXIT_OK
@@ -109,8 +104,12 @@ def _write_out(text: str, path: str | None) -> None:
 
 
 def cmd_review(a: argparse.Namespace) -> int:
+    from checkpoints.decisions import ReviewDecisions
+    from checkpoints.outcomes import OutcomeLog
     from checkpoints.review_queue import ReviewQueue
     from docmill.errors import InputError
+    from tasks.provenance import support_line, weakest
+    from tasks.review import label_records, review_view
 
     store = cli_store(a)
     run_id, doc_id = _review_target(a, store)
@@ -120,9 +119,6 @@ def cmd_review(a: argparse.Namespace) -> int:
         return cmd_decide(a, store, run_id, doc_id)
     q = ReviewQueue(store, run_id)
     if a.action == "list":
-        from checkpoints.decisions import ReviewDecisions
-        from tasks.provenance import support_line, weakest
-
         items = sorted(q.list(), key=weakest)  # the least supported values first
         decided = ReviewDecisions(store, run_id).in_force()
         for item in items:
@@ -139,10 +135,6 @@ def cmd_review(a: argparse.Namespace) -> int:
             raise InputError(
                 "`docmill review show` needs a document id", hint=f"see `docmill review list {run_id}`"
             )
-        from checkpoints.decisions import ReviewDecisions
-        from checkpoints.outcomes import OutcomeLog
-        from tasks.review import review_view
-
         outcome = next((o for o in OutcomeLog(store, run_id).all() if o["doc_id"] == doc_id), None)
         history = ReviewDecisions(store, run_id).history(doc_id)
         shown = review_view(run_id, doc_id, q.get(doc_id), outcome, history)
@@ -155,10 +147,6 @@ def cmd_review(a: argparse.Namespace) -> int:
             _show_evidence(store, run_id, outcome, shown, opening=a.open)
         print(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
     elif a.labels:  # the decisions as an `eval --labels` file
-        from checkpoints.decisions import ReviewDecisions
-        from checkpoints.outcomes import OutcomeLog
-        from tasks.review import label_records
-
         records = label_records(
             list(OutcomeLog(store, run_id).all()), ReviewDecisions(store, run_id).in_force()
         )

@@ -46,9 +46,6 @@ def quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "ERROR")
 
 
-# ---- review decisions: accept | correct | reject (append-only, who and when) ----------------
-
-
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "resume": cmd_resume,

@@ -237,7 +237,7 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
         ],
     }
     body["messages"] = [*body["messages"], ask]
-    message = create([COMPACTION_BETA] if _has_block(body) else None, **body)
+    message = create([COMPACTION_BETA] if compaction_blocks(body["messages"]) else None, **body)
     data = _dump(message)
     text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text").strip()
     if not text:
@@ -253,10 +253,6 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
         data.get("usage") or {},
         getattr(message, "_request_id", None),
     )
-
-
-def _has_block(body: Mapping[str, Any]) -> bool:
-    return bool(compaction_blocks(list(body.get("messages") or [])))
 
 
 def compact(create: Create, params: Mapping[str, Any], instructions: str) -> Compacted:

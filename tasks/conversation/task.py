@@ -25,7 +25,7 @@ import os
 import signal
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from checkpoints import cas
 from checkpoints.costs import CostEntry, CostLedger
@@ -33,20 +33,19 @@ from checkpoints.inflight import InFlight, Mark, life_of
 from checkpoints.scratch import HistoryArchive, Scratchpad
 from docmill.errors import ContextError, PinnedFactLost
 from docmill.prices import worst_usd
-from docmill.sdk import anthropic
-from tasks.api.answers import CallLabel, StreamProgress, stream_message
+from tasks.api.answers import CallLabel
 from tasks.api.usage import estimate_input_tokens
 from tasks.conversation import compaction as cmp
 from tasks.conversation.pinned import PinnedFacts
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
+    from tasks.api.client import ModelClient
 
 CHECKPOINT_VERSION = 1
 CRASH_ENV = "DOCMILL_CRASH_AT"
 MAX_COMPACTIONS_PER_TURN = 3
 COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
-T = TypeVar("T")
 _crash_hits: Counter[str] = Counter()
 
 
@@ -63,30 +62,6 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class Transport:
-    """The SDK behind a `tasks.api.client.ModelClient` (its retry policy, one layer) or a bare SDK
-    client (its own `max_retries` is then the one layer)."""
-
-    def __init__(self, client: Any) -> None:
-        self.model_client = None if isinstance(client, anthropic.Anthropic) else client
-        self.sdk: anthropic.Anthropic = client if self.model_client is None else client.sdk
-
-    def __call__(
-        self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None, max_tokens: int = 0
-    ) -> T:
-        """Run one API call with the transport retries (and the run's cost cap when `model` is given)."""
-        if self.model_client is None:
-            return fn()
-        return self.model_client.run(fn, pace_tokens=pace_tokens, model=model, max_tokens=max_tokens)
-
-    def stream(self, body: dict[str, Any], betas: list[str] | None, label: CallLabel) -> Any:
-        """One Messages call, streamed (a long task's answer or a compaction may take minutes): through
-        the ModelClient's transport layer, which records a paid attempt that brought no answer."""
-        if self.model_client is None:
-            return stream_message(self.sdk, body, StreamProgress(), betas=betas)
-        return self.model_client.stream(body, label=label, betas=betas)
-
-
 def safe_group(name: str) -> str:
     """A cost group id made of safe key characters only."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:200]
@@ -101,8 +76,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _dump_block(block: Any) -> dict[str, Any]:
-    data = block.model_dump(mode="json", exclude_none=True) if hasattr(block, "model_dump") else dict(block)
-    return dict(data)
+    return dict(block.model_dump(mode="json", exclude_none=True) if hasattr(block, "model_dump") else block)
 
 
 class ConversationTask:
@@ -113,7 +87,7 @@ class ConversationTask:
         task_id: str,
         run_id: str,
         store: ObjectStore,
-        client: Any,
+        client: ModelClient,
         *,
         model: str,
         system: str | list[dict[str, Any]],
@@ -126,7 +100,7 @@ class ConversationTask:
     ) -> None:
         self.doc_id = doc_id or f"*{task_id}*"  # whom the cost entries are attributed to
         self.task_id, self.run_id, self.store = task_id, run_id, store
-        self.transport = Transport(client)
+        self.client = client  # its one transport layer: retries, pacing, the run's cost cap
         self.model, self.tools, self.budget_tokens = model, tools, budget_tokens
         self.system = _blocks(system)
         self.max_tokens, self.pass_name = max_tokens, pass_name
@@ -223,11 +197,11 @@ class ConversationTask:
         if key not in self._count_cache:
             result: Any
             if cmp.compaction_blocks(body["messages"]):
-                result = self.transport(
-                    lambda: self.transport.sdk.beta.messages.count_tokens(betas=[cmp.COMPACTION_BETA], **body)
+                result = self.client.run(
+                    lambda: self.client.sdk.beta.messages.count_tokens(betas=[cmp.COMPACTION_BETA], **body)
                 )
             else:
-                result = self.transport(lambda: self.transport.sdk.messages.count_tokens(**body))
+                result = self.client.run(lambda: self.client.sdk.messages.count_tokens(**body))
             self._count_cache[key] = int(result.input_tokens)
         return self._count_cache[key]
 
@@ -255,11 +229,10 @@ class ConversationTask:
         worst = worst_usd(
             str(body.get("model")), estimate_input_tokens(body), int(body.get("max_tokens") or 0)
         )
-        sender = self.transport.model_client or self.transport.sdk
-        ceiling = self.transport.model_client.concurrency if self.transport.model_client else None
-        mark = self.inflight.open_call(safe_group(label.key), life_of(sender), ceiling, worst or 0.0)
+        life, ceiling = life_of(self.client), self.client.concurrency
+        mark = self.inflight.open_call(safe_group(label.key), life, ceiling, worst or 0.0)
         try:
-            reply = self.transport.stream(body, betas, label)
+            reply = self.client.stream(body, label=label, betas=betas)
         except BaseException:
             self.inflight.close(mark)  # the transport layer recorded a paid attempt without an answer
             raise
@@ -288,15 +261,10 @@ class ConversationTask:
         instructions = cmp.contract(self.pinned.keep_terms(limit=self.keep_terms_limit))
         base = self.params([], with_pinned=False, **extra)  # the pinned block is not summarized
         base["max_tokens"] = self.compaction_max_tokens
-        chosen = None
-        for cut in cuts:
-            candidate = {**base, "messages": self.messages[: cut + 1]}
-            if (
-                self.count(candidate) + len(instructions) // 3 + self.compaction_max_tokens
-                <= self.budget_tokens
-            ):
-                chosen = cut
-                break
+        room = self.budget_tokens - len(instructions) // 3 - self.compaction_max_tokens
+        chosen = next(
+            (c for c in cuts if self.count({**base, "messages": self.messages[: c + 1]}) <= room), None
+        )
         if chosen is None:
             raise ContextError(
                 f"task {self.task_id}: no summarizable range fits in {self.budget_tokens} tokens "
@@ -317,7 +285,7 @@ class ConversationTask:
         if missing:
             raise PinnedFactLost(
                 f"task {self.task_id}: {len(missing)} pinned fact(s) would be missing after compaction "
-                f"{len(self.compactions) + 1}: {missing[:3]}",
+                f"{n}: {missing[:3]}",
                 hint="the last checkpoint is kept; fix the pinned block so it stays outside the summary",
                 missing=missing,
                 task_id=self.task_id,
@@ -326,7 +294,7 @@ class ConversationTask:
         self.block_digest = done.digest
         self.compactions.append(
             {
-                "n": len(self.compactions) + 1,
+                "n": n,
                 "strategy": str(done.strategy),
                 "archive_seq": seq,
                 "at_exchange": self.exchanges,

@@ -94,19 +94,13 @@ _DRIVE = re.compile(r"[A-Za-z]:")
 _SHORT_EXT = re.compile(r"[A-Za-z0-9]{1,16}")
 
 
-def _own_safe_key(name: str) -> str:
-    """The floor of a doc id's rules (no empty, absolute, dot or control-character names); the
-    store's `safe_key` may add more."""
+def _safe_key(name: str) -> str:
+    """The store's `safe_key` of `name`, over the floor of a doc id's own rules (no empty, absolute,
+    dot or control-character names)."""
     if not name or name.startswith("/") or _UNSAFE_CHAR.search(name):
         raise UnsafeKey(f"unsafe key {name!r}")
-    parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if any(p in ("", ".", "..") for p in name.split("/")):
         raise UnsafeKey(f"unsafe key {name!r}")
-    return name
-
-
-def _safe_key(name: str) -> str:
-    _own_safe_key(name)
     return safe_key(name)
 
 
@@ -122,10 +116,6 @@ def _is_plain(name: str) -> bool:
     if ID_MARK.search(parts[-1]) or FITTED_MARK.search(parts[-1]):
         return False
     return not any(p.lower().endswith(MESSAGE_SUFFIX) for p in parts[:-1])
-
-
-def _name_hash(name: str) -> str:
-    return hashlib.sha256(b"name\0" + name.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _escape_char(ch: str) -> str:
@@ -165,7 +155,7 @@ def make_doc_id(name: str) -> str:
     else (too long) its hashed form. One-to-one (see the module docstring)."""
     if _is_plain(name):
         return name
-    digest = _name_hash(name)
+    digest = hashlib.sha256(b"name\0" + name.encode("utf-8", "surrogatepass")).hexdigest()
     parts = name.split("/")
     n = len(parts) - 1
     escaped = [_escape_segment(p, i == 0, i == n) for i, p in enumerate(parts)]

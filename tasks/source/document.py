@@ -9,7 +9,7 @@ how it is sent (tasks.request) and what it costs (tasks.cost.estimate) without r
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -61,6 +61,19 @@ class Document(BaseModel):
     parent: str | None = None  # an e-mail attachment: the doc id of its message
 
 
+def duplicate(base: dict[str, Any], sha256: str, size: int, first: str) -> Document:
+    """The record of a file with the same content as the earlier `ok` document `first`."""
+    return Document(
+        **base,
+        sha256=sha256,
+        size=size,
+        status="skipped",
+        skip_reason=SkipReason.DUPLICATE,
+        skip_detail=f"same content as {first}",
+        duplicate_of=first,
+    )
+
+
 class FirstOfContent:
     """sha256 (hex) -> the doc id of the first `ok` document with that content: how an inventory
     marks the later ones `duplicate`. It lives as long as the inventory and holds one entry per
@@ -79,6 +92,3 @@ class FirstOfContent:
 
     def __setitem__(self, sha256: str, doc_id: str) -> None:
         self._first[self._short(sha256)] = doc_id
-
-    def __len__(self) -> int:
-        return len(self._first)
