@@ -104,7 +104,6 @@ class ConversationTask:
         self.model, self.tools, self.budget_tokens = model, tools, budget_tokens
         self.system = _blocks(system)
         self.max_tokens, self.pass_name = max_tokens, pass_name
-        self.compaction_max_tokens = max_tokens
         # lines kept for KEEP terms repeat what is pinned anyway: bound them by the budget
         self.keep_terms_limit = max(5, min(200, budget_tokens // 800))
         self.keep_tokens = budget_tokens // 4  # the recent tail a compaction keeps as it is
@@ -260,8 +259,8 @@ class ConversationTask:
         cuts = cmp.choose_cut(self.messages, sizes, self.keep_tokens)
         instructions = cmp.contract(self.pinned.keep_terms(limit=self.keep_terms_limit))
         base = self.params([], with_pinned=False, **extra)  # the pinned block is not summarized
-        base["max_tokens"] = self.compaction_max_tokens
-        room = self.budget_tokens - len(instructions) // 3 - self.compaction_max_tokens
+        base["max_tokens"] = self.max_tokens
+        room = self.budget_tokens - len(instructions) // 3 - self.max_tokens
         chosen = next(
             (c for c in cuts if self.count({**base, "messages": self.messages[: c + 1]}) <= room), None
         )
@@ -322,27 +321,26 @@ class ConversationTask:
         `self.state` / `self.pinned` is saved atomically with the exchange.
         """
         pending = {"role": "user", "content": _blocks(content)}
-        extra: dict[str, Any] = {"output_config": output_config, "tool_choice": tool_choice}
-        saved = self.max_tokens
-        if max_tokens is not None:
-            self.max_tokens = max_tokens
-        try:
+        # a turn's own max_tokens goes in its request only; a compaction keeps the task's
+        extra: dict[str, Any] = {
+            "output_config": output_config,
+            "tool_choice": tool_choice,
+            "max_tokens": max_tokens,
+        }
+        params = self.params([*self.messages, pending], **extra)
+        rounds = 0
+        while not self.fits(params):
+            if rounds >= MAX_COMPACTIONS_PER_TURN:
+                raise ContextError(
+                    f"task {self.task_id}: still {self.count(params)} tokens after {rounds} compactions "
+                    f"(budget {self.budget_tokens}; {self._pinned_note()})",
+                    hint="raise budget_tokens, shrink the pinned facts or send smaller turns",
+                )
+            self.compact(pending, extra)
+            rounds += 1
             params = self.params([*self.messages, pending], **extra)
-            rounds = 0
-            while not self.fits(params):
-                if rounds >= MAX_COMPACTIONS_PER_TURN:
-                    raise ContextError(
-                        f"task {self.task_id}: still {self.count(params)} tokens after {rounds} compactions "
-                        f"(budget {self.budget_tokens}; {self._pinned_note()})",
-                        hint="raise budget_tokens, shrink the pinned facts or send smaller turns",
-                    )
-                self.compact(pending, extra)
-                rounds += 1
-                params = self.params([*self.messages, pending], **extra)
-            cmp.check_block(params["messages"], self.block_digest)
-            reply = self.create([cmp.COMPACTION_BETA] if self.block_digest else None, **params)
-        finally:
-            self.max_tokens = saved
+        cmp.check_block(params["messages"], self.block_digest)
+        reply = self.create([cmp.COMPACTION_BETA] if self.block_digest else None, **params)
         data = reply.model_dump(mode="json")
         self._record_cost(
             f"x{self.exchanges + 1:06d}",

@@ -266,18 +266,17 @@ def learn(store: ObjectStore, recipe: str, model: str, read_records: int | None 
     by_type: dict[str, list[PastAnswer]] = defaultdict(list)
     for s in samples:
         by_type[s.doc_format].append(s)
+    groups = {t: group for t, group in by_type.items() if len(group) >= FORMAT_MIN}
     n = len(samples)
     overall = per_doc(samples)
     return AnswerSizes(
         overall=Fit(intercept=sum(s.text_tokens for s in samples) / n, slope=0.0, documents=n),
-        by_type={t: fit(group) for t, group in by_type.items() if len(group) >= FORMAT_MIN},
+        by_type={t: fit(group) for t, group in groups.items()},
         thinking_per_doc=sum(s.thinking_tokens + s.repair_thinking_tokens for s in samples) / n,
         runs=reading.runs,
         overall_per_doc=overall,
         repair=repair_size(samples),
-        per_doc_by_type={
-            t: per_doc(group, overall) for t, group in by_type.items() if len(group) >= FORMAT_MIN
-        },
+        per_doc_by_type={t: per_doc(group, overall) for t, group in groups.items()},
         integration_input_tokens=reading.integration_input_tokens,
         integration_calls=reading.integration_calls,
         integration_documents=reading.integration_documents,

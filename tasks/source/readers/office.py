@@ -144,11 +144,9 @@ def held_without_text(data: bytes) -> str:
         return ""
     counts = [sum(1 for name in names if pattern.match(name)) for pattern, _, _ in HELD]
     counts[3] = max(0, counts[3] - counts[1])  # a chart keeps its data in an embedded workbook
-    held = []
-    for (_, one, many), n in zip(HELD, counts, strict=True):
-        if n:
-            held.append(f"{n} {one if n == 1 else many}")
-    return ", ".join(held)
+    return ", ".join(
+        f"{n} {one if n == 1 else many}" for (_, one, many), n in zip(HELD, counts, strict=True) if n
+    )
 
 
 def unpacked(data: bytes, kind: str, limits: ZipLimits) -> bytes:
@@ -274,9 +272,9 @@ def _xlsx(data: bytes) -> Content:
 
 def _shape_lines(shape: Any) -> list[str]:
     lines: list[str] = []
-    if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+    if getattr(shape, "has_text_frame", False):
         lines += [p.text for p in shape.text_frame.paragraphs]
-    if getattr(shape, "has_table", False) and shape.has_table:
+    if getattr(shape, "has_table", False):
         for row in shape.table.rows:
             lines.append(" | ".join(cell.text.strip() for cell in row.cells))
     for child in getattr(shape, "shapes", ()):  # group shapes
