@@ -166,24 +166,17 @@ def integration_prompt_tokens(recipe: Any, settings: Any) -> int:
 
 
 def integration_estimate(
-    recipe: Any,
-    settings: Any,
-    typical: int | None = None,
-    note_tokens: float | None = None,
-    result_tokens: int | None = None,
+    recipe: Any, settings: Any, typical: int, note_tokens: float | None = None
 ) -> IntegrationEstimate:
-    """`typical`: one per-file answer's text tokens (learned or the prior; default the prior): a compact
-    result is the answer without its evidence (about half) plus its doc id and state; `result_tokens`
-    (learned from past runs' bills) replaces that; `note_tokens`: the text written per result read
-    (learned from past runs; default NOTE_TOKENS_PER_RESULT)."""
+    """`typical`: one per-file answer's text tokens (learned or the prior): a compact result is the
+    answer without its evidence (about half) plus its doc id and state (what past runs' bills say
+    replaces that: `estimate_docs`); `note_tokens`: the text written per result read (learned from
+    past runs; default NOTE_TOKENS_PER_RESULT)."""
     s = settings.integration
-    typical = typical if typical is not None else typical_output_tokens(recipe, int(settings.api.max_tokens))
-    if result_tokens is None:
-        result_tokens = typical // 2 + RECORD_TOKENS
     return IntegrationEstimate(
         model=settings.api.integration_model,
         prompt_tokens=integration_prompt_tokens(recipe, settings),
-        result_tokens=max(16, result_tokens),
+        result_tokens=max(16, typical // 2 + RECORD_TOKENS),
         read_records=s.read_records if code_built(recipe) else 10**9,
         slice_records=s.slice_records,
         max_tokens=s.max_tokens,
