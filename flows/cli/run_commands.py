@@ -80,19 +80,15 @@ def _adopt_server() -> None:
 
 
 def _summary_line(s: dict[str, Any]) -> str:
-    st = s["states"]
+    st, n = s["states"], int(s.get("retryable") or 0)
+    retryable = f" ({n} transiently: resume retries them)" if n else ""
     return (
         f"docmill: run {s['run_id']} {s['phase']}: {st['succeeded']} succeeded, {st['needs_review']} need review, "
-        f"{st['failed']} failed{_retryable(s)}, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
+        f"{st['failed']} failed{retryable}, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
         f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflict{'' if s['conflicts'] == 1 else 's'} across documents.\n"
         f"  {integration_text(s)}\n"
         f"  report: {s['report']}\n  exports: {s['exports']}\n  review queue: {s['review_queue']}"
     )
-
-
-def _retryable(s: dict[str, Any]) -> str:
-    n = int(s.get("retryable") or 0)
-    return f" ({n} transiently: resume retries them)" if n else ""
 
 
 def _finish(summary: dict[str, Any]) -> int:

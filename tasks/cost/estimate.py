@@ -291,11 +291,9 @@ class Estimate:
             f"(at most {self.max_output_tokens:,})",
             f"  realtime: ~${self.usd(batch=False):.4f} (worst case ${self.usd(batch=False, worst=True):.4f})",
             f"  batch:    ~${self.usd(batch=True):.4f} (worst case ${self.usd(batch=True, worst=True):.4f})",
-        ]
-        rows.append(
             f"  output: answers ~{self.text_output_tokens:,} tokens + thinking ~{self.thinking_tokens:,}; "
-            + self.output_source()
-        )
+            + self.output_source(),
+        ]
         if self.thinking_tokens:
             rows.append(
                 f"  thinking: {self.model} thinks adaptively (effort {self.effort or 'default'}): "
