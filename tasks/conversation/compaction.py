@@ -178,6 +178,17 @@ def _dump(model: Any) -> dict[str, Any]:
     return model.model_dump(mode="json") if hasattr(model, "model_dump") else dict(model)
 
 
+def _billed(
+    body: Mapping[str, Any], data: dict[str, Any], message: Any
+) -> tuple[str, dict[str, Any], str | None]:
+    """(model, usage, request id) of an answer, priced by the model asked for."""
+    return (
+        str(body.get("model") or data.get("model")),
+        data.get("usage") or {},
+        getattr(message, "_request_id", None),
+    )
+
+
 Create = Callable[..., Any]
 """`create(betas, **body)`: one Messages call (beta namespace when `betas`), transport retries inside."""
 
@@ -201,25 +212,14 @@ def compact_api(create: Create, params: Mapping[str, Any], instructions: str) ->
         raise CompactionUnavailable(
             f"no usable compaction block (stop_reason={data.get('stop_reason')!r}, blocks={len(blocks)})",
             request_id=getattr(message, "_request_id", None),
-            billed=(
-                str(body.get("model") or data.get("model")),
-                data.get("usage") or {},
-                getattr(message, "_request_id", None),
-            ),
+            billed=_billed(body, data, message),
         )
     raw = blocks[0]
     block = {k: raw.get(k) for k in BLOCK_FIELDS}
     if raw.get("tool_changes") is not None:
         block["tool_changes"] = raw["tool_changes"]
     head = {"role": "assistant", "content": [block]}
-    return Compacted(
-        Strategy.API,
-        head,
-        block_digest(block),
-        str(body.get("model") or data.get("model")),
-        data.get("usage") or {},
-        getattr(message, "_request_id", None),
-    )
+    return Compacted(Strategy.API, head, block_digest(block), *_billed(body, data, message))
 
 
 def compact_client(create: Create, params: Mapping[str, Any], instructions: str) -> Compacted:
@@ -227,15 +227,8 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
     body = strip_reply_shaping(params)
     if body.get("tools"):
         body["tool_choice"] = {"type": "none"}
-    ask = {
-        "role": "user",
-        "content": [
-            {
-                "type": "text",
-                "text": "Summarize the conversation above for its continuation.\n" + instructions,
-            }
-        ],
-    }
+    summarize = "Summarize the conversation above for its continuation.\n" + instructions
+    ask = {"role": "user", "content": [{"type": "text", "text": summarize}]}
     body["messages"] = [*body["messages"], ask]
     message = create([COMPACTION_BETA] if compaction_blocks(body["messages"]) else None, **body)
     data = _dump(message)
@@ -245,14 +238,7 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
             "the client-side summary came back empty", hint="raise budget_tokens or retry later"
         )
     head = {"role": "user", "content": [{"type": "text", "text": f"{CLIENT_SUMMARY_MARK}\n{text}"}]}
-    return Compacted(
-        Strategy.CLIENT,
-        head,
-        None,
-        str(body.get("model") or data.get("model")),
-        data.get("usage") or {},
-        getattr(message, "_request_id", None),
-    )
+    return Compacted(Strategy.CLIENT, head, None, *_billed(body, data, message))
 
 
 def compact(create: Create, params: Mapping[str, Any], instructions: str) -> Compacted:
