@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.review_queue import ReviewQueue
 from docmill.errors import InputError
 from tasks.provenance import SUPPORT_ORDER, field_value, support_of, where_of
 from tasks.reporting.csv_safe import safe_cell
@@ -270,8 +271,6 @@ def stratified_sample(
 
 def queue_sample(store: ObjectStore, run_id: str, picked: list[dict[str, Any]], types: dict[str, str]) -> int:
     """Add sampled documents to the review queue (reason "sample"); an existing item is kept."""
-    from checkpoints.review_queue import ReviewQueue
-
     queue = ReviewQueue(store, run_id)
     added = 0
     for o in picked:

@@ -49,8 +49,10 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.store import open_store
 from docmill.models import min_cacheable_tokens, thinking_tokens
 from docmill.prices import Price, override_lines, price_on, worst_usd
 from tasks.cost.answer_sizes import AnswerSizes, document_tokens, format_key, learn
@@ -58,6 +60,7 @@ from tasks.cost.sizing import answer_chars, content_tokens, table_rows
 from tasks.integration.digest import state_digest
 from tasks.integration.facts import code_built
 from tasks.integration.notes import notes_request, notes_schema
+from tasks.recipes import load_recipe
 from tasks.recipes.thinking import effort_config
 from tasks.request import (
     file_request,
@@ -68,6 +71,7 @@ from tasks.request import (
     recipe_parts,
     send_as,
 )
+from tasks.source.inventory import inventory
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -335,10 +339,6 @@ def typical_output_tokens(recipe: Recipe, max_tokens: int, rows: int | None = No
 def learned_sizes(recipe: Recipe, settings: Settings) -> AnswerSizes | None:
     """What this recipe's answers cost on the configured model in the store's past runs
     (tasks.cost.answer_sizes), or None: no store, too few past documents, or an unreadable store."""
-    from pathlib import Path
-
-    from checkpoints.store import open_store
-
     if "://" not in settings.store and not Path(settings.store).exists():
         return None  # never create a store to estimate
     try:
@@ -446,8 +446,5 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
 
 
 def estimate_source(source: str, recipe_name: str, settings: Settings) -> Estimate:
-    from tasks.recipes import load_recipe
-    from tasks.source.inventory import inventory
-
     recipe = load_recipe(recipe_name)
     return estimate_docs(inventory(source, settings, doc_types=recipe.doc_types), recipe, settings)
