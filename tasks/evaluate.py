@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.review_queue import ReviewQueue
 from docmill.errors import InputError
-from tasks.provenance import SUPPORT_ORDER, support_of
+from tasks.provenance import SUPPORT_ORDER, field_value, support_of, where_of
 from tasks.reporting.csv_safe import safe_cell
 
 if TYPE_CHECKING:
@@ -76,12 +77,8 @@ def load_labels(path: str) -> dict[str, dict[str, Any]]:
     return labels
 
 
-def _value(v: Any) -> Any:
-    return v.get("value") if isinstance(v, dict) and "value" in v else v
-
-
 def matches(got: Any, expected: Any) -> bool:
-    got = _value(got)
+    got = field_value(got)
     if isinstance(expected, bool) or isinstance(got, bool):
         return got == expected
     if isinstance(expected, int | float) and expected is not None:
@@ -154,7 +151,7 @@ def evaluate(
         output = (o.get("output") or {}) if answered else {}
         g = groups_of(doc_id, types.get(doc_id))
         for name, expected in fields.items():
-            covered = answered and (_value(output.get(name)) is not None or expected is None)
+            covered = answered and (field_value(output.get(name)) is not None or expected is None)
             ok = covered and matches(output.get(name), expected)
             for tally in (overall[name], overall["*all fields*"]):
                 tally.add(doc_id, ok, covered)
@@ -169,9 +166,9 @@ def evaluate(
                         "field": name,
                         "kind": "wrong" if covered else "null" if answered else "missing",
                         "expected": expected,
-                        "got": _value(output.get(name)),
+                        "got": field_value(output.get(name)),
                         "state": o.get("state"),
-                        "page": _page(o, name),
+                        "page": where_of(o, name).get("page"),  # so a mismatch can be looked up
                         **g,
                     }
                 )
@@ -182,13 +179,6 @@ def evaluate(
         "missing": missing,
         "mismatches": mismatches,
     }
-
-
-def _page(outcome: dict[str, Any], name: str) -> int | None:
-    """The page the field's evidence names (PDFs, slides, sheets), so a mismatch can be looked up."""
-    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
-    where = fields.get(f"$.{name}.evidence") or fields.get(name) or {}
-    return where.get("page") if isinstance(where, dict) else None
 
 
 def _line(name: str, t: Tally, docs: bool = False) -> str:
@@ -208,10 +198,8 @@ def eval_lines(result: dict[str, Any], *, show_mismatches: int = 20) -> list[str
         segments = result["by_group"][group]
         lines.append(f"by {group}:")
         for seg, fields in sorted(segments.items()):
-            worst = sorted((t.accuracy, n) for n, t in fields.items() if n != "*all fields*" and t.covered)[
-                :2
-            ]
-            low = ", ".join(f"{n} {a:.0%}" for a, n in worst if a < 1.0)
+            scored = sorted((t.accuracy, n) for n, t in fields.items() if n != "*all fields*" and t.covered)
+            low = ", ".join(f"{n} {a:.0%}" for a, n in scored[:2] if a < 1.0)
             lines.append(_line(seg, fields["*all fields*"], docs=True) + (f"  lowest: {low}" if low else ""))
     lines.append("by support (how each value's evidence was checked; tasks.provenance):")
     for cls in SUPPORT_ORDER:
@@ -267,9 +255,7 @@ def stratified_sample(
     if n <= 0:
         return []
     keys = sorted(strata, key=lambda k: -len(strata[k]))
-    quota = {k: 0 for k in keys}
-    for k in keys[:n]:
-        quota[k] = 1
+    quota = {k: int(i < n) for i, k in enumerate(keys)}  # one each while n allows
     left = n - sum(quota.values())
     while left > 0:  # largest remaining share first
         k = max(keys, key=lambda k: (len(strata[k]) / total * n - quota[k], len(strata[k]) - quota[k]))
@@ -285,8 +271,6 @@ def stratified_sample(
 
 def queue_sample(store: ObjectStore, run_id: str, picked: list[dict[str, Any]], types: dict[str, str]) -> int:
     """Add sampled documents to the review queue (reason "sample"); an existing item is kept."""
-    from checkpoints.review_queue import ReviewQueue
-
     queue = ReviewQueue(store, run_id)
     added = 0
     for o in picked:

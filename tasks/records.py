@@ -20,30 +20,6 @@ class ResponseMeta(TypedDict):
     run_id: NotRequired[str]  # the run that paid for it (the response log is shared by every run)
 
 
-class OutcomeRecord(TypedDict):
-    """A per-document outcome as the later phases read it (`DocOutcome.model_dump(mode="json")`)."""
-
-    doc_id: str
-    key: str | None
-    pass_name: str
-    state: str  # succeeded | needs_review | failed | skipped
-    reason: str | None
-    failure_type: str | None
-    attempts: int
-    last_error: str | None
-    output: dict[str, Any] | None
-    raw_output: str | None
-    flags: list[dict[str, Any]]
-    model: str | None
-    usage: dict[str, int]
-    cost_usd: float
-    request_ids: list[str]
-    provenance: dict[str, Any] | None
-    origin_run: str | None
-    retryable: NotRequired[bool]  # failed for a transient cause: resume retries it (invariant 12)
-    from_ledger: NotRequired[bool]
-
-
 class Conflict(TypedDict):
     """Documents sharing a key field's value but disagreeing on another field."""
 
@@ -77,9 +53,8 @@ class IntegrationResult(TypedDict):
     calls: NotRequired[int]  # model calls this run (ledger hits excluded)
     truncated: NotRequired[int]  # answers cut at max_tokens (each split and asked again in halves)
     state_key: NotRequired[str | None]
-    version: NotRequired[
-        int
-    ]  # of the code that built its sections and checks (integration.run.RECORD_VERSION)
+    # of the code that built its sections and checks (integration.run.RECORD_VERSION)
+    version: NotRequired[int]
 
 
 class RunSummary(TypedDict):
@@ -112,13 +87,6 @@ class ReviewItem(TypedDict):
     tried: list[dict[str, Any]]
     from_ledger: NotRequired[bool]
     conflicts: NotRequired[list[Conflict]]
-
-
-class BatchResultLine(TypedDict):
-    """One line of a Message Batch's results stream (`custom_id` + a result discriminated on type)."""
-
-    custom_id: str
-    result: dict[str, Any]  # {"type": "succeeded"|"errored"|"canceled"|"expired", ...}
 
 
 class BatchProgress(TypedDict):

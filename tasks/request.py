@@ -107,9 +107,8 @@ class Payload:
     media_type: str | None = None
     first_page: int = 1
     pdf: bytes | None = None  # a whole PDF's bytes, however it is sent: evidence boxes (tasks.per_file.boxes)
-    bounds: Bounds = field(
-        default_factory=Bounds
-    )  # how its page ranges are cut (a PDF parse, bounded like every read)
+    # how its page ranges are cut (a PDF parse, bounded like every read)
+    bounds: Bounds = field(default_factory=Bounds)
 
     @property
     def page_count(self) -> int:
@@ -200,7 +199,6 @@ def page_parts(doc: Document, settings: Settings) -> list[tuple[int, int]]:
 
 def part_payload(whole: Payload, first: int, last: int) -> Payload:
     """The payload of pages first..last of a PDF payload: those pages' bytes and text layer."""
-
     spans = [p for p in whole.content.pages if first <= p.number <= last]
     start = spans[0].start if spans else 0
     end = spans[-1].end if spans else 0
@@ -334,9 +332,9 @@ def recipe_parts(recipe: Recipe) -> RecipeParts:
     return parts
 
 
-def file_params(settings: Settings, *, max_tokens: int | None = None) -> dict[str, Any]:
+def file_params(settings: Settings) -> dict[str, Any]:
     """The call parameters hashed into a per-file key (change them and the key changes)."""
-    return {"max_tokens": max_tokens or settings.api.max_tokens}
+    return {"max_tokens": settings.api.max_tokens}
 
 
 def static_system(recipe: Recipe) -> str:
@@ -400,10 +398,7 @@ def file_key(recipe: Recipe, doc: Document, model: str, params: dict[str, Any]) 
     The request template (docmill's rules, wrapper, instruction) is hashed into params, so a
     change of layout never reuses an old result.
     """
-    all_params = {
-        **params,
-        "template": TEMPLATE_HASH,
-    }
+    all_params = {**params, "template": TEMPLATE_HASH}
     mode = send_as(doc, recipe)
     if mode is not SendAs.TEXT:  # the bytes sent (doc.sha256) and how: a new layout, a new key
         all_params.update({"send_as": mode.value, "media_template": MEDIA_TEMPLATE_HASH})

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from checkpoints.decisions import Action, Decision
 from docmill.errors import InputError
+from tasks.provenance import field_value
 
 if TYPE_CHECKING:
     from tasks.recipes import Recipe
@@ -61,13 +62,8 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
     return values
 
 
-def _is_value_node(node: Any) -> bool:
+def _is_value_node(node: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(node, dict) and "value" in node
-
-
-def plain(node: Any) -> Any:
-    """The value of a `{value, evidence}` field, or the field itself."""
-    return node.get("value") if _is_value_node(node) else node
 
 
 def with_values(output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -75,9 +71,7 @@ def with_values(output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any
     new = dict(output)
     for name, value in values.items():
         old = output.get(name)
-        new[name] = (
-            {**old, "value": value, "evidence": None} if isinstance(old, dict) and "value" in old else value
-        )
+        new[name] = {**old, "value": value, "evidence": None} if _is_value_node(old) else value
     return new
 
 
@@ -117,7 +111,7 @@ def mark_of(decision: Decision, output: dict[str, Any] | None) -> ReviewMark:
         "at": timestamp(decision.at),
         "note": decision.note,
         "seq": decision.seq,
-        "corrections": {k: {"from": plain(out.get(k)), "to": v} for k, v in decision.values.items()},
+        "corrections": {k: {"from": field_value(out.get(k)), "to": v} for k, v in decision.values.items()},
     }
 
 
@@ -151,7 +145,9 @@ def labels_from_decisions(
         if d.action is Action.REJECT:
             fields = dict(d.values)
         else:
-            fields = {k: plain(v) for k, v in output.items() if not isinstance(plain(v), dict | list)}
+            fields = {
+                k: field_value(v) for k, v in output.items() if not isinstance(field_value(v), dict | list)
+            }
             fields.update(d.values)
         if fields:
             labels[doc_id] = fields

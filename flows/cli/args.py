@@ -11,6 +11,8 @@ import argparse
 
 from flows.cli.checks import OneLineParser, run_id_flag, setting_flag
 
+RECIPE_HELP = "invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)"
+
 
 def _common(sub: bool) -> OneLineParser:
     """Options every command takes, before or after its name (`docmill --store X status` and
@@ -76,10 +78,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="extract a source with a recipe", parents=common)
     r.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    r.add_argument(
-        "--recipe",
-        help="invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)",
-    )
+    r.add_argument("--recipe", help=RECIPE_HELP)
     r.add_argument(
         "--mode",
         choices=["realtime", "batch", "auto"],
@@ -219,10 +218,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "estimate", help="estimate the cost of a source, realtime vs batch (no model call)", parents=common
     )
     es.add_argument("source", help="a folder or s3://bucket/prefix of documents")
-    es.add_argument(
-        "--recipe",
-        help="invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)",
-    )
+    es.add_argument("--recipe", help=RECIPE_HELP)
     es.add_argument("--model", help="price this model instead of the configured one")
     es.add_argument(
         "--max-tokens", type=setting_flag("api.max_tokens", int), help="max_tokens per request (worst case)"

@@ -25,12 +25,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from docmill.errors import ConfigError, InputError
 from docmill.settings import Settings
+from flows.cli.exit_codes import EXIT_INPUT
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-EXIT_INPUT = 2
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -9,6 +9,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from docmill.errors import DocmillError, InputError
+from docmill.settings import get_settings
 from flows.cli.checks import known_run
 from flows.cli.exit_codes import EXIT_INPUT, EXIT_OK
 
@@ -17,14 +19,11 @@ if TYPE_CHECKING:
 
 
 def store_uri(a: argparse.Namespace) -> str:
-    from docmill.settings import get_settings
-
     return str(getattr(a, "store", None) or get_settings().store)
 
 
 def cli_store(a: argparse.Namespace) -> Any:
     from checkpoints.store import open_store
-    from docmill.settings import get_settings
 
     return open_store(store_uri(a), endpoint_url=get_settings().s3_endpoint_url)
 
@@ -48,13 +47,8 @@ def cmd_status(a: argparse.Namespace) -> int:
         return EXIT_OK
     st = run_status(store, run_id)
     if a.json:
-        print(
-            json.dumps(
-                st["manifest"] | {"status": {k: v for k, v in st.items() if k != "manifest"}},
-                indent=2,
-                sort_keys=True,
-            )
-        )
+        status = {k: v for k, v in st.items() if k != "manifest"}
+        print(json.dumps(st["manifest"] | {"status": status}, indent=2, sort_keys=True))
     else:
         print(status_text(st))
     return EXIT_OK
@@ -85,7 +79,6 @@ def _review_target(a: argparse.Namespace, store: Any) -> tuple[str, str | None]:
     """(run id, doc id) of a `review` command: the run defaults to the newest; `review show DOC_ID`
     (one argument that is not a run) is a document of the newest run."""
     from checkpoints.manifest import ManifestStore
-    from docmill.errors import InputError
 
     runs = set(ManifestStore(store).list_runs())
     run_id, doc_id = a.run_id, a.doc_id
@@ -109,8 +102,11 @@ def _write_out(text: str, path: str | None) -> None:
 
 
 def cmd_review(a: argparse.Namespace) -> int:
+    from checkpoints.decisions import ReviewDecisions
+    from checkpoints.outcomes import OutcomeLog
     from checkpoints.review_queue import ReviewQueue
-    from docmill.errors import InputError
+    from tasks.provenance import support_line, weakest
+    from tasks.review import label_records, review_view
 
     store = cli_store(a)
     run_id, doc_id = _review_target(a, store)
@@ -120,9 +116,6 @@ def cmd_review(a: argparse.Namespace) -> int:
         return cmd_decide(a, store, run_id, doc_id)
     q = ReviewQueue(store, run_id)
     if a.action == "list":
-        from checkpoints.decisions import ReviewDecisions
-        from tasks.provenance import support_line, weakest
-
         items = sorted(q.list(), key=weakest)  # the least supported values first
         decided = ReviewDecisions(store, run_id).in_force()
         for item in items:
@@ -139,10 +132,6 @@ def cmd_review(a: argparse.Namespace) -> int:
             raise InputError(
                 "`docmill review show` needs a document id", hint=f"see `docmill review list {run_id}`"
             )
-        from checkpoints.decisions import ReviewDecisions
-        from checkpoints.outcomes import OutcomeLog
-        from tasks.review import review_view
-
         outcome = next((o for o in OutcomeLog(store, run_id).all() if o["doc_id"] == doc_id), None)
         history = ReviewDecisions(store, run_id).history(doc_id)
         shown = review_view(run_id, doc_id, q.get(doc_id), outcome, history)
@@ -155,10 +144,6 @@ def cmd_review(a: argparse.Namespace) -> int:
             _show_evidence(store, run_id, outcome, shown, opening=a.open)
         print(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
     elif a.labels:  # the decisions as an `eval --labels` file
-        from checkpoints.decisions import ReviewDecisions
-        from checkpoints.outcomes import OutcomeLog
-        from tasks.review import label_records
-
         records = label_records(
             list(OutcomeLog(store, run_id).all()), ReviewDecisions(store, run_id).in_force()
         )
@@ -200,7 +185,6 @@ def cmd_decide(a: argparse.Namespace, store: Any, run_id: str, doc_id: str) -> i
     from checkpoints.decisions import Action, ReviewDecisions
     from checkpoints.manifest import ManifestStore
     from checkpoints.outcomes import OutcomeLog
-    from docmill.errors import DocmillError, InputError
     from tasks.recipes import load_recipe
     from tasks.review import corrected_output, parse_assignments
 
@@ -269,7 +253,6 @@ def cmd_estimate(a: argparse.Namespace) -> int:
 def cmd_eval(a: argparse.Namespace) -> int:
     from checkpoints.decisions import ReviewDecisions
     from checkpoints.outcomes import OutcomeLog
-    from docmill.errors import InputError
     from tasks.evaluate import (
         doc_types,
         eval_lines,
@@ -324,7 +307,6 @@ def _label_sources(path: str | None, from_file: dict[str, Any], reviewed: dict[s
 def cmd_doctor(a: argparse.Namespace) -> int:
     """Check the configuration and the endpoint (real API with a key, else the emulator)."""
     from docmill.sdk import anthropic
-    from docmill.settings import get_settings
     from flows.run.context import api_endpoint
     from tasks.doctor import run_doctor
     from tasks.recipes import BuiltIn, load_recipe

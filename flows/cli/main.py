@@ -22,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from docmill.collector import relax_process_gc
+from docmill.errors import BudgetExhausted, ConfigError, DocmillError, InputError, Interrupted, LeaseHeld
+from docmill.settings import get_settings
 from flows.cli import args as cli_args
 from flows.cli.commands import (
     cmd_doctor,
@@ -44,9 +46,6 @@ def quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "ERROR")
-
-
-# ---- review decisions: accept | correct | reject (append-only, who and when) ----------------
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -82,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(emulator_main(argv[1:]) or 0)
     quiet_prefect()
     from docmill.logs import redact
-    from docmill.settings import get_settings
     from docmill.shutdown import SHUTDOWN, install, leave_within
 
     try:
@@ -118,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, raise_errors: bool) -> int:
     """Run the command; every docmill error leaves as one line and its exit code."""
-    from docmill.errors import BudgetExhausted, ConfigError, DocmillError, InputError, Interrupted, LeaseHeld
     from docmill.logs import configure, current_run, redact
-    from docmill.settings import get_settings
     from docmill.shutdown import EXIT_CODES, SHUTDOWN, say_stopped
 
     try:

@@ -9,6 +9,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from docmill.errors import DocmillError, InputError
+from docmill.settings import get_settings
 from flows.cli.checks import check_store, known_run
 from flows.cli.commands import cli_store, store_uri
 from flows.cli.exit_codes import EXIT_INTEGRATION, EXIT_OK, EXIT_RUN
@@ -42,8 +44,6 @@ def _quiet_prefect_services() -> None:
 def _one_line_errors(record: Any) -> bool:
     """False for a log record carrying a docmill error, or Prefect's "Finished in state" line of a
     run a signal or the budget stopped (the CLI prints each in one line of its own)."""
-    from docmill.errors import DocmillError
-
     exc = record.exc_info[1] if record.exc_info else None
     if isinstance(exc, DocmillError):
         return False
@@ -57,7 +57,6 @@ def _own_processes(*, prefect: bool = False, adopt: bool = True) -> None:
     `prefect`: the run goes through Prefect, its temporary server starts now (flows.orchestration.boot).
     `adopt` False: the last step (`_adopt_server`, which imports Prefect) is the caller's, later."""
     from docmill.processes import reap_stale, reaped_line
-    from docmill.settings import get_settings
 
     stale = reap_stale(get_settings().runtime_dir)
     if stale:
@@ -80,19 +79,15 @@ def _adopt_server() -> None:
 
 
 def _summary_line(s: dict[str, Any]) -> str:
-    st = s["states"]
+    st, n = s["states"], int(s.get("retryable") or 0)
+    retryable = f" ({n} transiently: resume retries them)" if n else ""
     return (
         f"docmill: run {s['run_id']} {s['phase']}: {st['succeeded']} succeeded, {st['needs_review']} need review, "
-        f"{st['failed']} failed{_retryable(s)}, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
+        f"{st['failed']} failed{retryable}, {st.get('skipped', 0)} skipped of {s['documents']} documents ({s['from_ledger']} reused from the ledger); "
         f"cost ${s['cost_usd']:.4f}; {s['conflicts']} conflict{'' if s['conflicts'] == 1 else 's'} across documents.\n"
         f"  {integration_text(s)}\n"
         f"  report: {s['report']}\n  exports: {s['exports']}\n  review queue: {s['review_queue']}"
     )
-
-
-def _retryable(s: dict[str, Any]) -> str:
-    n = int(s.get("retryable") or 0)
-    return f" ({n} transiently: resume retries them)" if n else ""
 
 
 def _finish(summary: dict[str, Any]) -> int:
@@ -122,7 +117,6 @@ def cmd_run(a: argparse.Namespace) -> int:
     # unless the run may turn out to have nothing to send (`_small_run`): then after that count
     may_be_small = _may_be_small(a)
     _own_processes(prefect=not a.no_prefect and not a.workers and not may_be_small, adopt=False)
-    from docmill.settings import get_settings
     from flows.entry import run_extract, settings_for
 
     if a.finish_by:  # a bad time is one line before anything starts
@@ -130,8 +124,6 @@ def cmd_run(a: argparse.Namespace) -> int:
 
         a.finish_by = deadline_iso(a.finish_by)
     if not os.path.exists(a.source) and not a.source.startswith("s3://"):
-        from docmill.errors import InputError
-
         raise InputError(f"source {a.source!r} does not exist", hint="give a folder or an s3://bucket/prefix")
     check_store(cli_store(a), store_uri(a))
     recipe = a.recipe or get_settings().recipe
@@ -149,8 +141,6 @@ def cmd_run(a: argparse.Namespace) -> int:
     }
     if a.no_prefect or (may_be_small and _small_run(a, recipe, overrides)):
         if a.workers:
-            from docmill.errors import InputError
-
             raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
         return _finish(
             run_extract(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -61,7 +61,7 @@ from flows.run.passes import (
     plain_map,
     review_one_chunk,
 )
-from tasks.cost.worst_case import in_flight_bound
+from tasks.cost.worst_case import in_flight_usd
 from tasks.per_file.realtime import feed
 from tasks.recipes import load_recipe
 from tasks.source.inventory import Document
@@ -78,7 +78,6 @@ def work_shards(
     name: str | None = None,
     settings: Settings | None = None,
     map_chunks: MapChunks = plain_map,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Claim and work shards of `run_id`'s generation until none is left; returns what it did."""
     base = settings or get_settings()
@@ -103,7 +102,7 @@ def work_shards(
             batch_sdk=sdk,
         )
         client.on_possibly_billed = partial(record_possibly_billed, CostLedger(st, run_id))
-        worker = ShardWorker(ctx, ShardTable(st, run_id, generation), name, map_chunks, sleep)
+        worker = ShardWorker(ctx, ShardTable(st, run_id, generation), name, map_chunks)
         try:
             with share_limit(ctx, name=name):
                 return worker.run()
@@ -112,15 +111,8 @@ def work_shards(
 
 
 class ShardWorker:
-    def __init__(
-        self,
-        ctx: RunContext,
-        table: ShardTable,
-        name: str,
-        map_chunks: MapChunks,
-        sleep: Callable[[float], None],
-    ) -> None:
-        self.ctx, self.table, self.name, self.map_chunks, self.sleep = ctx, table, name, map_chunks, sleep
+    def __init__(self, ctx: RunContext, table: ShardTable, name: str, map_chunks: MapChunks) -> None:
+        self.ctx, self.table, self.name, self.map_chunks = ctx, table, name, map_chunks
         self.conf = ctx.settings.workers
         self.holder = f"{holder_id()}:{name}"
         self.workers = WorkerLog(ctx.store, ctx.run_id)
@@ -164,7 +156,7 @@ class ShardWorker:
                 if len(self.table.done()) >= len(plan):
                     break  # every shard is done
                 self.beat()
-                self.sleep(self.conf.poll_seconds)  # the others' shards: one of them may die
+                time.sleep(self.conf.poll_seconds)  # the others' shards: one of them may die
                 continue
             self.work(sid, plan[sid])
         self.beat()
@@ -182,9 +174,9 @@ class ShardWorker:
             return "none"
         need = 0.0
         if docs:  # what this worker's requests in flight can cost at once (checkpoints.inflight)
-            need = in_flight_bound(
+            need = in_flight_usd(
                 [Document.model_validate(d) for d in docs], self.ctx.recipe, self.ctx.settings
-            )["at_once_usd"]
+            )
         granted, others = self.allowance.take(
             self.holder,
             budget.spent_usd,

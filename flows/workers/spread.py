@@ -19,7 +19,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from checkpoints.allowance import Allowance
@@ -126,11 +126,8 @@ class Spread:
         launcher: Launcher,
         *,
         progress: bool = True,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.time,
     ) -> None:
-        self.ctx, self.workers, self.launcher = ctx, workers, launcher
-        self.progress, self.sleep, self.clock = progress, sleep, clock
+        self.ctx, self.workers, self.launcher, self.progress = ctx, workers, launcher, progress
         self.conf = ctx.settings.workers
         self.nonce = secrets.token_hex(3)  # this driver's life: its launches are its own
         self.launched: list[str] = []
@@ -146,7 +143,7 @@ class Spread:
                 if stop is not None:
                     last.resume()  # its claims still keep a worker that is finishing from a second one
                 return last
-        table = ShardTable(store, run_id, (gens[-1] + 1) if gens else 1, clock=self.clock)
+        table = ShardTable(store, run_id, (gens[-1] + 1) if gens else 1)
         cap = self.ctx.settings.cost.max_cost_usd
         if cap is not None:  # the workers share what is left of the cap (checkpoints.allowance)
             Allowance(store, run_id, table.gen).create(cap, spent_usd(self.ctx))
@@ -166,7 +163,7 @@ class Spread:
             w.get("flow_run_id"): float(w.get("heartbeat_at") or 0)
             for w in WorkerLog(self.ctx.store, self.ctx.run_id).all()
         }
-        now, ttl = self.clock(), self.conf.claim_seconds
+        now, ttl = time.time(), self.conf.claim_seconds
         return sum(
             1 for h in self.launched if not self.launcher.gone(h) and (h not in beats or now - beats[h] < ttl)
         )
@@ -227,7 +224,7 @@ class Spread:
                     f"docmill: no shard worker of run {self.ctx.run_id} is left; launching {self.workers} more"
                 )
                 self.launch(table)
-            self.sleep(self.conf.poll_seconds)
+            time.sleep(self.conf.poll_seconds)
 
     def say(self, line: str, *, quiet: bool = False) -> None:
         """A line for the log, and for the terminal unless `quiet` (progress lines: on a tty only)."""

@@ -1,6 +1,6 @@
 """Compaction of a long task's history: which range, which contract, which call, which checks.
 
-Two ways to shrink a history, tried in order (`STRATEGIES`):
+Two ways to shrink a history, tried in order (`compact`):
 
 - `api`: on-demand compaction (beta `compact-2026-09-04`). The API answers with one signed
   `compaction` block and `stop_reason: "compaction"`; the block goes first in later requests,
@@ -52,9 +52,7 @@ class Strategy(StrEnum):
 class CompactionUnavailable(ContextError):
     """The API could not compact (529 compaction_unavailable after retries, or a null block)."""
 
-    billed: tuple[str, dict[str, Any], str | None] | None = (
-        None  # (model, usage, request id) of a paid answer
-    )
+    billed: tuple[str, dict[str, Any], str | None] | None = None  # (model, usage, request id) if paid
     request_id: str | None = None
 
 
@@ -180,6 +178,17 @@ def _dump(model: Any) -> dict[str, Any]:
     return model.model_dump(mode="json") if hasattr(model, "model_dump") else dict(model)
 
 
+def _billed(
+    body: Mapping[str, Any], data: dict[str, Any], message: Any
+) -> tuple[str, dict[str, Any], str | None]:
+    """(model, usage, request id) of an answer, priced by the model asked for."""
+    return (
+        str(body.get("model") or data.get("model")),
+        data.get("usage") or {},
+        getattr(message, "_request_id", None),
+    )
+
+
 Create = Callable[..., Any]
 """`create(betas, **body)`: one Messages call (beta namespace when `betas`), transport retries inside."""
 
@@ -203,25 +212,14 @@ def compact_api(create: Create, params: Mapping[str, Any], instructions: str) ->
         raise CompactionUnavailable(
             f"no usable compaction block (stop_reason={data.get('stop_reason')!r}, blocks={len(blocks)})",
             request_id=getattr(message, "_request_id", None),
-            billed=(
-                str(body.get("model") or data.get("model")),
-                data.get("usage") or {},
-                getattr(message, "_request_id", None),
-            ),
+            billed=_billed(body, data, message),
         )
     raw = blocks[0]
     block = {k: raw.get(k) for k in BLOCK_FIELDS}
     if raw.get("tool_changes") is not None:
         block["tool_changes"] = raw["tool_changes"]
     head = {"role": "assistant", "content": [block]}
-    return Compacted(
-        Strategy.API,
-        head,
-        block_digest(block),
-        str(body.get("model") or data.get("model")),
-        data.get("usage") or {},
-        getattr(message, "_request_id", None),
-    )
+    return Compacted(Strategy.API, head, block_digest(block), *_billed(body, data, message))
 
 
 def compact_client(create: Create, params: Mapping[str, Any], instructions: str) -> Compacted:
@@ -229,17 +227,10 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
     body = strip_reply_shaping(params)
     if body.get("tools"):
         body["tool_choice"] = {"type": "none"}
-    ask = {
-        "role": "user",
-        "content": [
-            {
-                "type": "text",
-                "text": "Summarize the conversation above for its continuation.\n" + instructions,
-            }
-        ],
-    }
+    summarize = "Summarize the conversation above for its continuation.\n" + instructions
+    ask = {"role": "user", "content": [{"type": "text", "text": summarize}]}
     body["messages"] = [*body["messages"], ask]
-    message = create([COMPACTION_BETA] if _has_block(body) else None, **body)
+    message = create([COMPACTION_BETA] if compaction_blocks(body["messages"]) else None, **body)
     data = _dump(message)
     text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text").strip()
     if not text:
@@ -247,41 +238,16 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
             "the client-side summary came back empty", hint="raise budget_tokens or retry later"
         )
     head = {"role": "user", "content": [{"type": "text", "text": f"{CLIENT_SUMMARY_MARK}\n{text}"}]}
-    return Compacted(
-        Strategy.CLIENT,
-        head,
-        None,
-        str(body.get("model") or data.get("model")),
-        data.get("usage") or {},
-        getattr(message, "_request_id", None),
-    )
+    return Compacted(Strategy.CLIENT, head, None, *_billed(body, data, message))
 
 
-def _has_block(body: Mapping[str, Any]) -> bool:
-    return bool(compaction_blocks(list(body.get("messages") or [])))
-
-
-STRATEGIES: dict[Strategy, Callable[[Create, Mapping[str, Any], str], Compacted]] = {
-    Strategy.API: compact_api,
-    Strategy.CLIENT: compact_client,
-}
-
-
-def compact(
-    create: Create, params: Mapping[str, Any], instructions: str, *, allow_api: bool = True
-) -> Compacted:
-    """Compact with the API; on `CompactionUnavailable`, with a client-side summary."""
-    notes: list[str] = []
-    billed: list[tuple[str, dict[str, Any], str | None]] = []
-    order = [Strategy.API, Strategy.CLIENT] if allow_api else [Strategy.CLIENT]
-    for strategy in order:
-        try:
-            done = STRATEGIES[strategy](create, params, instructions)
-        except CompactionUnavailable as e:
-            notes.append(f"{strategy}: {e.message}")
-            if e.billed:
-                billed.append(e.billed)
-            continue
-        done.notes, done.billed_before = notes, billed
+def compact(create: Create, params: Mapping[str, Any], instructions: str) -> Compacted:
+    """Compact with the API; on `CompactionUnavailable`, with a client-side summary (its notes say
+    why, its `billed_before` what the API's attempt cost)."""
+    try:
+        return compact_api(create, params, instructions)
+    except CompactionUnavailable as e:
+        done = compact_client(create, params, instructions)
+        done.notes = [f"{Strategy.API}: {e.message}"]
+        done.billed_before = [e.billed] if e.billed else []
         return done
-    raise ContextError("every compaction strategy failed: " + "; ".join(notes))

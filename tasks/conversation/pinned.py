@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,21 +42,11 @@ class PinnedFacts:
             raise ValueError("a pinned fact is one line; split it into several facts")
         self.facts[key] = Fact(key, text, tuple(t for t in terms if t))
 
-    def get(self, key: str) -> str | None:
-        fact = self.facts.get(key)
-        return fact.text if fact else None
-
-    def remove(self, key: str) -> None:
-        self.facts.pop(key, None)
-
     def __contains__(self, key: object) -> bool:
         return key in self.facts
 
     def __len__(self) -> int:
         return len(self.facts)
-
-    def __iter__(self) -> Iterator[Fact]:
-        return iter(self.facts.values())
 
     def lines(self) -> list[str]:
         """Each fact exactly as it is sent."""
@@ -92,14 +82,11 @@ class PinnedFacts:
             out.set(str(item["key"]), str(item["text"]), terms=item.get("terms") or ())
         return out
 
-    def copy(self) -> PinnedFacts:
-        return PinnedFacts(dict(self.facts))
-
 
 def compress_ids(ids: Iterable[str]) -> list[str]:
     """Ids as lossless runs: `doc-0001..doc-0042` stands for every id between, same width.
 
-    Ids without a numeric suffix stay as they are. `expand_ids` inverts this exactly.
+    Ids without a numeric suffix stay as they are; nothing is lost (tests expand the runs back).
     """
     runs: list[str] = []
     ordered = sorted(set(ids), key=_sort_key)
@@ -119,19 +106,6 @@ def compress_ids(ids: Iterable[str]) -> list[str]:
         runs.append(ordered[i] if j == i else f"{ordered[i]}..{ordered[j]}")
         i = j + 1
     return runs
-
-
-def expand_ids(runs: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for run in runs:
-        first, sep, last = run.partition("..")
-        a, b = _NUMBERED.match(first), _NUMBERED.match(last) if sep else None
-        if not sep or not a or not b:
-            out.append(run)
-            continue
-        width = len(a.group(2))
-        out.extend(f"{a.group(1)}{n:0{width}d}" for n in range(int(a.group(2)), int(b.group(2)) + 1))
-    return out
 
 
 def _sort_key(value: str) -> tuple[str, int, int, str]:

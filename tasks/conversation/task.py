@@ -25,7 +25,7 @@ import os
 import signal
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from checkpoints import cas
 from checkpoints.costs import CostEntry, CostLedger
@@ -33,20 +33,19 @@ from checkpoints.inflight import InFlight, Mark, life_of
 from checkpoints.scratch import HistoryArchive, Scratchpad
 from docmill.errors import ContextError, PinnedFactLost
 from docmill.prices import worst_usd
-from docmill.sdk import anthropic
-from tasks.api.answers import CallLabel, StreamProgress, stream_message
+from tasks.api.answers import CallLabel
 from tasks.api.usage import estimate_input_tokens
 from tasks.conversation import compaction as cmp
 from tasks.conversation.pinned import PinnedFacts
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
+    from tasks.api.client import ModelClient
 
 CHECKPOINT_VERSION = 1
 CRASH_ENV = "DOCMILL_CRASH_AT"
 MAX_COMPACTIONS_PER_TURN = 3
 COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
-T = TypeVar("T")
 _crash_hits: Counter[str] = Counter()
 
 
@@ -63,30 +62,6 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class Transport:
-    """The SDK behind a `tasks.api.client.ModelClient` (its retry policy, one layer) or a bare SDK
-    client (its own `max_retries` is then the one layer)."""
-
-    def __init__(self, client: Any) -> None:
-        self.model_client = None if isinstance(client, anthropic.Anthropic) else client
-        self.sdk: anthropic.Anthropic = client if self.model_client is None else client.sdk
-
-    def __call__(
-        self, fn: Callable[[], T], *, pace_tokens: int = 0, model: str | None = None, max_tokens: int = 0
-    ) -> T:
-        """Run one API call with the transport retries (and the run's cost cap when `model` is given)."""
-        if self.model_client is None:
-            return fn()
-        return self.model_client.run(fn, pace_tokens=pace_tokens, model=model, max_tokens=max_tokens)
-
-    def stream(self, body: dict[str, Any], betas: list[str] | None, label: CallLabel) -> Any:
-        """One Messages call, streamed (a long task's answer or a compaction may take minutes): through
-        the ModelClient's transport layer, which records a paid attempt that brought no answer."""
-        if self.model_client is None:
-            return stream_message(self.sdk, body, StreamProgress(), betas=betas)
-        return self.model_client.stream(body, label=label, betas=betas)
-
-
 def safe_group(name: str) -> str:
     """A cost group id made of safe key characters only."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:200]
@@ -101,8 +76,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _dump_block(block: Any) -> dict[str, Any]:
-    data = block.model_dump(mode="json", exclude_none=True) if hasattr(block, "model_dump") else dict(block)
-    return dict(data)
+    return dict(block.model_dump(mode="json", exclude_none=True) if hasattr(block, "model_dump") else block)
 
 
 class ConversationTask:
@@ -113,30 +87,27 @@ class ConversationTask:
         task_id: str,
         run_id: str,
         store: ObjectStore,
-        client: Any,
+        client: ModelClient,
         *,
         model: str,
         system: str | list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         budget_tokens: int,
         pinned: PinnedFacts | None = None,
-        scratch: Any = None,
         max_tokens: int = 1024,
-        keep_recent_fraction: float = 0.25,
         pass_name: str = "context",
         doc_id: str | None = None,
     ) -> None:
         self.doc_id = doc_id or f"*{task_id}*"  # whom the cost entries are attributed to
         self.task_id, self.run_id, self.store = task_id, run_id, store
-        self.transport = Transport(client)
+        self.client = client  # its one transport layer: retries, pacing, the run's cost cap
         self.model, self.tools, self.budget_tokens = model, tools, budget_tokens
         self.system = _blocks(system)
         self.max_tokens, self.pass_name = max_tokens, pass_name
-        self.compaction_max_tokens = max_tokens
         # lines kept for KEEP terms repeat what is pinned anyway: bound them by the budget
         self.keep_terms_limit = max(5, min(200, budget_tokens // 800))
-        self.keep_tokens = int(budget_tokens * keep_recent_fraction)
-        self.scratch = scratch if scratch is not None else Scratchpad(store, run_id, task_id)
+        self.keep_tokens = budget_tokens // 4  # the recent tail a compaction keeps as it is
+        self.scratch = Scratchpad(store, run_id, task_id)
         self.archive = HistoryArchive(store, run_id, task_id)
         self.key = f"runs/{run_id}/tasks/{task_id}/checkpoint.json"
         self.pinned = pinned if pinned is not None else PinnedFacts()
@@ -145,7 +116,6 @@ class ConversationTask:
         self.compactions: list[dict[str, Any]] = []
         self.block_digest: str | None = None
         self.state: dict[str, Any] = {}  # caller-owned JSON state, checkpointed with the history
-        self.counts_sent = 0
         self._count_cache: dict[str, int] = {}
         self._etag: str | None = None
         self.inflight = InFlight(store, run_id)
@@ -226,12 +196,11 @@ class ConversationTask:
         if key not in self._count_cache:
             result: Any
             if cmp.compaction_blocks(body["messages"]):
-                result = self.transport(
-                    lambda: self.transport.sdk.beta.messages.count_tokens(betas=[cmp.COMPACTION_BETA], **body)
+                result = self.client.run(
+                    lambda: self.client.sdk.beta.messages.count_tokens(betas=[cmp.COMPACTION_BETA], **body)
                 )
             else:
-                result = self.transport(lambda: self.transport.sdk.messages.count_tokens(**body))
-            self.counts_sent += 1
+                result = self.client.run(lambda: self.client.sdk.messages.count_tokens(**body))
             self._count_cache[key] = int(result.input_tokens)
         return self._count_cache[key]
 
@@ -259,11 +228,10 @@ class ConversationTask:
         worst = worst_usd(
             str(body.get("model")), estimate_input_tokens(body), int(body.get("max_tokens") or 0)
         )
-        sender = self.transport.model_client or self.transport.sdk
-        ceiling = self.transport.model_client.concurrency if self.transport.model_client else None
-        mark = self.inflight.open_call(safe_group(label.key), life_of(sender), ceiling, worst or 0.0)
+        life, ceiling = life_of(self.client), self.client.concurrency
+        mark = self.inflight.open_call(safe_group(label.key), life, ceiling, worst or 0.0)
         try:
-            reply = self.transport.stream(body, betas, label)
+            reply = self.client.stream(body, label=label, betas=betas)
         except BaseException:
             self.inflight.close(mark)  # the transport layer recorded a paid attempt without an answer
             raise
@@ -291,16 +259,11 @@ class ConversationTask:
         cuts = cmp.choose_cut(self.messages, sizes, self.keep_tokens)
         instructions = cmp.contract(self.pinned.keep_terms(limit=self.keep_terms_limit))
         base = self.params([], with_pinned=False, **extra)  # the pinned block is not summarized
-        base["max_tokens"] = self.compaction_max_tokens
-        chosen = None
-        for cut in cuts:
-            candidate = {**base, "messages": self.messages[: cut + 1]}
-            if (
-                self.count(candidate) + len(instructions) // 3 + self.compaction_max_tokens
-                <= self.budget_tokens
-            ):
-                chosen = cut
-                break
+        base["max_tokens"] = self.max_tokens
+        room = self.budget_tokens - len(instructions) // 3 - self.max_tokens
+        chosen = next(
+            (c for c in cuts if self.count({**base, "messages": self.messages[: c + 1]}) <= room), None
+        )
         if chosen is None:
             raise ContextError(
                 f"task {self.task_id}: no summarizable range fits in {self.budget_tokens} tokens "
@@ -321,7 +284,7 @@ class ConversationTask:
         if missing:
             raise PinnedFactLost(
                 f"task {self.task_id}: {len(missing)} pinned fact(s) would be missing after compaction "
-                f"{len(self.compactions) + 1}: {missing[:3]}",
+                f"{n}: {missing[:3]}",
                 hint="the last checkpoint is kept; fix the pinned block so it stays outside the summary",
                 missing=missing,
                 task_id=self.task_id,
@@ -330,7 +293,7 @@ class ConversationTask:
         self.block_digest = done.digest
         self.compactions.append(
             {
-                "n": len(self.compactions) + 1,
+                "n": n,
                 "strategy": str(done.strategy),
                 "archive_seq": seq,
                 "at_exchange": self.exchanges,
@@ -350,7 +313,6 @@ class ConversationTask:
         max_tokens: int | None = None,
         output_config: dict[str, Any] | None = None,
         tool_choice: dict[str, Any] | None = None,
-        stop_sequences: list[str] | None = None,
         on_reply: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """One exchange within budget; returns the assistant message (dict).
@@ -359,31 +321,26 @@ class ConversationTask:
         `self.state` / `self.pinned` is saved atomically with the exchange.
         """
         pending = {"role": "user", "content": _blocks(content)}
+        # a turn's own max_tokens goes in its request only; a compaction keeps the task's
         extra: dict[str, Any] = {
             "output_config": output_config,
             "tool_choice": tool_choice,
-            "stop_sequences": stop_sequences,
+            "max_tokens": max_tokens,
         }
-        saved = self.max_tokens
-        if max_tokens is not None:
-            self.max_tokens = max_tokens
-        try:
+        params = self.params([*self.messages, pending], **extra)
+        rounds = 0
+        while not self.fits(params):
+            if rounds >= MAX_COMPACTIONS_PER_TURN:
+                raise ContextError(
+                    f"task {self.task_id}: still {self.count(params)} tokens after {rounds} compactions "
+                    f"(budget {self.budget_tokens}; {self._pinned_note()})",
+                    hint="raise budget_tokens, shrink the pinned facts or send smaller turns",
+                )
+            self.compact(pending, extra)
+            rounds += 1
             params = self.params([*self.messages, pending], **extra)
-            rounds = 0
-            while not self.fits(params):
-                if rounds >= MAX_COMPACTIONS_PER_TURN:
-                    raise ContextError(
-                        f"task {self.task_id}: still {self.count(params)} tokens after {rounds} compactions "
-                        f"(budget {self.budget_tokens}; {self._pinned_note()})",
-                        hint="raise budget_tokens, shrink the pinned facts or send smaller turns",
-                    )
-                self.compact(pending, extra)
-                rounds += 1
-                params = self.params([*self.messages, pending], **extra)
-            cmp.check_block(params["messages"], self.block_digest)
-            reply = self.create([cmp.COMPACTION_BETA] if self.block_digest else None, **params)
-        finally:
-            self.max_tokens = saved
+        cmp.check_block(params["messages"], self.block_digest)
+        reply = self.create([cmp.COMPACTION_BETA] if self.block_digest else None, **params)
         data = reply.model_dump(mode="json")
         self._record_cost(
             f"x{self.exchanges + 1:06d}",

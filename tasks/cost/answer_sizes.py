@@ -135,7 +135,6 @@ class AnswerSizes:
     overall: Fit  # every format: the mean answer (slope 0), for a format with too few documents
     by_type: dict[str, Fit] = field(default_factory=dict)
     thinking_per_doc: float = 0.0
-    repair_input_per_doc: float = 0.0
     runs: int = 0
     note_tokens_per_result: float | None = None  # integration pass: text tokens written per document
     overall_per_doc: PerDoc = field(default_factory=lambda: PerDoc(0.0, 0.0, 0))
@@ -267,19 +266,17 @@ def learn(store: ObjectStore, recipe: str, model: str, read_records: int | None 
     by_type: dict[str, list[PastAnswer]] = defaultdict(list)
     for s in samples:
         by_type[s.doc_format].append(s)
+    groups = {t: group for t, group in by_type.items() if len(group) >= FORMAT_MIN}
     n = len(samples)
     overall = per_doc(samples)
     return AnswerSizes(
         overall=Fit(intercept=sum(s.text_tokens for s in samples) / n, slope=0.0, documents=n),
-        by_type={t: fit(group) for t, group in by_type.items() if len(group) >= FORMAT_MIN},
+        by_type={t: fit(group) for t, group in groups.items()},
         thinking_per_doc=sum(s.thinking_tokens + s.repair_thinking_tokens for s in samples) / n,
-        repair_input_per_doc=sum(s.repair_input_tokens for s in samples) / n,
         runs=reading.runs,
         overall_per_doc=overall,
         repair=repair_size(samples),
-        per_doc_by_type={
-            t: per_doc(group, overall) for t, group in by_type.items() if len(group) >= FORMAT_MIN
-        },
+        per_doc_by_type={t: per_doc(group, overall) for t, group in groups.items()},
         integration_input_tokens=reading.integration_input_tokens,
         integration_calls=reading.integration_calls,
         integration_documents=reading.integration_documents,

@@ -19,6 +19,7 @@ from checkpoints.ledger import ResultsLedger
 from tasks.cost.estimate import request_of
 from tasks.cost.worst_case import worst_case_usd
 from tasks.request import FILE_PASS, file_key, file_params
+from tasks.source.document import Document
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -79,8 +80,6 @@ def affordable_chunks(
     """The leading documents whose batch worst case fits under settings.cost.max_cost_usd after
     `spent_usd` (all of them when there is no cap: `pending` is not read). With a cap, `pending` is
     read once here, one chunk at a time; `Affordable.take` cuts it on the second reading."""
-    from tasks.source.inventory import Document
-
     cap = settings.cost.max_cost_usd
     if cap is None:
         return Affordable()

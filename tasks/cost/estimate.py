@@ -49,8 +49,10 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.store import open_store
 from docmill.models import min_cacheable_tokens, thinking_tokens
 from docmill.prices import Price, override_lines, price_on, worst_usd
 from tasks.cost.answer_sizes import AnswerSizes, document_tokens, format_key, learn
@@ -58,6 +60,7 @@ from tasks.cost.sizing import answer_chars, content_tokens, table_rows
 from tasks.integration.digest import state_digest
 from tasks.integration.facts import code_built
 from tasks.integration.notes import notes_request, notes_schema
+from tasks.recipes import load_recipe
 from tasks.recipes.thinking import effort_config
 from tasks.request import (
     file_request,
@@ -68,6 +71,7 @@ from tasks.request import (
     recipe_parts,
     send_as,
 )
+from tasks.source.inventory import inventory
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -166,24 +170,17 @@ def integration_prompt_tokens(recipe: Any, settings: Any) -> int:
 
 
 def integration_estimate(
-    recipe: Any,
-    settings: Any,
-    typical: int | None = None,
-    note_tokens: float | None = None,
-    result_tokens: int | None = None,
+    recipe: Any, settings: Any, typical: int, note_tokens: float | None = None
 ) -> IntegrationEstimate:
-    """`typical`: one per-file answer's text tokens (learned or the prior; default the prior): a compact
-    result is the answer without its evidence (about half) plus its doc id and state; `result_tokens`
-    (learned from past runs' bills) replaces that; `note_tokens`: the text written per result read
-    (learned from past runs; default NOTE_TOKENS_PER_RESULT)."""
+    """`typical`: one per-file answer's text tokens (learned or the prior): a compact result is the
+    answer without its evidence (about half) plus its doc id and state (what past runs' bills say
+    replaces that: `estimate_docs`); `note_tokens`: the text written per result read (learned from
+    past runs; default NOTE_TOKENS_PER_RESULT)."""
     s = settings.integration
-    typical = typical if typical is not None else typical_output_tokens(recipe, int(settings.api.max_tokens))
-    if result_tokens is None:
-        result_tokens = typical // 2 + RECORD_TOKENS
     return IntegrationEstimate(
         model=settings.api.integration_model,
         prompt_tokens=integration_prompt_tokens(recipe, settings),
-        result_tokens=max(16, result_tokens),
+        result_tokens=max(16, typical // 2 + RECORD_TOKENS),
         read_records=s.read_records if code_built(recipe) else 10**9,
         slice_records=s.slice_records,
         max_tokens=s.max_tokens,
@@ -298,11 +295,9 @@ class Estimate:
             f"(at most {self.max_output_tokens:,})",
             f"  realtime: ~${self.usd(batch=False):.4f} (worst case ${self.usd(batch=False, worst=True):.4f})",
             f"  batch:    ~${self.usd(batch=True):.4f} (worst case ${self.usd(batch=True, worst=True):.4f})",
-        ]
-        rows.append(
             f"  output: answers ~{self.text_output_tokens:,} tokens + thinking ~{self.thinking_tokens:,}; "
-            + self.output_source()
-        )
+            + self.output_source(),
+        ]
         if self.thinking_tokens:
             rows.append(
                 f"  thinking: {self.model} thinks adaptively (effort {self.effort or 'default'}): "
@@ -344,10 +339,6 @@ def typical_output_tokens(recipe: Recipe, max_tokens: int, rows: int | None = No
 def learned_sizes(recipe: Recipe, settings: Settings) -> AnswerSizes | None:
     """What this recipe's answers cost on the configured model in the store's past runs
     (tasks.cost.answer_sizes), or None: no store, too few past documents, or an unreadable store."""
-    from pathlib import Path
-
-    from checkpoints.store import open_store
-
     if "://" not in settings.store and not Path(settings.store).exists():
         return None  # never create a store to estimate
     try:
@@ -455,8 +446,5 @@ def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Es
 
 
 def estimate_source(source: str, recipe_name: str, settings: Settings) -> Estimate:
-    from tasks.recipes import load_recipe
-    from tasks.source.inventory import inventory
-
     recipe = load_recipe(recipe_name)
     return estimate_docs(inventory(source, settings, doc_types=recipe.doc_types), recipe, settings)

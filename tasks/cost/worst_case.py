@@ -7,7 +7,7 @@
   repairs + one larger retry after truncation). A long document (split and extracted chunk by chunk
   in one conversation) is bounded by its turns (`long_worst_usd`): turn i sends at most
   min(context budget, i chunks of text), plus `max_tokens` out.
-- `request_worsts`, `in_flight_bound`: per request key of a realtime chunk, and for the chunk as a
+- `request_worsts`, `in_flight_usd`: per request key of a realtime chunk, and for the chunk as a
   whole, what the requests in flight at once can cost at most (the in-flight records of invariant 13,
   checkpoints.inflight; a shard worker's grant).
 - The guard: a document whose worst case would cost more than `settings.cost.max_doc_cost_usd`
@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from docmill.prices import price_on, worst_usd
 from tasks.api.usage import estimate_input_tokens
@@ -88,13 +88,6 @@ def over_guard(settings: Settings, worst_usd: float) -> str | None:
 # ---- a realtime chunk's requests in flight (checkpoints.inflight) ------------------------------
 
 
-class InFlightBound(TypedDict):
-    requests: int  # requests of the group (one per document that calls)
-    usd: float  # what all of them can cost at most
-    at_once: int  # at most this many in flight at once (the concurrency)
-    at_once_usd: float  # what those can cost at most
-
-
 def request_worsts(docs: Iterable[Document], recipe: Recipe, settings: Settings) -> dict[str, float]:
     """Per request key of a realtime chunk (one per document that calls; checkpoints.inflight
     records them): what one request of it can cost at most. A document's requests go one after the
@@ -129,14 +122,11 @@ def request_worsts(docs: Iterable[Document], recipe: Recipe, settings: Settings)
     return worst
 
 
-def in_flight_bound(docs: Iterable[Document], recipe: Recipe, settings: Settings) -> InFlightBound:
-    """What a realtime chunk's requests can cost at most: all of them, and the ones in flight at once
-    (at most the concurrency: the largest worst cases). See `request_worsts`."""
-    worst = list(request_worsts(docs, recipe, settings).values())
-    k = min(len(worst), settings.api.concurrency or len(worst))
-    return InFlightBound(
-        requests=len(worst), usd=sum(worst), at_once=k, at_once_usd=sum(sorted(worst, reverse=True)[:k])
-    )
+def in_flight_usd(docs: Iterable[Document], recipe: Recipe, settings: Settings) -> float:
+    """What a realtime chunk's requests in flight at once can cost at most: the largest worst cases,
+    as many as the concurrency lets fly (all of them without a ceiling). See `request_worsts`."""
+    worst = sorted(request_worsts(docs, recipe, settings).values(), reverse=True)
+    return sum(worst[: settings.api.concurrency or len(worst)])
 
 
 # ---- one request ---------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ import importlib
 import importlib.util
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from enum import StrEnum
@@ -35,7 +34,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from docmill.errors import ConfigError
-from tasks.recipes.shape import PATTERN_HINT, shape_problems
+from tasks.recipes.shape import PATTERN_HINT, schema_objects, shape_problems
 from tasks.recipes.thinking import ThinkingPolicy
 from tasks.source.readers import ALL_TYPES, NOT_READ
 
@@ -62,40 +61,30 @@ def is_evidence_key(key: str) -> bool:
 def schema_fields(schema: type[BaseModel]) -> dict[str, set[str]]:
     """Every property name anywhere in `schema` (nested models, lists, unions), with the JSON types it
     may hold ("string", "array:string", "object", ...)."""
-    root = schema.model_json_schema()
-    defs: dict[str, Any] = root.get("$defs") or {}
     found: dict[str, set[str]] = {}
-    seen: set[str] = set()
-
-    def kinds(node: dict[str, Any]) -> set[str]:
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            name = ref.rsplit("/", 1)[-1]
-            if name not in seen:
-                seen.add(name)
-                walk(defs.get(name) or {})
-            return {"object"}
-        out: set[str] = set()
-        for alt in node.get("anyOf") or node.get("oneOf") or []:
-            out |= kinds(alt)
-        kind = node.get("type")
-        if kind == "array":
-            out |= {f"array:{k}" for k in kinds(node.get("items") or {})}
-        elif kind == "object" or "properties" in node:
-            walk(node)
-            out.add("object")
-        elif isinstance(kind, str):
-            out.add(kind)
-        elif "enum" in node or "const" in node:
-            out.add("string")
-        return out
-
-    def walk(node: dict[str, Any]) -> None:
-        for name, sub in (node.get("properties") or {}).items():
-            found.setdefault(name, set()).update(kinds(sub))
-
-    walk(root)
+    for _path, props, _defs in schema_objects(schema):
+        for name, sub in props.items():
+            found.setdefault(name, set()).update(_kinds(sub))
     return found
+
+
+def _kinds(node: dict[str, Any]) -> set[str]:
+    """The JSON types one property's schema allows (a reference is an object)."""
+    if isinstance(node.get("$ref"), str):
+        return {"object"}
+    out: set[str] = set()
+    for alt in node.get("anyOf") or node.get("oneOf") or []:
+        out |= _kinds(alt)
+    kind = node.get("type")
+    if kind == "array":
+        out |= {f"array:{k}" for k in _kinds(node.get("items") or {})}
+    elif kind == "object" or "properties" in node:
+        out.add("object")
+    elif isinstance(kind, str):
+        out.add(kind)
+    elif "enum" in node or "const" in node:
+        out.add("string")
+    return out
 
 
 _TEXT_KINDS = {"string", "null", "array:string", "array:null"}
@@ -223,17 +212,10 @@ class BuiltIn(StrEnum):
 _ALIASES = {"code_review": BuiltIn.CODE_REVIEW, "codereview": BuiltIn.CODE_REVIEW}
 
 
-def _builtin(module: str) -> Callable[[], Recipe]:
-    def load() -> Recipe:
-        recipe: Recipe = importlib.import_module(module).RECIPE
-        return recipe
-
-    return load
-
-
-BUILTINS: dict[BuiltIn, Callable[[], Recipe]] = {
-    BuiltIn.INVOICES: _builtin("tasks.recipes.invoices"),
-    BuiltIn.CODE_REVIEW: _builtin("tasks.recipes.code_review"),
+# the module whose RECIPE each built-in is (imported when asked for)
+BUILTINS: dict[BuiltIn, str] = {
+    BuiltIn.INVOICES: "tasks.recipes.invoices",
+    BuiltIn.CODE_REVIEW: "tasks.recipes.code_review",
 }
 
 
@@ -317,7 +299,8 @@ def load_recipe(spec: str | Recipe) -> Recipe:
         raise ConfigError(
             f"unknown recipe {spec!r}", hint=f"use one of {known}, or path/to/module.py:NAME"
         ) from None
-    return BUILTINS[key]()
+    recipe: Recipe = importlib.import_module(BUILTINS[key]).RECIPE
+    return recipe
 
 
 __all__ = ["BUILTINS", "Recipe", "is_evidence_key", "load_recipe", "read_prompt", "schema_fields"]

@@ -12,31 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.recipes import Recipe, read_prompt
 from tasks.recipes.thinking import ThinkingPolicy
+from tasks.source.readers import DOCUMENT_TYPES
 
 VERSION = "1"
 # Every document format docmill reads (tasks.source.readers); macro-enabled Office files are listed so they
 # are reported as macro_enabled rather than as a type the recipe does not take.
-DOC_TYPES = frozenset(
-    [
-        "txt",
-        "md",
-        "html",
-        "json",
-        "csv",
-        "pdf",
-        "docx",
-        "docm",
-        "xlsx",
-        "xlsm",
-        "pptx",
-        "pptm",
-        "eml",
-        "png",
-        "jpg",
-        "gif",
-        "webp",
-    ]
-)
+DOC_TYPES = DOCUMENT_TYPES
 
 _EVIDENCE = "The exact text from the document that shows the value, copied verbatim (e.g. the whole labelled line); null when the value is absent."
 

@@ -24,7 +24,7 @@ PATTERN_HINT = (
 )
 
 
-def _objects(schema: type[BaseModel]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+def schema_objects(schema: type[BaseModel]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(path, properties, defs) of every object in the schema (the root, nested models, list items)."""
     root = schema.model_json_schema()
     defs: dict[str, Any] = root.get("$defs") or {}
@@ -71,7 +71,7 @@ def _is_value_node(sub: Any, defs: dict[str, Any]) -> bool:
 def shape_problems(schema: type[BaseModel], evidence_fields: tuple[str, ...]) -> list[str]:
     """What in the file schema breaks the value-evidence pairing (empty: nothing)."""
     problems: list[str] = []
-    for path, props, defs in _objects(schema):
+    for path, props, defs in schema_objects(schema):
         for key in props:
             base = next((key[: -len(s)] for s in SIBLING_SUFFIXES if key.endswith(s)), None)
             if base and base in props:

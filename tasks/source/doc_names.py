@@ -27,6 +27,7 @@ attachments of one message apart whatever their names (which are made safe lossi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import unicodedata
@@ -93,19 +94,13 @@ _DRIVE = re.compile(r"[A-Za-z]:")
 _SHORT_EXT = re.compile(r"[A-Za-z0-9]{1,16}")
 
 
-def _own_safe_key(name: str) -> str:
-    """The floor of a doc id's rules (no empty, absolute, dot or control-character names); the
-    store's `safe_key` may add more."""
+def _safe_key(name: str) -> str:
+    """The store's `safe_key` of `name`, over the floor of a doc id's own rules (no empty, absolute,
+    dot or control-character names)."""
     if not name or name.startswith("/") or _UNSAFE_CHAR.search(name):
         raise UnsafeKey(f"unsafe key {name!r}")
-    parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if any(p in ("", ".", "..") for p in name.split("/")):
         raise UnsafeKey(f"unsafe key {name!r}")
-    return name
-
-
-def _safe_key(name: str) -> str:
-    _own_safe_key(name)
     return safe_key(name)
 
 
@@ -121,10 +116,6 @@ def _is_plain(name: str) -> bool:
     if ID_MARK.search(parts[-1]) or FITTED_MARK.search(parts[-1]):
         return False
     return not any(p.lower().endswith(MESSAGE_SUFFIX) for p in parts[:-1])
-
-
-def _name_hash(name: str) -> str:
-    return hashlib.sha256(b"name\0" + name.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _escape_char(ch: str) -> str:
@@ -164,17 +155,15 @@ def make_doc_id(name: str) -> str:
     else (too long) its hashed form. One-to-one (see the module docstring)."""
     if _is_plain(name):
         return name
-    digest = _name_hash(name)
+    digest = hashlib.sha256(b"name\0" + name.encode("utf-8", "surrogatepass")).hexdigest()
     parts = name.split("/")
     n = len(parts) - 1
     escaped = [_escape_segment(p, i == 0, i == n) for i, p in enumerate(parts)]
     escaped[-1] = _marked(escaped[-1], digest[:8])
     doc_id = "/".join(escaped)
-    try:
+    with contextlib.suppress(UnsafeKey):
         if safe_key(doc_id) == doc_id:
             return doc_id
-    except UnsafeKey:
-        pass
     return _hashed_id(digest, name)
 
 
@@ -201,11 +190,9 @@ def attachment_doc_id(message_id: str, index: int, name: str) -> str:
     head = f"{message_id}/{index}-"
     room = min(_ATTACHMENT_NAME_BYTES, MAX_KEY_BYTES - len(head.encode("utf-8", "surrogatepass")))
     doc_id = head + _shortened(clean, room)
-    try:
+    with contextlib.suppress(UnsafeKey):
         if room >= 20 and safe_key(doc_id) == doc_id:
             return doc_id
-    except UnsafeKey:
-        pass
     digest = hashlib.sha256(f"attachment\0{message_id}\0{index}".encode("utf-8", "surrogatepass")).hexdigest()
     return _hashed_id(digest, clean)
 

@@ -9,7 +9,7 @@ how it is sent (tasks.request) and what it costs (tasks.cost.estimate) without r
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,9 +18,8 @@ class SkipReason(StrEnum):
     """Why a document is not sent to the model."""
 
     EMPTY = "empty"
-    NO_TEXT = (
-        "no_text"  # an Office file of only pictures, charts or embedded objects (the detail counts them)
-    )
+    # an Office file of only pictures, charts or embedded objects (the detail counts them)
+    NO_TEXT = "no_text"
     BINARY = "binary"
     UNDECODABLE = "undecodable"
     OVERSIZED = "oversized"
@@ -56,11 +55,23 @@ class Document(BaseModel):
     textless_pages: int = 0  # PDF pages without a usable text layer (scanned)
     media_type: str | None = None  # PDFs and images: what the API receives them as
     image_tokens: int = 0  # the pages (PDF) or the image as the API bills them as images
-    send_as: str | None = (
-        None  # PDFs and images: "pdf", "image" or "text" (tasks.source.readers.content.sent_as)
-    )
+    # PDFs and images: "pdf", "image" or "text" (tasks.source.readers.content.sent_as)
+    send_as: str | None = None
     encoding: str | None = None  # a text read in a guessed legacy encoding (charset-normalizer)
     parent: str | None = None  # an e-mail attachment: the doc id of its message
+
+
+def duplicate(base: dict[str, Any], sha256: str, size: int, first: str) -> Document:
+    """The record of a file with the same content as the earlier `ok` document `first`."""
+    return Document(
+        **base,
+        sha256=sha256,
+        size=size,
+        status="skipped",
+        skip_reason=SkipReason.DUPLICATE,
+        skip_detail=f"same content as {first}",
+        duplicate_of=first,
+    )
 
 
 class FirstOfContent:
@@ -81,6 +92,3 @@ class FirstOfContent:
 
     def __setitem__(self, sha256: str, doc_id: str) -> None:
         self._first[self._short(sha256)] = doc_id
-
-    def __len__(self) -> int:
-        return len(self._first)

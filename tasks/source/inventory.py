@@ -39,14 +39,13 @@ import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from docmill.errors import DocmillError, InputError
 from docmill.settings import Settings, get_settings
 from tasks.source.doc_names import attachment_doc_id, make_doc_id, selected
-from tasks.source.document import Document, FirstOfContent, SkipReason
+from tasks.source.document import Document, FirstOfContent, SkipReason, duplicate
 from tasks.source.loading import (
     load_bytes,
     load_content,
@@ -86,9 +85,8 @@ class _Entry:
     skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
     parent: str | None = None  # an e-mail attachment: its message's doc id
     doc_id: str | None = None  # given (an attachment's); else made from `name`
-    stamp: Callable[[], list[int | str] | None] | None = (
-        None  # what the source says cheaply (tasks.source.known_files)
-    )
+    # what the source says cheaply (tasks.source.known_files)
+    stamp: Callable[[], list[int | str] | None] | None = None
 
 
 def _stamp_local(path: str) -> Callable[[], list[int | str] | None]:
@@ -242,19 +240,18 @@ def _s3_entries(source: str, settings: Settings) -> Iterator[_Entry]:
         ) from e
 
 
-class SourceKind(StrEnum):
-    LOCAL = "local"
-    S3 = "s3"
+def _entries(source: str, settings: Settings) -> Iterator[_Entry]:
+    """The files of `source`: an s3:// prefix, else a local folder or file."""
+    return (_s3_entries if source.startswith("s3://") else _local_entries)(source, settings)
 
 
-SOURCES: dict[SourceKind, Callable[[str, Settings], Iterator[_Entry]]] = {
-    SourceKind.LOCAL: _local_entries,
-    SourceKind.S3: _s3_entries,
-}
-
-
-def source_kind(source: str) -> SourceKind:
-    return SourceKind.S3 if source.startswith("s3://") else SourceKind.LOCAL
+def _listed(source: str, settings: Settings, doc_types: Iterable[str]) -> Iterator[tuple[_Entry, str]]:
+    """(entry, type) per listed file of a type in `doc_types` that is not skipped before reading."""
+    types = frozenset(t for t in doc_types if t in ALL_TYPES)
+    for entry in _entries(source, settings):
+        doc_type = entry.doc_type or doc_type_for(entry.name)
+        if entry.skip is None and doc_type in types:
+            yield entry, doc_type
 
 
 def _check_content(
@@ -312,7 +309,7 @@ def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
     base = _base(entry)
     doc_id, doc_type = base["doc_id"], base["doc_type"]
 
-    def skipped(read: _Read, reason: SkipReason, detail: str, dup: str | None = None) -> Document:
+    def skipped(read: _Read, reason: SkipReason, detail: str) -> Document:
         return Document(
             **base,
             sha256=read.sha256,
@@ -320,7 +317,6 @@ def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
             status="skipped",
             skip_reason=reason,
             skip_detail=detail,
-            duplicate_of=dup,
         )
 
     if entry.skip is not None:
@@ -337,7 +333,7 @@ def _classify(entry: _Entry, scan: _Scan) -> tuple[Document, Content | None]:
         return skipped(got, *content), None
     first = scan.seen.get(got.sha256)
     if first is not None:
-        return skipped(got, SkipReason.DUPLICATE, f"same content as {first}", first), None
+        return duplicate(base, got.sha256, got.size, first), None
     scan.seen[got.sha256] = doc_id
     return Document(**base, sha256=got.sha256, size=got.size, **_traits(content, scan.settings)), content
 
@@ -419,19 +415,15 @@ def one_per_id(docs: Iterable[Document]) -> Iterator[Document]:
 
 def source_is_empty(source: str, settings: Settings) -> bool:
     """True when `source` lists no file at all (after include/exclude); reads no file."""
-    return next(iter(SOURCES[source_kind(source)](source, settings)), None) is None
+    return next(_entries(source, settings), None) is None
 
 
 def listed_files(source: str, settings: Settings, *, doc_types: Iterable[str], limit: int) -> int:
     """Files of `source` of a type in `doc_types`, counted from its listing up to `limit` (no file
     is read): at least as many as its documents that could need an API call, so `limit` for a
     source holding an e-mail (its attachments become documents too)."""
-    types = frozenset(t for t in doc_types if t in ALL_TYPES)
     n = 0
-    for entry in SOURCES[source_kind(source)](source, settings):
-        doc_type = entry.doc_type or doc_type_for(entry.name)
-        if entry.skip is not None or doc_type not in types:
-            continue
+    for _entry, doc_type in _listed(source, settings, doc_types):
         n = limit if doc_type == DocType.EML else n + 1
         if n >= limit:
             break
@@ -445,12 +437,8 @@ def recorded(
     recorded (its stamp trusted, or its bytes hashed to the recorded content), else None for a new or
     changed file, or one whose record cannot stand (an e-mail, a duplicate whose original is gone).
     Nothing is parsed and no cache written: what a run has to send, counted (flows.run.small)."""
-    types = frozenset(t for t in doc_types if t in ALL_TYPES)
     seen, max_bytes = FirstOfContent(), settings.inventory.max_document_bytes
-    for entry in SOURCES[source_kind(source)](source, settings):
-        doc_type = entry.doc_type or doc_type_for(entry.name)
-        if entry.skip is not None or doc_type not in types:
-            continue
+    for entry, doc_type in _listed(source, settings, doc_types):
         stamp = entry.stamp() if entry.stamp is not None else None
         record = None if stamp is None else known.trusted(entry.name, stamp)
         if record is None and stamp is not None:
@@ -486,7 +474,7 @@ def inventory(
         FirstOfContent(),
         read_bounds(settings),
     )
-    yield from one_per_id(_documents(SOURCES[source_kind(source)](source, settings), scan, known))
+    yield from one_per_id(_documents(_entries(source, settings), scan, known))
     if known is not None:
         known.save()
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.inventory_cache import InventoryCache, encode_entry
-from tasks.source.document import Document, FirstOfContent, SkipReason
+from tasks.source.document import Document, FirstOfContent, SkipReason, duplicate
 
 if TYPE_CHECKING:
     from checkpoints.inventory_cache import Stamp
@@ -84,19 +84,6 @@ def fingerprint(settings: Settings, types: Iterable[str]) -> str:
         "code": _code_hash(),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def duplicate(base: dict[str, Any], sha256: str, size: int, first: str) -> Document:
-    """The record of a file with the same content as the earlier `ok` document `first`."""
-    return Document(
-        **base,
-        sha256=sha256,
-        size=size,
-        status="skipped",
-        skip_reason=SkipReason.DUPLICATE,
-        skip_detail=f"same content as {first}",
-        duplicate_of=first,
-    )
 
 
 @dataclass

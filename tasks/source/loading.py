@@ -55,23 +55,17 @@ def open_source_store(uri: str, endpoint_url: str | None) -> Any:
     return open_store(uri, endpoint_url=endpoint_url)
 
 
-def _load_local(uri: str) -> bytes:
-    path = os.fsdecode(urllib.parse.unquote_to_bytes(urllib.parse.urlsplit(uri).path))
-    return Path(path).read_bytes()
-
-
-def _load_s3(uri: str, settings: Settings) -> bytes:
-    root, _, key = uri.rpartition("/")
-    data: bytes = open_source_store(root, settings.s3_endpoint_url).get(key)
-    return data
-
-
 def load_bytes(doc: Document, settings: Settings | None = None) -> bytes:
     """The raw bytes of `doc`, checked against the sha256 taken at inventory time."""
     settings = settings or get_settings()
     uri, mark, path = doc.source_uri.partition(PART_MARK)
     try:
-        data = _load_s3(uri, settings) if uri.startswith("s3://") else _load_local(uri)
+        if uri.startswith("s3://"):
+            root, _, key = uri.rpartition("/")
+            data: bytes = open_source_store(root, settings.s3_endpoint_url).get(key)
+        else:
+            local = urllib.parse.unquote_to_bytes(urllib.parse.urlsplit(uri).path)  # a file:// URI
+            data = Path(os.fsdecode(local)).read_bytes()
         if mark:
             data = part_bytes_bounded(data, [int(i) for i in path.split("/")], read_bounds(settings))
     except (OSError, DocmillError, ExtractError, ValueError) as e:
@@ -100,9 +94,4 @@ def load_content(doc: Document, settings: Settings | None = None) -> tuple[Conte
 
 def load_text(doc: Document, settings: Settings | None = None) -> str:
     """The text layer of an `ok` document (empty for an image). Raises InputError with a one-line reason."""
-    if doc.status != "ok":
-        raise InputError(
-            f"{doc.doc_id} was skipped ({doc.skip_reason.value if doc.skip_reason else 'unknown'}); it has no text",
-            doc_id=doc.doc_id,
-        )
     return load_content(doc, settings)[0].text

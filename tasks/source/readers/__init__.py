@@ -145,21 +145,17 @@ def doc_type_for(name: str) -> str:
     return ext or "none"
 
 
+# a macro-enabled Office file (docm, xlsm, pptm) is read as its plain twin; office.py decides on its macros
 READERS: dict[DocType, Callable[[bytes, Limits], Content]] = {
-    DocType.TXT: lambda d, _l: read_plain(d),
-    DocType.MD: lambda d, _l: read_plain(d),
-    DocType.CSV: lambda d, _l: read_plain(d),
+    **dict.fromkeys((DocType.TXT, DocType.MD, DocType.CSV), lambda d, _l: read_plain(d)),
     DocType.HTML: lambda d, _l: read_html(d),
     DocType.JSON: lambda d, _l: read_json(d),
     DocType.PDF: lambda d, lim: read_pdf(d, min_chars=lim.pdf_min_chars, max_pages=lim.pdf_max_pages),
-    DocType.DOCX: lambda d, lim: read_docx(d, lim.zip),
-    DocType.DOCM: lambda d, lim: read_docx(d, lim.zip),
-    DocType.XLSX: lambda d, lim: read_xlsx(d, lim.zip),
-    DocType.XLSM: lambda d, lim: read_xlsx(d, lim.zip),
-    DocType.PPTX: lambda d, lim: read_pptx(d, lim.zip),
-    DocType.PPTM: lambda d, lim: read_pptx(d, lim.zip),
+    **dict.fromkeys((DocType.DOCX, DocType.DOCM), lambda d, lim: read_docx(d, lim.zip)),
+    **dict.fromkeys((DocType.XLSX, DocType.XLSM), lambda d, lim: read_xlsx(d, lim.zip)),
+    **dict.fromkeys((DocType.PPTX, DocType.PPTM), lambda d, lim: read_pptx(d, lim.zip)),
     DocType.EML: lambda d, _l: read_eml(d),
-    **{t: (lambda d, _l: read_image(d)) for t in IMAGE_TYPES},
+    **dict.fromkeys(IMAGE_TYPES, lambda d, _l: read_image(d)),
 }
 
 

@@ -38,6 +38,7 @@ page ranges). `Bounds(enabled=False)` reads in-process (debugging only).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import signal
@@ -147,16 +148,12 @@ class _Worker:
         """End the worker (if it still runs) and reap it, keeping its peak resident memory: a C
         library that cannot allocate under the address-space cap often aborts the process rather
         than failing the call (pdfium does), and the peak tells that death from a crash."""
-        try:
+        with contextlib.suppress(OSError):
             self.conn.close()
-        except OSError:
-            pass
         if self.proc.returncode is not None:
             return
-        try:
-            os.kill(self.proc.pid, signal.SIGKILL)  # not Popen.kill: its poll() would reap, losing the usage
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # not Popen.kill: its poll() would reap, losing the usage
+            os.kill(self.proc.pid, signal.SIGKILL)
         try:
             _, status, usage = os.wait4(self.proc.pid, 0)
         except ChildProcessError:  # reaped elsewhere
@@ -167,10 +164,8 @@ class _Worker:
 
     def close(self, wait: float) -> None:
         """End-of-file first (the worker exits by itself), SIGKILL if it is still busy after `wait`."""
-        try:
+        with contextlib.suppress(OSError):
             self.conn.close()
-        except OSError:
-            pass
         try:
             self.proc.wait(wait)
         except subprocess.TimeoutExpired:
@@ -295,7 +290,7 @@ def _value(reply: dict[str, Any], bounds: Bounds) -> Any:
     if kind == "memory":
         raise _memory_error(bounds)
     if kind == "refused":
-        if reply["value"] == "binary":
+        if reply["reason"] == "binary":
             raise BinaryContent(reply["detail"])
         if reply["reason"] == "undecodable":
             raise ExtractError(reply["detail"])

@@ -29,7 +29,6 @@ API_MAX_PDF_PAGES = 100
 API_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 API_MAX_IMAGE_SIDE = 8000
 API_MAX_IMAGE_BYTES = 5 * 1024 * 1024
-API_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
 
 _OBJECT_REPR = re.compile(r"\s*<[^<>]*\bat 0x[0-9a-fA-F]+>")

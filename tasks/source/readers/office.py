@@ -50,6 +50,8 @@ ACTIVE_TYPES = (
     ("application/vnd.ms-excel.intlmacrosheet", "an Excel 4.0 macro sheet"),
     ("application/vnd.ms-office.activex", "ActiveX controls"),
 )
+# What a broken or hostile zip raises from zipfile (a member's inflation included).
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, OSError, EOFError)
 _CONTENT_TYPE = re.compile(rb'ContentType\s*=\s*"([^"]*)"', re.IGNORECASE)
 
 
@@ -80,7 +82,7 @@ def _content_types(z: zipfile.ZipFile) -> bytes:
     try:
         with z.open(CONTENT_TYPES) as f:
             return f.read(MAX_CONTENT_TYPES_BYTES)
-    except (KeyError, zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+    except (KeyError, *ZIP_ERRORS):
         return b""
 
 
@@ -142,11 +144,9 @@ def held_without_text(data: bytes) -> str:
         return ""
     counts = [sum(1 for name in names if pattern.match(name)) for pattern, _, _ in HELD]
     counts[3] = max(0, counts[3] - counts[1])  # a chart keeps its data in an embedded workbook
-    held = []
-    for (_, one, many), n in zip(HELD, counts, strict=True):
-        if n:
-            held.append(f"{n} {one if n == 1 else many}")
-    return ", ".join(held)
+    return ", ".join(
+        f"{n} {one if n == 1 else many}" for (_, one, many), n in zip(HELD, counts, strict=True) if n
+    )
 
 
 def unpacked(data: bytes, kind: str, limits: ZipLimits) -> bytes:
@@ -180,14 +180,7 @@ def unpacked(data: bytes, kind: str, limits: ZipLimits) -> bytes:
                         copy.write(chunk)
     except Unreadable:
         raise
-    except (
-        zipfile.BadZipFile,
-        zipfile.LargeZipFile,
-        NotImplementedError,
-        ValueError,
-        OSError,
-        EOFError,
-    ) as e:
+    except ZIP_ERRORS as e:
         raise Unreadable("corrupt", f"not a valid .{kind} (zip): {type(e).__name__}: {e}"[:200]) from e
     return out.getvalue()
 
@@ -279,9 +272,9 @@ def _xlsx(data: bytes) -> Content:
 
 def _shape_lines(shape: Any) -> list[str]:
     lines: list[str] = []
-    if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+    if getattr(shape, "has_text_frame", False):
         lines += [p.text for p in shape.text_frame.paragraphs]
-    if getattr(shape, "has_table", False) and shape.has_table:
+    if getattr(shape, "has_table", False):
         for row in shape.table.rows:
             lines.append(" | ".join(cell.text.strip() for cell in row.cells))
     for child in getattr(shape, "shapes", ()):  # group shapes

@@ -29,10 +29,7 @@ from tasks.source.readers.pdf_text import PDFIUM_LOCK, open_document, page_text,
 
 DEFAULT_MIN_CHARS = 40
 DEFAULT_MAX_PAGES = 1000
-
-
-def _quiet() -> None:
-    logging.getLogger("pypdf").setLevel(logging.ERROR)  # broken files are reported by us, not logged
+ENCRYPTED = "PDF is encrypted (password protected); the API takes no encrypted PDF"
 
 
 def _one_line(e: Exception) -> str:
@@ -43,18 +40,15 @@ def open_pdf(data: bytes) -> Any:
     """A pypdf reader, or Unreadable (corrupt, encrypted)."""
     from pypdf import PdfReader
 
-    _quiet()
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # broken files are reported by us, not logged
     try:
         reader = PdfReader(io.BytesIO(data))
         encrypted = reader.is_encrypted
     except Exception as e:  # pypdf raises many kinds on broken files; a bad file must never crash a run
         raise Unreadable("corrupt", _one_line(e)) from e
     if encrypted:
-        raise Unreadable("encrypted", "PDF is encrypted (password protected); the API takes no encrypted PDF")
+        raise Unreadable("encrypted", ENCRYPTED)
     return reader
-
-
-ENCRYPTED = Unreadable("encrypted", "PDF is encrypted (password protected); the API takes no encrypted PDF")
 
 
 def _refusal(data: bytes, e: Exception) -> Unreadable:
@@ -88,7 +82,7 @@ def read_pdf(
             raise _refusal(data, e) from e
         try:
             if raw.FPDF_GetSecurityHandlerRevision(doc) != -1:
-                raise Unreadable(ENCRYPTED.reason, str(ENCRYPTED))
+                raise Unreadable("encrypted", ENCRYPTED)
             n = len(doc)
             if n == 0:
                 raise Unreadable("empty", "PDF has no pages")

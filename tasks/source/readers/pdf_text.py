@@ -189,10 +189,11 @@ def span_boxes(data: bytes, text: str, pages: Any, spans: list[tuple[int, int]])
         doc = open_document(data)
         try:
             for page_span in pages:
-                wanted = [
-                    (k, max(s, page_span.start), min(e, page_span.end))
+                start, end = page_span.start, page_span.end
+                wanted = [  # each span's part on this page, as offsets in the page's text
+                    (k, max(s, start) - start, min(e, end) - start)
                     for k, (s, e) in enumerate(spans)
-                    if s < page_span.end and e > page_span.start
+                    if s < end and e > start
                 ]
                 if not wanted:
                     continue
@@ -200,14 +201,10 @@ def span_boxes(data: bytes, text: str, pages: Any, spans: list[tuple[int, int]])
                 textpage = page.get_textpage()
                 try:
                     page_str, index = page_index(textpage)
-                    if page_str != text[page_span.start : page_span.end]:
+                    if page_str != text[start:end]:
                         continue
                     for k, s, e in wanted:
-                        local = [
-                            i
-                            for i in range(s - page_span.start, e - page_span.start)
-                            if not page_str[i].isspace()
-                        ]
+                        local = [i for i in range(s, e) if not page_str[i].isspace()]
                         if not local:
                             continue
                         first, last = index[local[0]], index[local[-1]]

@@ -169,9 +169,6 @@ class _TextCollector:
         if self._skip_depth == 0:
             self.parts.append(data)
 
-    def comment(self, text: str) -> None:
-        pass
-
     def close(self) -> str:
         return "".join(self.parts)
 
@@ -196,18 +193,17 @@ def html_to_text(html: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _decoded(data: bytes, text: str, guess: str | None) -> Content:
+def _decoded(text: str, guess: str | None) -> Content:
     return Content(text, encoding=guess, guessed=guess is not None)
 
 
 def read_plain(data: bytes) -> Content:
-    text, guess = decode(data)
-    return _decoded(data, text, guess)
+    return _decoded(*decode(data))
 
 
 def read_html(data: bytes) -> Content:
     text, guess = decode(data)
-    return _decoded(data, html_to_text(text), guess)
+    return _decoded(html_to_text(text), guess)
 
 
 def read_json(data: bytes) -> Content:
@@ -220,4 +216,4 @@ def read_json(data: bytes) -> Content:
         raise ExtractError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
     except (RecursionError, ValueError) as e:  # a bound we did not foresee: still only this file
         raise ExtractError(f"invalid JSON: {type(e).__name__}") from e
-    return _decoded(data, json.dumps(obj, indent=2, ensure_ascii=False), guess)
+    return _decoded(json.dumps(obj, indent=2, ensure_ascii=False), guess)

@@ -19,6 +19,7 @@ parent is gone while a job runs.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import pickle
 import resource
@@ -44,7 +45,7 @@ JOBS: dict[str, Callable[..., Any]] = {
 
 
 class Reply(TypedDict):
-    """One job's outcome. kind: ok (value), refused (an ExtractError: reason, detail; value "binary"
+    """One job's outcome. kind: ok (value), refused (an ExtractError: reason, detail; reason "binary"
     for BinaryContent), memory (past the address-space cap), error (any other exception: detail).
     `spent`: the process came near its cap and exits after this reply (the parent replaces it)."""
 
@@ -57,13 +58,10 @@ class Reply(TypedDict):
 
 def peak_address_space() -> int:
     """This process's peak virtual memory (VmPeak), in bytes; 0 where /proc is absent."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmPeak:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) * 1024
     return 0
 
 
@@ -88,8 +86,7 @@ def run_job(name: str, args: tuple[Any, ...], memory_bytes: int) -> Reply:
         if near or _caused_by_memory(e):
             return Reply(kind="memory", value=None, reason="over_limit", detail=type(e).__name__, spent=True)
         if isinstance(e, ExtractError):
-            binary = "binary" if e.reason == "binary" else ""
-            return Reply(kind="refused", value=binary, reason=e.reason, detail=str(e), spent=False)
+            return Reply(kind="refused", value=None, reason=e.reason, detail=str(e), spent=False)
         detail = f"{type(e).__name__}: {e}".splitlines()[0][:200] if str(e) else type(e).__name__
         return Reply(kind="error", value=None, reason="", detail=detail, spent=False)
     near = bool(memory_bytes) and peak_address_space() >= memory_bytes - NEAR_LIMIT

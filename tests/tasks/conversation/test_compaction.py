@@ -3,6 +3,8 @@ checks, the null-block fallback, and lossless id runs (property tests)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tasks.conversation import compaction as cmp
-from tasks.conversation.pinned import PinnedFacts, compress_ids, expand_ids
+from tasks.conversation.pinned import PinnedFacts, compress_ids
 
 
 def test_reply_shaping_params_are_stripped() -> None:
@@ -179,6 +181,21 @@ def test_an_api_block_is_kept_exactly() -> None:
     assert done.head == {"role": "assistant", "content": [BLOCK]}
     assert done.digest == cmp.block_digest(BLOCK)
     assert done.usage["iterations"][0]["input_tokens"] == 50
+
+
+def expand_ids(runs: Iterable[str]) -> list[str]:
+    """`compress_ids` undone: every id a run `doc-0001..doc-0042` stands for."""
+    numbered = re.compile(r"^(.*?)(\d+)$")
+    out: list[str] = []
+    for run in runs:
+        first, sep, last = run.partition("..")
+        a, b = numbered.match(first), numbered.match(last) if sep else None
+        if not sep or not a or not b:
+            out.append(run)
+            continue
+        width = len(a.group(2))
+        out.extend(f"{a.group(1)}{n:0{width}d}" for n in range(int(a.group(2)), int(b.group(2)) + 1))
+    return out
 
 
 @given(
