@@ -12,7 +12,6 @@ flows.orchestration.chunk_tasks, shards over workers in flows.workers.spread.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -23,7 +22,7 @@ from typing import Any, ClassVar, Protocol
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks
 from checkpoints.inflight import run_spend
 from checkpoints.outcomes import OutcomeLog
-from checkpoints.outcomes_places import DigestMap
+from checkpoints.outcomes_places import DigestMap, digest
 from docmill.collector import relaxed_gc
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
@@ -276,14 +275,14 @@ class Unwritten:
             self.ids.append(cid)
             self.sizes.append(size)
             for i, d in enumerate(taken):
-                self.places[doc_digest(d["doc_id"])] = n * PLACES + i
+                self.places[digest(d["doc_id"])] = n * PLACES + i
                 yield Document.model_validate(d)
 
     def add(self, outcome: DocOutcome) -> tuple[str, list[dict[str, Any]]] | None:
         """Note one document's outcome; its chunk's id and outcome records in inventory order once
         every document of the chunk has one, else None (also for a second outcome of a document:
         the first one counts). The spill file is emptied whenever no chunk waits."""
-        place = self.places.pop(doc_digest(outcome.doc_id), None)
+        place = self.places.pop(digest(outcome.doc_id), None)
         if place is None:
             return None
         n, i = divmod(place, PLACES)
@@ -304,8 +303,3 @@ class Unwritten:
     def record(self, place: int) -> dict[str, Any]:
         offset, length = divmod(place, SPAN)
         return dict(json.loads(os.pread(self.spill.fileno(), length, offset)))
-
-
-def doc_digest(doc_id: str) -> bytes:
-    """16 bytes standing for a doc id (a 40-character id costs 89 bytes as text, its digest 49)."""
-    return hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=16).digest()

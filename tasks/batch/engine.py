@@ -18,7 +18,6 @@ response object per batch answer (one ledger put per document); follow-ups keep 
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -27,7 +26,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
-from checkpoints.outcomes_places import DigestMap
+from checkpoints.outcomes_places import DigestMap, digest
 from docmill.collector import relaxed_gc
 from docmill.errors import InputError
 from docmill.sdk import anthropic
@@ -92,7 +91,7 @@ class BatchEngine:
         self.params = file_params(p.settings)
         self.pending: dict[str, WorkItem] = {}
         self.live: dict[int, BatchRecord] = {}
-        self.live_ids = DigestMap()  # key_digest of the items of batches live at resume
+        self.live_ids = DigestMap()  # digest of the items of batches live at resume
         self.next_n, self.round = 1, 1
         self.duplicates: list[Document] = []
         self.batch_requests = min(
@@ -125,8 +124,8 @@ class BatchEngine:
                 self.pending.update((d["custom_id"], WorkItem.from_line(d)) for d in rec.carry)
             else:
                 self.live[rec.n] = rec
-                for digest in map(key_digest, cids):
-                    self.live_ids.add(digest)
+                for key_bytes in map(digest, cids):
+                    self.live_ids.add(key_bytes)
 
     # ---- submission ------------------------------------------------------------------------
 
@@ -196,7 +195,7 @@ class BatchEngine:
         if doc.status != "ok":
             return doc, None, None
         key = file_key(self.recipe, doc, self.model, self.params)
-        if key in self.pending or key_digest(key) in self.live_ids:
+        if key in self.pending or digest(key) in self.live_ids:
             return doc, key, None
         stored = self.p.ledger.get(FILE_PASS, key)
         if stored is not None:
@@ -208,13 +207,13 @@ class BatchEngine:
         body = self._body()
         streamed = DigestMap()  # a second document with a key already seen waits for its result
         for doc, key, got in ordered_map(self.pool, self._prepare, docs, WINDOW):
-            if key is None or (digest := key_digest(key)) in streamed:
+            if key is None or (key_bytes := digest(key)) in streamed:
                 if doc.duplicate_of or key is not None:
                     self.duplicates.append(doc)
                 else:
                     yield skipped_outcome(doc)
                 continue
-            streamed.add(digest)
+            streamed.add(key_bytes)
             if isinstance(got, dict):
                 self.pending.pop(key, None)
                 yield self.router.from_ledger(doc, got)
@@ -403,12 +402,6 @@ class BatchEngine:
                     yield outcome_from_original(self.p, doc, key)
         finally:
             self.gates.close()
-
-
-def key_digest(key: str) -> bytes:
-    """16 bytes standing for an idempotency key in the sets a run keeps for every document it streams
-    (a 60-character key costs 113 bytes as text, its digest 49): the run's memory per document."""
-    return hashlib.blake2b(key.encode(), digest_size=16).digest()
 
 
 def progress_event(kind: str, rec: BatchRecord) -> BatchProgress:  # also the deadline engine's

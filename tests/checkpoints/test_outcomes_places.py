@@ -12,7 +12,8 @@ import pytest
 
 from checkpoints.chunks import chunk_id
 from checkpoints.outcomes_places import DigestMap
-from flows.run.passes import PLACES, Unwritten, doc_digest
+from checkpoints.outcomes_places import digest as doc_digest
+from flows.run.passes import PLACES, Unwritten
 from tasks.per_file.outcome import DocOutcome, DocState
 
 
