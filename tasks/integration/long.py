@@ -60,12 +60,12 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def item_fields(schema: Any, name: str) -> list[str]:
-    """Field names of the items of list field `name` of a pydantic schema (empty if absent)."""
+def item_field(schema: Any, name: str) -> str | None:
+    """The first field besides `doc_ids` of the items of list field `name` of a pydantic schema."""
     field = getattr(schema, "model_fields", {}).get(name)
     args = getattr(field.annotation, "__args__", ()) if field else ()
     item = args[0] if args else None
-    return list(getattr(item, "model_fields", {}))
+    return next((f for f in getattr(item, "model_fields", {}) if f != "doc_ids"), None)
 
 
 class FactTracker:
@@ -148,6 +148,13 @@ class FactTracker:
     def duplicates(self) -> list[dict[str, Any]]:
         return [{"key": k, "doc_ids": ids} for k, ids in sorted(self.key_docs.items()) if len(ids) > 1]
 
+    def headline(self) -> str:
+        """The code-written first key finding: counts of the whole corpus."""
+        return (
+            f"{len(self.doc_ids)} documents integrated; {len(self.conflicts())} conflicts, "
+            f"{len(self.duplicates())} duplicated {self.key_field or 'keys'}, {len(self.gaps)} documents with gaps."
+        )
+
     def pin(self, pinned: PinnedFacts, *, max_id_chars: int) -> None:
         """Write the current facts into `pinned` (replacing earlier versions of each fact)."""
         runs = ", ".join(compress_ids(self.doc_ids))
@@ -216,16 +223,7 @@ def merge_final(answer: dict[str, Any] | None, tracker: FactTracker, dup_field: 
         if name:
             entities.setdefault(name, [])
             entities[name] += [i for i in ids(e.get("doc_ids")) if i not in entities[name]]
-    conflicts = [
-        {
-            "field": c["field"],
-            "key": c["key"],
-            "values": [
-                {"value": v["value"], "doc_id": v["doc_id"], "evidence": v["evidence"]} for v in c["values"]
-            ],
-        }
-        for c in tracker.conflicts()
-    ]
+    conflicts = tracker.conflicts()
     have = {(c["field"], c["key"]) for c in conflicts}
     for c in answer.get("conflicts") or []:
         values = [v for v in c.get("values") or [] if v.get("doc_id") in known]
@@ -249,10 +247,7 @@ def merge_final(answer: dict[str, Any] | None, tracker: FactTracker, dup_field: 
     claims = [
         {**c, "doc_ids": ids(c.get("doc_ids"))} for c in answer.get("claims") or [] if ids(c.get("doc_ids"))
     ]
-    findings = [
-        f"{len(tracker.doc_ids)} documents integrated; {len(tracker.conflicts())} conflicts, "
-        f"{len(tracker.duplicates())} duplicated {tracker.key_field or 'keys'}, {len(tracker.gaps)} documents with gaps."
-    ]
+    findings = [tracker.headline()]
     findings += [f for f in answer.get("key_findings") or [] if isinstance(f, str) and f not in findings]
     return {
         "key_findings": findings,
@@ -299,10 +294,8 @@ def _final_output(
             None,
             [{"problem": "final answer was not JSON; facts kept by code only", "error": str(e)[:200]}],
         )
-    dup_fields = [f for f in item_fields(recipe.integration_schema, "duplicates") if f != "doc_ids"]
-    merged = merge_final(
-        answer if isinstance(answer, dict) else None, tracker, dup_fields[0] if dup_fields else "key"
-    )
+    dup_field = item_field(recipe.integration_schema, "duplicates") or "key"
+    merged = merge_final(answer if isinstance(answer, dict) else None, tracker, dup_field)
     try:
         return recipe.integration_schema.model_validate(merged).model_dump(mode="json"), flags
     except ValidationError as e:
@@ -325,8 +318,7 @@ def integrate_many(
 ) -> dict[str, Any]:
     """Integrate any number of per-file results inside `budget_tokens`; returns the integration record."""
     budget = budget_tokens or settings.context.budget_tokens
-    entity_fields = [f for f in item_fields(recipe.integration_schema, "entities") if f != "doc_ids"]
-    tracker = FactTracker(tuple(recipe.key_fields), entity_fields[0] if entity_fields else None)
+    tracker = FactTracker(tuple(recipe.key_fields), item_field(recipe.integration_schema, "entities"))
     task = ConversationTask(
         task_id,
         run_id,
