@@ -131,16 +131,21 @@ class DeadlineEngine:
             if not b.live:
                 yield from b.submit_pending()  # a later round (follow-ups, errored items)
                 continue
-            for n in sorted(b.live):
-                rec = lifecycle.poll(b.api, b.records, b.live[n], self.clock())
-                b.live[n] = rec
-                self.on_progress(progress_event("status", rec))
-                if rec.phase is BatchPhase.ENDED:
-                    yield from b.collect(rec)
+            yield from self._poll(report=True)
             if b.live:
                 self.sleep(max(min(self.poll, self.switch_at() - self.clock()), 0.0) or 0.01)
         if not self.switched and self.state.get("batches_done_at") is None:
             self._save(batches_done_at=self.clock())
+
+    def _poll(self, *, report: bool) -> Iterator[DocOutcome]:
+        """Every live batch looked at once (its status reported when `report`); an ended one collected."""
+        b = self.batches
+        for n in sorted(b.live):
+            rec = b.live[n] = lifecycle.poll(b.api, b.records, b.live[n], self.clock())
+            if report:
+                self.on_progress(progress_event("status", rec))
+            if rec.phase is BatchPhase.ENDED:
+                yield from b.collect(rec)
 
     def _switch(self, why: str) -> None:
         if self.switched:
@@ -171,11 +176,7 @@ class DeadlineEngine:
         for n in sorted(b.live):
             b.live[n] = self._cancel(b.live[n])
         while b.live:
-            for n in sorted(b.live):
-                rec = lifecycle.poll(b.api, b.records, b.live[n], self.clock())
-                b.live[n] = rec
-                if rec.phase is BatchPhase.ENDED:
-                    yield from b.collect(rec)
+            yield from self._poll(report=False)
             if b.live:
                 self.sleep(min(self.poll, SETTLE_POLL))
         if self.state.get("cancel_seconds") is None and self.state.get("canceled"):
