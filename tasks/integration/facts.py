@@ -66,25 +66,13 @@ def sections(tracker: FactTracker, recipe: Recipe) -> dict[str, Any]:
         for d in tracker.doc_ids
         if d not in in_entities and d not in with_gap
     ]
-    gaps += field_gaps(tracker, recipe)
+    gaps += tracker.field_gaps(recipe.file_schema.model_fields)
     return {
         "entities": [{entity: n, "doc_ids": ids} for n, ids in sorted(tracker.entities.items())],
         "duplicates": [{dup: d["key"], "doc_ids": d["doc_ids"]} for d in tracker.duplicates()],
         "conflicts": tracker.conflicts(),
         "coverage_gaps": gaps,
     }
-
-
-def field_gaps(tracker: FactTracker, recipe: Recipe) -> list[dict[str, Any]]:
-    """Schema fields no document filled (one gap each)."""
-    if not tracker.doc_ids:
-        return []
-    fields = list(recipe.file_schema.model_fields)
-    return [
-        {"doc_id": None, "field": f, "reason": "no document provided a value"}
-        for f in fields
-        if f not in tracker.filled
-    ]
 
 
 def unaccounted(doc_ids: list[str], output: dict[str, Any]) -> list[str]:

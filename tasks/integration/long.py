@@ -148,6 +148,15 @@ class FactTracker:
     def duplicates(self) -> list[dict[str, Any]]:
         return [{"key": k, "doc_ids": ids} for k, ids in sorted(self.key_docs.items()) if len(ids) > 1]
 
+    def field_gaps(self, fields: Iterable[str]) -> list[dict[str, Any]]:
+        """Schema fields no document filled (one gap each)."""
+        reason = "no document provided a value"
+        return [
+            {"doc_id": None, "field": f, "reason": reason}
+            for f in fields
+            if f not in self.filled and self.doc_ids
+        ]
+
     def headline(self) -> str:
         """The code-written first key finding: counts of the whole corpus."""
         return (
@@ -341,7 +350,6 @@ def integrate_many(
             continue  # sent before a crash: replayed into the tracker only
         task.send(_turn(index, records))
     output, flags = _final_output(task, recipe, tracker, settings, budget, answered=task.exchanges > n_slices)
-    schema_fields = list(getattr(recipe.file_schema, "model_fields", {}))
     record = {
         "run_id": run_id,
         "recipe": recipe.name,
@@ -350,11 +358,7 @@ def integrate_many(
         "output": output,
         "checks": {
             "conflicts": tracker.conflicts(),
-            "coverage_gaps": [
-                {"field": f, "reason": "no document provided a value"}
-                for f in schema_fields
-                if f not in tracker.filled and tracker.doc_ids
-            ],
+            "coverage_gaps": tracker.field_gaps(getattr(recipe.file_schema, "model_fields", {})),
             "flags": flags,
         },
         "context": {
