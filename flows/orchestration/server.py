@@ -2,7 +2,7 @@
 
 With no PREFECT_API_URL, the first Prefect client of a flow run starts a temporary API server
 (`python -m uvicorn ... prefect.server.api.server:create_app`, ~190 MB) as a child process and
-stops it at a normal exit. A SIGKILLed run used to leave it running forever. `adopt_ephemeral_server`
+stops it at a normal exit only: a SIGKILLed run would leave it running. `adopt_ephemeral_server`
 registers `OwnedServer` as the process's default server (the same slot Prefect's own
 `prefect_test_harness` fills), so that Prefect starts exactly its usual command, but through
 `docmill.processes.spawn`: marked, recorded, and stopped when this process is gone (and in a
@@ -12,7 +12,7 @@ with the same environment.
 
 Its database is docmill's own, not Prefect's default `$PREFECT_HOME/prefect.db`, which every other
 Prefect process of the user shares (a `prefect server start`, another ephemeral server): SQLite
-let two servers write one file only with "database is locked" tracebacks. `server_environment`
+lets two servers write one file only with "database is locked" tracebacks. `server_environment`
 gives each running docmill process a slot `$PREFECT_HOME/docmill/prefect-N.db`, held by a lock for
 the process's life and the server's (docmill.processes.hold_slot), so runs one after another reuse
 slot 0 (no migrations to wait for) and runs at the same time never share a file. A database URL the
