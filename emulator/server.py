@@ -199,13 +199,7 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
         call.extra_headers.update(limiter.headers())
         if which is not None:
             raise rate_limit_error(wait, f"Rate limit exceeded: {which} per minute", call.extra_headers)
-    ans = messages.answer(
-        state,
-        body,
-        request_id=call.request_id,
-        api_key=call.api_key,
-        shape=call.shape,
-    )
+    ans = messages.answer(state, body, request_id=call.request_id, api_key=call.api_key, shape=call.shape)
     if limiter.active:
         limiter.settle_output(int(body["max_tokens"]), ans.output_tokens)
         call.extra_headers.update(limiter.headers())
