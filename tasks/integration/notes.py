@@ -33,6 +33,7 @@ from tasks.api.usage import estimate_input_tokens
 from tasks.integration.checks import cited_ids, drop_unknown
 from tasks.integration.facts import model_sections
 from tasks.integration.records import PASS
+from tasks.integration.state import SliceNotes
 from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
@@ -116,19 +117,10 @@ def plan_slices(
 
 
 @dataclass
-class Answered:
-    """One slice's notes, as stored in the integration state."""
-
-    key: str
-    doc_ids: list[str]
-    output: dict[str, Any]
-
-
-@dataclass
 class Asked:
     """What the notes of one run came to: answers, problems, and the calls made."""
 
-    answers: list[Answered] = field(default_factory=list)
+    answers: list[SliceNotes] = field(default_factory=list)  # as stored in the integration state
     problems: list[dict[str, Any]] = field(default_factory=list)
     flags: list[dict[str, Any]] = field(default_factory=list)  # fixed in code, said in the report
     calls: int = 0
@@ -263,7 +255,9 @@ def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
     key, request = n.request(records)
     cached = n.ledger.get(PASS, key)
     if cached is not None:
-        return Asked(answers=[Answered(key, ids, dict(cached["output"]))])
+        return Asked(
+            answers=[SliceNotes(doc_ids=ids, key=key, output=dict(cached["output"]), run_id=n.run_id)]
+        )
     asked = Asked()
     errors: list[str] = []
     output: dict[str, Any] | None = None
@@ -301,7 +295,7 @@ def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
         key,
         {"key": key, "pass_name": PASS, "output": output, "model": n.settings.api.integration_model},
     )
-    asked.answers.append(Answered(key, ids, output))
+    asked.answers.append(SliceNotes(doc_ids=ids, key=key, output=output, run_id=n.run_id))
     return asked
 
 

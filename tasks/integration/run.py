@@ -32,7 +32,6 @@ from tasks.integration.records import compact_records, merge_outputs
 from tasks.integration.state import (
     Delta,
     IntegrationState,
-    SliceNotes,
     apply_delta,
     empty_state,
     fingerprints,
@@ -109,10 +108,8 @@ def _ask_delta(
     if len(reading) < len(records):
         notes.summary += "\n\n" + delta_digest(records, built, read=len(reading), limit=s.digest_chars)
     asked = ask_all(notes, reading)
-    for a in asked.answers:
-        record_slice(
-            state, a.key[:32], SliceNotes(doc_ids=a.doc_ids, key=a.key, output=a.output, run_id=notes.run_id)
-        )
+    for answer in asked.answers:
+        record_slice(state, answer["key"][:32], answer)
     read = {r["doc_id"] for r in reading}
     rest = [r["doc_id"] for r in records if r["doc_id"] not in read]
     if rest and asked.answers:  # summarised by the digest every answer read: covered, retractable
