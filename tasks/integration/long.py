@@ -194,14 +194,12 @@ class FactTracker:
             pinned.set(f"gap:{gap['doc_id']}", f"GAP {gap['doc_id']}: {gap['reason']}", terms=[gap["doc_id"]])
 
 
-def slices_of(
-    results: Iterable[dict[str, Any]], tracker_compact: Any, limit_tokens: int
-) -> Iterator[list[dict[str, Any]]]:
+def slices_of(results: Iterable[dict[str, Any]], limit_tokens: int) -> Iterator[list[dict[str, Any]]]:
     """Consecutive slices whose JSON lines total about `limit_tokens` tokens (chars / 4)."""
     part: list[dict[str, Any]] = []
     size = 0
     for result in results:
-        n = len(json.dumps(tracker_compact(result), ensure_ascii=False)) // 4 + 1
+        n = len(json.dumps(FactTracker.compact(result), ensure_ascii=False)) // 4 + 1
         if part and size + n > limit_tokens:
             yield part
             part, size = [], 0
@@ -323,13 +321,12 @@ def integrate_many(
     client: Any,
     settings: Settings,
     budget_tokens: int | None = None,
-    task_id: str = TASK_ID,
 ) -> dict[str, Any]:
     """Integrate any number of per-file results inside `budget_tokens`; returns the integration record."""
     budget = budget_tokens or settings.context.budget_tokens
     tracker = FactTracker(tuple(recipe.key_fields), item_field(recipe.integration_schema, "entities"))
     task = ConversationTask(
-        task_id,
+        TASK_ID,
         run_id,
         store,
         client,
@@ -342,7 +339,7 @@ def integrate_many(
     )
     max_id_chars = int(budget * 4 * ID_CHAR_FRACTION)
     n_slices = 0
-    for index, part in enumerate(slices_of(results, FactTracker.compact, int(budget * SLICE_FRACTION))):
+    for index, part in enumerate(slices_of(results, int(budget * SLICE_FRACTION))):
         records = [tracker.add(r) for r in part]
         tracker.pin(task.pinned, max_id_chars=max_id_chars)
         n_slices = index + 1
@@ -368,5 +365,5 @@ def integrate_many(
             "budget_tokens": budget,
         },
     }
-    store.put_json(f"runs/{run_id}/tasks/{task_id}/output.json", record)
+    store.put_json(f"runs/{run_id}/tasks/{TASK_ID}/output.json", record)
     return record
