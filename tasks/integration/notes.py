@@ -35,6 +35,7 @@ from tasks.integration.facts import model_sections
 from tasks.integration.records import PASS
 from tasks.integration.state import SliceNotes
 from tasks.recipes.thinking import effort_config
+from tasks.request import repair_request
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -236,18 +237,6 @@ def _text_of(message: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in message.get("content", []) if b.get("type") == "text")
 
 
-def _repair_turn(request: dict[str, Any], text: str, errors: list[str]) -> dict[str, Any]:
-    fix = "Your answer had problems:\n- " + "\n- ".join(errors) + "\nReturn the corrected JSON only."
-    return {
-        **request,
-        "messages": [
-            *request["messages"],
-            {"role": "assistant", "content": text or "{}"},
-            {"role": "user", "content": fix},
-        ],
-    }
-
-
 def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
     """One slice: from the ledger, or asked (split in two when the answer is cut, repaired when
     invalid). Never raises for a bad answer or a failed call: those come back as problems."""
@@ -283,7 +272,7 @@ def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
         output, errors = n.validated(text)
         if not errors:
             break
-        request = _repair_turn(request, text, errors)
+        request = repair_request(request, text, errors)
     if output is None:
         asked.problems.append({"doc_ids": ids, "problem": "integration answer invalid", "errors": errors[:5]})
         return asked
