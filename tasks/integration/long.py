@@ -26,7 +26,7 @@ from docmill.errors import ContextError
 from docmill.sdk import anthropic
 from tasks.conversation.pinned import PinnedFacts, compress_ids
 from tasks.conversation.task import ConversationTask
-from tasks.integration.records import compact_value, evidence_of
+from tasks.integration.records import compact_value, evidence_of, results_block
 from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
@@ -209,12 +209,6 @@ def slices_of(results: Iterable[dict[str, Any]], limit_tokens: int) -> Iterator[
         yield part
 
 
-def _turn(index: int, records: list[dict[str, Any]]) -> str:
-    lines = "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
-    lines = lines.replace("</per_file_results", "<\\/per_file_results")
-    return f'<per_file_results slice="{index + 1}">\n{lines}\n</per_file_results>'
-
-
 def merge_final(answer: dict[str, Any] | None, tracker: FactTracker, dup_field: str) -> dict[str, Any]:
     """The model's answer with every code-kept fact merged in; unknown doc ids dropped."""
     known = set(tracker.doc_ids)
@@ -345,7 +339,7 @@ def integrate_many(
         n_slices = index + 1
         if index < task.exchanges:
             continue  # sent before a crash: replayed into the tracker only
-        task.send(_turn(index, records))
+        task.send(results_block(records, f' slice="{index + 1}"'))
     output, flags = _final_output(task, recipe, tracker, settings, budget, answered=task.exchanges > n_slices)
     record = {
         "run_id": run_id,

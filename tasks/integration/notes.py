@@ -32,7 +32,7 @@ from docmill.sdk import anthropic
 from tasks.api.usage import estimate_input_tokens
 from tasks.integration.checks import cited_ids, drop_unknown
 from tasks.integration.facts import model_sections
-from tasks.integration.records import PASS
+from tasks.integration.records import PASS, results_block
 from tasks.integration.state import SliceNotes
 from tasks.recipes.thinking import effort_config
 from tasks.request import repair_request
@@ -74,12 +74,7 @@ def notes_request(
     max_tokens: int,
 ) -> dict[str, Any]:
     """Static prompt first (cached), then the digest and this slice's results as labelled data."""
-    body = "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
-    text = (
-        f"<integrated_digest>\n{summary}\n</integrated_digest>\n\n<per_file_results>\n"
-        + body.replace("</per_file_results", "<\\/per_file_results")
-        + "\n</per_file_results>"
-    )
+    text = f"<integrated_digest>\n{summary}\n</integrated_digest>\n\n{results_block(records)}"
     ask = f"Write {', '.join(schema.model_fields)} for the per-file results above. Cite only their doc ids."
     return {
         "model": model,
