@@ -88,17 +88,9 @@ class BatchStore:
         return batch
 
     def page(self, limit: int, after_id: str | None, before_id: str | None) -> dict[str, Any]:
-        newest_first = list(reversed(self.batches))
-        if after_id is not None:
-            start = newest_first.index(after_id) + 1 if after_id in newest_first else len(newest_first)
-            chosen = newest_first[start : start + limit]
-            has_more = start + limit < len(newest_first)
-        elif before_id is not None:
-            end = newest_first.index(before_id) if before_id in newest_first else 0
-            begin = max(0, end - limit)
-            chosen = newest_first[begin:end]
-            has_more = begin > 0
-        else:
-            chosen = newest_first[:limit]
-            has_more = limit < len(newest_first)
-        return {"ids": chosen, "has_more": has_more}
+        ids = list(reversed(self.batches))  # newest first
+        if before_id is not None and after_id is None:
+            end = ids.index(before_id) if before_id in ids else 0
+            return {"ids": ids[max(0, end - limit) : end], "has_more": end - limit > 0}
+        start = 0 if after_id is None else (ids.index(after_id) + 1 if after_id in ids else len(ids))
+        return {"ids": ids[start : start + limit], "has_more": start + limit < len(ids)}

@@ -10,14 +10,15 @@ import argparse
 import json
 import signal
 import sys
+import textwrap
 import threading
 from collections.abc import Sequence
 
-from emulator.faults import parse_rules
+from emulator.faults import FaultKind, parse_rules
 from emulator.server import EmulatorServer
 from emulator.state import EmulatorConfig
 
-EPILOG = """\
+EPILOG_TEMPLATE = """\
 fault rules (--fault, repeatable, or env DOCMILL_EMULATOR_FAULTS as a JSON list):
   '{"kind": "overloaded", "count": 3}'                the next 3 /v1/messages calls get 529
   '{"kind": "rate_limit", "retry_after": 2}'          every call gets 429, retry-after 2 s
@@ -25,15 +26,17 @@ fault rules (--fault, repeatable, or env DOCMILL_EMULATOR_FAULTS as a JSON list)
   '{"kind": "truncate", "probability": 0.1}'          10 % of answers cut (stop_reason max_tokens)
   '{"kind": "invalid_request", "custom_id": "doc-7"}' batch item doc-7 ends `errored`
   '{"kind": "spend_limit"}'                          429 enforced_spend_limit_reached (retrying cannot help)
-  kinds: rate_limit spend_limit overloaded server_error conflict invalid_request compaction_unavailable connection_reset
-         latency truncate malformed_json prose refusal schema_invalid stream_error slow_batch
+{kinds}
   fields: path (glob, default /v1/messages), marker, custom_id, count, probability, status,
-          error_code, message, retry_after, should_retry, latency_ms, seconds, after_lines
+          error_code, message, retry_after, should_retry, latency_ms, seconds, after_lines, after_events
 
 every knob is also an env var DOCMILL_EMULATOR_<NAME> (e.g. DOCMILL_EMULATOR_LATENCY_MS=50).
 control endpoints (no auth): GET /_emulator/accounting, POST|GET|DELETE /_emulator/faults,
 POST /_emulator/clock/advance {"seconds": N}, POST /_emulator/config {...}, POST /_emulator/reset.
 """
+
+KINDS = textwrap.fill(" ".join(FaultKind), 110, initial_indent="  kinds: ", subsequent_indent=" " * 9)
+EPILOG = EPILOG_TEMPLATE.replace("{kinds}", KINDS)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -149,9 +149,7 @@ def check_compaction_request(body: Mapping[str, Any]) -> None:
 
 
 def compaction_content(
-    secret: str,
-    body: Mapping[str, Any],
-    summarize: Callable[[list[Any], str | None], str],
+    secret: str, body: Mapping[str, Any], summarize: Callable[[list[Any], str | None], str]
 ) -> tuple[list[dict[str, Any]], str]:
     """(content blocks, summary) for a compaction request."""
     check_compaction_request(body)

@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from emulator.clock import rfc3339
-from emulator.faults import FaultRule
+from emulator.faults import parse_rules
 
 if TYPE_CHECKING:
     from emulator.state import EmulatorState
@@ -55,9 +55,7 @@ def routes(state: EmulatorState) -> list[Route]:
 
     async def faults_add(request: Request) -> JSONResponse:
         try:
-            data = await _json(request)
-            items = data if isinstance(data, list) else [data]
-            added = [state.faults.add(FaultRule.from_dict(item)) for item in items]
+            added = [state.faults.add(rule) for rule in parse_rules((await request.body()).decode() or "{}")]
         except (ValueError, TypeError, KeyError) as e:
             return _bad(f"bad fault rule: {e}")
         return JSONResponse({"added": [asdict(r) for r in added], "rules": state.faults.snapshot()})

@@ -6,10 +6,10 @@ by a seeded probability, and for the next `count` matches only (None = forever).
 says what happens. Rules come from `POST /_emulator/faults`, from `DOCMILL_EMULATOR_FAULTS`
 (a JSON list of rules) or from `state.faults.add(...)` in-process.
 
-Phases: `ERROR_KINDS` answer with an error status instead of a message (in a batch: an
-`errored` result); `LATENCY` delays; `CONNECTION_RESET` cuts the response mid-body;
+Phases: error kinds (`ERROR_BUILDERS`) answer with an error status instead of a message (in a
+batch: an `errored` result); `LATENCY` delays; `CONNECTION_RESET` cuts the response mid-body;
 (with `after_lines`, a streamed body such as batch results is cut after that many lines);
-`RESPONSE_KINDS` change a successful answer (truncated, malformed, prose, refusal, schema-invalid,
+response kinds (`SHAPERS`) change a successful answer (truncated, malformed, prose, refusal, schema-invalid,
 or for `stream: true` an `error` event mid-stream after the 200);
 `SLOW_BATCH` makes a batch that contains a matching request take `seconds` longer.
 For `stream: true` answers, `STREAM_DROP` drops the connection after `after_events` SSE events
@@ -54,27 +54,6 @@ class FaultKind(StrEnum):
     SLOW_BATCH = "slow_batch"
 
 
-ERROR_KINDS = frozenset(
-    {
-        FaultKind.RATE_LIMIT,
-        FaultKind.SPEND_LIMIT,
-        FaultKind.OVERLOADED,
-        FaultKind.SERVER_ERROR,
-        FaultKind.CONFLICT,
-        FaultKind.INVALID_REQUEST,
-        FaultKind.COMPACTION_UNAVAILABLE,
-    }
-)
-RESPONSE_KINDS = frozenset(
-    {
-        FaultKind.TRUNCATE,
-        FaultKind.MALFORMED_JSON,
-        FaultKind.PROSE,
-        FaultKind.REFUSAL,
-        FaultKind.SCHEMA_INVALID,
-        FaultKind.STREAM_ERROR,
-    }
-)
 MESSAGES_PATH = "/v1/messages"
 STREAM_ONLY = frozenset({FaultKind.STREAM_ERROR, FaultKind.STREAM_DROP})
 
@@ -171,21 +150,17 @@ def retry_headers(retry_after: float) -> dict[str, str]:
     }
 
 
+def _plain(error_type: ErrorType, default: str) -> Callable[[FaultRule], ApiError]:
+    return lambda r: ApiError(error_type, r.message or default, error_code=r.error_code)
+
+
 ERROR_BUILDERS: dict[FaultKind, Callable[[FaultRule], ApiError]] = {
     FaultKind.RATE_LIMIT: _rate_limit_error,
     FaultKind.SPEND_LIMIT: _spend_limit_error,
-    FaultKind.OVERLOADED: lambda r: ApiError(
-        ErrorType.OVERLOADED, r.message or "Overloaded", error_code=r.error_code
-    ),
-    FaultKind.SERVER_ERROR: lambda r: ApiError(
-        ErrorType.API_ERROR, r.message or "Internal server error", error_code=r.error_code
-    ),
-    FaultKind.CONFLICT: lambda r: ApiError(
-        ErrorType.CONFLICT, r.message or "Conflict (injected)", error_code=r.error_code
-    ),
-    FaultKind.INVALID_REQUEST: lambda r: ApiError(
-        ErrorType.INVALID_REQUEST, r.message or "Invalid request (injected)", error_code=r.error_code
-    ),
+    FaultKind.OVERLOADED: _plain(ErrorType.OVERLOADED, "Overloaded"),
+    FaultKind.SERVER_ERROR: _plain(ErrorType.API_ERROR, "Internal server error"),
+    FaultKind.CONFLICT: _plain(ErrorType.CONFLICT, "Conflict (injected)"),
+    FaultKind.INVALID_REQUEST: _plain(ErrorType.INVALID_REQUEST, "Invalid request (injected)"),
     FaultKind.COMPACTION_UNAVAILABLE: lambda r: ApiError(
         ErrorType.OVERLOADED,
         r.message or "Compaction is temporarily unavailable",
@@ -217,15 +192,6 @@ class FaultHits:
     slow_seconds: float = 0.0
     drop: FaultRule | None = None
     stall: FaultRule | None = None
-
-
-HIT_SLOTS: dict[FaultKind, str] = {  # the `FaultHits` field a kind's first firing rule takes
-    **dict.fromkeys(ERROR_KINDS, "error"),
-    **dict.fromkeys(RESPONSE_KINDS, "response"),
-    FaultKind.CONNECTION_RESET: "reset",
-    FaultKind.STREAM_DROP: "drop",
-    FaultKind.STALL: "stall",
-}
 
 
 class FaultPlan:
@@ -383,3 +349,12 @@ SHAPERS: dict[FaultKind, Callable[[list[dict[str, Any]], str], Shaped]] = {
 
 def shape_response(rule: FaultRule, content: list[dict[str, Any]], stop_reason: str) -> Shaped:
     return SHAPERS[rule.kind](content, stop_reason)
+
+
+HIT_SLOTS: dict[FaultKind, str] = {  # the `FaultHits` field a kind's first firing rule takes
+    **dict.fromkeys(ERROR_BUILDERS, "error"),
+    **dict.fromkeys(SHAPERS, "response"),
+    FaultKind.CONNECTION_RESET: "reset",
+    FaultKind.STREAM_DROP: "drop",
+    FaultKind.STALL: "stall",
+}

@@ -117,28 +117,18 @@ def answer(
     input_total = tokens.total(segs)
     stop_details: dict[str, Any] | None = None
     stop_sequence: str | None = None
-    iterations: list[dict[str, Any]] | None = None
     if "compaction" in body:
         content, summary = compaction.compaction_content(secret, body, model.summarize)
         stop_reason = "compaction"
         out_tokens = tokens.text_tokens(summary)
-        iterations = [
-            {
-                "type": "compaction",
-                "input_tokens": input_total,
-                "output_tokens": out_tokens,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
-            }
-        ]
-        usage: dict[str, Any] = {
-            "input_tokens": 0,
-            "output_tokens": 0,
+        iteration = {
+            "type": "compaction",
+            "input_tokens": input_total,
+            "output_tokens": out_tokens,
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
-            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
-            "iterations": iterations,
         }
+        usage: dict[str, Any] = {**CacheUsage().usage_fields(), "output_tokens": 0, "iterations": [iteration]}
     else:
         result = model.respond(compaction.expand_for_model(body))
         content = [dict(b) for b in result["content"]]
@@ -167,8 +157,6 @@ def answer(
             "output_tokens_details": usage.get("output_tokens_details"),
         }
     )
-    if iterations is None:
-        usage.pop("iterations", None)
     message = {
         "id": state.new_id("msg"),
         "type": "message",

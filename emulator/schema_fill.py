@@ -246,8 +246,7 @@ class Filler:
             text = as_text(hit[1])
             if fmt not in ("date", "date-time") or parse_date(text):
                 return self.limit(
-                    schema,
-                    Out(as_date(text, fmt), hit[1] if hit[0] is Role.EVIDENCE else frame.line, True),
+                    schema, Out(as_date(text, fmt), hit[1] if hit[0] is Role.EVIDENCE else frame.line, True)
                 )
         roles = roles_of(eff)
         if Role.DOC_ID in roles and frame.top and self.prompt.ids:

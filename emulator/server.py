@@ -17,7 +17,6 @@ import logging
 import socket
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
@@ -200,13 +199,7 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
         call.extra_headers.update(limiter.headers())
         if which is not None:
             raise rate_limit_error(wait, f"Rate limit exceeded: {which} per minute", call.extra_headers)
-    ans = messages.answer(
-        state,
-        body,
-        request_id=call.request_id,
-        api_key=call.api_key,
-        shape=call.shape,
-    )
+    ans = messages.answer(state, body, request_id=call.request_id, api_key=call.api_key, shape=call.shape)
     if limiter.active:
         limiter.settle_output(int(body["max_tokens"]), ans.output_tokens)
         call.extra_headers.update(limiter.headers())
@@ -215,14 +208,10 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
     if body.get("stream"):
         fail = call.shape is not None and call.shape.kind is FaultKind.STREAM_ERROR
         events = list(messages.sse_events(ans.message, fail=fail))
-        plan = StreamPlan(
-            generation,
-            stall_at=_at(call.stall, 1, len(events)) if call.stall is not None else None,
-            stall_seconds=stall,
-            drop_at=_at(call.drop, len(events) // 2, len(events)) if call.drop is not None else None,
-        )
+        stall_at = _at(call.stall, 1, len(events)) if call.stall is not None else None
+        drop_at = _at(call.drop, len(events) // 2, len(events)) if call.drop is not None else None
         return StreamingResponse(
-            _paced(events, plan),
+            _paced(events, generation, stall_at, stall, drop_at),
             media_type="text/event-stream",
             headers={**call.extra_headers, "cache-control": "no-cache"},
         )
@@ -243,25 +232,17 @@ def _at(rule: FaultRule, default: int, events: int) -> int:
     return max(1, min(events - 1, default if rule.after_events is None else rule.after_events))
 
 
-@dataclass(frozen=True)
-class StreamPlan:
-    """How one SSE answer goes out: its generation time spread between the events, a stall, a drop."""
-
-    seconds: float
-    stall_at: int | None = None
-    stall_seconds: float = 0.0
-    drop_at: int | None = None
-
-
-async def _paced(chunks: list[bytes], plan: StreamPlan) -> Any:
-    """SSE frames with the generation time spread between them (the first frame goes at once); a
-    stall before frame `stall_at`, the connection dropped before frame `drop_at`."""
-    step = plan.seconds / max(len(chunks) - 1, 1)
+async def _paced(
+    chunks: list[bytes], seconds: float, stall_at: int | None, stall_seconds: float, drop_at: int | None
+) -> Any:
+    """One SSE answer going out: its generation time `seconds` spread between the frames (the first
+    goes at once); a stall before frame `stall_at`, the connection dropped before frame `drop_at`."""
+    step = seconds / max(len(chunks) - 1, 1)
     for i, chunk in enumerate(chunks):
-        if i == plan.drop_at:
+        if i == drop_at:
             raise ConnectionResetFault("injected connection drop mid-stream")
-        if i == plan.stall_at and plan.stall_seconds > 0:
-            await asyncio.sleep(plan.stall_seconds)
+        if i == stall_at and stall_seconds > 0:
+            await asyncio.sleep(stall_seconds)
         if i and step > 0:
             await asyncio.sleep(step)
         yield chunk

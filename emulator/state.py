@@ -98,11 +98,10 @@ class EmulatorConfig:
             setattr(self, name, value)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> EmulatorConfig:
-        env = os.environ if env is None else env
+    def from_env(cls) -> EmulatorConfig:
         config = cls()
         for f in fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
+            raw = os.environ.get(ENV_PREFIX + f.name.upper())
             if raw is not None:
                 setattr(config, f.name, _parse_env(str(f.type), raw))
         return config

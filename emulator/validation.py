@@ -138,11 +138,11 @@ class Rules:
     """What the emulator's API takes beyond the request's shape: models, their limits, knobs."""
 
     models: Collection[str]
-    retired: Callable[[str], str | None] | None = None
-    grammar_limit: int | None = None
-    max_output: Callable[[str], int | None] = lambda _model: None
-    system_message_models: Collection[str] = ()
-    allow_max_tokens_zero: bool = False
+    retired: Callable[[str], str | None]
+    grammar_limit: int | None
+    max_output: Callable[[str], int | None]
+    system_message_models: Collection[str]
+    allow_max_tokens_zero: bool
 
 
 def validate_message_body(
@@ -199,7 +199,7 @@ def validate_message_body(
     _check_breakpoints(body, p)
     if body["model"] not in rules.models:
         raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']}")
-    ended = rules.retired(body["model"]) if rules.retired is not None else None
+    ended = rules.retired(body["model"])
     if ended is not None:
         raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']} (end of life {ended})")
     limit = None if count_only else rules.max_output(body["model"])

@@ -140,11 +140,16 @@ def claim(port: int | None) -> subprocess.Popen[Any] | None:
 
 def discard() -> None:
     """Stop a started process nobody will claim (an API URL came from a Prefect profile)."""
-    proc = _early.pop("proc", None)
     _early.pop("env", None)
+    stop(_early.pop("proc", None))
+
+
+def stop(proc: subprocess.Popen[Any] | None) -> None:
+    """Stop a server process that may still be starting, and wait until its port is free again."""
     if proc is not None and proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=5)  # its port is free again before anyone takes it
+            proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()

@@ -40,18 +40,6 @@ if not PREFECT_API_URL.value():  # a flow called from Python gets the server the
     adopt_ephemeral_server()
 
 
-def _logged_to_run(call: Any) -> dict[str, Any]:
-    """Run the chain inside a flow, docmill's log lines going to the flow run's Logs tab."""
-    # Prefect's flow engine turns SIGTERM into a crash of the flow run; docmill's own handler
-    # stops sending and lets requests in flight finish (docmill.shutdown), on this path too.
-    restore = install(get_settings().shutdown_grace_seconds)
-    with to_prefect_run():
-        try:
-            return dict(call())
-        finally:
-            restore()
-
-
 def _publish(summary: dict[str, Any], settings: Settings) -> None:
     store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url)
     publish_run(summary, store, link_seconds=settings.report_link_seconds)
@@ -75,23 +63,23 @@ def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, progress: bool = 
 
     settings = kw.get("settings") or settings_for(kw.get("store"), {})
     bound = str(flow_run.id) if flow_run.id else None
+    wiring = RunWiring(prefect_map, progress, on_progress=ProgressArtifact(), flow_run_id=bound)
+    # Prefect's flow engine turns SIGTERM into a crash of the flow run; docmill's own handler stops
+    # sending and lets requests in flight finish (docmill.shutdown), on this path too
+    restore = install(get_settings().shutdown_grace_seconds)
     try:
-        summary = _logged_to_run(
-            lambda: chain(
-                *args,
-                wiring=RunWiring(prefect_map, progress, on_progress=ProgressArtifact(), flow_run_id=bound),
-                **kw,
-            )
-        )
+        with to_prefect_run():  # docmill's log lines go to the flow run's Logs tab
+            summary = dict(chain(*args, wiring=wiring, **kw))
     except RunOverlap as e:
-        get_run_logger().warning(
-            "docmill: skipped: %s", e.one_line(), exc_info=e
-        )  # the CLI prints its own line
+        # the CLI prints its own line
+        get_run_logger().warning("docmill: skipped: %s", e.one_line(), exc_info=e)
         return Cancelled(message=f"skipped: {e.one_line()}", data=e)
     except Interrupted as e:
         return interrupted_state(e, e)
     except BudgetExhausted as e:
         return budget_state(e.one_line(), e)
+    finally:
+        restore()
     _publish(summary, settings)
     return summary
 

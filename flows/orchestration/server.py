@@ -2,7 +2,7 @@
 
 With no PREFECT_API_URL, the first Prefect client of a flow run starts a temporary API server
 (`python -m uvicorn ... prefect.server.api.server:create_app`, ~190 MB) as a child process and
-stops it at a normal exit. A SIGKILLed run used to leave it running forever. `adopt_ephemeral_server`
+stops it at a normal exit only: a SIGKILLed run would leave it running. `adopt_ephemeral_server`
 registers `OwnedServer` as the process's default server (the same slot Prefect's own
 `prefect_test_harness` fills), so that Prefect starts exactly its usual command, but through
 `docmill.processes.spawn`: marked, recorded, and stopped when this process is gone (and in a
@@ -12,7 +12,7 @@ with the same environment.
 
 Its database is docmill's own, not Prefect's default `$PREFECT_HOME/prefect.db`, which every other
 Prefect process of the user shares (a `prefect server start`, another ephemeral server): SQLite
-let two servers write one file only with "database is locked" tracebacks. `server_environment`
+lets two servers write one file only with "database is locked" tracebacks. `server_environment`
 gives each running docmill process a slot `$PREFECT_HOME/docmill/prefect-N.db`, held by a lock for
 the process's life and the server's (docmill.processes.hold_slot), so runs one after another reuse
 slot 0 (no migrations to wait for) and runs at the same time never share a file. A database URL the
@@ -84,44 +84,32 @@ class OwnedServer(SubprocessASGIServer):
         failure is one docmill error naming the setting, never Prefect's bare RuntimeError. One start
         at a time (Prefect marks a server running before it answers)."""
         with _STARTING:
-            self._start(timeout)
-
-    def _start(self, timeout: int | None) -> None:
-        if self.running:
-            return
-        if prefect_boot.port() is not None and not prefect_boot.fits(server_environment()):
-            prefect_boot.discard()  # started with another environment (a profile's settings): not ours
-        self.port = self.port or prefect_boot.port()  # the one started first thing, if any
-        seconds = float(timeout or get_settings().prefect_start_timeout_seconds)
-        detail = ""
-        for _ in range(2):
-            try:
-                super().start(timeout=seconds)  # type: ignore[arg-type]  # Prefect compares, never rounds
+            if self.running:
                 return
-            except RuntimeError as e:
-                detail = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-                self._drop_process()
-        raise OrchestratorUnavailable(
-            f"Prefect's temporary API server did not start within {seconds:g} s (tried twice): {detail}",
-            hint="give it more time with DOCMILL_PREFECT_START_TIMEOUT_SECONDS, point PREFECT_API_URL at a "
-            "running Prefect server, or run with --no-prefect; nothing was sent",
-            setting="DOCMILL_PREFECT_START_TIMEOUT_SECONDS",
-            seconds=seconds,
-            detail=detail,
-        )
-
-    def _drop_process(self) -> None:
-        """Stop a server that did not come up in time (it may still be starting) and free its port;
-        unlike `stop`, this server stays the process's default for the next try."""
-        proc, self.server_process = self.server_process, None
-        self.running, self.port = False, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            if prefect_boot.port() is not None and not prefect_boot.fits(server_environment()):
+                prefect_boot.discard()  # started with another environment (a profile's settings): not ours
+            self.port = self.port or prefect_boot.port()  # the one started first thing, if any
+            seconds = float(timeout or get_settings().prefect_start_timeout_seconds)
+            detail = ""
+            for _ in range(2):
+                try:
+                    super().start(timeout=seconds)  # type: ignore[arg-type]  # Prefect compares, never rounds
+                    return
+                except RuntimeError as e:
+                    detail = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                    # stop it (it may still be starting) and free its port; unlike `stop`, this
+                    # server stays the process's default for the next try
+                    proc, self.server_process = self.server_process, None
+                    self.running, self.port = False, None
+                    prefect_boot.stop(proc)
+            raise OrchestratorUnavailable(
+                f"Prefect's temporary API server did not start within {seconds:g} s (tried twice): {detail}",
+                hint="give it more time with DOCMILL_PREFECT_START_TIMEOUT_SECONDS, point PREFECT_API_URL at a "
+                "running Prefect server, or run with --no-prefect; nothing was sent",
+                setting="DOCMILL_PREFECT_START_TIMEOUT_SECONDS",
+                seconds=seconds,
+                detail=detail,
+            )
 
 
 def adopt_ephemeral_server() -> bool:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoints.batches import BatchPhase, BatchRecord
 from tasks.api.pacing import WINDOW_MAX
 from tasks.batch import ingest, lifecycle
-from tasks.batch.engine import BatchEngine, Progress, progress_event
+from tasks.batch.engine import BatchEngine
 from tasks.deadline.plan import DeadlinePlan, Pace, iso
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import Pass
@@ -57,7 +57,6 @@ class DeadlineEngine:
         realtime: Realtime,
         clock: Callable[[], float],
         sleep: Callable[[float], None],
-        on_progress: Progress | None,
         measure: Callable[[], Pace] | None = None,
     ) -> None:
         conf = p.settings.deadline
@@ -66,13 +65,12 @@ class DeadlineEngine:
             client,
             clock=clock,
             sleep=sleep,
-            on_progress=on_progress,
+            on_progress=None,
             batch_requests=max(1, math.ceil(expected / conf.batches)),
             held=lambda: self.switched,  # past the switch no batch is created: its requests go realtime
         )
         self.plan, self.pace, self.realtime, self.measure = plan, pace, realtime, measure
         self.p, self.clock, self.sleep = p, clock, sleep
-        self.on_progress = self.batches.on_progress
         self.expected = expected
         self.poll = conf.poll_seconds
         self.key = f"runs/{p.run_id}/deadline.json"
@@ -131,16 +129,19 @@ class DeadlineEngine:
             if not b.live:
                 yield from b.submit_pending()  # a later round (follow-ups, errored items)
                 continue
-            for n in sorted(b.live):
-                rec = lifecycle.poll(b.api, b.records, b.live[n], self.clock())
-                b.live[n] = rec
-                self.on_progress(progress_event("status", rec))
-                if rec.phase is BatchPhase.ENDED:
-                    yield from b.collect(rec)
+            yield from self._poll()
             if b.live:
                 self.sleep(max(min(self.poll, self.switch_at() - self.clock()), 0.0) or 0.01)
         if not self.switched and self.state.get("batches_done_at") is None:
             self._save(batches_done_at=self.clock())
+
+    def _poll(self) -> Iterator[DocOutcome]:
+        """Every live batch looked at once; an ended one collected."""
+        b = self.batches
+        for n in sorted(b.live):
+            rec = b.live[n] = lifecycle.poll(b.api, b.records, b.live[n], self.clock())
+            if rec.phase is BatchPhase.ENDED:
+                yield from b.collect(rec)
 
     def _switch(self, why: str) -> None:
         if self.switched:
@@ -148,21 +149,6 @@ class DeadlineEngine:
         self.switched = True
         now = self.clock()
         self._save(switched_at=now, switch_why=why, left_at_switch=self.left())
-        self.on_progress(
-            {
-                "event": "deadline-switch",
-                "run_id": self.p.run_id,
-                "n": 0,
-                "round": self.batches.round,
-                "phase": "switch",
-                "batch_ids": [],
-                "status": why,
-                "counts": {},
-                "requests": self.left(),
-                "outcomes": {},
-                "notes": [],
-            }
-        )
 
     def _settle_cancels(self) -> Iterator[DocOutcome]:
         """Cancel every live batch, then follow each until it has ended and collect it."""
@@ -171,11 +157,7 @@ class DeadlineEngine:
         for n in sorted(b.live):
             b.live[n] = self._cancel(b.live[n])
         while b.live:
-            for n in sorted(b.live):
-                rec = lifecycle.poll(b.api, b.records, b.live[n], self.clock())
-                b.live[n] = rec
-                if rec.phase is BatchPhase.ENDED:
-                    yield from b.collect(rec)
+            yield from self._poll()
             if b.live:
                 self.sleep(min(self.poll, SETTLE_POLL))
         if self.state.get("cancel_seconds") is None and self.state.get("canceled"):
@@ -221,7 +203,6 @@ def run_deadline(
     measure: Callable[[], Pace] | None = None,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
-    on_progress: Progress | None = None,
 ) -> Iterator[DocOutcome]:
     """`tasks.batch.engine.run_batches` with a deadline (epoch seconds): one terminal `DocOutcome`
     per document, batch where it can finish in time, realtime near the deadline. Calling it again
@@ -246,7 +227,6 @@ def run_deadline(
         realtime=realtime,
         clock=clock,
         sleep=sleep,
-        on_progress=on_progress,
         measure=measure,
     )
     yield from engine.run(docs)

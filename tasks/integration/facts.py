@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tasks.integration.long import FactTracker, item_fields
+from tasks.integration.long import FactTracker, item_field
 
 if TYPE_CHECKING:
     from tasks.recipes import Recipe
@@ -30,16 +30,6 @@ def model_sections(recipe: Recipe) -> list[str]:
     return [f for f in fields if f not in CODE_SECTIONS] if code_built(recipe) else fields
 
 
-def _entity_field(recipe: Recipe) -> str | None:
-    names = [f for f in item_fields(recipe.integration_schema, "entities") if f != "doc_ids"]
-    return names[0] if names else None
-
-
-def _dup_field(recipe: Recipe) -> str:
-    names = [f for f in item_fields(recipe.integration_schema, "duplicates") if f != "doc_ids"]
-    return names[0] if names else "key"
-
-
 def _shallow(output: dict[str, Any]) -> dict[str, Any]:
     """An output as the tracker reads it: list fields only count as filled or not (the tracker
     compares scalars), so their items are not walked."""
@@ -48,7 +38,7 @@ def _shallow(output: dict[str, Any]) -> dict[str, Any]:
 
 def tracker_of(outcomes: list[dict[str, Any]], recipe: Recipe) -> FactTracker:
     """Every current result through the fact tracker, in doc id order."""
-    tracker = FactTracker(tuple(recipe.key_fields), _entity_field(recipe))
+    tracker = FactTracker(tuple(recipe.key_fields), item_field(recipe.integration_schema, "entities"))
     for o in sorted(outcomes, key=lambda o: o["doc_id"]):
         tracker.add(
             {
@@ -65,7 +55,7 @@ def sections(tracker: FactTracker, recipe: Recipe) -> dict[str, Any]:
     """entities, duplicates, conflicts and coverage gaps in the recipe's integration schema shape.
     A succeeded document without an entity value gets a gap, so every doc id is accounted for."""
     entity = tracker.entity_field or "name"
-    dup = _dup_field(recipe)
+    dup = item_field(recipe.integration_schema, "duplicates") or "key"
     gaps: list[dict[str, Any]] = [
         {"doc_id": g["doc_id"], "field": None, "reason": g["reason"]} for g in tracker.gaps
     ]
@@ -76,7 +66,7 @@ def sections(tracker: FactTracker, recipe: Recipe) -> dict[str, Any]:
         for d in tracker.doc_ids
         if d not in in_entities and d not in with_gap
     ]
-    gaps += field_gaps(tracker, recipe)
+    gaps += tracker.field_gaps(recipe.file_schema.model_fields)
     return {
         "entities": [{entity: n, "doc_ids": ids} for n, ids in sorted(tracker.entities.items())],
         "duplicates": [{dup: d["key"], "doc_ids": d["doc_ids"]} for d in tracker.duplicates()],
@@ -85,29 +75,8 @@ def sections(tracker: FactTracker, recipe: Recipe) -> dict[str, Any]:
     }
 
 
-def field_gaps(tracker: FactTracker, recipe: Recipe) -> list[dict[str, Any]]:
-    """Schema fields no document filled (one gap each)."""
-    if not tracker.doc_ids:
-        return []
-    fields = list(recipe.file_schema.model_fields)
-    return [
-        {"doc_id": None, "field": f, "reason": "no document provided a value"}
-        for f in fields
-        if f not in tracker.filled
-    ]
-
-
 def unaccounted(doc_ids: list[str], output: dict[str, Any]) -> list[str]:
     """Doc ids that appear in no entity and no coverage gap of a code-built output."""
     seen = {d for e in output.get("entities") or [] for d in e.get("doc_ids") or []}
     seen |= {g.get("doc_id") for g in output.get("coverage_gaps") or []}
     return [d for d in doc_ids if d not in seen]
-
-
-def headline(tracker: FactTracker) -> str:
-    """The code-written first key finding: counts of the whole corpus."""
-    return (
-        f"{len(tracker.doc_ids)} documents integrated; {len(tracker.conflicts())} conflicts, "
-        f"{len(tracker.duplicates())} duplicated {tracker.key_field or 'keys'}, "
-        f"{len(tracker.gaps)} documents with gaps."
-    )

@@ -26,7 +26,7 @@ from docmill.errors import ContextError
 from docmill.sdk import anthropic
 from tasks.conversation.pinned import PinnedFacts, compress_ids
 from tasks.conversation.task import ConversationTask
-from tasks.integration.records import compact_value, evidence_of
+from tasks.integration.records import compact_value, evidence_of, results_block
 from tasks.recipes.thinking import effort_config
 
 if TYPE_CHECKING:
@@ -60,12 +60,12 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def item_fields(schema: Any, name: str) -> list[str]:
-    """Field names of the items of list field `name` of a pydantic schema (empty if absent)."""
+def item_field(schema: Any, name: str) -> str | None:
+    """The first field besides `doc_ids` of the items of list field `name` of a pydantic schema."""
     field = getattr(schema, "model_fields", {}).get(name)
     args = getattr(field.annotation, "__args__", ()) if field else ()
     item = args[0] if args else None
-    return list(getattr(item, "model_fields", {}))
+    return next((f for f in getattr(item, "model_fields", {}) if f != "doc_ids"), None)
 
 
 class FactTracker:
@@ -148,6 +148,22 @@ class FactTracker:
     def duplicates(self) -> list[dict[str, Any]]:
         return [{"key": k, "doc_ids": ids} for k, ids in sorted(self.key_docs.items()) if len(ids) > 1]
 
+    def field_gaps(self, fields: Iterable[str]) -> list[dict[str, Any]]:
+        """Schema fields no document filled (one gap each)."""
+        reason = "no document provided a value"
+        return [
+            {"doc_id": None, "field": f, "reason": reason}
+            for f in fields
+            if f not in self.filled and self.doc_ids
+        ]
+
+    def headline(self) -> str:
+        """The code-written first key finding: counts of the whole corpus."""
+        return (
+            f"{len(self.doc_ids)} documents integrated; {len(self.conflicts())} conflicts, "
+            f"{len(self.duplicates())} duplicated {self.key_field or 'keys'}, {len(self.gaps)} documents with gaps."
+        )
+
     def pin(self, pinned: PinnedFacts, *, max_id_chars: int) -> None:
         """Write the current facts into `pinned` (replacing earlier versions of each fact)."""
         runs = ", ".join(compress_ids(self.doc_ids))
@@ -178,14 +194,12 @@ class FactTracker:
             pinned.set(f"gap:{gap['doc_id']}", f"GAP {gap['doc_id']}: {gap['reason']}", terms=[gap["doc_id"]])
 
 
-def slices_of(
-    results: Iterable[dict[str, Any]], tracker_compact: Any, limit_tokens: int
-) -> Iterator[list[dict[str, Any]]]:
+def slices_of(results: Iterable[dict[str, Any]], limit_tokens: int) -> Iterator[list[dict[str, Any]]]:
     """Consecutive slices whose JSON lines total about `limit_tokens` tokens (chars / 4)."""
     part: list[dict[str, Any]] = []
     size = 0
     for result in results:
-        n = len(json.dumps(tracker_compact(result), ensure_ascii=False)) // 4 + 1
+        n = len(json.dumps(FactTracker.compact(result), ensure_ascii=False)) // 4 + 1
         if part and size + n > limit_tokens:
             yield part
             part, size = [], 0
@@ -193,12 +207,6 @@ def slices_of(
         size += n
     if part:
         yield part
-
-
-def _turn(index: int, records: list[dict[str, Any]]) -> str:
-    lines = "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
-    lines = lines.replace("</per_file_results", "<\\/per_file_results")
-    return f'<per_file_results slice="{index + 1}">\n{lines}\n</per_file_results>'
 
 
 def merge_final(answer: dict[str, Any] | None, tracker: FactTracker, dup_field: str) -> dict[str, Any]:
@@ -216,16 +224,7 @@ def merge_final(answer: dict[str, Any] | None, tracker: FactTracker, dup_field: 
         if name:
             entities.setdefault(name, [])
             entities[name] += [i for i in ids(e.get("doc_ids")) if i not in entities[name]]
-    conflicts = [
-        {
-            "field": c["field"],
-            "key": c["key"],
-            "values": [
-                {"value": v["value"], "doc_id": v["doc_id"], "evidence": v["evidence"]} for v in c["values"]
-            ],
-        }
-        for c in tracker.conflicts()
-    ]
+    conflicts = tracker.conflicts()
     have = {(c["field"], c["key"]) for c in conflicts}
     for c in answer.get("conflicts") or []:
         values = [v for v in c.get("values") or [] if v.get("doc_id") in known]
@@ -249,10 +248,7 @@ def merge_final(answer: dict[str, Any] | None, tracker: FactTracker, dup_field: 
     claims = [
         {**c, "doc_ids": ids(c.get("doc_ids"))} for c in answer.get("claims") or [] if ids(c.get("doc_ids"))
     ]
-    findings = [
-        f"{len(tracker.doc_ids)} documents integrated; {len(tracker.conflicts())} conflicts, "
-        f"{len(tracker.duplicates())} duplicated {tracker.key_field or 'keys'}, {len(tracker.gaps)} documents with gaps."
-    ]
+    findings = [tracker.headline()]
     findings += [f for f in answer.get("key_findings") or [] if isinstance(f, str) and f not in findings]
     return {
         "key_findings": findings,
@@ -299,10 +295,8 @@ def _final_output(
             None,
             [{"problem": "final answer was not JSON; facts kept by code only", "error": str(e)[:200]}],
         )
-    dup_fields = [f for f in item_fields(recipe.integration_schema, "duplicates") if f != "doc_ids"]
-    merged = merge_final(
-        answer if isinstance(answer, dict) else None, tracker, dup_fields[0] if dup_fields else "key"
-    )
+    dup_field = item_field(recipe.integration_schema, "duplicates") or "key"
+    merged = merge_final(answer if isinstance(answer, dict) else None, tracker, dup_field)
     try:
         return recipe.integration_schema.model_validate(merged).model_dump(mode="json"), flags
     except ValidationError as e:
@@ -321,14 +315,12 @@ def integrate_many(
     client: Any,
     settings: Settings,
     budget_tokens: int | None = None,
-    task_id: str = TASK_ID,
 ) -> dict[str, Any]:
     """Integrate any number of per-file results inside `budget_tokens`; returns the integration record."""
     budget = budget_tokens or settings.context.budget_tokens
-    entity_fields = [f for f in item_fields(recipe.integration_schema, "entities") if f != "doc_ids"]
-    tracker = FactTracker(tuple(recipe.key_fields), entity_fields[0] if entity_fields else None)
+    tracker = FactTracker(tuple(recipe.key_fields), item_field(recipe.integration_schema, "entities"))
     task = ConversationTask(
-        task_id,
+        TASK_ID,
         run_id,
         store,
         client,
@@ -341,15 +333,14 @@ def integrate_many(
     )
     max_id_chars = int(budget * 4 * ID_CHAR_FRACTION)
     n_slices = 0
-    for index, part in enumerate(slices_of(results, FactTracker.compact, int(budget * SLICE_FRACTION))):
+    for index, part in enumerate(slices_of(results, int(budget * SLICE_FRACTION))):
         records = [tracker.add(r) for r in part]
         tracker.pin(task.pinned, max_id_chars=max_id_chars)
         n_slices = index + 1
         if index < task.exchanges:
             continue  # sent before a crash: replayed into the tracker only
-        task.send(_turn(index, records))
+        task.send(results_block(records, f' slice="{index + 1}"'))
     output, flags = _final_output(task, recipe, tracker, settings, budget, answered=task.exchanges > n_slices)
-    schema_fields = list(getattr(recipe.file_schema, "model_fields", {}))
     record = {
         "run_id": run_id,
         "recipe": recipe.name,
@@ -358,11 +349,7 @@ def integrate_many(
         "output": output,
         "checks": {
             "conflicts": tracker.conflicts(),
-            "coverage_gaps": [
-                {"field": f, "reason": "no document provided a value"}
-                for f in schema_fields
-                if f not in tracker.filled and tracker.doc_ids
-            ],
+            "coverage_gaps": tracker.field_gaps(getattr(recipe.file_schema, "model_fields", {})),
             "flags": flags,
         },
         "context": {
@@ -372,5 +359,5 @@ def integrate_many(
             "budget_tokens": budget,
         },
     }
-    store.put_json(f"runs/{run_id}/tasks/{task_id}/output.json", record)
+    store.put_json(f"runs/{run_id}/tasks/{TASK_ID}/output.json", record)
     return record

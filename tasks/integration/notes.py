@@ -32,8 +32,10 @@ from docmill.sdk import anthropic
 from tasks.api.usage import estimate_input_tokens
 from tasks.integration.checks import cited_ids, drop_unknown
 from tasks.integration.facts import model_sections
-from tasks.integration.records import PASS
+from tasks.integration.records import PASS, results_block
+from tasks.integration.state import SliceNotes
 from tasks.recipes.thinking import effort_config
+from tasks.request import repair_request
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -72,12 +74,7 @@ def notes_request(
     max_tokens: int,
 ) -> dict[str, Any]:
     """Static prompt first (cached), then the digest and this slice's results as labelled data."""
-    body = "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
-    text = (
-        f"<integrated_digest>\n{summary}\n</integrated_digest>\n\n<per_file_results>\n"
-        + body.replace("</per_file_results", "<\\/per_file_results")
-        + "\n</per_file_results>"
-    )
+    text = f"<integrated_digest>\n{summary}\n</integrated_digest>\n\n{results_block(records)}"
     ask = f"Write {', '.join(schema.model_fields)} for the per-file results above. Cite only their doc ids."
     return {
         "model": model,
@@ -116,19 +113,10 @@ def plan_slices(
 
 
 @dataclass
-class Answered:
-    """One slice's notes, as stored in the integration state."""
-
-    key: str
-    doc_ids: list[str]
-    output: dict[str, Any]
-
-
-@dataclass
 class Asked:
     """What the notes of one run came to: answers, problems, and the calls made."""
 
-    answers: list[Answered] = field(default_factory=list)
+    answers: list[SliceNotes] = field(default_factory=list)  # as stored in the integration state
     problems: list[dict[str, Any]] = field(default_factory=list)
     flags: list[dict[str, Any]] = field(default_factory=list)  # fixed in code, said in the report
     calls: int = 0
@@ -244,18 +232,6 @@ def _text_of(message: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in message.get("content", []) if b.get("type") == "text")
 
 
-def _repair_turn(request: dict[str, Any], text: str, errors: list[str]) -> dict[str, Any]:
-    fix = "Your answer had problems:\n- " + "\n- ".join(errors) + "\nReturn the corrected JSON only."
-    return {
-        **request,
-        "messages": [
-            *request["messages"],
-            {"role": "assistant", "content": text or "{}"},
-            {"role": "user", "content": fix},
-        ],
-    }
-
-
 def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
     """One slice: from the ledger, or asked (split in two when the answer is cut, repaired when
     invalid). Never raises for a bad answer or a failed call: those come back as problems."""
@@ -263,7 +239,9 @@ def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
     key, request = n.request(records)
     cached = n.ledger.get(PASS, key)
     if cached is not None:
-        return Asked(answers=[Answered(key, ids, dict(cached["output"]))])
+        return Asked(
+            answers=[SliceNotes(doc_ids=ids, key=key, output=dict(cached["output"]), run_id=n.run_id)]
+        )
     asked = Asked()
     errors: list[str] = []
     output: dict[str, Any] | None = None
@@ -289,7 +267,7 @@ def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
         output, errors = n.validated(text)
         if not errors:
             break
-        request = _repair_turn(request, text, errors)
+        request = repair_request(request, text, errors)
     if output is None:
         asked.problems.append({"doc_ids": ids, "problem": "integration answer invalid", "errors": errors[:5]})
         return asked
@@ -301,7 +279,7 @@ def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
         key,
         {"key": key, "pass_name": PASS, "output": output, "model": n.settings.api.integration_model},
     )
-    asked.answers.append(Answered(key, ids, output))
+    asked.answers.append(SliceNotes(doc_ids=ids, key=key, output=output, run_id=n.run_id))
     return asked
 
 

@@ -1,5 +1,5 @@
 """The per-file results as the integration pass reads them (a leaf): compact records, evidence of a
-field, slices that fit one request, and merging the answers of several slices.
+field, and merging the answers of several slices.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from typing import Any
 PASS = "integration"
 
 ID_KEYS = ("doc_id", "doc_ids", "source_doc_id", "source_doc_ids", "sources", "source", "documents")
-
-SLICE_CHARS = 120_000
 
 
 def compact_value(value: Any) -> Any:
@@ -43,17 +41,12 @@ def compact_records(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: r["doc_id"])
 
 
-def slices(records: list[dict[str, Any]], limit: int = SLICE_CHARS) -> list[list[dict[str, Any]]]:
-    out: list[list[dict[str, Any]]] = [[]]
-    size = 0
-    for r in records:
-        n = len(json.dumps(r, ensure_ascii=False))
-        if out[-1] and size + n > limit:
-            out.append([])
-            size = 0
-        out[-1].append(r)
-        size += n
-    return out
+def results_block(records: Iterable[dict[str, Any]], attrs: str = "") -> str:
+    """Compact records as JSON lines inside `<per_file_results>`, the one tag they are labelled data
+    in; a closing tag inside a value is made inert."""
+    lines = "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
+    lines = lines.replace("</per_file_results", "<\\/per_file_results")
+    return f"<per_file_results{attrs}>\n{lines}\n</per_file_results>"
 
 
 def merge_outputs(parts: list[dict[str, Any]]) -> dict[str, Any]:

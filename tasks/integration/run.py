@@ -18,24 +18,20 @@ source integrates with no model call. A slice that could not be answered makes t
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from checkpoints.keys import content_hash, safe_segment
 from docmill.logs import get_logger
-from docmill.sdk import anthropic
 from tasks.integration.checks import coverage_gaps, drop_unknown, find_conflicts
 from tasks.integration.digest import choose_reading, delta_digest, state_digest
-from tasks.integration.facts import code_built, headline, model_sections, sections, tracker_of, unaccounted
+from tasks.integration.facts import code_built, model_sections, sections, tracker_of, unaccounted
 from tasks.integration.notes import Asked, Notes, ask_all
 from tasks.integration.records import compact_records, merge_outputs
 from tasks.integration.state import (
     Delta,
     IntegrationState,
-    SliceNotes,
     apply_delta,
     empty_state,
     fingerprints,
@@ -47,7 +43,6 @@ from tasks.integration.state import (
     scope_of,
     state_key,
 )
-from tasks.recipes.thinking import effort_config
 from tasks.records import IntegrationChecks, IntegrationResult
 
 if TYPE_CHECKING:
@@ -59,63 +54,6 @@ if TYPE_CHECKING:
 log = get_logger("integrate")
 
 
-def integration_request(
-    recipe: Recipe, records: list[dict[str, Any]], *, model: str, max_tokens: int
-) -> dict[str, Any]:
-    """One request for the whole integration schema over `records` (static prompt first, cached;
-    then the results as labelled data). Runs ask per slice for the model's sections only
-    (`notes.notes_request`); this single-answer form is what the emulator's tests read."""
-    states: dict[str, int] = defaultdict(int)
-    for r in records:
-        states[r.get("state", "?")] += 1
-    shared: dict[str, set[str]] = defaultdict(set)
-    for kf in recipe.key_fields:
-        for r in records:
-            if isinstance(r.get(kf), (str, int, float)):
-                shared[f"{kf}={r[kf]}"].add(r["doc_id"])
-    repeated = sorted(k for k, ids in shared.items() if len(ids) > 1)[:50]
-    findings = [
-        f"- {len(records)} per-file results ({', '.join(f'{k}: {v}' for k, v in sorted(states.items()))})"
-    ]
-    if repeated:
-        findings.append("- values shared by several documents: " + "; ".join(repeated))
-    body = "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
-    text = (
-        "<per_file_results>\n## Key findings\n"
-        + "\n".join(findings)
-        + "\n\n## Results (one JSON object per document)\n"
-        + body.replace("</per_file_results", "<\\/per_file_results")
-        + "\n</per_file_results>"
-    )
-    return {
-        "model": model,
-        "max_tokens": max_tokens,
-        "system": [
-            {"type": "text", "text": recipe.integration_prompt, "cache_control": {"type": "ephemeral"}}
-        ],
-        "messages": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": text},
-                    {
-                        "type": "text",
-                        "text": "Integrate the per-file results above. Cite only doc ids that appear in them. "
-                        "Report every conflict with each value and its source doc id.",
-                    },
-                ],
-            }
-        ],
-        "output_config": {
-            "format": {
-                "type": "json_schema",
-                "schema": anthropic.transform_schema(recipe.integration_schema),
-            },
-            **effort_config(model, recipe.thinking),  # the recipe's effort: thinking within max_tokens
-        },
-    }
-
-
 READABLE = ("succeeded", "needs_review")
 RECORD_VERSION = 1  # raise when code's sections or checks change: an unchanged source integrates anew
 KEY_FINDINGS = 30  # the model's findings kept in the output, newest first (claims are all kept)
@@ -125,7 +63,7 @@ def _facts(recipe: Recipe, outcomes: list[dict[str, Any]]) -> tuple[dict[str, An
     """Code's sections of the whole corpus (conflicts and duplicates at least) and its headline."""
     if code_built(recipe):
         tracker = tracker_of(outcomes, recipe)
-        return sections(tracker, recipe), headline(tracker)
+        return sections(tracker, recipe), tracker.headline()
     return {"conflicts": find_conflicts(outcomes, tuple(recipe.key_fields)), "duplicates": []}, None
 
 
@@ -170,10 +108,8 @@ def _ask_delta(
     if len(reading) < len(records):
         notes.summary += "\n\n" + delta_digest(records, built, read=len(reading), limit=s.digest_chars)
     asked = ask_all(notes, reading)
-    for a in asked.answers:
-        record_slice(
-            state, a.key[:32], SliceNotes(doc_ids=a.doc_ids, key=a.key, output=a.output, run_id=notes.run_id)
-        )
+    for answer in asked.answers:
+        record_slice(state, answer["key"][:32], answer)
     read = {r["doc_id"] for r in reading}
     rest = [r["doc_id"] for r in records if r["doc_id"] not in read]
     if rest and asked.answers:  # summarised by the digest every answer read: covered, retractable

@@ -167,14 +167,8 @@ class Delta:
     needs_notes: list[str] = field(default_factory=list)  # what the model reads this run
 
     def counts(self) -> dict[str, int]:
-        return {
-            "added": len(self.added),
-            "changed": len(self.changed),
-            "removed": len(self.removed),
-            "pending": len(self.pending),
-            "retracted_slices": len(self.retracted_slices),
-            "to_integrate": len(self.needs_notes),
-        }
+        """How many of each (`needs_notes` as `to_integrate`), in the fields' order."""
+        return {("to_integrate" if k == "needs_notes" else k): len(v) for k, v in vars(self).items()}
 
 
 def apply_delta(state: IntegrationState, fps: dict[str, str]) -> Delta:

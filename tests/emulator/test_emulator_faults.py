@@ -12,6 +12,8 @@ import httpx2
 import pydantic
 import pytest
 
+from emulator.cli import build_parser
+from emulator.faults import FaultKind
 from emulator.server import EmulatorServer
 from tests.fixtures.emulator import sdk_client
 
@@ -276,3 +278,8 @@ def test_request_too_large_is_413(emulator: EmulatorServer) -> None:
     with pytest.raises(anthropic.APIStatusError) as info:
         _ask(sdk_client(emulator), "x" * 2000)
     assert info.value.status_code == 413 and info.value.type == "request_too_large"
+
+
+def test_the_cli_help_names_every_fault_kind() -> None:
+    text = build_parser().format_help()
+    assert [k.value for k in FaultKind if k.value not in text] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections import defaultdict
 from datetime import date, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -18,8 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
+from docmill.sdk import anthropic
 from emulator.grounding import read_prompt
 from emulator.model import respond, summarize
+from tasks.recipes.thinking import effort_config
 
 INVOICE = """ACME GmbH - Musterstrasse 1, Berlin
 Invoice number: INV-104
@@ -461,11 +464,67 @@ def test_per_call_time_for_a_5kb_document() -> None:
     assert per_call_ms < 25  # target < 5 ms; loose bound for slow CI machines
 
 
+def integration_request(
+    recipe: Any, records: list[dict[str, Any]], *, model: str, max_tokens: int
+) -> dict[str, Any]:
+    """One request for the whole integration schema over `records` (static prompt first, cached;
+    then the results as labelled data): what the emulator's model must integrate in one answer.
+    docmill's runs ask per slice for the model's sections only (`tasks.integration.notes`)."""
+    states: dict[str, int] = defaultdict(int)
+    for r in records:
+        states[r.get("state", "?")] += 1
+    shared: dict[str, set[str]] = defaultdict(set)
+    for kf in recipe.key_fields:
+        for r in records:
+            if isinstance(r.get(kf), (str, int, float)):
+                shared[f"{kf}={r[kf]}"].add(r["doc_id"])
+    repeated = sorted(k for k, ids in shared.items() if len(ids) > 1)[:50]
+    findings = [
+        f"- {len(records)} per-file results ({', '.join(f'{k}: {v}' for k, v in sorted(states.items()))})"
+    ]
+    if repeated:
+        findings.append("- values shared by several documents: " + "; ".join(repeated))
+    body = "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
+    text = (
+        "<per_file_results>\n## Key findings\n"
+        + "\n".join(findings)
+        + "\n\n## Results (one JSON object per document)\n"
+        + body.replace("</per_file_results", "<\\/per_file_results")
+        + "\n</per_file_results>"
+    )
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": [
+            {"type": "text", "text": recipe.integration_prompt, "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": text},
+                    {
+                        "type": "text",
+                        "text": "Integrate the per-file results above. Cite only doc ids that appear in them. "
+                        "Report every conflict with each value and its source doc id.",
+                    },
+                ],
+            }
+        ],
+        "output_config": {
+            "format": {
+                "type": "json_schema",
+                "schema": anthropic.transform_schema(recipe.integration_schema),
+            },
+            **effort_config(model, recipe.thinking),  # the recipe's effort: thinking within max_tokens
+        },
+    }
+
+
 def test_real_invoice_recipe_on_generated_corpus(tmp_path: Path) -> None:
     """docmill's own request builders, recipe schemas and corpus generator, checked against its truth."""
     from examples.make_invoices import main as make_invoices
     from tasks.integration.records import compact_records
-    from tasks.integration.run import integration_request
     from tasks.recipes import load_recipe
     from tasks.request import file_request
     from tasks.source.readers import extract_text

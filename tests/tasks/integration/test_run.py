@@ -169,6 +169,18 @@ def test_cut_answers_are_split_never_asked_again_at_the_same_size(emulator: Any,
     assert retry["calls"] == 1 and len(emulator.state.accounting.billed) == billed + 1
 
 
+def test_an_invalid_answer_is_repaired_with_its_errors(emulator: Any, tmp_path: Path) -> None:
+    docs = corpus(20)
+    emulator.state.faults.add(kind="schema_invalid", marker=r"\"doc_id\": \"inv-0007.txt\"", count=1)
+    emulator.state.configure({"record_requests": True})
+    record = run(emulator, settings_for(emulator, str(tmp_path / "s")), docs, "r1", source=SOURCE)
+    assert record["status"] == "complete" and record["calls"] == 2 and record["problems"] == []
+    first, repair = [r.body for r in emulator.state.accounting.requests if r.path == "/v1/messages"]
+    assert repair["messages"][:1] == first["messages"] and len(repair["messages"]) == 3
+    assert "unexpected_field_emulator" in json.dumps(repair["messages"][1])  # the answer it repairs
+    assert "unexpected_field_emulator" in json.dumps(repair["messages"][2])  # and its error, named
+
+
 def test_skip_makes_no_call_and_says_so(emulator: Any, tmp_path: Path) -> None:
     settings = settings_for(emulator, str(tmp_path / "s"), mode="skip")
     record = run(emulator, settings, corpus(30), "r1", source=SOURCE)
