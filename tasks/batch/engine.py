@@ -402,6 +402,7 @@ class BatchEngine:
                     yield outcome_from_original(self.p, doc, key)
         finally:
             self.gates.close()
+            self.router.sent.close()
 
 
 def progress_event(kind: str, rec: BatchRecord) -> BatchProgress:  # also the deadline engine's

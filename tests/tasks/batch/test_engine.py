@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -525,3 +526,26 @@ def test_fsync_off_writes_results_without_any_flush(
         get_settings.cache_clear()
     assert any(o.state is DocState.SUCCEEDED for o in outcomes)
     assert flushes == []
+
+
+def test_answers_are_gated_against_the_text_sent_without_reading_the_documents_again(
+    emulator: Any, tmp_path: Path, corpus: Path
+) -> None:
+    """The gate proves a batch answer against the text layer its request was built from (kept by
+    tasks.batch.sent), not a second read of the file: a text file rewritten after its batch was
+    created is still gated, where a second read fails it (its sha256 changed)."""
+    own = tmp_path / "corpus"
+    shutil.copytree(corpus, own)
+    rig = Rig(emulator, tmp_path, own)
+    docs = rig.ok_docs()
+    kept = [d for d in docs if d.doc_type in ("txt", "html", "md")]
+    assert kept
+
+    def rewrite(event: dict[str, Any]) -> None:
+        if event["event"] == "submitted":
+            for d in kept:
+                path = own / d.doc_id
+                path.write_bytes(path.read_bytes() + b"\n")
+
+    states = {o.doc_id: o for o in rig.run(docs, on_progress=rewrite)}
+    assert [d.doc_id for d in kept if states[d.doc_id].state is not DocState.SUCCEEDED] == []
