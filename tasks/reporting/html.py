@@ -24,6 +24,7 @@ from tasks.provenance import SUPPORT_ORDER
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings
 from tasks.reporting.html_sections import (
+    DOCS_JS,
     documents_section,
     failures_section,
     fields_section,
@@ -214,5 +215,5 @@ def html_report(
             review=review_section(review, counts, int(extra.get("decided") or 0)),
             costs=_costs(costs),
             css=CSS,
-            scripts=(PAGES_JS if pages else "") + PAGER_JS,
+            scripts=(PAGES_JS if pages else "") + DOCS_JS + PAGER_JS,
         )
