@@ -549,3 +549,31 @@ def test_answers_are_gated_against_the_text_sent_without_reading_the_documents_a
 
     states = {o.doc_id: o for o in rig.run(docs, on_progress=rewrite)}
     assert [d.doc_id for d in kept if states[d.doc_id].state is not DocState.SUCCEEDED] == []
+
+
+def test_the_poll_interval_runs_from_the_start_of_a_look(
+    emulator: Any, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look that takes time (a slow network, many batches) is part of the interval: the engine
+    sleeps what is left of it, so an ended batch is noticed as soon as the cadence says."""
+    clock = emulator.state.clock
+    real_poll, real_advance = batch_lifecycle.poll, clock.advance
+    sleeps: list[float] = []
+
+    def slow_poll(*args: Any, **kw: Any) -> Any:
+        real_advance(1.5)  # the look takes 1.5 s
+        return real_poll(*args, **kw)
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        real_advance(seconds)
+
+    monkeypatch.setattr(batch_lifecycle, "poll", slow_poll)
+    monkeypatch.setattr(clock, "advance", sleep)
+    rig = Rig(emulator, tmp_path, corpus)
+    docs = rig.ok_docs()[:3]
+    emulator.state.faults.add(kind="slow_batch", seconds=200, custom_id=rig.key(docs[0]))
+    outcomes = rig.run(docs)
+    assert all(o.state is DocState.SUCCEEDED for o in outcomes)
+    # 60 s, then 120 s, each from its look's start (the emulator's clock also moves with the wall)
+    assert sleeps[:2] == [pytest.approx(58.5, abs=0.3), pytest.approx(118.5, abs=0.3)]
