@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from checkpoints.keys import safe_segment
-from checkpoints.store import ObjectStore, dumps_json
+from checkpoints.store import ObjectStore
 from docmill.errors import NotFound, StoreError
 
 ATTEMPT_DIGITS = 6
@@ -41,19 +41,16 @@ class ResultsLedger:
             return record, True
         return self._winner(path), False
 
-    def put_many(
-        self, pass_name: str, records: Sequence[tuple[str, dict[str, Any]]]
-    ) -> list[tuple[dict[str, Any], bool]]:
-        """`put` of each (key, record), durable together (`ObjectStore.put_many_if_absent`: one
-        flush of a local store for the group, each result still written once and atomically)."""
+    def put_many(self, pass_name: str, records: Sequence[tuple[str, bytes]]) -> list[dict[str, Any] | None]:
+        """`put` of each (key, record as JSON bytes), durable together (`ObjectStore.put_many_if_absent`:
+        one flush of a local store for the group, each result still written once and atomically).
+        Per record: None when it was written, else the record another writer put first. The caller
+        serialises (a pydantic model's own JSON: no dict is built to be dumped again)."""
         paths = [self.path(pass_name, key) for key, _ in records]
         written = self.store.put_many_if_absent(
-            [(path, dumps_json(record)) for path, (_, record) in zip(paths, records, strict=True)]
+            [(path, data) for path, (_, data) in zip(paths, records, strict=True)]
         )
-        return [
-            (record, True) if ok else (self._winner(path), False)
-            for path, (_, record), ok in zip(paths, records, written, strict=True)
-        ]
+        return [None if ok else self._winner(path) for path, ok in zip(paths, written, strict=True)]
 
     def _winner(self, path: str) -> dict[str, Any]:
         """The record another writer put first (the loser of a race reads it)."""

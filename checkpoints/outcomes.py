@@ -37,13 +37,17 @@ class OutcomeLog:
 
     def write_chunk(self, chunk_id: str, outcomes: list[dict[str, Any]]) -> str:
         """Record a finished chunk (replaces an earlier write of the same chunk); its file's ETag."""
-        marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
         retry = any(o.get("retryable") for o in outcomes)
+        return self.write_encoded(chunk_id, [dumps_json(o) for o in outcomes], retry=retry)
+
+    def write_encoded(self, chunk_id: str, outcomes: list[bytes], *, retry: bool) -> str:
+        """`write_chunk` of outcomes already encoded as JSON objects (`retry`: one of them is
+        retryable): the file is joined around them, never parsed and dumped again."""
+        marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
         if retry:
             self.store.put_json(marker, {"chunk_id": chunk_id})
-        etag = self.store.put(
-            self._key(chunk_id), dumps_json({"chunk_id": chunk_id, "outcomes": list(outcomes)})
-        )
+        data = b'{"chunk_id":%s,"outcomes":[%s]}' % (dumps_json(chunk_id), b",".join(outcomes))
+        etag = self.store.put(self._key(chunk_id), data)
         if not retry and self.store.exists(marker):
             self.store.delete(marker)
         return etag

@@ -137,11 +137,12 @@ class BatchSettings(BaseModel):
         description="Bytes per batch body at most: the API takes 256 MB; the default keeps an 8 MB margin.",
     )
     poll_seconds: float = Field(
-        2.0,
+        1.0,
         ge=0,
         description="First poll interval after the look right after create; doubles up to poll_max_seconds "
-        "(a batch that ends in seconds is noticed within seconds; two more looks in the first five "
-        "minutes than from 10 s, the same number after).",
+        "(a batch that ends in a second is noticed within a second; nine looks in the first five "
+        "minutes, four more than from 10 s, the same number after). An interval runs from the start "
+        "of a look: the time a look takes is not waited again.",
     )
     poll_max_seconds: float = Field(
         300.0, ge=0, description="Longest poll interval: an ended batch is noticed within this."

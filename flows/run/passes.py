@@ -12,7 +12,6 @@ flows.orchestration.chunk_tasks, shards over workers in flows.workers.spread.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -223,12 +222,11 @@ def write_batched(ctx: RunContext, pending: PendingChunks, bar: Progress, outcom
             whole = unwritten.add(o)
             if whole is None:
                 continue
-            cid, records = whole
-            if any(r.get("failure_type") == "budget" for r in records):
+            if whole.budget:
                 stopped = True  # not written: a resume redoes it; what is in flight still finishes
                 continue
-            OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
-            bar.add(len(records))
+            OutcomeLog(ctx.store, ctx.run_id).write_encoded(whole.chunk_id, whole.outcomes, retry=whole.retry)
+            bar.add(len(whole.outcomes))
     if stopped:
         bar.finish()
         raise budget_stop(ctx, "during the batch pass")
@@ -246,19 +244,36 @@ PLACES = 1 << 20  # a document's place packed in one int: chunk number * PLACES 
 SPAN = 1 << 40  # a spilled record's place packed in one int: offset * SPAN + length
 
 
+@dataclass(frozen=True)
+class Whole:
+    """A chunk all of whose documents have an outcome: its outcomes as JSON objects, in inventory
+    order, and whether one of them is retryable (the chunk is not done) or a budget stop (the chunk
+    is not written)."""
+
+    chunk_id: str
+    outcomes: list[bytes]
+    retry: bool
+    budget: bool
+
+
+RETRYABLE, BUDGET = 1, 2  # a waiting chunk's marks
+
+
 class Unwritten:
     """The chunks a batch-shaped pass has streamed and not yet written. Outcomes come in any order
     (a batch's results in the API's order, ledger hits while streaming), so a chunk is whole only
     near the end of its batch: each streamed document's place waits for its outcome (a 16-byte digest
     of its doc id -> one int, in a `DigestMap`: ~40-100 bytes a document, ~130 as a dict), and the
-    outcome records of chunks not yet whole wait in a temporary file, one int each in memory (held as
-    dicts, a batch's records cost ~16 KB a document)."""
+    outcomes of chunks not yet whole wait in a temporary file as the JSON the chunk's file is joined
+    from (OutcomeLog.write_encoded), one int each in memory (held as dicts, a batch's records cost
+    ~16 KB a document)."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []  # chunk number -> chunk id
         self.sizes: list[int] = []  # chunk number -> its documents (a chunk cut short is never whole)
         self.places = DigestMap()
-        self.got: dict[int, dict[int, int]] = {}  # chunk number -> position -> spilled record
+        self.got: dict[int, dict[int, int]] = {}  # chunk number -> position -> spilled outcome
+        self.marks: dict[int, int] = {}  # chunk number -> RETRYABLE | BUDGET of its outcomes so far
         self.spill = tempfile.TemporaryFile(prefix="docmill-outcomes-")  # noqa: SIM115 (closed by close())
         self.end = 0
 
@@ -278,10 +293,10 @@ class Unwritten:
                 self.places[digest(d["doc_id"])] = n * PLACES + i
                 yield Document.model_validate(d)
 
-    def add(self, outcome: DocOutcome) -> tuple[str, list[dict[str, Any]]] | None:
-        """Note one document's outcome; its chunk's id and outcome records in inventory order once
-        every document of the chunk has one, else None (also for a second outcome of a document:
-        the first one counts). The spill file is emptied whenever no chunk waits."""
+    def add(self, outcome: DocOutcome) -> Whole | None:
+        """Note one document's outcome; its chunk once every document of the chunk has one, else
+        None (also for a second outcome of a document: the first one counts). The spill file is
+        emptied whenever no chunk waits."""
         place = self.places.pop(digest(outcome.doc_id), None)
         if place is None:
             return None
@@ -291,15 +306,18 @@ class Unwritten:
         got[i] = self.end * SPAN + len(data)
         os.pwrite(self.spill.fileno(), data, self.end)
         self.end += len(data)
+        mark = self.marks.get(n, 0) | (RETRYABLE if outcome.retryable else 0)
+        self.marks[n] = mark | (BUDGET if outcome.failure_type == "budget" else 0)
         if len(got) < self.sizes[n]:
             return None
         del self.got[n]
-        records = [self.record(got[i]) for i in range(self.sizes[n])]
+        mark = self.marks.pop(n)
+        parts = [self.encoded(got[i]) for i in range(self.sizes[n])]
         if not self.got:
             self.spill.truncate(0)
             self.end = 0
-        return self.ids[n], records
+        return Whole(self.ids[n], parts, bool(mark & RETRYABLE), bool(mark & BUDGET))
 
-    def record(self, place: int) -> dict[str, Any]:
+    def encoded(self, place: int) -> bytes:
         offset, length = divmod(place, SPAN)
-        return dict(json.loads(os.pread(self.spill.fileno(), length, offset)))
+        return os.pread(self.spill.fileno(), length, offset)

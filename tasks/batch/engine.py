@@ -245,6 +245,7 @@ class BatchEngine:
                 continue
             ended_any = False
             SHUTDOWN.check()  # batches in flight keep running; resume re-attaches to them
+            looked = self.clock()
             for n in sorted(self.live):
                 lifecycle.crash_point("polling")
                 rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
@@ -253,8 +254,8 @@ class BatchEngine:
                 if rec.phase is BatchPhase.ENDED:
                     ended_any = True
                     yield from self.collect(rec)
-            if self.live and not ended_any:
-                self.sleep(interval)
+            if self.live and not ended_any:  # the interval runs from the start of this look
+                self.sleep(max(0.0, interval - (self.clock() - looked)))
                 interval = min(interval * 2, self.settings.batch.poll_max_seconds)
 
     # ---- collection ------------------------------------------------------------------------
@@ -402,6 +403,7 @@ class BatchEngine:
                     yield outcome_from_original(self.p, doc, key)
         finally:
             self.gates.close()
+            self.router.sent.close()
 
 
 def progress_event(kind: str, rec: BatchRecord) -> BatchProgress:  # also the deadline engine's

@@ -24,6 +24,7 @@ from tasks.api.retrying import RETRYABLE_ERROR_TYPES
 from tasks.api.usage import add_usage, estimate_input_tokens
 from tasks.batch.items import WorkItem
 from tasks.batch.lifecycle import crash_point
+from tasks.batch.sent import SentTexts
 from tasks.per_file.accounting import account_attempt, answered_model, file_cost_entry
 from tasks.per_file.gate import Action, Verdict, check, next_request
 from tasks.per_file.outcome import DocOutcome, DocState
@@ -67,6 +68,7 @@ class ResultRouter:
         # custom_id -> the verdict of its answer gated elsewhere (tasks.batch.ingest), taken once
         self.prechecked: dict[str, Callable[[], tuple[str, Any]]] = {}
         self._local = threading.local()  # this thread's group of ledger writes (`grouped`)
+        self.sent = SentTexts()  # the text layers first requests were built from, for the gate
 
     def request(
         self, item: WorkItem, doc: Document | None = None, text: Payload | None = None
@@ -75,7 +77,9 @@ class ResultRouter:
         if item.request is not None:
             return item.request
         doc = doc or Document.model_validate(item.doc)
-        text = text if text is not None else load_payload(doc, self.p.recipe, self.p.settings)
+        if text is None:
+            text = load_payload(doc, self.p.recipe, self.p.settings)
+            self.sent.keep(item.custom_id, text)
         return file_request(
             self.p.recipe, doc, text, model=self.model, max_tokens=item.max_tokens, ttl=self.ttl
         )
@@ -175,7 +179,11 @@ class ResultRouter:
             if verdict is None or (not verdict.ok and text is None):
                 doc = doc or Document.model_validate(item.doc)
                 try:
-                    text = load_payload(doc, self.p.recipe, self.p.settings) if text is None else text
+                    text = (
+                        text
+                        or self.sent.payload(item.custom_id)
+                        or load_payload(doc, self.p.recipe, self.p.settings)
+                    )
                 except InputError as e:
                     return self.fail(item, "input:unreadable", e.one_line(), permanent=False), None
             if verdict is None:

@@ -59,6 +59,11 @@ class DocOutcome(BaseModel):
         """The ledger record: everything except `from_ledger` (a property of the reader)."""
         return self.model_dump(mode="json", exclude={"from_ledger"})
 
+    def record_json(self) -> bytes:
+        """The ledger record as JSON bytes (pydantic's serialiser: ~5x faster than `to_record`
+        dumped with json; the keys in field order, not sorted)."""
+        return self.model_dump_json(exclude={"from_ledger"}).encode()
+
     @classmethod
     def from_record(cls, record: dict[str, Any], *, doc_id: str | None = None) -> DocOutcome:
         """An outcome read back from the ledger; no API call was made for it in this run.

@@ -125,10 +125,10 @@ def write_outcome(p: Pass, outcome: DocOutcome) -> DocOutcome:
 def write_outcomes(p: Pass, outcomes: Sequence[DocOutcome]) -> list[DocOutcome]:
     """`write_outcome` of each, made durable together (`ResultsLedger.put_many`): what the batch
     pass settles a chunk of answers with, one flush of a local store instead of one fsync each."""
-    stored = p.ledger.put_many(FILE_PASS, [(str(o.key), o.to_record()) for o in outcomes])
+    stored = p.ledger.put_many(FILE_PASS, [(str(o.key), o.record_json()) for o in outcomes])
     return [
-        o if written else DocOutcome.from_record(record, doc_id=o.doc_id)
-        for o, (record, written) in zip(outcomes, stored, strict=True)
+        o if winner is None else DocOutcome.from_record(winner, doc_id=o.doc_id)
+        for o, winner in zip(outcomes, stored, strict=True)
     ]
 
 

@@ -24,6 +24,7 @@ from tasks.provenance import SUPPORT_ORDER
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings
 from tasks.reporting.html_sections import (
+    DOCS_JS,
     documents_section,
     failures_section,
     fields_section,
@@ -33,7 +34,7 @@ from tasks.reporting.html_sections import (
 )
 from tasks.reporting.htmlkit import CSS, PAGER_JS, Part, paged_table, render
 from tasks.reporting.pages import PAGES_CSS, PAGES_JS, pages_data, pages_rows
-from tasks.reporting.results import ReportExtras, display_counts, doc_view, key_columns
+from tasks.reporting.results import ReportExtras, display_counts, key_columns, listed_views
 from tasks.reporting.spread import deadline_lines, spread_lines
 from tasks.reporting.summary import cache_line, stop
 from tasks.reporting.timeline import Timeline, run_span, run_timeline, span_text, timeline_svg
@@ -182,7 +183,7 @@ def html_report(
     with relaxed_gc():
         counts = display_counts(outcomes)
         shown = outcomes if listed is None else listed  # the rest: unchanged, in the exports (write_report)
-        views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in shown]
+        views = listed_views(manifest, shown, extra)
         timeline = run_timeline(manifest, entries, extra.get("batches"))
         generated = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(extra.get("generated_at") or time.time()))
         spread, deadline = extra.get("spread"), extra.get("deadline")
@@ -214,5 +215,5 @@ def html_report(
             review=review_section(review, counts, int(extra.get("decided") or 0)),
             costs=_costs(costs),
             css=CSS,
-            scripts=(PAGES_JS if pages else "") + PAGER_JS,
+            scripts=(PAGES_JS if pages else "") + DOCS_JS + PAGER_JS,
         )

@@ -23,8 +23,8 @@ from tasks.reporting.results import (
     DocView,
     ReportExtras,
     display_counts,
-    doc_view,
     key_columns,
+    listed_views,
     where_text,
 )
 from tasks.reporting.spread import markdown_section
@@ -402,7 +402,7 @@ def markdown(
     extra = extra or {}
     counts = display_counts(outcomes)
     shown = outcomes if listed is None else listed  # the rest: unchanged, in the exports (write_report)
-    views = [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in shown]
+    views = listed_views(manifest, shown, extra)
     recipe = str(manifest.get("recipe") or "")
     lines = [
         f"# docmill run {manifest.get('run_id')}",

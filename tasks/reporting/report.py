@@ -13,6 +13,7 @@ from checkpoints.costs import CostLedger
 from checkpoints.decisions import ReviewDecisions
 from checkpoints.inflight import InFlight, run_spend
 from checkpoints.review_queue import ReviewQueue
+from docmill.collector import relaxed_gc
 from docmill.errors import DocmillError
 from docmill.settings import Settings
 from tasks.recipes import load_recipe
@@ -21,7 +22,7 @@ from tasks.reporting.export_files import write_exports
 from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
 from tasks.reporting.pages import report_pages
-from tasks.reporting.results import ReportExtras, listed
+from tasks.reporting.results import ReportExtras, listed, listed_views
 from tasks.reporting.spread import deadline_summary, spread_summary
 from tasks.review import apply_decisions
 
@@ -147,6 +148,8 @@ def write_report(
     shown, extra["unlisted"] = listed(outcomes, most)
     # pages of the listed documents only: a nightly does not render what it did not touch
     extra["pages"] = report_pages(store, run_id, shown)
+    with relaxed_gc():  # many small objects (docmill.collector)
+        extra["views"] = listed_views(manifest, shown, extra)  # one set for report.md and report.html
     keys = {"report.md": f"{base}/report.md", "report.html": f"{base}/report.html"}
     store.put(
         keys["report.md"],

@@ -208,6 +208,18 @@ class ReportExtras(TypedDict, total=False):
     deadline: Any  # tasks.reporting.spread.DeadlineSummary | None: what went batch, what realtime
     pages: Any  # list[tasks.reporting.pages.PageView]: cited pages with their evidence boxes
     unlisted: int  # succeeded documents reused from the ledger left out of the per-document tables
+    views: list[DocView]  # the listed outcomes as the reports show them (`listed_views`), made once for both
+
+
+def listed_views(
+    manifest: dict[str, Any], listed: list[dict[str, Any]], extra: ReportExtras
+) -> list[DocView]:
+    """The listed outcomes as DocViews: those `write_report` made once for report.md and
+    report.html (`extra["views"]`), else made here."""
+    views = extra.get("views")
+    if views is not None:
+        return views
+    return [doc_view(o, realtime=manifest.get("mode") == "realtime") for o in listed]
 
 
 def unchanged(outcome: dict[str, Any]) -> bool:

@@ -83,5 +83,5 @@ def test_a_streamed_document_waits_for_its_outcome_in_tens_of_bytes() -> None:
                 DocOutcome(doc_id=str(record(i)["doc_id"]), state=DocState.SKIPPED, reason="x")
             )
             assert (got is None) == (i < SIZE - 1)
-        assert got is not None and got[0] == chunk_id(0) and len(got[1]) == SIZE
+        assert got is not None and got.chunk_id == chunk_id(0) and len(got.outcomes) == SIZE
         assert len(unwritten.places) == DOCS - SIZE

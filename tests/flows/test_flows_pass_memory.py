@@ -6,6 +6,7 @@ that completes no chunk before the last round; tracemalloc measures what the pas
 
 from __future__ import annotations
 
+import json
 import os
 import tracemalloc
 from collections.abc import Iterable, Iterator
@@ -120,8 +121,36 @@ def test_unwritten_outcomes_wait_in_a_spill_emptied_when_no_chunk_waits() -> Non
                 whole.append(got)
                 size = os.fstat(unwritten.spill.fileno()).st_size
                 assert (size == 0) == (len(whole) == 2)  # chunk 000000 still waits after 000001
-    assert [(cid, [r["doc_id"] for r in records]) for cid, records in whole] == [
+    records = [(w.chunk_id, [json.loads(o) for o in w.outcomes]) for w in whole]
+    assert [(cid, [r["doc_id"] for r in rs]) for cid, rs in records] == [
         ("000001", [doc_id(3), doc_id(4), doc_id(5)]),
         ("000000", [doc_id(0), doc_id(1), doc_id(2)]),
     ]
-    assert {r["reason"] for _, records in whole for r in records} == {"empty"}
+    assert {r["reason"] for _, rs in records for r in rs} == {"empty"}
+    assert not any(w.retry or w.budget for w in whole)
+
+
+def test_a_whole_chunk_says_whether_it_holds_a_retryable_outcome_or_a_budget_stop() -> None:
+    chunks = [(chunk_id(n), [record(n)], 1) for n in range(3)]
+    with Unwritten() as unwritten:
+        list(unwritten.documents(chunks))
+        plain = unwritten.add(DocOutcome(doc_id=doc_id(0), state=DocState.SUCCEEDED))
+        retry = unwritten.add(DocOutcome(doc_id=doc_id(1), state=DocState.FAILED, retryable=True))
+        budget = unwritten.add(DocOutcome(doc_id=doc_id(2), state=DocState.FAILED, failure_type="budget"))
+    assert plain is not None and retry is not None and budget is not None
+    assert [(w.retry, w.budget) for w in (plain, retry, budget)] == [
+        (False, False),
+        (True, False),
+        (False, True),
+    ]
+    assert json.loads(retry.outcomes[0])["retryable"] is True
+
+
+def test_a_chunk_joined_from_encoded_outcomes_reads_back_as_written(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    outcomes = [DocOutcome(doc_id=doc_id(i), state=DocState.SKIPPED, reason="é") for i in range(3)]
+    log = OutcomeLog(store, "r")
+    log.write_encoded("c1", [o.model_dump_json().encode() for o in outcomes], retry=True)
+    log.write_chunk("c2", [o.model_dump(mode="json") for o in outcomes])
+    assert log.read_chunk("c1") == log.read_chunk("c2") == [o.model_dump(mode="json") for o in outcomes]
+    assert log.chunks_done() == {"c2"}  # c1 holds a retryable outcome: not done

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -525,3 +526,54 @@ def test_fsync_off_writes_results_without_any_flush(
         get_settings.cache_clear()
     assert any(o.state is DocState.SUCCEEDED for o in outcomes)
     assert flushes == []
+
+
+def test_answers_are_gated_against_the_text_sent_without_reading_the_documents_again(
+    emulator: Any, tmp_path: Path, corpus: Path
+) -> None:
+    """The gate proves a batch answer against the text layer its request was built from (kept by
+    tasks.batch.sent), not a second read of the file: a text file rewritten after its batch was
+    created is still gated, where a second read fails it (its sha256 changed)."""
+    own = tmp_path / "corpus"
+    shutil.copytree(corpus, own)
+    rig = Rig(emulator, tmp_path, own)
+    docs = rig.ok_docs()
+    kept = [d for d in docs if d.doc_type in ("txt", "html", "md")]
+    assert kept
+
+    def rewrite(event: dict[str, Any]) -> None:
+        if event["event"] == "submitted":
+            for d in kept:
+                path = own / d.doc_id
+                path.write_bytes(path.read_bytes() + b"\n")
+
+    states = {o.doc_id: o for o in rig.run(docs, on_progress=rewrite)}
+    assert [d.doc_id for d in kept if states[d.doc_id].state is not DocState.SUCCEEDED] == []
+
+
+def test_the_poll_interval_runs_from_the_start_of_a_look(
+    emulator: Any, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look that takes time (a slow network, many batches) is part of the interval: the engine
+    sleeps what is left of it, so an ended batch is noticed as soon as the cadence says."""
+    clock = emulator.state.clock
+    real_poll, real_advance = batch_lifecycle.poll, clock.advance
+    sleeps: list[float] = []
+
+    def slow_poll(*args: Any, **kw: Any) -> Any:
+        real_advance(1.5)  # the look takes 1.5 s
+        return real_poll(*args, **kw)
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        real_advance(seconds)
+
+    monkeypatch.setattr(batch_lifecycle, "poll", slow_poll)
+    monkeypatch.setattr(clock, "advance", sleep)
+    rig = Rig(emulator, tmp_path, corpus)
+    docs = rig.ok_docs()[:3]
+    emulator.state.faults.add(kind="slow_batch", seconds=200, custom_id=rig.key(docs[0]))
+    outcomes = rig.run(docs)
+    assert all(o.state is DocState.SUCCEEDED for o in outcomes)
+    # 60 s, then 120 s, each from its look's start (the emulator's clock also moves with the wall)
+    assert sleeps[:2] == [pytest.approx(58.5, abs=0.3), pytest.approx(118.5, abs=0.3)]
