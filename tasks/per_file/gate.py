@@ -1,27 +1,20 @@
-"""The code gate after every model answer, and the repair policy that follows it.
+"""The code gate after every model answer, and the repair policy that follows it (invariant 18: the
+gate proves what documents state; its accept and refuse rates are measured in bench/gate.py).
 
-Invariant 18, the gate proves what documents state: a value passes when its evidence occurs in the
-document and states that value as a whole token, in any common language or format; a non-null value
-needs evidence; nothing of docmill's own wrapper is evidence. Its accept and refuse rates are
-measured on public labelled documents with negative controls (bench/gate.py).
+`check()` turns one Message (as a dict) into a `Verdict`: parsed JSON, pydantic validation against
+the recipe's file schema, and evidence: every excerpt must occur in the document after whitespace
+normalization (it was not invented; an accepted answer keeps each excerpt's offsets and page), and
+every `{value, evidence}` excerpt must state its value (tasks.per_file.support).
 
-`check()` turns one Message (as a dict) into a `Verdict`: parsed JSON, pydantic validation
-against the recipe's file schema, and evidence: every excerpt must occur in the document after
-whitespace normalization (it was not invented; an accepted answer keeps each excerpt's character
-offsets and page), and every `{value, evidence}` excerpt must state its value (it is about the field:
-tasks.per_file.support, `evidence_unsupported`; a non-null value with no excerpt fails it, and a date
-field must hold a date written YYYY-MM-DD).
+Documents sent as a PDF or an image name the page of each excerpt (`[page N] ...`, stripped from the
+stored output). An excerpt found in the text layer is verified, its page taken from where it was
+found; one not found is an error, unless the page it names has no text layer (a scan), where no code
+can check it: kept `verified: false` with the page the model named (a page that does not exist is an
+error). The API's citations would not help: they cannot be combined with structured outputs and
+quote only a text layer. settings.gate.unverified_evidence = "review" sends such documents to review.
 
-Documents sent as a PDF or an image (tasks.request) name the page of each excerpt
-(`[page N] ...`, stripped from the stored output). The verbatim rule for them: an excerpt found in
-the text layer is verified, its page and offsets taken from where it was found (the page the model
-named does not count); one not found is an error, unless the page it names has no text layer (a
-scanned page, an image), where no code can check it: it is kept `verified: false` with the page the
-model named (a page that does not exist is an error), never marked verified. The API's citations
-would not help here: they cannot be combined with structured outputs, and they quote only a text
-layer. settings.gate.unverified_evidence = "review" sends such documents to review instead. `decide()` is the one repair policy, shared by the realtime and
-the batch pass: given a verdict and what was tried so far, accept, repair (re-ask with the errors,
-own attempt and token budget — the validation retry layer of invariant 6), retry once with a larger
+`decide()` is the one repair policy, realtime and batch: accept, repair (re-ask with the errors, own
+attempt and token budget: the validation retry layer of invariant 6), retry once with a larger
 `max_tokens` after truncation, or send the document to review with a reason.
 """
 
@@ -38,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from tasks.api.usage import add_usage
 from tasks.per_file.boxes import with_boxes
 from tasks.per_file.support import date_paths, support_flags
 from tasks.request import Payload, SendAs, neutralize, repair_request, text_payload, with_max_tokens
@@ -193,12 +187,6 @@ def _bare(flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in f.items() if k != "why"} for f in flags]
 
 
-def evidence_flags(recipe: Recipe, output: dict[str, Any], document: str | Payload) -> list[dict[str, Any]]:
-    """A flag for every evidence excerpt that fails the verbatim rule or does not state its value
-    (see the module docstring)."""
-    return _bare(evidence_report(recipe, output, document)[0])
-
-
 def strip_page_marks(recipe: Recipe, output: Any) -> Any:
     """The output with `[page N]` prefixes removed from evidence strings (the page is kept in the
     provenance)."""
@@ -319,10 +307,7 @@ class Progress:
         self.attempts += 1
         if action is Action.REPAIR:
             self.repairs += 1
-            u = usage or {}
-            self.repair_tokens += int(u.get("input_tokens") or 0) + int(u.get("output_tokens") or 0)
-            self.repair_tokens += int(u.get("cache_creation_input_tokens") or 0)
-            self.repair_tokens += int(u.get("cache_read_input_tokens") or 0)
+            self.repair_tokens += sum(add_usage({}, usage).values())
         elif action is Action.RETRY_LARGER:
             self.truncation_retries += 1
 

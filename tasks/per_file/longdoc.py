@@ -27,8 +27,9 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
 
 from docmill.sdk import anthropic
 from tasks.conversation.pinned import PinnedFacts, dumps
@@ -39,6 +40,7 @@ from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import enqueue_review, write_outcome
 from tasks.recipes.thinking import effort_config
 from tasks.request import (
+    CHARS_PER_TOKEN,
     FILE_PASS,
     INSTRUCTION,
     SYSTEM_RULES,
@@ -54,13 +56,11 @@ from tasks.request import (
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
-    from tasks.per_file.outcome import DocOutcome
     from tasks.per_file.settle import Pass
     from tasks.recipes import Recipe
     from tasks.source.document import Document
 
 PASS = "file_long"
-CHARS_PER_TOKEN = 3.5
 _HEADING = re.compile(r"(?m)^#{1,6}[ \t]")
 _PARAGRAPH = re.compile(r"\n[ \t]*\n+")
 
@@ -75,51 +75,24 @@ class Chunk:
     last_page: int | None = None
 
 
-class Level(Enum):
-    PAGE = "page"
-    HEADING = "heading"
-    PARAGRAPH = "paragraph"
-    LINE = "line"
-    HARD = "hard"
-
-
-def _after(pattern: str) -> Callable[[str], list[int]]:
-    def cuts(text: str) -> list[int]:
-        out, i = [], text.find(pattern)
-        while i != -1:
-            out.append(i + len(pattern))
-            i = text.find(pattern, i + len(pattern))
-        return out
-
-    return cuts
-
-
-def _headings(text: str) -> list[int]:
-    return [m.start() for m in _HEADING.finditer(text) if m.start() > 0]
-
-
-def _paragraphs(text: str) -> list[int]:
-    return [m.end() for m in _PARAGRAPH.finditer(text)]
-
-
-BOUNDARIES: dict[Level, Callable[[str], list[int]]] = {
-    Level.PAGE: _after("\f"),
-    Level.HEADING: _headings,
-    Level.PARAGRAPH: _paragraphs,
-    Level.LINE: _after("\n"),
-}
-ORDER = [Level.PAGE, Level.HEADING, Level.PARAGRAPH, Level.LINE, Level.HARD]
+# Where a text may be cut, coarsest first: after a page (form feed), before a markdown heading, after
+# a blank-line paragraph, after a line; past the last, a hard cut.
+LEVELS: list[Callable[[str], list[int]]] = [
+    lambda text: [m.end() for m in re.finditer("\f", text)],
+    lambda text: [m.start() for m in _HEADING.finditer(text) if m.start() > 0],
+    lambda text: [m.end() for m in _PARAGRAPH.finditer(text)],
+    lambda text: [m.end() for m in re.finditer("\n", text)],
+]
 
 
 def _spans(text: str, start: int, end: int, limit: int, depth: int) -> list[tuple[int, int]]:
-    """Spans of text[start:end], each at most `limit` chars, cut at level ORDER[depth] or finer."""
+    """Spans of text[start:end], each at most `limit` chars, cut at LEVELS[depth] or finer."""
     if end - start <= limit:
         return [(start, end)]
-    level = ORDER[depth]
-    if level is Level.HARD:
+    if depth == len(LEVELS):
         return [(i, min(i + limit, end)) for i in range(start, end, limit)]
     piece = text[start:end]
-    cuts = [start + c for c in BOUNDARIES[level](piece) if 0 < c < len(piece)]
+    cuts = [start + c for c in LEVELS[depth](piece) if 0 < c < len(piece)]
     pieces = list(zip([start, *cuts], [*cuts, end], strict=True))
     out: list[tuple[int, int]] = []
     cur_start = cur_end = start
@@ -146,22 +119,16 @@ def split_document(text: str, max_tokens: int, *, chars_per_token: float = CHARS
     return [Chunk(i, a, b, text[a:b]) for i, (a, b) in enumerate(spans)]
 
 
-def is_long(text: str, settings: Settings, *, chars_per_token: float = CHARS_PER_TOKEN) -> bool:
-    """Whether a document exceeds `settings.context.document_budget_tokens` and needs `extract_long`."""
-    return len(text) / chars_per_token > settings.context.document_budget_tokens
-
-
-def locate(text: str, chunks: list[Chunk], chunk_index: int, excerpt: str) -> dict[str, int] | None:
-    """Absolute provenance of an excerpt: searched in its chunk first, then anywhere in the text."""
-    if not excerpt:
-        return None
-    chunk = chunks[chunk_index]
-    pos = chunk.text.find(excerpt)
+def locate(text: str, chunks: list[Chunk], chunk_index: int, excerpt: Any) -> dict[str, int | None]:
+    """Absolute provenance of an excerpt: searched in its chunk first, then anywhere in the text;
+    not found (or none): the chunk alone."""
+    excerpt, chunk = str(excerpt or ""), chunks[chunk_index]
+    pos = chunk.text.find(excerpt) if excerpt else -1
     if pos != -1:
         return {"chunk": chunk.index, "start": chunk.start + pos, "end": chunk.start + pos + len(excerpt)}
-    pos = text.find(excerpt)
+    pos = text.find(excerpt) if excerpt else -1
     if pos == -1:
-        return None
+        return {"chunk": chunk_index, "start": None, "end": None}
     owner = next(c for c in chunks if c.start <= pos < max(c.end, c.start + 1))
     return {"chunk": owner.index, "start": pos, "end": pos + len(excerpt)}
 
@@ -181,8 +148,7 @@ def merge_chunks(
             if _is_value(node):
                 if merged.get(field, {}).get("value") is None and node.get("value") is not None:
                     merged[field] = node
-                    where = locate(text, chunks, i, str(node.get("evidence") or ""))
-                    provenance[field] = where or {"chunk": i, "start": None, "end": None}
+                    provenance[field] = locate(text, chunks, i, node.get("evidence"))
                 else:
                     merged.setdefault(field, node)
             elif isinstance(node, list):
@@ -193,11 +159,7 @@ def merge_chunks(
                         continue
                     seen.add(dumps(item))
                     excerpt = item.get("evidence") if isinstance(item, dict) else None
-                    provenance[f"{field}[{len(items)}]"] = locate(text, chunks, i, str(excerpt or "")) or {
-                        "chunk": i,
-                        "start": None,
-                        "end": None,
-                    }
+                    provenance[f"{field}[{len(items)}]"] = locate(text, chunks, i, excerpt)
                     items.append(item)
             elif field not in merged or merged[field] in (None, "other"):
                 merged[field] = node
@@ -329,8 +291,6 @@ def long_outcome_fields(
     """(the DocOutcome fields of a merged long extraction, its errors): validated, evidence checked
     by the gate's verbatim rule against the whole document (pages named as the document's own),
     provenance per field with its chunk, offsets and page."""
-    from pydantic import ValidationError
-
     errors: list[str] = []
     flags: list[dict[str, Any]] = []
     output: dict[str, Any] | None = None
