@@ -1,20 +1,14 @@
-"""The realtime Messages call on an event loop: `AsyncModelClient`, the twin of
-`ModelClient.call` that the per-file pass uses, so one process keeps as many requests in flight as the
-pacer's window asks (Little's law: hundreds at a tier-4 limit) without a thread each.
+"""The realtime Messages call on an event loop: `AsyncModelClient`, the twin of `ModelClient.call`
+that the per-file pass uses, so one process keeps as many requests in flight as the pacer's window
+asks (Little's law: hundreds at a tier-4 limit) without a thread each.
 
-- `LoopThread` (tasks.api.loop_thread): one event loop in its own thread per `ModelClient`; other
-  threads hand it coroutines (`run`) and wait. Blocking work a coroutine needs (the store, the gate's
-  CPU) runs on a small pool of I/O threads (`io`), never on the loop.
-- Every policy is `ModelClient`'s own, called step by step: `_open` (nothing after a signal, a trip
-  or a spend-limit refusal; the attempt counted), the pacer's one decision `RateLimiter.try_acquire`,
-  `Budget.try_reserve`, `CircuitBreaker.try_admit`, `_failed`, `_timed_out` (possibly billed),
-  `_answered`, `_spent`, `_wait_for` (retrying.wait_seconds), `retrying.is_retryable`, `_ended`,
-  `_result`. A change to one of them applies to threads and loop alike. Only the waiting differs:
-  `Gate` admits requests first come, first served (one waiter asks the pacer, the others queue), and
-  the budget and the breaker are asked again after each answer instead of blocking a thread.
-- `on_response` (persisting the answer, invariant 3) runs on an I/O thread while the request still
-  holds its slot: a crash re-sends at most the requests in flight.
-- Answers are read as the JSON the API sent (tasks.api.sse).
+One event loop per `ModelClient` runs in its own thread (tasks.api.loop_thread); blocking work (the
+store, the gate's CPU) runs on its I/O threads. Every policy is `ModelClient`'s own, called step by
+step (the `RateLimiter`, `Budget` and `CircuitBreaker` decisions, `_open`, `_failed_attempt`,
+`_answered`, `_spent`, `_wait`, `_ended`, `_result`), so a change applies to threads and loop alike.
+Only the waiting differs: `Gate` admits requests first come, first served, and the budget and the
+breaker are asked again after each answer instead of blocking a thread. `on_response` (persisting
+the answer, invariant 3) runs on an I/O thread while the request still holds its slot.
 """
 
 from __future__ import annotations
@@ -238,7 +232,7 @@ def async_client(client: ModelClient) -> AsyncModelClient:
     """The client's twin on its event loop, made on first use (one per `ModelClient`, which closes it)."""
     with client._aio_lock:
         if client._aio is None:
-            client._aio = AsyncModelClient(client, api_key=client._key, base_url=client._base_url)
+            client._aio = AsyncModelClient(client)
         twin = client._aio
     assert isinstance(twin, AsyncModelClient)
     return twin
@@ -256,14 +250,13 @@ def close_twin(client: ModelClient) -> None:
 class AsyncModelClient:
     """`ModelClient.call` on its event loop; made by `async_client` (one per client)."""
 
-    def __init__(self, client: ModelClient, *, api_key: str | None, base_url: str | None) -> None:
+    def __init__(self, client: ModelClient) -> None:
         self.client = client
         self.loop = LoopThread()
         self.changes = Changes()
         self.occupancy = Occupancy()
         self._asleep = loop_sleep(client._sleep)
         self.gate = Gate(client.limiter, self.changes, self._asleep, self.stop)
-        self._key, self._base_url = api_key, base_url
         self._sdk: anthropic.AsyncAnthropic | None = None
         self._close_sdk: weakref.finalize[Any, Any] | None = None
 
@@ -272,14 +265,15 @@ class AsyncModelClient:
         """The SDK client, made on the loop when a request first needs it (a pass whose documents
         all have their answers in the ledger never imports the SDK). Read it on the loop only."""
         if self._sdk is None:
-            self._sdk = self._make_sdk(self._key, self._base_url)
+            self._sdk = self._make_sdk()
             # a client dropped without close() (a signal's exit, a script) still closes its connections
             # (aiohttp logs an error for a session left open at exit)
             self._close_sdk = weakref.finalize(self, _close_sdk, self.loop, self._sdk)
         return self._sdk
 
-    def _make_sdk(self, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
-        api = self.client.settings.api
+    def _make_sdk(self) -> anthropic.AsyncAnthropic:
+        c = self.client
+        api = c.settings.api
         # as many connections as requests in flight (the SDK's default pool stops at 1,000; aiohttp's
         # at 100 when given none: the pacer's window is the bound)
         keep = api.concurrency or 1000
@@ -293,15 +287,11 @@ class AsyncModelClient:
             limits = httpx2.Limits(max_connections=None, max_keepalive_connections=keep)
             http = anthropic.DefaultAsyncHttpxClient(limits=limits, timeout=api.timeout_seconds)
         return anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds, http_client=http
+            api_key=c._key, base_url=c._base_url, max_retries=0, timeout=api.timeout_seconds, http_client=http
         )
 
     def close(self) -> None:
-        self.loop.close(before=self._close_made_sdk)
-
-    def _close_made_sdk(self) -> None:
-        if self._close_sdk is not None:
-            self._close_sdk()
+        self.loop.close(before=lambda: self._close_sdk() if self._close_sdk is not None else None)
 
     def stop(self) -> None:
         """What stops every request before it is sent (`ModelClient.check_stops`)."""
@@ -332,7 +322,7 @@ class AsyncModelClient:
         ladder.estimate = estimate
         retrying = transport_async(
             stop=lambda _s: c._spent(ladder),
-            wait=lambda s: c._wait(s, ladder),
+            wait=lambda s: c._wait(s, max(ladder.attempts_on_model, 1)),
             sleep=self._backoff,
             reraise=False,
         )

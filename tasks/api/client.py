@@ -1,17 +1,13 @@
-"""`ModelClient`: the realtime Messages call with one transport retry layer (tenacity, invariant 6),
-bounded concurrency, client-side pacing and the overload degradation ladder. Its twin on an event
-loop (tasks.api.aio.async_client, the per-file pass) is built from the same policy steps.
+"""`ModelClient`: the realtime Messages call on threads with one transport retry layer (tenacity,
+invariant 6; the SDK's `max_retries=0`), bounded concurrency, client-side pacing and the overload
+degradation ladder. Its twin on an event loop (tasks.api.aio.async_client) calls the same policy
+steps, the methods below marked as shared.
 
-- The SDK client is built with `max_retries=0`; tenacity (policy in tasks.api.retrying) re-sends.
 - A request's slot (the pacer's window, and `settings.api.concurrency` when given) is held until
-  `on_response` has persisted the answer, so a crash re-sends at most the requests in flight
-  (invariant 3).
-- Pacing (tasks.api.pacing): each attempt takes a ticket and gives it back with what it was told; a
-  429's `retry-after` is this request's own retry wait and holds no other request.
-- Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model, the
-  request goes to `settings.api.fallback_model` (the result says which answered); its attempts spent
-  too: `ApiCallError(failure_type="transport_exhausted")`. Errors leave as `ApiCallError` (never a
-  tenacity RetryError): status, request_id, attempts, model, failure_type ("api_error:<status>").
+  `on_response` has persisted the answer: a crash re-sends at most the requests in flight (invariant 3).
+- A 429's `retry-after` is this request's own retry wait and holds no other request.
+- After `overloads_before_fallback` consecutive 529s the request goes to `settings.api.fallback_model`
+  (tasks.api.ladder). Errors leave as `ApiCallError` (never a tenacity RetryError).
 """
 
 from __future__ import annotations
@@ -225,7 +221,7 @@ class ModelClient:
 
         retrying = transport(
             stop=lambda _s: attempts[0] >= api.max_attempts or timeouts[0] > api.timeout_resends,
-            wait=lambda st: self._wait_any(st, attempts[0]),
+            wait=lambda st: self._wait(st, attempts[0]),
             sleep=self._backoff,
         )
         try:
@@ -360,16 +356,11 @@ class ModelClient:
             return math.inf if self.budget.cap_usd is not None else 0.0
         return worst
 
-    def _wait(self, state: RetryCallState, ladder: Ladder) -> float:
-        return self._wait_any(state, max(ladder.attempts_on_model, 1))
-
-    def _wait_any(self, state: RetryCallState, attempt: int) -> float:
-        exc = failure(state)
-        return 0.0 if exc is None else self._wait_for(exc, attempt)
-
-    def _wait_for(self, exc: BaseException, attempt: int) -> float:
-        """The wait before attempt `attempt` + 1 after `exc` (retrying.wait_seconds)."""
-        api = self.settings.api
+    def _wait(self, state: RetryCallState, attempt: int) -> float:
+        """The wait before attempt `attempt` + 1 after the last one's error (retrying.wait_seconds)."""
+        exc, api = failure(state), self.settings.api
+        if exc is None:
+            return 0.0
         return wait_seconds(
             exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
         )
@@ -397,7 +388,7 @@ class ModelClient:
         ladder = self._ladder(request, key, doc_id, pass_name)
         retrying = transport(
             stop=lambda _s: self._spent(ladder),
-            wait=lambda s: self._wait(s, ladder),
+            wait=lambda s: self._wait(s, max(ladder.attempts_on_model, 1)),  # 0 just after a fallback
             sleep=self._backoff,
             reraise=False,
         )
@@ -427,13 +418,12 @@ class ModelClient:
         `RetryError` when a retryable failure's attempts are spent), and its cause: a spend-limit refusal
         stops the run (no document is marked failed); 401-404 feed the breaker; everything else is an
         `ApiCallError`."""
-        key, doc_id, pass_name = ladder.key, ladder.doc_id, ladder.pass_name
         if isinstance(e, RetryError):
             last = e.last_attempt.exception()
-            return call_error(last, ladder, key, doc_id, pass_name, "transport_exhausted"), last
+            return call_error(last, ladder, "transport_exhausted"), last
         if isinstance(e, anthropic.APIResponseValidationError):
             self.breaker.api("not_a_message", str(e))
-            return call_error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message"), e
+            return call_error(e, ladder, "api_error:not_a_message"), e
         if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
             self.stopped = spend_limit_error(e)
             return self.stopped, e
@@ -443,8 +433,8 @@ class ModelClient:
             self.breaker.api(API_CAUSES[status], describe(e))
             self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
         elif is_invalid_request(e):  # the same 400 for every document: systemic
-            self.breaker.invalid_request(describe(e), doc_id)
-        return call_error(e, ladder, key, doc_id, pass_name, kind), e
+            self.breaker.invalid_request(describe(e), ladder.doc_id)
+        return call_error(e, ladder, kind), e
 
     def _result(
         self,
