@@ -1,21 +1,16 @@
 """The transport retry layer (invariant 6): the one place that decides what is retried and how long
-to wait. Validation repair is a separate layer (tasks.per_file.gate); the SDK's own retries are off
-(`max_retries=0`), so tenacity here is the only loop that re-sends a request.
+to wait, and the one loop that re-sends (tenacity: `transport` on a thread, `transport_async`,
+`AsyncRetrying`, on the event loop; callers give when to stop and how long to wait). Callers:
+ModelClient (call, run, stream), AsyncModelClient.call, BatchApi (every batch call). Validation
+repair is a separate layer (tasks.per_file.gate); the SDK's own retries are off (`max_retries=0`). A
+layout test fails on a retry loop written by hand (tests/layout/test_mechanisms.py).
 
-Retried, like the SDK's `_should_retry`: the `x-should-retry` header first (true/false wins),
-then 408, 409, 429, any 5xx (incl. 529 overloaded), a mid-stream `overloaded_error`, connection
-errors and timeouts, a stream broken after the 200 (`answers.StreamBroken`: a drop, a stall past the
-read timeout). What a failed attempt may have cost is `answers.paid_attempt`'s decision. Every other 4xx is final, and so is a 429 whose `error_code` says a spend limit
-is reached (`SPEND_LIMIT_CODES`): waiting cannot help, `spend_limit_error` turns it into the error
-that stops the run. Waits: `retry-after-ms` / `retry-after` when the server sends them, capped
-at `api.retry_after_max_seconds` (default 60 s, like the SDK; a capped wait is logged), else
-exponential backoff with jitter capped at `backoff_max_seconds`.
-
-The loop that re-sends is tenacity, built here and nowhere else (`transport`, on a thread; `transport_async`,
-`AsyncRetrying` on the event loop): callers give when to stop and how long to wait, the decision of
-what is retried is `is_retryable`. Callers: ModelClient (call, run, stream), AsyncModelClient.call,
-BatchApi (every batch call, `create`, the results download). A layout test fails on a retry loop
-written by hand (tests/layout/test_mechanisms.py).
+Retried, like the SDK's `_should_retry`: the `x-should-retry` header first (true/false wins), then
+408, 409, 429, any 5xx (incl. 529), a mid-stream `overloaded_error`, connection errors, timeouts and
+a stream broken after the 200 (`answers.StreamBroken`). Every other 4xx is final, and so is a 429
+whose `error_code` says a spend limit is reached: `spend_limit_error` stops the run. Waits: the
+server's `retry-after-ms` / `retry-after`, capped at `api.retry_after_max_seconds` (a capped wait is
+logged), else exponential backoff with jitter capped at `backoff_max_seconds`.
 """
 
 from __future__ import annotations

@@ -33,17 +33,9 @@ def account_attempt(
     if request_id:
         request_ids.append(str(request_id))
     meta = message.get("_docmill") or {}  # when it was sent and answered, if the log kept it
+    when = {"at": meta.get("at"), "sent_at": meta.get("sent_at"), "answered": message.get("model")}
     record_cost(
-        p,
-        doc_id,
-        key,
-        attempt,
-        model,
-        request_id,
-        usage,
-        at=meta.get("at"),
-        sent_at=meta.get("sent_at"),
-        answered=message.get("model"),
+        p, file_cost_entry(p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False, **when)
     )
     return priced_usd(model, usage) or 0.0
 
@@ -55,41 +47,16 @@ def answered_model(message: dict[str, Any], default: str) -> str:
     return str(meta.get("model") or message.get("_asked_model") or message.get("model") or default)
 
 
-def record_cost(
-    p: Pass,
-    doc_id: str,
-    key: str,
-    attempt: int,
-    model: str,
-    request_id: Any,
-    usage: dict[str, Any],
-    *,
-    at: float | None = None,
-    answered: Any = None,
-    sent_at: float | None = None,
-) -> None:
-    """One cost entry per answered attempt: kept for the chunk's group when the pass buffers costs,
+def record_cost(p: Pass, entry: CostEntry) -> None:
+    """One answered attempt's cost entry: kept for the chunk's group when the pass buffers costs,
     else written at once as group `<key>-<attempt>` (written once)."""
-    entry = file_cost_entry(
-        p.run_id,
-        doc_id,
-        key,
-        attempt,
-        model,
-        request_id,
-        usage,
-        batch=False,
-        at=at,
-        answered=answered,
-        sent_at=sent_at,
-    )
     if p.buffer_costs:
         with p._costs_lock:
             p.pending_costs.append(entry)
         if p.clock() - p.flushed_at >= p.cost_flush_seconds:
             flush_costs(p)
         return
-    p.costs.record(f"{key}-{attempt}", [entry])
+    p.costs.record(f"{entry.key}-{entry.attempt}", [entry])
 
 
 def flush_costs(p: Pass) -> None:

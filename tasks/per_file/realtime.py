@@ -130,22 +130,20 @@ def extract_recorded(
 
 
 async def _review_all(p: Pass, docs: list[Document], aio: AsyncModelClient) -> list[DocOutcome]:
-    first: dict[str, int] = {}  # key -> index of the document that may call
+    # a document without a key is never called (skipped); the first of a key may call, the others
+    # (duplicate content) take its result from the ledger after it
+    keys = [None if doc.status != "ok" and not doc.duplicate_of else p.key(doc) for doc in docs]
+    first: set[str | None] = set()
     now: list[int] = []
     later: list[int] = []
-    keys: dict[int, str | None] = {}
-    for i, doc in enumerate(docs):
-        keys[i] = _key_or_none(p, doc)
-        k = keys[i]
-        if k is None:
-            now.append(i)
-        elif doc.duplicate_of or k in first:
+    for i, (doc, k) in enumerate(zip(docs, keys, strict=True)):
+        if k is not None and (doc.duplicate_of or k in first):
             later.append(i)
         else:
-            first[k] = i
+            first.add(k)
             now.append(i)
     aio.occupancy.enter(len(now))
-    done = await asyncio.gather(*(_counted(p, docs[i], keys[i], aio) for i in now), return_exceptions=True)
+    done = await asyncio.gather(*(_guarded(p, docs[i], keys[i], aio) for i in now), return_exceptions=True)
     for result in done:  # every document ended; a stop (signal, trip, spend limit) ends the chunk
         if isinstance(result, BaseException):
             raise result
@@ -175,20 +173,6 @@ def feed(chunks: Iterable[T], client: ModelClient, settings: Settings) -> Iterat
         yield chunk
 
 
-async def _counted(p: Pass, doc: Document, key: str | None, aio: AsyncModelClient) -> DocOutcome:
-    try:
-        return await _guarded(p, doc, key, aio)
-    finally:
-        aio.occupancy.leave()
-
-
-def _key_or_none(p: Pass, doc: Document) -> str | None:
-    """A document's key, or None when it will never be called (skipped, not a duplicate)."""
-    if doc.status != "ok" and not doc.duplicate_of:
-        return None
-    return p.key(doc)
-
-
 def _duplicate(p: Pass, doc: Document, key: str | None) -> DocOutcome:
     try:
         return outcome_from_original(p, doc, str(key))
@@ -209,6 +193,8 @@ async def _guarded(p: Pass, doc: Document, key: str | None, aio: AsyncModelClien
         return failed_outcome(doc, key, "input:unreadable", e.one_line())
     except Exception as e:  # one broken document never sinks the chunk
         return _unexpected(doc, key, e)
+    finally:
+        aio.occupancy.leave()
 
 
 def _unexpected(doc: Document, key: str | None, e: Exception) -> DocOutcome:
@@ -237,7 +223,7 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
     if isinstance(work, DocOutcome):
         return work
     if work.message is None and not work.request:  # a long document: its own thread, the client's calls
-        return await asyncio.get_running_loop().run_in_executor(None, _review_long, p, doc, key, work.payload)
+        return await asyncio.get_running_loop().run_in_executor(None, review_long, p, doc, key, work.payload)
     tries = work.tries
     try:
         if work.message is not None:  # a recovered answer: gated without a call
@@ -342,11 +328,6 @@ def answer_cause(verdict: Verdict) -> tuple[str | None, str]:
     return f"{verdict.problem.value}:{first[:60]}", first
 
 
-def _review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcome:
-    """A document above the per-file budget (tasks.per_file.longdoc.review_long)."""
-    return review_long(p, doc, key, payload)
-
-
 def _finish(
     p: Pass, doc: Document, key: str, tries: Attempts, verdict: Verdict, decision: Decision
 ) -> DocOutcome:
@@ -356,7 +337,6 @@ def _finish(
 
 def _api_failure(p: Pass, doc: Document, key: str, tries: Attempts, e: ApiCallError) -> DocOutcome:
     tries.transport_attempts += e.attempts
-    failure_type = e.failure_type
     log.warning(
         "%s call failed: %s",
         FILE_PASS,
@@ -372,11 +352,10 @@ def _api_failure(p: Pass, doc: Document, key: str, tries: Attempts, e: ApiCallEr
         },
     )
     # an API error may echo request data (headers, keys): mask secrets before it is stored
-    outcome = _unfinished(doc, tries, failure_type, redact(e.last_error or e.message))
+    outcome = _unfinished(doc, tries, e.failure_type, redact(e.last_error or e.message))
     outcome.retryable = e.status not in PERMANENT_STATUSES  # not ledger-final: resume retries it
-    request_id = e.request_id
-    if request_id:
-        outcome.request_ids.append(str(request_id))
+    if e.request_id:
+        outcome.request_ids.append(str(e.request_id))
     if e.status in PERMANENT_STATUSES:
         outcome = write_outcome(p, outcome)
     return outcome

@@ -268,7 +268,7 @@ def test_client_adopts_emulator_limits_without_a_429(emulator: Any) -> None:
         client.call(req, key="k", doc_id="d", pass_name="file")
     assert emulator.state.accounting.errors_by_status.get(429, 0) == 0
     assert client.limiter.limits["requests"] == 2
-    assert 30.0 <= sum(client.limiter.waited) < 35.0  # one request's refill at 2/min, no reset stall
+    assert 30.0 <= sum(client.limiter.stats.waits) < 35.0  # one request's refill at 2/min, no reset stall
     assert len(emulator.state.accounting.billed) == 3
 
 
