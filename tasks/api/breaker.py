@@ -48,10 +48,7 @@ class CircuitBreaker:
         self.threshold = threshold
         self._lock = threading.Condition()
         self.in_flight = 0
-        self._streaks: dict[str, tuple[str | None, int, str]] = {
-            "api": (None, 0, ""),
-            "answers": (None, 0, ""),
-        }
+        self._streaks: dict[str, tuple[str | None, int, str]] = {k: (None, 0, "") for k in ("api", "answers")}
         self._who: set[str] = set()  # documents of the current API streak (invalid_request counts them)
         self.tripped: SystemicFailure | None = None
 
@@ -74,11 +71,7 @@ class CircuitBreaker:
         with self._lock:
             self.check()
             stop()
-            longest = (
-                max(n for cause, n, _ in self._streaks.values() if cause is not None)
-                if any(c is not None for c, _, _ in self._streaks.values())
-                else 0
-            )
+            longest = max((n for cause, n, _ in self._streaks.values() if cause is not None), default=0)
             # no streak: nothing to wait for (a window of hundreds in flight is not held to N);
             # a streak: the requests in flight answer first while they could complete it
             if longest == 0 or self.in_flight == 0 or longest + self.in_flight < self.threshold:

@@ -1,23 +1,17 @@
 """A document longer than the per-file budget: split on structure, extract chunk by chunk, merge.
 
-`split_document` cuts at the coarsest structure that makes every chunk fit: pages (form feed),
-then markdown headings, then blank-line paragraphs, then lines, then a hard cut. Chunks are
-contiguous slices of the original text (`text[chunk.start:chunk.end] == chunk.text`, and they
-cover the whole text), so every offset maps back into the document.
-
-A PDF sent as a PDF (tasks.request) is cut into page ranges instead (`media.page_parts`:
-within the API's 100 pages and 32 MB a request and the document budget); each part goes as its own
-`document` block of those pages, knows its pages (`Chunk.first_page`, `last_page`), and the pages
-its answer names are turned into the document's page numbers.
+`split_document` cuts at the coarsest structure that makes every chunk fit (`LEVELS`). Chunks are
+contiguous slices of the original text (`text[chunk.start:chunk.end] == chunk.text`, covering it), so
+every offset maps back into the document. A PDF sent as a PDF is cut into page ranges instead
+(tasks.request.long_parts), each sent as its own `document` block; the pages its answer names are
+turned into the document's page numbers.
 
 `extract_long` sends the chunks one by one through one `ConversationTask` (its checkpoint makes a
-crash resume at the next chunk; values found so far are pinned facts). Each chunk goes out alone
-with the pinned facts, never with the chunks before it: the document's tokens are paid about once,
-not once per later chunk. Code merges the per-chunk answers: a `{value, evidence}` field takes the
-first chunk that states it, lists are concatenated without exact duplicates, and every evidence
-excerpt gets its provenance `{chunk, start, end}` as absolute offsets into the original text. A PDF
-sent as text in chunks is therefore boxed like a short one: the absolute offsets of its excerpts map to
-the pages and character boxes of the whole text layer (tasks.per_file.boxes), across chunk borders.
+crash resume at the next chunk; values found so far are pinned facts). Each chunk goes out alone with
+the pinned facts, so the document's tokens are paid about once. Code merges the answers: a
+`{value, evidence}` field takes the first chunk that states it, lists are concatenated without exact
+duplicates, and every excerpt gets its provenance `{chunk, start, end}` as absolute offsets into the
+original text (so a PDF sent as text in chunks is boxed like a short one, tasks.per_file.boxes).
 """
 
 from __future__ import annotations

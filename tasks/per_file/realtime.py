@@ -1,23 +1,17 @@
 """The per-file pass over one chunk of documents, realtime (invariants 1, 3, 5).
 
 Every chunk's documents run as coroutines on the client's one event loop (tasks.api.aio), shared by
-every chunk in flight: a request waits for the pacer, not for a thread, so the window the pacer asks
-for (Little's law) is what is in flight, and a slow document never idles capacity behind a chunk
-boundary. For each document:
-  skipped            -> skipped (empty, unsupported type) or failed "input:<skip reason>" (no call)
+every chunk in flight: a request waits for the pacer, not for a thread, and a slow document never
+idles capacity behind a chunk boundary. For each document:
+  skipped            -> skipped, or failed "input:<skip reason>" (no call)
   ledger hit         -> the stored outcome (from_ledger=True, no call: invariant 1)
   persisted response -> gated without a call (crash recovery: invariant 3)
   otherwise          -> call -> persist response -> gate -> repair policy -> ledger (put-if-absent)
                         -> a cost entry per attempt -> a review item for needs_review.
-Blocking work (the store, reading the document, the gate) runs on the loop's I/O threads in a few
-steps per document (`_prepare`, the persisted answer, `_after_answer`); long documents run on a
-thread of their own (tasks.per_file.longdoc, the client's thread path).
-The chunk's cost entries are written as one group at its end (also when it stops early); a chunk
-run again after a crash recounts the attempts behind results this run already wrote.
-Documents sharing a key (duplicate content) are resolved after the first one, from the ledger,
-never with a second call. Any unexpected error of one document becomes its failed outcome; a chunk
-ends when every one of its documents has.
-The state and outcome bookkeeping it shares with batch mode live in tasks.per_file.accounting.
+Blocking work (the store, reading the document, the gate) runs on the loop's I/O threads; long
+documents on a thread of their own (tasks.per_file.longdoc). The chunk's cost entries are written as
+one group at its end. Documents sharing a key are resolved after the first one, from the ledger.
+An unexpected error of one document becomes its failed outcome.
 """
 
 from __future__ import annotations
@@ -44,15 +38,7 @@ from tasks.api.usage import estimate_input_tokens
 from tasks.cost.worst_case import long_worst_usd, over_guard, request_worst_usd, request_worsts
 from tasks.per_file.accounting import flush_costs, recount_attempts
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
-from tasks.per_file.gate import (
-    Action,
-    Decision,
-    Problem,
-    Progress,
-    Verdict,
-    check,
-    next_request,
-)
+from tasks.per_file.gate import Action, Decision, Problem, Progress, Verdict, check, next_request
 from tasks.per_file.longdoc import review_long
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.settle import (
