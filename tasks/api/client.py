@@ -30,7 +30,6 @@ from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import (
     CallLabel,
     OnPossiblyBilled,
-    Paid,
     PossiblyBilled,
     StreamProgress,
     answer,
@@ -178,13 +177,14 @@ class ModelClient:
         max_tokens: int,
         label: CallLabel | None,
     ) -> T:
-        api = self.settings.api
-        attempts, timeouts = [0], [0]
+        who = label or CallLabel("call", "*", "")
+        ladder = Ladder(model or "", None, 0, key=who.key, doc_id=who.doc_id, pass_name=who.pass_name)
 
         def once() -> T:
             SHUTDOWN.check()
             self.breaker.check()
-            attempts[0] += 1
+            ladder.attempts += 1
+            ladder.attempts_on_model += 1
             ticket = self.limiter.acquire(pace_tokens, max_tokens) if pace_tokens else None
             billed, used, progress = 0.0, None, StreamProgress()
             try:
@@ -195,20 +195,10 @@ class ModelClient:
                         with self.semaphore:
                             result = fn(progress)
                     except Exception as e:
-                        if model is None:
-                            raise  # count_tokens and other free calls: nothing is billed
-                        timeouts[0] += timed_out_after_sending(e)
-                        paid = paid_attempt(
-                            e,
-                            progress,
-                            worst_usd=worst,
-                            max_tokens=max_tokens,
-                            price=partial(priced_usd, model),
-                        )
-                        if paid is not None:
-                            billed = paid.usd
-                            who = label or CallLabel("call", "*", "")
-                            self._record_paid(who, attempts[0], model, pace_tokens, max_tokens, paid)
+                        if model is not None:  # count_tokens and other free calls: nothing is billed
+                            billed = self._failed_attempt(
+                                e, progress, ladder, worst, pace_tokens, max_tokens, {}
+                            )
                         raise
                     used = usage_of(result)
                     billed = self._cost(model, used) if model and used is not None else 0.0
@@ -220,8 +210,8 @@ class ModelClient:
                     self.limiter.release(ticket, usage=used)
 
         retrying = transport(
-            stop=lambda _s: attempts[0] >= api.max_attempts or timeouts[0] > api.timeout_resends,
-            wait=lambda st: self._wait(st, attempts[0]),
+            stop=lambda _s: self._spent(ladder),
+            wait=lambda st: self._wait(st, ladder.attempts),
             sleep=self._backoff,
         )
         try:
@@ -310,14 +300,9 @@ class ModelClient:
         if not paid.possibly and paid.usage is not None:
             told["usage"] = paid.usage  # the pacer learns what it really took
         label = CallLabel(ladder.pass_name, ladder.doc_id, ladder.key)
-        self._record_paid(label, ladder.attempts, ladder.model, estimate, max_tokens, paid)
-        return paid.usd  # the cap keeps what it may have cost
-
-    def _record_paid(
-        self, label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int, paid: Paid
-    ) -> None:
-        entry = paid_record(label, attempt, model, estimate, max_tokens, paid, self.wall())
+        entry = paid_record(label, ladder.attempts, ladder.model, estimate, max_tokens, paid, self.wall())
         keep_paid(self.possibly_billed, self.on_possibly_billed, entry)
+        return paid.usd  # the cap keeps what it may have cost
 
     def _answered(
         self, data: dict[str, Any], request_id: str | None, headers: Any, ladder: Ladder, told: Told
