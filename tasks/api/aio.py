@@ -55,7 +55,7 @@ Then = Callable[[dict[str, Any]], object]
 
 class Slot:
     """A request's place in the pacer's window and its budget reservation, given back once: on the
-    I/O thread as soon as its answer is persisted (`_answer_step`), else on the loop when the
+    I/O thread as soon as its answer is persisted (`answered`), else on the loop when the
     attempt ends. Then the waiters on the loop look again."""
 
     def __init__(self, aio: AsyncModelClient, ticket: Ticket) -> None:
@@ -79,20 +79,15 @@ class Slot:
             else:
                 self.aio.loop.loop.call_soon_threadsafe(self.aio.changes.notify)
 
-
-def _answer_step(
-    on_response: OnResponse | None,
-    then: Then | None,
-    attempt: int,
-    data: dict[str, Any],
-    give_back: Callable[[], None],
-) -> None:
-    """On an I/O thread: persist the answer, give back the slot, then the work that follows."""
-    if on_response is not None:
-        on_response(attempt, data)  # persisted before the slot is given back: invariant 3
-    give_back()
-    if then is not None:
-        then(data)
+    def answered(
+        self, on_response: OnResponse | None, then: Then | None, attempt: int, data: dict[str, Any]
+    ) -> None:
+        """On an I/O thread: persist the answer, give back the slot, then the work that follows."""
+        if on_response is not None:
+            on_response(attempt, data)  # persisted before the slot is given back: invariant 3
+        self.give_back()
+        if then is not None:
+            then(data)
 
 
 class Occupancy:
@@ -365,7 +360,7 @@ class AsyncModelClient:
                 c.breaker.done()
             slot.billed = c._answered(data, request_id, headers, ladder, slot.told)
             if on_response is not None or then is not None:
-                await self.loop.io(_answer_step, on_response, then, ladder.attempts, data, slot.give_back)
+                await self.loop.io(slot.answered, on_response, then, ladder.attempts, data)
         finally:  # a 429's retry-after delays only this request (the retry wait), never the others
             slot.give_back()
         return data

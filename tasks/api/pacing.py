@@ -117,7 +117,6 @@ class _Kind:
     server: TokenBucket | None  # None: no limit known (the server never said, none configured)
     pace: TokenBucket | None
     in_flight: float = 0.0
-    adopted: bool = False
     limit: float = 0.0  # the whole limit (configured or adopted); the bucket paces at limit x share
 
 
@@ -430,7 +429,6 @@ class RateLimiter:
                 state.limit = limit
                 state.server.per_minute = state.server.capacity = limit * share
                 state.server.level = min(state.server.level, limit * share)
-                state.adopted = True
             if remaining is not None and state.server is not None:
                 # our share of what the server counted, less what we sent it may not have counted yet
                 state.server.refill(now)
