@@ -163,7 +163,7 @@ class RateLimiter:
         self._input_ratio = 1.0  # billed input tokens / our estimate
         self._input_mean: float | None = None  # input tokens per request (corrected estimates)
         self._output_mean: float | None = None  # billed output tokens per answer
-        self._latency: float | None = None
+        self.latency: float | None = None  # the observed answer time (moving average)
         self._first_sent: float | None = None
         self._in_flight = 0
         self._lock = threading.Condition()
@@ -188,11 +188,6 @@ class RateLimiter:
         return min(
             1.0, self._ramp_floor + (1.0 - self._ramp_floor) * (now - self._ramp_from) / self.ramp_seconds
         )
-
-    @property
-    def latency(self) -> float | None:
-        """The observed answer time (moving average), None before the first answer."""
-        return self._latency
 
     @property
     def window(self) -> int:
@@ -224,14 +219,14 @@ class RateLimiter:
 
     def _window(self, now: float) -> int:
         ceiling = self.concurrency or WINDOW_MAX
-        latency = self._latency
+        latency = self.latency
         if latency is None and self._first_sent is not None and self._in_flight:
             latency = now - self._first_sent  # no answer yet: at least this long
         rate = self._admissible_rate()
         if latency is None or rate is None:
             return min(ceiling, WINDOW_START)
         need = rate * latency * WINDOW_HEADROOM + WINDOW_PAD
-        return max(1, min(ceiling, max(math.ceil(need), WINDOW_START if self._latency is None else 1)))
+        return max(1, min(ceiling, max(math.ceil(need), WINDOW_START if self.latency is None else 1)))
 
     def _admissible_rate(self) -> float | None:
         """Requests per second the tightest known limit admits (None: no limit known)."""
@@ -378,9 +373,7 @@ class RateLimiter:
             if usage is not None:
                 self._settle_usage(ticket, usage)
                 latency = max(0.0, now - ticket.sent_at)
-                self._latency = (
-                    latency if self._latency is None else (1 - EWMA) * self._latency + EWMA * latency
-                )
+                self.latency = latency if self.latency is None else (1 - EWMA) * self.latency + EWMA * latency
             if throttled:
                 self.stats.throttled += 1
             if throttled and ticket.ramp == self._ramps:  # one back-off per ramp, not per 429
