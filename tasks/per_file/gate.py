@@ -104,12 +104,9 @@ def _parse(raw: str) -> tuple[dict[str, Any] | None, str | None]:
     return data, None
 
 
-def _validation_errors(e: ValidationError) -> list[str]:
-    out = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "<root>"
-        out.append(f"{loc}: {err.get('msg')}")
-    return out
+def validation_errors(e: ValidationError) -> list[str]:
+    """`<path>: <message>` for each error of a schema validation."""
+    return [f"{'.'.join(map(str, err.get('loc', ()))) or '<root>'}: {err.get('msg')}" for err in e.errors()]
 
 
 def split_page(excerpt: str) -> tuple[int | None, str]:
@@ -255,7 +252,7 @@ def check(recipe: Recipe, text: str | Payload, message: dict[str, Any]) -> Verdi
     try:
         model = recipe.file_schema.model_validate(data)
     except ValidationError as e:
-        errors = _validation_errors(e)
+        errors = validation_errors(e)
         return Verdict(False, Problem.INVALID, output=data, errors=errors, stop_reason=stop, raw_text=raw)
     output = model.model_dump(mode="json")
     flags, offsets = evidence_report(recipe, output, text)

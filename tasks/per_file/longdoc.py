@@ -29,7 +29,7 @@ from docmill.sdk import anthropic
 from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
 from tasks.per_file.boxes import with_boxes
-from tasks.per_file.gate import PAGE_MARK, evidence_report, strip_page_marks
+from tasks.per_file.gate import PAGE_MARK, evidence_report, message_text, strip_page_marks, validation_errors
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import enqueue_review, write_outcome
 from tasks.recipes.thinking import effort_config
@@ -250,9 +250,8 @@ def extract_long(
         task.forget_history()  # the chunk alone, with the pinned facts: no earlier chunk is re-sent
 
         def keep(message: dict[str, Any], c: Chunk = chunk) -> None:
-            body = "".join(b.get("text", "") for b in message.get("content") or [] if b.get("type") == "text")
             try:
-                out = json.loads(body)
+                out = json.loads(message_text(message))
             except ValueError:
                 out = None
             if isinstance(out, dict) and c.first_page is not None:
@@ -304,7 +303,7 @@ def long_outcome_fields(
                         where["verified"] = True  # found verbatim in the PDF's text layer
             fields = with_boxes(whole, fields)  # a PDF sent as text: its offsets are the whole text's
     except ValidationError as e:
-        errors = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:20]]
+        errors = validation_errors(e)[:20]
     if result["failed_chunks"]:
         errors.append(f"chunks without a valid answer: {result['failed_chunks']}")
     ok = not errors and not flags
