@@ -10,7 +10,6 @@ with the `StreamProgress` it showed, exactly as the thread's reader does.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from docmill.sdk import anthropic, httpx2
@@ -125,15 +124,11 @@ async def read_answer(
     progress.on_response(request_id, response.headers)
     events = Accumulator(response, progress)
     try:
-        await _read(response.aiter_bytes(), events)
+        async for chunk in response.aiter_bytes():
+            events.feed(chunk)
         message = events.final()
     except httpx2.TransportError as e:  # after the 200: answered in part, may be billed
         raise stream_broken(e, response.request, progress) from e
     finally:
         await response.aclose()
     return message, request_id, response.headers
-
-
-async def _read(chunks: AsyncIterator[bytes], events: Accumulator) -> None:
-    async for chunk in chunks:
-        events.feed(chunk)

@@ -1,6 +1,5 @@
-"""Per-attempt cost accounting of the per-file pass (one place that builds its cost entries):
-`account_attempt`, `record_cost`, `flush_costs` (realtime chunks buffer their entries),
-`recount_attempts` (entries a crash kept from being written), `answered_model`, `file_cost_entry`.
+"""Per-attempt cost accounting of the per-file pass: the one place that builds its cost entries
+(`file_cost_entry`), realtime chunks' buffered groups (`flush_costs`) and their recount after a crash.
 """
 
 from __future__ import annotations

@@ -215,19 +215,15 @@ def extract_long(
     store: ObjectStore,
     client: Any,
     settings: Settings,
-    budget_tokens: int | None = None,
     payload: Payload | None = None,
     parts: list[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Extract a long document chunk by chunk in one conversation; merged output with provenance.
     With a PDF `payload` and its page `parts`, the chunks are those page ranges, sent as PDFs."""
-    pdf = payload is not None and payload.send is SendAs.PDF and parts is not None
-    if pdf:
-        assert payload is not None and parts is not None
-        chunks = pdf_chunks(payload, parts)
+    if payload is not None and payload.send is SendAs.PDF and parts is not None:
+        chunks, unit = pdf_chunks(payload, parts), "parts of page ranges"
     else:
-        chunks = split_document(text, settings.context.document_budget_tokens)
-    unit = "parts of page ranges" if pdf else "chunks"
+        chunks, unit = split_document(text, settings.context.document_budget_tokens), "chunks"
     task = ConversationTask(
         "longdoc-" + hashlib.sha256(doc_id.encode()).hexdigest()[:24],  # doc ids may hold '/'; keys may not
         run_id,
@@ -236,7 +232,7 @@ def extract_long(
         model=settings.api.model,
         system=f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}\n\nThe document arrives in {unit}, one per "
         "turn; extract what each states. The <pinned_facts> block lists values already found.",
-        budget_tokens=budget_tokens or settings.context.budget_tokens,
+        budget_tokens=settings.context.budget_tokens,
         max_tokens=settings.api.max_tokens,
         pass_name=PASS,
         doc_id=doc_id,

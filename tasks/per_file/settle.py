@@ -1,9 +1,7 @@
 """How a per-file document is settled, the same in realtime (tasks.per_file.realtime) and batch
-(tasks.batch.engine, tasks.batch.results): `Pass` holds what one chunk's documents share (recipe, run,
-store, ledgers, review queue). Around it: the results-ledger write (put-if-absent, `write_outcome`), the
-review queue (`enqueue_review`, `review_item`), the outcomes that need no call (`skipped_outcome`,
-`outcome_from_original`, `outcome_from_ledger`, `failed_outcome`), the gate's settled fields and the
-repair policy's next step (`gated_fields`, `decide_next`).
+(tasks.batch): `Pass` holds what one chunk's documents share (recipe, run, store, ledgers, review
+queue); around it the results-ledger write (put-if-absent), the review queue, the outcomes that need
+no call, the gate's settled fields and the repair policy's next step.
 """
 
 from __future__ import annotations
