@@ -1,5 +1,5 @@
 """Per-attempt cost accounting of the per-file pass: the one place that builds its cost entries
-(`file_cost_entry`), realtime chunks' buffered groups (`flush_costs`) and their recount after a crash.
+(`file_cost_entry`), realtime chunks' buffered groups (`flush_costs`).
 """
 
 from __future__ import annotations
@@ -66,16 +66,6 @@ def flush_costs(p: Pass) -> None:
         p.flushed_at = p.clock()
     if entries:
         p.costs.record(f"file-{uuid.uuid4().hex[:20]}", entries)
-
-
-def recount_attempts(p: Pass, doc_id: str, key: str) -> None:
-    """Buffer again the cost entries of every persisted attempt of `key`: for a result this run
-    wrote in a chunk that a crash stopped before its costs were written (the ledger counts an
-    attempt once, so recounting one that was written is harmless)."""
-    for n in p.responses.attempts(FILE_PASS, key):
-        message = p.responses.get(FILE_PASS, key, n)
-        if message:
-            account_attempt(p, doc_id, key, n, answered_model(message, p.model), message, {}, [])
 
 
 def file_cost_entry(

@@ -36,7 +36,7 @@ from docmill.logs import get_logger, redact
 from tasks.api.aio import async_client
 from tasks.api.usage import estimate_input_tokens
 from tasks.cost.worst_case import long_worst_usd, over_guard, request_worst_usd, request_worsts
-from tasks.per_file.accounting import flush_costs, recount_attempts
+from tasks.per_file.accounting import flush_costs
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
 from tasks.per_file.gate import Action, Decision, Problem, Progress, Verdict, check, next_request
 from tasks.per_file.longdoc import review_long
@@ -249,7 +249,9 @@ def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
     record = p.ledger.get(FILE_PASS, key)
     if record is not None:
         if record.get("origin_run") == p.run_id:  # this run wrote it: a chunk run again after a crash
-            recount_attempts(p, doc.doc_id, key)
+            # whose costs a crash may have kept from being written: every persisted attempt counted
+            # again (the cost ledger counts an attempt once, so one already written is harmless)
+            Attempts(p, doc.doc_id, key, model=p.model).recovered(Progress(max_tokens=0))
         return outcome_from_ledger(p, doc, record)
     payload = load_payload(doc, p.recipe, p.settings)
     text = payload.text

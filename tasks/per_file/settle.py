@@ -49,7 +49,7 @@ class Pass:
     # Realtime chunks collect their cost entries and write them as one group (`flush_costs`) when the
     # chunk ends, or sooner once `cost_flush_seconds` passed: one object per chunk (or per 15 s)
     # instead of one per answer. Entries a crash kept from being written are recounted from the
-    # response log when the chunk runs again (`recount_attempts`).
+    # response log when the chunk runs again (`tasks.per_file.realtime`).
     buffer_costs: bool = False
     cost_flush_seconds: float = COST_FLUSH_SECONDS  # a long chunk still shows its spending to `status`
     clock: Callable[[], float] = time.monotonic
