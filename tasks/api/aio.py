@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from docmill.sdk import anthropic, httpx2
 from docmill.shutdown import SHUTDOWN
-from tasks.api.answers import StreamProgress, read_timeout, streams
+from tasks.api.answers import StreamProgress, read_timeout
 from tasks.api.client import CallResult, ModelClient, OnResponse, endings
 from tasks.api.loop_thread import LoopThread
 from tasks.api.pacing import WINDOW_FULL, WINDOW_MAX, RateLimiter, Ticket, Told
@@ -368,11 +368,11 @@ class AsyncModelClient:
     async def _post(
         self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
     ) -> tuple[dict[str, Any], Any, Any]:
-        api = self.client.settings.api
-        stream = streams(body, api.stream_min_max_tokens)
         try:
-            timeout = None if stream else read_timeout(body, api.timeout_seconds)
-            return await read_answer(self.sdk, body, stream=stream, progress=progress, timeout=timeout)
+            timeout = read_timeout(body, self.client.settings.api)
+            return await read_answer(
+                self.sdk, body, stream=timeout is None, progress=progress, timeout=timeout
+            )
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             self.client._failed(e, ladder, told)
             raise

@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docmill.logs import get_logger
 from docmill.sdk import anthropic, httpx2
 from tasks.api.usage import prompt_tokens
+
+if TYPE_CHECKING:
+    from docmill.settings import ApiSettings
 
 log = get_logger("api")
 
@@ -295,35 +298,25 @@ def stream_message(
     return final
 
 
-def streams(body: dict[str, Any], stream_min_max_tokens: int) -> bool:
-    """Whether the answer streams (`api.stream_min_max_tokens`: a long one, read by read), on a
-    thread (`answer`) and on the event loop (tasks.api.sse) alike."""
-    return int(body["max_tokens"]) >= stream_min_max_tokens
-
-
-def read_timeout(body: dict[str, Any], timeout_seconds: float) -> float:
-    """How long an unstreamed answer may take: `api.timeout_seconds` covers 2,048 output tokens
-    (the SDK estimates 58 s for them); a larger max_tokens gets it in proportion."""
-    return timeout_seconds * max(1.0, int(body["max_tokens"]) / TIMEOUT_COVERS)
+def read_timeout(body: dict[str, Any], api: ApiSettings) -> float | None:
+    """None when the answer streams (max_tokens reaches `api.stream_min_max_tokens`: a long one, read
+    by read), on a thread and on the event loop alike; else how long it may take: `api.timeout_seconds`
+    covers 2,048 output tokens (the SDK estimates 58 s for them), a larger max_tokens in proportion."""
+    max_tokens = int(body["max_tokens"])
+    if max_tokens >= api.stream_min_max_tokens:
+        return None
+    return api.timeout_seconds * max(1.0, max_tokens / TIMEOUT_COVERS)
 
 
 def answer(
-    sdk: anthropic.Anthropic,
-    body: dict[str, Any],
-    *,
-    stream: bool,
-    progress: StreamProgress | None = None,
-    timeout: float | None = None,
+    sdk: anthropic.Anthropic, body: dict[str, Any], progress: StreamProgress, timeout: float | None
 ) -> tuple[dict[str, Any], str | None, Any]:
-    """One HTTP attempt: (the answer's JSON, request id, response headers); `timeout` for an
-    unstreamed answer (None: the client's)."""
-    progress = progress if progress is not None else StreamProgress()
-    if stream:
+    """One HTTP attempt: (the answer's JSON, request id, response headers); streamed when `timeout`
+    is None (`read_timeout`)."""
+    if timeout is None:
         with sdk.messages.stream(**body) as events:
             final = _read(events, progress)
             data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
             return data, events.request_id, events.response.headers
-    raw = sdk.messages.with_raw_response.create(
-        **body, timeout=anthropic.NOT_GIVEN if timeout is None else timeout
-    )
+    raw = sdk.messages.with_raw_response.create(**body, timeout=timeout)
     return message_dict(raw), raw.request_id, raw.headers

@@ -38,7 +38,6 @@ from tasks.api.answers import (
     paid_record,
     read_timeout,
     stream_message,
-    streams,
     timed_out_after_sending,
 )
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
@@ -320,11 +319,9 @@ class ModelClient:
     ) -> tuple[dict[str, Any], str | None, Any]:
         """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
         max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message);
-        below it the answer comes whole within `_read_timeout`."""
+        below it the answer comes whole within `answers.read_timeout`."""
         try:
-            stream = streams(body, self.settings.api.stream_min_max_tokens)
-            timeout = None if stream else read_timeout(body, self.settings.api.timeout_seconds)
-            return answer(self.sdk, body, stream=stream, progress=progress, timeout=timeout)
+            return answer(self.sdk, body, progress, read_timeout(body, self.settings.api))
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             self._failed(e, ladder, told)
             raise

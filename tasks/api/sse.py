@@ -1,5 +1,5 @@
 """One answer off the wire on the event loop (`AsyncModelClient`), as the JSON the API sent, like
-`tasks.api.answers.answer` on a thread. A streamed answer (the same `answers.streams` decision) is
+`tasks.api.answers.answer` on a thread. A streamed answer (the same `answers.read_timeout` decision) is
 read off the raw SSE events into the Message JSON a plain answer would have been (`Accumulator`:
 about 0.2 ms of CPU per answer, where the SDK's stream helper takes about 1.2 ms). An `error` event
 mid-stream raises `anthropic.APIStatusError` with status 200, as the SDK does; a stream that breaks
