@@ -314,13 +314,6 @@ def action_of(purpose: str | None) -> Action | None:
     return Action(purpose) if purpose in (Action.REPAIR.value, Action.RETRY_LARGER.value) else None
 
 
-def _can_repair(progress: Progress, settings: Settings, next_tokens: int) -> bool:
-    gate = settings.gate
-    return progress.repairs < gate.repair_attempts and (
-        progress.repair_tokens + next_tokens <= gate.repair_token_budget
-    )
-
-
 def _on_none(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
     if getattr(v, "unverified", 0) and s.gate.unverified_evidence == "review":
         return Decision(Action.REVIEW, UNVERIFIED)
@@ -339,9 +332,9 @@ def _on_truncated(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
 
 
 def _on_repairable(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
-    if _can_repair(p, s, n):
-        return Decision(Action.REPAIR, v.problem.value)
-    return Decision(Action.REVIEW, v.problem.value)
+    """A repair while the document has repairs and repair tokens left (`n`: the next request's)."""
+    can = p.repairs < s.gate.repair_attempts and p.repair_tokens + n <= s.gate.repair_token_budget
+    return Decision(Action.REPAIR if can else Action.REVIEW, v.problem.value)
 
 
 POLICY: dict[Problem, Callable[[Verdict, Progress, Any, int], Decision]] = {
