@@ -213,9 +213,7 @@ def paid_record(
     the stream reported them, else the caller's estimate)."""
     input_tokens = prompt_tokens(paid.usage) if paid.usage else estimate
     return PossiblyBilled(
-        pass_name=label.pass_name,
-        doc_id=label.doc_id,
-        key=label.key,
+        **vars(label),
         attempt=attempt,
         model=model,
         input_tokens=input_tokens,

@@ -41,9 +41,10 @@ from tasks.api.answers import (
     timed_out_after_sending,
 )
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
+from tasks.api.budget import Budget
 from tasks.api.ladder import CallResult as CallResult  # re-exported: what a call returns
 from tasks.api.ladder import Ladder, answered, call_error
-from tasks.api.pacing import WINDOW_MAX, Budget, RateLimiter, Told
+from tasks.api.pacing import WINDOW_MAX, RateLimiter, Told
 from tasks.api.retrying import (
     describe,
     failure,

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from docmill.logs import get_logger
-from tasks.api.budget import Budget as Budget  # re-exported: the cost cap has its own module
 
 log = get_logger("api")
 REQUESTS, INPUT, OUTPUT = "requests", "input-tokens", "output-tokens"

@@ -12,8 +12,9 @@ import pytest
 
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
+from tasks.api.budget import Budget
 from tasks.api.client import ModelClient
-from tasks.api.pacing import Budget, RateLimiter, Ticket
+from tasks.api.pacing import RateLimiter, Ticket
 from tests.fixtures.clock import FakeTime
 
 

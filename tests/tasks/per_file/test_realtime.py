@@ -14,8 +14,8 @@ from checkpoints.outcomes import OutcomeLog
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import Settings
+from tasks.api.budget import Budget
 from tasks.api.client import ModelClient
-from tasks.api.pacing import Budget
 from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.outcome import DocState
 from tasks.per_file.realtime import extract_chunk
