@@ -118,7 +118,7 @@ def extract_recorded(
 async def _review_all(p: Pass, docs: list[Document], aio: AsyncModelClient) -> list[DocOutcome]:
     # a document without a key is never called (skipped); the first of a key may call, the others
     # (duplicate content) take its result from the ledger after it
-    keys = [None if doc.status != "ok" and not doc.duplicate_of else p.key(doc) for doc in docs]
+    keys = [p.key(doc) for doc in docs]
     first: set[str | None] = set()
     now: list[int] = []
     later: list[int] = []

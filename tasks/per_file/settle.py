@@ -75,7 +75,11 @@ class Pass:
     def model(self) -> str:
         return str(self.settings.api.model)
 
-    def key(self, doc: Document) -> str:
+    def key(self, doc: Document) -> str | None:
+        """The document's per-file key; None for one the inventory skipped for its own sake (never
+        called; a duplicate is keyed: it takes its original's result)."""
+        if doc.status != "ok" and not doc.duplicate_of:
+            return None
         return file_key(self.recipe, doc, self.model, file_params(self.settings))
 
 

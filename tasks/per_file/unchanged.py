@@ -25,7 +25,7 @@ from checkpoints.store import loads_json
 from docmill.logs import get_logger
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.settle import Pass, enqueue_review
-from tasks.request import FILE_PASS, file_key, file_params
+from tasks.request import FILE_PASS
 from tasks.source.document import Document
 
 if TYPE_CHECKING:
@@ -37,12 +37,7 @@ log = get_logger("unchanged")
 def chunk_digest(p: Pass, docs: list[dict[str, Any]]) -> tuple[str, list[str | None]]:
     """The digest of what decides a chunk's outcomes (its inventory records and each document's
     per-file key; None for a document the inventory skipped for its own sake) and the keys."""
-    model, params = p.model, file_params(p.settings)
-    keys: list[str | None] = []
-    for d in docs:
-        doc = Document.model_validate(d)
-        keyed = doc.status == "ok" or doc.duplicate_of  # a duplicate takes its original's result
-        keys.append(file_key(p.recipe, doc, model, params) if keyed else None)
+    keys = [p.key(Document.model_validate(d)) for d in docs]
     return content_hash({"pass": FILE_PASS, "docs": docs, "keys": keys}), keys
 
 
