@@ -226,7 +226,7 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
             work = stepped[0]
         return work.outcome
     except ApiCallError as e:
-        return await aio.loop.io(_api_failure, p, doc, key, tries, e)
+        return await aio.loop.io(_api_failure, p, doc, tries, e)
     except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
         return _unfinished(doc, tries, "budget", e.one_line())
 
@@ -285,7 +285,7 @@ def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> 
     tries.note_verdict(verdict)
     decision = decide_next(p.settings, verdict, work.progress, work.request)
     if decision.action in (Action.ACCEPT, Action.REVIEW):
-        work.outcome = _finish(p, work.doc, work.key, tries, verdict, decision)
+        work.outcome = _finish(p, work.doc, tries, verdict, decision)
         return work
     work.request = {**next_request(decision, work.request, verdict), "model": tries.model}
     work.estimate = None  # a follow-up: measured when it is sent
@@ -316,14 +316,12 @@ def answer_cause(verdict: Verdict) -> tuple[str | None, str]:
     return f"{verdict.problem.value}:{first[:60]}", first
 
 
-def _finish(
-    p: Pass, doc: Document, key: str, tries: Attempts, verdict: Verdict, decision: Decision
-) -> DocOutcome:
+def _finish(p: Pass, doc: Document, tries: Attempts, verdict: Verdict, decision: Decision) -> DocOutcome:
     outcome = tries.outcome(doc.doc_id, **gated_fields(verdict, decision.action, decision.reason))
     return enqueue_review(p, doc, write_outcome(p, outcome), tries=tries.log, errors=verdict.errors)
 
 
-def _api_failure(p: Pass, doc: Document, key: str, tries: Attempts, e: ApiCallError) -> DocOutcome:
+def _api_failure(p: Pass, doc: Document, tries: Attempts, e: ApiCallError) -> DocOutcome:
     tries.transport_attempts += e.attempts
     log.warning(
         "%s call failed: %s",
