@@ -132,10 +132,8 @@ class Changes:
     async def wait(self, timeout: float = WAKE_SECONDS) -> None:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            pass
 
 
 class Gate:

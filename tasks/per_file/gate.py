@@ -164,11 +164,10 @@ def evidence_report(
     missing = {f["path"] for f in flags}
     marked = any(PAGE_MARK.match(str(excerpt)) for _, excerpt in excerpts)  # else nothing to strip
     dates = date_fields(recipe.file_schema)
-    for f in support_flags(
+    unsupported = support_flags(
         strip_page_marks(recipe, output) if marked else output, recipe.evidence_fields or (), dates
-    ):
-        if f["path"] not in missing:  # an excerpt in the document that does not state its value
-            flags.append(f)
+    )
+    flags += [f for f in unsupported if f["path"] not in missing]  # in the document, not stating its value
     return flags, found
 
 
