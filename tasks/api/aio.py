@@ -249,7 +249,7 @@ class AsyncModelClient:
         self.changes = Changes()
         self.occupancy = Occupancy()
         self._asleep = loop_sleep(client._sleep)
-        self.gate = Gate(client.limiter, self.changes, self._asleep, self.stop)
+        self.gate = Gate(client.limiter, self.changes, self._asleep, client.check_stops)
         self._sdk: anthropic.AsyncAnthropic | None = None
         self._close_sdk: weakref.finalize[Any, Any] | None = None
 
@@ -285,10 +285,6 @@ class AsyncModelClient:
 
     def close(self) -> None:
         self.loop.close(before=lambda: self._close_sdk() if self._close_sdk is not None else None)
-
-    def stop(self) -> None:
-        """What stops every request before it is sent (`ModelClient.check_stops`)."""
-        self.client.check_stops()
 
     async def call(
         self,

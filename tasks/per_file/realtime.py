@@ -145,17 +145,16 @@ def feed(chunks: Iterable[T], client: ModelClient, settings: Settings) -> Iterat
     window stays full and the chunks in flight are as many as it needs (a chunk waiting for its
     slowest document no longer holds capacity). Raises what stops the run (a signal, a trip, a
     spend-limit refusal) instead of handing out more."""
-    aio = async_client(client)
-    size = settings.chunk_size
+    occupancy, size = async_client(client).occupancy, settings.chunk_size
 
     def room() -> int:
         window = client.limiter.window
         return window + max(size, window // 4)
 
     for chunk in chunks:
-        while not aio.occupancy.wait_below(room):
-            aio.stop()
-        aio.stop()
+        while not occupancy.wait_below(room):
+            client.check_stops()
+        client.check_stops()
         yield chunk
 
 
