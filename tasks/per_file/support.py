@@ -127,10 +127,6 @@ def _day(y: int, m: int, d: int) -> date | None:
         return None
 
 
-def _year(text: str) -> int:
-    return int(text.lstrip("'"))
-
-
 def _days(year: int, months: frozenset[int] | set[int], days: tuple[int, ...]) -> set[date]:
     found = (_day(year, month, day) for month in months for day in days)
     return {d for d in found if d is not None}
@@ -167,7 +163,7 @@ def date_spans(text: str) -> list[tuple[int, int, set[date]]]:
         while (hit := pattern.search(text, pos)) is not None:
             pos = hit.start() + 1  # overlapping candidates: `Total 12 items May 3, 2014`
             named = month_numbers(hit.group(gm))
-            days = _days(_year(hit.group(gy)), named, tuple(int(hit.group(g)) for g in gd))
+            days = _days(int(hit.group(gy).lstrip("'")), named, tuple(int(hit.group(g)) for g in gd))
             if days:
                 out.append((hit.start(), hit.end(), days))
                 pos = hit.end()
