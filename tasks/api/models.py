@@ -36,13 +36,6 @@ def pinned_models(settings: Settings) -> list[tuple[str, str]]:
     return out
 
 
-def _same_family_current(model: str, day: date) -> str | None:
-    info = model_info(model)
-    if info is None:
-        return None
-    return next((m for m in current_models(day) if (model_info(m) or info).family == info.family), None)
-
-
 def lifecycle_note(name: str, model: str, day: date) -> str | None:
     """One line about `model`'s status on `day` when it is not simply current (None then)."""
     info = model_info(model)
@@ -52,7 +45,7 @@ def lifecycle_note(name: str, model: str, day: date) -> str | None:
             "its lifecycle is unknown"
         )
     status = info.status_on(day)
-    newer = _same_family_current(model, day)
+    newer = next((m for m in current_models(day) if (model_info(m) or info).family == info.family), None)
     instead = f"; the current {info.family} is {newer}" if newer and newer != info.id else ""
     if status is Status.DEPRECATED:
         return f"{name} {model} is deprecated: it retires on {info.retires}{instead}"
