@@ -139,20 +139,6 @@ def retry_after_seconds(headers: Any, *, now: Callable[[], float] = time.time) -
     return max(0.0, float(email.utils.mktime_tz(parsed)) - now())
 
 
-def error_retry_after(exc: BaseException, cap: float = RETRY_AFTER_MAX_SECONDS) -> float | None:
-    """`retry-after` of an API error, if it carries one, at most `cap` seconds (logged when capped:
-    one 429 asking for 600 s must not stall every request for ten minutes)."""
-    if not isinstance(exc, anthropic.APIStatusError):
-        return None
-    asked = retry_after_seconds(exc.response.headers)
-    if asked is not None and asked > cap:
-        log.warning(
-            "the API asked to wait %.0f s (HTTP %s); waiting the cap of %.0f s", asked, exc.status_code, cap
-        )
-        return cap
-    return asked
-
-
 def backoff_seconds(retry_number: int, cap: float, rng: Callable[[], float] = random.random) -> float:
     """Exponential backoff with jitter: 0.5 s * 2**(n-1), minus up to 25 %, capped at `cap`."""
     base = min(0.5 * 2.0 ** max(retry_number - 1, 0), cap)
@@ -168,10 +154,20 @@ def wait_seconds(
     asked_max: float = RETRY_AFTER_MAX_SECONDS,
 ) -> float:
     """How long to wait before retry number `retry_number` (1-based) after `exc`: the server's
-    `retry-after` (at most `asked_max`), else backoff capped at `cap`."""
-    asked = error_retry_after(exc, asked_max)
-    if asked is not None and asked > 0:
-        return asked
+    `retry-after`, at most `asked_max` (logged when capped: one 429 asking for 600 s must not stall
+    every request for ten minutes), else backoff capped at `cap`."""
+    if isinstance(exc, anthropic.APIStatusError):
+        asked = retry_after_seconds(exc.response.headers)
+        if asked is not None and asked > asked_max:
+            log.warning(
+                "the API asked to wait %.0f s (HTTP %s); waiting the cap of %.0f s",
+                asked,
+                exc.status_code,
+                asked_max,
+            )
+            return asked_max
+        if asked:
+            return asked
     return backoff_seconds(retry_number, cap, rng)
 
 
