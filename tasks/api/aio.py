@@ -1,20 +1,14 @@
-"""The realtime Messages call on an event loop: `AsyncModelClient`, the twin of
-`ModelClient.call` that the per-file pass uses, so one process keeps as many requests in flight as the
-pacer's window asks (Little's law: hundreds at a tier-4 limit) without a thread each.
+"""The realtime Messages call on an event loop: `AsyncModelClient`, the twin of `ModelClient.call`
+that the per-file pass uses, so one process keeps as many requests in flight as the pacer's window
+asks (Little's law: hundreds at a tier-4 limit) without a thread each.
 
-- `LoopThread` (tasks.api.loop_thread): one event loop in its own thread per `ModelClient`; other
-  threads hand it coroutines (`run`) and wait. Blocking work a coroutine needs (the store, the gate's
-  CPU) runs on a small pool of I/O threads (`io`), never on the loop.
-- Every policy is `ModelClient`'s own, called step by step: `_open` (nothing after a signal, a trip
-  or a spend-limit refusal; the attempt counted), the pacer's one decision `RateLimiter.try_acquire`,
-  `Budget.try_reserve`, `CircuitBreaker.try_admit`, `_failed`, `_timed_out` (possibly billed),
-  `_answered`, `_spent`, `_wait_for` (retrying.wait_seconds), `retrying.is_retryable`, `_ended`,
-  `_result`. A change to one of them applies to threads and loop alike. Only the waiting differs:
-  `Gate` admits requests first come, first served (one waiter asks the pacer, the others queue), and
-  the budget and the breaker are asked again after each answer instead of blocking a thread.
-- `on_response` (persisting the answer, invariant 3) runs on an I/O thread while the request still
-  holds its slot: a crash re-sends at most the requests in flight.
-- Answers are read as the JSON the API sent (tasks.api.sse).
+One event loop per `ModelClient` runs in its own thread (tasks.api.loop_thread); blocking work (the
+store, the gate's CPU) runs on its I/O threads. Every policy is `ModelClient`'s own, called step by
+step (the `RateLimiter`, `Budget` and `CircuitBreaker` decisions, `_open`, `_failed_attempt`,
+`_answered`, `_spent`, `_wait`, `_ended`, `_result`), so a change applies to threads and loop alike.
+Only the waiting differs: `Gate` admits requests first come, first served, and the budget and the
+breaker are asked again after each answer instead of blocking a thread. `on_response` (persisting
+the answer, invariant 3) runs on an I/O thread while the request still holds its slot.
 """
 
 from __future__ import annotations
@@ -30,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from docmill.sdk import anthropic, httpx2
 from docmill.shutdown import SHUTDOWN
-from tasks.api.answers import StreamProgress, read_timeout, streams
+from tasks.api.answers import StreamProgress, read_timeout
 from tasks.api.client import CallResult, ModelClient, OnResponse, endings
 from tasks.api.loop_thread import LoopThread
 from tasks.api.pacing import WINDOW_FULL, WINDOW_MAX, RateLimiter, Ticket, Told
@@ -61,7 +55,7 @@ Then = Callable[[dict[str, Any]], object]
 
 class Slot:
     """A request's place in the pacer's window and its budget reservation, given back once: on the
-    I/O thread as soon as its answer is persisted (`_answer_step`), else on the loop when the
+    I/O thread as soon as its answer is persisted (`answered`), else on the loop when the
     attempt ends. Then the waiters on the loop look again."""
 
     def __init__(self, aio: AsyncModelClient, ticket: Ticket) -> None:
@@ -85,20 +79,15 @@ class Slot:
             else:
                 self.aio.loop.loop.call_soon_threadsafe(self.aio.changes.notify)
 
-
-def _answer_step(
-    on_response: OnResponse | None,
-    then: Then | None,
-    attempt: int,
-    data: dict[str, Any],
-    give_back: Callable[[], None],
-) -> None:
-    """On an I/O thread: persist the answer, give back the slot, then the work that follows."""
-    if on_response is not None:
-        on_response(attempt, data)  # persisted before the slot is given back: invariant 3
-    give_back()
-    if then is not None:
-        then(data)
+    def answered(
+        self, on_response: OnResponse | None, then: Then | None, attempt: int, data: dict[str, Any]
+    ) -> None:
+        """On an I/O thread: persist the answer, give back the slot, then the work that follows."""
+        if on_response is not None:
+            on_response(attempt, data)  # persisted before the slot is given back: invariant 3
+        self.give_back()
+        if then is not None:
+            then(data)
 
 
 class Occupancy:
@@ -143,10 +132,8 @@ class Changes:
     async def wait(self, timeout: float = WAKE_SECONDS) -> None:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            pass
 
 
 class Gate:
@@ -238,7 +225,7 @@ def async_client(client: ModelClient) -> AsyncModelClient:
     """The client's twin on its event loop, made on first use (one per `ModelClient`, which closes it)."""
     with client._aio_lock:
         if client._aio is None:
-            client._aio = AsyncModelClient(client, api_key=client._key, base_url=client._base_url)
+            client._aio = AsyncModelClient(client)
         twin = client._aio
     assert isinstance(twin, AsyncModelClient)
     return twin
@@ -256,14 +243,13 @@ def close_twin(client: ModelClient) -> None:
 class AsyncModelClient:
     """`ModelClient.call` on its event loop; made by `async_client` (one per client)."""
 
-    def __init__(self, client: ModelClient, *, api_key: str | None, base_url: str | None) -> None:
+    def __init__(self, client: ModelClient) -> None:
         self.client = client
         self.loop = LoopThread()
         self.changes = Changes()
         self.occupancy = Occupancy()
         self._asleep = loop_sleep(client._sleep)
-        self.gate = Gate(client.limiter, self.changes, self._asleep, self.stop)
-        self._key, self._base_url = api_key, base_url
+        self.gate = Gate(client.limiter, self.changes, self._asleep, client.check_stops)
         self._sdk: anthropic.AsyncAnthropic | None = None
         self._close_sdk: weakref.finalize[Any, Any] | None = None
 
@@ -272,14 +258,15 @@ class AsyncModelClient:
         """The SDK client, made on the loop when a request first needs it (a pass whose documents
         all have their answers in the ledger never imports the SDK). Read it on the loop only."""
         if self._sdk is None:
-            self._sdk = self._make_sdk(self._key, self._base_url)
+            self._sdk = self._make_sdk()
             # a client dropped without close() (a signal's exit, a script) still closes its connections
             # (aiohttp logs an error for a session left open at exit)
             self._close_sdk = weakref.finalize(self, _close_sdk, self.loop, self._sdk)
         return self._sdk
 
-    def _make_sdk(self, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
-        api = self.client.settings.api
+    def _make_sdk(self) -> anthropic.AsyncAnthropic:
+        c = self.client
+        api = c.settings.api
         # as many connections as requests in flight (the SDK's default pool stops at 1,000; aiohttp's
         # at 100 when given none: the pacer's window is the bound)
         keep = api.concurrency or 1000
@@ -293,19 +280,11 @@ class AsyncModelClient:
             limits = httpx2.Limits(max_connections=None, max_keepalive_connections=keep)
             http = anthropic.DefaultAsyncHttpxClient(limits=limits, timeout=api.timeout_seconds)
         return anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=api.timeout_seconds, http_client=http
+            api_key=c._key, base_url=c._base_url, max_retries=0, timeout=api.timeout_seconds, http_client=http
         )
 
     def close(self) -> None:
-        self.loop.close(before=self._close_made_sdk)
-
-    def _close_made_sdk(self) -> None:
-        if self._close_sdk is not None:
-            self._close_sdk()
-
-    def stop(self) -> None:
-        """What stops every request before it is sent (`ModelClient.check_stops`)."""
-        self.client.check_stops()
+        self.loop.close(before=lambda: self._close_sdk() if self._close_sdk is not None else None)
 
     async def call(
         self,
@@ -332,7 +311,7 @@ class AsyncModelClient:
         ladder.estimate = estimate
         retrying = transport_async(
             stop=lambda _s: c._spent(ladder),
-            wait=lambda s: c._wait(s, ladder),
+            wait=lambda s: c._wait(s, max(ladder.attempts_on_model, 1)),
             sleep=self._backoff,
             reraise=False,
         )
@@ -375,7 +354,7 @@ class AsyncModelClient:
                 c.breaker.done()
             slot.billed = c._answered(data, request_id, headers, ladder, slot.told)
             if on_response is not None or then is not None:
-                await self.loop.io(_answer_step, on_response, then, ladder.attempts, data, slot.give_back)
+                await self.loop.io(slot.answered, on_response, then, ladder.attempts, data)
         finally:  # a 429's retry-after delays only this request (the retry wait), never the others
             slot.give_back()
         return data
@@ -383,11 +362,11 @@ class AsyncModelClient:
     async def _post(
         self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
     ) -> tuple[dict[str, Any], Any, Any]:
-        api = self.client.settings.api
-        stream = streams(body, api.stream_min_max_tokens)
         try:
-            timeout = None if stream else read_timeout(body, api.timeout_seconds)
-            return await read_answer(self.sdk, body, stream=stream, progress=progress, timeout=timeout)
+            timeout = read_timeout(body, self.client.settings.api)
+            return await read_answer(
+                self.sdk, body, stream=timeout is None, progress=progress, timeout=timeout
+            )
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             self.client._failed(e, ladder, told)
             raise

@@ -1,40 +1,24 @@
-"""One answer off the wire, and what an attempt that brought no whole answer may have cost.
-
-The policy here is shared by every path that calls the Messages API (`client.ModelClient.call` and
-`.stream`, and the event loop's `aio.AsyncModelClient.call`): what a failed attempt may have cost is decided by
-`paid_attempt`, never by a caller.
-
-- `answer(sdk, body, stream=..., progress=...)`: one HTTP attempt -> (the answer as the JSON the API
-  sent, request id, response headers). Streamed (`messages.stream` -> final message) when asked, so a
-  long answer keeps the connection busy instead of meeting the read timeout; else the raw `create`.
-- `stream_message(sdk, body, progress, betas=...)`: one streamed attempt -> the SDK's final Message
-  object (beta namespace when `betas`): long tasks and compaction (tasks.conversation).
-- `StreamProgress`: what a streamed attempt showed before it ended or broke (the 200, the request id,
-  `message_start`'s usage, `message_delta`'s cumulative usage). `on_event` is the one place that
-  reads it off the events, sync or async.
-- `StreamBroken`: the connection broke after the API answered 200 (a drop: httpx2
-  `RemoteProtocolError` / `ReadError`; or a read timeout while the answer streamed). The SDK raises
-  those raw out of the stream; `stream_broken` makes them one of these that is also the SDK's
-  `APIConnectionError`, retried by the one transport layer (tasks.api.retrying) like any reset.
-- `paid_attempt(exc, progress, ...)`: THE decision of what a failed attempt may have cost
-  (invariant 13): nothing (refused before the model: 4xx/5xx statuses, nothing sent), the stream's
-  final usage (exact: it broke after `message_delta`), or an upper bound flagged possibly billed
-  (the input `message_start` reported plus max_tokens of output; else the request's worst case).
-- `PossiblyBilled` (`paid_record`): the record of such an attempt, handed to the run's cost ledger.
-- The event loop's reader (tasks.api.sse, the per-file pass) fills the same `StreamProgress` from the
-  raw SSE events and raises the same `StreamBroken`.
+"""One answer off the wire (`answer`, `stream_message`), and what an attempt that brought no whole
+answer may have cost: THE decision, `paid_attempt` (invariant 13), for every path that calls the
+Messages API (`ModelClient.call` and `.stream`, the event loop's `AsyncModelClient.call`), never a
+caller's. Both readers (this one on threads, tasks.api.sse on the loop) fill one `StreamProgress`
+per attempt and raise the same `StreamBroken` when the connection breaks after the 200; the record
+of a paid attempt without an answer is a `PossiblyBilled`, handed to the run's cost ledger.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docmill.logs import get_logger
 from docmill.sdk import anthropic, httpx2
 from tasks.api.usage import prompt_tokens
+
+if TYPE_CHECKING:
+    from docmill.settings import ApiSettings
 
 log = get_logger("api")
 
@@ -83,7 +67,7 @@ class StreamProgress:
     headers: Any = None
     start_usage: dict[str, Any] | None = None  # message_start: the input side, exact
     final_usage: dict[str, Any] | None = None  # message_delta, merged over message_start (cumulative)
-    events: int = field(default=0)
+    events: int = 0
 
     def on_response(self, request_id: str | None, headers: Any) -> None:
         self.answered, self.request_id, self.headers = True, request_id, headers
@@ -187,7 +171,9 @@ def paid_attempt(
       is not a Message): None.
     `price(usage)` prices a usage by the model asked for (None: no price, counted 0)."""
     if progress.answered and not (isinstance(exc, anthropic.APIStatusError) and exc.status_code != 200):
-        reason = "stream_error" if isinstance(exc, anthropic.APIStatusError) else _broken_reason(exc)
+        reason = "timeout" if isinstance(exc, StreamBroken) and exc.timed_out else "dropped"
+        if isinstance(exc, anthropic.APIStatusError):  # an `error` event after the 200
+            reason = "stream_error"
         if progress.final_usage is not None:
             usage = dict(progress.final_usage)
             return Paid(price(usage) or 0.0, False, usage, reason)
@@ -220,10 +206,6 @@ def sent_then_broken(cause: BaseException | None) -> bool:
     )
 
 
-def _broken_reason(exc: BaseException) -> str:
-    return "timeout" if isinstance(exc, StreamBroken) and exc.timed_out else "dropped"
-
-
 def paid_record(
     label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int, paid: Paid, at: float
 ) -> PossiblyBilled:
@@ -231,9 +213,7 @@ def paid_record(
     the stream reported them, else the caller's estimate)."""
     input_tokens = prompt_tokens(paid.usage) if paid.usage else estimate
     return PossiblyBilled(
-        pass_name=label.pass_name,
-        doc_id=label.doc_id,
-        key=label.key,
+        **vars(label),
         attempt=attempt,
         model=model,
         input_tokens=input_tokens,
@@ -316,35 +296,25 @@ def stream_message(
     return final
 
 
-def streams(body: dict[str, Any], stream_min_max_tokens: int) -> bool:
-    """Whether the answer streams (`api.stream_min_max_tokens`: a long one, read by read), on a
-    thread (`answer`) and on the event loop (tasks.api.sse) alike."""
-    return int(body["max_tokens"]) >= stream_min_max_tokens
-
-
-def read_timeout(body: dict[str, Any], timeout_seconds: float) -> float:
-    """How long an unstreamed answer may take: `api.timeout_seconds` covers 2,048 output tokens
-    (the SDK estimates 58 s for them); a larger max_tokens gets it in proportion."""
-    return timeout_seconds * max(1.0, int(body["max_tokens"]) / TIMEOUT_COVERS)
+def read_timeout(body: dict[str, Any], api: ApiSettings) -> float | None:
+    """None when the answer streams (max_tokens reaches `api.stream_min_max_tokens`: a long one, read
+    by read), on a thread and on the event loop alike; else how long it may take: `api.timeout_seconds`
+    covers 2,048 output tokens (the SDK estimates 58 s for them), a larger max_tokens in proportion."""
+    max_tokens = int(body["max_tokens"])
+    if max_tokens >= api.stream_min_max_tokens:
+        return None
+    return api.timeout_seconds * max(1.0, max_tokens / TIMEOUT_COVERS)
 
 
 def answer(
-    sdk: anthropic.Anthropic,
-    body: dict[str, Any],
-    *,
-    stream: bool,
-    progress: StreamProgress | None = None,
-    timeout: float | None = None,
+    sdk: anthropic.Anthropic, body: dict[str, Any], progress: StreamProgress, timeout: float | None
 ) -> tuple[dict[str, Any], str | None, Any]:
-    """One HTTP attempt: (the answer's JSON, request id, response headers); `timeout` for an
-    unstreamed answer (None: the client's)."""
-    progress = progress if progress is not None else StreamProgress()
-    if stream:
+    """One HTTP attempt: (the answer's JSON, request id, response headers); streamed when `timeout`
+    is None (`read_timeout`)."""
+    if timeout is None:
         with sdk.messages.stream(**body) as events:
             final = _read(events, progress)
             data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
             return data, events.request_id, events.response.headers
-    raw = sdk.messages.with_raw_response.create(
-        **body, timeout=anthropic.NOT_GIVEN if timeout is None else timeout
-    )
+    raw = sdk.messages.with_raw_response.create(**body, timeout=timeout)
     return message_dict(raw), raw.request_id, raw.headers

@@ -1,25 +1,19 @@
 """The circuit breaker (invariant 12): N calls in a row failing the same systemic way stop the run
-early and loudly instead of paying for every document's doomed attempts.
+early and loudly instead of paying for every document's doomed attempts
+(`settings.api.circuit_breaker_calls`, 20 by default). Callers: tasks.api.client.ModelClient,
+tasks.api.aio.AsyncModelClient, tasks.per_file.realtime.
 
 Two streaks, both reset by a healthy call:
-- API causes, fed by `ModelClient`: `auth` (401), `billing` (402), `permission` (403),
-  `model_not_found` (404), `not_a_message` (a 200 whose body is not a Message: wrong base URL, a
-  proxy's page), `connection_refused` (nothing listens; counted per attempt), `invalid_request`
-  (the same 400 `invalid_request_error`, word for word, for every document: a schema the API's grammar
-  compiler refuses, a parameter it does not take; counted once per document, so one document's
-  repeated 400 never trips it, and a document-specific 400 — one document too large — has its own
-  message and starts a new streak). Any answered Message resets it. Transient failures (429, 5xx,
-  overload, resets) never count: they are retried and end retryable.
-- Answer causes, fed by the per-file pass after the gate: every answer invalid alike (`invalid:` the
-  same first validation error, or a refusal). An accepted answer resets it; an answer with another
-  problem starts a new streak.
-One bad file (at most 1 + repairs answers) or one 400 never reaches the default of 20
-(`settings.api.circuit_breaker_calls`). A 404 for the model trips at once (`IMMEDIATE`): the model is
-unknown or retired for this key, and every document would get the same answer. Once tripped, every later call raises `SystemicFailure` before
-it is sent. So that the trip comes within N calls, not N plus whatever was in flight: while a streak
-plus the requests in flight could reach N, a new request waits until those answer (`admit`/`done`;
-a healthy run, whose streaks stay at 0, never waits, however many requests it has in flight). Callers: tasks.api.client.ModelClient,
-tasks.api.aio.AsyncModelClient, tasks.per_file.realtime.
+- API causes: `auth` (401), `billing` (402), `permission` (403), `model_not_found` (404: trips at
+  once, `IMMEDIATE`, since every document would get the same answer), `not_a_message` (a 200 whose
+  body is not a Message), `connection_refused` (per attempt), `invalid_request` (the same 400, word
+  for word, for N different documents: one document's repeated 400 never trips it). Transient
+  failures (429, 5xx, overload, resets) never count: they are retried and end retryable.
+- Answer causes, fed by the per-file pass after the gate: every answer invalid alike (the same first
+  validation error, or a refusal).
+Once tripped, every later call raises `SystemicFailure` before it is sent. So that the trip comes
+within N calls, not N plus whatever was in flight, a new request waits while a streak plus the
+requests in flight could reach N (`admit`/`done`; a healthy run, whose streaks stay at 0, never waits).
 """
 
 from __future__ import annotations
@@ -54,10 +48,7 @@ class CircuitBreaker:
         self.threshold = threshold
         self._lock = threading.Condition()
         self.in_flight = 0
-        self._streaks: dict[str, tuple[str | None, int, str]] = {
-            "api": (None, 0, ""),
-            "answers": (None, 0, ""),
-        }
+        self._streaks: dict[str, tuple[str | None, int, str]] = {k: (None, 0, "") for k in ("api", "answers")}
         self._who: set[str] = set()  # documents of the current API streak (invalid_request counts them)
         self.tripped: SystemicFailure | None = None
 
@@ -80,11 +71,7 @@ class CircuitBreaker:
         with self._lock:
             self.check()
             stop()
-            longest = (
-                max(n for cause, n, _ in self._streaks.values() if cause is not None)
-                if any(c is not None for c, _, _ in self._streaks.values())
-                else 0
-            )
+            longest = max((n for cause, n, _ in self._streaks.values() if cause is not None), default=0)
             # no streak: nothing to wait for (a window of hundreds in flight is not held to N);
             # a streak: the requests in flight answer first while they could complete it
             if longest == 0 or self.in_flight == 0 or longest + self.in_flight < self.threshold:

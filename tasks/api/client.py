@@ -1,17 +1,13 @@
-"""`ModelClient`: the realtime Messages call with one transport retry layer (tenacity, invariant 6),
-bounded concurrency, client-side pacing and the overload degradation ladder. Its twin on an event
-loop (tasks.api.aio.async_client, the per-file pass) is built from the same policy steps.
+"""`ModelClient`: the realtime Messages call on threads with one transport retry layer (tenacity,
+invariant 6; the SDK's `max_retries=0`), bounded concurrency, client-side pacing and the overload
+degradation ladder. Its twin on an event loop (tasks.api.aio.async_client) calls the same policy
+steps, the methods below marked as shared.
 
-- The SDK client is built with `max_retries=0`; tenacity (policy in tasks.api.retrying) re-sends.
 - A request's slot (the pacer's window, and `settings.api.concurrency` when given) is held until
-  `on_response` has persisted the answer, so a crash re-sends at most the requests in flight
-  (invariant 3).
-- Pacing (tasks.api.pacing): each attempt takes a ticket and gives it back with what it was told; a
-  429's `retry-after` is this request's own retry wait and holds no other request.
-- Degradation ladder: after `overloads_before_fallback` consecutive 529s of the primary model, the
-  request goes to `settings.api.fallback_model` (the result says which answered); its attempts spent
-  too: `ApiCallError(failure_type="transport_exhausted")`. Errors leave as `ApiCallError` (never a
-  tenacity RetryError): status, request_id, attempts, model, failure_type ("api_error:<status>").
+  `on_response` has persisted the answer: a crash re-sends at most the requests in flight (invariant 3).
+- A 429's `retry-after` is this request's own retry wait and holds no other request.
+- After `overloads_before_fallback` consecutive 529s the request goes to `settings.api.fallback_model`
+  (tasks.api.ladder). Errors leave as `ApiCallError` (never a tenacity RetryError).
 """
 
 from __future__ import annotations
@@ -34,7 +30,6 @@ from docmill.shutdown import SHUTDOWN
 from tasks.api.answers import (
     CallLabel,
     OnPossiblyBilled,
-    Paid,
     PossiblyBilled,
     StreamProgress,
     answer,
@@ -43,13 +38,13 @@ from tasks.api.answers import (
     paid_record,
     read_timeout,
     stream_message,
-    streams,
     timed_out_after_sending,
 )
 from tasks.api.breaker import API_CAUSES, CircuitBreaker
+from tasks.api.budget import Budget
 from tasks.api.ladder import CallResult as CallResult  # re-exported: what a call returns
 from tasks.api.ladder import Ladder, answered, call_error
-from tasks.api.pacing import WINDOW_MAX, Budget, RateLimiter, Told
+from tasks.api.pacing import WINDOW_MAX, RateLimiter, Told
 from tasks.api.retrying import (
     describe,
     failure,
@@ -182,13 +177,14 @@ class ModelClient:
         max_tokens: int,
         label: CallLabel | None,
     ) -> T:
-        api = self.settings.api
-        attempts, timeouts = [0], [0]
+        who = label or CallLabel("call", "*", "")
+        ladder = Ladder(model or "", None, 0, key=who.key, doc_id=who.doc_id, pass_name=who.pass_name)
 
         def once() -> T:
             SHUTDOWN.check()
             self.breaker.check()
-            attempts[0] += 1
+            ladder.attempts += 1
+            ladder.attempts_on_model += 1
             ticket = self.limiter.acquire(pace_tokens, max_tokens) if pace_tokens else None
             billed, used, progress = 0.0, None, StreamProgress()
             try:
@@ -199,20 +195,10 @@ class ModelClient:
                         with self.semaphore:
                             result = fn(progress)
                     except Exception as e:
-                        if model is None:
-                            raise  # count_tokens and other free calls: nothing is billed
-                        timeouts[0] += timed_out_after_sending(e)
-                        paid = paid_attempt(
-                            e,
-                            progress,
-                            worst_usd=worst,
-                            max_tokens=max_tokens,
-                            price=partial(priced_usd, model),
-                        )
-                        if paid is not None:
-                            billed = paid.usd
-                            who = label or CallLabel("call", "*", "")
-                            self._record_paid(who, attempts[0], model, pace_tokens, max_tokens, paid)
+                        if model is not None:  # count_tokens and other free calls: nothing is billed
+                            billed = self._failed_attempt(
+                                e, progress, ladder, worst, pace_tokens, max_tokens, {}
+                            )
                         raise
                     used = usage_of(result)
                     billed = self._cost(model, used) if model and used is not None else 0.0
@@ -224,8 +210,8 @@ class ModelClient:
                     self.limiter.release(ticket, usage=used)
 
         retrying = transport(
-            stop=lambda _s: attempts[0] >= api.max_attempts or timeouts[0] > api.timeout_resends,
-            wait=lambda st: self._wait_any(st, attempts[0]),
+            stop=lambda _s: self._spent(ladder),
+            wait=lambda st: self._wait(st, ladder.attempts),
             sleep=self._backoff,
         )
         try:
@@ -314,14 +300,9 @@ class ModelClient:
         if not paid.possibly and paid.usage is not None:
             told["usage"] = paid.usage  # the pacer learns what it really took
         label = CallLabel(ladder.pass_name, ladder.doc_id, ladder.key)
-        self._record_paid(label, ladder.attempts, ladder.model, estimate, max_tokens, paid)
-        return paid.usd  # the cap keeps what it may have cost
-
-    def _record_paid(
-        self, label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int, paid: Paid
-    ) -> None:
-        entry = paid_record(label, attempt, model, estimate, max_tokens, paid, self.wall())
+        entry = paid_record(label, ladder.attempts, ladder.model, estimate, max_tokens, paid, self.wall())
         keep_paid(self.possibly_billed, self.on_possibly_billed, entry)
+        return paid.usd  # the cap keeps what it may have cost
 
     def _answered(
         self, data: dict[str, Any], request_id: str | None, headers: Any, ladder: Ladder, told: Told
@@ -339,11 +320,9 @@ class ModelClient:
     ) -> tuple[dict[str, Any], str | None, Any]:
         """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
         max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message);
-        below it the answer comes whole within `_read_timeout`."""
+        below it the answer comes whole within `answers.read_timeout`."""
         try:
-            stream = streams(body, self.settings.api.stream_min_max_tokens)
-            timeout = None if stream else read_timeout(body, self.settings.api.timeout_seconds)
-            return answer(self.sdk, body, stream=stream, progress=progress, timeout=timeout)
+            return answer(self.sdk, body, progress, read_timeout(body, self.settings.api))
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
             self._failed(e, ladder, told)
             raise
@@ -360,16 +339,11 @@ class ModelClient:
             return math.inf if self.budget.cap_usd is not None else 0.0
         return worst
 
-    def _wait(self, state: RetryCallState, ladder: Ladder) -> float:
-        return self._wait_any(state, max(ladder.attempts_on_model, 1))
-
-    def _wait_any(self, state: RetryCallState, attempt: int) -> float:
-        exc = failure(state)
-        return 0.0 if exc is None else self._wait_for(exc, attempt)
-
-    def _wait_for(self, exc: BaseException, attempt: int) -> float:
-        """The wait before attempt `attempt` + 1 after `exc` (retrying.wait_seconds)."""
-        api = self.settings.api
+    def _wait(self, state: RetryCallState, attempt: int) -> float:
+        """The wait before attempt `attempt` + 1 after the last one's error (retrying.wait_seconds)."""
+        exc, api = failure(state), self.settings.api
+        if exc is None:
+            return 0.0
         return wait_seconds(
             exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
         )
@@ -397,7 +371,7 @@ class ModelClient:
         ladder = self._ladder(request, key, doc_id, pass_name)
         retrying = transport(
             stop=lambda _s: self._spent(ladder),
-            wait=lambda s: self._wait(s, ladder),
+            wait=lambda s: self._wait(s, max(ladder.attempts_on_model, 1)),  # 0 just after a fallback
             sleep=self._backoff,
             reraise=False,
         )
@@ -427,13 +401,12 @@ class ModelClient:
         `RetryError` when a retryable failure's attempts are spent), and its cause: a spend-limit refusal
         stops the run (no document is marked failed); 401-404 feed the breaker; everything else is an
         `ApiCallError`."""
-        key, doc_id, pass_name = ladder.key, ladder.doc_id, ladder.pass_name
         if isinstance(e, RetryError):
             last = e.last_attempt.exception()
-            return call_error(last, ladder, key, doc_id, pass_name, "transport_exhausted"), last
+            return call_error(last, ladder, "transport_exhausted"), last
         if isinstance(e, anthropic.APIResponseValidationError):
             self.breaker.api("not_a_message", str(e))
-            return call_error(e, ladder, key, doc_id, pass_name, "api_error:not_a_message"), e
+            return call_error(e, ladder, "api_error:not_a_message"), e
         if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
             self.stopped = spend_limit_error(e)
             return self.stopped, e
@@ -443,8 +416,8 @@ class ModelClient:
             self.breaker.api(API_CAUSES[status], describe(e))
             self.breaker.check()  # tripped by this call (a 404 at once): the run stops, no document fails
         elif is_invalid_request(e):  # the same 400 for every document: systemic
-            self.breaker.invalid_request(describe(e), doc_id)
-        return call_error(e, ladder, key, doc_id, pass_name, kind), e
+            self.breaker.invalid_request(describe(e), ladder.doc_id)
+        return call_error(e, ladder, kind), e
 
     def _result(
         self,

@@ -81,14 +81,7 @@ class Ladder:
             self.consecutive_overloads = 0
 
 
-def call_error(
-    exc: BaseException | None,
-    ladder: Ladder,
-    key: str,
-    doc_id: str,
-    pass_name: str,
-    failure_type: str,
-) -> ApiCallError:
+def call_error(exc: BaseException | None, ladder: Ladder, failure_type: str) -> ApiCallError:
     """The error a call ends with: what failed, after how many attempts, and how to fix it."""
     last = describe(exc) if exc is not None else "no attempt was made"
     status = getattr(exc, "status_code", None)
@@ -100,14 +93,14 @@ def call_error(
     else:
         hint = "the API kept failing; a resume of the run retries this document"
     return ApiCallError(
-        f"{pass_name} call for {doc_id} failed after {ladder.attempts} attempt(s): {last}",
+        f"{ladder.pass_name} call for {ladder.doc_id} failed after {ladder.attempts} attempt(s): {last}",
         hint=hint,
         status=status,
         request_id=getattr(exc, "request_id", None),
         attempts=ladder.attempts,
         model=ladder.model,
-        doc_id=doc_id,
-        key=key,
+        doc_id=ladder.doc_id,
+        key=ladder.key,
         failure_type=failure_type,
         last_error=last,
         errors=list(ladder.errors),

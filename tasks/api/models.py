@@ -1,19 +1,14 @@
-"""The pinned models, checked when a run starts (before anything is sent), on `settings.on_day()`.
+"""The pinned models, checked when a run starts (before anything is sent), on `settings.on_day()`,
+against docmill's model table (`docmill/data/models.json`). Used by `flows.entry.run_extract` and
+`docmill doctor`.
 
-- A model retired on that day in docmill's model table (`docmill/data/models.json`, e.g.
-  `claude-sonnet-4-5`: 2026-11-30) is refused by the API: `check_models` raises one `ConfigError` line
-  naming the setting (exit 2), so no run starts on it.
-- A model with no price (an explicit "no published price" row, or none) under a cost cap stops the run
-  (`ConfigError`, exit 2, naming how to declare a price): the cap is never off. Without a cap it is a
-  warning, and its answers are kept with their tokens recorded as `unpriced`.
-- A model outside the table is probed once (`check_served`: a free `count_tokens` against the
-  endpoint, as `doctor` does): a 404 stops the run (exit 2), nothing sent.
-- A deprecated model (retirement ahead), a legacy one with a retirement date, or one outside the table
-  is a warning: the run goes on.
-- The installed SDK's own end-of-life list (`docmill.sdk_hints`) adds a note when it knows a date the
-  table does not, or an earlier one; it never stops a run.
-A legacy model with no retirement date is only listed by `docmill doctor`.
-Used by `flows.entry.run_extract` and `docmill doctor`.
+- Retired that day: `check_models` raises one `ConfigError` line naming the setting (exit 2).
+- No price under a cost cap: `ConfigError` naming how to declare one (the cap is never off); without
+  a cap, a warning, and its tokens are recorded as `unpriced`.
+- Outside the table: probed once (`check_served`, a free `count_tokens`); a 404 stops the run.
+- Deprecated, legacy with a retirement date, or outside the table: a warning. The installed SDK's
+  end-of-life list (`docmill.sdk_hints`) adds a note when it knows an earlier date; it never stops a
+  run. A legacy model with no retirement date is only listed by `docmill doctor`.
 """
 
 from __future__ import annotations
@@ -41,13 +36,6 @@ def pinned_models(settings: Settings) -> list[tuple[str, str]]:
     return out
 
 
-def _same_family_current(model: str, day: date) -> str | None:
-    info = model_info(model)
-    if info is None:
-        return None
-    return next((m for m in current_models(day) if (model_info(m) or info).family == info.family), None)
-
-
 def lifecycle_note(name: str, model: str, day: date) -> str | None:
     """One line about `model`'s status on `day` when it is not simply current (None then)."""
     info = model_info(model)
@@ -57,7 +45,7 @@ def lifecycle_note(name: str, model: str, day: date) -> str | None:
             "its lifecycle is unknown"
         )
     status = info.status_on(day)
-    newer = _same_family_current(model, day)
+    newer = next((m for m in current_models(day) if (model_info(m) or info).family == info.family), None)
     instead = f"; the current {info.family} is {newer}" if newer and newer != info.id else ""
     if status is Status.DEPRECATED:
         return f"{name} {model} is deprecated: it retires on {info.retires}{instead}"

@@ -1,37 +1,31 @@
-"""Client-side pacing shared by every request of one `ModelClient` (threads and its event loop), and
-the run's cost cap.
+"""Client-side pacing shared by every request of one `ModelClient` (threads and its event loop).
 
 `RateLimiter` runs at the server's limits, never above them and never far below:
 
 - **Adopts the server's limits.** Every answer (and every 429) carries
-  `anthropic-ratelimit-<kind>-limit` / `-remaining` for requests, input tokens and output tokens.
-  `-limit` replaces the configured guess; `-remaining`, less what docmill has sent that the server
-  may not have counted yet, becomes the local picture of the server's bucket.
-- **Refills continuously** at `limit / 60 s`; `-reset` (when the bucket is *full* again) is never waited for.
-- **Ramps.** The send rate starts at `ramp_start` of the limit and grows linearly to the limit over
-  `ramp_seconds` (the API also limits sharp ramps); a 429 halves it and ramps again. The send rate is
-  never above the limit, so the server's bucket stays near full and absorbs latency jitter.
-- **Output tokens count.** A request goes only when its whole `max_tokens` fits in the output bucket
-  (an API that reserves `max_tokens` up front admits it then too), but while it is in flight it
-  holds what answers actually use (1.5 x the mean billed output, `max_tokens` until the first
-  answer), and its answer settles the difference. The send rate paces output at the mean billed
-  output per request, so output too stays at its limit instead of spending the bucket's minute.
-  (Holding `max_tokens`, 4,096, while answers use ~270 capped a tier-4 run at ~0.7 of its limit.)
-  Input tokens: estimated from the body, corrected by the ratio counted/estimate so far; counted
-  as the API does (uncached input and cache writes; cache reads only with `counts_cache_reads=True`).
-- **In flight: what the limit needs (Little's law).** The window is the request rate the limits
-  admit (the tightest of requests/min, input tokens/min over the mean input per request, output
-  tokens/min over the mean output) times the observed latency, x1.5 plus 4; before the first answer
-  the latency is at least the age of the first request. `concurrency` is an optional ceiling.
-- **A share of the organisation's limits.** `set_share(fraction)` makes this process pace at that
-  fraction of every limit (configured or stated by the headers, whose `-remaining` counts the whole
-  organisation), changeable at runtime; tasks.api.shared_limit sets it from the store, so processes
-  on several machines share one limit instead of each assuming all of it (`stats.adopted`: the
-  headers' limits; `stats.sent`: requests sent). `retry-after` delays only its request (client).
+  `anthropic-ratelimit-<kind>-limit` / `-remaining` for requests, input and output tokens. `-limit`
+  replaces the configured guess; `-remaining`, less what docmill sent that the server may not have
+  counted yet, becomes the local picture of the server's bucket, refilled continuously at
+  `limit / 60 s` (`-reset`, when the bucket is *full* again, is never waited for).
+- **Ramps.** The send rate starts at `ramp_start` of the limit and grows linearly to it over
+  `ramp_seconds` (the API also limits sharp ramps); a 429 halves it and ramps again. It is never
+  above the limit, so the server's bucket stays near full and absorbs latency jitter.
+- **Output tokens count.** A request goes only when its whole `max_tokens` fits in the output bucket,
+  but in flight it holds what answers actually use (1.5 x the mean billed output; `max_tokens`
+  until the first answer), and output is paced at the mean billed output per request: holding
+  `max_tokens` (4,096) while answers use ~270 capped a tier-4 run at ~0.7 of its limit. Input
+  tokens: estimated from the body, corrected by the ratio billed/estimated so far, counted as the
+  API does (cache reads only with `counts_cache_reads=True`).
+- **In flight: what the limit needs (Little's law).** The window is the request rate the tightest
+  limit admits times the observed latency, x1.5 plus 4 (before the first answer the latency is at
+  least the age of the first request). `concurrency` is an optional ceiling.
+- **A share of the organisation's limits.** `set_share(fraction)` paces at that fraction of every
+  limit; tasks.api.shared_limit sets it from the store, so processes on several machines share one
+  limit instead of each assuming all of it.
 
 `try_acquire` is the one admission decision (a ticket, or how long to wait); `acquire` waits for it on
-a thread, `tasks.api.aio.Gate` on the event loop; both wake when an answer comes. Time is
-injectable (`clock`, `sleep`) so tests record waits instead of sleeping.
+a thread, `tasks.api.aio.Gate` on the event loop; both wake when an answer comes. Time is injectable
+(`clock`, `sleep`) so tests record waits instead of sleeping.
 """
 
 from __future__ import annotations
@@ -44,11 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from docmill.logs import get_logger
-from tasks.api.budget import Budget as Budget  # re-exported: the cost cap has its own module
 
 log = get_logger("api")
 REQUESTS, INPUT, OUTPUT = "requests", "input-tokens", "output-tokens"
-KINDS = (REQUESTS, INPUT, OUTPUT)
 BURST_SECONDS = 2.0  # the send-rate bucket holds this much: a stalled moment is caught up, no more
 MARGIN = 0.01  # of a limit kept unspent in the local picture (header rounding, clock skew)
 EWMA = 0.2  # weight of the newest latency / token-ratio sample
@@ -124,7 +116,6 @@ class _Kind:
     server: TokenBucket | None  # None: no limit known (the server never said, none configured)
     pace: TokenBucket | None
     in_flight: float = 0.0
-    adopted: bool = False
     limit: float = 0.0  # the whole limit (configured or adopted); the bucket paces at limit x share
 
 
@@ -171,7 +162,7 @@ class RateLimiter:
         self._input_ratio = 1.0  # billed input tokens / our estimate
         self._input_mean: float | None = None  # input tokens per request (corrected estimates)
         self._output_mean: float | None = None  # billed output tokens per answer
-        self._latency: float | None = None
+        self.latency: float | None = None  # the observed answer time (moving average)
         self._first_sent: float | None = None
         self._in_flight = 0
         self._lock = threading.Condition()
@@ -196,11 +187,6 @@ class RateLimiter:
         return min(
             1.0, self._ramp_floor + (1.0 - self._ramp_floor) * (now - self._ramp_from) / self.ramp_seconds
         )
-
-    @property
-    def latency(self) -> float | None:
-        """The observed answer time (moving average), None before the first answer."""
-        return self._latency
 
     @property
     def window(self) -> int:
@@ -232,14 +218,14 @@ class RateLimiter:
 
     def _window(self, now: float) -> int:
         ceiling = self.concurrency or WINDOW_MAX
-        latency = self._latency
+        latency = self.latency
         if latency is None and self._first_sent is not None and self._in_flight:
             latency = now - self._first_sent  # no answer yet: at least this long
         rate = self._admissible_rate()
         if latency is None or rate is None:
             return min(ceiling, WINDOW_START)
         need = rate * latency * WINDOW_HEADROOM + WINDOW_PAD
-        return max(1, min(ceiling, max(math.ceil(need), WINDOW_START if self._latency is None else 1)))
+        return max(1, min(ceiling, max(math.ceil(need), WINDOW_START if self.latency is None else 1)))
 
     def _admissible_rate(self) -> float | None:
         """Requests per second the tightest known limit admits (None: no limit known)."""
@@ -255,10 +241,6 @@ class RateLimiter:
     def limits(self) -> dict[str, float | None]:
         with self._lock:
             return {k: (s.server.per_minute if s.server else None) for k, s in self._kinds.items()}
-
-    @property
-    def waited(self) -> list[float]:
-        return self.stats.waits
 
     def set_share(self, share: float) -> None:
         """Pace at `share` (0 < share <= 1) of every limit from now on, configured or adopted:
@@ -390,9 +372,7 @@ class RateLimiter:
             if usage is not None:
                 self._settle_usage(ticket, usage)
                 latency = max(0.0, now - ticket.sent_at)
-                self._latency = (
-                    latency if self._latency is None else (1 - EWMA) * self._latency + EWMA * latency
-                )
+                self.latency = latency if self.latency is None else (1 - EWMA) * self.latency + EWMA * latency
             if throttled:
                 self.stats.throttled += 1
             if throttled and ticket.ramp == self._ramps:  # one back-off per ramp, not per 429
@@ -441,7 +421,6 @@ class RateLimiter:
                 state.limit = limit
                 state.server.per_minute = state.server.capacity = limit * share
                 state.server.level = min(state.server.level, limit * share)
-                state.adopted = True
             if remaining is not None and state.server is not None:
                 # our share of what the server counted, less what we sent it may not have counted yet
                 state.server.refill(now)

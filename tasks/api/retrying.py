@@ -1,21 +1,16 @@
 """The transport retry layer (invariant 6): the one place that decides what is retried and how long
-to wait. Validation repair is a separate layer (tasks.per_file.gate); the SDK's own retries are off
-(`max_retries=0`), so tenacity here is the only loop that re-sends a request.
+to wait, and the one loop that re-sends (tenacity: `transport` on a thread, `transport_async`,
+`AsyncRetrying`, on the event loop; callers give when to stop and how long to wait). Callers:
+ModelClient (call, run, stream), AsyncModelClient.call, BatchApi (every batch call). Validation
+repair is a separate layer (tasks.per_file.gate); the SDK's own retries are off (`max_retries=0`). A
+layout test fails on a retry loop written by hand (tests/layout/test_mechanisms.py).
 
-Retried, like the SDK's `_should_retry`: the `x-should-retry` header first (true/false wins),
-then 408, 409, 429, any 5xx (incl. 529 overloaded), a mid-stream `overloaded_error`, connection
-errors and timeouts, a stream broken after the 200 (`answers.StreamBroken`: a drop, a stall past the
-read timeout). What a failed attempt may have cost is `answers.paid_attempt`'s decision. Every other 4xx is final, and so is a 429 whose `error_code` says a spend limit
-is reached (`SPEND_LIMIT_CODES`): waiting cannot help, `spend_limit_error` turns it into the error
-that stops the run. Waits: `retry-after-ms` / `retry-after` when the server sends them, capped
-at `api.retry_after_max_seconds` (default 60 s, like the SDK; a capped wait is logged), else
-exponential backoff with jitter capped at `backoff_max_seconds`.
-
-The loop that re-sends is tenacity, built here and nowhere else (`transport`, on a thread; `transport_async`,
-`AsyncRetrying` on the event loop): callers give when to stop and how long to wait, the decision of
-what is retried is `is_retryable`. Callers: ModelClient (call, run, stream), AsyncModelClient.call,
-BatchApi (every batch call, `create`, the results download). A layout test fails on a retry loop
-written by hand (tests/layout/test_mechanisms.py).
+Retried, like the SDK's `_should_retry`: the `x-should-retry` header first (true/false wins), then
+408, 409, 429, any 5xx (incl. 529), a mid-stream `overloaded_error`, connection errors, timeouts and
+a stream broken after the 200 (`answers.StreamBroken`). Every other 4xx is final, and so is a 429
+whose `error_code` says a spend limit is reached: `spend_limit_error` stops the run. Waits: the
+server's `retry-after-ms` / `retry-after`, capped at `api.retry_after_max_seconds` (a capped wait is
+logged), else exponential backoff with jitter capped at `backoff_max_seconds`.
 """
 
 from __future__ import annotations
@@ -144,20 +139,6 @@ def retry_after_seconds(headers: Any, *, now: Callable[[], float] = time.time) -
     return max(0.0, float(email.utils.mktime_tz(parsed)) - now())
 
 
-def error_retry_after(exc: BaseException, cap: float = RETRY_AFTER_MAX_SECONDS) -> float | None:
-    """`retry-after` of an API error, if it carries one, at most `cap` seconds (logged when capped:
-    one 429 asking for 600 s must not stall every request for ten minutes)."""
-    if not isinstance(exc, anthropic.APIStatusError):
-        return None
-    asked = retry_after_seconds(exc.response.headers)
-    if asked is not None and asked > cap:
-        log.warning(
-            "the API asked to wait %.0f s (HTTP %s); waiting the cap of %.0f s", asked, exc.status_code, cap
-        )
-        return cap
-    return asked
-
-
 def backoff_seconds(retry_number: int, cap: float, rng: Callable[[], float] = random.random) -> float:
     """Exponential backoff with jitter: 0.5 s * 2**(n-1), minus up to 25 %, capped at `cap`."""
     base = min(0.5 * 2.0 ** max(retry_number - 1, 0), cap)
@@ -173,10 +154,20 @@ def wait_seconds(
     asked_max: float = RETRY_AFTER_MAX_SECONDS,
 ) -> float:
     """How long to wait before retry number `retry_number` (1-based) after `exc`: the server's
-    `retry-after` (at most `asked_max`), else backoff capped at `cap`."""
-    asked = error_retry_after(exc, asked_max)
-    if asked is not None and asked > 0:
-        return asked
+    `retry-after`, at most `asked_max` (logged when capped: one 429 asking for 600 s must not stall
+    every request for ten minutes), else backoff capped at `cap`."""
+    if isinstance(exc, anthropic.APIStatusError):
+        asked = retry_after_seconds(exc.response.headers)
+        if asked is not None and asked > asked_max:
+            log.warning(
+                "the API asked to wait %.0f s (HTTP %s); waiting the cap of %.0f s",
+                asked,
+                exc.status_code,
+                asked_max,
+            )
+            return asked_max
+        if asked:
+            return asked
     return backoff_seconds(retry_number, cap, rng)
 
 

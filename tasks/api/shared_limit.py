@@ -1,22 +1,14 @@
 """One organisation-wide pacer: this process's membership in the shared rate-limit pool
 (checkpoints.limits), applied to its own `RateLimiter` through `set_share`.
 
-Every `lease/3` seconds (and at start) a member:
-1. measures what it did since the last renewal: requests sent, and whether its pacer held any back
-   (then it could use more: `want` None), else the share it used (x1.25, never dropping by more
-   than half a renewal, so a member whose binding limit is tokens does not swing); a member that
-   sent nothing (idle, or new) wants the minimum, and gets an equal part of whatever the others
-   leave unused;
-2. publishes that and the limits the API's headers stated to it (`stats.adopted`: the whole
-   organisation's), renews its lease, and reads the split every member computes alike;
-3. sets its limiter's share, and adopts limits other members saw that it has not (a process that
-   joins late starts from the stated limit, not from a configured guess).
-`stop()` leaves the pool (its share goes to the others at once); a process that dies leaves it when
-its lease expires. Nothing here waits for the store on the request path: a failed renewal is
-logged and the last share stays in force until the lease runs out.
-
-The interface to the process pacer is deliberately small: `RateLimiter.set_share(fraction)`,
-`RateLimiter.observe(headers)`, `stats.sent`, `stats.waits`, `stats.throttled`, `stats.adopted`.
+Every `lease/3` seconds (and at start) a member measures what it did since the last renewal (held
+back by its pacer: it could use more, `want` None; else the share it used x1.25, never dropping by
+more than half a renewal; idle or new: the minimum, plus an equal part of what the others leave),
+publishes that with the limits the API's headers stated to it, renews its lease, sets its limiter's
+share from the split every member computes alike, and adopts limits other members saw (a process
+that joins late starts from the stated limit, not a configured guess). `stop()` leaves the pool; a
+process that dies leaves it when its lease expires. Nothing here waits for the store on the request
+path: a failed renewal is logged and the last share stays in force until the lease runs out.
 """
 
 from __future__ import annotations

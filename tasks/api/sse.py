@@ -1,23 +1,15 @@
-"""One answer off the wire on the event loop (used by `tasks.api.aio.AsyncModelClient`), as the JSON
-the API sent, like `tasks.api.answers.answer` on a thread.
-
-- A plain answer: the response's JSON (`answers.as_message`).
-- A streamed answer (the same `stream` decision as the thread's, `answers.streams`): the SSE
-  events read off the raw response and accumulated into the Message JSON a plain answer would have
-  been (`Accumulator`): the SDK's stream helper builds a typed model for every event and then the
-  whole message again, about 1.2 ms of CPU per answer; this costs about 0.2 ms.
-- An `error` event mid-stream raises `anthropic.APIStatusError` with status 200, as the SDK does (so
-  `retrying.is_retryable` treats it the same). A stream that breaks off after it started (a reset, a
-  closed connection, a read timeout, no `message_stop`) raises `answers.StreamBroken` with the
-  `StreamProgress` the events showed, exactly as the thread's reader does: what it may have cost is
-  decided by `answers.paid_attempt` (the one policy), and a read timeout counts against
-  `timeout_resends`.
+"""One answer off the wire on the event loop (`AsyncModelClient`), as the JSON the API sent, like
+`tasks.api.answers.answer` on a thread. A streamed answer (the same `answers.read_timeout` decision) is
+read off the raw SSE events into the Message JSON a plain answer would have been (`Accumulator`:
+about 0.2 ms of CPU per answer, where the SDK's stream helper takes about 1.2 ms). An `error` event
+mid-stream raises `anthropic.APIStatusError` with status 200, as the SDK does; a stream that breaks
+off after it started (a reset, a read timeout, no `message_stop`) raises `answers.StreamBroken`
+with the `StreamProgress` it showed, exactly as the thread's reader does.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from docmill.sdk import anthropic, httpx2
@@ -132,15 +124,11 @@ async def read_answer(
     progress.on_response(request_id, response.headers)
     events = Accumulator(response, progress)
     try:
-        await _read(response.aiter_bytes(), events)
+        async for chunk in response.aiter_bytes():
+            events.feed(chunk)
         message = events.final()
     except httpx2.TransportError as e:  # after the 200: answered in part, may be billed
         raise stream_broken(e, response.request, progress) from e
     finally:
         await response.aclose()
     return message, request_id, response.headers
-
-
-async def _read(chunks: AsyncIterator[bytes], events: Accumulator) -> None:
-    async for chunk in chunks:
-        events.feed(chunk)

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tasks.api.media_tokens import media_block_tokens
 
-USAGE_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-)
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
 def add_usage(total: dict[str, int], usage: dict[str, Any] | None) -> dict[str, int]:
@@ -48,11 +44,9 @@ def _without_media(request: dict[str, Any]) -> tuple[dict[str, Any], int]:
     return ({**request, "messages": messages} if media else request), media
 
 
-def _dumps(body: dict[str, Any]) -> str:
-    return json.dumps(body, ensure_ascii=False)
-
-
-def estimate_input_tokens(request: dict[str, Any], dumps: Callable[[dict[str, Any]], str] = _dumps) -> int:
+def estimate_input_tokens(
+    request: dict[str, Any], dumps: Callable[[dict[str, Any]], str] = partial(json.dumps, ensure_ascii=False)
+) -> int:
     """Cheap input-token estimate for pacing and budgets: chars/4 of the request body, a PDF or
     image block by its pages and pixels (tasks.api.media_tokens). `dumps`: what gives the body's
     JSON text (`RepeatedJson(WIDE).dumps` where many requests share most of it)."""

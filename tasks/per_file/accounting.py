@@ -1,6 +1,5 @@
-"""Per-attempt cost accounting of the per-file pass (one place that builds its cost entries):
-`account_attempt`, `record_cost`, `flush_costs` (realtime chunks buffer their entries),
-`recount_attempts` (entries a crash kept from being written), `answered_model`, `file_cost_entry`.
+"""Per-attempt cost accounting of the per-file pass: the one place that builds its cost entries
+(`file_cost_entry`), realtime chunks' buffered groups (`flush_costs`).
 """
 
 from __future__ import annotations
@@ -33,17 +32,9 @@ def account_attempt(
     if request_id:
         request_ids.append(str(request_id))
     meta = message.get("_docmill") or {}  # when it was sent and answered, if the log kept it
+    when = {"at": meta.get("at"), "sent_at": meta.get("sent_at"), "answered": message.get("model")}
     record_cost(
-        p,
-        doc_id,
-        key,
-        attempt,
-        model,
-        request_id,
-        usage,
-        at=meta.get("at"),
-        sent_at=meta.get("sent_at"),
-        answered=message.get("model"),
+        p, file_cost_entry(p.run_id, doc_id, key, attempt, model, request_id, usage, batch=False, **when)
     )
     return priced_usd(model, usage) or 0.0
 
@@ -55,41 +46,16 @@ def answered_model(message: dict[str, Any], default: str) -> str:
     return str(meta.get("model") or message.get("_asked_model") or message.get("model") or default)
 
 
-def record_cost(
-    p: Pass,
-    doc_id: str,
-    key: str,
-    attempt: int,
-    model: str,
-    request_id: Any,
-    usage: dict[str, Any],
-    *,
-    at: float | None = None,
-    answered: Any = None,
-    sent_at: float | None = None,
-) -> None:
-    """One cost entry per answered attempt: kept for the chunk's group when the pass buffers costs,
+def record_cost(p: Pass, entry: CostEntry) -> None:
+    """One answered attempt's cost entry: kept for the chunk's group when the pass buffers costs,
     else written at once as group `<key>-<attempt>` (written once)."""
-    entry = file_cost_entry(
-        p.run_id,
-        doc_id,
-        key,
-        attempt,
-        model,
-        request_id,
-        usage,
-        batch=False,
-        at=at,
-        answered=answered,
-        sent_at=sent_at,
-    )
     if p.buffer_costs:
         with p._costs_lock:
             p.pending_costs.append(entry)
         if p.clock() - p.flushed_at >= p.cost_flush_seconds:
             flush_costs(p)
         return
-    p.costs.record(f"{key}-{attempt}", [entry])
+    p.costs.record(f"{entry.key}-{entry.attempt}", [entry])
 
 
 def flush_costs(p: Pass) -> None:
@@ -100,16 +66,6 @@ def flush_costs(p: Pass) -> None:
         p.flushed_at = p.clock()
     if entries:
         p.costs.record(f"file-{uuid.uuid4().hex[:20]}", entries)
-
-
-def recount_attempts(p: Pass, doc_id: str, key: str) -> None:
-    """Buffer again the cost entries of every persisted attempt of `key`: for a result this run
-    wrote in a chunk that a crash stopped before its costs were written (the ledger counts an
-    attempt once, so recounting one that was written is harmless)."""
-    for n in p.responses.attempts(FILE_PASS, key):
-        message = p.responses.get(FILE_PASS, key, n)
-        if message:
-            account_attempt(p, doc_id, key, n, answered_model(message, p.model), message, {}, [])
 
 
 def file_cost_entry(

@@ -49,7 +49,7 @@ class Attempts:
             purpose = str(meta.get("purpose") or "first")
             progress.note(action_of(purpose), message.get("usage"))
             progress.max_tokens = int(meta.get("max_tokens") or progress.max_tokens)
-            self._account(message, f"recovered:{purpose}", meta.get("max_tokens"))
+            self.answered(message, f"recovered:{purpose}", meta.get("max_tokens"))
             latest = message
         if latest is None:
             return None
@@ -92,12 +92,8 @@ class Attempts:
         self.model = result.model
         return result
 
-    def answered(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> dict[str, Any]:
-        """Account an answered call (its cost entry, usage, the attempt log); returns its message."""
-        self._account(message, purpose, max_tokens)
-        return message
-
-    def _account(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> None:
+    def answered(self, message: dict[str, Any], purpose: str, max_tokens: Any) -> None:
+        """Account an answered call: its cost entry, usage and line in the attempt log."""
         model = answered_model(message, self.model)
         self.cost += account_attempt(
             self.p, self.doc_id, self.key, self.n, model, message, self.usage, self.request_ids

@@ -1,27 +1,20 @@
-"""The code gate after every model answer, and the repair policy that follows it.
+"""The code gate after every model answer, and the repair policy that follows it (invariant 18: the
+gate proves what documents state; its accept and refuse rates are measured in bench/gate.py).
 
-Invariant 18, the gate proves what documents state: a value passes when its evidence occurs in the
-document and states that value as a whole token, in any common language or format; a non-null value
-needs evidence; nothing of docmill's own wrapper is evidence. Its accept and refuse rates are
-measured on public labelled documents with negative controls (bench/gate.py).
+`check()` turns one Message (as a dict) into a `Verdict`: parsed JSON, pydantic validation against
+the recipe's file schema, and evidence: every excerpt must occur in the document after whitespace
+normalization (it was not invented; an accepted answer keeps each excerpt's offsets and page), and
+every `{value, evidence}` excerpt must state its value (tasks.per_file.support).
 
-`check()` turns one Message (as a dict) into a `Verdict`: parsed JSON, pydantic validation
-against the recipe's file schema, and evidence: every excerpt must occur in the document after
-whitespace normalization (it was not invented; an accepted answer keeps each excerpt's character
-offsets and page), and every `{value, evidence}` excerpt must state its value (it is about the field:
-tasks.per_file.support, `evidence_unsupported`; a non-null value with no excerpt fails it, and a date
-field must hold a date written YYYY-MM-DD).
+Documents sent as a PDF or an image name the page of each excerpt (`[page N] ...`, stripped from the
+stored output). An excerpt found in the text layer is verified, its page taken from where it was
+found; one not found is an error, unless the page it names has no text layer (a scan), where no code
+can check it: kept `verified: false` with the page the model named (a page that does not exist is an
+error). The API's citations would not help: they cannot be combined with structured outputs and
+quote only a text layer. settings.gate.unverified_evidence = "review" sends such documents to review.
 
-Documents sent as a PDF or an image (tasks.request) name the page of each excerpt
-(`[page N] ...`, stripped from the stored output). The verbatim rule for them: an excerpt found in
-the text layer is verified, its page and offsets taken from where it was found (the page the model
-named does not count); one not found is an error, unless the page it names has no text layer (a
-scanned page, an image), where no code can check it: it is kept `verified: false` with the page the
-model named (a page that does not exist is an error), never marked verified. The API's citations
-would not help here: they cannot be combined with structured outputs, and they quote only a text
-layer. settings.gate.unverified_evidence = "review" sends such documents to review instead. `decide()` is the one repair policy, shared by the realtime and
-the batch pass: given a verdict and what was tried so far, accept, repair (re-ask with the errors,
-own attempt and token budget — the validation retry layer of invariant 6), retry once with a larger
+`decide()` is the one repair policy, realtime and batch: accept, repair (re-ask with the errors, own
+attempt and token budget: the validation retry layer of invariant 6), retry once with a larger
 `max_tokens` after truncation, or send the document to review with a reason.
 """
 
@@ -38,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from tasks.api.usage import add_usage
 from tasks.per_file.boxes import with_boxes
 from tasks.per_file.support import date_paths, support_flags
 from tasks.request import Payload, SendAs, neutralize, repair_request, text_payload, with_max_tokens
@@ -110,12 +104,9 @@ def _parse(raw: str) -> tuple[dict[str, Any] | None, str | None]:
     return data, None
 
 
-def _validation_errors(e: ValidationError) -> list[str]:
-    out = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "<root>"
-        out.append(f"{loc}: {err.get('msg')}")
-    return out
+def validation_errors(e: ValidationError) -> list[str]:
+    """`<path>: <message>` for each error of a schema validation."""
+    return [f"{'.'.join(map(str, err.get('loc', ()))) or '<root>'}: {err.get('msg')}" for err in e.errors()]
 
 
 def split_page(excerpt: str) -> tuple[int | None, str]:
@@ -173,11 +164,10 @@ def evidence_report(
     missing = {f["path"] for f in flags}
     marked = any(PAGE_MARK.match(str(excerpt)) for _, excerpt in excerpts)  # else nothing to strip
     dates = date_fields(recipe.file_schema)
-    for f in support_flags(
+    unsupported = support_flags(
         strip_page_marks(recipe, output) if marked else output, recipe.evidence_fields or (), dates
-    ):
-        if f["path"] not in missing:  # an excerpt in the document that does not state its value
-            flags.append(f)
+    )
+    flags += [f for f in unsupported if f["path"] not in missing]  # in the document, not stating its value
     return flags, found
 
 
@@ -191,12 +181,6 @@ def date_fields(schema: type[BaseModel]) -> frozenset[str]:
 def _bare(flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Flags as stored with an outcome: path, excerpt, problem (why is in the errors)."""
     return [{k: v for k, v in f.items() if k != "why"} for f in flags]
-
-
-def evidence_flags(recipe: Recipe, output: dict[str, Any], document: str | Payload) -> list[dict[str, Any]]:
-    """A flag for every evidence excerpt that fails the verbatim rule or does not state its value
-    (see the module docstring)."""
-    return _bare(evidence_report(recipe, output, document)[0])
 
 
 def strip_page_marks(recipe: Recipe, output: Any) -> Any:
@@ -267,7 +251,7 @@ def check(recipe: Recipe, text: str | Payload, message: dict[str, Any]) -> Verdi
     try:
         model = recipe.file_schema.model_validate(data)
     except ValidationError as e:
-        errors = _validation_errors(e)
+        errors = validation_errors(e)
         return Verdict(False, Problem.INVALID, output=data, errors=errors, stop_reason=stop, raw_text=raw)
     output = model.model_dump(mode="json")
     flags, offsets = evidence_report(recipe, output, text)
@@ -319,10 +303,7 @@ class Progress:
         self.attempts += 1
         if action is Action.REPAIR:
             self.repairs += 1
-            u = usage or {}
-            self.repair_tokens += int(u.get("input_tokens") or 0) + int(u.get("output_tokens") or 0)
-            self.repair_tokens += int(u.get("cache_creation_input_tokens") or 0)
-            self.repair_tokens += int(u.get("cache_read_input_tokens") or 0)
+            self.repair_tokens += sum(add_usage({}, usage).values())
         elif action is Action.RETRY_LARGER:
             self.truncation_retries += 1
 
@@ -330,13 +311,6 @@ class Progress:
 def action_of(purpose: str | None) -> Action | None:
     """The gate action a persisted answer's purpose names (None for a first call)."""
     return Action(purpose) if purpose in (Action.REPAIR.value, Action.RETRY_LARGER.value) else None
-
-
-def _can_repair(progress: Progress, settings: Settings, next_tokens: int) -> bool:
-    gate = settings.gate
-    return progress.repairs < gate.repair_attempts and (
-        progress.repair_tokens + next_tokens <= gate.repair_token_budget
-    )
 
 
 def _on_none(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
@@ -357,9 +331,9 @@ def _on_truncated(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
 
 
 def _on_repairable(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
-    if _can_repair(p, s, n):
-        return Decision(Action.REPAIR, v.problem.value)
-    return Decision(Action.REVIEW, v.problem.value)
+    """A repair while the document has repairs and repair tokens left (`n`: the next request's)."""
+    can = p.repairs < s.gate.repair_attempts and p.repair_tokens + n <= s.gate.repair_token_budget
+    return Decision(Action.REPAIR if can else Action.REVIEW, v.problem.value)
 
 
 POLICY: dict[Problem, Callable[[Verdict, Progress, Any, int], Decision]] = {

@@ -1,23 +1,17 @@
 """A document longer than the per-file budget: split on structure, extract chunk by chunk, merge.
 
-`split_document` cuts at the coarsest structure that makes every chunk fit: pages (form feed),
-then markdown headings, then blank-line paragraphs, then lines, then a hard cut. Chunks are
-contiguous slices of the original text (`text[chunk.start:chunk.end] == chunk.text`, and they
-cover the whole text), so every offset maps back into the document.
-
-A PDF sent as a PDF (tasks.request) is cut into page ranges instead (`media.page_parts`:
-within the API's 100 pages and 32 MB a request and the document budget); each part goes as its own
-`document` block of those pages, knows its pages (`Chunk.first_page`, `last_page`), and the pages
-its answer names are turned into the document's page numbers.
+`split_document` cuts at the coarsest structure that makes every chunk fit (`LEVELS`). Chunks are
+contiguous slices of the original text (`text[chunk.start:chunk.end] == chunk.text`, covering it), so
+every offset maps back into the document. A PDF sent as a PDF is cut into page ranges instead
+(tasks.request.long_parts), each sent as its own `document` block; the pages its answer names are
+turned into the document's page numbers.
 
 `extract_long` sends the chunks one by one through one `ConversationTask` (its checkpoint makes a
-crash resume at the next chunk; values found so far are pinned facts). Each chunk goes out alone
-with the pinned facts, never with the chunks before it: the document's tokens are paid about once,
-not once per later chunk. Code merges the per-chunk answers: a `{value, evidence}` field takes the
-first chunk that states it, lists are concatenated without exact duplicates, and every evidence
-excerpt gets its provenance `{chunk, start, end}` as absolute offsets into the original text. A PDF
-sent as text in chunks is therefore boxed like a short one: the absolute offsets of its excerpts map to
-the pages and character boxes of the whole text layer (tasks.per_file.boxes), across chunk borders.
+crash resume at the next chunk; values found so far are pinned facts). Each chunk goes out alone with
+the pinned facts, so the document's tokens are paid about once. Code merges the answers: a
+`{value, evidence}` field takes the first chunk that states it, lists are concatenated without exact
+duplicates, and every excerpt gets its provenance `{chunk, start, end}` as absolute offsets into the
+original text (so a PDF sent as text in chunks is boxed like a short one, tasks.per_file.boxes).
 """
 
 from __future__ import annotations
@@ -27,18 +21,20 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
 
 from docmill.sdk import anthropic
 from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
 from tasks.per_file.boxes import with_boxes
-from tasks.per_file.gate import PAGE_MARK, evidence_report, strip_page_marks
+from tasks.per_file.gate import PAGE_MARK, evidence_report, message_text, strip_page_marks, validation_errors
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import enqueue_review, write_outcome
 from tasks.recipes.thinking import effort_config
 from tasks.request import (
+    CHARS_PER_TOKEN,
     FILE_PASS,
     INSTRUCTION,
     SYSTEM_RULES,
@@ -54,13 +50,11 @@ from tasks.request import (
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
-    from tasks.per_file.outcome import DocOutcome
     from tasks.per_file.settle import Pass
     from tasks.recipes import Recipe
     from tasks.source.document import Document
 
 PASS = "file_long"
-CHARS_PER_TOKEN = 3.5
 _HEADING = re.compile(r"(?m)^#{1,6}[ \t]")
 _PARAGRAPH = re.compile(r"\n[ \t]*\n+")
 
@@ -75,51 +69,24 @@ class Chunk:
     last_page: int | None = None
 
 
-class Level(Enum):
-    PAGE = "page"
-    HEADING = "heading"
-    PARAGRAPH = "paragraph"
-    LINE = "line"
-    HARD = "hard"
-
-
-def _after(pattern: str) -> Callable[[str], list[int]]:
-    def cuts(text: str) -> list[int]:
-        out, i = [], text.find(pattern)
-        while i != -1:
-            out.append(i + len(pattern))
-            i = text.find(pattern, i + len(pattern))
-        return out
-
-    return cuts
-
-
-def _headings(text: str) -> list[int]:
-    return [m.start() for m in _HEADING.finditer(text) if m.start() > 0]
-
-
-def _paragraphs(text: str) -> list[int]:
-    return [m.end() for m in _PARAGRAPH.finditer(text)]
-
-
-BOUNDARIES: dict[Level, Callable[[str], list[int]]] = {
-    Level.PAGE: _after("\f"),
-    Level.HEADING: _headings,
-    Level.PARAGRAPH: _paragraphs,
-    Level.LINE: _after("\n"),
-}
-ORDER = [Level.PAGE, Level.HEADING, Level.PARAGRAPH, Level.LINE, Level.HARD]
+# Where a text may be cut, coarsest first: after a page (form feed), before a markdown heading, after
+# a blank-line paragraph, after a line; past the last, a hard cut.
+LEVELS: list[Callable[[str], list[int]]] = [
+    lambda text: [m.end() for m in re.finditer("\f", text)],
+    lambda text: [m.start() for m in _HEADING.finditer(text) if m.start() > 0],
+    lambda text: [m.end() for m in _PARAGRAPH.finditer(text)],
+    lambda text: [m.end() for m in re.finditer("\n", text)],
+]
 
 
 def _spans(text: str, start: int, end: int, limit: int, depth: int) -> list[tuple[int, int]]:
-    """Spans of text[start:end], each at most `limit` chars, cut at level ORDER[depth] or finer."""
+    """Spans of text[start:end], each at most `limit` chars, cut at LEVELS[depth] or finer."""
     if end - start <= limit:
         return [(start, end)]
-    level = ORDER[depth]
-    if level is Level.HARD:
+    if depth == len(LEVELS):
         return [(i, min(i + limit, end)) for i in range(start, end, limit)]
     piece = text[start:end]
-    cuts = [start + c for c in BOUNDARIES[level](piece) if 0 < c < len(piece)]
+    cuts = [start + c for c in LEVELS[depth](piece) if 0 < c < len(piece)]
     pieces = list(zip([start, *cuts], [*cuts, end], strict=True))
     out: list[tuple[int, int]] = []
     cur_start = cur_end = start
@@ -146,22 +113,16 @@ def split_document(text: str, max_tokens: int, *, chars_per_token: float = CHARS
     return [Chunk(i, a, b, text[a:b]) for i, (a, b) in enumerate(spans)]
 
 
-def is_long(text: str, settings: Settings, *, chars_per_token: float = CHARS_PER_TOKEN) -> bool:
-    """Whether a document exceeds `settings.context.document_budget_tokens` and needs `extract_long`."""
-    return len(text) / chars_per_token > settings.context.document_budget_tokens
-
-
-def locate(text: str, chunks: list[Chunk], chunk_index: int, excerpt: str) -> dict[str, int] | None:
-    """Absolute provenance of an excerpt: searched in its chunk first, then anywhere in the text."""
-    if not excerpt:
-        return None
-    chunk = chunks[chunk_index]
-    pos = chunk.text.find(excerpt)
+def locate(text: str, chunks: list[Chunk], chunk_index: int, excerpt: Any) -> dict[str, int | None]:
+    """Absolute provenance of an excerpt: searched in its chunk first, then anywhere in the text;
+    not found (or none): the chunk alone."""
+    excerpt, chunk = str(excerpt or ""), chunks[chunk_index]
+    pos = chunk.text.find(excerpt) if excerpt else -1
     if pos != -1:
         return {"chunk": chunk.index, "start": chunk.start + pos, "end": chunk.start + pos + len(excerpt)}
-    pos = text.find(excerpt)
+    pos = text.find(excerpt) if excerpt else -1
     if pos == -1:
-        return None
+        return {"chunk": chunk_index, "start": None, "end": None}
     owner = next(c for c in chunks if c.start <= pos < max(c.end, c.start + 1))
     return {"chunk": owner.index, "start": pos, "end": pos + len(excerpt)}
 
@@ -181,8 +142,7 @@ def merge_chunks(
             if _is_value(node):
                 if merged.get(field, {}).get("value") is None and node.get("value") is not None:
                     merged[field] = node
-                    where = locate(text, chunks, i, str(node.get("evidence") or ""))
-                    provenance[field] = where or {"chunk": i, "start": None, "end": None}
+                    provenance[field] = locate(text, chunks, i, node.get("evidence"))
                 else:
                     merged.setdefault(field, node)
             elif isinstance(node, list):
@@ -193,11 +153,7 @@ def merge_chunks(
                         continue
                     seen.add(dumps(item))
                     excerpt = item.get("evidence") if isinstance(item, dict) else None
-                    provenance[f"{field}[{len(items)}]"] = locate(text, chunks, i, str(excerpt or "")) or {
-                        "chunk": i,
-                        "start": None,
-                        "end": None,
-                    }
+                    provenance[f"{field}[{len(items)}]"] = locate(text, chunks, i, excerpt)
                     items.append(item)
             elif field not in merged or merged[field] in (None, "other"):
                 merged[field] = node
@@ -259,19 +215,15 @@ def extract_long(
     store: ObjectStore,
     client: Any,
     settings: Settings,
-    budget_tokens: int | None = None,
     payload: Payload | None = None,
     parts: list[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Extract a long document chunk by chunk in one conversation; merged output with provenance.
     With a PDF `payload` and its page `parts`, the chunks are those page ranges, sent as PDFs."""
-    pdf = payload is not None and payload.send is SendAs.PDF and parts is not None
-    if pdf:
-        assert payload is not None and parts is not None
-        chunks = pdf_chunks(payload, parts)
+    if payload is not None and payload.send is SendAs.PDF and parts is not None:
+        chunks, unit = pdf_chunks(payload, parts), "parts of page ranges"
     else:
-        chunks = split_document(text, settings.context.document_budget_tokens)
-    unit = "parts of page ranges" if pdf else "chunks"
+        chunks, unit = split_document(text, settings.context.document_budget_tokens), "chunks"
     task = ConversationTask(
         "longdoc-" + hashlib.sha256(doc_id.encode()).hexdigest()[:24],  # doc ids may hold '/'; keys may not
         run_id,
@@ -280,7 +232,7 @@ def extract_long(
         model=settings.api.model,
         system=f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}\n\nThe document arrives in {unit}, one per "
         "turn; extract what each states. The <pinned_facts> block lists values already found.",
-        budget_tokens=budget_tokens or settings.context.budget_tokens,
+        budget_tokens=settings.context.budget_tokens,
         max_tokens=settings.api.max_tokens,
         pass_name=PASS,
         doc_id=doc_id,
@@ -294,9 +246,8 @@ def extract_long(
         task.forget_history()  # the chunk alone, with the pinned facts: no earlier chunk is re-sent
 
         def keep(message: dict[str, Any], c: Chunk = chunk) -> None:
-            body = "".join(b.get("text", "") for b in message.get("content") or [] if b.get("type") == "text")
             try:
-                out = json.loads(body)
+                out = json.loads(message_text(message))
             except ValueError:
                 out = None
             if isinstance(out, dict) and c.first_page is not None:
@@ -329,8 +280,6 @@ def long_outcome_fields(
     """(the DocOutcome fields of a merged long extraction, its errors): validated, evidence checked
     by the gate's verbatim rule against the whole document (pages named as the document's own),
     provenance per field with its chunk, offsets and page."""
-    from pydantic import ValidationError
-
     errors: list[str] = []
     flags: list[dict[str, Any]] = []
     output: dict[str, Any] | None = None
@@ -350,7 +299,7 @@ def long_outcome_fields(
                         where["verified"] = True  # found verbatim in the PDF's text layer
             fields = with_boxes(whole, fields)  # a PDF sent as text: its offsets are the whole text's
     except ValidationError as e:
-        errors = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:20]]
+        errors = validation_errors(e)[:20]
     if result["failed_chunks"]:
         errors.append(f"chunks without a valid answer: {result['failed_chunks']}")
     ok = not errors and not flags

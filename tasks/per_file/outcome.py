@@ -1,17 +1,11 @@
-"""The terminal outcome of one document in one pass (invariant 5).
+"""The terminal outcome of one document in one pass (invariant 5): exactly one `DocState`. The same
+record, minus `from_ledger`, is what the results ledger stores under the document's idempotency key.
 
-Every document ends in exactly one `DocState`: `succeeded`, `needs_review` (with a reason),
-`failed` (with a failure type, attempts, last error and any partial output), or `skipped` (an input
-with nothing to extract: an empty or marker file such as `py.typed`, or a type the recipe does not
-take; `reason` is the inventory's skip reason, no call is made). Records written before `skipped`
-existed say `failed` with failure type `input:empty` / `input:unsupported_type` and still load. The same record,
-minus `from_ledger`, is what the results ledger stores under the document's idempotency key.
-
-A failed outcome is either final (written to the results ledger: the request itself is bad) or
-`retryable: true` (invariant 12: transport, overload, rate-limit and 5xx failures after retries, an
-answer from a misconfigured endpoint or account; never written to the ledger): `resume` and a
-continued run send those documents again. `DocState` values never change; `retryable` is an extra
-field.
+`skipped`: an input with nothing to extract (an empty or marker file, a type the recipe does not
+take; no call). Records written before `skipped` existed say `failed` with failure type
+`input:empty` / `input:unsupported_type` and still load. A failed outcome is either final (written to
+the ledger: the request itself is bad) or `retryable` (invariant 12: transport failures after
+retries, a misconfigured endpoint or account; never written to the ledger), sent again by `resume`.
 """
 
 from __future__ import annotations

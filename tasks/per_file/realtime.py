@@ -1,23 +1,17 @@
 """The per-file pass over one chunk of documents, realtime (invariants 1, 3, 5).
 
 Every chunk's documents run as coroutines on the client's one event loop (tasks.api.aio), shared by
-every chunk in flight: a request waits for the pacer, not for a thread, so the window the pacer asks
-for (Little's law) is what is in flight, and a slow document never idles capacity behind a chunk
-boundary. For each document:
-  skipped            -> skipped (empty, unsupported type) or failed "input:<skip reason>" (no call)
+every chunk in flight: a request waits for the pacer, not for a thread, and a slow document never
+idles capacity behind a chunk boundary. For each document:
+  skipped            -> skipped, or failed "input:<skip reason>" (no call)
   ledger hit         -> the stored outcome (from_ledger=True, no call: invariant 1)
   persisted response -> gated without a call (crash recovery: invariant 3)
   otherwise          -> call -> persist response -> gate -> repair policy -> ledger (put-if-absent)
                         -> a cost entry per attempt -> a review item for needs_review.
-Blocking work (the store, reading the document, the gate) runs on the loop's I/O threads in a few
-steps per document (`_prepare`, the persisted answer, `_after_answer`); long documents run on a
-thread of their own (tasks.per_file.longdoc, the client's thread path).
-The chunk's cost entries are written as one group at its end (also when it stops early); a chunk
-run again after a crash recounts the attempts behind results this run already wrote.
-Documents sharing a key (duplicate content) are resolved after the first one, from the ledger,
-never with a second call. Any unexpected error of one document becomes its failed outcome; a chunk
-ends when every one of its documents has.
-The state and outcome bookkeeping it shares with batch mode live in tasks.per_file.accounting.
+Blocking work (the store, reading the document, the gate) runs on the loop's I/O threads; long
+documents on a thread of their own (tasks.per_file.longdoc). The chunk's cost entries are written as
+one group at its end. Documents sharing a key are resolved after the first one, from the ledger.
+An unexpected error of one document becomes its failed outcome.
 """
 
 from __future__ import annotations
@@ -42,17 +36,9 @@ from docmill.logs import get_logger, redact
 from tasks.api.aio import async_client
 from tasks.api.usage import estimate_input_tokens
 from tasks.cost.worst_case import long_worst_usd, over_guard, request_worst_usd, request_worsts
-from tasks.per_file.accounting import flush_costs, recount_attempts
+from tasks.per_file.accounting import flush_costs
 from tasks.per_file.attempts import Attempts as Attempts  # re-exported: one document's attempts
-from tasks.per_file.gate import (
-    Action,
-    Decision,
-    Problem,
-    Progress,
-    Verdict,
-    check,
-    next_request,
-)
+from tasks.per_file.gate import Action, Decision, Problem, Progress, Verdict, check, next_request
 from tasks.per_file.longdoc import review_long
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.settle import (
@@ -130,22 +116,20 @@ def extract_recorded(
 
 
 async def _review_all(p: Pass, docs: list[Document], aio: AsyncModelClient) -> list[DocOutcome]:
-    first: dict[str, int] = {}  # key -> index of the document that may call
+    # a document without a key is never called (skipped); the first of a key may call, the others
+    # (duplicate content) take its result from the ledger after it
+    keys = [p.key(doc) for doc in docs]
+    first: set[str | None] = set()
     now: list[int] = []
     later: list[int] = []
-    keys: dict[int, str | None] = {}
-    for i, doc in enumerate(docs):
-        keys[i] = _key_or_none(p, doc)
-        k = keys[i]
-        if k is None:
-            now.append(i)
-        elif doc.duplicate_of or k in first:
+    for i, (doc, k) in enumerate(zip(docs, keys, strict=True)):
+        if k is not None and (doc.duplicate_of or k in first):
             later.append(i)
         else:
-            first[k] = i
+            first.add(k)
             now.append(i)
     aio.occupancy.enter(len(now))
-    done = await asyncio.gather(*(_counted(p, docs[i], keys[i], aio) for i in now), return_exceptions=True)
+    done = await asyncio.gather(*(_guarded(p, docs[i], keys[i], aio) for i in now), return_exceptions=True)
     for result in done:  # every document ended; a stop (signal, trip, spend limit) ends the chunk
         if isinstance(result, BaseException):
             raise result
@@ -161,32 +145,17 @@ def feed(chunks: Iterable[T], client: ModelClient, settings: Settings) -> Iterat
     window stays full and the chunks in flight are as many as it needs (a chunk waiting for its
     slowest document no longer holds capacity). Raises what stops the run (a signal, a trip, a
     spend-limit refusal) instead of handing out more."""
-    aio = async_client(client)
-    size = settings.chunk_size
+    occupancy, size = async_client(client).occupancy, settings.chunk_size
 
     def room() -> int:
         window = client.limiter.window
         return window + max(size, window // 4)
 
     for chunk in chunks:
-        while not aio.occupancy.wait_below(room):
-            aio.stop()
-        aio.stop()
+        while not occupancy.wait_below(room):
+            client.check_stops()
+        client.check_stops()
         yield chunk
-
-
-async def _counted(p: Pass, doc: Document, key: str | None, aio: AsyncModelClient) -> DocOutcome:
-    try:
-        return await _guarded(p, doc, key, aio)
-    finally:
-        aio.occupancy.leave()
-
-
-def _key_or_none(p: Pass, doc: Document) -> str | None:
-    """A document's key, or None when it will never be called (skipped, not a duplicate)."""
-    if doc.status != "ok" and not doc.duplicate_of:
-        return None
-    return p.key(doc)
 
 
 def _duplicate(p: Pass, doc: Document, key: str | None) -> DocOutcome:
@@ -209,6 +178,8 @@ async def _guarded(p: Pass, doc: Document, key: str | None, aio: AsyncModelClien
         return failed_outcome(doc, key, "input:unreadable", e.one_line())
     except Exception as e:  # one broken document never sinks the chunk
         return _unexpected(doc, key, e)
+    finally:
+        aio.occupancy.leave()
 
 
 def _unexpected(doc: Document, key: str | None, e: Exception) -> DocOutcome:
@@ -237,7 +208,7 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
     if isinstance(work, DocOutcome):
         return work
     if work.message is None and not work.request:  # a long document: its own thread, the client's calls
-        return await asyncio.get_running_loop().run_in_executor(None, _review_long, p, doc, key, work.payload)
+        return await asyncio.get_running_loop().run_in_executor(None, review_long, p, doc, key, work.payload)
     tries = work.tries
     try:
         if work.message is not None:  # a recovered answer: gated without a call
@@ -254,7 +225,7 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
             work = stepped[0]
         return work.outcome
     except ApiCallError as e:
-        return await aio.loop.io(_api_failure, p, doc, key, tries, e)
+        return await aio.loop.io(_api_failure, p, doc, tries, e)
     except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
         return _unfinished(doc, tries, "budget", e.one_line())
 
@@ -277,7 +248,9 @@ def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
     record = p.ledger.get(FILE_PASS, key)
     if record is not None:
         if record.get("origin_run") == p.run_id:  # this run wrote it: a chunk run again after a crash
-            recount_attempts(p, doc.doc_id, key)
+            # whose costs a crash may have kept from being written: every persisted attempt counted
+            # again (the cost ledger counts an attempt once, so one already written is harmless)
+            Attempts(p, doc.doc_id, key, model=p.model).recovered(Progress(max_tokens=0))
         return outcome_from_ledger(p, doc, record)
     payload = load_payload(doc, p.recipe, p.settings)
     text = payload.text
@@ -311,7 +284,7 @@ def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> 
     tries.note_verdict(verdict)
     decision = decide_next(p.settings, verdict, work.progress, work.request)
     if decision.action in (Action.ACCEPT, Action.REVIEW):
-        work.outcome = _finish(p, work.doc, work.key, tries, verdict, decision)
+        work.outcome = _finish(p, work.doc, tries, verdict, decision)
         return work
     work.request = {**next_request(decision, work.request, verdict), "model": tries.model}
     work.estimate = None  # a follow-up: measured when it is sent
@@ -342,21 +315,13 @@ def answer_cause(verdict: Verdict) -> tuple[str | None, str]:
     return f"{verdict.problem.value}:{first[:60]}", first
 
 
-def _review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcome:
-    """A document above the per-file budget (tasks.per_file.longdoc.review_long)."""
-    return review_long(p, doc, key, payload)
-
-
-def _finish(
-    p: Pass, doc: Document, key: str, tries: Attempts, verdict: Verdict, decision: Decision
-) -> DocOutcome:
+def _finish(p: Pass, doc: Document, tries: Attempts, verdict: Verdict, decision: Decision) -> DocOutcome:
     outcome = tries.outcome(doc.doc_id, **gated_fields(verdict, decision.action, decision.reason))
     return enqueue_review(p, doc, write_outcome(p, outcome), tries=tries.log, errors=verdict.errors)
 
 
-def _api_failure(p: Pass, doc: Document, key: str, tries: Attempts, e: ApiCallError) -> DocOutcome:
+def _api_failure(p: Pass, doc: Document, tries: Attempts, e: ApiCallError) -> DocOutcome:
     tries.transport_attempts += e.attempts
-    failure_type = e.failure_type
     log.warning(
         "%s call failed: %s",
         FILE_PASS,
@@ -372,11 +337,10 @@ def _api_failure(p: Pass, doc: Document, key: str, tries: Attempts, e: ApiCallEr
         },
     )
     # an API error may echo request data (headers, keys): mask secrets before it is stored
-    outcome = _unfinished(doc, tries, failure_type, redact(e.last_error or e.message))
+    outcome = _unfinished(doc, tries, e.failure_type, redact(e.last_error or e.message))
     outcome.retryable = e.status not in PERMANENT_STATUSES  # not ledger-final: resume retries it
-    request_id = e.request_id
-    if request_id:
-        outcome.request_ids.append(str(request_id))
+    if e.request_id:
+        outcome.request_ids.append(str(e.request_id))
     if e.status in PERMANENT_STATUSES:
         outcome = write_outcome(p, outcome)
     return outcome

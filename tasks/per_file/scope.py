@@ -1,9 +1,6 @@
-"""`RunScope`: what every stage of one run's per-file pass shares (a leaf record).
-
-The recipe, the run id, the store, the realtime model client and the settings travel together
-from the flow that starts a run (flows.run.context.RunContext is one) down to the realtime pass,
-the batch engine and the deadline engine, which each build their `tasks.per_file.settle.Pass`
-from it (`Pass.of`) instead of receiving its five parts as separate arguments.
+"""`RunScope`: what every stage of one run's per-file pass shares (a leaf record), built where a run
+starts (flows.run.context.RunContext is one) and passed whole to the realtime pass, the batch engine
+and the deadline engine, which each build their `tasks.per_file.settle.Pass` from it (`Pass.of`).
 """
 
 from __future__ import annotations

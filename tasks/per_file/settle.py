@@ -1,9 +1,7 @@
 """How a per-file document is settled, the same in realtime (tasks.per_file.realtime) and batch
-(tasks.batch.engine, tasks.batch.results): `Pass` holds what one chunk's documents share (recipe, run,
-store, ledgers, review queue). Around it: the results-ledger write (put-if-absent, `write_outcome`), the
-review queue (`enqueue_review`, `review_item`), the outcomes that need no call (`skipped_outcome`,
-`outcome_from_original`, `outcome_from_ledger`, `failed_outcome`), the gate's settled fields and the
-repair policy's next step (`gated_fields`, `decide_next`).
+(tasks.batch): `Pass` holds what one chunk's documents share (recipe, run, store, ledgers, review
+queue); around it the results-ledger write (put-if-absent), the review queue, the outcomes that need
+no call, the gate's settled fields and the repair policy's next step.
 """
 
 from __future__ import annotations
@@ -51,7 +49,7 @@ class Pass:
     # Realtime chunks collect their cost entries and write them as one group (`flush_costs`) when the
     # chunk ends, or sooner once `cost_flush_seconds` passed: one object per chunk (or per 15 s)
     # instead of one per answer. Entries a crash kept from being written are recounted from the
-    # response log when the chunk runs again (`recount_attempts`).
+    # response log when the chunk runs again (`tasks.per_file.realtime`).
     buffer_costs: bool = False
     cost_flush_seconds: float = COST_FLUSH_SECONDS  # a long chunk still shows its spending to `status`
     clock: Callable[[], float] = time.monotonic
@@ -77,7 +75,11 @@ class Pass:
     def model(self) -> str:
         return str(self.settings.api.model)
 
-    def key(self, doc: Document) -> str:
+    def key(self, doc: Document) -> str | None:
+        """The document's per-file key; None for one the inventory skipped for its own sake (never
+        called; a duplicate is keyed: it takes its original's result)."""
+        if doc.status != "ok" and not doc.duplicate_of:
+            return None
         return file_key(self.recipe, doc, self.model, file_params(self.settings))
 
 

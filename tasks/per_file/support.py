@@ -1,18 +1,13 @@
-"""Does the evidence state the value? (a leaf; the gate's second evidence rule)
+"""Does the evidence state the value? (a leaf; the gate's second evidence rule, invariant 18)
 
-Invariant 18, the gate proves what documents state: a value passes when its evidence occurs in the
-document and states that value as a whole token, in any common language or format; a non-null value
-needs evidence; nothing of docmill's own wrapper is evidence.
+The gate's first rule (tasks.per_file.gate.evidence_report) proves that an excerpt occurs in the
+document text, not in docmill's wrapper: it was not invented. It does not prove that the excerpt is
+about the field (`Total: USD 4,828.00` occurs verbatim in a purchase order, and was accepted as the
+evidence of an effective date). This rule checks, for every `{value, evidence}` pair (at any depth),
+that the evidence states the value:
 
-The first rule (tasks.per_file.gate.evidence_flags) proves that an excerpt occurs in the document text
-(not in the `<document id=..>` wrapper, the prompt or the page marks docmill adds): it was not
-invented. It does not prove that the excerpt is about the field: `Total: USD 4,828.00` occurs verbatim
-in a purchase order, and was accepted as the evidence of an effective date. This rule checks, for every
-`{value, evidence}` pair (at any depth, `evidence` being a declared evidence field), that the evidence
-states the value:
-
-- a non-null value (other than a boolean) needs a non-empty excerpt: a value with no evidence states
-  nothing the gate can check (a value read from docmill's wrapper, such as the document id, has none);
+- a non-null value (other than a boolean) needs a non-empty excerpt (a value read from docmill's
+  wrapper, such as the document id, has none);
 - a number (`4828.0`): some number written in the evidence, read as a whole token, is it (`4,828.00`,
   `4.828,00`, `4 828,00`, `4'828.00`, `USD 4828`, `(12.00)` for -12, Indian `3,19,000.00`; to half a
   cent). A separator is a thousands separator only before groups of three digits, so `179.00` is never
@@ -21,21 +16,17 @@ states the value:
   (`VF1005193039SCONL`, `INV-2023`, `#562`, `n°562044387`) is not an amount;
 - a date (a string `YYYY-MM-DD`, or a date-time): some date in the evidence is that day, numeric
   (`2026-03-01`, `01.03.2026`, `03/01/2026` and `01-03-26` read both ways when day and month could
-  swap, `2026年3月1日`) or with the month's name in any of the common languages of `MONTH_LOCALES`
-  (`1 March 2026`, `March 1st, 2026`, `7. Mai 2014`, `02 Juillet 2015`, `1er mars 2026`, `1 de marzo
-  de 2026`, `20-MAR-18`), names taken from babel's CLDR data;
-- in a date field (`date_paths`: the schema writes the value as a date) the value must be a date
-  written `YYYY-MM-DD` (a date-time is accepted); any other string is refused, never normalised, so the
-  stored value is always ISO;
+  swap, `2026年3月1日`) or with the month's name in any language of `MONTH_LOCALES` (`1 March 2026`,
+  `March 1st, 2026`, `7. Mai 2014`, `1er mars 2026`, `1 de marzo de 2026`, `20-MAR-18`);
+- in a date field (`date_paths`) the value must be written `YYYY-MM-DD` (a date-time is accepted);
+  any other string is refused, never normalised, so the stored value is always ISO;
 - other text: every word and number of the value is a whole word of the evidence, ignoring case,
   accents, punctuation and spacing (`Acme GmbH` in `Vendor: ACME GmbH.`; `562044387` in
   `Facture n°562044387`, but not `5620`).
-Booleans and null values are not checked (a null value says "not stated"). What it cannot prove: that
-the excerpt is the right mention of a value that appears twice (a due date quoted for an invoice
-date), which reading of `03/04/2026` the document meant (both are accepted), or a value the model
-computed (a sum, a currency read from `$`): such an answer is repaired or goes to review as
-`evidence_unsupported`, where a person decides. docs/recipes.md states the rule and its measured
-accept and refuse rates (bench/gate.py).
+Booleans and null values are not checked. What it cannot prove: that the excerpt is the right mention
+of a value that appears twice, which reading of `03/04/2026` the document meant (both are accepted),
+or a value the model computed: such an answer is repaired or goes to review as `evidence_unsupported`.
+docs/recipes.md states the rule and its measured accept and refuse rates (bench/gate.py).
 """
 
 from __future__ import annotations
@@ -47,52 +38,14 @@ from collections import Counter
 from datetime import date
 from typing import Any
 
-# Month names come from babel (CLDR) for these languages: the European languages of Latin, Cyrillic
-# and Greek script, and Indonesian and Malay; `_months()` builds the table once, on the first date that needs it.
-MONTH_LOCALES: tuple[str, ...] = (
-    "en",
-    "de",
-    "fr",
-    "nl",
-    "es",
-    "it",
-    "pt",
-    "pl",
-    "sv",
-    "da",
-    "nb",
-    "nn",
-    "fi",
-    "cs",
-    "sk",
-    "ro",
-    "hu",
-    "tr",
-    "id",
-    "ms",
-    "ca",
-    "hr",
-    "sl",
-    "et",
-    "lv",
-    "lt",
-    "ga",
-    "cy",
-    "eu",
-    "gl",
-    "is",
-    "af",
-    "ru",
-    "uk",
-    "bg",
-    "sr",
-    "el",
-)
+# Month names from babel (CLDR) for the European languages of Latin, Cyrillic and Greek script, and
+# Indonesian and Malay (space-separated codes); `_months()` builds the table once, on the first date
+# that needs it. English is always loaded (`MONTHS`).
+MONTH_LOCALES = "en de fr nl es it pt pl sv da nb nn fi cs sk ro hu tr id ms ca hr sl et lv lt ga cy eu gl is"
+MONTH_LOCALES += " af ru uk bg sr el"
 _ENGLISH = "jan january|feb february|mar march|apr april|may|jun june|jul july|aug august|sep sept september"
 _ENGLISH += "|oct october|nov november|dec december"
-MONTHS = {
-    m: i + 1 for i, names in enumerate(_ENGLISH.split("|")) for m in names.split()
-}  # English, always loaded
+MONTHS = {m: i + 1 for i, names in enumerate(_ENGLISH.split("|")) for m in names.split()}
 
 
 def fold(text: str) -> str:
@@ -110,7 +63,7 @@ def _months() -> dict[str, frozenset[int]]:
     from babel import Locale  # ~0.5 s of CLDR data, loaded on the first word the English table does not know
 
     table: dict[str, set[int]] = {k: {v} for k, v in MONTHS.items()}
-    for code in MONTH_LOCALES:
+    for code in MONTH_LOCALES.split():
         months = Locale.parse(code).months
         for context in ("format", "stand-alone"):
             for width in ("wide", "abbreviated"):
@@ -174,10 +127,6 @@ def _day(y: int, m: int, d: int) -> date | None:
         return None
 
 
-def _year(text: str) -> int:
-    return int(text.lstrip("'"))
-
-
 def _days(year: int, months: frozenset[int] | set[int], days: tuple[int, ...]) -> set[date]:
     found = (_day(year, month, day) for month in months for day in days)
     return {d for d in found if d is not None}
@@ -214,7 +163,7 @@ def date_spans(text: str) -> list[tuple[int, int, set[date]]]:
         while (hit := pattern.search(text, pos)) is not None:
             pos = hit.start() + 1  # overlapping candidates: `Total 12 items May 3, 2014`
             named = month_numbers(hit.group(gm))
-            days = _days(_year(hit.group(gy)), named, tuple(int(hit.group(g)) for g in gd))
+            days = _days(int(hit.group(gy).lstrip("'")), named, tuple(int(hit.group(g)) for g in gd))
             if days:
                 out.append((hit.start(), hit.end(), days))
                 pos = hit.end()
@@ -456,18 +405,12 @@ def support_flags(
                 if is_date and value not in (None, "") and not is_iso_date(value):
                     flag(path, node, f"holds {value!r}, not a date written YYYY-MM-DD")
                 elif isinstance(excerpt, str | None) and not supports(value, excerpt, is_date=is_date):
-                    if excerpt is None or not excerpt.strip():
-                        flag(
-                            path,
-                            node,
-                            f"is empty, but the value is {value!r}: quote the text that states the value",
-                        )
-                    else:
-                        flag(
-                            path,
-                            node,
-                            f"does not contain the value {value!r}: quote the text that states the value",
-                        )
+                    what = (
+                        "is empty, but the value is"
+                        if not (excerpt or "").strip()
+                        else "does not contain the value"
+                    )
+                    flag(path, node, f"{what} {value!r}: quote the text that states the value")
             for k, v in node.items():
                 walk(v, f"{path}.{k}")
         elif isinstance(node, list):

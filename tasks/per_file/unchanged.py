@@ -1,22 +1,17 @@
 """Chunks whose documents did not change take a finished chunk's outcomes whole.
 
 A chunk's outcomes are decided by its documents' inventory records and their per-file idempotency
-keys: a key names a result in the ledger, written once (invariant 1), and a document without a key
-(skipped by the inventory) gets its outcome from its record alone. So a chunk whose `chunk_digest`
-(records and keys) equals that of a finished chunk of an earlier run has, document for document,
-the outcomes that chunk recorded, as ledger hits. `reuse_unchanged` writes those as this run's
-outcome file of the chunk, before the per-file pass (which then skips it as done), instead of one
-ledger read, one outcome built and validated per document; `remember_chunks` records the chunks a
-run finished for the next run (checkpoints.outcomes.ChunkIndex).
+keys (a key names a result in the ledger, written once: invariant 1). So a chunk whose `chunk_digest`
+equals that of a finished chunk of an earlier run has the outcomes that chunk recorded, as ledger
+hits: `reuse_unchanged` writes them as this run's outcome file before the per-file pass, instead of a
+ledger read and an outcome built per document; `remember_chunks` records the chunks a run finished
+for the next run (checkpoints.outcomes.ChunkIndex).
 
-The earlier chunk is a hint checked before it is used: same documents in the same order, the same
-key per document, nothing retryable, and an outcome that did not come from the ledger (a document
-answered in that run) replaced by its ledger record, or the chunk is not used (a result held for
-review by the cost guard or a failure with no ledger record is decided again). Documents that need
-review are queued for review in this run, as a ledger hit is. A file changed in place has another
-sha256, hence another key and digest, and is read and sent as usual. Once checked, the index entry
-carries the chunk file's ETag: a later run shares that file (a hard link locally, a server-side copy
-on S3) without reading its outcomes, while the file still has that ETag and holds nothing for review.
+The earlier chunk is a hint checked before it is used (`reusable`): same documents and keys, nothing
+retryable, and each outcome answered in that run replaced by its ledger record (a result held by the
+cost guard or a failure with no ledger record is decided again). Its documents that need review are
+queued again. Once checked, the index entry carries the chunk file's ETag: a later run shares that
+file (a hard link locally, a server-side copy on S3) unread while it still has that ETag.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ from checkpoints.store import loads_json
 from docmill.logs import get_logger
 from tasks.per_file.outcome import DocOutcome, DocState
 from tasks.per_file.settle import Pass, enqueue_review
-from tasks.request import FILE_PASS, file_key, file_params
+from tasks.request import FILE_PASS
 from tasks.source.document import Document
 
 if TYPE_CHECKING:
@@ -42,12 +37,7 @@ log = get_logger("unchanged")
 def chunk_digest(p: Pass, docs: list[dict[str, Any]]) -> tuple[str, list[str | None]]:
     """The digest of what decides a chunk's outcomes (its inventory records and each document's
     per-file key; None for a document the inventory skipped for its own sake) and the keys."""
-    model, params = p.model, file_params(p.settings)
-    keys: list[str | None] = []
-    for d in docs:
-        doc = Document.model_validate(d)
-        keyed = doc.status == "ok" or doc.duplicate_of  # a duplicate takes its original's result
-        keys.append(file_key(p.recipe, doc, model, params) if keyed else None)
+    keys = [p.key(Document.model_validate(d)) for d in docs]
     return content_hash({"pass": FILE_PASS, "docs": docs, "keys": keys}), keys
 
 

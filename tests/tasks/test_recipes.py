@@ -166,9 +166,9 @@ def test_declared_evidence_fields_are_checked_whatever_their_name() -> None:
         "title_evidence": "T",
     }
     assert r.evidence(out) == [("$.items[0].source_text", "Bo will ship it."), ("$.items[0].lines[0]", "l1")]
-    from tasks.per_file.gate import evidence_flags
+    from tasks.per_file.gate import evidence_report
 
-    flags = evidence_flags(r, out, "Notes.\nBo will ship it.\n")
+    flags, _ = evidence_report(r, out, "Notes.\nBo will ship it.\n")
     assert [f["path"] for f in flags] == ["$.items[0].lines[0]"]  # not in the text: flagged
 
 

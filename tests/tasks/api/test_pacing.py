@@ -12,8 +12,9 @@ import pytest
 
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
+from tasks.api.budget import Budget
 from tasks.api.client import ModelClient
-from tasks.api.pacing import Budget, RateLimiter, Ticket
+from tasks.api.pacing import RateLimiter, Ticket
 from tests.fixtures.clock import FakeTime
 
 
@@ -72,7 +73,7 @@ def test_remaining_zero_refills_continuously_never_waits_for_the_reset() -> None
 def test_remaining_counts_what_is_still_in_flight() -> None:
     fake = FakeTime()
     lim = limiter(fake, rpm=6000, concurrency=64)
-    lim._latency = 10.0  # (a window wide enough for the requests held below)
+    lim.latency = 10.0  # (a window wide enough for the requests held below)
     for _ in range(5):
         lim.acquire(1)
     # the server has counted none of the 5 yet: its remaining 70 leaves 65, 5 above the 1 % margin
@@ -103,7 +104,7 @@ def test_an_oversized_request_waits_for_a_full_bucket_not_forever() -> None:
 def test_the_estimate_correction_converges_with_many_requests_in_flight() -> None:
     fake = FakeTime()
     lim = limiter(fake, concurrency=64)
-    lim._latency = 10.0  # (a window wide enough for 20 requests in flight)
+    lim.latency = 10.0  # (a window wide enough for 20 requests in flight)
     held = [lim.acquire(1000) for _ in range(20)]  # all estimated before any answer
     for t in held:  # each billed a tenth of its estimate: the ratio must settle at 0.1, not run away
         lim.release(t, usage={"input_tokens": 60, "cache_creation_input_tokens": 40})
@@ -135,7 +136,7 @@ def test_output_tokens_held_at_what_answers_use_while_max_tokens_must_fit() -> N
     fake = FakeTime()
     lim = limiter(fake)
     lim.observe(headers(fake, "output-tokens", 8000, 8000))
-    lim._latency = 100.0  # (a window wide enough for every request below)
+    lim.latency = 100.0  # (a window wide enough for every request below)
     bucket = lim._kinds["output-tokens"].server
     a, b = lim.try_acquire(10, max_tokens=3000), lim.try_acquire(10, max_tokens=3000)
     assert isinstance(a, Ticket) and isinstance(b, Ticket)
@@ -157,7 +158,7 @@ def test_output_is_paced_at_the_mean_billed_output() -> None:
     fake = FakeTime()
     lim = limiter(fake)
     lim.observe(headers(fake, "output-tokens", 6000, 6000))
-    lim._latency = 100.0
+    lim.latency = 100.0
     lim.release(lim.acquire(10, max_tokens=500), usage={"input_tokens": 10, "output_tokens": 100})
     end, n = fake.now + 10.0, 0
     while fake.now <= end:
@@ -206,7 +207,7 @@ def test_in_flight_window_is_littles_law_over_the_tightest_limit() -> None:
     assert lim.window == 19  # 5/s x 2 s x 1.5 + 4: the tightest limit decides
     capped = limiter(fake, rpm=4000, tpm=2_000_000, concurrency=64)
     capped.release(capped.acquire(1000), usage={"input_tokens": 1000})
-    capped._latency = 100.0
+    capped.latency = 100.0
     assert capped.window == 64  # never above api.concurrency when it is given
 
 
@@ -268,7 +269,7 @@ def test_client_adopts_emulator_limits_without_a_429(emulator: Any) -> None:
         client.call(req, key="k", doc_id="d", pass_name="file")
     assert emulator.state.accounting.errors_by_status.get(429, 0) == 0
     assert client.limiter.limits["requests"] == 2
-    assert 30.0 <= sum(client.limiter.waited) < 35.0  # one request's refill at 2/min, no reset stall
+    assert 30.0 <= sum(client.limiter.stats.waits) < 35.0  # one request's refill at 2/min, no reset stall
     assert len(emulator.state.accounting.billed) == 3
 
 

@@ -14,8 +14,9 @@ from checkpoints.store import open_store
 from docmill.settings import Settings
 from emulator.tokens import text_tokens
 from tasks.api.client import ModelClient
-from tasks.per_file.longdoc import Chunk, extract_long, is_long, merge_chunks, split_document
+from tasks.per_file.longdoc import Chunk, extract_long, merge_chunks, split_document
 from tasks.recipes import load_recipe
+from tasks.request import goes_long, text_payload
 
 PIECES = st.sampled_from(["\f", "\n", "\n\n", "# Title\n", "## Sub\n", "word ", "Total: 1.00 ", "x" * 37])
 
@@ -69,7 +70,8 @@ def test_a_2mb_document_is_split_extracted_and_merged_with_offsets(emulator: Any
     text = make_doc()
     assert len(text) >= 2_000_000
     s = Settings(store=str(tmp_path))
-    assert is_long(text, s) and not is_long(text[:100_000], s)
+    assert goes_long(None, None, text_payload(text), s)
+    assert not goes_long(None, None, text_payload(text[:100_000]), s)
     client = ModelClient(s, base_url=emulator.base_url, api_key="test-key", sleep=lambda _s: None)
     result = extract_long(
         text,

@@ -14,8 +14,8 @@ from checkpoints.outcomes import OutcomeLog
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
 from docmill.settings import Settings
+from tasks.api.budget import Budget
 from tasks.api.client import ModelClient
-from tasks.api.pacing import Budget
 from tasks.api.usage import estimate_input_tokens
 from tasks.per_file.outcome import DocState
 from tasks.per_file.realtime import extract_chunk
@@ -421,8 +421,12 @@ def test_a_chunk_run_again_in_its_run_counts_each_answer_once(tmp_path: Path, em
 
 def test_buffered_costs_of_a_long_chunk_are_written_every_so_often(tmp_path: Path) -> None:
     """A long realtime chunk does not hide its spending from `status` until it ends."""
-    from tasks.per_file.accounting import flush_costs, record_cost
+    from tasks.per_file.accounting import file_cost_entry, flush_costs
+    from tasks.per_file.accounting import record_cost as record
     from tasks.per_file.settle import Pass
+
+    def record_cost(p: Pass, doc_id: str, key: str, attempt: int, model: str, rid: str, usage: Any) -> None:
+        record(p, file_cost_entry(p.run_id, doc_id, key, attempt, model, rid, usage, batch=False))
 
     fake = FakeTime()
     store = open_store(tmp_path)
