@@ -37,20 +37,10 @@ from tasks.reporting.pages import PAGES_CSS, PAGES_JS, pages_data, pages_rows
 from tasks.reporting.results import ReportExtras, display_counts, key_columns, listed_views
 from tasks.reporting.spread import deadline_lines, spread_lines
 from tasks.reporting.summary import cache_line, stop
-from tasks.reporting.timeline import Timeline, run_span, run_timeline, span_text, timeline_svg
+from tasks.reporting.timeline import run_timeline, span_texts, timeline_svg
 
 PAGE_ROWS = 10  # documents a page of "Pages with evidence" shows
 STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad", "skipped": "skip"}
-
-
-def _span(manifest: dict[str, Any], t: Timeline) -> tuple[str, str, str]:
-    """When the run started and ended, and how long it took ("?" where unknown)."""
-    start, end = run_span(manifest, t)
-    fmt = "%Y-%m-%d %H:%M:%SZ"
-    s = time.strftime(fmt, time.gmtime(start)) if start else "?"
-    f = time.strftime(fmt, time.gmtime(end)) if end else "?"
-    took = span_text(end - start) if start and end and end >= start else "?"
-    return s, f, took
 
 
 def _costs(costs: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +183,7 @@ def html_report(
             m={k: manifest.get(k) for k in ("run_id", "source", "recipe", "recipe_version", "mode", "phase")},
             reused=sum(1 for o in outcomes if o.get("from_ledger")),
             generated=generated,
-            span=_span(manifest, timeline),
+            span=span_texts(manifest, timeline),
             stopped=_stopped(manifest),
             total=len(outcomes),
             counts=list(counts.items()),
