@@ -15,6 +15,7 @@ module shapes what they show.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 from markupsafe import Markup
@@ -138,10 +139,7 @@ def _pages(views: list[Any] | None) -> dict[str, Any] | None:
 def _queue_why(review: list[dict[str, Any]]) -> str:
     """What the review queue holds, by reason (`4 conflict`): why it can hold more than the documents
     that need review (a succeeded document in a conflict is queued too)."""
-    reasons: dict[str, int] = {}
-    for item in review:
-        for r in str(item.get("reason") or "-").split(";"):
-            reasons[r] = reasons.get(r, 0) + 1
+    reasons = Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
     return ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
 
 

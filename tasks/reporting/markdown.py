@@ -127,9 +127,11 @@ def _fields(views: list[DocView]) -> list[str]:
     stated: Counter[str] = Counter()
     example: dict[str, str] = {}
     names: list[str] = []
+    support: dict[str, Counter[str]] = defaultdict(Counter)
     for v in views:
         for f in v["fields"]:
             names += [f["name"]] if f["name"] not in names else []
+            support[f["name"]][f["support"]] += 1
             if f["value"] is not None:
                 stated[f["name"]] += 1
                 if f["evidence"] and f["name"] not in example:
@@ -137,10 +139,6 @@ def _fields(views: list[DocView]) -> list[str]:
                     example[f["name"]] = (
                         f"`{v['doc_id']}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
                     )
-    support: dict[str, Counter[str]] = defaultdict(Counter)
-    for v in views:
-        for f in v["fields"]:
-            support[f["name"]][f["support"]] += 1
     lines = [
         "",
         "## Fields with evidence",

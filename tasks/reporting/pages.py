@@ -70,6 +70,10 @@ class PageView:
         default_factory=list
     )  # text documents: before, evidence, after
 
+    def named(self, boxed: bool) -> list[str]:
+        """The fields boxed on this page (`boxed`), or cited on it without a box (no text layer)."""
+        return sorted({m.name for m in self.marks if (m.box is not None) == boxed})
+
 
 def cited_pages(outcome: dict[str, Any]) -> dict[int, list[Mark]]:
     """Page -> the marks of the values whose evidence is on it (a boxed value: one mark per box)."""
@@ -266,8 +270,7 @@ def _figure(view: PageView) -> tuple[Any, ...]:
         for m in view.marks
         if m.box is not None
     ]
-    boxed = ", ".join(sorted({m.name for m in view.marks if m.box is not None}))
-    cited = ", ".join(sorted({m.name for m in view.marks if m.box is None}))
+    boxed, cited = ", ".join(view.named(True)), ", ".join(view.named(False))
     ratio = f"aspect-ratio:{view.width}/{view.height}" if view.width else "height:200px"
     return ("page", view.page, view.image, ratio, boxes, boxed, cited)
 
@@ -328,7 +331,7 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
                     for m in v.marks
                     if m.box is not None
                 ],
-                sorted({m.name for m in v.marks if m.box is None}),
+                v.named(False),
             ]
             for v in pages
             if not v.snippets

@@ -68,8 +68,7 @@ def label_of(mark: Mark) -> str:
 
 def caption_of(view: PageView) -> list[str]:
     """The lines under a page: its number, what is boxed, what is only cited (no text layer)."""
-    boxed = sorted({m.name for m in view.marks if m.box is not None})
-    cited = sorted({m.name for m in view.marks if m.box is None})
+    boxed, cited = view.named(True), view.named(False)
     lines = [f"p. {view.page}" + (f" · boxed: {', '.join(boxed)}" if boxed else "")]
     if cited:
         lines.append("cited by the model, no text layer (no box): " + ", ".join(cited))
@@ -136,8 +135,8 @@ def document_evidence(
             {
                 "page": view.page,
                 "image": image,
-                "boxed": sorted({m.name for m in view.marks if m.box is not None}),
-                "cited": sorted({m.name for m in view.marks if m.box is None}),
+                "boxed": view.named(True),
+                "cited": view.named(False),
             }
         )
     if not shown.pages:

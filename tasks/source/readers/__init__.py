@@ -1,12 +1,5 @@
-"""Readers: one per document format, behind one interface, `read(doc_type, data, limits) -> Content`.
-
-| format | reader | library (licence) |
-|---|---|---|
-| txt, md, csv, html, json, source code | `text.py` | standard library; charset-normalizer (MIT) for legacy encodings; lxml (BSD-3-Clause) for HTML |
-| pdf | `pdf.py`, `pdf_text.py` | pypdfium2 (Apache-2.0 / BSD-3-Clause) text; pypdf (BSD-3-Clause) page ranges |
-| png, jpg/jpeg, gif, webp | `image.py` | Pillow (MIT-CMU), header only |
-| docx/docm, xlsx/xlsm, pptx/pptm | `office.py` | python-docx, openpyxl, python-pptx (MIT) |
-| eml | `mail.py` | standard library `email` |
+"""Readers: one per document format, behind one interface, `read(doc_type, data, limits) -> Content`
+(each format's reader and library: docs/formats.md).
 
 Types docmill knows but does not read (`NOT_READ`: .msg, legacy binary Office) are refused with the
 reason why; a recipe that lists one, or a type nobody reads, is refused at load
