@@ -71,36 +71,9 @@ IMAGE_TYPES = frozenset({DocType.PNG, DocType.JPG, DocType.GIF, DocType.WEBP})
 
 # Source code and config files: read as plain text (their doc_type is the extension).
 CODE_TYPES = frozenset(
-    {
-        "py",
-        "pyi",
-        "js",
-        "ts",
-        "tsx",
-        "jsx",
-        "go",
-        "rs",
-        "java",
-        "kt",
-        "rb",
-        "php",
-        "sh",
-        "sql",
-        "c",
-        "h",
-        "cc",
-        "cpp",
-        "hpp",
-        "cs",
-        "swift",
-        "scala",
-        "toml",
-        "yaml",
-        "yml",
-        "ini",
-        "cfg",
-        "xml",
-    }
+    {"py", "pyi", "js", "ts", "tsx", "jsx", "go", "rs", "java", "kt", "rb", "php", "sh", "sql", "swift"}
+    | {"c", "h", "cc", "cpp", "hpp", "cs", "scala"}
+    | {"toml", "yaml", "yml", "ini", "cfg", "xml"}
 )
 
 DOCUMENT_TYPES = frozenset(t.value for t in DocType)
