@@ -143,15 +143,6 @@ def _queue_why(review: list[dict[str, Any]]) -> str:
     return ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
 
 
-def _stopped(manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """Why a stopped run stopped and the command that continues it (nothing for other phases)."""
-    note = stop(manifest)
-    if note is None:
-        return None
-    after = " once the cause is fixed" if note.get("kind") == "breaker" else ""
-    return {"error": note.get("error"), "continue": note.get("continue"), "after": after}
-
-
 def html_report(
     manifest: dict[str, Any],
     outcomes: list[dict[str, Any]],
@@ -182,7 +173,7 @@ def html_report(
             reused=sum(1 for o in outcomes if o.get("from_ledger")),
             generated=generated,
             span=span_texts(manifest, timeline),
-            stopped=_stopped(manifest),
+            stopped=stop(manifest),
             total=len(outcomes),
             counts=list(counts.items()),
             state_class=STATE_CLASS,
