@@ -2,13 +2,9 @@
 inline script that pages long tables; no external resource (it opens from a bucket, a mail
 attachment or file://, offline).
 
-Sections: when the run started and ended, counts per state (skipped inputs apart from failures),
-the timeline (submitted, in flight, ended, ingested), the results (a per-document table with
-evidence and offsets; the recipe's own view: findings by file and severity for code-review,
-fields with evidence for invoices), the integration pass's key findings and flags, conflicts and
-coverage gaps, failures and skipped inputs with their reasons, the review queue explained, cost.
-Numbers carry element ids (`count-succeeded`, `cost-total`, ...) so tests can find them in the
-rendered DOM. The markup is in templates/report.html.j2 (and the section templates beside it); this
+The sections are report.md's (tasks.reporting.markdown), with per-document evidence and offsets;
+numbers carry element ids (`count-succeeded`, `cost-total`, ...) so tests can find them in the
+rendered DOM. The markup is in templates/report.html.j2 and the section templates beside it; this
 module shapes what they show.
 """
 

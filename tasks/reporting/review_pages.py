@@ -2,18 +2,12 @@
 image as image files with each value's evidence boxed and labelled in the pixels, and the evidence of a
 text, e-mail or Office document highlighted in the text around it.
 
-Why image files, and where: a reviewer in a terminal cannot see report.html's boxes (drawn by the
-browser over the page image), so the boxes and their labels are drawn into a copy of the page image
-(`runs/<run_id>/pages/<sha16>-p<N>-boxed.jpg`, beside the report's own plain page) and the command
-prints `store.link` of each: a file:// URL on a local store (most terminals open it on a click), a
-presigned https URL on S3, so one command works on both and nothing is written outside the store.
-`--open` hands each link to the desktop's viewer (Python's `webbrowser`, `$BROWSER` first). A file
-opens in any image viewer and can be attached to a ticket; a one-document HTML page would still need
-the image files beside it.
-
-One mechanism: the plain page comes from `pages.page_views` (rendered once per page, shared with the
-report), its marks from `pages.cited_pages`, the text snippets from `pages.text_views`. A scanned page
-shows its image with the model's cited page named under it and no box (never a made-up one).
+Why image files: a terminal cannot show report.html's boxes (drawn by the browser over the page
+image), so they are drawn into a copy of the page (`runs/<run_id>/pages/<sha16>-p<N>-boxed.jpg`,
+beside the report's plain page) and the command prints its `store.link`: a file:// URL on a local
+store, a presigned https URL on S3; `--open` hands it to the desktop's viewer. The plain page, its
+marks and the text snippets come from tasks.reporting.pages (rendered once per page, shared with the
+report); a scanned page names the cited page under its image and draws no box (never a made-up one).
 """
 
 from __future__ import annotations
