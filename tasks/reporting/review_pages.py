@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from PIL import Image, ImageDraw, ImageFont
 
 from tasks.reporting.pages import JPEG_QUALITY, Mark, PageView, media_type_of, page_views, text_views
-from tasks.source.loading import load_bytes
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -119,7 +118,7 @@ def document_evidence(
             snippets=views[0].snippets, note="" if views[0].snippets else "no value has evidence in its text"
         )
     shown = Evidence()
-    for view in page_views(store, run_id, [outcome], documents, load_bytes, max_pages=100):
+    for view in page_views(store, run_id, [outcome], documents, max_pages=100):
         image = None
         if view.image is not None:
             key = f"runs/{run_id}/{view.image.removesuffix('.jpg')}-boxed.jpg"
