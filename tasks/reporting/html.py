@@ -33,7 +33,7 @@ from tasks.reporting.htmlkit import CSS, PAGER_JS, Part, paged_table, render
 from tasks.reporting.pages import PAGES_CSS, PAGES_JS, pages_data, pages_rows
 from tasks.reporting.results import ReportExtras, display_counts, key_columns, listed_views
 from tasks.reporting.spread import deadline_lines, spread_lines
-from tasks.reporting.summary import cache_line, stop
+from tasks.reporting.summary import cache_line, integration_state, stop
 from tasks.reporting.timeline import run_timeline, span_texts, timeline_svg
 
 PAGE_ROWS = 10  # documents a page of "Pages with evidence" shows
@@ -90,29 +90,6 @@ def _results(
     if has_findings(outcomes):
         return [*findings_section(recipe, findings_of(outcomes)), *documents]
     return [*documents, fields_section(views)]
-
-
-def _integration_state(integration: IntegrationResult | None) -> dict[str, Any] | None:
-    """The integration pass's state line (id `integration-status`), and its problems."""
-    if not integration:
-        return None
-    status = str(integration.get("status") or "complete")
-    problems = [
-        (
-            p.get("problem"),
-            len(p.get("doc_ids") or []),
-            ", ".join((p.get("doc_ids") or [])[:5]),
-            "; ".join(p.get("errors") or [p.get("error") or ""])[:300],
-        )
-        for p in integration.get("problems") or []
-    ]
-    return {
-        "status": status,
-        "bad": status in ("partial", "failed"),
-        "mode": integration.get("mode", "full"),
-        "calls": integration.get("calls", 0),
-        "problems": problems,
-    }
 
 
 def _pages(views: list[Any] | None) -> dict[str, Any] | None:
@@ -176,7 +153,7 @@ def html_report(
             usd=costs.get("usd", 0.0),
             review_count=len(review),
             review_why=_queue_why(review),
-            integration=_integration_state(integration),
+            integration=integration_state(integration),
             spread=spread_lines(spread) if spread is not None else None,
             deadline=deadline_lines(deadline) if deadline is not None else None,
             timeline_unit="documents" if timeline["mode"] == "realtime" else "batch requests",

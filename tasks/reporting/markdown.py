@@ -27,7 +27,7 @@ from tasks.reporting.results import (
     where_text,
 )
 from tasks.reporting.spread import markdown_section
-from tasks.reporting.summary import cache_line, stop
+from tasks.reporting.summary import cache_line, integration_state, stop
 from tasks.reporting.timeline import run_timeline, span_texts, timeline_text
 
 
@@ -344,27 +344,21 @@ def _costs(costs: dict[str, Any]) -> list[str]:
 def integration_state_lines(integration: IntegrationResult | None) -> list[str]:
     """The integration pass's state: complete, partial, failed or skipped, what this run merged, and
     every problem with the documents it concerns."""
-    if not integration:
+    state = integration_state(integration)
+    if not integration or not state:
         return ["", "Integration: not run."]
-    status = str(integration.get("status") or "complete")
-    delta = integration.get("delta") or {}
-    merged = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in delta.items() if v)
+    merged = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (integration.get("delta") or {}).items() if v)
     lines = [
         "",
-        f"Integration: **{status.upper() if status in ('partial', 'failed') else status}** "
-        f"({integration.get('mode', 'full')}; {integration.get('calls', 0)} model call(s) this run"
+        f"Integration: **{state['status'].upper() if state['bad'] else state['status']}** "
+        f"({state['mode']}; {state['calls']} model call(s) this run"
         + (f"; {merged}" if merged else "; nothing new to integrate")
         + ").",
     ]
-    for p in integration.get("problems") or []:
-        ids = p.get("doc_ids") or []
+    for problem, ids, errors in state["problems"]:
         shown = ", ".join(f"`{d}`" for d in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-        lines.append(
-            f"- {p.get('problem')}"
-            + (f" ({shown})" if ids else "")
-            + f": {'; '.join(p.get('errors') or [p.get('error') or ''])[:300]}"
-        )
-    if status in ("partial", "failed"):
+        lines.append(f"- {problem}" + (f" ({shown})" if ids else "") + f": {errors}")
+    if state["bad"]:
         lines.append(
             "- conflicts, duplicates and gaps below are code-built and complete; the next run asks again."
         )
