@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 from collections.abc import Callable
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from checkpoints.keys import content_hash, safe_segment
@@ -44,13 +45,7 @@ def exports_digest(outcomes: list[dict[str, Any]], *, parquet: bool) -> str:
 
 def encoders(outcomes: list[dict[str, Any]]) -> dict[str, Callable[[], bytes | None]]:
     """Each export file's bytes, encoded when asked (CSV and Parquet share the flattened rows)."""
-    rows: list[list[dict[str, Any]]] = []
-
-    def flat() -> list[dict[str, Any]]:
-        if not rows:
-            rows.append(export_rows(outcomes))
-        return rows[0]
-
+    flat = cache(lambda: export_rows(outcomes))
     return {
         "jsonl": lambda: to_jsonl(outcomes),
         "csv": lambda: to_csv(flat()),

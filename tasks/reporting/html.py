@@ -2,19 +2,16 @@
 inline script that pages long tables; no external resource (it opens from a bucket, a mail
 attachment or file://, offline).
 
-Sections: when the run started and ended, counts per state (skipped inputs apart from failures),
-the timeline (submitted, in flight, ended, ingested), the results (a per-document table with
-evidence and offsets; the recipe's own view: findings by file and severity for code-review,
-fields with evidence for invoices), the integration pass's key findings and flags, conflicts and
-coverage gaps, failures and skipped inputs with their reasons, the review queue explained, cost.
-Numbers carry element ids (`count-succeeded`, `cost-total`, ...) so tests can find them in the
-rendered DOM. The markup is in templates/report.html.j2 (and the section templates beside it); this
+The sections are report.md's (tasks.reporting.markdown), with per-document evidence and offsets;
+numbers carry element ids (`count-succeeded`, `cost-total`, ...) so tests can find them in the
+rendered DOM. The markup is in templates/report.html.j2 and the section templates beside it; this
 module shapes what they show.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 from markupsafe import Markup
@@ -36,21 +33,11 @@ from tasks.reporting.htmlkit import CSS, PAGER_JS, Part, paged_table, render
 from tasks.reporting.pages import PAGES_CSS, PAGES_JS, pages_data, pages_rows
 from tasks.reporting.results import ReportExtras, display_counts, key_columns, listed_views
 from tasks.reporting.spread import deadline_lines, spread_lines
-from tasks.reporting.summary import cache_line, stop
-from tasks.reporting.timeline import Timeline, run_span, run_timeline, span_text, timeline_svg
+from tasks.reporting.summary import cache_line, integration_state, stop
+from tasks.reporting.timeline import run_timeline, span_texts, timeline_svg
 
 PAGE_ROWS = 10  # documents a page of "Pages with evidence" shows
 STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad", "skipped": "skip"}
-
-
-def _span(manifest: dict[str, Any], t: Timeline) -> tuple[str, str, str]:
-    """When the run started and ended, and how long it took ("?" where unknown)."""
-    start, end = run_span(manifest, t)
-    fmt = "%Y-%m-%d %H:%M:%SZ"
-    s = time.strftime(fmt, time.gmtime(start)) if start else "?"
-    f = time.strftime(fmt, time.gmtime(end)) if end else "?"
-    took = span_text(end - start) if start and end and end >= start else "?"
-    return s, f, took
 
 
 def _costs(costs: dict[str, Any]) -> dict[str, Any]:
@@ -105,29 +92,6 @@ def _results(
     return [*documents, fields_section(views)]
 
 
-def _integration_state(integration: IntegrationResult | None) -> dict[str, Any] | None:
-    """The integration pass's state line (id `integration-status`), and its problems."""
-    if not integration:
-        return None
-    status = str(integration.get("status") or "complete")
-    problems = [
-        (
-            p.get("problem"),
-            len(p.get("doc_ids") or []),
-            ", ".join((p.get("doc_ids") or [])[:5]),
-            "; ".join(p.get("errors") or [p.get("error") or ""])[:300],
-        )
-        for p in integration.get("problems") or []
-    ]
-    return {
-        "status": status,
-        "bad": status in ("partial", "failed"),
-        "mode": integration.get("mode", "full"),
-        "calls": integration.get("calls", 0),
-        "problems": problems,
-    }
-
-
 def _pages(views: list[Any] | None) -> dict[str, Any] | None:
     """Pages with evidence: each PDF or image page a value cites, evidence boxed and labelled
     (tasks.reporting.pages), ten documents a page, filtered by least support class."""
@@ -148,20 +112,8 @@ def _pages(views: list[Any] | None) -> dict[str, Any] | None:
 def _queue_why(review: list[dict[str, Any]]) -> str:
     """What the review queue holds, by reason (`4 conflict`): why it can hold more than the documents
     that need review (a succeeded document in a conflict is queued too)."""
-    reasons: dict[str, int] = {}
-    for item in review:
-        for r in str(item.get("reason") or "-").split(";"):
-            reasons[r] = reasons.get(r, 0) + 1
+    reasons = Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
     return ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
-
-
-def _stopped(manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """Why a stopped run stopped and the command that continues it (nothing for other phases)."""
-    note = stop(manifest)
-    if note is None:
-        return None
-    after = " once the cause is fixed" if note.get("kind") == "breaker" else ""
-    return {"error": note.get("error"), "continue": note.get("continue"), "after": after}
 
 
 def html_report(
@@ -193,15 +145,15 @@ def html_report(
             m={k: manifest.get(k) for k in ("run_id", "source", "recipe", "recipe_version", "mode", "phase")},
             reused=sum(1 for o in outcomes if o.get("from_ledger")),
             generated=generated,
-            span=_span(manifest, timeline),
-            stopped=_stopped(manifest),
+            span=span_texts(manifest, timeline),
+            stopped=stop(manifest),
             total=len(outcomes),
             counts=list(counts.items()),
             state_class=STATE_CLASS,
             usd=costs.get("usd", 0.0),
             review_count=len(review),
             review_why=_queue_why(review),
-            integration=_integration_state(integration),
+            integration=integration_state(integration),
             spread=spread_lines(spread) if spread is not None else None,
             deadline=deadline_lines(deadline) if deadline is not None else None,
             timeline_unit="documents" if timeline["mode"] == "realtime" else "batch requests",

@@ -15,12 +15,8 @@ from markupsafe import Markup
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import SEVERITIES, FindingView, severity_counts
 from tasks.reporting.htmlkit import Part, macros, paged_table, rendered_rows
-from tasks.reporting.results import DISPLAY_STATES, SKIP_REASONS, DocView, FieldView, where_text
+from tasks.reporting.results import DISPLAY_STATES, DocView, FieldView, not_succeeded, queue_parts, where_text
 
-REVIEW_REASONS = {
-    "conflict": "succeeded, but disagrees with another document on a key field (integration pass)",
-    "sample": "succeeded; drawn at random for a spot check (`docmill eval --sample`)",
-}
 TEXT_CUT = 300  # characters of a duplicate, a flag's value or an error shown
 DOC_PAGE_ROWS = 50  # documents a page of the documents' table shows
 
@@ -263,26 +259,15 @@ def act_on(integration: IntegrationResult) -> list[tuple[Any, ...]]:
 
 
 def failures_section(views: list[DocView]) -> Markup:
-    groups: dict[tuple[str, str], list[DocView]] = defaultdict(list)
-    for v in views:
-        if v["state"] != "succeeded":
-            groups[(v["state"], v["why"] or "-")].append(v)
-    shown = []
-    for (state, why), docs in sorted(groups.items(), key=lambda kv: (kv[0][0] == "skipped", -len(kv[1]))):
-        explain = SKIP_REASONS.get(why, "") if state == "skipped" else ""
-        examples = [(d["doc_id"], d["detail"][:160]) for d in docs[:3]]
-        shown.append((state, why + (f" — {explain}" if explain else ""), len(docs), examples))
+    shown = [
+        (state, why, len(docs), [(d["doc_id"], d["detail"][:160]) for d in docs[:3]])
+        for state, why, docs in not_succeeded(views)
+    ]
     return _sections().failures(shown)
 
 
 def review_section(review: list[dict[str, Any]], counts: dict[str, int], decided: int) -> Markup:
-    reasons = Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
-    parts = [
-        f"{counts.get('needs_review', 0)} document(s) need review (the gate could not accept their answer)"
-    ]
-    for r, n in sorted(reasons.items()):
-        if r in REVIEW_REASONS:
-            parts.append(f"{n} {REVIEW_REASONS[r]}")
+    parts = queue_parts(review, counts)
     items = [
         (r.get("doc_id"), r.get("reason"), r.get("attempts", 0), str((r.get("errors") or [""])[0])[:200])
         for r in review[:500]

@@ -10,26 +10,25 @@ images; conflicts and coverage gaps; failures and skipped inputs; the review que
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter, defaultdict
 from typing import Any
 
 from tasks.provenance import SUPPORT_MEANING, SUPPORT_ORDER, support_counts
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings, severity_counts
-from tasks.reporting.html_sections import REVIEW_REASONS
 from tasks.reporting.results import (
-    SKIP_REASONS,
     DocView,
     ReportExtras,
     display_counts,
     key_columns,
     listed_views,
+    not_succeeded,
+    queue_parts,
     where_text,
 )
 from tasks.reporting.spread import markdown_section
-from tasks.reporting.summary import cache_line, stop
-from tasks.reporting.timeline import run_span, run_timeline, span_text, timeline_text
+from tasks.reporting.summary import cache_line, integration_state, stop
+from tasks.reporting.timeline import run_timeline, span_texts, timeline_text
 
 
 def _cell(v: Any) -> str:
@@ -56,13 +55,7 @@ def stop_lines(manifest: dict[str, Any]) -> list[str]:
 
 def _when(manifest: dict[str, Any], entries: list[dict[str, Any]], extra: ReportExtras) -> list[str]:
     t = run_timeline(manifest, entries, extra.get("batches"))
-    start, end = run_span(manifest, t)
-    fmt = "%Y-%m-%d %H:%M:%SZ"
-    took = span_text(end - start) if start and end and end >= start else "?"
-    head = (
-        f"Started {time.strftime(fmt, time.gmtime(start)) if start else '?'}, "
-        f"ended {time.strftime(fmt, time.gmtime(end)) if end else '?'}, duration {took}."
-    )
+    head = "Started {}, ended {}, duration {}.".format(*span_texts(manifest, t))
     unit = "documents" if t["mode"] == "realtime" else "batch requests"
     return [head, "", f"## Timeline ({unit})", "", timeline_text(t)]
 
@@ -134,9 +127,11 @@ def _fields(views: list[DocView]) -> list[str]:
     stated: Counter[str] = Counter()
     example: dict[str, str] = {}
     names: list[str] = []
+    support: dict[str, Counter[str]] = defaultdict(Counter)
     for v in views:
         for f in v["fields"]:
             names += [f["name"]] if f["name"] not in names else []
+            support[f["name"]][f["support"]] += 1
             if f["value"] is not None:
                 stated[f["name"]] += 1
                 if f["evidence"] and f["name"] not in example:
@@ -144,10 +139,6 @@ def _fields(views: list[DocView]) -> list[str]:
                     example[f["name"]] = (
                         f"`{v['doc_id']}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
                     )
-    support: dict[str, Counter[str]] = defaultdict(Counter)
-    for v in views:
-        for f in v["fields"]:
-            support[f["name"]][f["support"]] += 1
     lines = [
         "",
         "## Fields with evidence",
@@ -228,10 +219,7 @@ def _documents(views: list[DocView], columns: list[str], pages: dict[str, str]) 
 
 
 def _not_succeeded(views: list[DocView]) -> list[str]:
-    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for v in views:
-        if v["state"] != "succeeded":
-            groups[(v["state"], v["why"] or "-")].append(v["doc_id"])
+    groups = not_succeeded(views)
     if not groups:
         return []
     lines = [
@@ -241,18 +229,14 @@ def _not_succeeded(views: list[DocView]) -> list[str]:
         "| state | reason | documents | examples |",
     ]
     lines.append("|---|---|---|---|")
-    for (state, why), docs in sorted(groups.items(), key=lambda kv: (kv[0][0] == "skipped", -len(kv[1]))):
-        explain = f" — {SKIP_REASONS[why]}" if state == "skipped" and why in SKIP_REASONS else ""
-        lines.append(f"| {state} | {why}{explain} | {len(docs)} | {', '.join(f'`{d}`' for d in docs[:3])} |")
+    for state, why, docs in groups:
+        examples = ", ".join(f"`{d['doc_id']}`" for d in docs[:3])
+        lines.append(f"| {state} | {why} | {len(docs)} | {examples} |")
     return lines
 
 
 def _review(review: list[dict[str, Any]], counts: dict[str, int], decided: int) -> list[str]:
-    reasons = Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
-    parts = [
-        f"{counts.get('needs_review', 0)} document(s) need review (the gate could not accept their answer)"
-    ]
-    parts += [f"{n} {REVIEW_REASONS[r]}" for r, n in sorted(reasons.items()) if r in REVIEW_REASONS]
+    parts = queue_parts(review, counts)
     lines = [
         "",
         f"## Review queue ({len(review)})",
@@ -360,27 +344,21 @@ def _costs(costs: dict[str, Any]) -> list[str]:
 def integration_state_lines(integration: IntegrationResult | None) -> list[str]:
     """The integration pass's state: complete, partial, failed or skipped, what this run merged, and
     every problem with the documents it concerns."""
-    if not integration:
+    state = integration_state(integration)
+    if not integration or not state:
         return ["", "Integration: not run."]
-    status = str(integration.get("status") or "complete")
-    delta = integration.get("delta") or {}
-    merged = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in delta.items() if v)
+    merged = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (integration.get("delta") or {}).items() if v)
     lines = [
         "",
-        f"Integration: **{status.upper() if status in ('partial', 'failed') else status}** "
-        f"({integration.get('mode', 'full')}; {integration.get('calls', 0)} model call(s) this run"
+        f"Integration: **{state['status'].upper() if state['bad'] else state['status']}** "
+        f"({state['mode']}; {state['calls']} model call(s) this run"
         + (f"; {merged}" if merged else "; nothing new to integrate")
         + ").",
     ]
-    for p in integration.get("problems") or []:
-        ids = p.get("doc_ids") or []
+    for problem, ids, errors in state["problems"]:
         shown = ", ".join(f"`{d}`" for d in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-        lines.append(
-            f"- {p.get('problem')}"
-            + (f" ({shown})" if ids else "")
-            + f": {'; '.join(p.get('errors') or [p.get('error') or ''])[:300]}"
-        )
-    if status in ("partial", "failed"):
+        lines.append(f"- {problem}" + (f" ({shown})" if ids else "") + f": {errors}")
+    if state["bad"]:
         lines.append(
             "- conflicts, duplicates and gaps below are code-built and complete; the next run asks again."
         )

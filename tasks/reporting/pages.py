@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +68,10 @@ class PageView:
     snippets: list[tuple[Mark, str, str, str]] = field(
         default_factory=list
     )  # text documents: before, evidence, after
+
+    def named(self, boxed: bool) -> list[str]:
+        """The fields boxed on this page (`boxed`), or cited on it without a box (no text layer)."""
+        return sorted({m.name for m in self.marks if (m.box is not None) == boxed})
 
 
 def cited_pages(outcome: dict[str, Any]) -> dict[int, list[Mark]]:
@@ -123,12 +126,11 @@ def page_views(
     run_id: str,
     outcomes: list[dict[str, Any]],
     documents: dict[str, Any],
-    load: Callable[[Any], bytes],
     *,
     max_pages: int = MAX_PAGES,
 ) -> list[PageView]:
     """The cited pages of every PDF and image outcome, their images written beside the report once
-    (`documents`: doc id -> its inventory `Document`; `load`: its bytes). A document that cannot be
+    (`documents`: doc id -> its inventory `Document`). A document that cannot be
     read any more (moved, changed) keeps its marks without image."""
     views: list[PageView] = []
     rendered = 0
@@ -146,7 +148,7 @@ def page_views(
             size = store.get_json_or_none(key + ".json")
             if size is None and rendered < max_pages:
                 try:
-                    data = data if data is not None else load(doc)
+                    data = data if data is not None else load_bytes(doc)
                     jpeg, w, h = render_page(data, media, number)
                 except Exception as e:  # a page that cannot be shown: its marks stay, without image
                     log.info("no image for %s page %s: %s", o["doc_id"], number, type(e).__name__)
@@ -190,7 +192,7 @@ def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]
     texts = [o for o in wanted if not media_type_of(documents[str(o["doc_id"])]) and _spans(o)][
         :MAX_TEXT_DOCS
     ]
-    return page_views(store, run_id, media, documents, load_bytes) + text_views(texts, documents)
+    return page_views(store, run_id, media, documents) + text_views(texts, documents)
 
 
 def _spans(outcome: dict[str, Any]) -> list[tuple[str, int, int]]:
@@ -266,8 +268,7 @@ def _figure(view: PageView) -> tuple[Any, ...]:
         for m in view.marks
         if m.box is not None
     ]
-    boxed = ", ".join(sorted({m.name for m in view.marks if m.box is not None}))
-    cited = ", ".join(sorted({m.name for m in view.marks if m.box is None}))
+    boxed, cited = ", ".join(view.named(True)), ", ".join(view.named(False))
     ratio = f"aspect-ratio:{view.width}/{view.height}" if view.width else "height:200px"
     return ("page", view.page, view.image, ratio, boxes, boxed, cited)
 
@@ -328,7 +329,7 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
                     for m in v.marks
                     if m.box is not None
                 ],
-                sorted({m.name for m in v.marks if m.box is None}),
+                v.named(False),
             ]
             for v in pages
             if not v.snippets

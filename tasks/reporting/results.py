@@ -6,6 +6,7 @@ leaf `tasks.provenance` (each value's support class).
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from typing import Any, TypedDict
 
 from tasks.provenance import support_of
@@ -16,6 +17,10 @@ from tasks.provenance import support_of
 SKIP_REASONS = {
     "empty": "empty file (no bytes or no visible text), e.g. a marker file such as py.typed",
     "unsupported_type": "a file type this recipe does not take",
+}
+REVIEW_REASONS = {
+    "conflict": "succeeded, but disagrees with another document on a key field (integration pass)",
+    "sample": "succeeded; drawn at random for a spot check (`docmill eval --sample`)",
 }
 DISPLAY_STATES = ("succeeded", "needs_review", "failed", "skipped")
 MAX_CELL = 300
@@ -235,3 +240,26 @@ def listed(outcomes: list[dict[str, Any]], most_unchanged: int) -> tuple[list[di
         return outcomes, 0
     shown = [o for o in outcomes if not unchanged(o)]
     return shown, len(outcomes) - len(shown)
+
+
+def not_succeeded(views: list[DocView]) -> list[tuple[str, str, list[DocView]]]:
+    """(state, reason with its explanation for a skip, documents) of every document that did not
+    succeed, failures first, then the largest groups."""
+    groups: dict[tuple[str, str], list[DocView]] = defaultdict(list)
+    for v in views:
+        if v["state"] != "succeeded":
+            groups[(v["state"], v["why"] or "-")].append(v)
+    ordered = sorted(groups.items(), key=lambda kv: (kv[0][0] == "skipped", -len(kv[1])))
+    return [
+        (state, why + (f" — {SKIP_REASONS[why]}" if state == "skipped" and why in SKIP_REASONS else ""), docs)
+        for (state, why), docs in ordered
+    ]
+
+
+def queue_parts(review: list[dict[str, Any]], counts: dict[str, int]) -> list[str]:
+    """What the review queue holds: the documents that need review, and each other reason's items."""
+    reasons = Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
+    parts = [
+        f"{counts.get('needs_review', 0)} document(s) need review (the gate could not accept their answer)"
+    ]
+    return parts + [f"{n} {REVIEW_REASONS[r]}" for r, n in sorted(reasons.items()) if r in REVIEW_REASONS]

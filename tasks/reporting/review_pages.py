@@ -2,18 +2,12 @@
 image as image files with each value's evidence boxed and labelled in the pixels, and the evidence of a
 text, e-mail or Office document highlighted in the text around it.
 
-Why image files, and where: a reviewer in a terminal cannot see report.html's boxes (drawn by the
-browser over the page image), so the boxes and their labels are drawn into a copy of the page image
-(`runs/<run_id>/pages/<sha16>-p<N>-boxed.jpg`, beside the report's own plain page) and the command
-prints `store.link` of each: a file:// URL on a local store (most terminals open it on a click), a
-presigned https URL on S3, so one command works on both and nothing is written outside the store.
-`--open` hands each link to the desktop's viewer (Python's `webbrowser`, `$BROWSER` first). A file
-opens in any image viewer and can be attached to a ticket; a one-document HTML page would still need
-the image files beside it.
-
-One mechanism: the plain page comes from `pages.page_views` (rendered once per page, shared with the
-report), its marks from `pages.cited_pages`, the text snippets from `pages.text_views`. A scanned page
-shows its image with the model's cited page named under it and no box (never a made-up one).
+Why image files: a terminal cannot show report.html's boxes (drawn by the browser over the page
+image), so they are drawn into a copy of the page (`runs/<run_id>/pages/<sha16>-p<N>-boxed.jpg`,
+beside the report's plain page) and the command prints its `store.link`: a file:// URL on a local
+store, a presigned https URL on S3; `--open` hands it to the desktop's viewer. The plain page, its
+marks and the text snippets come from tasks.reporting.pages (rendered once per page, shared with the
+report); a scanned page names the cited page under its image and draws no box (never a made-up one).
 """
 
 from __future__ import annotations
@@ -25,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from PIL import Image, ImageDraw, ImageFont
 
 from tasks.reporting.pages import JPEG_QUALITY, Mark, PageView, media_type_of, page_views, text_views
-from tasks.source.loading import load_bytes
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -68,8 +61,7 @@ def label_of(mark: Mark) -> str:
 
 def caption_of(view: PageView) -> list[str]:
     """The lines under a page: its number, what is boxed, what is only cited (no text layer)."""
-    boxed = sorted({m.name for m in view.marks if m.box is not None})
-    cited = sorted({m.name for m in view.marks if m.box is None})
+    boxed, cited = view.named(True), view.named(False)
     lines = [f"p. {view.page}" + (f" · boxed: {', '.join(boxed)}" if boxed else "")]
     if cited:
         lines.append("cited by the model, no text layer (no box): " + ", ".join(cited))
@@ -126,7 +118,7 @@ def document_evidence(
             snippets=views[0].snippets, note="" if views[0].snippets else "no value has evidence in its text"
         )
     shown = Evidence()
-    for view in page_views(store, run_id, [outcome], documents, load_bytes, max_pages=100):
+    for view in page_views(store, run_id, [outcome], documents, max_pages=100):
         image = None
         if view.image is not None:
             key = f"runs/{run_id}/{view.image.removesuffix('.jpg')}-boxed.jpg"
@@ -136,8 +128,8 @@ def document_evidence(
             {
                 "page": view.page,
                 "image": image,
-                "boxed": sorted({m.name for m in view.marks if m.box is not None}),
-                "cited": sorted({m.name for m in view.marks if m.box is None}),
+                "boxed": view.named(True),
+                "cited": view.named(False),
             }
         )
     if not shown.pages:

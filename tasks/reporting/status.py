@@ -21,12 +21,12 @@ from checkpoints.manifest import ManifestStore
 from checkpoints.outcomes import OutcomeLog
 from checkpoints.review_queue import ReviewQueue
 from tasks.reporting.spread import deadline_lines, deadline_summary, spread_lines, spread_summary
-from tasks.reporting.summary import stop
+from tasks.reporting.summary import STATES, stop
+from tasks.reporting.timeline import span_text
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
 
-STATES = ("succeeded", "needs_review", "failed", "skipped")
 FINISHED = ("done", "canceled")
 
 
@@ -135,13 +135,6 @@ def integration_text(st: dict[str, Any]) -> str:
     return f"integration {status} ({i['mode']}, {i['calls']} model call(s) this run{hint})"
 
 
-def _duration(seconds: float) -> str:
-    total = round(seconds)
-    h, rest = divmod(total, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
 def status_text(st: dict[str, Any]) -> str:
     """The human-readable `docmill status`."""
     total = st["documents"]
@@ -149,7 +142,8 @@ def status_text(st: dict[str, Any]) -> str:
     states = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in st["states"].items())
     budget = f" of ${st['budget_usd']:.2f} budget" if st["budget_usd"] is not None else " (no budget cap)"
     if st["eta_seconds"] is not None:
-        eta = f"~{_duration(st['eta_seconds'])} left at {st['docs_per_second']:.2f} docs/s"
+        left = round(st["eta_seconds"])
+        eta = f"~{span_text(left) if left >= 60 else f'{left}s'} left at {st['docs_per_second']:.2f} docs/s"
     elif st["phase"] == "done":
         eta = "finished"
     else:

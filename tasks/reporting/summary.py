@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from tasks.records import RunSummary
+from tasks.records import IntegrationResult, RunSummary
 
 STATES = ("succeeded", "needs_review", "failed", "skipped")
 
@@ -67,3 +67,26 @@ def stop(manifest: dict[str, Any]) -> dict[str, str] | None:
     return (
         note if manifest.get("phase") in ("stopped", "budget_exhausted") and isinstance(note, dict) else None
     )
+
+
+def integration_state(integration: IntegrationResult | None) -> dict[str, Any] | None:
+    """The integration pass's state as report.md and report.html show it: complete, partial or
+    failed (`bad`), its mode and model calls this run, and each problem as (what, the documents it
+    concerns, its errors)."""
+    if not integration:
+        return None
+    status = str(integration.get("status") or "complete")
+    return {
+        "status": status,
+        "bad": status in ("partial", "failed"),
+        "mode": integration.get("mode", "full"),
+        "calls": integration.get("calls", 0),
+        "problems": [
+            (
+                p.get("problem"),
+                p.get("doc_ids") or [],
+                "; ".join(p.get("errors") or [p.get("error") or ""])[:300],
+            )
+            for p in integration.get("problems") or []
+        ],
+    }

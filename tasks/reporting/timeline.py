@@ -222,3 +222,12 @@ def run_span(manifest: dict[str, Any], t: Timeline) -> tuple[float | None, float
     start = epoch(manifest.get("created_at"))
     ends = [x for x in (epoch(manifest.get("updated_at")), *t["ingested"][-1:], *t["ended"][-1:]) if x]
     return start, (max(ends) if ends else None)
+
+
+def span_texts(manifest: dict[str, Any], t: Timeline) -> tuple[str, str, str]:
+    """When the run started and ended, and how long it took ("?" where unknown)."""
+    start, end = run_span(manifest, t)
+    fmt = "%Y-%m-%d %H:%M:%SZ"
+    took = span_text(end - start) if start and end and end >= start else "?"
+    started, ended = (time.strftime(fmt, time.gmtime(x)) if x else "?" for x in (start, end))
+    return started, ended, took

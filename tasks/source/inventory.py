@@ -1,34 +1,24 @@
-"""Inventory: turn a source (local folder or `s3://bucket/prefix`) into a stream of `Document`s.
+"""Inventory: turn a source (local folder, file or `s3://bucket/prefix`) into a stream of `Document`s.
 
 Every file becomes exactly one `Document`, `ok` or `skipped` with a `SkipReason`; nothing is
 dropped and a bad file never raises. Documents come out sorted by doc id, one file in memory at a
-time (hashing reads in 1 MiB blocks; oversized files are hashed but never held in memory).
+time (hashing reads in 1 MiB blocks; oversized files are hashed but never held).
 
-Symlinks: a file whose real path is outside the source is `outside_source` and never read; a
-symlinked folder is not walked and shows up as one `symlinked_folder` document (both unless
-settings.inventory.follow_symlinks / `--follow-symlinks`).
+Checks, first match wins: unreadable (permission, broken symlink, not a regular file, store error;
+a symlink leading outside the source and a symlinked folder are `outside_source` / `symlinked_folder`
+unless settings.inventory.follow_symlinks) -> unsupported_type -> oversized
+(settings.inventory.max_document_bytes) -> empty -> what the format's reader refuses, read in a
+bounded reader process (binary, undecodable, encrypted, corrupt, over_limit, macro_enabled:
+tasks.source.readers) -> duplicate (same sha256 as an earlier `ok` document, `duplicate_of`). A PDF
+or image without a text layer is `ok`: it is sent as what it is (tasks.request).
 
-Checks, first match wins: unreadable (permission, broken symlink, not a regular file, store
-error) -> unsupported_type (not in `doc_types`, or a type docmill does not read) -> oversized
-(> settings.inventory.max_document_bytes) -> empty (no bytes, no visible text, a PDF without pages
-or marks) -> binary (NUL bytes in a text type) -> undecodable (no encoding reads it, invalid JSON) ->
-encrypted / corrupt / over_limit / macro_enabled (the format's reader refuses it: tasks.source.readers; it
-runs in a reader process bounded in memory and time, tasks.source.readers.bounded: past a bound, over_limit) ->
-duplicate (same sha256 as an earlier `ok` document; `duplicate_of` names it). A PDF or image with
-no text layer is `ok`: it is sent as what it is (tasks.request).
+E-mail: every attachment of an `ok` .eml becomes its own document right after its message
+(`parent` = the message; an attached message read in turn to settings.formats.max_nesting levels,
+one that is its own ancestor by Message-ID is `forward_loop`; attachments past
+settings.formats.max_attachments are `over_limit`).
 
-E-mail: every attachment of an `ok` .eml becomes its own document right after its message, with the
-id `<message id>/<n>-<file name>`, `parent` = the message, and the same checks (an attached message
-is read in turn, to settings.formats.max_nesting levels; one that is its own ancestor by
-Message-ID is `forward_loop`; attachments past settings.formats.max_attachments are `over_limit`).
-Each keeps its place: nothing of a message is dropped silently.
-
-Doc ids are the `/`-separated path relative to the source when that is a safe key; any other name
-(control characters, `..`, undecodable bytes, a name shaped like an escaped id) is still taken in,
-under an escaped id it can be read back from (tasks.source.doc_names: two files never share an id). A
-source that still yields two documents with one id stops before anything is sent (`InputError`).
-
-Doc ids and globs (settings.inventory.include / exclude): `tasks.source.doc_names`.
+Doc ids and globs: tasks.source.doc_names (any name is taken in, under an id it can be read back
+from); a source that still yields two documents with one id stops before anything is sent.
 """
 
 from __future__ import annotations
@@ -39,6 +29,7 @@ import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +65,11 @@ class _Read:
     size: int = 0
     data: bytes | None = None
     error: str | None = None
+
+    @classmethod
+    def of(cls, data: bytes, max_bytes: int) -> _Read:
+        """What reading `data`, already in memory, gives."""
+        return cls(hashlib.sha256(data).hexdigest(), len(data), data if len(data) <= max_bytes else None)
 
 
 @dataclass
@@ -213,11 +209,9 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
 def _read_s3(store: ObjectStore, key: str) -> Callable[[int], _Read]:
     def read(max_bytes: int) -> _Read:
         try:
-            data: bytes = store.get(key)
+            return _Read.of(store.get(key), max_bytes)
         except DocmillError as e:
             return _Read(error=f"{type(e).__name__}: {e}")
-        sha = hashlib.sha256(data).hexdigest()
-        return _Read(sha, len(data), data if len(data) <= max_bytes else None)
 
     return read
 
@@ -344,11 +338,7 @@ def _known_or_classify(entry: _Entry, scan: _Scan, known: KnownFiles) -> tuple[D
     stamp = entry.stamp() if entry.stamp is not None else None
     if stamp is None or entry.skip is not None or entry.doc_type is not None:
         return _classify(entry, scan)
-    how, record = "trusted", known.trusted(entry.name, stamp)
-    if record is None:
-        got = entry.read(scan.max_bytes)
-        how, record = "confirmed", None if got.error else known.confirmed(entry.name, got.sha256, got.size)
-        entry = replace(entry, read=lambda _m: got)  # classified from these bytes: never read twice
+    how, record, entry = _known_record(entry, stamp, known, scan.max_bytes)
     doc = known.replay(_base(entry), record, scan.seen) if record is not None else None
     if doc is not None and record is not None:
         known.keep(entry.name, stamp, record, how)
@@ -358,9 +348,17 @@ def _known_or_classify(entry: _Entry, scan: _Scan, known: KnownFiles) -> tuple[D
     return doc, content
 
 
-def _part_read(data: bytes) -> Callable[[int], _Read]:
-    sha = hashlib.sha256(data).hexdigest()
-    return lambda max_bytes: _Read(sha, len(data), data if len(data) <= max_bytes else None)
+def _known_record(
+    entry: _Entry, stamp: list[int | str], known: KnownFiles, max_bytes: int
+) -> tuple[str, dict[str, Any] | None, _Entry]:
+    """(how, the cache's record of the file or None, the entry): "trusted" by its stamp, else
+    "confirmed" by hashing its bytes (the entry returned then reads these bytes: never twice)."""
+    record = known.trusted(entry.name, stamp)
+    if record is not None:
+        return "trusted", record, entry
+    got = entry.read(max_bytes)
+    record = None if got.error else known.confirmed(entry.name, got.sha256, got.size)
+    return "confirmed", record, replace(entry, read=lambda _m: got)
 
 
 def _attachments(
@@ -372,7 +370,7 @@ def _attachments(
         entry = _Entry(
             f"{message.doc_id}/{i}-{part.name}",
             part_uri(message.source_uri, i),
-            _part_read(part.data),
+            partial(_Read.of, part.data),
             parent=message.doc_id,
             doc_id=attachment_doc_id(message.doc_id, i, part.name),
         )
@@ -440,10 +438,7 @@ def recorded(
     seen, max_bytes = FirstOfContent(), settings.inventory.max_document_bytes
     for entry, doc_type in _listed(source, settings, doc_types):
         stamp = entry.stamp() if entry.stamp is not None else None
-        record = None if stamp is None else known.trusted(entry.name, stamp)
-        if record is None and stamp is not None:
-            got = entry.read(max_bytes)
-            record = None if got.error else known.confirmed(entry.name, got.sha256, got.size)
+        record = None if stamp is None else _known_record(entry, stamp, known, max_bytes)[1]
         yield doc_type, None if record is None else known.replay(_base(entry), record, seen)
 
 

@@ -1,12 +1,5 @@
-"""Readers: one per document format, behind one interface, `read(doc_type, data, limits) -> Content`.
-
-| format | reader | library (licence) |
-|---|---|---|
-| txt, md, csv, html, json, source code | `text.py` | standard library; charset-normalizer (MIT) for legacy encodings; lxml (BSD-3-Clause) for HTML |
-| pdf | `pdf.py`, `pdf_text.py` | pypdfium2 (Apache-2.0 / BSD-3-Clause) text; pypdf (BSD-3-Clause) page ranges |
-| png, jpg/jpeg, gif, webp | `image.py` | Pillow (MIT-CMU), header only |
-| docx/docm, xlsx/xlsm, pptx/pptm | `office.py` | python-docx, openpyxl, python-pptx (MIT) |
-| eml | `mail.py` | standard library `email` |
+"""Readers: one per document format, behind one interface, `read(doc_type, data, limits) -> Content`
+(each format's reader and library: docs/formats.md).
 
 Types docmill knows but does not read (`NOT_READ`: .msg, legacy binary Office) are refused with the
 reason why; a recipe that lists one, or a type nobody reads, is refused at load
@@ -78,36 +71,9 @@ IMAGE_TYPES = frozenset({DocType.PNG, DocType.JPG, DocType.GIF, DocType.WEBP})
 
 # Source code and config files: read as plain text (their doc_type is the extension).
 CODE_TYPES = frozenset(
-    {
-        "py",
-        "pyi",
-        "js",
-        "ts",
-        "tsx",
-        "jsx",
-        "go",
-        "rs",
-        "java",
-        "kt",
-        "rb",
-        "php",
-        "sh",
-        "sql",
-        "c",
-        "h",
-        "cc",
-        "cpp",
-        "hpp",
-        "cs",
-        "swift",
-        "scala",
-        "toml",
-        "yaml",
-        "yml",
-        "ini",
-        "cfg",
-        "xml",
-    }
+    {"py", "pyi", "js", "ts", "tsx", "jsx", "go", "rs", "java", "kt", "rb", "php", "sh", "sql", "swift"}
+    | {"c", "h", "cc", "cpp", "hpp", "cs", "scala"}
+    | {"toml", "yaml", "yml", "ini", "cfg", "xml"}
 )
 
 DOCUMENT_TYPES = frozenset(t.value for t in DocType)

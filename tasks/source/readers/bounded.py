@@ -3,36 +3,21 @@ and time are capped, so no document can sink a run (invariant 19), whatever libr
 
     content = read_bounded("pdf", data, limits, Bounds(memory_bytes=512 << 20, seconds=60))
 
-Like Apache Tika's forked parser and OCRmyPDF's worker pool, the parsers run in a small pool of
-worker processes (`tasks.source.readers.worker`, started with `subprocess` from a clean interpreter: no
-fork of a process whose threads hold locks, no re-import of the user's script). Each worker caps
-its address space (`RLIMIT_AS`); the parent gives each document a wall-clock deadline. Past either
-limit the document is refused as `over_limit` (`OverLimit`, naming which limit and its value), the
-worker is killed and a fresh one is started on the next call, and the run goes on. A worker that
-dies otherwise (a crash in a C library) makes the document `corrupt`.
+Like Apache Tika's forked parser, the parsers run in a small pool of worker processes
+(`tasks.source.readers.worker`, started by `subprocess` from a clean interpreter: no fork of a
+process whose threads hold locks). Each worker caps its address space (`RLIMIT_AS`); the parent
+gives each document a CPU-time and wall-clock deadline. Past either the document is `over_limit`
+(`OverLimit`, naming the limit), the worker is replaced and the run goes on; a worker that dies
+otherwise (a crash in a C library) makes the document `corrupt`.
 
-The pool is started lazily once per process and reused (a start costs an interpreter, not a
-document), holds at most `Bounds.processes` workers, and is shared by every thread (a worker serves
-one call at a time). It is closed at exit; its workers run in their own session (a Ctrl-C to the
-terminal's process group is docmill's to handle) and exit when docmill is gone however it ended
-(end-of-file on their socket, `docmill.lifeline`, and a CPU-time backstop). A forked child of
-docmill does not use its parent's workers: it starts its own pool.
+The pool starts lazily once per process (a forked child starts its own), holds at most
+`Bounds.processes` workers shared by every thread, and is closed at exit; its workers run in their
+own session (Ctrl-C is docmill's to handle) and exit when docmill is gone however it ended.
+Documents and their Content cross as pickles over a socket pair (bench/hostile.py measures it).
 
-Documents cross to a worker and their Content back as pickles over a socket pair; documents are at
-most settings.inventory.max_document_bytes, and a copy of 20 MB costs milliseconds next to its parse
-(bench/hostile.py measures the per-document cost of the bound).
-
-A small UTF-8 text (txt, md, csv, JSON and source code up to `IN_PROCESS_BYTES`) needs no worker:
-its reader is `bytes.decode` (and for JSON the standard library's parser after a linear depth check),
-linear in a size that is capped, with no C library of a third party behind it, so `read_bounded`
-reads it in the calling process (`plain_utf8`). A batch run over plain-text
-invoices reads each file three times (inventory, request, gate) and would otherwise pay a socket
-round trip each time and start reader processes in docmill and in every gate process. Anything
-else (charset guessing, HTML through lxml, every binary format, a larger text) still goes to a worker.
-
-Callers: tasks.source.inventory (every check), tasks.source.loading (the per-file pass, realtime and batch,
-estimate, batch preparation and ingest: e-mail attachments too), tasks.request (a long PDF's
-page ranges). `Bounds(enabled=False)` reads in-process (debugging only).
+A UTF-8 text of at most `IN_PROCESS_BYTES` (txt, md, csv, JSON, source code) is only decoded, which
+its size bounds, so it is read in the calling process (`plain_utf8`): no socket round trip for each
+of the three reads a plain-text document gets. `Bounds(enabled=False)` reads in-process (debugging).
 """
 
 from __future__ import annotations
@@ -54,8 +39,7 @@ from typing import Any
 
 from tasks.source.readers import CODE_TYPES, Content, DocType, Limits, read
 from tasks.source.readers.content import BinaryContent, ExtractError, OverLimit, Unreadable
-from tasks.source.readers.mail import part_bytes
-from tasks.source.readers.pdf import page_range
+from tasks.source.readers.worker import JOBS
 
 MIB = 1024 * 1024
 STOP_WAIT = 2.0  # seconds a closing worker gets to exit before SIGKILL
@@ -338,26 +322,27 @@ def plain_utf8(doc_type: str, data: bytes) -> bool:
     return True
 
 
+def _bounded(bounds: Bounds, job: str, *args: Any) -> Any:
+    """`worker.JOBS[job](*args)` in a bounded worker (in this process when bounds are off)."""
+    return JOBS[job](*args) if not bounds.enabled else pool_for(bounds).call((job, args))
+
+
 def read_bounded(doc_type: str, data: bytes, limits: Limits, bounds: Bounds) -> Content:
     """`tasks.source.readers.read` in a bounded worker (a small UTF-8 text in this process:
     `plain_utf8`); raises what it raises, and OverLimit past a bound."""
-    if not bounds.enabled or plain_utf8(doc_type, data):
+    if plain_utf8(doc_type, data):
         return read(doc_type, data, limits)
-    content: Content = pool_for(bounds).call(("read", (doc_type, data, limits)))
+    content: Content = _bounded(bounds, "read", doc_type, data, limits)
     return content
 
 
 def part_bytes_bounded(data: bytes, path: list[int], bounds: Bounds) -> bytes:
     """`tasks.source.readers.mail.part_bytes` (an attachment found again in its message), bounded."""
-    if not bounds.enabled:
-        return part_bytes(data, path)
-    found: bytes = pool_for(bounds).call(("part_bytes", (data, path)))
+    found: bytes = _bounded(bounds, "part_bytes", data, path)
     return found
 
 
 def page_range_bounded(data: bytes, pages: Iterable[int], bounds: Bounds) -> bytes:
     """`tasks.source.readers.pdf.page_range` (a PDF of some pages of a PDF), bounded."""
-    if not bounds.enabled:
-        return page_range(data, pages)
-    part: bytes = pool_for(bounds).call(("page_range", (data, list(pages))))
+    part: bytes = _bounded(bounds, "page_range", data, list(pages))
     return part

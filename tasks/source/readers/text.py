@@ -115,32 +115,8 @@ def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
 
 _SKIP_TAGS = frozenset({"script", "style", "noscript", "template"})
 _BLOCK_TAGS = frozenset(
-    [
-        "p",
-        "div",
-        "br",
-        "li",
-        "tr",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "table",
-        "ul",
-        "ol",
-        "section",
-        "article",
-        "header",
-        "footer",
-        "title",
-        "pre",
-        "blockquote",
-        "dt",
-        "dd",
-        "hr",
-    ]
+    {"p", "div", "br", "li", "tr", "table", "ul", "ol", "section", "article", "header", "footer", "title"}
+    | {"pre", "blockquote", "dt", "dd", "hr", "h1", "h2", "h3", "h4", "h5", "h6"}
 )
 
 

@@ -2,19 +2,13 @@
 
     python -m tasks.source.readers.worker FD MEMORY_BYTES SECONDS
 
-FD is this end of a socket pair the parent keeps the other end of. Before reading anything the
-process caps its own address space (`RLIMIT_AS` = MEMORY_BYTES; 0: no cap) and ignores SIGINT (a
-Ctrl-C to the terminal's process group is the parent's to handle). Then it answers jobs, one at a
-time: a pickled `(function name, args)` in, a pickled `Reply` out. Only the functions of `JOBS` run.
-
-Past the memory cap a reader fails somewhere (MemoryError, or a C library's own "cannot allocate"
-error turned into a parse error): whatever the error, when the process's peak address space came
-within `NEAR_LIMIT` of the cap the reply says `memory`, and the process exits after replying (the
-parent starts a fresh one). The parent enforces the per-document deadline (this process's CPU time,
-read from /proc, and a wall-clock cap); as a backstop that also holds when the parent is gone, each job lowers the soft `RLIMIT_CPU` to the CPU
-time used so far plus twice the deadline, so a runaway parse dies of SIGXCPU. End-of-file on the
-socket (the parent closed it or died) ends the process; `docmill.lifeline` ends it too when the
-parent is gone while a job runs.
+FD is this end of a socket pair. The process caps its own address space (`RLIMIT_AS`; 0: no cap),
+ignores SIGINT (Ctrl-C is the parent's to handle), then answers jobs one at a time: a pickled
+`(name in JOBS, args)` in, a pickled `Reply` out. Whatever a reader raises, a job that brought the
+process within `NEAR_LIMIT` of its cap ran out of memory: the reply says `memory` and the process
+exits (the parent starts a fresh one). Besides the parent's deadline, each job lowers `RLIMIT_CPU`
+to the CPU time used plus twice the deadline (SIGXCPU, even with the parent gone); end-of-file on the
+socket, or `docmill.lifeline` when the parent is gone mid-job, ends the process.
 """
 
 from __future__ import annotations
