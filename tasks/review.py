@@ -119,19 +119,20 @@ def apply_decisions(outcomes: list[dict[str, Any]], decisions: dict[str, Decisio
     """Outcomes with the decision in force applied (see the module docstring); others unchanged."""
     if not decisions:
         return outcomes
-    out = []
-    for o in outcomes:
-        d = decisions.get(o["doc_id"])
-        if d is None:
-            out.append(o)
-            continue
-        original = o.get("output")
-        o = {**o, "review": mark_of(d, original)}
-        if d.values:
-            o["original_output"] = original
-            o["output"] = with_values(original or {}, d.values)
-        out.append(o)
-    return out
+    return [
+        o if (d := decisions.get(o["doc_id"])) is None else decided(o, d, o.get("output")) for o in outcomes
+    ]
+
+
+def decided(view: dict[str, Any], d: Decision, original: dict[str, Any] | None) -> dict[str, Any]:
+    """An outcome or review item with decision `d` in force: `d` under `review` (its corrections
+    from `original`, the model's output), and when `d` changed values, the output in force under
+    `output` with the one before it under `original_output`."""
+    view = {**view, "review": mark_of(d, original)}
+    if d.values:
+        view["original_output"] = view.get("output")
+        view["output"] = with_values(view.get("output") or {}, d.values)
+    return view
 
 
 def labels_from_decisions(
@@ -193,10 +194,4 @@ def review_view(
     view["decisions"] = [
         {**d.model_dump(mode="json", exclude={"run_id", "doc_id"}), "at": timestamp(d.at)} for d in history
     ]
-    if history:
-        in_force = history[-1]
-        view["review"] = mark_of(in_force, (outcome or {}).get("output"))
-        if in_force.values:
-            view["original_output"] = view.get("output")
-            view["output"] = with_values(view.get("output") or {}, in_force.values)
-    return view
+    return decided(view, history[-1], (outcome or {}).get("output")) if history else view

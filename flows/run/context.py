@@ -190,18 +190,26 @@ def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
     """This process's client paces at its share of the organisation's limit, shared through the
     store with every other docmill process at the same endpoint (tasks.api.shared_limit); not
     with docmill's built-in emulator (each process has its own) or with the setting off."""
-    conf = ctx.settings.shared_limit
-    limiter = ctx.client.limiter
-    scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
-    if not conf.enabled or scope is None:
+    shared_at = limit_scope(ctx)
+    if shared_at is None:
         yield None
         return
-    holder = f"{holder_id()}:{name}"
-    store = ctx.store
-    if conf.store:
-        store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url)
-    with shared_limit(store, limiter, scope, holder, name=name, lease_seconds=conf.lease_seconds) as m:
+    store, scope = shared_at
+    holder, lease = f"{holder_id()}:{name}", ctx.settings.shared_limit.lease_seconds
+    with shared_limit(store, ctx.client.limiter, scope, holder, name=name, lease_seconds=lease) as m:
         yield m
+
+
+def limit_scope(ctx: RunContext) -> tuple[ObjectStore, str] | None:
+    """Where the organisation's limit is shared (its store and scope: tasks.api.shared_limit), or
+    None when it is not shared (the setting off, or docmill's built-in emulator)."""
+    conf = ctx.settings.shared_limit
+    scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
+    if not conf.enabled or scope is None:
+        return None
+    return (
+        open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url) if conf.store else ctx.store
+    ), scope
 
 
 @dataclass(frozen=True)

@@ -54,25 +54,19 @@ def write_inventory(ctx: RunContext, source: str) -> list[str]:
     if done is not None:
         return list(done["chunks"])
     ids: list[str] = []  # a crash mid-inventory redoes it: chunk files are deterministic, put overwrites
-    chunk: list[dict[str, Any]] = []
-    dups: list[dict[str, Any]] = []
-    size = ctx.settings.chunk_size
+    filling: dict[str, list[dict[str, Any]]] = {"": [], DUP_PREFIX: []}  # chunk id prefix -> records
     count = 0
     known = known_files(ctx.store, source_id(source), ctx.settings, ctx.recipe.doc_types)
     for doc in inventory(source, ctx.settings, doc_types=ctx.recipe.doc_types, known=known):
         count += 1
-        record = doc.model_dump(mode="json")
-        (dups if doc.duplicate_of else chunk).append(record)
-        if len(chunk) >= size:
-            ids.append(chunks.put(chunk_id(len(ids)), chunk))
-            chunk = []
-        if len(dups) >= size:
-            ids.append(chunks.put(DUP_PREFIX + chunk_id(len(ids)), dups))
-            dups = []
-    if chunk:
-        ids.append(chunks.put(chunk_id(len(ids)), chunk))
-    if dups:
-        ids.append(chunks.put(DUP_PREFIX + chunk_id(len(ids)), dups))
+        prefix = DUP_PREFIX if doc.duplicate_of else ""
+        filling[prefix].append(doc.model_dump(mode="json"))
+        if len(filling[prefix]) >= ctx.settings.chunk_size:
+            ids.append(chunks.put(prefix + chunk_id(len(ids)), filling[prefix]))
+            filling[prefix] = []
+    for prefix, records in filling.items():  # the last documents' chunk, then the duplicates'
+        if records:
+            ids.append(chunks.put(prefix + chunk_id(len(ids)), records))
     chunks.finish(ids, count)
     return ids
 
@@ -244,7 +238,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
     ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.REPORT)
     costs = CostLedger(ctx.store, ctx.run_id).totals()
     manifest = ManifestStore(ctx.store).load(ctx.run_id)
-    base = f"runs/{ctx.run_id}"
+    root = ctx.store.uri.rstrip("/")
     write_report(
         ctx.store, {**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, integration, costs
     )
@@ -270,7 +264,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         "conflicts": len(integration["checks"]["conflicts"]),
         "integration": integration["status"],
         "integration_problems": len(integration["problems"]),
-        "report": f"{ctx.store.uri.rstrip('/')}/{base}/report.md",
-        "review_queue": f"{ctx.store.uri.rstrip('/')}/review/{ctx.run_id}/",
-        "exports": f"{ctx.store.uri.rstrip('/')}/{base}/exports/",
+        "report": f"{root}/runs/{ctx.run_id}/report.md",
+        "review_queue": f"{root}/review/{ctx.run_id}/",
+        "exports": f"{root}/runs/{ctx.run_id}/exports/",
     }
