@@ -47,8 +47,6 @@ from tasks.request import FILE_PASS, file_key, file_params, needs_parts
 from tasks.source.inventory import Document
 
 if TYPE_CHECKING:
-    from checkpoints.store import ObjectStore
-    from docmill.settings import Settings
     from tasks.per_file.scope import RunScope
 
 Progress = Callable[[BatchProgress], None]
@@ -448,11 +446,3 @@ def run_batches(
     engine = BatchEngine(Pass.of(scope), sdk, clock=clock, sleep=sleep, on_progress=on_progress)
     engine.submit_only = submit_only
     yield from engine.run(docs)
-
-
-def cancel_batches(
-    run_id: str, store: ObjectStore, client: anthropic.Anthropic, settings: Settings
-) -> dict[str, Any]:
-    """Cancel the run's in-flight batches (reconciling an intent without id first); returns what
-    the API said per batch. The next `run_batches` of the run collects what succeeded."""
-    return lifecycle.cancel_run(run_id, store, client, settings)
