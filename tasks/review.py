@@ -1,19 +1,7 @@
-"""Human review decisions applied to results (`docmill review accept|correct|reject`).
-
-The decisions themselves are stored append-only by `checkpoints.decisions`; this module turns
-them into what readers use:
-
-- `parse_assignments(["total=12.5", "vendor_name=Acme"])`: `--set` arguments -> values (JSON when
-  the text parses as JSON, else the text itself);
-- `corrected_output(recipe, output, values)`: the output with the corrections applied, each
-  corrected field checked against its type in the recipe's file schema (a `{value, evidence}` field takes the new value; its evidence
-  becomes null, since the model's excerpt no longer supports it);
-- `apply_decisions(outcomes, decisions)`: outcomes as exports and reports show them — the
-  decision in force under `review`, the corrected output under `output`, the model's own output
-  under `original_output` whenever a decision changed it (both are kept);
-- `labels_from_decisions(...)`: the reviewed values as `eval` labels (accepted and corrected
-  documents: every top-level field; rejected ones: only the values the reviewer gave).
-"""
+"""Human review decisions applied to results (`docmill review accept|correct|reject`). The
+decisions are stored append-only by `checkpoints.decisions`; this module turns them into what
+readers use: corrected outputs checked against the recipe's schema, outcomes as exports and reports
+show them, and the reviewed values as `eval` labels."""
 
 from __future__ import annotations
 
@@ -76,7 +64,9 @@ def with_values(output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any
 
 
 def corrected_output(recipe: Recipe | None, output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """`output` with `values` applied to its top-level fields, each validated by its schema type."""
+    """`output` with `values` applied to its top-level fields, each validated by its schema type (a
+    `{value, evidence}` field takes the new value; its evidence becomes null, since the model's
+    excerpt no longer supports it)."""
     fields = set(getattr(recipe.file_schema, "model_fields", {})) if recipe else set(output)
     unknown = sorted(set(values) - fields)
     if unknown:
@@ -116,7 +106,8 @@ def mark_of(decision: Decision, output: dict[str, Any] | None) -> ReviewMark:
 
 
 def apply_decisions(outcomes: list[dict[str, Any]], decisions: dict[str, Decision]) -> list[dict[str, Any]]:
-    """Outcomes with the decision in force applied (see the module docstring); others unchanged."""
+    """Outcomes with the decision in force applied (`decided`: the model's own output kept under
+    `original_output` whenever a decision changed it); others unchanged."""
     if not decisions:
         return outcomes
     return [
@@ -138,7 +129,9 @@ def decided(view: dict[str, Any], d: Decision, original: dict[str, Any] | None) 
 def labels_from_decisions(
     outcomes: list[dict[str, Any]], decisions: dict[str, Decision]
 ) -> dict[str, dict[str, Any]]:
-    """doc id -> labelled fields (the `eval` labels format) from the decisions in force."""
+    """doc id -> labelled fields (the `eval` labels format) from the decisions in force: every
+    top-level field of accepted and corrected documents, only the values the reviewer gave of
+    rejected ones."""
     by_doc = {o["doc_id"]: o for o in outcomes}
     labels: dict[str, dict[str, Any]] = {}
     for doc_id, d in sorted(decisions.items()):

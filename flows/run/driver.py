@@ -149,20 +149,20 @@ def run(
             raise again from e
         except BudgetExhausted as e:
             spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
-            stop = stop_note("budget", e.one_line(), f"docmill resume {ctx.run_id} --max-cost-usd <higher>")
-            ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.BUDGET_EXHAUSTED)
-            ManifestStore(ctx.store).update(
-                ctx.run_id,
-                lambda m: m.model_copy(update={"cost_usd": spent, "extra": {**m.extra, "stop": stop}}),
-            )
+            command = f"docmill resume {ctx.run_id} --max-cost-usd <higher>"
+            mark_stop(ctx, Phase.BUDGET_EXHAUSTED, "budget", e.one_line(), command, cost_usd=spent)
             report_so_far(ctx, "the budget stop")
             raise
 
 
-def stop_note(kind: str, error: str, command: str) -> dict[str, str]:
-    """Why a run stopped and the command that continues it (manifest `extra.stop`: the report and
-    `docmill status` show it)."""
-    return {"kind": kind, "error": error, "continue": command}
+def mark_stop(ctx: RunContext, phase: Phase, kind: str, error: str, command: str, **fields: Any) -> None:
+    """The run's `phase` (and `fields`), with why it stopped and the command that continues it
+    (manifest `extra.stop`: the report and `docmill status` show it)."""
+    stop = {"kind": kind, "error": error, "continue": command}
+    update = {"phase": phase, **fields}
+    ManifestStore(ctx.store).update(
+        ctx.run_id, lambda m: m.model_copy(update={**update, "extra": {**m.extra, "stop": stop}})
+    )
 
 
 def report_so_far(ctx: RunContext, what: str) -> None:
@@ -195,13 +195,8 @@ def stopped(ctx: RunContext, e: SystemicFailure | Interrupted) -> SystemicFailur
         **{**e.fields, "run_id": ctx.run_id},
     )
     kind = "signal" if isinstance(e, Interrupted) else "breaker"
-    stop = stop_note(kind, again.one_line(), f"docmill resume {ctx.run_id}")
-
-    def fn(m: RunManifest) -> RunManifest:
-        return m.model_copy(update={"phase": Phase.STOPPED, "extra": {**m.extra, "stop": stop}})
-
     try:
-        ManifestStore(ctx.store).update(ctx.run_id, fn)
+        mark_stop(ctx, Phase.STOPPED, kind, again.one_line(), f"docmill resume {ctx.run_id}")
     except Exception as exc:  # the stop is what the user must see
         log.error("could not mark run %s stopped: %s", ctx.run_id, exc)
     return again
