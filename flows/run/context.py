@@ -112,9 +112,7 @@ class RunContext(RunScope):
     endpoint: Endpoint
     batch_sdk: Callable[[], anthropic.Anthropic]
     workers: int | None = None  # the per-file pass spread over that many shard workers (flows.workers.spread)
-    finish_by: str | None = (
-        None  # ISO 8601: batch what can finish by then, the rest realtime (flows.run.deadline)
-    )
+    finish_by: str | None = None  # ISO 8601: batched what can finish by then, the rest realtime (deadline)
     left_behind: tuple[str, ...] = ()  # stopped runs over these documents a --new-run did not continue
     on_progress: Callable[[int, int], None] | None = None  # per-file pass: (documents done, total)
 

@@ -21,13 +21,7 @@ from checkpoints.chunks import DUP_PREFIX, InventoryChunks, chunk_id
 from checkpoints.costs import CostLedger
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
 from checkpoints.outcomes import OutcomeLog
-from docmill.errors import (
-    BudgetExhausted,
-    ConfigError,
-    InputError,
-    Interrupted,
-    SystemicFailure,
-)
+from docmill.errors import BudgetExhausted, ConfigError, InputError, Interrupted, SystemicFailure
 from docmill.logs import bind_run, get_logger
 from flows.run.context import RunContext, RunParams
 from flows.run.continuation import source_id

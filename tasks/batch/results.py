@@ -42,7 +42,6 @@ from tasks.request import FILE_PASS, Payload, cache_ttl, file_request, load_payl
 from tasks.source.inventory import Document
 
 COST_GROUP = 5000  # cost entries per cost-ledger object
-RETRYABLE_ERRORS = RETRYABLE_ERROR_TYPES  # the one decision, shared with realtime (409 included)
 RETRYABLE_FAILURES = frozenset({"batch_rounds_exhausted"})  # transient to the end: a resume resends
 
 # a terminal outcome, or the item with its follow-up request, or (neither) why it is resent
@@ -288,7 +287,7 @@ def _route_errored(
     error = ((result.get("error") or {}).get("error")) or {}
     kind = str(error.get("type") or "api_error")
     text = f"{kind}: {error.get('message') or ''}".strip()
-    if kind in RETRYABLE_ERRORS:
+    if kind in RETRYABLE_ERROR_TYPES:  # the one decision, shared with realtime (409 included)
         return None, None, text
     return r.fail(item, f"api_error:{kind}", text, permanent=True), None, None
 
