@@ -119,8 +119,7 @@ class RunContext(RunScope):
     def manifest_extra(self) -> dict[str, Any]:
         """What the run's manifest keeps of it (`extra`): a continued run takes its workers and
         deadline from there, the report the spend of the runs left behind."""
-        kept: dict[str, Any] = {"finish_by": self.finish_by, "workers": self.workers}
-        kept["left_behind"] = list(self.left_behind) or None
+        kept = {"finish_by": self.finish_by, "workers": self.workers, "left_behind": list(self.left_behind)}
         return {k: v for k, v in kept.items() if v}
 
 
