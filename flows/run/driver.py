@@ -83,8 +83,7 @@ def choose_pass(ctx: RunContext, params: RunParams, *, map_chunks: MapChunks) ->
     mode = recorded(kind)
     if m.mode != mode:
         manifests.update(ctx.run_id, lambda x: x.model_copy(update={"mode": mode}))
-    line = auto_line(asked, kind, documents)
-    if line:
+    if line := auto_line(asked, kind, documents):
         log.info("%s", line)
     return passes[kind]()
 
