@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -80,7 +79,10 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
         answered = sum(1 for r in records if r.get("failure_type") != "budget" and r.get("attempts"))
         return {"budget": 1, "answered": answered}
     OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
-    return dict(Counter(r["state"] for r in records))
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    return counts
 
 
 def spent_usd(ctx: RunContext) -> float:
