@@ -63,11 +63,8 @@ def load_labels(path: str) -> dict[str, dict[str, Any]]:
             rec = json.loads(line)
         except ValueError as e:
             raise InputError(f"{path}:{n} is not JSON", hint="one JSON object per line") from e
-        if (
-            rec.get("record", "document") == "document"
-            and isinstance(rec.get("fields"), dict)
-            and rec.get("doc_id")
-        ):
+        is_document = rec.get("record", "document") == "document" and isinstance(rec.get("fields"), dict)
+        if is_document and rec.get("doc_id"):
             labels[str(rec["doc_id"])] = rec["fields"]
     if not labels:
         raise InputError(

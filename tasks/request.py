@@ -168,13 +168,6 @@ def goes_long(doc: Document, recipe: Recipe | None, payload: Payload, settings: 
     return len(payload.text) / CHARS_PER_TOKEN > settings.context.document_budget_tokens
 
 
-def long_parts(
-    doc: Document, recipe: Recipe | None, payload: Payload, settings: Settings
-) -> list[tuple[int, int]] | None:
-    """The page ranges of a long PDF sent as a PDF; None for a text (split on its structure)."""
-    return page_parts(doc, settings) if payload.send is SendAs.PDF else None
-
-
 def long_tokens(doc: Document, recipe: Recipe | None, text: str) -> int:
     """Input tokens of a long document's content, for its worst case (tasks.cost.worst_case)."""
     if send_as(doc, recipe) is SendAs.PDF:

@@ -1,19 +1,7 @@
-"""Human review decisions applied to results (`docmill review accept|correct|reject`).
-
-The decisions themselves are stored append-only by `checkpoints.decisions`; this module turns
-them into what readers use:
-
-- `parse_assignments(["total=12.5", "vendor_name=Acme"])`: `--set` arguments -> values (JSON when
-  the text parses as JSON, else the text itself);
-- `corrected_output(recipe, output, values)`: the output with the corrections applied, each
-  corrected field checked against its type in the recipe's file schema (a `{value, evidence}` field takes the new value; its evidence
-  becomes null, since the model's excerpt no longer supports it);
-- `apply_decisions(outcomes, decisions)`: outcomes as exports and reports show them — the
-  decision in force under `review`, the corrected output under `output`, the model's own output
-  under `original_output` whenever a decision changed it (both are kept);
-- `labels_from_decisions(...)`: the reviewed values as `eval` labels (accepted and corrected
-  documents: every top-level field; rejected ones: only the values the reviewer gave).
-"""
+"""Human review decisions applied to results (`docmill review accept|correct|reject`). The
+decisions are stored append-only by `checkpoints.decisions`; this module turns them into what
+readers use: corrected outputs checked against the recipe's schema, outcomes as exports and reports
+show them, and the reviewed values as `eval` labels."""
 
 from __future__ import annotations
 
@@ -76,7 +64,9 @@ def with_values(output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any
 
 
 def corrected_output(recipe: Recipe | None, output: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """`output` with `values` applied to its top-level fields, each validated by its schema type."""
+    """`output` with `values` applied to its top-level fields, each validated by its schema type (a
+    `{value, evidence}` field takes the new value; its evidence becomes null, since the model's
+    excerpt no longer supports it)."""
     fields = set(getattr(recipe.file_schema, "model_fields", {})) if recipe else set(output)
     unknown = sorted(set(values) - fields)
     if unknown:
@@ -116,28 +106,32 @@ def mark_of(decision: Decision, output: dict[str, Any] | None) -> ReviewMark:
 
 
 def apply_decisions(outcomes: list[dict[str, Any]], decisions: dict[str, Decision]) -> list[dict[str, Any]]:
-    """Outcomes with the decision in force applied (see the module docstring); others unchanged."""
+    """Outcomes with the decision in force applied (`decided`: the model's own output kept under
+    `original_output` whenever a decision changed it); others unchanged."""
     if not decisions:
         return outcomes
-    out = []
-    for o in outcomes:
-        d = decisions.get(o["doc_id"])
-        if d is None:
-            out.append(o)
-            continue
-        original = o.get("output")
-        o = {**o, "review": mark_of(d, original)}
-        if d.values:
-            o["original_output"] = original
-            o["output"] = with_values(original or {}, d.values)
-        out.append(o)
-    return out
+    return [
+        o if (d := decisions.get(o["doc_id"])) is None else decided(o, d, o.get("output")) for o in outcomes
+    ]
+
+
+def decided(view: dict[str, Any], d: Decision, original: dict[str, Any] | None) -> dict[str, Any]:
+    """An outcome or review item with decision `d` in force: `d` under `review` (its corrections
+    from `original`, the model's output), and when `d` changed values, the output in force under
+    `output` with the one before it under `original_output`."""
+    view = {**view, "review": mark_of(d, original)}
+    if d.values:
+        view["original_output"] = view.get("output")
+        view["output"] = with_values(view.get("output") or {}, d.values)
+    return view
 
 
 def labels_from_decisions(
     outcomes: list[dict[str, Any]], decisions: dict[str, Decision]
 ) -> dict[str, dict[str, Any]]:
-    """doc id -> labelled fields (the `eval` labels format) from the decisions in force."""
+    """doc id -> labelled fields (the `eval` labels format) from the decisions in force: every
+    top-level field of accepted and corrected documents, only the values the reviewer gave of
+    rejected ones."""
     by_doc = {o["doc_id"]: o for o in outcomes}
     labels: dict[str, dict[str, Any]] = {}
     for doc_id, d in sorted(decisions.items()):
@@ -193,10 +187,4 @@ def review_view(
     view["decisions"] = [
         {**d.model_dump(mode="json", exclude={"run_id", "doc_id"}), "at": timestamp(d.at)} for d in history
     ]
-    if history:
-        in_force = history[-1]
-        view["review"] = mark_of(in_force, (outcome or {}).get("output"))
-        if in_force.values:
-            view["original_output"] = view.get("output")
-            view["output"] = with_values(view.get("output") or {}, in_force.values)
-    return view
+    return decided(view, history[-1], (outcome or {}).get("output")) if history else view

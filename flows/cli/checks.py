@@ -1,14 +1,9 @@
 """What the command line checks before anything runs, so every configuration, flag and store problem
-exits 2 with one line naming the setting (the exit-code table is in README.md and flows/cli/main.py).
-
-- Flags that set a setting are parsed by the setting's own pydantic field (`setting_flag`):
-  `--concurrency 0`, `--max-cost-usd nan`, `--chunk-size 0` are refused at parse time.
-- `run_id_flag`: a run id is one safe path segment (`[A-Za-z0-9][A-Za-z0-9._-]*`, at most 128).
-- `OneLineParser`: argparse's usage-plus-error becomes one `docmill: ConfigError: ...` line, exit 2.
-- `check_store`: the store can be opened, written and read (a probe object, removed again); a folder
-  that cannot be created, a path under /proc, an S3 bucket with wrong or missing credentials.
-- `known_run`: a run id the store has a manifest for.
-"""
+exits 2 with one line naming the setting (the exit-code table is in README.md and flows/cli/main.py):
+a flag by the setting it sets (`setting_flag`: `--concurrency 0`, `--max-cost-usd nan` are refused at
+parse time), a run id (`run_id_flag`), the command line itself (`OneLineParser`: no usage block), the
+store (`check_store`: a folder that cannot be created, a path under /proc, an S3 bucket with wrong or
+missing credentials) and a run the store knows (`known_run`)."""
 
 from __future__ import annotations
 

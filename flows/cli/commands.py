@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from docmill.errors import DocmillError, InputError
@@ -92,8 +93,9 @@ def _review_target(a: argparse.Namespace, store: Any) -> tuple[str, str | None]:
     return run_id, doc_id
 
 
-def _write_out(text: str, path: str | None) -> None:
-    """`--out FILE`, else standard output."""
+def _write_jsonl(rows: Iterable[dict[str, Any]], path: str | None) -> None:
+    """One JSON object a line, to `--out FILE`, else standard output."""
+    text = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows)
     if path:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
@@ -147,12 +149,10 @@ def cmd_review(a: argparse.Namespace) -> int:
         records = label_records(
             list(OutcomeLog(store, run_id).all()), ReviewDecisions(store, run_id).in_force()
         )
-        lines = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
-        _write_out(lines, a.out)
+        _write_jsonl(records, a.out)
         print(f"{len(records)} labelled document(s) from review decisions in run {run_id}", file=sys.stderr)
     else:
-        lines = "".join(json.dumps(item, sort_keys=True, ensure_ascii=False) + "\n" for item in q.list())
-        _write_out(lines, a.out)
+        _write_jsonl(q.list(), a.out)
     return EXIT_OK
 
 

@@ -5,6 +5,7 @@ and the summary it ends with."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -198,29 +199,10 @@ def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) ->
 
 
 def _in_prefect(extract: Any, a: argparse.Namespace, recipe: str) -> dict[str, Any]:
-    return dict(
-        extract.with_options(retries=0)(
-            a.source,
-            recipe,
-            store=a.store,
-            mode=a.mode,
-            run_id=a.run_id,
-            chunk_size=a.chunk_size,
-            max_cost_usd=a.max_cost_usd,
-            concurrency=a.concurrency,
-            model=a.model,
-            include=a.include,
-            exclude=a.exclude,
-            integration=a.integration,
-            max_doc_cost_usd=a.max_doc_cost_usd,
-            follow_symlinks=a.follow_symlinks,
-            allow_empty=a.allow_empty,
-            progress=True,
-            new_run=a.new_run,
-            workers=a.workers,
-            finish_by=a.finish_by,
-        )
-    )
+    """The extract flow, given each of `docmill run`'s arguments it takes by the same name."""
+    names = inspect.signature(extract.fn).parameters.keys() - {"source", "recipe", "progress"}
+    given = {name: getattr(a, name) for name in names}
+    return dict(extract.with_options(retries=0)(a.source, recipe, progress=True, **given))
 
 
 def _run_params(a: argparse.Namespace, recipe: str, overrides: dict[str, Any], **more: Any) -> RunParams:

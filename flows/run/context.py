@@ -112,17 +112,14 @@ class RunContext(RunScope):
     endpoint: Endpoint
     batch_sdk: Callable[[], anthropic.Anthropic]
     workers: int | None = None  # the per-file pass spread over that many shard workers (flows.workers.spread)
-    finish_by: str | None = (
-        None  # ISO 8601: batch what can finish by then, the rest realtime (flows.run.deadline)
-    )
+    finish_by: str | None = None  # ISO 8601: batched what can finish by then, the rest realtime (deadline)
     left_behind: tuple[str, ...] = ()  # stopped runs over these documents a --new-run did not continue
     on_progress: Callable[[int, int], None] | None = None  # per-file pass: (documents done, total)
 
     def manifest_extra(self) -> dict[str, Any]:
         """What the run's manifest keeps of it (`extra`): a continued run takes its workers and
         deadline from there, the report the spend of the runs left behind."""
-        kept: dict[str, Any] = {"finish_by": self.finish_by, "workers": self.workers}
-        kept["left_behind"] = list(self.left_behind) or None
+        kept = {"finish_by": self.finish_by, "workers": self.workers, "left_behind": list(self.left_behind)}
         return {k: v for k, v in kept.items() if v}
 
 
@@ -190,18 +187,26 @@ def share_limit(ctx: RunContext, *, name: str) -> Iterator[Any]:
     """This process's client paces at its share of the organisation's limit, shared through the
     store with every other docmill process at the same endpoint (tasks.api.shared_limit); not
     with docmill's built-in emulator (each process has its own) or with the setting off."""
-    conf = ctx.settings.shared_limit
-    limiter = ctx.client.limiter
-    scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
-    if not conf.enabled or scope is None:
+    shared_at = limit_scope(ctx)
+    if shared_at is None:
         yield None
         return
-    holder = f"{holder_id()}:{name}"
-    store = ctx.store
-    if conf.store:
-        store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url)
-    with shared_limit(store, limiter, scope, holder, name=name, lease_seconds=conf.lease_seconds) as m:
+    store, scope = shared_at
+    holder, lease = f"{holder_id()}:{name}", ctx.settings.shared_limit.lease_seconds
+    with shared_limit(store, ctx.client.limiter, scope, holder, name=name, lease_seconds=lease) as m:
         yield m
+
+
+def limit_scope(ctx: RunContext) -> tuple[ObjectStore, str] | None:
+    """Where the organisation's limit is shared (its store and scope: tasks.api.shared_limit), or
+    None when it is not shared (the setting off, or docmill's built-in emulator)."""
+    conf = ctx.settings.shared_limit
+    scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
+    if not conf.enabled or scope is None:
+        return None
+    return (
+        open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url) if conf.store else ctx.store
+    ), scope
 
 
 @dataclass(frozen=True)

@@ -86,12 +86,6 @@ def stopped_runs(store: ObjectStore, recipe: str, model: str, source: str) -> li
     return [m for _, m in sorted(found, key=lambda f: f[0], reverse=True)]
 
 
-def stopped_run(store: ObjectStore, recipe: str, model: str, source: str) -> RunManifest | None:
-    """The newest unfinished run of this recipe, model and source that no live process drives."""
-    runs = stopped_runs(store, recipe, model, source)
-    return runs[0] if runs else None
-
-
 def batches_in_flight(store: ObjectStore, recipe: str, model: str, source: str) -> list[tuple[str, int]]:
     """(run id, requests) of stopped runs of this recipe and model over documents of `source` whose
     batch requests are not collected yet (created, maybe still running)."""
@@ -154,16 +148,16 @@ def _choose(
     if run_id is not None:
         m = _load(store, run_id)
         return Choice(run_id, m, [f"docmill: continuing run {run_id}"] if m is not None else [])
+    model, source = settings.api.model, source_id(source)
     if not new_run and not settings.allow_overlapping_runs:
-        m = stopped_run(store, recipe, settings.api.model, source_id(source))
-        if m is not None:
+        for m in stopped_runs(store, recipe, model, source)[:1]:  # the newest
             line = (
                 f"docmill: continuing stopped run {m.run_id} (same recipe, model and source; "
                 "--new-run starts a fresh one)"
             )
             return Choice(m.run_id, m, [line])
     if not settings.allow_overlapping_runs:  # a new run never sends a batch's custom_ids again
-        for other, n in batches_in_flight(store, recipe, settings.api.model, source_id(source)):
+        for other, n in batches_in_flight(store, recipe, model, source):
             raise RunOverlap(
                 f"run {other} stopped with {n} batch request(s) not collected yet; a new run over the "
                 "same documents would send them again",
@@ -171,11 +165,7 @@ def _choose(
                 "start a fresh run once it is done",
                 run_id=other,
             )
-    left = (
-        [m.run_id for m in stopped_runs(store, recipe, settings.api.model, source_id(source))]
-        if new_run
-        else []
-    )
+    left = [m.run_id for m in stopped_runs(store, recipe, model, source)] if new_run else []
     return Choice(str(new_id()), None, left_behind=left)  # their spend stays in `runs` and this run's report
 
 

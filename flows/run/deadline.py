@@ -8,7 +8,7 @@ sharing the limit through the store; else the configured one).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,12 +16,11 @@ from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
 from checkpoints.limits import LimitPool
-from checkpoints.store import open_store
+from flows.run.context import limit_scope
 from flows.run.modes import PassKind
 from flows.run.passes import CHUNK_WORKERS, PendingChunks, write_batched
 from flows.run.progress import Progress
 from tasks.api.pacing import WINDOW_MAX
-from tasks.api.shared_limit import scope_for
 from tasks.deadline.engine import Realtime, run_deadline
 from tasks.deadline.plan import Pace
 from tasks.per_file.outcome import DocOutcome
@@ -32,21 +31,14 @@ if TYPE_CHECKING:
     from flows.run.context import RunContext
 
 
-def org_requests_per_minute(ctx: RunContext) -> float:
-    """The organisation's request limit as best known now."""
-    return org_limit(ctx)[0]
-
-
 def org_limit(ctx: RunContext) -> tuple[float, str]:
     """The organisation's request limit as best known now, and where it comes from."""
     stated = ctx.client.limiter.stats.adopted.get("requests")
     if stated:
         return float(stated), "stated by the API's headers"
-    conf = ctx.settings.shared_limit
-    scope = scope_for(conf.scope, ctx.endpoint.base_url, builtin=ctx.endpoint.server is not None)
-    if conf.enabled and scope:
-        store = open_store(conf.store, endpoint_url=ctx.settings.s3_endpoint_url) if conf.store else ctx.store
-        shared = (LimitPool(store, scope).read().get("limits") or {}).get("requests")
+    shared_at = limit_scope(ctx)
+    if shared_at is not None:
+        shared = (LimitPool(*shared_at).read().get("limits") or {}).get("requests")
         if shared:
             return float(shared), "stated by the API's headers to a process sharing the limit"
     return float(ctx.settings.api.requests_per_minute), "configured, no answer seen yet"
@@ -87,23 +79,6 @@ def _chunk(ctx: RunContext, docs: list[Document]) -> list[DocOutcome]:
     return extract_recorded(docs, group, ctx, settle=lambda _outcomes: True)
 
 
-def deadline_pass(
-    ctx: RunContext, docs: Iterable[Document], *, expected: int, finish_by: str, threads: int
-) -> Iterator[DocOutcome]:
-    """The per-file pass by `finish_by` (ISO 8601): see tasks.deadline."""
-    deadline = datetime.fromisoformat(finish_by).timestamp()
-    yield from run_deadline(
-        docs,
-        ctx,
-        ctx.batch_sdk,
-        expected=expected,
-        deadline=deadline,
-        realtime=realtime_pass(ctx, threads),
-        requests_per_minute=org_requests_per_minute(ctx),
-        measure=partial(measured_pace, ctx),
-    )
-
-
 @dataclass(frozen=True)
 class DeadlinePass:
     """The batch pass by `finish_by`: what cannot finish as batches goes realtime (tasks.deadline)
@@ -114,7 +89,18 @@ class DeadlinePass:
     kind: ClassVar[PassKind] = PassKind.DEADLINE
 
     def run(self, ctx: RunContext, pending: PendingChunks, bar: Progress) -> None:
+        deadline = datetime.fromisoformat(self.finish_by).timestamp()
+
         def outcomes(docs: Iterator[Document], expected: int) -> Iterator[DocOutcome]:
-            return deadline_pass(ctx, docs, expected=expected, finish_by=self.finish_by, threads=self.threads)
+            return run_deadline(
+                docs,
+                ctx,
+                ctx.batch_sdk,
+                expected=expected,
+                deadline=deadline,
+                realtime=realtime_pass(ctx, self.threads),
+                requests_per_minute=org_limit(ctx)[0],
+                measure=partial(measured_pace, ctx),
+            )
 
         write_batched(ctx, pending, bar, outcomes)

@@ -21,13 +21,7 @@ from checkpoints.chunks import DUP_PREFIX, InventoryChunks, chunk_id
 from checkpoints.costs import CostLedger
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
 from checkpoints.outcomes import OutcomeLog
-from docmill.errors import (
-    BudgetExhausted,
-    ConfigError,
-    InputError,
-    Interrupted,
-    SystemicFailure,
-)
+from docmill.errors import BudgetExhausted, ConfigError, InputError, Interrupted, SystemicFailure
 from docmill.logs import bind_run, get_logger
 from flows.run.context import RunContext, RunParams
 from flows.run.continuation import source_id
@@ -54,25 +48,19 @@ def write_inventory(ctx: RunContext, source: str) -> list[str]:
     if done is not None:
         return list(done["chunks"])
     ids: list[str] = []  # a crash mid-inventory redoes it: chunk files are deterministic, put overwrites
-    chunk: list[dict[str, Any]] = []
-    dups: list[dict[str, Any]] = []
-    size = ctx.settings.chunk_size
+    filling: dict[str, list[dict[str, Any]]] = {"": [], DUP_PREFIX: []}  # chunk id prefix -> records
     count = 0
     known = known_files(ctx.store, source_id(source), ctx.settings, ctx.recipe.doc_types)
     for doc in inventory(source, ctx.settings, doc_types=ctx.recipe.doc_types, known=known):
         count += 1
-        record = doc.model_dump(mode="json")
-        (dups if doc.duplicate_of else chunk).append(record)
-        if len(chunk) >= size:
-            ids.append(chunks.put(chunk_id(len(ids)), chunk))
-            chunk = []
-        if len(dups) >= size:
-            ids.append(chunks.put(DUP_PREFIX + chunk_id(len(ids)), dups))
-            dups = []
-    if chunk:
-        ids.append(chunks.put(chunk_id(len(ids)), chunk))
-    if dups:
-        ids.append(chunks.put(DUP_PREFIX + chunk_id(len(ids)), dups))
+        prefix = DUP_PREFIX if doc.duplicate_of else ""
+        filling[prefix].append(doc.model_dump(mode="json"))
+        if len(filling[prefix]) >= ctx.settings.chunk_size:
+            ids.append(chunks.put(prefix + chunk_id(len(ids)), filling[prefix]))
+            filling[prefix] = []
+    for prefix, records in filling.items():  # the last documents' chunk, then the duplicates'
+        if records:
+            ids.append(chunks.put(prefix + chunk_id(len(ids)), records))
     chunks.finish(ids, count)
     return ids
 
@@ -95,8 +83,7 @@ def choose_pass(ctx: RunContext, params: RunParams, *, map_chunks: MapChunks) ->
     mode = recorded(kind)
     if m.mode != mode:
         manifests.update(ctx.run_id, lambda x: x.model_copy(update={"mode": mode}))
-    line = auto_line(asked, kind, documents)
-    if line:
+    if line := auto_line(asked, kind, documents):
         log.info("%s", line)
     return passes[kind]()
 
@@ -155,20 +142,20 @@ def run(
             raise again from e
         except BudgetExhausted as e:
             spent = float(CostLedger(ctx.store, ctx.run_id).totals()["usd"])
-            stop = stop_note("budget", e.one_line(), f"docmill resume {ctx.run_id} --max-cost-usd <higher>")
-            ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.BUDGET_EXHAUSTED)
-            ManifestStore(ctx.store).update(
-                ctx.run_id,
-                lambda m: m.model_copy(update={"cost_usd": spent, "extra": {**m.extra, "stop": stop}}),
-            )
+            command = f"docmill resume {ctx.run_id} --max-cost-usd <higher>"
+            mark_stop(ctx, Phase.BUDGET_EXHAUSTED, "budget", e.one_line(), command, cost_usd=spent)
             report_so_far(ctx, "the budget stop")
             raise
 
 
-def stop_note(kind: str, error: str, command: str) -> dict[str, str]:
-    """Why a run stopped and the command that continues it (manifest `extra.stop`: the report and
-    `docmill status` show it)."""
-    return {"kind": kind, "error": error, "continue": command}
+def mark_stop(ctx: RunContext, phase: Phase, kind: str, error: str, command: str, **fields: Any) -> None:
+    """The run's `phase` (and `fields`), with why it stopped and the command that continues it
+    (manifest `extra.stop`: the report and `docmill status` show it)."""
+    stop = {"kind": kind, "error": error, "continue": command}
+    update = {"phase": phase, **fields}
+    ManifestStore(ctx.store).update(
+        ctx.run_id, lambda m: m.model_copy(update={**update, "extra": {**m.extra, "stop": stop}})
+    )
 
 
 def report_so_far(ctx: RunContext, what: str) -> None:
@@ -201,13 +188,8 @@ def stopped(ctx: RunContext, e: SystemicFailure | Interrupted) -> SystemicFailur
         **{**e.fields, "run_id": ctx.run_id},
     )
     kind = "signal" if isinstance(e, Interrupted) else "breaker"
-    stop = stop_note(kind, again.one_line(), f"docmill resume {ctx.run_id}")
-
-    def fn(m: RunManifest) -> RunManifest:
-        return m.model_copy(update={"phase": Phase.STOPPED, "extra": {**m.extra, "stop": stop}})
-
     try:
-        ManifestStore(ctx.store).update(ctx.run_id, fn)
+        mark_stop(ctx, Phase.STOPPED, kind, again.one_line(), f"docmill resume {ctx.run_id}")
     except Exception as exc:  # the stop is what the user must see
         log.error("could not mark run %s stopped: %s", ctx.run_id, exc)
     return again
@@ -244,7 +226,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
     ManifestStore(ctx.store).set_phase(ctx.run_id, Phase.REPORT)
     costs = CostLedger(ctx.store, ctx.run_id).totals()
     manifest = ManifestStore(ctx.store).load(ctx.run_id)
-    base = f"runs/{ctx.run_id}"
+    root = ctx.store.uri.rstrip("/")
     write_report(
         ctx.store, {**manifest.model_dump(mode="json"), "phase": "done"}, outcomes, integration, costs
     )
@@ -270,7 +252,7 @@ def _drive(ctx: RunContext, params: RunParams, map_chunks: MapChunks, progress: 
         "conflicts": len(integration["checks"]["conflicts"]),
         "integration": integration["status"],
         "integration_problems": len(integration["problems"]),
-        "report": f"{ctx.store.uri.rstrip('/')}/{base}/report.md",
-        "review_queue": f"{ctx.store.uri.rstrip('/')}/review/{ctx.run_id}/",
-        "exports": f"{ctx.store.uri.rstrip('/')}/{base}/exports/",
+        "report": f"{root}/runs/{ctx.run_id}/report.md",
+        "review_queue": f"{root}/review/{ctx.run_id}/",
+        "exports": f"{root}/runs/{ctx.run_id}/exports/",
     }

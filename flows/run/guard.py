@@ -89,7 +89,7 @@ def announced(ctx: RunContext, params: RunParams, *, keep: bool = False) -> Iter
     live run of the same recipe and model covers the same source: a nightly run started while the
     last backfill still has batches in flight would otherwise pay for their documents twice. A run
     that stops before it is done (crash, error, budget) keeps its marker: it is a stopped run, which
-    the same `docmill run` continues (flows.run.continuation.stopped_run).
+    the same `docmill run` continues (flows.run.continuation.stopped_runs).
     Best effort across machines (two runs starting in the same instant both see each other after
     marking, and the later one stops). DOCMILL_ALLOW_OVERLAPPING_RUNS=true skips the check. `keep`:
     the marker stays after the block (the run goes on in this process: flows.run.early)."""

@@ -2,9 +2,7 @@
 `RealtimePass` (`review_one_chunk` per chunk, handed out as the client's window wants documents:
 tasks.per_file.realtime.feed), `BatchPass` (tasks.batch.engine), or the deadline's `DeadlinePass`
 (flows.run.deadline); the batch-shaped two share `write_batched`. The cost cap's stop between chunks.
-Memory stays flat in the corpus: a chunk is read from the store when the pass comes to it
-(`PendingChunks`), and the batch-shaped passes keep per document only its place and, until its chunk
-is whole, its outcome spilled to a temporary file (`Unwritten`).
+Memory stays flat in the corpus (`PendingChunks`, `Unwritten`).
 
 `map_chunks` is how chunks run: `plain_map` (a bounded thread pool) here, Prefect tasks in
 flows.orchestration.chunk_tasks, shards over workers in flows.workers.spread.

@@ -3,10 +3,8 @@
 Per batch, recorded under `runs/<run_id>/batches/` (checkpoints.batches):
   items + intent (custom_ids, request hash, time, list mark)  -> `create` -> batch id -> poll with
   backoff -> results streamed and routed by type -> ledger -> record `collected` (+ carry).
-The modules: this one drives the run (stream documents into batches, follow them, collect them);
-tasks.batch.spool cuts requests into batch bodies; tasks.batch.lifecycle is a record's lifecycle against
-the API; tasks.batch.results routes each result by type (RESULT_ROUTES) to an outcome or a
-follow-up; tasks.batch.items is the item list's `WorkItem`.
+This module drives the run (stream documents into batches, follow them, collect them); the other
+modules of the package are in its README.
 
 Resume = call `run_batches` again with the same run id: collected records give their carry, live
 ones are polled and collected, an intent without a batch id is reconciled first (batch_api),
@@ -47,8 +45,6 @@ from tasks.request import FILE_PASS, file_key, file_params, needs_parts
 from tasks.source.inventory import Document
 
 if TYPE_CHECKING:
-    from checkpoints.store import ObjectStore
-    from docmill.settings import Settings
     from tasks.per_file.scope import RunScope
 
 Progress = Callable[[BatchProgress], None]
@@ -435,24 +431,14 @@ def run_batches(
     on_progress: Progress | None = None,
     submit_only: bool = False,
 ) -> Iterator[DocOutcome]:
-    """The per-file pass as batches: a generator of one terminal `DocOutcome` per document.
-
-    Nothing happens until it is iterated; outcomes come as documents become terminal (ledger hits
-    and skipped documents while streaming, the rest as their batches are collected, duplicates of
-    another document's content last). Calling it again with the same run id resumes: batches in
-    flight are re-attached, keys in the ledger are skipped, only what is missing is submitted.
-    `on_progress(event)` gets a `tasks.records.BatchProgress` at every submit, poll, collect and
-    reconcile. `sdk()` makes the client that sends the batches (asked for at the first batch call); the scope's model client is used for repairs when
-    settings.batch.repairs_realtime is set. `submit_only`: stop once every batch is created.
-    """
+    """The per-file pass as batches: a generator of one terminal `DocOutcome` per document, resumed
+    by calling it again with the same run id (the module docstring). Nothing happens until it is
+    iterated; outcomes come as documents become terminal (ledger hits and skipped documents while
+    streaming, the rest as their batches are collected, duplicates of another document's content
+    last). `on_progress(event)` gets a `tasks.records.BatchProgress` at every submit, poll, collect
+    and reconcile. `sdk()` makes the client that sends the batches (at the first batch call); the
+    scope's model client sends repairs when settings.batch.repairs_realtime is set. `submit_only`:
+    stop once every batch is created."""
     engine = BatchEngine(Pass.of(scope), sdk, clock=clock, sleep=sleep, on_progress=on_progress)
     engine.submit_only = submit_only
     yield from engine.run(docs)
-
-
-def cancel_batches(
-    run_id: str, store: ObjectStore, client: anthropic.Anthropic, settings: Settings
-) -> dict[str, Any]:
-    """Cancel the run's in-flight batches (reconciling an intent without id first); returns what
-    the API said per batch. The next `run_batches` of the run collects what succeeded."""
-    return lifecycle.cancel_run(run_id, store, client, settings)

@@ -140,9 +140,7 @@ class Prechecker:
             except Exception:  # broken, shut down, cannot start: gate in-process from now on
                 self.close()
                 self.usable = False
-        done: Future[list[Gated]] = Future()
-        done.set_result([gate_one(self.recipe, self.settings, doc, message) for doc, message in chunk])
-        return done
+        return done_future([gate_one(self.recipe, self.settings, doc, message) for doc, message in chunk])
 
     def result(
         self, future: Future[list[Gated]], i: int, doc: dict[str, Any], message: dict[str, Any]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from tasks.per_file.gate import Progress
@@ -73,18 +73,11 @@ class WorkItem:
         return cls(**data)
 
 
+# the fields a line leaves out when they hold their default (`to_line`)
 _DEFAULTS: dict[str, Any] = {
-    "request": None,
-    "action": None,
-    "rounds": 0,
-    "attempts": 0,
-    "repairs": 0,
-    "repair_tokens": 0,
-    "truncation_retries": 0,
-    "usage": {},
-    "cost_usd": 0.0,
-    "request_ids": [],
-    "last_error": None,
+    f.name: f.default if f.default_factory is MISSING else f.default_factory()
+    for f in fields(WorkItem)
+    if f.name not in ("custom_id", "doc", "max_tokens")
 }
 
 

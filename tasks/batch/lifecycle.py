@@ -296,11 +296,8 @@ def poll(api: BatchApi, records: BatchRecords, rec: BatchRecord, now: float) -> 
     settings.batch.max_wait_seconds the batches are canceled (what ran is kept)."""
     batches = [api.retrieve(bid) for bid in rec.batch_ids]
     ended = all(b.processing_status == "ended" for b in batches)
-    status = (
-        "ended"
-        if ended
-        else ("canceling" if any(b.processing_status == "canceling" for b in batches) else "in_progress")
-    )
+    canceling = any(b.processing_status == "canceling" for b in batches)
+    status = "ended" if ended else "canceling" if canceling else "in_progress"
     counts = total_counts(batches)
     overdue = (
         not ended

@@ -42,7 +42,6 @@ from tasks.request import FILE_PASS, Payload, cache_ttl, file_request, load_payl
 from tasks.source.inventory import Document
 
 COST_GROUP = 5000  # cost entries per cost-ledger object
-RETRYABLE_ERRORS = RETRYABLE_ERROR_TYPES  # the one decision, shared with realtime (409 included)
 RETRYABLE_FAILURES = frozenset({"batch_rounds_exhausted"})  # transient to the end: a resume resends
 
 # a terminal outcome, or the item with its follow-up request, or (neither) why it is resent
@@ -205,9 +204,7 @@ class ResultRouter:
             try:
                 message, model = self._realtime(item)
             except ApiCallError as e:
-                failure = e.failure_type
-                last = e.last_error or e.message
-                return self.outcome(item, DocState.FAILED, failure_type=failure, last_error=last), None
+                return self._call_failed(item, e), None
             verdict = None
 
     def finish_realtime(self, item: WorkItem) -> DocOutcome:
@@ -219,11 +216,14 @@ class ResultRouter:
         try:
             message, model = self._realtime(item)
         except ApiCallError as e:
-            last = e.last_error or e.message
-            return self.outcome(item, DocState.FAILED, failure_type=e.failure_type, last_error=last)
+            return self._call_failed(item, e)
         outcome, _ = self.gated(item, message, model)
         assert outcome is not None  # repairs realtime: the gate always ends with an outcome
         return outcome
+
+    def _call_failed(self, item: WorkItem, e: ApiCallError) -> DocOutcome:
+        last = e.last_error or e.message
+        return self.outcome(item, DocState.FAILED, failure_type=e.failure_type, last_error=last)
 
     def _realtime(self, item: WorkItem) -> tuple[dict[str, Any], str]:
         """Send a follow-up realtime (settings.batch.repairs_realtime). The answer is persisted the
@@ -231,37 +231,36 @@ class ResultRouter:
         assert item.request is not None
         n, key, request = item.attempts + 1, item.custom_id, item.request
         message = self.p.responses.get(FILE_PASS, key, n)
-        if message is None:
+        if message is not None:
+            return message, self._account(item, n, message)
 
-            def persist(_transport_attempt: int, answer: dict[str, Any]) -> None:
-                nonlocal n
-                n = persist_answer(self.p, key, n, answer, purpose=item.action, request=request)
+        def persist(_transport_attempt: int, answer: dict[str, Any]) -> None:
+            nonlocal n
+            n = persist_answer(self.p, key, n, answer, purpose=item.action, request=request)
 
-            # in flight until its cost entry is written (invariant 13: a kill in between is counted)
-            client = self.p.client
-            worst = worst_usd(
-                str(request["model"]), estimate_input_tokens(request), int(request["max_tokens"])
-            )
-            mark = InFlight(self.p.store, self.p.run_id).open_call(
-                f"{key}-{n}", life_of(client), client.concurrency, worst or 0.0
-            )
-            try:
-                result = client.call(
-                    request, key=key, doc_id=item.doc_id, pass_name=FILE_PASS, on_response=persist
-                )
-                message = result.message
-                model = answered_model(message, request["model"])
-                item.cost_usd += account_attempt(
-                    self.p, item.doc_id, key, n, model, message, item.usage, item.request_ids
-                )
-            finally:  # answered and costed, or failed (the client recorded a paid attempt without answer)
-                InFlight(self.p.store, self.p.run_id).close(mark)
-            return message, model
-        model = answered_model(message, request["model"])
-        item.cost_usd += account_attempt(
-            self.p, item.doc_id, key, n, model, message, item.usage, item.request_ids
+        # in flight until its cost entry is written (invariant 13: a kill in between is counted)
+        client = self.p.client
+        worst = worst_usd(str(request["model"]), estimate_input_tokens(request), int(request["max_tokens"]))
+        mark = InFlight(self.p.store, self.p.run_id).open_call(
+            f"{key}-{n}", life_of(client), client.concurrency, worst or 0.0
         )
-        return message, model
+        try:
+            result = client.call(
+                request, key=key, doc_id=item.doc_id, pass_name=FILE_PASS, on_response=persist
+            )
+            return result.message, self._account(item, n, result.message)
+        finally:  # answered and costed, or failed (the client recorded a paid attempt without answer)
+            InFlight(self.p.store, self.p.run_id).close(mark)
+
+    def _account(self, item: WorkItem, n: int, message: dict[str, Any]) -> str:
+        """Answer `n` of the item's follow-up request into its cost, usage and request ids; the model
+        that answered."""
+        assert item.request is not None
+        model = answered_model(message, item.request["model"])
+        item.cost_usd += account_attempt(
+            self.p, item.doc_id, item.custom_id, n, model, message, item.usage, item.request_ids
+        )
+        return model
 
 
 # ---- routing by result type ------------------------------------------------------------------
@@ -288,7 +287,7 @@ def _route_errored(
     error = ((result.get("error") or {}).get("error")) or {}
     kind = str(error.get("type") or "api_error")
     text = f"{kind}: {error.get('message') or ''}".strip()
-    if kind in RETRYABLE_ERRORS:
+    if kind in RETRYABLE_ERROR_TYPES:  # the one decision, shared with realtime (409 included)
         return None, None, text
     return r.fail(item, f"api_error:{kind}", text, permanent=True), None, None
 

@@ -3,7 +3,7 @@
 `split_document` cuts at the coarsest structure that makes every chunk fit (`LEVELS`). Chunks are
 contiguous slices of the original text (`text[chunk.start:chunk.end] == chunk.text`, covering it), so
 every offset maps back into the document. A PDF sent as a PDF is cut into page ranges instead
-(tasks.request.long_parts), each sent as its own `document` block; the pages its answer names are
+(tasks.request.page_parts), each sent as its own `document` block; the pages its answer names are
 turned into the document's page numbers.
 
 `extract_long` sends the chunks one by one through one `ConversationTask` (its checkpoint makes a
@@ -41,8 +41,8 @@ from tasks.request import (
     Payload,
     SendAs,
     document_blocks,
-    long_parts,
     neutralize,
+    page_parts,
     part_payload,
     wrap_document,
 )
@@ -328,7 +328,7 @@ def review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcom
         client=p.client,
         settings=p.settings,
         payload=payload,
-        parts=long_parts(doc, p.recipe, payload, p.settings),
+        parts=page_parts(doc, p.settings) if payload.send is SendAs.PDF else None,
     )
     fields, errors = long_outcome_fields(p.recipe, result, payload)
     outcome = DocOutcome(

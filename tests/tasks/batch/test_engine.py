@@ -27,7 +27,7 @@ from docmill.settings import Settings, get_settings
 from tasks.api.client import ModelClient
 from tasks.batch import ingest
 from tasks.batch import lifecycle as batch_lifecycle
-from tasks.batch.engine import cancel_batches, run_batches
+from tasks.batch.engine import run_batches
 from tasks.batch.items import WorkItem
 from tasks.batch.spool import BatchBody, request_line
 from tasks.per_file.outcome import DocOutcome, DocState
@@ -235,7 +235,7 @@ def test_canceled_keeps_what_succeeded_and_resubmits_the_rest(
         polls += event["event"] == "status" and event["n"] == 1 and event["status"] == "in_progress"
         if polls == 2 and event["event"] == "status" and not canceled:  # t = 250 s: 2 items done (140, 220)
             canceled = True
-            report = cancel_batches(rig.run_id, rig.store, rig.client, rig.settings)
+            report = batch_lifecycle.cancel_run(rig.run_id, rig.store, rig.client, rig.settings)
             assert report["batches"][0]["batch_ids"] == event["batch_ids"]
             emulator.state.configure({"batch_seconds_per_request": 0.0})
 
