@@ -6,16 +6,20 @@ per document until the document's outcome comes is what its memory grows by with
 documents' places, the keys already streamed, a resume's keys of batches in flight). As a
 dict of bytes to int that is ~130 bytes a document (a 49-byte bytes object, an int, a dict entry);
 here a slot is 24 bytes and the table is kept between a quarter and two thirds full, so ~36-96
-bytes a document, and emptied slots are given back as the table shrinks."""
+bytes a document, and emptied slots are given back as the table shrinks. What waits with a place
+(an outcome, a text sent) is set aside in a `Spill`: a temporary file, one int per piece."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
+import tempfile
 
 SLOT = struct.Struct("<16sQ")  # digest, value + 2 (0: an empty slot, 1: a removed one)
 EMPTY, REMOVED, SHIFT = 0, 1, 2
 MIN_SLOTS = 1024
+SPAN = 1 << 40  # a spilled piece's place packed in one int: offset * SPAN + length
 
 
 def digest(text: str) -> bytes:
@@ -98,3 +102,36 @@ class DigestMap:
         for key, value in SLOT.iter_unpack(old):
             if value >= SHIFT:
                 self[key] = value - SHIFT
+
+
+class Spill:
+    """Bytes set aside in a temporary file, each found again by the one int `put` returns (offset *
+    SPAN + length). Not locked: a caller on several threads holds its own lock around `put`."""
+
+    def __init__(self, prefix: str) -> None:
+        self.file = tempfile.TemporaryFile(prefix=prefix)  # noqa: SIM115 (closed by close())
+        self.end = 0
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    @property
+    def closed(self) -> bool:
+        return self.file.closed
+
+    def put(self, data: bytes) -> int:
+        os.pwrite(self.file.fileno(), data, self.end)
+        place, self.end = self.end * SPAN + len(data), self.end + len(data)
+        return place
+
+    def get(self, place: int) -> bytes:
+        offset, length = divmod(place, SPAN)
+        return os.pread(self.file.fileno(), length, offset)
+
+    def clear(self) -> None:
+        """Forget every piece (their places are no longer valid)."""
+        self.file.truncate(0)
+        self.end = 0
+
+    def close(self) -> None:
+        self.file.close()

@@ -10,8 +10,6 @@ flows.orchestration.chunk_tasks, shards over workers in flows.workers.spread.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -19,7 +17,7 @@ from typing import Any, ClassVar, Protocol
 from checkpoints.chunks import DUP_PREFIX, InventoryChunks
 from checkpoints.inflight import run_spend
 from checkpoints.outcomes import OutcomeLog
-from checkpoints.outcomes_places import DigestMap, digest
+from checkpoints.outcomes_places import DigestMap, Spill, digest
 from docmill.collector import relaxed_gc
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
@@ -239,7 +237,6 @@ def write_batched(ctx: RunContext, pending: PendingChunks, bar: Progress, outcom
 
 
 PLACES = 1 << 20  # a document's place packed in one int: chunk number * PLACES + position in the chunk
-SPAN = 1 << 40  # a spilled record's place packed in one int: offset * SPAN + length
 
 
 @dataclass(frozen=True)
@@ -272,8 +269,7 @@ class Unwritten:
         self.places = DigestMap()
         self.got: dict[int, dict[int, int]] = {}  # chunk number -> position -> spilled outcome
         self.marks: dict[int, int] = {}  # chunk number -> RETRYABLE | BUDGET of its outcomes so far
-        self.spill = tempfile.TemporaryFile(prefix="docmill-outcomes-")  # noqa: SIM115 (closed by close())
-        self.end = 0
+        self.spill = Spill("docmill-outcomes-")
 
     def __enter__(self) -> Unwritten:
         return self
@@ -301,21 +297,14 @@ class Unwritten:
         n, i = divmod(place, PLACES)
         got = self.got.setdefault(n, {})
         data = outcome.model_dump_json().encode()
-        got[i] = self.end * SPAN + len(data)
-        os.pwrite(self.spill.fileno(), data, self.end)
-        self.end += len(data)
+        got[i] = self.spill.put(data)
         mark = self.marks.get(n, 0) | (RETRYABLE if outcome.retryable else 0)
         self.marks[n] = mark | (BUDGET if outcome.failure_type == "budget" else 0)
         if len(got) < self.sizes[n]:
             return None
         del self.got[n]
         mark = self.marks.pop(n)
-        parts = [self.encoded(got[i]) for i in range(self.sizes[n])]
+        parts = [self.spill.get(got[i]) for i in range(self.sizes[n])]
         if not self.got:
-            self.spill.truncate(0)
-            self.end = 0
+            self.spill.clear()
         return Whole(self.ids[n], parts, bool(mark & RETRYABLE), bool(mark & BUDGET))
-
-    def encoded(self, place: int) -> bytes:
-        offset, length = divmod(place, SPAN)
-        return os.pread(self.spill.fileno(), length, offset)

@@ -15,17 +15,14 @@ sent, so the gate proves the answer against what the model saw, even when the fi
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 import threading
 
-from checkpoints.outcomes_places import DigestMap, digest
+from checkpoints.outcomes_places import DigestMap, Spill, digest
 from tasks.batch.ingest import MIN_RESULTS
 from tasks.request import Payload, SendAs
 
 MOST = MIN_RESULTS  # documents kept a pass: beyond, answers are gated in worker processes
-SPAN = 1 << 40  # a kept text's place packed in one int: offset * SPAN + length
 
 
 class SentTexts:
@@ -35,15 +32,14 @@ class SentTexts:
     def __init__(self, most: int = MOST) -> None:
         self.most = most
         self.places = DigestMap()
-        self.file = tempfile.TemporaryFile(prefix="docmill-sent-")  # noqa: SIM115 (closed by close())
-        self.end = 0
+        self.spill = Spill("docmill-sent-")
         self.lock = threading.Lock()
 
     def close(self) -> None:
         """Forget every text (a later `payload` is None: the document is read again)."""
         with self.lock:
             self.places = DigestMap()
-            self.file.close()
+            self.spill.close()
 
     def keep(self, custom_id: str, payload: Payload) -> None:
         """Keep the text layer `payload` sent as text (anything else is not kept)."""
@@ -52,11 +48,9 @@ class SentTexts:
             return
         data = pickle.dumps(content, protocol=pickle.HIGHEST_PROTOCOL)
         with self.lock:
-            if len(self.places) >= self.most or self.file.closed:
+            if len(self.places) >= self.most or self.spill.closed:
                 return
-            offset, self.end = self.end, self.end + len(data)
-            os.pwrite(self.file.fileno(), data, offset)
-            self.places[digest(custom_id)] = offset * SPAN + len(data)
+            self.places[digest(custom_id)] = self.spill.put(data)
 
     def payload(self, custom_id: str) -> Payload | None:
         """The payload kept for `custom_id`, or None."""
@@ -64,7 +58,6 @@ class SentTexts:
             place = self.places.get(digest(custom_id))
             if place is None:
                 return None
-            offset, length = divmod(place, SPAN)
-            data = os.pread(self.file.fileno(), length, offset)
+            data = self.spill.get(place)
         content = pickle.loads(data)
         return Payload(content.text, content)
