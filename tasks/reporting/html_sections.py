@@ -14,7 +14,7 @@ from markupsafe import Markup
 
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import SEVERITIES, FindingView, severity_counts
-from tasks.reporting.htmlkit import Part, macros, paged_table, rendered_rows
+from tasks.reporting.htmlkit import ESCAPE_JS, Part, macros, paged_table, rendered_rows
 from tasks.reporting.results import DISPLAY_STATES, DocView, FieldView, not_succeeded, queue_parts, where_text
 
 TEXT_CUT = 300  # characters of a duplicate, a flag's value or an error shown
@@ -115,11 +115,10 @@ def documents_section(views: list[DocView], columns: list[str], unlisted: int = 
 # Builds a row of the documents' table from `_doc_data`, the same HTML as templates/doc_rows.html.j2
 # (tests/tasks/reporting/test_report_rows.py compares them in Chromium); registered for the paged
 # table with id "docs" (htmlkit.PAGER_JS).
-DOCS_JS = """
-(function(){
-function h(s){return String(s).replace(/[&<>"']/g,function(c){return{'&':'&amp;','<':'&lt;','>':'&gt;',
-'"':'&#34;',"'":'&#39;'}[c];});}
-function val(v,tag){return v!==null?h(v):'<'+tag+(tag==='span'?' class="muted"':'')+'>null</'+tag+'>';}
+DOCS_JS = (
+    "\n(function(){\n"
+    + ESCAPE_JS
+    + """function val(v,tag){return v!==null?h(v):'<'+tag+(tag==='span'?' class="muted"':'')+'>null</'+tag+'>';}
 function cell(c){var f=c[0],o='';if(f){if(f[4])o+='<span class="ev" title="evidence: '+h(f[4])+' ('+
 h(f[5]||'offsets unknown')+')">';o+=val(f[1],'span');
 if(f[2])o+=' <span class="was" title="the model&#39;s value">'+h(f[3])+'</span>';if(f[4])o+='</span>';}
@@ -142,6 +141,7 @@ return '<tr><td>'+h(it[0])+'<td>'+it[1]+' item(s)<td>';}).join('')+'</table></de
 return o+'</td></tr>';};
 })();
 """
+)
 
 
 def findings_section(recipe: str, findings: list[FindingView]) -> list[Part]:

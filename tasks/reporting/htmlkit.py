@@ -42,6 +42,12 @@ details summary{cursor:pointer;color:#1f6feb} .pager{display:flex;gap:8px;align-
 .flag{border-left:4px solid #cf222e;background:#fff;padding:6px 10px;margin:4px 0}
 """
 
+# HTML-escapes a value in a script that builds table rows (PAGES_JS, DOCS_JS), as the templates'
+# autoescape does: & < > " '
+ESCAPE_JS = """function h(s){return String(s).replace(/[&<>"']/g,function(c){return{'&':'&amp;','<':'&lt;',
+'>':'&gt;','"':'&#34;',"'":'&#39;'}[c];});}
+"""
+
 PAGER_JS = """
 (function(){
 var q0=(location.hash.match(/[#&]q=([^&]*)/)||[])[1];q0=q0?decodeURIComponent(q0):'';

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
-from tasks.reporting.htmlkit import rendered_rows
+from tasks.reporting.htmlkit import ESCAPE_JS, rendered_rows
 from tasks.source.document import Document
 from tasks.source.loading import load_bytes, load_content
 from tasks.source.readers.pdf_text import PDFIUM_LOCK
@@ -346,11 +346,10 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
 
 # Builds a row of "Pages with evidence" from `pages_data`, the same HTML as `pages_rows` (`_figure`,
 # `_snippets`); registered for the paged table with id "pages" (htmlkit.PAGER_JS).
-PAGES_JS = """
-(function(){
-function h(s){return String(s).replace(/[&<>"']/g,function(c){return{'&':'&amp;','<':'&lt;','>':'&gt;',
-'"':'&quot;',"'":'&#x27;'}[c];});}
-function pc(x){return (x*100).toFixed(1)+'%';}
+PAGES_JS = (
+    "\n(function(){\n"
+    + ESCAPE_JS
+    + """function pc(x){return (x*100).toFixed(1)+'%';}
 function fig(p){var boxes=p[4].map(function(b){return '<div class="bx" style="left:'+pc(b[2])+';top:'+pc(b[3])+
 ';width:'+pc(b[4]-b[2])+';height:'+pc(b[5]-b[3])+'" title="'+h(b[0])+' = '+h(b[1])+'"><span>'+h(b[0])+
 '</span></div>';}).join('');
@@ -369,3 +368,4 @@ return '<tr><td><code>'+h(d[0])+'</code><br><span class="small muted">'+h(d[1])+
 d[2].map(fig).join('')+(d[3].length?'<div class="snips">'+d[3].map(snip).join('')+'</div>':'')+'</div></td></tr>';};
 })();
 """
+)
