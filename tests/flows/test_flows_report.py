@@ -24,6 +24,7 @@ from flows.cli.main import main
 from flows.entry import RunWiring, run_extract
 from flows.run.context import RunParams
 from tests.fixtures.chromium import render
+from tests.fixtures.emulator import fresh
 from tests.fixtures.today import emulator_config
 from tests.flows.helpers import ROOT, make_corpus, outcomes_of, plant, value
 
@@ -33,8 +34,7 @@ CODE_REVIEW_INTEGRATION = "integrating per-file reviews of one code base"  # in 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session: Any) -> dict[str, Any]:
     """One run with a document that stays schema-invalid, one refusal, and planted conflicts."""
-    emulator = _emulator_session
-    emulator.state.reset(emulator_config())
+    emulator = fresh(_emulator_session)
     tmp = tmp_path_factory.mktemp("report")
     corpus, truth = make_corpus(tmp, count=20, seed=9)
     invalid = plant(corpus, truth, "PLANTED-SCHEMA", set())
@@ -61,8 +61,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session: An
 @pytest.fixture(scope="module")
 def code_review_run(tmp_path_factory: pytest.TempPathFactory, _emulator_session: Any) -> dict[str, Any]:
     """examples/codebase through code-review; every integration answer schema-invalid (a failed integration)."""
-    emulator = _emulator_session
-    emulator.state.reset(emulator_config())
+    emulator = fresh(_emulator_session)
     emulator.state.faults.add(kind="schema_invalid", marker=CODE_REVIEW_INTEGRATION)
     tmp = tmp_path_factory.mktemp("code-review")
     settings = Settings(store=str(tmp / "store"), api=ApiSettings(base_url=emulator.base_url))

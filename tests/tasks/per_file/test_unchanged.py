@@ -24,6 +24,7 @@ from tasks.per_file.settle import Pass
 from tasks.per_file.unchanged import chunk_digest, remember_chunks, reuse_unchanged
 from tasks.recipes import load_recipe
 from tasks.request import FILE_PASS
+from tests.fixtures.emulator import fresh
 from tests.flows.helpers import make_corpus, settings_for
 
 
@@ -32,7 +33,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory, _emulator_session: Any) -
     """One finished realtime run over 12 invoices in chunks of 4 (taken once): its store and id."""
     tmp = tmp_path_factory.mktemp("unchanged")
     corpus, _ = make_corpus(tmp, count=12, seed=4)
-    settings = settings_for(_emulator_session, str(tmp / "store")).model_copy(update={"chunk_size": 4})
+    settings = settings_for(fresh(_emulator_session), str(tmp / "store")).model_copy(update={"chunk_size": 4})
     return tmp / "store", run_extract(
         RunParams(str(corpus), "invoices"), settings=settings, wiring=RunWiring(progress=False)
     )["run_id"]
