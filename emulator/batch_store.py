@@ -57,9 +57,9 @@ SAVED = ("id", "created_at", "expires_at", "start_after", "per_request", "cancel
 class BatchStore:
     """The batches one server holds, by id in creation order, and the journal they are saved to."""
 
-    def __init__(self, journal: BatchJournal | None = None) -> None:
+    def __init__(self) -> None:
         self.batches: dict[str, Batch] = {}
-        self.journal = journal
+        self.journal: BatchJournal | None = None
 
     def save(self, batch: Batch, deleted: bool = False) -> None:
         if self.journal is None:

@@ -55,9 +55,6 @@ class PromptCache:
     def __init__(self) -> None:
         self.entries: dict[str, _Entry] = {}
 
-    def __len__(self) -> int:
-        return len(self.entries)
-
     def apply(
         self,
         *,

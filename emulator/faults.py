@@ -108,27 +108,14 @@ class FaultRule:
         return self.marker is not None and self.path == MESSAGES_PATH and self.marker in text
 
 
-def _rate_limit_error(rule: FaultRule) -> ApiError:
-    retry_after = 1.0 if rule.retry_after is None else rule.retry_after
-    return rate_limit_error(
-        retry_after,
-        rule.message or "Number of request tokens has exceeded your per-minute rate limit",
-        error_code=rule.error_code,
-    )
-
-
-SPEND_LIMIT_CODES = ("enforced_spend_limit_reached", "contract_spend_limit_reached")
-SPEND_LIMIT_RETRY_AFTER = 24 * 3600.0  # no retry helps; the API's hint is long (harsher case)
-
-
-def _spend_limit_error(rule: FaultRule) -> ApiError:
-    """429 whose `error.details.error_code` says a spend limit is reached (SDK `_error_classes.py`:
-    EnforcedSpendLimitReachedError / ContractSpendLimitReachedError); waiting does not help."""
-    retry_after = SPEND_LIMIT_RETRY_AFTER if rule.retry_after is None else rule.retry_after
-    return rate_limit_error(
-        retry_after,
-        rule.message or "You have reached your specified API usage limits.",
-        error_code=rule.error_code or SPEND_LIMIT_CODES[0],
+def _limit(
+    retry_after: float, message: str, error_code: str | None = None
+) -> Callable[[FaultRule], ApiError]:
+    """A 429 builder; the rule's retry_after, message and error_code override these defaults."""
+    return lambda r: rate_limit_error(
+        retry_after if r.retry_after is None else r.retry_after,
+        r.message or message,
+        error_code=r.error_code or error_code,
     )
 
 
@@ -150,21 +137,23 @@ def retry_headers(retry_after: float) -> dict[str, str]:
     }
 
 
-def _plain(error_type: ErrorType, default: str) -> Callable[[FaultRule], ApiError]:
-    return lambda r: ApiError(error_type, r.message or default, error_code=r.error_code)
+def _plain(error_type: ErrorType, default: str, code: str | None = None) -> Callable[[FaultRule], ApiError]:
+    return lambda r: ApiError(error_type, r.message or default, error_code=r.error_code or code)
 
 
 ERROR_BUILDERS: dict[FaultKind, Callable[[FaultRule], ApiError]] = {
-    FaultKind.RATE_LIMIT: _rate_limit_error,
-    FaultKind.SPEND_LIMIT: _spend_limit_error,
+    FaultKind.RATE_LIMIT: _limit(1.0, "Number of request tokens has exceeded your per-minute rate limit"),
+    # a spend limit (SDK `_error_classes.py`: EnforcedSpendLimitReachedError / ContractSpendLimitReachedError):
+    # no retry helps, so the API's hint is long (the harsher case)
+    FaultKind.SPEND_LIMIT: _limit(
+        24 * 3600.0, "You have reached your specified API usage limits.", "enforced_spend_limit_reached"
+    ),
     FaultKind.OVERLOADED: _plain(ErrorType.OVERLOADED, "Overloaded"),
     FaultKind.SERVER_ERROR: _plain(ErrorType.API_ERROR, "Internal server error"),
     FaultKind.CONFLICT: _plain(ErrorType.CONFLICT, "Conflict (injected)"),
     FaultKind.INVALID_REQUEST: _plain(ErrorType.INVALID_REQUEST, "Invalid request (injected)"),
-    FaultKind.COMPACTION_UNAVAILABLE: lambda r: ApiError(
-        ErrorType.OVERLOADED,
-        r.message or "Compaction is temporarily unavailable",
-        error_code="compaction_unavailable",
+    FaultKind.COMPACTION_UNAVAILABLE: _plain(
+        ErrorType.OVERLOADED, "Compaction is temporarily unavailable", "compaction_unavailable"
     ),
 }
 
@@ -195,10 +184,10 @@ class FaultHits:
 
 
 class FaultPlan:
-    def __init__(self, seed: int = 0, rules: list[FaultRule] | None = None) -> None:
+    def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        self.rules: list[FaultRule] = list(rules or [])
+        self.rules: list[FaultRule] = []
         self._lock = threading.Lock()  # tests add rules from their own thread while the server runs
 
     def add(self, rule: FaultRule | Mapping[str, Any] | None = None, /, **kw: Any) -> FaultRule:
@@ -251,22 +240,15 @@ class FaultPlan:
         if not self.rules:
             return FaultHits()
         text = body_text(params)
-        return self._collect(
-            [
-                r
-                for r in self.rules
-                if (r.kind is FaultKind.SLOW_BATCH) == slow_only and r.matches_item(custom_id, text)
-            ]
-        )
+        wanted = [r for r in self.rules if (r.kind is FaultKind.SLOW_BATCH) == slow_only]
+        return self._collect([r for r in wanted if r.matches_item(custom_id, text)])
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [asdict(r) for r in self.rules]
 
 
 def body_text(body: Any) -> str:
-    if isinstance(body, bytes | str):
-        return body.decode(errors="replace") if isinstance(body, bytes) else body
-    return json.dumps(body, ensure_ascii=False)
+    return body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
 
 
 def parse_rules(text: str) -> list[FaultRule]:
@@ -345,10 +327,6 @@ SHAPERS: dict[FaultKind, Callable[[list[dict[str, Any]], str], Shaped]] = {
     FaultKind.SCHEMA_INVALID: _schema_invalid,
     FaultKind.STREAM_ERROR: lambda content, stop_reason: (content, stop_reason, None),
 }
-
-
-def shape_response(rule: FaultRule, content: list[dict[str, Any]], stop_reason: str) -> Shaped:
-    return SHAPERS[rule.kind](content, stop_reason)
 
 
 HIT_SLOTS: dict[FaultKind, str] = {  # the `FaultHits` field a kind's first firing rule takes

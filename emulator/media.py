@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import logging
 import math
 import warnings
 from dataclasses import dataclass
@@ -90,8 +91,6 @@ def read_pdf(data: str) -> Pdf:
     from pypdf import PdfReader
 
     raw = _b64(data, "pdf.source.base64.data")
-    import logging
-
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         reader = PdfReader(io.BytesIO(raw))
@@ -172,42 +171,20 @@ def read_media(block: Any) -> Pdf | Picture | None:
     return None
 
 
-def block_tokens(block: dict[str, Any]) -> int | None:
-    """Billed tokens of a base64 PDF or image block (None: not one, or not readable)."""
-    found = read_media(block)
-    return None if found is None else found.tokens
-
-
-def _check_document(block: dict[str, Any]) -> int:
-    """PDF pages of a valid document block (0 for text and content sources)."""
+def _base64_source(block: dict[str, Any], other: tuple[str, ...]) -> dict[str, Any] | None:
+    """A media block's base64 source (None: one of the `other` source types, which hold no media)."""
     source = block.get("source")
     if not isinstance(source, dict):
         raise MediaError("source", "Field required")
     kind = source.get("type")
-    if kind in ("text", "content"):
-        return 0
+    if kind in other:
+        return None
     if kind in ("url", "file"):
         raise MediaError("source", f"{kind} sources are not available in the offline emulator; send base64")
     if kind != "base64":
-        raise MediaError("source.type", "Input should be 'base64', 'text', 'content', 'url' or 'file'")
-    if source.get("media_type") != "application/pdf":
-        raise MediaError("source.media_type", "Input should be 'application/pdf'")
-    return len(read_pdf(str(source.get("data") if isinstance(source.get("data"), str) else "")).pages)
-
-
-def _check_image(block: dict[str, Any]) -> Picture:
-    source = block.get("source")
-    if not isinstance(source, dict):
-        raise MediaError("source", "Field required")
-    if source.get("type") in ("url", "file"):
-        raise MediaError(
-            "source", f"{source.get('type')} sources are not available in the offline emulator; send base64"
-        )
-    if source.get("type") != "base64":
-        raise MediaError("source.type", "Input should be 'base64', 'url' or 'file'")
-    return read_image(
-        str(source.get("media_type")), str(source.get("data") if isinstance(source.get("data"), str) else "")
-    )
+        allowed = "".join(f"'{k}', " for k in ("base64", *other))
+        raise MediaError("source.type", f"Input should be {allowed}'url' or 'file'")
+    return source
 
 
 def check_request(messages: list[Any]) -> None:
@@ -222,14 +199,19 @@ def check_request(messages: list[Any]) -> None:
                 continue
             path = f"messages.{i}.content.{j}"
             try:
-                if block["type"] == "document":
-                    pages += _check_document(block)
-                    if pages > MAX_PDF_PAGES:
-                        raise MediaError(
-                            "pdf.source.base64.data", "A maximum of 100 PDF pages may be provided."
-                        )
-                else:
-                    images.append((path, _check_image(block)))
+                document = block["type"] == "document"
+                source = _base64_source(block, ("text", "content") if document else ())
+                if source is None:
+                    continue
+                data = source.get("data") if isinstance(source.get("data"), str) else ""
+                if not document:
+                    images.append((path, read_image(str(source.get("media_type")), str(data))))
+                    continue
+                if source.get("media_type") != "application/pdf":
+                    raise MediaError("source.media_type", "Input should be 'application/pdf'")
+                pages += len(read_pdf(str(data)).pages)
+                if pages > MAX_PDF_PAGES:
+                    raise MediaError("pdf.source.base64.data", "A maximum of 100 PDF pages may be provided.")
             except MediaError as e:
                 e.field = f"{path}.{e.field}"
                 raise

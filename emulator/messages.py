@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from emulator import compaction, model, model_rules, tokens
 from emulator.caching import CacheUsage
-from emulator.faults import FaultRule, shape_response
+from emulator.faults import SHAPERS, FaultRule
 
 if TYPE_CHECKING:
     from emulator.state import EmulatorState
@@ -134,7 +134,7 @@ def answer(
         content = [dict(b) for b in result["content"]]
         stop_reason = str(result.get("stop_reason") or "end_turn")
         if shape is not None:
-            content, stop_reason, stop_details = shape_response(shape, content, stop_reason)
+            content, stop_reason, stop_details = SHAPERS[shape.kind](content, stop_reason)
         content, stop_sequence = apply_stop_sequences(content, body.get("stop_sequences"))
         if stop_sequence is not None:
             stop_reason = "stop_sequence"

@@ -276,9 +276,8 @@ async def get_model(call: Call) -> dict[str, Any]:
     return _model_info(model_id)
 
 
-def create_app(state: EmulatorState | None = None) -> Starlette:
-    """The ASGI app; `app.state.emulator` is its `EmulatorState`."""
-    state = state or EmulatorState()
+def create_app(state: EmulatorState) -> Starlette:
+    """The ASGI app answering for `state`."""
 
     def r(path: str, handler: Handler, methods: list[str], json_body: bool = False) -> Route:
         return Route(path, api_route(state, handler, json_body=json_body), methods=methods)
@@ -309,9 +308,7 @@ def create_app(state: EmulatorState | None = None) -> Starlette:
         state.accounting.note_error(err.status)
         return error_response(err, request_id)
 
-    app = Starlette(routes=routes, exception_handlers={404: not_routed, 405: not_routed})
-    app.state.emulator = state
-    return app
+    return Starlette(routes=routes, exception_handlers={404: not_routed, 405: not_routed})
 
 
 class EmulatorServer:
@@ -323,11 +320,10 @@ class EmulatorServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        state: EmulatorState | None = None,
         journal: BatchJournal | None = None,
     ) -> None:
         """`journal`: batches are saved there and restored from it at start (see emulator.batches)."""
-        self.state = state or EmulatorState(config)
+        self.state = EmulatorState(config)
         if journal is not None:
             self.state.batches.journal = journal
         self.app = create_app(self.state)

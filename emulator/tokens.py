@@ -71,9 +71,9 @@ def block_tokens(block: Any) -> int:
     if kind == "thinking":
         return text_tokens(str(block.get("thinking", "")))
     if kind in ("image", "document"):
-        billed = media.block_tokens(dict(block))  # PDF pages and images as the API bills them
-        if billed is not None:
-            return billed
+        found = media.read_media(block)  # PDF pages and images as the API bills them
+        if found is not None:
+            return found.tokens
     if kind == "image":
         return IMAGE_TOKENS
     if kind == "document":
