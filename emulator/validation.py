@@ -396,26 +396,15 @@ def _check_messages(messages: Any, p: str) -> None:
             pending_at = i
 
 
-def iter_cache_controls(body: Mapping[str, Any]) -> list[Any]:
-    """Every block-level `cache_control` in tools -> system -> messages order."""
-    found: list[Any] = []
-    for tool in body.get("tools") or []:
-        if isinstance(tool, dict) and tool.get("cache_control"):
-            found.append(tool["cache_control"])
+def _check_breakpoints(body: Mapping[str, Any], p: str) -> None:
+    """Every `cache_control` (tools -> system -> messages, then the top-level one): at most four,
+    ephemeral, a known ttl, no 1h after a 5m."""
     system = body.get("system")
-    if isinstance(system, list):
-        found.extend(b["cache_control"] for b in system if isinstance(b, dict) and b.get("cache_control"))
+    blocks = [*(body.get("tools") or []), *(system if isinstance(system, list) else [])]
     for msg in body.get("messages") or []:
         content = msg.get("content") if isinstance(msg, dict) else None
-        if isinstance(content, list):
-            found.extend(
-                b["cache_control"] for b in content if isinstance(b, dict) and b.get("cache_control")
-            )
-    return found
-
-
-def _check_breakpoints(body: Mapping[str, Any], p: str) -> None:
-    controls = iter_cache_controls(body)
+        blocks.extend(content if isinstance(content, list) else [])
+    controls = [b["cache_control"] for b in blocks if isinstance(b, dict) and b.get("cache_control")]
     if body.get("cache_control"):
         controls.append(body["cache_control"])
     if len(controls) > MAX_CACHE_BREAKPOINTS:
