@@ -175,19 +175,13 @@ def to_dict(state: EmulatorState, batch: Batch) -> dict[str, Any]:
     }
 
 
-def result_lines(state: EmulatorState, batch: Batch) -> AsyncIterator[bytes]:
+async def result_lines(state: EmulatorState, batch: Batch) -> AsyncIterator[bytes]:
     order = list(range(len(batch.results)))
     random.Random(f"{state.config.seed}:{batch.id}").shuffle(order)
-
-    async def gen() -> AsyncIterator[bytes]:
-        for start in range(0, len(order), CHUNK):
-            lines = [
-                json.dumps(batch.results[i], separators=(",", ":")) for i in order[start : start + CHUNK]
-            ]
-            yield ("\n".join(lines) + "\n").encode()
-            await asyncio.sleep(0)
-
-    return gen()
+    for start in range(0, len(order), CHUNK):
+        lines = [json.dumps(batch.results[i], separators=(",", ":")) for i in order[start : start + CHUNK]]
+        yield ("\n".join(lines) + "\n").encode()
+        await asyncio.sleep(0)
 
 
 # HTTP handlers ---------------------------------------------------------------------------
@@ -234,10 +228,8 @@ async def cancel_batch(call: Call) -> dict[str, Any]:
         status = call.state.config.cancel_ended_status
         if status == 200:
             return to_dict(call.state, batch)
-        err = invalid(f"message batch {batch.id} has already ended and cannot be canceled")
-        if status == 409:
-            err = ApiError(ErrorType.CONFLICT, err.message)
-        raise err
+        kind = ErrorType.CONFLICT if status == 409 else ErrorType.INVALID_REQUEST
+        raise ApiError(kind, f"message batch {batch.id} has already ended and cannot be canceled")
     if batch.cancel_initiated_at is None:
         batch.cancel_initiated_at = call.state.clock.now()
         store.save(batch)

@@ -10,6 +10,8 @@ POST   /_emulator/clock/advance       {"seconds": N}: move the virtual clock for
 GET    /_emulator/config              current knobs
 POST   /_emulator/config              change knobs (e.g. {"batch_seconds_per_request": 0.5})
 POST   /_emulator/reset               forget accounting, cache, batches, faults, clock offset
+
+A POST whose body is not what it should be answers 400 `{"ok": false, "error": ...}`.
 """
 
 from __future__ import annotations
@@ -30,75 +32,60 @@ if TYPE_CHECKING:
     from emulator.state import EmulatorState
 
 
-def _bad(message: str) -> JSONResponse:
-    return JSONResponse({"ok": False, "error": message}, status_code=400)
+Answer = Callable[[bytes], Any]  # a request body -> the JSON answered
 
 
-async def _json(request: Request) -> Any:
-    raw = await request.body()
+def _json(raw: bytes) -> Any:
     return json.loads(raw) if raw.strip() else {}
 
 
 def routes(state: EmulatorState) -> list[Route]:
-    def clock() -> dict[str, Any]:
+    def clock(raw: bytes = b"") -> dict[str, Any]:
         now = state.clock.now()
         return {"now": now, "iso": rfc3339(now), "offset": state.clock.offset}
 
-    async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"ok": True})
+    def add_faults(raw: bytes) -> dict[str, Any]:
+        added = [state.faults.add(rule) for rule in parse_rules(raw.decode() or "{}")]
+        return {"added": [asdict(r) for r in added], "rules": state.faults.snapshot()}
 
-    async def accounting(request: Request) -> JSONResponse:
-        return JSONResponse(state.accounting.snapshot())
-
-    async def faults_get(request: Request) -> JSONResponse:
-        return JSONResponse({"rules": state.faults.snapshot()})
-
-    async def faults_add(request: Request) -> JSONResponse:
-        try:
-            added = [state.faults.add(rule) for rule in parse_rules((await request.body()).decode() or "{}")]
-        except (ValueError, TypeError, KeyError) as e:
-            return _bad(f"bad fault rule: {e}")
-        return JSONResponse({"added": [asdict(r) for r in added], "rules": state.faults.snapshot()})
-
-    async def faults_clear(request: Request) -> JSONResponse:
+    def clear_faults(raw: bytes) -> dict[str, Any]:
         state.faults.clear()
-        return JSONResponse({"rules": []})
+        return {"rules": []}
 
-    async def clock_get(request: Request) -> JSONResponse:
-        return JSONResponse(clock())
+    def advance(raw: bytes) -> dict[str, Any]:
+        state.clock.advance(float(_json(raw).get("seconds", 0)))
+        return clock()
 
-    async def clock_advance(request: Request) -> JSONResponse:
-        try:
-            seconds = float((await _json(request)).get("seconds", 0))
-        except (ValueError, TypeError, AttributeError) as e:
-            return _bad(f"bad clock advance: {e}")
-        state.clock.advance(seconds)
-        return JSONResponse(clock())
+    def configure(raw: bytes) -> dict[str, Any]:
+        state.configure(_json(raw))
+        return asdict(state.config)
 
-    async def config_get(request: Request) -> JSONResponse:
-        return JSONResponse(asdict(state.config))
-
-    async def config_set(request: Request) -> JSONResponse:
-        try:
-            state.configure(await _json(request))
-        except (ValueError, TypeError, AttributeError) as e:
-            return _bad(f"bad config: {e}")
-        return JSONResponse(asdict(state.config))
-
-    async def reset(request: Request) -> JSONResponse:
+    def reset(raw: bytes) -> dict[str, Any]:
         state.reset()
-        return JSONResponse({"ok": True})
+        return {"ok": True}
 
-    table: list[tuple[str, Callable[[Request], Awaitable[JSONResponse]], str]] = [
-        ("/_emulator/health", health, "GET"),
-        ("/_emulator/accounting", accounting, "GET"),
-        ("/_emulator/faults", faults_get, "GET"),
-        ("/_emulator/faults", faults_add, "POST"),
-        ("/_emulator/faults", faults_clear, "DELETE"),
-        ("/_emulator/clock", clock_get, "GET"),
-        ("/_emulator/clock/advance", clock_advance, "POST"),
-        ("/_emulator/config", config_get, "GET"),
-        ("/_emulator/config", config_set, "POST"),
-        ("/_emulator/reset", reset, "POST"),
+    def endpoint(answer: Answer, bad: str | None) -> Callable[[Request], Awaitable[JSONResponse]]:
+        async def handle(request: Request) -> JSONResponse:
+            if bad is None:
+                return JSONResponse(answer(b""))
+            try:
+                return JSONResponse(answer(await request.body()))
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                return JSONResponse({"ok": False, "error": f"bad {bad}: {e}"}, status_code=400)
+
+        return handle
+
+    # path, method, what it answers, what its body is called in a 400 (None: it reads no body)
+    table: list[tuple[str, str, Answer, str | None]] = [
+        ("/_emulator/health", "GET", lambda raw: {"ok": True}, None),
+        ("/_emulator/accounting", "GET", lambda raw: state.accounting.snapshot(), None),
+        ("/_emulator/faults", "GET", lambda raw: {"rules": state.faults.snapshot()}, None),
+        ("/_emulator/faults", "POST", add_faults, "fault rule"),
+        ("/_emulator/faults", "DELETE", clear_faults, None),
+        ("/_emulator/clock", "GET", clock, None),
+        ("/_emulator/clock/advance", "POST", advance, "clock advance"),
+        ("/_emulator/config", "GET", lambda raw: asdict(state.config), None),
+        ("/_emulator/config", "POST", configure, "config"),
+        ("/_emulator/reset", "POST", reset, None),
     ]
-    return [Route(path, fn, methods=[method]) for path, fn, method in table]
+    return [Route(path, endpoint(answer, bad), methods=[method]) for path, method, answer, bad in table]

@@ -79,8 +79,7 @@ class FaultRule:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FaultRule:
-        names = {f.name for f in fields(cls)}
-        unknown = set(data) - names
+        unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown fault rule fields: {sorted(unknown)}")
         values = dict(data)

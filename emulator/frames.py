@@ -20,3 +20,8 @@ class Frame:
     per_doc: list[Frame] = field(default_factory=list)
     top: bool = False
     named: dict[str, Any] = field(default_factory=dict)
+
+
+def located(line: Line, doc_id: str | None) -> dict[Role, Any]:
+    """The roles that say where `line` is: its document (as id and as file) and its line number."""
+    return {Role.DOC_ID: doc_id, Role.FILE: doc_id, Role.LINE_START: line.number, Role.LINE_END: line.number}

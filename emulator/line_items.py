@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from emulator.frames import Frame
+from emulator.frames import Frame, located
 from emulator.grounding import Doc, Prompt
 from emulator.records import flatten
 from emulator.roles import Role
@@ -43,10 +43,7 @@ def row_frames(prompt: Prompt) -> list[Frame]:
                 Role.AMOUNT: amount,
                 Role.EVIDENCE: line,
                 Role.CONFIDENCE: 0.9,
-                Role.DOC_ID: doc.doc_id,
-                Role.FILE: doc.doc_id,
-                Role.LINE_START: line.number,
-                Role.LINE_END: line.number,
+                **located(line, doc.doc_id),
             }
             frames.append(Frame(doc, line, known))
     return frames[:50]

@@ -138,7 +138,11 @@ def answer(
         content, stop_sequence = apply_stop_sequences(content, body.get("stop_sequences"))
         if stop_sequence is not None:
             stop_reason = "stop_sequence"
-        thought = min(state.thinking_tokens(body), int(body["max_tokens"]))  # before the text, in max_tokens
+        cfg = state.config
+        thought = (
+            model_rules.thinking_tokens(body, cfg.thinking_tokens_by_effort) if cfg.model_thinking else 0
+        )
+        thought = min(thought, int(body["max_tokens"]))  # before the text, in max_tokens
         content, cut = cut_to_max_tokens(content, int(body["max_tokens"]) - thought)
         if cut:
             stop_reason = "max_tokens"

@@ -6,7 +6,7 @@ import re
 import uuid
 from typing import Any
 
-from emulator.frames import Frame
+from emulator.frames import Frame, located
 from emulator.grounding import Label, Line, Prompt
 from emulator.item_frames import ItemFrames
 from emulator.prose import Found, find
@@ -102,11 +102,7 @@ class Filler:
             return self.any_of(schema, name, parent, frame)
         kind = schema.get("type") or ("object" if "properties" in schema else "string")
         if self.depth > 12:
-            return Out(
-                {"object": {}, "array": [], "null": None, "boolean": False}.get(
-                    kind, 0 if kind != "string" else ""
-                )
-            )
+            return Out({"object": {}, "array": [], "null": None, "boolean": False, "string": ""}.get(kind, 0))
         self.depth += 1
         try:
             return self.by_type[kind](self, schema, name, parent, frame)
@@ -184,9 +180,12 @@ class Filler:
         doc_id = frame.doc.doc_id or (self.prompt.ids[0] if self.prompt.ids else None)
         frames = []
         for line in lines:
-            known: dict[Role, Any] = {Role.EVIDENCE: line, Role.EXPLAIN: line.text, Role.DESC: line.text}
-            known.update({Role.DOC_ID: doc_id, Role.FILE: doc_id})
-            known.update({Role.LINE_START: line.number, Role.LINE_END: line.number})
+            known = {
+                Role.EVIDENCE: line,
+                Role.EXPLAIN: line.text,
+                Role.DESC: line.text,
+                **located(line, doc_id),
+            }
             frames.append(Frame(frame.doc, line, known))
         return frames
 
@@ -229,10 +228,7 @@ class Filler:
             src = self.fallback_line(frame)
         known: dict[Role, Any] = {Role.EVIDENCE: src}
         if isinstance(src, Line):
-            ids = src.doc_id or (self.prompt.ids[0] if self.prompt.ids else None)
-            known.update(
-                {Role.LINE_START: src.number, Role.LINE_END: src.number, Role.DOC_ID: ids, Role.FILE: ids}
-            )
+            known.update(located(src, src.doc_id or (self.prompt.ids[0] if self.prompt.ids else None)))
         sub = Frame(frame.doc, src if isinstance(src, Line) else None, known)
         return Out(self.gen(schema, "evidence", "", sub).value, src, src is not None)
 

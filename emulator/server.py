@@ -24,7 +24,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from emulator import batches, control, messages, tokens
 from emulator.accounting import ReceivedRequest
@@ -54,21 +53,10 @@ class _DropResetNoise(logging.Filter):
 logging.getLogger("uvicorn.error").addFilter(_DropResetNoise())
 
 
-class ResetResponse:
-    """Promises a body, sends part of it, then drops the connection."""
-
-    def __init__(self, request_id: str) -> None:
-        self.request_id = request_id
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"4096"),
-            (b"request-id", self.request_id.encode()),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b'{"id":"msg_', "more_body": True})
-        raise ConnectionResetFault("injected connection reset")
+async def _part_then_reset() -> Any:
+    """A response body that stops after its first bytes: the connection drops mid-body."""
+    yield b'{"id":"msg_'
+    raise ConnectionResetFault("injected connection reset")
 
 
 async def _cut_after(body: Any, lines: int) -> Any:
@@ -157,7 +145,8 @@ def api_route(
             if hits.error is not None:
                 raise error_for(hits.error)
             if hits.reset is not None and hits.reset.after_lines is None:
-                return ResetResponse(request_id)
+                headers = {"content-length": "4096", "request-id": request_id}
+                return StreamingResponse(_part_then_reset(), media_type="application/json", headers=headers)
             call.shape, call.drop, call.stall = hits.response, hits.drop, hits.stall
             result = await handler(call)
             if hits.reset is not None and isinstance(result, StreamingResponse):

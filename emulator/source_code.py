@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from emulator.frames import Frame
+from emulator.frames import Frame, located
 from emulator.grounding import Doc, Line, Prompt
 from emulator.roles import Role
 
@@ -47,10 +47,7 @@ def finding_frames(prompt: Prompt) -> list[Frame]:
         for line, kind, needle in notable_lines(doc):
             file_id = doc.doc_id or (prompt.ids[0] if prompt.ids else "document")
             known = {
-                Role.FILE: file_id,
-                Role.DOC_ID: file_id,
-                Role.LINE_START: line.number,
-                Role.LINE_END: line.number,
+                **located(line, file_id),
                 Role.EVIDENCE: line,
                 Role.EXPLAIN: f"{kind}: line {line.number} contains `{needle}`",
                 Role.CONFIDENCE: 0.9,

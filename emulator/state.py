@@ -90,8 +90,7 @@ class EmulatorConfig:
         return by_model.get(model, by_model.get(catalog.price_id(model), self.cache_min_tokens))
 
     def update(self, values: Mapping[str, Any]) -> None:
-        names = {f.name for f in fields(self)}
-        unknown = set(values) - names
+        unknown = set(values) - {f.name for f in fields(self)}
         if unknown:
             raise ValueError(f"unknown emulator config fields: {sorted(unknown)}")
         for name, value in values.items():
@@ -295,12 +294,6 @@ class EmulatorState:
                 model, self.config.unpriced_price, source="emulator knob", confirmed="override"
             )
         return catalog.dearest_price(self.day())
-
-    def thinking_tokens(self, body: Any) -> int:
-        """Thinking tokens an answer to `body` spends (0 with `model_thinking` off)."""
-        if not self.config.model_thinking:
-            return 0
-        return model_rules.thinking_tokens(body, self.config.thinking_tokens_by_effort)
 
     def answer_model(self, model: str) -> str:
         """The `model` an answer carries: a pre-4.6 alias resolves to its dated id (knob)."""
