@@ -4,7 +4,7 @@ A breakpoint's prefix is every segment up to and including the marked block, in 
 tools -> output schema -> system -> messages; top-level `cache_control` marks the last
 segment. Whether the API counts the output schema in the cached prefix is undocumented: by
 default its tokens are not counted (knob `cache_counts_output_schema`). A prefix shorter than
-the model's minimum (`catalog.CACHE_MIN_TOKENS`) is never cached (no error). The longest
+the model's minimum (knob `cache_min_tokens_by_model`) is never cached (no error). The longest
 live prefix is read (`cache_read_input_tokens`, TTL refreshed); longer breakpoints are written
 (`cache_creation_input_tokens`, split by TTL); the rest is `input_tokens`.
 Entries are scoped by API key and model.

@@ -5,7 +5,6 @@ same one the pipeline checks against, never the SDK's private data.
   `model: "claude-haiku-4-5-20251001"` (reference §00.1); the pairs are the table's `dated_id`s.
 - A model is retired from 00:00 UTC of its `retires` day (the harsher reading) and answered like a
   model that does not exist. The day is the emulator's `today` knob, else its virtual clock's date.
-- Minimum cacheable prefix per model (reference §7.1; where sources differ, the larger value).
 - A dated id is priced as its alias (`price_id`).
 - Served: every model of the table (and its dated id) not retired on the emulator's day; anything
   else answers 404 `not_found_error` (`table_models`).
@@ -18,16 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 
-from docmill.models import CACHE_MIN_TOKENS as PIPELINE_CACHE_MIN_TOKENS
-from docmill.models import CACHE_MIN_TOKENS_UNKNOWN as PIPELINE_UNKNOWN
 from docmill.models import MODELS, dated_aliases, model_info, price_id
 from docmill.prices import RATE_FIELDS, Price, Rates, price_on
 
 __all__ = ["dated_aliases", "price_id"]
-
-# One table with the client's settings default (larger value where sources differ).
-CACHE_MIN_TOKENS: dict[str, int] = dict(PIPELINE_CACHE_MIN_TOKENS)
-CACHE_MIN_TOKENS_UNKNOWN = PIPELINE_UNKNOWN  # a model not in the table: the largest known minimum
 
 
 def table_end_of_life() -> dict[str, str]:

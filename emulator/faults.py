@@ -142,8 +142,8 @@ def _plain(error_type: ErrorType, default: str, code: str | None = None) -> Call
 
 ERROR_BUILDERS: dict[FaultKind, Callable[[FaultRule], ApiError]] = {
     FaultKind.RATE_LIMIT: _limit(1.0, "Number of request tokens has exceeded your per-minute rate limit"),
-    # a spend limit (SDK `_error_classes.py`: EnforcedSpendLimitReachedError / ContractSpendLimitReachedError):
-    # no retry helps, so the API's hint is long (the harsher case)
+    # SDK `_error_classes.py`: EnforcedSpendLimitReachedError; no retry helps, so the API's hint is
+    # long (the harsher case)
     FaultKind.SPEND_LIMIT: _limit(
         24 * 3600.0, "You have reached your specified API usage limits.", "enforced_spend_limit_reached"
     ),

@@ -68,12 +68,10 @@ class Pdf:
 
 @dataclass(frozen=True)
 class Picture:
-    media_type: str
     width: int
     height: int
     text: str  # the OCR hint
     tokens: int
-    size: int
 
 
 def _b64(data: Any, field: str) -> bytes:
@@ -153,7 +151,7 @@ def read_image(media_type: str, data: str) -> Picture:
         )
     if isinstance(comment, bytes) and comment.startswith(OCR_KEY.encode() + b":"):
         text = comment[len(OCR_KEY) + 1 :].decode("utf-8", "replace")
-    return Picture(media_type, w, h, text, image_tokens(w, h), len(raw))
+    return Picture(w, h, text, image_tokens(w, h))
 
 
 def read_media(block: Any) -> Pdf | Picture | None:

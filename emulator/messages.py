@@ -21,8 +21,7 @@ if TYPE_CHECKING:
 @dataclass
 class Answer:
     message: dict[str, Any]
-    input_tokens: int
-    output_tokens: int
+    output_tokens: int  # generated (a compaction's summary included), for rate limits and pacing
 
 
 def cut_to_max_tokens(content: list[dict[str, Any]], max_tokens: int) -> tuple[list[dict[str, Any]], bool]:
@@ -185,7 +184,7 @@ def answer(
         at=state.clock.now(),
         price=state.price_for(model_name),
     )
-    return Answer(message, input_total, out_tokens)
+    return Answer(message, out_tokens)
 
 
 def _sse(event: str, data: Mapping[str, Any]) -> bytes:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from datetime import date
 from typing import Any
 
-from docmill.models import THINKING_TOKENS_BY_EFFORT
+from docmill.models import CACHE_MIN_TOKENS, CACHE_MIN_TOKENS_UNKNOWN, THINKING_TOKENS_BY_EFFORT
 from docmill.prices import Price, price_on
 from emulator import catalog, model_rules
 from emulator.accounting import Accounting
@@ -42,8 +42,8 @@ class EmulatorConfig:
 
     seed: int = 0
     require_auth: bool = True
-    cache_min_tokens: int = catalog.CACHE_MIN_TOKENS_UNKNOWN
-    cache_min_tokens_by_model: dict[str, int] = field(default_factory=lambda: dict(catalog.CACHE_MIN_TOKENS))
+    cache_min_tokens: int = CACHE_MIN_TOKENS_UNKNOWN  # a model outside the table: the largest known minimum
+    cache_min_tokens_by_model: dict[str, int] = field(default_factory=lambda: dict(CACHE_MIN_TOKENS))
     cache_counts_output_schema: bool = False  # True: output_config.format's schema is in the cached prefix
     extra_models: dict[str, dict[str, float]] = field(default_factory=dict)  # served beyond docmill's
     # model table, billed at these prices ({"input", "output"} USD/MTok): a model docmill does not know
