@@ -30,16 +30,15 @@ def _effort(body: Mapping[str, Any]) -> Any:
     return config.get("effort") if isinstance(config, Mapping) else None
 
 
-def check_model_params(body: Mapping[str, Any], *, path: str = "", legacy: bool = False) -> None:
+def check_model_params(body: Mapping[str, Any], *, legacy: bool = False) -> None:
     """Raise the API's 400 for a parameter `body["model"]` does not accept (models outside the table:
     no per-model rule)."""
     info = model_info(str(body.get("model")))
     if info is None:
         return
-    p = f"{path}." if path else ""
     effort = _effort(body)
     if effort is not None and not info.effort:  # an unknown level: refused by `validation` first
-        raise invalid(f"{p}output_config.effort: effort is not supported for this model")
+        raise invalid("output_config.effort: effort is not supported for this model")
     thinking = body.get("thinking")
     if isinstance(thinking, Mapping):
         kind = thinking.get("type")
@@ -49,19 +48,19 @@ def check_model_params(body: Mapping[str, Any], *, path: str = "", legacy: bool 
                 if info.thinks_by_default
                 else ""
             )
-            raise invalid(f'{p}thinking.type: "thinking.type.{kind}" is not supported for this model.{hint}')
+            raise invalid(f'thinking.type: "thinking.type.{kind}" is not supported for this model.{hint}')
         if (
             kind == "disabled"
             and info.thinks_by_default
             and (effort or info.default_effort) not in OFF_AT_MOST
         ):
-            raise invalid(f"{p}thinking.type: thinking can be disabled only at effort high or lower")
+            raise invalid("thinking.type: thinking can be disabled only at effort high or lower")
     if legacy and info.thinks_by_default:
         for name, default in (("temperature", 1.0), ("top_p", 1.0)):
             if name in body and body[name] != default:
-                raise invalid(f"{p}{name}: non-default sampling parameters are not supported for this model")
+                raise invalid(f"{name}: non-default sampling parameters are not supported for this model")
         if "top_k" in body:
-            raise invalid(f"{p}top_k: non-default sampling parameters are not supported for this model")
+            raise invalid("top_k: non-default sampling parameters are not supported for this model")
 
 
 def thinking_tokens(body: Mapping[str, Any], table: Mapping[str, int]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from typing import Any
@@ -295,14 +296,9 @@ class Filler:
         limits = constraints(schema)
         value = value if value is not None else 0.0
         step = 1 if schema.get("type") == "integer" else 0.01
-        low = limits.get(
-            "minimum", limits["exclusiveMinimum"] + step if "exclusiveMinimum" in limits else None
-        )
-        high = limits.get(
-            "maximum", limits["exclusiveMaximum"] - step if "exclusiveMaximum" in limits else None
-        )
-        value = value if low is None else max(value, low)
-        value = value if high is None else min(value, high)
+        low = limits.get("minimum", limits.get("exclusiveMinimum", -math.inf) + step)
+        high = limits.get("maximum", limits.get("exclusiveMaximum", math.inf) - step)
+        value = min(max(value, low), high)
         return Out(round(value) if schema.get("type") == "integer" else value, line, found)
 
     def boolean(self, schema: dict[str, Any], name: str, parent: str, frame: Frame) -> Out:
@@ -321,17 +317,13 @@ class Filler:
         named = frame.named.get(name)
         if named is not None and alnum_key(named) in by_norm:
             return Out(by_norm[alnum_key(named)], frame.line, True)
-        lab = self.label(
-            effective(name, parent),
-            schema,
-            lambda v: alnum_key(v) in by_norm or bool(set(map(alnum_key, v.split())) & set(by_norm)),
-        )
-        if lab is not None:
-            key = (
-                alnum_key(lab.value)
-                if alnum_key(lab.value) in by_norm
-                else next(alnum_key(w) for w in lab.value.split() if alnum_key(w) in by_norm)
-            )
+
+        def key_of(text: str) -> str | None:
+            """The member a label's value names, whole or by one of its words."""
+            return next((k for k in (alnum_key(text), *map(alnum_key, text.split())) if k in by_norm), None)
+
+        lab = self.label(effective(name, parent), schema, lambda v: key_of(v) is not None)
+        if lab is not None and (key := key_of(lab.value)) is not None:
             return Out(by_norm[key], lab.line, True)
         for hint in frame.hints:
             if alnum_key(hint) in by_norm:

@@ -267,7 +267,7 @@ class EmulatorState:
             allow_max_tokens_zero=self.config.allow_max_tokens_zero,
         )
         validate_message_body(body, rules=rules, **kw)
-        model_rules.check_model_params(body, path=kw.get("path", ""), legacy=kw.get("legacy", False))
+        model_rules.check_model_params(body, legacy=kw.get("legacy", False))
 
     def day(self) -> date:
         """The emulator's day: the `today` knob, else the virtual clock's date (UTC)."""

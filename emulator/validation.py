@@ -152,7 +152,6 @@ def validate_message_body(
     batch: bool = False,
     count_only: bool = False,
     betas: frozenset[str] = frozenset(),
-    path: str = "",
     legacy: bool = False,
 ) -> None:
     """Raise `ApiError` for the first problem in a Messages (or count_tokens) body.
@@ -162,41 +161,40 @@ def validate_message_body(
     model (answered 404 like an unknown one); `rules.grammar_limit` refuses schemas over that
     complexity (see `grammar`; not for count_tokens); `rules.max_output(model)` is its output limit.
     """
-    p = f"{path}." if path else ""
     if not isinstance(body, dict):
-        raise invalid(f"{path or 'body'}: Input should be an object")
+        raise invalid("body: Input should be an object")
     for name in () if legacy else REMOVED_PARAMS:
         if name in body:
-            raise invalid(f"{p}{name}: Extra inputs are not permitted")
-    _check_keys(body, count_only=count_only, betas=betas, legacy=legacy, p=p)
+            raise invalid(f"{name}: Extra inputs are not permitted")
+    _check_keys(body, count_only=count_only, betas=betas, legacy=legacy)
     required = ("model", "messages") if count_only else ("model", "max_tokens", "messages")
     for name in required:
         if name not in body:
-            raise invalid(f"{p}{name}: Field required")
+            raise invalid(f"{name}: Field required")
     if not isinstance(body["model"], str) or not body["model"]:
-        raise invalid(f"{p}model: Input should be a valid string")
+        raise invalid("model: Input should be a valid string")
     if not count_only:
-        _check_max_tokens(body["max_tokens"], batch=batch, p=p, zero_ok=rules.allow_max_tokens_zero)
+        _check_max_tokens(body["max_tokens"], batch=batch, zero_ok=rules.allow_max_tokens_zero)
         if batch and body.get("stream"):
-            raise invalid(f"{p}stream: streaming is not supported in batches")
+            raise invalid("stream: streaming is not supported in batches")
     if "compaction" in body and not count_only:
         if COMPACTION_BETA not in betas:
-            raise invalid(f"{p}compaction: Extra inputs are not permitted")
-        _check_compaction_config(body["compaction"], p)
-    _check_thinking(body.get("thinking"), body.get("max_tokens"), p)
-    _check_system(body.get("system"), p)
-    _check_tools(body.get("tools"), p)
-    _check_tool_choice(body, p)
-    _check_output_config(body.get("output_config"), p)
-    _check_messages(body["messages"], p)
+            raise invalid("compaction: Extra inputs are not permitted")
+        _check_compaction_config(body["compaction"])
+    _check_thinking(body.get("thinking"), body.get("max_tokens"))
+    _check_system(body.get("system"))
+    _check_tools(body.get("tools"))
+    _check_tool_choice(body)
+    _check_output_config(body.get("output_config"))
+    _check_messages(body["messages"])
     try:  # PDFs and images: valid, unencrypted, within the API's pages, bytes and pixels
         media.check_request(body["messages"])
     except media.MediaError as e:
         raise ApiError(
-            ErrorType.INVALID_REQUEST, f"{p}{e.field}: {e.message}", error_code=e.code, details=e.extra
+            ErrorType.INVALID_REQUEST, f"{e.field}: {e.message}", error_code=e.code, details=e.extra
         ) from e
-    _check_system_messages(body["messages"], body["model"], rules.system_message_models, p)
-    _check_breakpoints(body, p)
+    _check_system_messages(body["messages"], body["model"], rules.system_message_models)
+    _check_breakpoints(body)
     if body["model"] not in rules.models:
         raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']}")
     ended = rules.retired(body["model"])
@@ -205,17 +203,15 @@ def validate_message_body(
     limit = None if count_only else rules.max_output(body["model"])
     if limit is not None and body["max_tokens"] > limit:
         raise invalid(
-            f"{p}max_tokens: {body['max_tokens']} > {limit}, which is the maximum allowed number of output "
+            f"max_tokens: {body['max_tokens']} > {limit}, which is the maximum allowed number of output "
             f"tokens for {body['model']}"
         )
     too_large = None if count_only else grammar.too_large(body, rules.grammar_limit)
     if too_large is not None:
-        raise invalid(f"{p}{too_large}: {grammar.TOO_LARGE}")
+        raise invalid(f"{too_large}: {grammar.TOO_LARGE}")
 
 
-def _check_keys(
-    body: Mapping[str, Any], *, count_only: bool, betas: frozenset[str], legacy: bool, p: str
-) -> None:
+def _check_keys(body: Mapping[str, Any], *, count_only: bool, betas: frozenset[str], legacy: bool) -> None:
     """Unknown top-level keys are refused (the API's request models forbid extra inputs)."""
     known = COUNT_KEYS if count_only else CREATE_KEYS
     if betas:
@@ -224,55 +220,55 @@ def _check_keys(
         known = known | frozenset(REMOVED_PARAMS)
     for name in body:
         if name not in known:
-            raise invalid(f"{p}{name}: Extra inputs are not permitted")
+            raise invalid(f"{name}: Extra inputs are not permitted")
 
 
-def _check_max_tokens(value: Any, *, batch: bool, p: str, zero_ok: bool = False) -> None:
+def _check_max_tokens(value: Any, *, batch: bool, zero_ok: bool = False) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise invalid(f"{p}max_tokens: Input should be a valid integer")
+        raise invalid("max_tokens: Input should be a valid integer")
     floor = 0 if zero_ok and not batch else 1
     if value < floor:
-        raise invalid(f"{p}max_tokens: Input should be greater than or equal to {floor}")
+        raise invalid(f"max_tokens: Input should be greater than or equal to {floor}")
 
 
-def _check_tool_choice(body: Mapping[str, Any], p: str) -> None:
+def _check_tool_choice(body: Mapping[str, Any]) -> None:
     choice = body.get("tool_choice")
     if choice is None:
         return
     if not isinstance(choice, dict) or choice.get("type") not in TOOL_CHOICES:
-        raise invalid(f"{p}tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
+        raise invalid("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
     if choice["type"] == "tool" and not isinstance(choice.get("name"), str):
-        raise invalid(f"{p}tool_choice.name: Field required")
+        raise invalid("tool_choice.name: Field required")
     if not body.get("tools"):
-        raise invalid(f"{p}tool_choice: tool_choice may only be specified while providing tools.")
+        raise invalid("tool_choice: tool_choice may only be specified while providing tools.")
 
 
-def _check_output_config(config: Any, p: str) -> None:
+def _check_output_config(config: Any) -> None:
     if config is None:
         return
     if not isinstance(config, dict):
-        raise invalid(f"{p}output_config: Input should be an object")
+        raise invalid("output_config: Input should be an object")
     for name in config:
         if name not in OUTPUT_CONFIG_KEYS:
-            raise invalid(f"{p}output_config.{name}: Extra inputs are not permitted")
+            raise invalid(f"output_config.{name}: Extra inputs are not permitted")
     effort = config.get("effort")
     if effort is not None and effort not in EFFORTS:
-        raise invalid(f"{p}output_config.effort: Input should be {', '.join(repr(e) for e in EFFORTS)}")
+        raise invalid(f"output_config.effort: Input should be {', '.join(repr(e) for e in EFFORTS)}")
     fmt = config.get("format")
     if fmt is None:
         return
     if not isinstance(fmt, dict):
-        raise invalid(f"{p}output_config.format: Input should be an object")
+        raise invalid("output_config.format: Input should be an object")
     for name in fmt:
         if name not in ("type", "schema"):
-            raise invalid(f"{p}output_config.format.{name}: Extra inputs are not permitted")
+            raise invalid(f"output_config.format.{name}: Extra inputs are not permitted")
     if fmt.get("type") != "json_schema":
-        raise invalid(f"{p}output_config.format.type: Input should be 'json_schema'")
+        raise invalid("output_config.format.type: Input should be 'json_schema'")
     if not isinstance(fmt.get("schema"), dict):
-        raise invalid(f"{p}output_config.format.schema: Input should be a valid dictionary")
+        raise invalid("output_config.format.schema: Input should be a valid dictionary")
 
 
-def _check_system_messages(messages: list[Any], model: str, allowed: Collection[str], p: str) -> None:
+def _check_system_messages(messages: list[Any], model: str, allowed: Collection[str]) -> None:
     """`role: system` in messages: never the first message (the top-level `system` parameter is the
     initial system prompt), elsewhere only on a model that takes mid-conversation system messages
     (knob `system_message_models`; none by default, the harsher case), text only."""
@@ -280,105 +276,101 @@ def _check_system_messages(messages: list[Any], model: str, allowed: Collection[
         if msg.get("role") != "system":
             continue
         if i == 0:
-            raise invalid(
-                f"{p}messages.0: use the top-level 'system' parameter for the initial system prompt"
-            )
+            raise invalid("messages.0: use the top-level 'system' parameter for the initial system prompt")
         if model not in allowed:
             raise invalid(
-                f'{p}messages.{i}.role: Unexpected role "system". The Messages API accepts a top-level '
+                f'messages.{i}.role: Unexpected role "system". The Messages API accepts a top-level '
                 '`system` parameter, not "system" as an input message role.'
             )
         for j, block in enumerate(_blocks(msg["content"])):
             if block.get("type") != "text":
-                raise invalid(f"{p}messages.{i}.content.{j}: system messages take text blocks only")
+                raise invalid(f"messages.{i}.content.{j}: system messages take text blocks only")
 
 
-def _check_thinking(thinking: Any, max_tokens: Any, p: str) -> None:
+def _check_thinking(thinking: Any, max_tokens: Any) -> None:
     if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
         return
     budget = thinking.get("budget_tokens")
     if not isinstance(budget, int) or budget < 1024:
-        raise invalid(f"{p}thinking.budget_tokens: Input should be greater than or equal to 1024")
+        raise invalid("thinking.budget_tokens: Input should be greater than or equal to 1024")
     if isinstance(max_tokens, int) and budget >= max_tokens:
-        raise invalid(f"{p}thinking.budget_tokens: must be less than max_tokens")
+        raise invalid("thinking.budget_tokens: must be less than max_tokens")
 
 
-def _check_compaction_config(value: Any, p: str) -> None:
+def _check_compaction_config(value: Any) -> None:
     if not isinstance(value, dict) or value.get("type") != "summarize":
-        raise invalid(f"{p}compaction.type: Input should be 'summarize'")
+        raise invalid("compaction.type: Input should be 'summarize'")
     instructions = value.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise invalid(f"{p}compaction.instructions: Input should be a valid string")
+        raise invalid("compaction.instructions: Input should be a valid string")
 
 
-def _check_system(system: Any, p: str) -> None:
+def _check_system(system: Any) -> None:
     if system is None or isinstance(system, str):
         return
     if not isinstance(system, list):
-        raise invalid(f"{p}system: Input should be a valid string or list")
+        raise invalid("system: Input should be a valid string or list")
     for i, block in enumerate(system):
         if (
             not isinstance(block, dict)
             or block.get("type") != "text"
             or not isinstance(block.get("text"), str)
         ):
-            raise invalid(f"{p}system.{i}: Input should be a text block")
+            raise invalid(f"system.{i}: Input should be a text block")
 
 
-def _check_tools(tools: Any, p: str) -> None:
+def _check_tools(tools: Any) -> None:
     if tools is None:
         return
     if not isinstance(tools, list):
-        raise invalid(f"{p}tools: Input should be a valid list")
+        raise invalid("tools: Input should be a valid list")
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            raise invalid(f"{p}tools.{i}.name: Field required")
+            raise invalid(f"tools.{i}.name: Field required")
         if tool.get("type", "custom") == "custom" and not isinstance(tool.get("input_schema"), dict):
-            raise invalid(f"{p}tools.{i}.input_schema: Field required")
+            raise invalid(f"tools.{i}.input_schema: Field required")
 
 
 def _blocks(content: Any) -> list[Any]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
 
 
-def _check_messages(messages: Any, p: str) -> None:
+def _check_messages(messages: Any) -> None:
     if not isinstance(messages, list):
-        raise invalid(f"{p}messages: Input should be a valid list")
+        raise invalid("messages: Input should be a valid list")
     if not messages:
-        raise invalid(f"{p}messages: at least one message is required")
+        raise invalid("messages: at least one message is required")
     pending: set[str] = set()
     pending_at = -1
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
-            raise invalid(f"{p}messages.{i}: Input should be an object")
+            raise invalid(f"messages.{i}: Input should be an object")
         role = msg.get("role")
         if role not in ROLES:
-            raise invalid(f"{p}messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
+            raise invalid(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
         content = msg.get("content")
         if not isinstance(content, str | list):
-            raise invalid(f"{p}messages.{i}.content: Field required")
+            raise invalid(f"messages.{i}.content: Field required")
         answered: set[str] = set()
         for j, block in enumerate(_blocks(content)):
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                raise invalid(f"{p}messages.{i}.content.{j}.type: Field required")
+                raise invalid(f"messages.{i}.content.{j}.type: Field required")
             kind = block["type"]
             if kind == "tool_use":
                 if role != "assistant":
-                    raise invalid(f"{p}messages.{i}.content.{j}: tool_use blocks belong to assistant turns")
+                    raise invalid(f"messages.{i}.content.{j}: tool_use blocks belong to assistant turns")
             elif kind == "tool_result":
                 if role != "user":
-                    raise invalid(f"{p}messages.{i}.content.{j}: tool_result blocks belong to user turns")
+                    raise invalid(f"messages.{i}.content.{j}: tool_result blocks belong to user turns")
                 answered.add(str(block.get("tool_use_id")))
             elif kind == "text" and not isinstance(block.get("text"), str):
-                raise invalid(f"{p}messages.{i}.content.{j}.text: Field required")
+                raise invalid(f"messages.{i}.content.{j}.text: Field required")
             elif kind == "document" and role == "assistant":
-                raise invalid(
-                    f"{p}messages.{i}.content.{j}: document blocks are not allowed in assistant turns"
-                )
+                raise invalid(f"messages.{i}.content.{j}: document blocks are not allowed in assistant turns")
         stray = sorted(answered - pending)
         if stray:
             raise invalid(
-                f"{p}messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
                 f"{', '.join(stray)}. Each `tool_result` block must have a corresponding `tool_use` "
                 "block in the previous message."
             )
@@ -386,7 +378,7 @@ def _check_messages(messages: Any, p: str) -> None:
             missing = sorted(pending - answered)
             if missing:
                 raise invalid(
-                    f"{p}messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
                     f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
                     f"`tool_result` block in the next message (messages.{pending_at})."
                 )
@@ -396,7 +388,7 @@ def _check_messages(messages: Any, p: str) -> None:
             pending_at = i
 
 
-def _check_breakpoints(body: Mapping[str, Any], p: str) -> None:
+def _check_breakpoints(body: Mapping[str, Any]) -> None:
     """Every `cache_control` (tools -> system -> messages, then the top-level one): at most four,
     ephemeral, a known ttl, no 1h after a 5m."""
     system = body.get("system")
@@ -409,18 +401,16 @@ def _check_breakpoints(body: Mapping[str, Any], p: str) -> None:
         controls.append(body["cache_control"])
     if len(controls) > MAX_CACHE_BREAKPOINTS:
         raise invalid(
-            f"{p}A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {len(controls)}."
         )
     seen_5m = False
     for cc in controls:
         if not isinstance(cc, dict) or cc.get("type") != "ephemeral":
-            raise invalid(f"{p}cache_control.type: Input should be 'ephemeral'")
+            raise invalid("cache_control.type: Input should be 'ephemeral'")
         ttl = cc.get("ttl", "5m")
         if ttl not in ("5m", "1h"):
-            raise invalid(f"{p}cache_control.ttl: Input should be '5m' or '1h'")
+            raise invalid("cache_control.ttl: Input should be '5m' or '1h'")
         if ttl == "1h" and seen_5m:
-            raise invalid(
-                f"{p}cache_control: a ttl='1h' cache_control block must not come after a ttl='5m' one"
-            )
+            raise invalid("cache_control: a ttl='1h' cache_control block must not come after a ttl='5m' one")
         seen_5m = seen_5m or ttl == "5m"
