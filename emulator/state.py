@@ -110,16 +110,12 @@ def _parse_env(kind: str, raw: str) -> Any:
     """An env string as the field's type (`kind` is the annotation text, e.g. "int | None")."""
     if kind.endswith("| None") and not raw.strip():
         return None
-    base = kind.removesuffix(" | None")
+    base = kind.removesuffix(" | None").split("[")[0]
     if base == "bool":
         return raw.strip().lower() in ("1", "true", "yes", "on")
-    if base.startswith(("dict", "list")):
+    if base in ("dict", "list"):
         return json.loads(raw)
-    if base == "int":
-        return int(raw)
-    if base == "float":
-        return float(raw)
-    return raw
+    return {"int": int, "float": float}.get(base, str)(raw)
 
 
 @dataclass

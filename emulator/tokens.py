@@ -86,7 +86,8 @@ def block_tokens(block: Any) -> int:
     return text_tokens(_canon(_strip_cc(block)))
 
 
-def _as_blocks(content: Any) -> list[Any]:
+def as_blocks(content: Any) -> list[Any]:
+    """Message content as a list of blocks (a string is one text block)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     return list(content or [])
@@ -106,13 +107,13 @@ def segments(body: Mapping[str, Any]) -> list[Segment]:
     if fmt:
         out.append(Segment("format", fmt, text_tokens(_canon(fmt)) + BLOCK_OVERHEAD, None))
     system = body.get("system")
-    for block in _as_blocks(system) if system else []:
+    for block in as_blocks(system) if system else []:
         out.append(_segment("system", block, block_tokens(block) + BLOCK_OVERHEAD))
     for msg in body.get("messages") or []:
         if not isinstance(msg, Mapping):
             continue
         role = str(msg.get("role"))
-        for i, block in enumerate(_as_blocks(msg.get("content"))):
+        for i, block in enumerate(as_blocks(msg.get("content"))):
             extra = MESSAGE_OVERHEAD if i == 0 else 0
             out.append(_segment(f"{role}:{i}", block, block_tokens(block) + BLOCK_OVERHEAD + extra))
     return out

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from emulator import grammar, media
+from emulator.tokens import as_blocks
 
 
 class ErrorType(StrEnum):
@@ -282,7 +283,7 @@ def _check_system_messages(messages: list[Any], model: str, allowed: Collection[
                 f'messages.{i}.role: Unexpected role "system". The Messages API accepts a top-level '
                 '`system` parameter, not "system" as an input message role.'
             )
-        for j, block in enumerate(_blocks(msg["content"])):
+        for j, block in enumerate(as_blocks(msg["content"])):
             if block.get("type") != "text":
                 raise invalid(f"messages.{i}.content.{j}: system messages take text blocks only")
 
@@ -331,10 +332,6 @@ def _check_tools(tools: Any) -> None:
             raise invalid(f"tools.{i}.input_schema: Field required")
 
 
-def _blocks(content: Any) -> list[Any]:
-    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
-
-
 def _check_messages(messages: Any) -> None:
     if not isinstance(messages, list):
         raise invalid("messages: Input should be a valid list")
@@ -352,7 +349,7 @@ def _check_messages(messages: Any) -> None:
         if not isinstance(content, str | list):
             raise invalid(f"messages.{i}.content: Field required")
         answered: set[str] = set()
-        for j, block in enumerate(_blocks(content)):
+        for j, block in enumerate(as_blocks(content)):
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
                 raise invalid(f"messages.{i}.content.{j}.type: Field required")
             kind = block["type"]
@@ -384,7 +381,7 @@ def _check_messages(messages: Any) -> None:
                 )
             pending = set()
         if role == "assistant":
-            pending = {str(b.get("id")) for b in _blocks(content) if b.get("type") == "tool_use"}
+            pending = {str(b.get("id")) for b in as_blocks(content) if b.get("type") == "tool_use"}
             pending_at = i
 
 
