@@ -1,21 +1,19 @@
-"""Message Batches (reference §5) on the virtual clock.
+"""Message Batches (reference §5) on the virtual clock; their records and `BatchJournal` are in
+`emulator.batch_store`, and each function here is given the `EmulatorState`.
 
-Item i of a batch finishes at created_at + base + slow + (i+1) * seconds_per_request (all at
-once when seconds_per_request is 0; base defaults to a minute of virtual time, so a new batch is
-`in_progress` and its client polls it). `create` never processes anything. Items are processed lazily, in chunks that yield to the
-event loop, whenever the batch is looked at; each runs through `messages.answer` (batch=True:
-50 % price, service_tier "batch") unless a fault rule makes it `errored`. Cancel -> `canceling`
--> `ended` with unstarted items `canceled`; past expires_at (24 h) unprocessed items `expired`;
-29 days after creation the batch is archived and its results 404. Results stream as JSONL in a
-seeded shuffled order, a chunk of lines at a time.
+Item i of a batch finishes at created_at + base + slow + (i+1) * seconds_per_request (all at once
+when seconds_per_request is 0; base defaults to a minute, so a new batch is `in_progress` and its
+client polls it). Items are processed lazily (never by `create`), in chunks that yield to the event
+loop, whenever the batch is looked at; each runs through `messages.answer` (batch=True: 50 % price,
+service_tier "batch") unless a fault rule makes it `errored`. Cancel -> `canceling` -> `ended` with
+unstarted items `canceled`; past expires_at (24 h) unprocessed items `expired`; 29 days after
+creation the batch is archived and its results 404. Results stream as JSONL in a seeded shuffled
+order, a chunk of lines at a time.
 
-The batches' records and their `BatchJournal` live in `emulator.batch_store` (the state holds the
-store); this module is what happens to them, each function given the `EmulatorState`.
-With a `BatchJournal` (the built-in emulator of an offline docmill run keeps one in the run's
-store) every batch is saved when it is created, canceled or deleted, and a new server restores
-them: a run killed during a batch resumes against the next emulator as against the real API,
-whose batches outlive the client. Results are not saved: they are computed again (answers are
-deterministic), and their processing is accounted by the server that computes them.
+With a journal (an offline docmill run keeps one in its store) every batch is saved when created,
+canceled or deleted, and a new server restores them: a run killed during a batch resumes against the
+next emulator as against the real API. Results are not saved: answers are deterministic, so the
+server that serves them computes (and accounts) them again.
 """
 
 from __future__ import annotations

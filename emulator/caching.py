@@ -1,11 +1,12 @@
 """Prompt caching (reference §7): prefixes up to `cache_control` breakpoints, on the virtual clock.
 
-A breakpoint's prefix is every segment up to and including the marked block, in the order
-tools -> output schema -> system -> messages; top-level `cache_control` marks the last
-segment. Whether the API counts the output schema in the cached prefix is undocumented: by
-default its tokens are not counted (knob `cache_counts_output_schema`). A prefix shorter than
-the model's minimum (knob `cache_min_tokens_by_model`) is never cached (no error). The longest
-live prefix is read (`cache_read_input_tokens`, TTL refreshed); longer breakpoints are written
+A breakpoint's prefix is every segment up to and including the marked block, in the order tools ->
+output schema -> system -> messages; top-level `cache_control` marks the last segment. Whether the
+API counts the output schema in the cached prefix is undocumented: by default its tokens are not
+counted (knob `cache_counts_output_schema`): they stay `input_tokens` and do not help reach the
+minimum, though the schema is still part of the cache key. A prefix shorter than the model's minimum
+(knob `cache_min_tokens_by_model`) is never cached (no error). The longest live prefix is read
+(`cache_read_input_tokens`, TTL refreshed); longer breakpoints are written
 (`cache_creation_input_tokens`, split by TTL); the rest is `input_tokens`.
 Entries are scoped by API key and model.
 """
@@ -69,11 +70,7 @@ class PromptCache:
         dry_run: bool = False,
     ) -> CacheUsage:
         """Usage split for one request; records writes and refreshes hits (`dry_run`: only the tokens
-        it would read, nothing recorded: what admission counts against the input-token limit).
-
-        Unless `counts_schema`, the output schema's tokens are not part of any cached prefix (they
-        stay `input_tokens` and do not help reach `min_tokens`); it is still part of the cache key.
-        """
+        it would read, nothing recorded: what admission counts against the input-token limit)."""
         points: list[tuple[int, str]] = [
             (i, str(s.cache_control.get("ttl", "5m"))) for i, s in enumerate(segments) if s.cache_control
         ]

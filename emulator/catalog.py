@@ -15,7 +15,7 @@ same one the pipeline checks against, never the SDK's private data.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, date, datetime
+from datetime import date
 
 from docmill.models import MODELS, dated_aliases, model_info, price_id
 from docmill.prices import RATE_FIELDS, Price, Rates, price_on
@@ -26,10 +26,6 @@ __all__ = ["dated_aliases", "price_id"]
 def table_end_of_life() -> dict[str, str]:
     """model -> ISO retirement date, for every model of the table that has one."""
     return {m.id: m.retires.isoformat() for m in MODELS.values() if m.retires is not None}
-
-
-def day_of(ts: float) -> date:
-    return datetime.fromtimestamp(ts, tz=UTC).date()
 
 
 def retired_on(model: str, end_of_life: Mapping[str, str], day: date) -> str | None:

@@ -31,9 +31,8 @@ class VirtualClock:
         self._real0 = time.monotonic()
         self._frozen, self._speed = frozen, speed
 
-    def advance(self, seconds: float) -> float:
+    def advance(self, seconds: float) -> None:
         self.offset += seconds
-        return self.now()
 
     def real_seconds(self, virtual: float) -> float:
         """Real seconds that `virtual` seconds of this clock take (scaled by its speed): how long a

@@ -13,7 +13,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 from docmill.models import CACHE_MIN_TOKENS, CACHE_MIN_TOKENS_UNKNOWN, THINKING_TOKENS_BY_EFFORT
@@ -267,9 +267,9 @@ class EmulatorState:
 
     def day(self) -> date:
         """The emulator's day: the `today` knob, else the virtual clock's date (UTC)."""
-        return (
-            date.fromisoformat(self.config.today) if self.config.today else catalog.day_of(self.clock.now())
-        )
+        if self.config.today:
+            return date.fromisoformat(self.config.today)
+        return datetime.fromtimestamp(self.clock.now(), tz=UTC).date()
 
     def retired(self, model: str) -> str | None:
         """The end-of-life date of `model` when the emulator's day is past it, else None."""

@@ -20,7 +20,6 @@ from emulator.tokens import as_blocks
 class ErrorType(StrEnum):
     INVALID_REQUEST = "invalid_request_error"
     AUTHENTICATION = "authentication_error"
-    PERMISSION = "permission_error"
     NOT_FOUND = "not_found_error"
     CONFLICT = "conflict_error"
     REQUEST_TOO_LARGE = "request_too_large"
@@ -32,7 +31,6 @@ class ErrorType(StrEnum):
 STATUS: dict[ErrorType, int] = {
     ErrorType.INVALID_REQUEST: 400,
     ErrorType.AUTHENTICATION: 401,
-    ErrorType.PERMISSION: 403,
     ErrorType.NOT_FOUND: 404,
     ErrorType.CONFLICT: 409,
     ErrorType.REQUEST_TOO_LARGE: 413,
