@@ -20,7 +20,6 @@ pixels; a real model would. Without a hint a scanned page reads as nothing.
 from __future__ import annotations
 
 import base64
-import binascii
 import io
 import logging
 import math
@@ -79,7 +78,7 @@ def _b64(data: Any, field: str) -> bytes:
         raise MediaError(field, "Input should be a valid string")
     try:
         return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as e:
+    except ValueError as e:  # binascii.Error included
         raise MediaError(field, "Invalid base64 data") from e
 
 

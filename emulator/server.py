@@ -162,13 +162,11 @@ def api_route(
             state.accounting.note_error(500)
             bug = ApiError(ErrorType.API_ERROR, f"Internal server error ({type(exc).__name__}: {exc})")
             return error_response(bug, request_id, limits())
-        if isinstance(result, Response):
-            for name, value in {**limits(), **call.extra_headers}.items():
-                result.headers.setdefault(name, value)
-            result.headers["request-id"] = request_id
-            return result
-        headers = {**limits(), **call.extra_headers, "request-id": request_id}
-        return JSONResponse(result, headers=headers)
+        response = result if isinstance(result, Response) else JSONResponse(result)
+        for name, value in {**limits(), **call.extra_headers}.items():
+            response.headers.setdefault(name, value)
+        response.headers["request-id"] = request_id
+        return response
 
     def limits() -> dict[str, str]:
         return ratelimit_headers(state.limiter, state.config.ratelimit_header_defaults)
@@ -346,7 +344,6 @@ class EmulatorServer:
             http="h11",
             timeout_keep_alive=30,
             timeout_graceful_shutdown=2,
-            backlog=2048,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
