@@ -58,9 +58,8 @@ class EmulatorConfig:
     grammar_max_complexity: int | None = None  # None: no "compiled grammar is too large" rule
     output_tokens_per_second: float = 0.0  # > 0: answer time grows with output tokens (0: instant)
     public_base_url: str | None = None  # results_url base; None: the listening socket's address
-    ratelimit_header_defaults: dict[str, int] = field(
-        default_factory=lambda: dict(GENEROUS_LIMITS)
-    )  # limits shown in anthropic-ratelimit-* headers for kinds with no configured limit
+    ratelimit_header_defaults: dict[str, int] = field(default_factory=lambda: dict(GENEROUS_LIMITS))
+    # limits shown in anthropic-ratelimit-* headers for kinds with no configured limit
     reject_chunked_bodies: bool = False  # answer a chunked upload 411, as some proxies do
     record_requests: bool = False  # keep every /v1 request body in accounting.requests (shape tests)
     cancel_ended_status: int = 400  # cancel of an ended batch: 400, 409 or 200 (real answer unknown)
