@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from checkpoints.keys import source_digest
 from checkpoints.store import ObjectStore, dumps_json
 
 DUP_PREFIX = "dup-"  # duplicate-content documents: resolved from their original after the first wave
@@ -35,11 +36,7 @@ class InventoryChunks:
         self.store, self.run_id = store, run_id
         self.prefix = f"runs/{run_id}/inventory/"
         self.done_key = f"runs/{run_id}/inventory-done.json"
-        self.shared_key = (
-            f"{SHARED_PREFIX}{hashlib.sha256(source.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}.json"
-            if source
-            else None
-        )
+        self.shared_key = f"{SHARED_PREFIX}{source_digest(source)}.json" if source else None
         self._last: dict[str, list[str]] | None = None  # the last inventory's chunks of this source
         self._written: dict[str, list[str]] = {}  # this inventory's: sha256 -> [key, ETag]
 

@@ -88,24 +88,9 @@ def _day(value: Any) -> date | None:
 def _load() -> tuple[str, dict[str, ModelInfo]]:
     raw = json.loads(resources.files("docmill").joinpath("data/models.json").read_text(encoding="utf-8"))
     rows: dict[str, ModelInfo] = {}
-    for row in raw["models"]:
-        info = ModelInfo(
-            id=row["id"],
-            family=row["family"],
-            generation=row["generation"],
-            legacy_from=_day(row["legacy_from"]),
-            deprecated_from=_day(row["deprecated_from"]),
-            retires=_day(row["retires"]),
-            max_output_tokens=int(row["max_output_tokens"]),
-            cache_min_tokens=int(row["cache_min_tokens"]),
-            thinking=row["thinking"],
-            source=row["source"],
-            dated_id=row.get("dated_id"),
-            thinking_types=tuple(row.get("thinking_types") or ("enabled", "disabled")),
-            effort=bool(row.get("effort", False)),
-            default_effort=row.get("default_effort"),
-        )
-        rows[info.id] = info
+    for row in raw["models"]:  # every row names each field (dated_id where there is one)
+        dates = {k: _day(row[k]) for k in ("legacy_from", "deprecated_from", "retires")}
+        rows[row["id"]] = ModelInfo(**{**row, **dates, "thinking_types": tuple(row["thinking_types"])})
     return raw["checked"], rows
 
 
