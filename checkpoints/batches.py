@@ -11,8 +11,6 @@ Layout under `runs/<run_id>/batches/`:
 `n` is zero-padded so listing order is submission order. The record is created with
 put-if-absent (two drivers cannot both claim `n`) and every later change is a compare-and-swap
 (checkpoints.cas) retried on conflict, so `docmill cancel` from another process cannot erase a state change.
-
-This module keeps state only; it knows nothing of prompts or of the API.
 """
 
 from __future__ import annotations

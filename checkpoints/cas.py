@@ -1,15 +1,10 @@
 """Compare-and-swap of shared records: the only module that reads an object with its ETag and
 writes it back conditionally (a layout test keeps it so). A leaf.
 
-- `swap(store, key, decide)`: the loop. Read the object and its ETag, let `decide` say what to
-  write (or raise, or give up), write with If-Match (If-None-Match when it was absent), and on a
-  lost race read again and decide again, after a short jittered sleep. Used by the run manifest,
-  the lease, batch records, scratchpad appends and, through `update_json`, the shared rate-limit
-  pool and shard claims.
-- `update_json`: `swap` over a JSON object.
-- `read` / `write`: one conditional read and one conditional write, for a writer that keeps its own
-  ETag between writes and treats a lost race as an error, not a reason to retry (a long task's
-  checkpoint: two drivers must stop, not merge).
+`swap` is the loop (the run manifest, the lease, batch records, scratchpad appends and, through
+`update_json`, the shared rate-limit pool, shard claims and allowances). `read` / `write` are one
+conditional read and write, for a writer that keeps its own ETag between writes and treats a lost
+race as an error, not a reason to retry (a long task's checkpoint: two drivers must stop, not merge).
 """
 
 from __future__ import annotations
@@ -69,9 +64,10 @@ def swap(
     sleep: Callable[[float], None] = time.sleep,
     exhausted: Callable[[], Exception] | None = None,
 ) -> T | None:
-    """Compare-and-swap `key`: `decide(current bytes or None)` returns a `Write` (written, and its
-    `result` returned), None (give up: nothing written, None returned) or raises (propagates). It may
-    run more than once, so it must depend only on what it is given. After `attempts` lost races,
+    """Compare-and-swap `key`: `decide(current bytes or None)` returns a `Write` (written with
+    If-Match, or If-None-Match when absent, and its `result` returned), None (give up: nothing
+    written, None returned) or raises (propagates). A lost race reads and decides again after a short
+    jittered sleep, so `decide` must depend only on what it is given. After `attempts` lost races,
     `exhausted()` is raised (default: `PreconditionFailed`)."""
     for attempt in range(attempts):
         current, etag = read(store, key)

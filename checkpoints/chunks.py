@@ -40,19 +40,16 @@ class InventoryChunks:
         self._last: dict[str, list[str]] | None = None  # the last inventory's chunks of this source
         self._written: dict[str, list[str]] = {}  # this inventory's: sha256 -> [key, ETag]
 
-    def _last_chunks(self) -> dict[str, list[str]]:
-        if self._last is None:
-            found = self.store.get_json_or_none(self.shared_key) if self.shared_key else None
-            self._last = found if isinstance(found, dict) else {}
-        return self._last
-
     def put(self, cid: str, docs: list[dict[str, Any]]) -> str:
         key, data = f"{self.prefix}{cid}.json", dumps_json(docs)
         if self.shared_key is None:
             self.store.put(key, data)
             return cid
         sha = hashlib.sha256(data).hexdigest()
-        last = self._last_chunks().get(sha)
+        if self._last is None:
+            found = self.store.get_json_or_none(self.shared_key)
+            self._last = found if isinstance(found, dict) else {}
+        last = self._last.get(sha)
         if isinstance(last, list) and len(last) == 2 and last[0] != key:
             shared, etag = str(last[0]), str(last[1])
             if self.store.copy(shared, key, etag=etag):
