@@ -101,8 +101,6 @@ class BatchRecords:
     def items_key(self, n: int) -> str:
         return f"{self.prefix}{n:05d}.items.jsonl.gz"
 
-    # ---- reading -------------------------------------------------------------------------
-
     def numbers(self) -> list[int]:
         return self.store.numbers(self.prefix, ".json")
 
@@ -129,8 +127,6 @@ class BatchRecords:
         for line in data.splitlines():
             if line:
                 yield line
-
-    # ---- writing -------------------------------------------------------------------------
 
     def write_items(self, n: int, lines: Iterable[bytes]) -> None:
         """Write batch `n`'s encoded items (`encode_item`). Plain put: until the record's intent

@@ -110,8 +110,6 @@ class ObjectStore(ABC):
         for key in self.list(prefix):
             yield key, None
 
-    # ---- conveniences shared by both backends -------------------------------------------
-
     def get(self, key: str) -> bytes:
         return self.get_with_etag(key)[0]
 

@@ -74,8 +74,6 @@ class LocalStore(ObjectStore):
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"store root {self.uri} is a file", hint="point DOCMILL_STORE at a folder")
 
-    # ---- paths ---------------------------------------------------------------------------
-
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
@@ -149,8 +147,6 @@ class LocalStore(ObjectStore):
 
     def link(self, key: str, *, expires_seconds: int = 7 * 24 * 3600) -> str:
         return self._path(key).as_uri()
-
-    # ---- operations ----------------------------------------------------------------------
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         path = self._path(key)

@@ -89,8 +89,6 @@ class S3Store(ObjectStore):
             return super().link(key)
         return url
 
-    # ---- helpers -------------------------------------------------------------------------
-
     def _k(self, key: str) -> str:
         return self.prefix + check_key(key)
 
@@ -117,8 +115,6 @@ class S3Store(ObjectStore):
             code=code,
             status=status,
         )
-
-    # ---- operations ----------------------------------------------------------------------
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         k = self._k(key)
