@@ -51,8 +51,8 @@ def write(store: ObjectStore, key: str, data: bytes, etag: str | None) -> str | 
         return None
 
 
-def _lost(attempt: int, sleep: Callable[[float], None]) -> None:
-    sleep(random.uniform(0, min(0.005 * (attempt + 1), 0.1)))
+def _lost(attempt: int) -> None:
+    time.sleep(random.uniform(0, min(0.005 * (attempt + 1), 0.1)))
 
 
 def swap(
@@ -61,7 +61,6 @@ def swap(
     decide: Decide[T],
     *,
     attempts: int = MAX_ATTEMPTS,
-    sleep: Callable[[float], None] = time.sleep,
     exhausted: Callable[[], Exception] | None = None,
 ) -> T | None:
     """Compare-and-swap `key`: `decide(current bytes or None)` returns a `Write` (written with
@@ -83,7 +82,8 @@ def swap(
                 return wanted.result
         except PreconditionFailed:
             pass
-        _lost(attempt, sleep)
+        if attempt + 1 < attempts:
+            _lost(attempt)
     if exhausted is not None:
         raise exhausted()
     raise PreconditionFailed(
@@ -108,7 +108,6 @@ def update_json(
     fn: Update,
     *,
     attempts: int = MAX_ATTEMPTS,
-    sleep: Callable[[float], None] = time.sleep,
     exhausted: Callable[[], Exception] | None = None,
 ) -> dict[str, Any] | None:
     """Apply `fn(current or None)` by compare-and-swap and return what was written. `fn` returning
@@ -120,4 +119,4 @@ def update_json(
         new = fn(found if isinstance(found, dict) else None)
         return None if new is None else Write(dumps_json(new), new)
 
-    return swap(store, key, decide, attempts=attempts, sleep=sleep, exhausted=exhausted)
+    return swap(store, key, decide, attempts=attempts, exhausted=exhausted)

@@ -150,7 +150,7 @@ class Lease:
             return {"holder": self.holder, "acquired_at": current.get("acquired_at"), "expires_at": 0}
 
         try:
-            cas.update_json(self.store, self.key, fn, attempts=1, sleep=lambda _s: None)
+            cas.update_json(self.store, self.key, fn, attempts=1)
         except PreconditionFailed:
             pass  # taken over meanwhile: it is not ours to mark
         if unexpired:

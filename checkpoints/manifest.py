@@ -81,16 +81,9 @@ def manifest_key(run_id: str) -> str:
 
 
 class ManifestStore:
-    def __init__(
-        self,
-        store: ObjectStore,
-        *,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
+    def __init__(self, store: ObjectStore, *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.clock = clock
-        self.sleep = sleep
 
     def _encode(self, m: RunManifest) -> bytes:
         return dumps_json(m.model_dump(mode="json"))
@@ -143,7 +136,7 @@ class ManifestStore:
                 attempts=cas.MAX_ATTEMPTS,
             )
 
-        new = cas.swap(self.store, manifest_key(run_id), decide, sleep=self.sleep, exhausted=exhausted)
+        new = cas.swap(self.store, manifest_key(run_id), decide, exhausted=exhausted)
         assert new is not None  # `decide` never gives up
         return new
 
