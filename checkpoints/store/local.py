@@ -15,8 +15,7 @@
 - ETag: quoted md5 of the bytes (the same value S3 gives a single-part upload). Each file written
   carries it in an extended attribute (`ETAG_XATTR`) with the file's size and mtime when written, so
   `copy` checks a file is what it was without reading it; a file without the attribute (another
-  file system, or a size or mtime that moved: changed in place behind the store's back) is read and
-  hashed as before.
+  file system, or a size or mtime that moved: changed in place behind the store's back) is hashed.
 Temp files and the lock folder start with `.~` (a prefix `safe_key` refuses) and never show up in `list`.
 """
 
