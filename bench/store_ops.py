@@ -36,7 +36,7 @@ from checkpoints.lease import Lease
 from checkpoints.ledger import ResponseLog, ResultsLedger
 from checkpoints.manifest import ManifestStore, Phase, RunManifest
 from checkpoints.store import ObjectStore, open_store
-from checkpoints.testing import DUMMY_CREDENTIALS, SeaweedServer
+from tests.fixtures.seaweed import DUMMY_CREDENTIALS, SeaweedServer
 
 MODEL = "claude-sonnet-4-6"
 PASS = "file"

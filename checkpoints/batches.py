@@ -11,8 +11,6 @@ Layout under `runs/<run_id>/batches/`:
 `n` is zero-padded so listing order is submission order. The record is created with
 put-if-absent (two drivers cannot both claim `n`) and every later change is a compare-and-swap
 (checkpoints.cas) retried on conflict, so `docmill cancel` from another process cannot erase a state change.
-
-This module keeps state only; it knows nothing of prompts or of the API.
 """
 
 from __future__ import annotations
@@ -103,8 +101,6 @@ class BatchRecords:
     def items_key(self, n: int) -> str:
         return f"{self.prefix}{n:05d}.items.jsonl.gz"
 
-    # ---- reading -------------------------------------------------------------------------
-
     def numbers(self) -> list[int]:
         return self.store.numbers(self.prefix, ".json")
 
@@ -131,8 +127,6 @@ class BatchRecords:
         for line in data.splitlines():
             if line:
                 yield line
-
-    # ---- writing -------------------------------------------------------------------------
 
     def write_items(self, n: int, lines: Iterable[bytes]) -> None:
         """Write batch `n`'s encoded items (`encode_item`). Plain put: until the record's intent

@@ -1,15 +1,10 @@
 """Compare-and-swap of shared records: the only module that reads an object with its ETag and
 writes it back conditionally (a layout test keeps it so). A leaf.
 
-- `swap(store, key, decide)`: the loop. Read the object and its ETag, let `decide` say what to
-  write (or raise, or give up), write with If-Match (If-None-Match when it was absent), and on a
-  lost race read again and decide again, after a short jittered sleep. Used by the run manifest,
-  the lease, batch records, scratchpad appends and, through `update_json`, the shared rate-limit
-  pool and shard claims.
-- `update_json`: `swap` over a JSON object.
-- `read` / `write`: one conditional read and one conditional write, for a writer that keeps its own
-  ETag between writes and treats a lost race as an error, not a reason to retry (a long task's
-  checkpoint: two drivers must stop, not merge).
+`swap` is the loop (the run manifest, the lease, batch records, scratchpad appends and, through
+`update_json`, the shared rate-limit pool, shard claims and allowances). `read` / `write` are one
+conditional read and write, for a writer that keeps its own ETag between writes and treats a lost
+race as an error, not a reason to retry (a long task's checkpoint: two drivers must stop, not merge).
 """
 
 from __future__ import annotations
@@ -56,8 +51,8 @@ def write(store: ObjectStore, key: str, data: bytes, etag: str | None) -> str | 
         return None
 
 
-def _lost(attempt: int, sleep: Callable[[float], None]) -> None:
-    sleep(random.uniform(0, min(0.005 * (attempt + 1), 0.1)))
+def _lost(attempt: int) -> None:
+    time.sleep(random.uniform(0, min(0.005 * (attempt + 1), 0.1)))
 
 
 def swap(
@@ -66,12 +61,12 @@ def swap(
     decide: Decide[T],
     *,
     attempts: int = MAX_ATTEMPTS,
-    sleep: Callable[[float], None] = time.sleep,
     exhausted: Callable[[], Exception] | None = None,
 ) -> T | None:
-    """Compare-and-swap `key`: `decide(current bytes or None)` returns a `Write` (written, and its
-    `result` returned), None (give up: nothing written, None returned) or raises (propagates). It may
-    run more than once, so it must depend only on what it is given. After `attempts` lost races,
+    """Compare-and-swap `key`: `decide(current bytes or None)` returns a `Write` (written with
+    If-Match, or If-None-Match when absent, and its `result` returned), None (give up: nothing
+    written, None returned) or raises (propagates). A lost race reads and decides again after a short
+    jittered sleep, so `decide` must depend only on what it is given. After `attempts` lost races,
     `exhausted()` is raised (default: `PreconditionFailed`)."""
     for attempt in range(attempts):
         current, etag = read(store, key)
@@ -87,7 +82,8 @@ def swap(
                 return wanted.result
         except PreconditionFailed:
             pass
-        _lost(attempt, sleep)
+        if attempt + 1 < attempts:
+            _lost(attempt)
     if exhausted is not None:
         raise exhausted()
     raise PreconditionFailed(
@@ -112,7 +108,6 @@ def update_json(
     fn: Update,
     *,
     attempts: int = MAX_ATTEMPTS,
-    sleep: Callable[[float], None] = time.sleep,
     exhausted: Callable[[], Exception] | None = None,
 ) -> dict[str, Any] | None:
     """Apply `fn(current or None)` by compare-and-swap and return what was written. `fn` returning
@@ -124,4 +119,4 @@ def update_json(
         new = fn(found if isinstance(found, dict) else None)
         return None if new is None else Write(dumps_json(new), new)
 
-    return swap(store, key, decide, attempts=attempts, sleep=sleep, exhausted=exhausted)
+    return swap(store, key, decide, attempts=attempts, exhausted=exhausted)

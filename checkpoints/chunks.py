@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from checkpoints.keys import source_digest
 from checkpoints.store import ObjectStore, dumps_json
 
 DUP_PREFIX = "dup-"  # duplicate-content documents: resolved from their original after the first wave
@@ -35,19 +36,9 @@ class InventoryChunks:
         self.store, self.run_id = store, run_id
         self.prefix = f"runs/{run_id}/inventory/"
         self.done_key = f"runs/{run_id}/inventory-done.json"
-        self.shared_key = (
-            f"{SHARED_PREFIX}{hashlib.sha256(source.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}.json"
-            if source
-            else None
-        )
+        self.shared_key = f"{SHARED_PREFIX}{source_digest(source)}.json" if source else None
         self._last: dict[str, list[str]] | None = None  # the last inventory's chunks of this source
         self._written: dict[str, list[str]] = {}  # this inventory's: sha256 -> [key, ETag]
-
-    def _last_chunks(self) -> dict[str, list[str]]:
-        if self._last is None:
-            found = self.store.get_json_or_none(self.shared_key) if self.shared_key else None
-            self._last = found if isinstance(found, dict) else {}
-        return self._last
 
     def put(self, cid: str, docs: list[dict[str, Any]]) -> str:
         key, data = f"{self.prefix}{cid}.json", dumps_json(docs)
@@ -55,7 +46,10 @@ class InventoryChunks:
             self.store.put(key, data)
             return cid
         sha = hashlib.sha256(data).hexdigest()
-        last = self._last_chunks().get(sha)
+        if self._last is None:
+            found = self.store.get_json_or_none(self.shared_key)
+            self._last = found if isinstance(found, dict) else {}
+        last = self._last.get(sha)
         if isinstance(last, list) and len(last) == 2 and last[0] != key:
             shared, etag = str(last[0]), str(last[1])
             if self.store.copy(shared, key, etag=etag):

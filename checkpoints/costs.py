@@ -174,11 +174,9 @@ class CostLedger:
                     yield entry
 
     def totals(self) -> dict[str, Any]:
-        """{"usd", "by_pass", "by_model", "by_doc", "tokens", "entries", "unpriced", "unpriced_models",
-        "possibly_billed", "possibly_billed_usd"} over every recorded entry (`unpriced`: entries with no
-        price, their tokens still counted; `possibly_billed`: timeouts and broken streams after sending,
-        at their upper bound, included in usd; `cache_saved_usd`: what the prompt cache saved, net of its
-        write premium, against the same answers uncached)."""
+        """Sums over every recorded entry (`unpriced`: entries with no price, their tokens still
+        counted; `possibly_billed`: timeouts and broken streams after sending, at their upper bound,
+        included in usd; `cache_saved_usd`: `cache_saving` of each)."""
         usd = thinking_usd = possibly_usd = saved = 0.0
         by_pass: defaultdict[str, float] = defaultdict(float)
         by_model: defaultdict[str, float] = defaultdict(float)

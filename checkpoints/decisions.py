@@ -66,8 +66,7 @@ class ReviewDecisions:
         at: float | None = None,
     ) -> Decision:
         """Append a decision (never overwrites: a taken sequence number moves to the next)."""
-        taken = [d.seq for d in self.history(doc_id)]
-        first = max(taken, default=0) + 1
+        first = max((d.seq for d in self.history(doc_id)), default=0) + 1
         for seq in range(first, first + MAX_SEQ_PROBES):
             d = Decision(
                 run_id=self.run_id,

@@ -105,8 +105,7 @@ class InFlight:
         return Mark(self._put(group, record), earlier)
 
     def declare(self, life: str, window: int) -> None:
-        """A life's pacer may have up to `window` requests in flight from now on (one small record per
-        life, rewritten as that grows: tasks.api.pacing.RateLimiter.declare_to)."""
+        """A life's pacer may have up to `window` requests in flight from now on."""
         record = InFlightRecord(kind=LIFE, life=life, ceiling=window, at=time.time())
         self.store.put_json(f"{self.prefix}{LIFE}-{safe_segment(life)}.json", dict(record))
 

@@ -15,11 +15,11 @@ each of its records is still true for the stamp it names.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 from collections.abc import Mapping
 from typing import Any
 
+from checkpoints.keys import source_digest
 from checkpoints.store import ObjectStore, dumps_json
 from docmill.errors import DocmillError
 
@@ -31,8 +31,7 @@ Files = dict[str, tuple[Stamp, dict[str, Any]]]
 
 def cache_key(source_id: str) -> str:
     """The store key of a source's inventory cache (the source named by its hash)."""
-    digest = hashlib.sha256(source_id.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return f"{PREFIX}{digest}/inventory.json.gz"
+    return f"{PREFIX}{source_digest(source_id)}/inventory.json.gz"
 
 
 class InventoryCache:
@@ -61,13 +60,10 @@ class InventoryCache:
                 out[name] = (list(value[0]), value[1])
         return out, int(data.get("taken_ns") or 0)
 
-    def save(self, files: Files, taken_ns: int) -> None:
-        """Replace the cache with `files`, stamped as seen from `taken_ns` (before the listing)."""
-        self.save_encoded({name: encode_entry(stamp, doc) for name, (stamp, doc) in files.items()}, taken_ns)
-
     def save_encoded(self, files: Mapping[str, bytes], taken_ns: int) -> None:
-        """`save` from entries already encoded (`encode_entry`): the object is gzipped as it is
-        written out, so the whole cache is never held as Python objects (~0.5 KB a file)."""
+        """Replace the cache with `files` (name -> `encode_entry`), stamped as seen from `taken_ns`
+        (before the listing); gzipped as it is written out, so the whole cache is never held as
+        Python objects (~0.5 KB a file)."""
         head = {"fingerprint": self.fingerprint, "source": self.source_id, "taken_ns": taken_ns}
         out = io.BytesIO()
         with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0) as z:

@@ -32,6 +32,11 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def source_digest(source_id: str) -> str:
+    """What names a source (a folder, an s3:// prefix) in keys: its inventory cache, its chunk map."""
+    return hashlib.sha256(source_id.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
 def canonical_json(obj: Any) -> bytes:
     """The one byte encoding of JSON-able data that hashes use: sorted keys, no spaces, UTF-8.
 

@@ -4,9 +4,6 @@ acquire: compare-and-swap (checkpoints.cas) over an absent lease, an expired lea
 whose holder is known dead (`dead`, e.g. `holder_is_dead_here`): the takeover is always a
 conditional replace of the very lease that was judged, never a delete, so of two processes taking
 over the same dead holder's lease exactly one wins and the other sees the winner's live lease.
-renew: compare-and-swap while we still hold it. release: delete only if we hold it.
-A second process is refused with `LeaseHeld` naming the holder and the expiry.
-The clock is injectable so tests can move time without sleeping.
 """
 
 from __future__ import annotations
@@ -153,7 +150,7 @@ class Lease:
             return {"holder": self.holder, "acquired_at": current.get("acquired_at"), "expires_at": 0}
 
         try:
-            cas.update_json(self.store, self.key, fn, attempts=1, sleep=lambda _s: None)
+            cas.update_json(self.store, self.key, fn, attempts=1)
         except PreconditionFailed:
             pass  # taken over meanwhile: it is not ours to mark
         if unexpired:

@@ -39,10 +39,6 @@ class Member(TypedDict, total=False):
     throttled: int  # answers that were 429 (status)
 
 
-def pool_key(scope: str) -> str:
-    return f"{PREFIX}{safe_segment(scope)}.json"
-
-
 def live_members(record: Mapping[str, Any] | None, now: float) -> dict[str, Member]:
     members = (record or {}).get("members") or {}
     return {h: m for h, m in members.items() if float(m.get("expires_at") or 0) > now}
@@ -74,7 +70,7 @@ class LimitPool:
 
     def __init__(self, store: ObjectStore, scope: str, *, clock: Callable[[], float] = time.time) -> None:
         self.store, self.scope, self.clock = store, scope, clock
-        self.key = pool_key(scope)
+        self.key = f"{PREFIX}{safe_segment(scope)}.json"
 
     def read(self) -> dict[str, Any]:
         return read_json(self.store, self.key)[0] or {}

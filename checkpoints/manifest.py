@@ -21,7 +21,6 @@ from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore, dumps_json, loads_json
 from docmill.errors import AlreadyExists, NotFound, PreconditionFailed
 
-MAX_CAS_ATTEMPTS = 32
 # A config key is secret when one of its words (split on _ - . and camelCase) contains one of
 # these, or is/ends with key or token. Word-based so counts such as `max_tokens` survive.
 SECRET_MARKERS = ("secret", "password", "passwd", "credential")
@@ -41,14 +40,10 @@ class Phase(StrEnum):
     CANCELED = "canceled"
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class RunManifest(BaseModel):
     run_id: str
-    created_at: datetime = Field(default_factory=_now)
-    updated_at: datetime = Field(default_factory=_now)
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    updated_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     source: str = ""
     recipe: str = ""
     recipe_version: str = ""
@@ -86,16 +81,9 @@ def manifest_key(run_id: str) -> str:
 
 
 class ManifestStore:
-    def __init__(
-        self,
-        store: ObjectStore,
-        *,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
+    def __init__(self, store: ObjectStore, *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.clock = clock
-        self.sleep = sleep
 
     def _encode(self, m: RunManifest) -> bytes:
         return dumps_json(m.model_dump(mode="json"))
@@ -126,12 +114,9 @@ class ManifestStore:
         )
 
     def update(self, run_id: str, fn: Callable[[RunManifest], RunManifest | None]) -> RunManifest:
-        """Apply `fn` by compare-and-swap (checkpoints.cas.swap); on a conflict read again and re-apply
-        (bounded).
-
-        `fn` may mutate its argument and return None, or return a new manifest. It may run more
-        than once, so it must only depend on the manifest it is given.
-        """
+        """Apply `fn` by compare-and-swap (checkpoints.cas.swap). `fn` may mutate its argument and
+        return None, or return a new manifest; it may run more than once, so it must only depend on
+        the manifest it is given."""
 
         def decide(data: bytes | None) -> cas.Write[RunManifest]:
             if data is None:
@@ -145,20 +130,13 @@ class ManifestStore:
 
         def exhausted() -> PreconditionFailed:
             return PreconditionFailed(
-                f"manifest of run {run_id!r} kept changing: {MAX_CAS_ATTEMPTS} compare-and-swap attempts lost",
+                f"manifest of run {run_id!r} kept changing: {cas.MAX_ATTEMPTS} compare-and-swap attempts lost",
                 hint="another process is updating this run; check its lease (only one driver per run)",
                 run_id=run_id,
-                attempts=MAX_CAS_ATTEMPTS,
+                attempts=cas.MAX_ATTEMPTS,
             )
 
-        new = cas.swap(
-            self.store,
-            manifest_key(run_id),
-            decide,
-            attempts=MAX_CAS_ATTEMPTS,
-            sleep=self.sleep,
-            exhausted=exhausted,
-        )
+        new = cas.swap(self.store, manifest_key(run_id), decide, exhausted=exhausted)
         assert new is not None  # `decide` never gives up
         return new
 

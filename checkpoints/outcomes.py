@@ -32,8 +32,12 @@ class OutcomeLog:
         self.run_id = safe_segment(run_id)
         self.prefix = f"runs/{self.run_id}/outcomes/"
 
-    def _key(self, chunk_id: str) -> str:
-        return f"{self.prefix}{safe_segment(chunk_id)}{SUFFIX}"
+    def _key(self, chunk_id: str, suffix: str = SUFFIX) -> str:
+        return f"{self.prefix}{safe_segment(chunk_id)}{suffix}"
+
+    def _clear_retry(self, chunk_id: str) -> None:
+        if self.store.exists(marker := self._key(chunk_id, RETRY)):
+            self.store.delete(marker)
 
     def write_chunk(self, chunk_id: str, outcomes: list[dict[str, Any]]) -> str:
         """Record a finished chunk (replaces an earlier write of the same chunk); its file's ETag."""
@@ -43,13 +47,12 @@ class OutcomeLog:
     def write_encoded(self, chunk_id: str, outcomes: list[bytes], *, retry: bool) -> str:
         """`write_chunk` of outcomes already encoded as JSON objects (`retry`: one of them is
         retryable): the file is joined around them, never parsed and dumped again."""
-        marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
         if retry:
-            self.store.put_json(marker, {"chunk_id": chunk_id})
+            self.store.put_json(self._key(chunk_id, RETRY), {"chunk_id": chunk_id})
         data = b'{"chunk_id":%s,"outcomes":[%s]}' % (dumps_json(chunk_id), b",".join(outcomes))
         etag = self.store.put(self._key(chunk_id), data)
-        if not retry and self.store.exists(marker):
-            self.store.delete(marker)
+        if not retry:
+            self._clear_retry(chunk_id)
         return etag
 
     def raw_chunk(self, chunk_id: str) -> bytes | None:
@@ -64,18 +67,14 @@ class OutcomeLog:
         is (ObjectStore.copy) while that file still has `etag`; False, nothing recorded, otherwise."""
         if not self.store.copy(other._key(chunk_id), self._key(chunk_id), etag=etag):
             return False
-        marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
-        if self.store.exists(marker):
-            self.store.delete(marker)
+        self._clear_retry(chunk_id)
         return True
 
     def put_raw_chunk(self, chunk_id: str, data: bytes) -> str:
         """Record a finished chunk as the bytes of a chunk file read from another run with the same
         chunk id and no retryable outcome (`write_chunk` without encoding it again); its ETag."""
         etag = self.store.put(self._key(chunk_id), data)
-        marker = f"{self.prefix}{safe_segment(chunk_id)}{RETRY}"
-        if self.store.exists(marker):
-            self.store.delete(marker)
+        self._clear_retry(chunk_id)
         return etag
 
     def read_chunk(self, chunk_id: str) -> list[dict[str, Any]] | None:
@@ -125,11 +124,6 @@ class ChunkIndex:
 
     def _key(self, digest: str) -> str:
         return f"{INDEX_PREFIX}{safe_segment(digest)}{SUFFIX}"
-
-    def get(self, digest: str) -> tuple[str, str] | None:
-        """(run id, chunk id) of a chunk recorded under `digest`, or None."""
-        ref = self.ref(digest)
-        return None if ref is None else (ref["run_id"], ref["chunk_id"])
 
     def ref(self, digest: str) -> ChunkRef | None:
         """The entry recorded under `digest`, or None."""

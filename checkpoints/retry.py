@@ -67,14 +67,15 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
 
+MAX_WAIT, JITTER = 5.0, 0.2  # seconds: the longest backoff wait, the most jitter added to one
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounded exponential backoff with jitter. `initial_wait=0` means no waiting (tests)."""
 
     attempts: int = 5
     initial_wait: float = 0.2
-    max_wait: float = 5.0
-    jitter: float = 0.2
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
@@ -84,24 +85,16 @@ class RetryPolicy:
         io = get_settings().store_io
         return cls(attempts=io.retry_attempts, initial_wait=io.retry_wait_seconds)
 
-    def wait(self) -> tenacity.wait.wait_base:
-        if self.initial_wait <= 0:
-            return tenacity.wait_none()
-        return tenacity.wait_exponential_jitter(
-            initial=self.initial_wait, max=self.max_wait, jitter=self.jitter
-        )
-
 
 def call_with_retry(policy: RetryPolicy, fn: Callable[[], T], *, what: str) -> T:
-    """Run `fn`, repeating it on transient faults; afterwards raise `TransientStoreError` from the
-    last fault. Non-transient errors propagate untouched on the first attempt.
-
-    `what` names the operation for the message (never credentials).
-    """
+    """Run `fn`, repeating it on transient faults; afterwards raise `TransientStoreError` (`what`
+    names the operation, never credentials) from the last fault. Other errors propagate at once."""
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(is_transient),
         stop=tenacity.stop_after_attempt(policy.attempts),
-        wait=policy.wait(),
+        wait=tenacity.wait_exponential_jitter(initial=policy.initial_wait, max=MAX_WAIT, jitter=JITTER)
+        if policy.initial_wait > 0
+        else tenacity.wait_none(),
         reraise=False,
     )
     try:

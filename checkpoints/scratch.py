@@ -16,7 +16,7 @@ from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore, gunzip_json, gzip_json
 from docmill.errors import NotFound, PreconditionFailed, StoreError
 
-MAX_CAS_ATTEMPTS = 32
+MAX_SLOT_PROBES = 32
 SEQ_DIGITS = 6
 SUFFIX = ".json.gz"
 
@@ -48,7 +48,7 @@ class Scratchpad:
         def exhausted() -> PreconditionFailed:
             return PreconditionFailed(f"scratchpad {self.key} kept changing", key=self.key)
 
-        new = cas.swap(self.store, self.key, decide, attempts=MAX_CAS_ATTEMPTS, exhausted=exhausted)
+        new = cas.swap(self.store, self.key, decide, exhausted=exhausted)
         assert new is not None  # `decide` never gives up
         return new
 
@@ -68,7 +68,7 @@ class HistoryArchive:
         """Save a history; returns its sequence number (0, 1, 2... per task)."""
         seq = max(self.seqs(), default=-1) + 1
         data = gzip_json(messages)
-        for _ in range(MAX_CAS_ATTEMPTS):
+        for _ in range(MAX_SLOT_PROBES):
             if self.store.put_if_absent(self._key(seq), data):
                 return seq
             seq += 1

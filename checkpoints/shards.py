@@ -60,14 +60,10 @@ class ShardTable:
         self.store, self.run_id, self.gen, self.clock = store, safe_segment(run_id), int(gen), clock
         self.prefix = f"runs/{self.run_id}/shards/{self.gen:04d}/"
 
-    # ---- generations ---------------------------------------------------------------------------
-
     @staticmethod
     def generations(store: ObjectStore, run_id: str) -> list[int]:
         children = store.list_children(f"runs/{safe_segment(run_id)}/shards/")
         return sorted(int(c[:-1]) for c in children if c.endswith("/") and c[:-1].isdigit())
-
-    # ---- the plan ------------------------------------------------------------------------------
 
     def create(self, shards: dict[str, list[str]], workers: int) -> dict[str, list[str]]:
         """Write the plan once; a plan already there wins (returned)."""
@@ -92,8 +88,6 @@ class ShardTable:
     def done(self) -> dict[str, dict[str, Any]]:
         found = self.store.json_objects(self.prefix, ".done.json")
         return {key[len(self.prefix) : -len(".done.json")]: record for key, record in found}
-
-    # ---- claims --------------------------------------------------------------------------------
 
     def claim(self, holder: str, name: str, ttl: float, *, dead: Dead | None = None) -> str | None:
         """Claim the first shard not done whose claim is free, lapsed, or a dead holder's; None
@@ -152,8 +146,6 @@ class ShardTable:
         self.store.put_json(self._done_key(sid), record, if_absent=True)
         self.release(sid, holder)
 
-    # ---- stopping everyone ---------------------------------------------------------------------
-
     def stop(self, kind: str, message: str, *, by: str) -> None:
         """Every worker stops claiming (budget spent, a systemic failure); the first reason stays."""
         record = {"kind": kind, "message": message, "by": by, "at": self.clock()}
@@ -166,8 +158,6 @@ class ShardTable:
     def stopped(self) -> dict[str, Any] | None:
         found = self.store.get_json_or_none(self.prefix + "stop.json")
         return found if isinstance(found, dict) else None
-
-    # ---- reading -------------------------------------------------------------------------------
 
     def states(self) -> list[ShardState]:
         plan, done, now = self.plan(), self.done(), self.clock()

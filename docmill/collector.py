@@ -10,8 +10,7 @@ Objects are still freed by reference counting as ever; only cycles wait (at most
 Nested and concurrent uses (a batch pass inside the per-file pass, chunks on threads) share one
 relaxation: the outermost restores the thresholds and unfreezes.
 
-The `docmill` process itself also runs with rarer young collections outside its passes
-(`relax_process_gc`): the report, the exports and the integration hold the decoded results too.
+The `docmill` process also has rarer young collections outside its passes (`relax_process_gc`).
 """
 
 from __future__ import annotations
@@ -51,10 +50,8 @@ def relaxed_gc() -> Iterator[None]:
 
 def relax_process_gc() -> None:
     """Fewer young cyclic-GC passes for the rest of the process (the `docmill` command only: an
-    embedding program keeps its own). A run holds tens of MB of decoded results (dicts and lists
-    without cycles, ~300,000 containers per 10,000 documents) that the default threshold has the
-    collector scan again and again: ~15% of an unchanged run's CPU. Garbage in cycles is still
-    collected, a few tens of thousands of allocations later; `relaxed_gc` builds on whatever
-    thresholds it finds."""
+    embedding program keeps its own). A run's decoded results (~300,000 containers per 10,000
+    documents, without cycles) scanned again and again at the default threshold cost ~15% of an
+    unchanged run's CPU. `relaxed_gc` builds on whatever thresholds it finds."""
     young, middle, old = gc.get_threshold()
     gc.set_threshold(max(young, GC_PROCESS_YOUNG), middle, old)

@@ -109,8 +109,7 @@ class ApiCallError(DocmillError):
 
 class SpendLimitReached(DocmillError):
     """The API refused with a spend-limit 429 (error_code `enforced_spend_limit_reached`,
-    `contract_spend_limit_reached`, ...): no retry helps, so the run stops (exit 3, resumable).
-    Fields: error_code, request_id."""
+    `contract_spend_limit_reached`, ...): no retry helps, so the run stops (exit 3, resumable)."""
 
     error_code: str | None = None
     request_id: str | None = None

@@ -1,4 +1,4 @@
-"""Structured log lines: JSON by default in files and CI, human text one option away.
+"""Structured log lines: human text by default, JSON one setting away (DOCMILL_LOG_FORMAT=json).
 
 Every line carries the docmill run id (set once per run with `bind_run`), and may carry
 doc_id, request_id, model, prompt version, stop reason, usage and latency as extra fields.

@@ -1,17 +1,11 @@
 """The models docmill knows: one dated table (`docmill/data/models.json`), read through these functions.
 A leaf (standard library only) for prices, settings, the pipeline's model checks and the emulator.
 
-- `model_info(id)`: the table's row for an id or its dated form (`claude-haiku-4-5-20251001`).
-- `ModelInfo.status_on(day)`: current / legacy / deprecated / retired on a given day. The day is
-  always passed in (settings.today in the pipeline, the injected date in tests), never read here.
-- `price_id`: a `-YYYYMMDD` suffix dropped. Before the 4.6 generation an alias resolves to a dated id
-  and answers name it (`claude-haiku-4-5` -> `claude-haiku-4-5-20251001`); both price the same.
-- `CACHE_MIN_TOKENS`: the shortest prompt prefix each model caches (from the table).
-- `thinking_types` / `effort` / `default_effort`: what a model accepts for `thinking` and
-  `output_config.effort` (the per-file request builds its thinking policy from them, the emulator
-  refuses the rest with 400), and `THINKING_TOKENS_BY_EFFORT`: docmill's assumption of the thinking
-  tokens one adaptive answer spends at each effort (estimates; the emulator's default knob).
-
+A model's status on a day (`ModelInfo.status_on`) is asked with the day passed in (settings.today in
+the pipeline, the injected date in tests), never read here. Before the 4.6 generation an alias resolves
+to a dated id and answers name it (`claude-haiku-4-5` -> `claude-haiku-4-5-20251001`); both price the
+same (`price_id`). What a model accepts for `thinking` and `output_config.effort` comes from the table
+(the per-file request builds its thinking policy from it, the emulator refuses the rest with 400).
 The SDK's private deprecation data is not read here (see `docmill.sdk_hints`: a warning source only).
 """
 
@@ -88,24 +82,9 @@ def _day(value: Any) -> date | None:
 def _load() -> tuple[str, dict[str, ModelInfo]]:
     raw = json.loads(resources.files("docmill").joinpath("data/models.json").read_text(encoding="utf-8"))
     rows: dict[str, ModelInfo] = {}
-    for row in raw["models"]:
-        info = ModelInfo(
-            id=row["id"],
-            family=row["family"],
-            generation=row["generation"],
-            legacy_from=_day(row["legacy_from"]),
-            deprecated_from=_day(row["deprecated_from"]),
-            retires=_day(row["retires"]),
-            max_output_tokens=int(row["max_output_tokens"]),
-            cache_min_tokens=int(row["cache_min_tokens"]),
-            thinking=row["thinking"],
-            source=row["source"],
-            dated_id=row.get("dated_id"),
-            thinking_types=tuple(row.get("thinking_types") or ("enabled", "disabled")),
-            effort=bool(row.get("effort", False)),
-            default_effort=row.get("default_effort"),
-        )
-        rows[info.id] = info
+    for row in raw["models"]:  # every row names each field (dated_id where there is one)
+        dates = {k: _day(row[k]) for k in ("legacy_from", "deprecated_from", "retires")}
+        rows[row["id"]] = ModelInfo(**{**row, **dates, "thinking_types": tuple(row["thinking_types"])})
     return raw["checked"], rows
 
 

@@ -2,21 +2,15 @@
 pipeline's cost ledger, the cost cap, `estimate` and the emulator's accounting, so all price a request
 the same way.
 
-- `price_on(model, day)`: the `Price` of a model on a day (USD per million tokens: input, output,
-  5-minute and 1-hour cache writes, cache reads, the batch multiplier, prompt-length bands), or None
-  when the model has no price (an explicit "no published price" row, or no row at all). `day` defaults
-  to `settings.on_day()`. A `-YYYYMMDD` suffix is dropped first (`price_id`), so an answer that names the
-  dated id an alias resolved to (models before 4.6) is priced as the alias.
+- `price_on(model, day)`: a model's `Price` on a day, or None when it has none (an explicit "no
+  published price" row, or no row at all); a dated id (`-YYYYMMDD`, models before 4.6) is priced as
+  its alias (`price_id`).
 - User overrides win: `DOCMILL_PRICES='{"model": {"input": 3, "output": 15}}'` over the file named by
   `DOCMILL_PRICES_FILE` (the same JSON shape) over the table. Missing cache rates follow the standard
   multipliers (5-minute write 1.25x, 1-hour write 2x, read 0.1x input), `batch` 0.5. `override_lines`
   says which are in force (`estimate` and `doctor` show them).
 - `usd_at(price, usage)`: the formula. A band applies when the request's prompt (input + cache writes
   + cache reads) is above its threshold, to every token of that request, output included.
-- `priced_usd` is the one path for paid answers: a model with no price gives None (the caller records
-  the tokens as `unpriced`) and one warning per model, never an error after the answer was paid.
-- `worst_usd`: what a request can cost at most (input as cache writes, max_tokens of output): the
-  reservation of the realtime cap and of batch submission.
 """
 
 from __future__ import annotations
@@ -252,8 +246,8 @@ def note_unpriced(model: str) -> None:
 def priced_usd(
     model: str, usage: Mapping[str, Any] | Any, *, batch: bool = False, day: date | None = None
 ) -> float | None:
-    """`cost_usd`, or None (and one warning per model) when `model` has no price. For every paid
-    answer: realtime, batch results, long tasks and compaction."""
+    """`cost_usd`, or None (and one warning per model) when `model` has no price: for every paid
+    answer (realtime, batch results, long tasks, compaction), never an error once it is paid."""
     price = price_on(model, day)
     if price is None:
         with _warned_lock:

@@ -1,14 +1,10 @@
 """Helper processes that die with docmill, and the reaping of any an earlier, killed run left.
 
-    proc = spawn([sys.executable, "-m", "some.server", "--port", "0"], role="some-server")
-
-`spawn` starts the child through `docmill.lifeline` (which see): it gets the read end of a pipe
-only this process writes to and exits when this process is gone, however it ended (SIGKILL, the
-OOM killer). A Python child (`python -m MODULE ...`, `-c CODE` or `SCRIPT.py ...`) runs in the
-launcher's own process, so nothing extra is started; any other program gets a small supervisor.
+`spawn` starts the child through `docmill.lifeline` (which see): it exits when this process is gone,
+however it ended (SIGKILL, the OOM killer). A Python child (`python -m MODULE ...`, `-c CODE` or
+`SCRIPT.py ...`) runs in the launcher's own process; any other program gets a small supervisor.
 Each child is marked (`DOCMILL_CHILD_OF=<our pid>` in its environment) and recorded in a pid file
-under the runtime folder (settings.runtime_dir). Each runs in a session of its own, so signals a
-terminal sends to docmill's process group (Ctrl-C, hang-up) reach docmill only.
+under the runtime folder (settings.runtime_dir).
 
 `reap_stale` is the backstop, run when `docmill run` / `resume` starts: a recorded child whose
 docmill process is gone but which still runs (its watch could not act: it was stopped, or started
@@ -105,11 +101,9 @@ def spawn(
     **popen: Any,
 ) -> subprocess.Popen[Any]:
     """Start `argv` as a child that exits when this process does; `popen` goes to subprocess.Popen.
-
-    The child gets a session (and process group) of its own: a terminal's Ctrl-C, sent to the whole
-    foreground process group, and its hang-up are docmill's to handle. A helper that died of them
-    first would leave docmill's graceful shutdown talking to nobody (the Prefect server: minutes of
-    connection errors). It still dies with docmill, through the lifeline."""
+    The child gets a session of its own: a terminal's Ctrl-C and hang-up are docmill's to handle; a
+    helper that died of them first would leave docmill's graceful shutdown talking to nobody (the
+    Prefect server: minutes of connection errors)."""
     fd = _lifeline_fd()
     child_env = {**(os.environ if env is None else env), ENV_CHILD_OF: str(os.getpid()), ENV_FD: str(fd)}
     pass_fds = (*popen.pop("pass_fds", ()), fd)

@@ -9,7 +9,7 @@ writes `import anthropic`; it writes
 and uses them as the modules: `anthropic.Anthropic(...)`, `anthropic.transform_schema(schema)`,
 `except anthropic.APIStatusError`, `httpx2.Limits(...)`. Here they are `LazyModule`s: the first
 attribute read imports the real module, once, and hands the attribute on. The type checker sees the
-real modules (`TYPE_CHECKING`), so annotations and narrowing are as before.
+real modules (`TYPE_CHECKING`), so annotations and narrowing work on them.
 
 What keeps this correct without a test per call site:
 - An annotation is never evaluated at run time (`from __future__ import annotations` everywhere).

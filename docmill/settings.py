@@ -140,8 +140,7 @@ class BatchSettings(BaseModel):
         1.0,
         ge=0,
         description="First poll interval after the look right after create; doubles up to poll_max_seconds "
-        "(a batch that ends in a second is noticed within a second; nine looks in the first five "
-        "minutes, four more than from 10 s, the same number after). An interval runs from the start "
+        "(a batch that ends in a second is noticed within a second). An interval runs from the start "
         "of a look: the time a look takes is not waited again.",
     )
     poll_max_seconds: float = Field(
@@ -453,7 +452,7 @@ class Settings(BaseSettings):
         120,
         ge=0,
         description="Wait before each retry of a failed Prefect flow run, in whole seconds (Prefect's "
-        "flow-run policy holds an int: a float made its workers log a pydantic warning).",
+        "flow-run policy holds an int).",
     )
     recipe: str = Field(
         "invoices",

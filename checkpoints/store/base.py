@@ -1,8 +1,6 @@
-"""The object store: one interface, two backends (a local folder, S3), chosen by URI.
-
-Keys are relative, `/`-separated and already safe (`checkpoints.keys.safe_key`); every method
-refuses anything else with `UnsafeKey`. ETags are opaque strings: compare them, never parse them.
-"""
+"""The object store's interface. Keys are relative, `/`-separated and already safe
+(`checkpoints.keys.safe_key`); every method refuses anything else with `UnsafeKey`. ETags are
+opaque strings: compare them, never parse them."""
 
 from __future__ import annotations
 
@@ -111,8 +109,6 @@ class ObjectStore(ABC):
         (an ETag moves with every write of the object), None where the listing says nothing."""
         for key in self.list(prefix):
             yield key, None
-
-    # ---- conveniences shared by both backends -------------------------------------------
 
     def get(self, key: str) -> bytes:
         return self.get_with_etag(key)[0]

@@ -5,10 +5,9 @@
   across threads and processes. On Linux the temp file is unnamed (O_TMPFILE, linked through
   /proc/self/fd): no temp name to create and unlink, nothing left behind by a crashed writer.
 - put_many_if_absent: every object's unnamed file written, ONE flush of the file system (syncfs)
-  for all of them, then each linked into place. The order that makes a single write crash-safe
-  (bytes durable before the name appears) holds for every object of the group: a power loss leaves
-  each key absent or complete, never linked to bytes that did not reach the disk. One fsync per
-  object cost ~0.4-0.6 ms of CPU each (the batch pass writes one result per document).
+  for all of them, then each linked into place: no name before its bytes are durable, so a power
+  loss leaves each key absent or complete, and a killed process only unnamed files, which the
+  kernel drops. One fsync per object cost ~0.4-0.6 ms of CPU each (a batch writes one per document).
 - put_if_match / put / delete: hold an exclusive `flock` on the key's lock file across
   read-compare-replace, so compare-and-swap is atomic across processes. Lock files live in one
   hidden folder at the root (`.~locks/`, named by a hash of the key), never beside the objects:
@@ -16,8 +15,7 @@
 - ETag: quoted md5 of the bytes (the same value S3 gives a single-part upload). Each file written
   carries it in an extended attribute (`ETAG_XATTR`) with the file's size and mtime when written, so
   `copy` checks a file is what it was without reading it; a file without the attribute (another
-  file system, or a size or mtime that moved: changed in place behind the store's back) is read and
-  hashed as before.
+  file system, or a size or mtime that moved: changed in place behind the store's back) is hashed.
 Temp files and the lock folder start with `.~` (a prefix `safe_key` refuses) and never show up in `list`.
 """
 
@@ -74,8 +72,6 @@ class LocalStore(ObjectStore):
         self._dirs: set[Path] = set()  # folders this store made or found, so a write skips mkdir
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"store root {self.uri} is a file", hint="point DOCMILL_STORE at a folder")
-
-    # ---- paths ---------------------------------------------------------------------------
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
@@ -151,8 +147,6 @@ class LocalStore(ObjectStore):
     def link(self, key: str, *, expires_seconds: int = 7 * 24 * 3600) -> str:
         return self._path(key).as_uri()
 
-    # ---- operations ----------------------------------------------------------------------
-
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         path = self._path(key)
         try:
@@ -169,12 +163,9 @@ class LocalStore(ObjectStore):
         return etag
 
     def copy(self, src: str, dst: str, *, etag: str) -> bool:
-        """A hard link of `src`'s file at `dst` (no bytes written): the file read and checked is the
-        one linked, through its open descriptor. Safe because no write changes a file in place (put
-        replaces, put_if_absent links a new one), so the two keys share bytes that never move.
-        The file's ETag is the one recorded on it when its size and mtime still hold
-        (`recorded_etag`), else its bytes are read and hashed. Another file system or a sandbox
-        that refuses the link: the bytes are written."""
+        """A hard link of `src`'s file at `dst`, the file checked being the one linked (through its
+        open descriptor). Safe because no write changes a file in place (put replaces, put_if_absent
+        links a new one). Another file system or a sandbox that refuses the link: the bytes are written."""
         path, target = self._path(src), self._path(dst)
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -237,14 +228,8 @@ class LocalStore(ObjectStore):
         return True
 
     def put_many_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
-        """Write every object's bytes to an unnamed file, make them all durable with one flush of
-        the file system, then link each into place (False where the key was already there).
-
-        Safe order: no name is linked before the flush returns, so after a power loss each key is
-        absent or holds its complete bytes, exactly as with `put_if_absent` one at a time; a process
-        killed at any point leaves only unnamed files, which the kernel drops. Where there are no
-        unnamed files, or fsync is off (then nothing is flushed anyway), each object is written
-        on its own."""
+        """One flush for the group (see the module docstring). Where there are no unnamed files, or
+        fsync is off (then nothing is flushed anyway), each object is written on its own."""
         paths = [self._path(key) for key, _ in items]
         if not _ANONYMOUS or not _fsync() or len(items) < 2:
             return [self.put_if_absent(key, data) for key, data in items]

@@ -29,37 +29,16 @@ ENDPOINT_ENV = ("DOCMILL_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_
 _MISSING = {"NoSuchKey", "NotFound", "404"}
 
 
-def resolve_endpoint(endpoint_url: str | None) -> str | None:
-    return endpoint_url or next((os.environ[n] for n in ENDPOINT_ENV if os.environ.get(n)), None)
-
-
-# Sessions are shared (a fresh one re-parses the S3 model: ~0.2-0.4 s per store); keyed by the
-# credential-related environment, since a session caches the credentials it resolved.
+# Sessions are shared (a fresh one re-parses the S3 model: ~0.2-0.4 s per store); keyed by the AWS_
+# environment (credentials, profile, region...), since a session caches the credentials it resolved.
 _SESSIONS: dict[str, boto3.session.Session] = {}
 _SESSIONS_LOCK = threading.Lock()  # creating clients from one session is not thread-safe
-_CREDENTIAL_ENV = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
-    "AWS_DEFAULT_PROFILE",
-    "AWS_SHARED_CREDENTIALS_FILE",
-    "AWS_CONFIG_FILE",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "AWS_EC2_METADATA_DISABLED",
-    "AWS_ROLE_ARN",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-)
 
 
 def _new_client(endpoint_url: str | None, config: Config) -> Any:
     """A new client (own event hooks, own connection pool) from a shared session."""
-    fingerprint = hashlib.sha256(
-        "\0".join(os.environ.get(name, "") for name in _CREDENTIAL_ENV).encode()
-    ).hexdigest()
+    aws = sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))
+    fingerprint = hashlib.sha256(repr(aws).encode()).hexdigest()
     with _SESSIONS_LOCK:
         session = _SESSIONS.get(fingerprint)
         if session is None:
@@ -82,7 +61,9 @@ class S3Store(ObjectStore):
             check_prefix(prefix)
         self.prefix = f"{prefix}/" if prefix else ""
         self.uri = f"s3://{self.bucket}/{prefix}".rstrip("/")
-        self.endpoint_url = resolve_endpoint(endpoint_url)
+        self.endpoint_url = endpoint_url or next(
+            (os.environ[n] for n in ENDPOINT_ENV if os.environ.get(n)), None
+        )
         self.retry = retry or RetryPolicy.from_env()
         self.page_size = 1000  # keys per ListObjectsV2 page (S3's maximum)
         self.client: Any = _new_client(
@@ -107,8 +88,6 @@ class S3Store(ObjectStore):
         except Exception:  # no credentials (or none that sign): the path still names it
             return super().link(key)
         return url
-
-    # ---- helpers -------------------------------------------------------------------------
 
     def _k(self, key: str) -> str:
         return self.prefix + check_key(key)
@@ -136,8 +115,6 @@ class S3Store(ObjectStore):
             code=code,
             status=status,
         )
-
-    # ---- operations ----------------------------------------------------------------------
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         k = self._k(key)
@@ -207,13 +184,7 @@ class S3Store(ObjectStore):
         """A server-side copy, on condition that `src` still has `etag` (the bytes stay in S3)."""
         s, d = self._k(src), self._k(dst)
         if s == d:  # S3 refuses a copy onto itself: the object already holds those bytes if its ETag does
-            try:
-                head = self._call(f"head {src}", lambda: self.client.head_object(Bucket=self.bucket, Key=s))
-            except bexc.ClientError as e:
-                if code_status(e)[0] in _MISSING or code_status(e)[1] == 404:
-                    return False
-                raise self._fail("head", src, e) from e
-            return str(head.get("ETag")) == etag
+            return self._etag(src) == etag
         source = {"Bucket": self.bucket, "Key": s}
         try:
             self._call(
@@ -236,16 +207,20 @@ class S3Store(ObjectStore):
             return False
         return str(head.get("ETag")) == etag_of(data)
 
-    def exists(self, key: str) -> bool:
+    def _etag(self, key: str) -> str | None:
+        """The object's ETag (a HEAD), None when there is no object."""
         k = self._k(key)
         try:
-            self._call(f"head {key}", lambda: self.client.head_object(Bucket=self.bucket, Key=k))
+            head = self._call(f"head {key}", lambda: self.client.head_object(Bucket=self.bucket, Key=k))
         except bexc.ClientError as e:
             code, status = code_status(e)
             if status == 404 or code in _MISSING:
-                return False
+                return None
             raise self._fail("head", key, e) from e
-        return True
+        return str(head.get("ETag"))
+
+    def exists(self, key: str) -> bool:
+        return self._etag(key) is not None
 
     def delete(self, key: str) -> None:
         k = self._k(key)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.testing import SeaweedServer, find_weed, free_ports, new_bucket_name
 from docmill.errors import ConfigError
+from tests.fixtures.seaweed import SeaweedServer, find_weed, free_ports, new_bucket_name
 
 
 def test_missing_weed_binary_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

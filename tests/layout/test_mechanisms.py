@@ -32,7 +32,6 @@ CAS_CALLS = frozenset({"get_with_etag", "put_if_match"})
 CAS_HOMES = ("checkpoints/cas.py", "checkpoints/store/")
 RETRY_HOMES = ("tasks/api/retrying.py", "checkpoints/retry.py")
 POLLS = {
-    "checkpoints/testing.py": "waits for a throwaway SeaweedFS to answer (tests only), up to a deadline",
     "docmill/lifeline.py": "watches the parent process; a closed pipe falls back to polling",
 }
 WAITS = re.compile(r"sleep|backoff|wait", re.IGNORECASE)
