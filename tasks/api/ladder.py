@@ -13,7 +13,7 @@ from typing import Any
 from docmill.errors import ApiCallError
 from docmill.logs import get_logger
 from docmill.sdk import anthropic
-from tasks.api.retrying import FailureKind, classify, describe
+from tasks.api.retrying import describe, is_overloaded
 from tasks.api.usage import add_usage
 
 log = get_logger("api")
@@ -66,10 +66,7 @@ class Ladder:
         rid = getattr(exc, "request_id", None)
         if rid:
             self.request_ids.append(rid)
-        if classify(exc) is FailureKind.OVERLOADED:
-            self.consecutive_overloads += 1
-        else:
-            self.consecutive_overloads = 0
+        self.consecutive_overloads = self.consecutive_overloads + 1 if is_overloaded(exc) else 0
         if (
             not self.fell_back
             and self.fallback

@@ -139,20 +139,17 @@ class RateLimiter:
         concurrency: int | None = None,
         ramp_seconds: float = 20.0,
         ramp_start: float = 0.25,
-        share: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         counts_cache_reads: bool = False,
     ) -> None:
-        if not 0 < share <= 1:
-            raise ValueError(f"share must be in (0, 1], not {share}")
         self._clock, self._sleep = clock, sleep
         self.concurrency = concurrency  # a ceiling on the window; None: the limits decide
         self.ramp_seconds, self._ramp_floor = ramp_seconds, ramp_start
         now = clock()
         self._ramp_from = now
         self._ramps = 0
-        self._share = share  # of every limit, configured or adopted (set_share changes it)
+        self._share = 1.0  # of every limit, configured or adopted (set_share changes it)
         configured = {
             REQUESTS: requests_per_minute,
             INPUT: input_tokens_per_minute,
