@@ -244,6 +244,11 @@ def keep_paid(kept: list[PossiblyBilled], hook: OnPossiblyBilled | None, entry: 
         hook(entry)
 
 
+def message_text(message: Mapping[str, Any]) -> str:
+    """The concatenated text blocks of a Message dict."""
+    return "".join(b.get("text") or "" for b in message.get("content") or [] if b.get("type") == "text")
+
+
 def message_dict(raw: Any) -> dict[str, Any]:
     """The answer as the JSON the API sent: what the response log keeps (and ~0.3 ms cheaper per
     call than building the SDK's Message model and dumping it back). A 200 that is not a Message

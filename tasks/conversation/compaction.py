@@ -25,6 +25,7 @@ from typing import Any
 
 from docmill.errors import ContextError
 from docmill.sdk import anthropic
+from tasks.api.answers import message_text
 
 COMPACTION_BETA = "compact-2026-09-04"
 CLIENT_SUMMARY_MARK = "[docmill client-side summary]"
@@ -232,7 +233,7 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
     body["messages"] = [*body["messages"], ask]
     message = create([COMPACTION_BETA] if compaction_blocks(body["messages"]) else None, **body)
     data = _dump(message)
-    text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text").strip()
+    text = message_text(data).strip()
     if not text:
         raise ContextError(
             "the client-side summary came back empty", hint="raise budget_tokens or retry later"

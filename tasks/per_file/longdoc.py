@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from docmill.sdk import anthropic
+from tasks.api.answers import message_text
 from tasks.conversation.pinned import PinnedFacts, dumps
 from tasks.conversation.task import ConversationTask
 from tasks.per_file.boxes import with_boxes
-from tasks.per_file.gate import PAGE_MARK, evidence_report, message_text, strip_page_marks, validation_errors
+from tasks.per_file.gate import PAGE_MARK, evidence_report, strip_page_marks, validation_errors
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import enqueue_review, write_outcome
 from tasks.recipes.thinking import effort_config
