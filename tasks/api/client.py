@@ -33,7 +33,6 @@ from tasks.api.answers import (
     PossiblyBilled,
     StreamProgress,
     answer,
-    keep_paid,
     paid_attempt,
     paid_record,
     read_timeout,
@@ -289,7 +288,9 @@ class ModelClient:
             told["usage"] = paid.usage  # the pacer learns what it really took
         label = CallLabel(ladder.pass_name, ladder.doc_id, ladder.key)
         entry = paid_record(label, ladder.attempts, ladder.model, estimate, max_tokens, paid, self.wall())
-        keep_paid(self.possibly_billed, self.on_possibly_billed, entry)
+        self.possibly_billed.append(entry)
+        if self.on_possibly_billed is not None:
+            self.on_possibly_billed(entry)
         return paid.usd  # the cap keeps what it may have cost
 
     def _answered(
