@@ -91,9 +91,7 @@ class ModelClient:
         api_key: str | SecretStr | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        wall: Callable[[], float] = time.time,
         rng: Callable[[], float] = random.random,
-        budget: Budget | None = None,
     ) -> None:
         api = settings.api
         key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
@@ -120,10 +118,9 @@ class ModelClient:
             counts_cache_reads=api.input_limit_counts_cache_reads,
         )
         self._sleep, self._rng = sleep, rng
-        self.budget = budget or Budget(settings.cost.max_cost_usd)
+        self.budget = Budget(settings.cost.max_cost_usd)
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
         self.stopped: SpendLimitReached | None = None  # a spend-limit refusal: nothing more is sent
-        self.wall = wall
         # the run's cost ledger hook (flows.orchestration.prefect_flows sets it); without one they are only kept here
         self.on_possibly_billed: OnPossiblyBilled | None = None
         self.possibly_billed: list[PossiblyBilled] = []
@@ -287,7 +284,7 @@ class ModelClient:
         if not paid.possibly and paid.usage is not None:
             told["usage"] = paid.usage  # the pacer learns what it really took
         label = CallLabel(ladder.pass_name, ladder.doc_id, ladder.key)
-        entry = paid_record(label, ladder.attempts, ladder.model, estimate, max_tokens, paid, self.wall())
+        entry = paid_record(label, ladder.attempts, ladder.model, estimate, max_tokens, paid, time.time())
         self.possibly_billed.append(entry)
         if self.on_possibly_billed is not None:
             self.on_possibly_billed(entry)

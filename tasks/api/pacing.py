@@ -60,18 +60,14 @@ INPUT_COUNTED = ("input_tokens", "cache_creation_input_tokens")  # against the i
 
 @dataclass
 class TokenBucket:
-    """`per_minute` units refilled continuously, holding at most `capacity` (default one minute's
-    worth). A request larger than the capacity waits for a full bucket and leaves it in debt (of at
-    most one minute)."""
+    """`per_minute` units refilled continuously, holding at most `capacity` (a server's bucket: one
+    minute's worth). A request larger than the capacity waits for a full bucket and leaves it in debt
+    (of at most one minute)."""
 
     per_minute: float
     level: float
     updated: float
-    capacity: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.capacity <= 0:
-            self.capacity = self.per_minute
+    capacity: float
 
     def refill(self, now: float) -> None:
         gained = max(0.0, now - self.updated) * self.per_minute / 60.0
@@ -173,7 +169,7 @@ class RateLimiter:
         if not per_minute:
             return _Kind(None, None)
         rate = float(per_minute) * self._share
-        return _Kind(TokenBucket(rate, rate, now), None, limit=float(per_minute))
+        return _Kind(TokenBucket(rate, rate, now, rate), None, limit=float(per_minute))
 
     # ---- what the limiter allows now --------------------------------------------------------
 
@@ -413,7 +409,7 @@ class RateLimiter:
             if limit is not None and limit > 0:
                 self.stats.adopted[kind] = limit  # the organisation's: this process paces at a share
                 if state.server is None:
-                    state.server = TokenBucket(limit * share, limit * share, now)
+                    state.server = TokenBucket(limit * share, limit * share, now, limit * share)
                 state.server.refill(now)
                 state.limit = limit
                 state.server.per_minute = state.server.capacity = limit * share
