@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from docmill.logs import get_logger
 from docmill.sdk import anthropic, httpx2
-from tasks.api.usage import prompt_tokens
+from tasks.api.usage import as_json, prompt_tokens
 
 if TYPE_CHECKING:
     from docmill.settings import ApiSettings
@@ -78,23 +78,15 @@ class StreamProgress:
         self.events += 1
         kind = _field(event, "type")
         if kind == "message_start":
-            self.start_usage = _dump(_field(_field(event, "message"), "usage"))
+            self.start_usage = as_json(_field(_field(event, "message"), "usage") or {})
         elif kind == "message_delta":
             merged = dict(self.final_usage or self.start_usage or {})
-            merged.update({k: v for k, v in _dump(_field(event, "usage")).items() if v is not None})
+            merged.update({k: v for k, v in as_json(_field(event, "usage") or {}).items() if v is not None})
             self.final_usage = merged
 
 
 def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-
-
-def _dump(usage: Any) -> dict[str, Any]:
-    if usage is None:
-        return {}
-    if hasattr(usage, "model_dump"):
-        return dict(usage.model_dump(mode="json"))
-    return dict(usage)
 
 
 class StreamBroken(Exception):

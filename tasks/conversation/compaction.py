@@ -26,6 +26,7 @@ from typing import Any
 from docmill.errors import ContextError
 from docmill.sdk import anthropic
 from tasks.api.answers import message_text
+from tasks.api.usage import as_json
 
 COMPACTION_BETA = "compact-2026-09-04"
 CLIENT_SUMMARY_MARK = "[docmill client-side summary]"
@@ -175,10 +176,6 @@ class Compacted:
     """(model, usage, request_id) of billed calls that gave no usable result (a null block)."""
 
 
-def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(mode="json") if hasattr(model, "model_dump") else dict(model)
-
-
 def _billed(
     body: Mapping[str, Any], data: dict[str, Any], message: Any
 ) -> tuple[str, dict[str, Any], str | None]:
@@ -207,7 +204,7 @@ def compact_api(create: Create, params: Mapping[str, Any], instructions: str) ->
                 "compaction_unavailable after the transport retries", request_id=e.request_id
             ) from e
         raise
-    data = _dump(message)
+    data = as_json(message)
     blocks = [b for b in data.get("content") or [] if b.get("type") == "compaction"]
     if data.get("stop_reason") != "compaction" or len(blocks) != 1 or not blocks[0].get("content"):
         raise CompactionUnavailable(
@@ -232,7 +229,7 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
     ask = {"role": "user", "content": [{"type": "text", "text": summarize}]}
     body["messages"] = [*body["messages"], ask]
     message = create([COMPACTION_BETA] if compaction_blocks(body["messages"]) else None, **body)
-    data = _dump(message)
+    data = as_json(message)
     text = message_text(data).strip()
     if not text:
         raise ContextError(
