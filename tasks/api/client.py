@@ -121,7 +121,7 @@ class ModelClient:
         self.budget = Budget(settings.cost.max_cost_usd)
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
         self.stopped: SpendLimitReached | None = None  # a spend-limit refusal: nothing more is sent
-        # the run's cost ledger hook (flows.orchestration.prefect_flows sets it); without one they are only kept here
+        # the run's cost ledger (flows.entry sets it); without one they are only kept here
         self.on_possibly_billed: OnPossiblyBilled | None = None
         self.possibly_billed: list[PossiblyBilled] = []
         self.breaker = CircuitBreaker(api.circuit_breaker_calls)  # systemic failures stop the run

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import json
 import sys
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -33,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from checkpoints.keys import content_hash
 from docmill.errors import ConfigError
 from tasks.recipes.shape import PATTERN_HINT, schema_objects, shape_problems
 from tasks.recipes.thinking import ThinkingPolicy
@@ -45,12 +45,6 @@ EVIDENCE_SUFFIXES = ("_evidence", "_quote")
 def read_prompt(name: str) -> str:
     """The text of `tasks/recipes/prompts/<name>` (package data)."""
     return (resources.files(__package__ or "tasks.recipes") / "prompts" / name).read_text(encoding="utf-8")
-
-
-def _stable_hash(obj: Any) -> str:
-    """sha256 of canonical JSON: the same on every machine and Python version."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def is_evidence_key(key: str) -> bool:
@@ -170,13 +164,13 @@ class Recipe:
 
     def prompt_hash(self) -> str:
         """Hash of both prompt texts and the version."""
-        return _stable_hash(
+        return content_hash(
             {"version": self.version, "file": self.file_prompt, "integration": self.integration_prompt}
         )
 
     def schema_hash(self) -> str:
         """Hash of both JSON schemas."""
-        return _stable_hash(
+        return content_hash(
             {
                 "file": self.file_schema.model_json_schema(),
                 "integration": self.integration_schema.model_json_schema(),
