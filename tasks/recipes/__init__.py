@@ -34,12 +34,11 @@ from pydantic import BaseModel
 
 from checkpoints.keys import content_hash
 from docmill.errors import ConfigError
-from tasks.recipes.shape import PATTERN_HINT, schema_objects, shape_problems
+from tasks.recipes.shape import PATTERN_HINT, SIBLING_SUFFIXES, schema_objects, shape_problems
 from tasks.recipes.thinking import ThinkingPolicy
 from tasks.source.readers import ALL_TYPES, NOT_READ
 
 EVIDENCE_KEYS = frozenset({"evidence", "quote", "excerpt"})
-EVIDENCE_SUFFIXES = ("_evidence", "_quote")
 
 
 def read_prompt(name: str) -> str:
@@ -49,7 +48,7 @@ def read_prompt(name: str) -> str:
 
 def is_evidence_key(key: str) -> bool:
     """The naming convention used when a recipe declares no `evidence_fields`."""
-    return key in EVIDENCE_KEYS or key.endswith(EVIDENCE_SUFFIXES)
+    return key in EVIDENCE_KEYS or key.endswith(SIBLING_SUFFIXES)
 
 
 def schema_fields(schema: type[BaseModel]) -> dict[str, set[str]]:
