@@ -55,7 +55,6 @@ class CompactionUnavailable(ContextError):
     """The API could not compact (529 compaction_unavailable after retries, or a null block)."""
 
     billed: tuple[str, dict[str, Any], str | None] | None = None  # (model, usage, request id) if paid
-    request_id: str | None = None
 
 
 class BlockTampered(ContextError):
@@ -200,16 +199,13 @@ def compact_api(create: Create, params: Mapping[str, Any], instructions: str) ->
         )
     except anthropic.APIStatusError as e:
         if e.status_code == 529 and getattr(e, "error_code", None) == "compaction_unavailable":
-            raise CompactionUnavailable(
-                "compaction_unavailable after the transport retries", request_id=e.request_id
-            ) from e
+            raise CompactionUnavailable("compaction_unavailable after the transport retries") from e
         raise
     data = as_json(message)
     blocks = [b for b in data.get("content") or [] if b.get("type") == "compaction"]
     if data.get("stop_reason") != "compaction" or len(blocks) != 1 or not blocks[0].get("content"):
         raise CompactionUnavailable(
             f"no usable compaction block (stop_reason={data.get('stop_reason')!r}, blocks={len(blocks)})",
-            request_id=getattr(message, "_request_id", None),
             billed=_billed(body, data, message),
         )
     raw = blocks[0]
