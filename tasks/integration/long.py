@@ -292,10 +292,8 @@ def _final_output(
     try:
         answer = json.loads(text) if text else None
     except ValueError as e:
-        answer, flags = (
-            None,
-            [{"problem": "final answer was not JSON; facts kept by code only", "error": str(e)[:200]}],
-        )
+        answer = None
+        flags = [{"problem": "final answer was not JSON; facts kept by code only", "error": str(e)[:200]}]
     dup_field = item_field(recipe.integration_schema, "duplicates") or "key"
     merged = merge_final(answer if isinstance(answer, dict) else None, tracker, dup_field)
     try:
