@@ -313,9 +313,7 @@ class RateLimiter:
             self.stats.sent += 1
             if self._first_sent is None:
                 self._first_sent = now
-            self._input_mean = (
-                float(tokens) if self._input_mean is None else (1 - EWMA) * self._input_mean + EWMA * tokens
-            )
+            self._input_mean = _ewma(self._input_mean, float(tokens))
             return Ticket(tokens, hold, now, 0.0, self._ramps, input_tokens)
 
     def acquire(self, input_tokens: int, max_tokens: int = 0) -> Ticket:
@@ -365,7 +363,7 @@ class RateLimiter:
             if usage is not None:
                 self._settle_usage(ticket, usage)
                 latency = max(0.0, now - ticket.sent_at)
-                self.latency = latency if self.latency is None else (1 - EWMA) * self.latency + EWMA * latency
+                self.latency = _ewma(self.latency, latency)
             if throttled:
                 self.stats.throttled += 1
             if throttled and ticket.ramp == self._ramps:  # one back-off per ramp, not per 429
@@ -381,11 +379,9 @@ class RateLimiter:
         billed_in = sum(int(usage.get(f) or 0) for f in counted)
         billed_out = int(usage.get("output_tokens") or 0)
         if billed_in and ticket.estimate:
-            sample = billed_in / ticket.estimate
-            self._input_ratio = (1 - EWMA) * self._input_ratio + EWMA * sample
+            self._input_ratio = _ewma(self._input_ratio, billed_in / ticket.estimate)
         if ticket.output_tokens:
-            mean = self._output_mean
-            self._output_mean = billed_out if mean is None else (1 - EWMA) * mean + EWMA * billed_out
+            self._output_mean = _ewma(self._output_mean, billed_out)
         for kind, held, billed in (
             (INPUT, ticket.input_tokens, billed_in),
             (OUTPUT, ticket.output_tokens, billed_out),
@@ -418,6 +414,11 @@ class RateLimiter:
                 # our share of what the server counted, less what we sent it may not have counted yet
                 state.server.refill(now)
                 state.server.level = min(state.server.capacity, remaining * share - state.in_flight)
+
+
+def _ewma(mean: float | None, sample: float) -> float:
+    """The moving average `mean` after `sample` (the sample itself when there is none yet)."""
+    return sample if mean is None else (1 - EWMA) * mean + EWMA * sample
 
 
 def _number(value: Any) -> float | None:
