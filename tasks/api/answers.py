@@ -8,6 +8,7 @@ of a paid attempt without an answer is a `PossiblyBilled`, handed to the run's c
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -225,10 +226,14 @@ def message_text(message: Mapping[str, Any]) -> str:
     return "".join(b.get("text") or "" for b in message.get("content") or [] if b.get("type") == "text")
 
 
-def as_message(data: Any, http_response: httpx2.Response) -> dict[str, Any]:
-    """`data` (a response body parsed as JSON, or None) when it is a Message, else an
+def as_message(http_response: httpx2.Response) -> dict[str, Any]:
+    """An unstreamed answer's body as the JSON the API sent, when it is a Message, else an
     `APIResponseValidationError`, never retried: a 200 that is not a Message (a proxy's page, a wrong
     base URL). Shared with the event loop's reader, tasks.api.sse."""
+    try:
+        data = json.loads(http_response.content)
+    except ValueError:
+        data = None
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         kind = http_response.headers.get("content-type") or "no content type"
         raise anthropic.APIResponseValidationError(
@@ -289,8 +294,4 @@ def answer(
             data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
             return data, events.request_id, events.response.headers
     raw = sdk.messages.with_raw_response.create(**body, timeout=timeout)
-    try:
-        data = raw.json()
-    except ValueError:
-        data = None
-    return as_message(data, raw.http_response), raw.request_id, raw.headers
+    return as_message(raw.http_response), raw.request_id, raw.headers

@@ -116,11 +116,7 @@ async def read_answer(
     response = await sdk.post(PATH, cast_to=httpx2.Response, content=content, stream=stream, options=options)
     request_id = response.headers.get("request-id")
     if not stream:
-        try:
-            data = json.loads(response.content)
-        except ValueError:
-            data = None
-        return as_message(data, response), request_id, response.headers
+        return as_message(response), request_id, response.headers
     progress.on_response(request_id, response.headers)
     events = Accumulator(response, progress)
     try:
