@@ -245,17 +245,6 @@ def as_message(http_response: httpx2.Response) -> dict[str, Any]:
     return data
 
 
-def _read(events: Any, progress: StreamProgress) -> Any:
-    """Read a `MessageStream` to its end, noting each event; a broken connection -> `StreamBroken`."""
-    progress.on_response(events.request_id, events.response.headers)
-    try:
-        for event in events:
-            progress.on_event(event)
-        return events.get_final_message()
-    except httpx2.TransportError as e:  # raised raw out of the stream by the SDK: after the 200
-        raise broken_class()(e, events.response.request, progress) from e
-
-
 def stream_message(
     sdk: anthropic.Anthropic,
     body: dict[str, Any],
@@ -264,10 +253,17 @@ def stream_message(
     betas: list[str] | None = None,
 ) -> Any:
     """One streamed Messages call -> the SDK's final Message (beta namespace when `betas`), with
-    `_request_id` set like a non-streamed answer's."""
+    `_request_id` set like a non-streamed answer's; each event noted in `progress`, a broken connection
+    raised as `StreamBroken`."""
     opened = sdk.beta.messages.stream(betas=betas, **body) if betas else sdk.messages.stream(**body)
     with opened as events:
-        final = _read(events, progress)
+        progress.on_response(events.request_id, events.response.headers)
+        try:
+            for event in events:
+                progress.on_event(event)
+            final = events.get_final_message()
+        except httpx2.TransportError as e:  # raised raw out of the stream by the SDK: after the 200
+            raise broken_class()(e, events.response.request, progress) from e
     final._request_id = progress.request_id
     return final
 
@@ -289,9 +285,8 @@ def answer(
     is None (`read_timeout`). Unstreamed, the answer is kept as the JSON the API sent (what the
     response log keeps), not built into the SDK's Message model and dumped back."""
     if timeout is None:
-        with sdk.messages.stream(**body) as events:
-            final = _read(events, progress)
-            data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
-            return data, events.request_id, events.response.headers
+        final = stream_message(sdk, body, progress)
+        data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
+        return data, progress.request_id, progress.headers
     raw = sdk.messages.with_raw_response.create(**body, timeout=timeout)
     return as_message(raw.http_response), raw.request_id, raw.headers
