@@ -68,7 +68,6 @@ class StreamProgress:
     headers: Any = None
     start_usage: dict[str, Any] | None = None  # message_start: the input side, exact
     final_usage: dict[str, Any] | None = None  # message_delta, merged over message_start (cumulative)
-    events: int = 0
 
     def on_response(self, request_id: str | None, headers: Any) -> None:
         self.answered, self.request_id, self.headers = True, request_id, headers
@@ -76,7 +75,6 @@ class StreamProgress:
     def on_event(self, event: Any) -> None:
         """Read one stream event: the SDK's typed event (sync or async stream alike) or the event's
         JSON as a dict (a reader of the raw SSE bytes)."""
-        self.events += 1
         kind = _field(event, "type")
         if kind == "message_start":
             self.start_usage = as_json(_field(_field(event, "message"), "usage") or {})
