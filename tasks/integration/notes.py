@@ -213,7 +213,6 @@ class Notes:
                     model=result.model,
                     request_id=result.request_id,
                     usage=message.get("usage") or {},
-                    batch=False,
                     answered_model=message.get("model"),
                 )
             ],
