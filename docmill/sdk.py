@@ -17,7 +17,7 @@ What keeps this correct without a test per call site:
   that name SDK errors guard SDK calls, so by then the SDK is loaded (made a client, sent). If another
   exception reaches such a clause first, the read imports the SDK and the clause is still right.
 - A module-level value that needs an SDK class (a tuple of errors, a subclass) is made when first
-  needed, not at import (tasks.api.client.endings, tasks.api.answers.stream_broken).
+  needed, not at import (tasks.api.client.endings, tasks.api.answers.broken_class).
 - Clients are made on first use (`Once`): the run's context holds the way to make them, not them.
 
 `tests/flows/test_flows_no_sdk.py` runs the CLI over a source whose answers are all in the ledger

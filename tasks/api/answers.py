@@ -8,6 +8,7 @@ of a paid attempt without an answer is a `PossiblyBilled`, handed to the run's c
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from docmill.logs import get_logger
 from docmill.sdk import anthropic, httpx2
-from tasks.api.usage import prompt_tokens
+from tasks.api.usage import as_json, prompt_tokens
 
 if TYPE_CHECKING:
     from docmill.settings import ApiSettings
@@ -67,7 +68,6 @@ class StreamProgress:
     headers: Any = None
     start_usage: dict[str, Any] | None = None  # message_start: the input side, exact
     final_usage: dict[str, Any] | None = None  # message_delta, merged over message_start (cumulative)
-    events: int = 0
 
     def on_response(self, request_id: str | None, headers: Any) -> None:
         self.answered, self.request_id, self.headers = True, request_id, headers
@@ -75,13 +75,12 @@ class StreamProgress:
     def on_event(self, event: Any) -> None:
         """Read one stream event: the SDK's typed event (sync or async stream alike) or the event's
         JSON as a dict (a reader of the raw SSE bytes)."""
-        self.events += 1
         kind = _field(event, "type")
         if kind == "message_start":
-            self.start_usage = _dump(_field(_field(event, "message"), "usage"))
+            self.start_usage = as_json(_field(_field(event, "message"), "usage") or {})
         elif kind == "message_delta":
             merged = dict(self.final_usage or self.start_usage or {})
-            merged.update({k: v for k, v in _dump(_field(event, "usage")).items() if v is not None})
+            merged.update({k: v for k, v in as_json(_field(event, "usage") or {}).items() if v is not None})
             self.final_usage = merged
 
 
@@ -89,28 +88,15 @@ def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
-def _dump(usage: Any) -> dict[str, Any]:
-    if usage is None:
-        return {}
-    if hasattr(usage, "model_dump"):
-        return dict(usage.model_dump(mode="json"))
-    return dict(usage)
-
-
 class StreamBroken(Exception):
     """The connection broke after the API answered 200 and began streaming (`timed_out`: a read timed
     out while the answer streamed). A connection error to the retry layer; `progress` says what the
-    stream had shown. What is raised is `stream_broken(...)`: one of these that is also the SDK's
-    `APIConnectionError` (that class exists only once the SDK is imported: `broken_class`)."""
+    stream had shown. What is raised is `broken_class()(cause, request, progress)`, one of these that
+    is also the SDK's `APIConnectionError` (a class that exists only once the SDK is imported)."""
 
     timed_out: bool
     progress: StreamProgress
     message: str
-
-
-def stream_broken(cause: BaseException, request: httpx2.Request, progress: StreamProgress) -> StreamBroken:
-    """The `StreamBroken` (an `anthropic.APIConnectionError` too) for a stream that `cause` broke."""
-    return broken_class()(cause, request, progress)
 
 
 @cache
@@ -129,17 +115,13 @@ def broken_class() -> type[StreamBroken]:
     return Broken
 
 
-def sent_before_timeout(exc: anthropic.APITimeoutError) -> bool:
-    """A timeout after the request went out (read / write / pool), not a connect timeout."""
-    return type(exc.__cause__).__name__ != "ConnectTimeout"
-
-
 def timed_out_after_sending(exc: BaseException) -> bool:
-    """A timeout after the request was sent (unstreamed, or while an answer streamed): resent at most
-    `api.timeout_resends` times (the caller's stop condition)."""
+    """A timeout after the request was sent (unstreamed: a read, write or pool timeout, not a connect
+    timeout; or while an answer streamed): resent at most `api.timeout_resends` times (the caller's
+    stop condition)."""
     if isinstance(exc, StreamBroken):
         return exc.timed_out
-    return isinstance(exc, anthropic.APITimeoutError) and sent_before_timeout(exc)
+    return isinstance(exc, anthropic.APITimeoutError) and type(exc.__cause__).__name__ != "ConnectTimeout"
 
 
 @dataclass(frozen=True)
@@ -182,7 +164,7 @@ def paid_attempt(
             return Paid(price(bound) or worst_usd, True, bound, reason)
         return Paid(worst_usd, True, None, reason)
     if isinstance(exc, anthropic.APITimeoutError):
-        return Paid(worst_usd, True, None, "timeout") if sent_before_timeout(exc) else None
+        return Paid(worst_usd, True, None, "timeout") if timed_out_after_sending(exc) else None
     if isinstance(exc, anthropic.APIConnectionError) and sent_then_broken(exc.__cause__):
         return Paid(worst_usd, True, None, "broken")
     return None
@@ -209,8 +191,19 @@ def sent_then_broken(cause: BaseException | None) -> bool:
 def paid_record(
     label: CallLabel, attempt: int, model: str, estimate: int, max_tokens: int, paid: Paid, at: float
 ) -> PossiblyBilled:
-    """The record of a paid attempt without a whole answer, for the run's cost ledger (input tokens as
-    the stream reported them, else the caller's estimate)."""
+    """The record, for the run's cost ledger, of an attempt that may have been billed without a whole
+    answer (a timeout after sending, a connection or stream broken after the request went out), logged
+    as a warning; input tokens as the stream reported them, else the caller's estimate."""
+    what = "possibly billed (at most" if paid.possibly else "billed (exactly"
+    log.warning(
+        "%s call for %s brought no whole answer (%s) after it was sent: recorded as %s $%.4f)",
+        label.pass_name,
+        label.doc_id,
+        paid.reason,
+        what,
+        paid.usd,
+        extra={"doc_id": label.doc_id, "model": model},
+    )
     input_tokens = prompt_tokens(paid.usage) if paid.usage else estimate
     return PossiblyBilled(
         **vars(label),
@@ -226,38 +219,19 @@ def paid_record(
     )
 
 
-def keep_paid(kept: list[PossiblyBilled], hook: OnPossiblyBilled | None, entry: PossiblyBilled) -> None:
-    """Keep (and hand to the run's cost ledger, `hook`) an attempt that may have been billed without an
-    answer: a timeout after sending, a connection or stream broken after the request went out."""
-    kept.append(entry)
-    what = "possibly billed (at most" if entry.possibly else "billed (exactly"
-    log.warning(
-        "%s call for %s brought no whole answer (%s) after it was sent: recorded as %s $%.4f)",
-        entry.pass_name,
-        entry.doc_id,
-        entry.reason,
-        what,
-        entry.usd,
-        extra={"doc_id": entry.doc_id, "model": entry.model},
-    )
-    if hook is not None:
-        hook(entry)
+def message_text(message: Mapping[str, Any]) -> str:
+    """The concatenated text blocks of a Message dict."""
+    return "".join(b.get("text") or "" for b in message.get("content") or [] if b.get("type") == "text")
 
 
-def message_dict(raw: Any) -> dict[str, Any]:
-    """The answer as the JSON the API sent: what the response log keeps (and ~0.3 ms cheaper per
-    call than building the SDK's Message model and dumping it back). A 200 that is not a Message
-    (a proxy's page, a wrong base URL) raises `APIResponseValidationError`, never retried."""
+def as_message(http_response: httpx2.Response) -> dict[str, Any]:
+    """An unstreamed answer's body as the JSON the API sent, when it is a Message, else an
+    `APIResponseValidationError`, never retried: a 200 that is not a Message (a proxy's page, a wrong
+    base URL). Shared with the event loop's reader, tasks.api.sse."""
     try:
-        data = raw.json()
+        data = json.loads(http_response.content)
     except ValueError:
         data = None
-    return as_message(data, raw.http_response)
-
-
-def as_message(data: Any, http_response: httpx2.Response) -> dict[str, Any]:
-    """`data` (a response body parsed as JSON, or None) when it is a Message, else the error above
-    (shared with the event loop's reader, tasks.api.sse)."""
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         kind = http_response.headers.get("content-type") or "no content type"
         raise anthropic.APIResponseValidationError(
@@ -269,17 +243,6 @@ def as_message(data: Any, http_response: httpx2.Response) -> dict[str, Any]:
     return data
 
 
-def _read(events: Any, progress: StreamProgress) -> Any:
-    """Read a `MessageStream` to its end, noting each event; a broken connection -> `StreamBroken`."""
-    progress.on_response(events.request_id, events.response.headers)
-    try:
-        for event in events:
-            progress.on_event(event)
-        return events.get_final_message()
-    except httpx2.TransportError as e:  # raised raw out of the stream by the SDK: after the 200
-        raise stream_broken(e, events.response.request, progress) from e
-
-
 def stream_message(
     sdk: anthropic.Anthropic,
     body: dict[str, Any],
@@ -288,10 +251,17 @@ def stream_message(
     betas: list[str] | None = None,
 ) -> Any:
     """One streamed Messages call -> the SDK's final Message (beta namespace when `betas`), with
-    `_request_id` set like a non-streamed answer's."""
+    `_request_id` set like a non-streamed answer's; each event noted in `progress`, a broken connection
+    raised as `StreamBroken`."""
     opened = sdk.beta.messages.stream(betas=betas, **body) if betas else sdk.messages.stream(**body)
     with opened as events:
-        final = _read(events, progress)
+        progress.on_response(events.request_id, events.response.headers)
+        try:
+            for event in events:
+                progress.on_event(event)
+            final = events.get_final_message()
+        except httpx2.TransportError as e:  # raised raw out of the stream by the SDK: after the 200
+            raise broken_class()(e, events.response.request, progress) from e
     final._request_id = progress.request_id
     return final
 
@@ -310,11 +280,11 @@ def answer(
     sdk: anthropic.Anthropic, body: dict[str, Any], progress: StreamProgress, timeout: float | None
 ) -> tuple[dict[str, Any], str | None, Any]:
     """One HTTP attempt: (the answer's JSON, request id, response headers); streamed when `timeout`
-    is None (`read_timeout`)."""
+    is None (`read_timeout`). Unstreamed, the answer is kept as the JSON the API sent (what the
+    response log keeps), not built into the SDK's Message model and dumped back."""
     if timeout is None:
-        with sdk.messages.stream(**body) as events:
-            final = _read(events, progress)
-            data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
-            return data, events.request_id, events.response.headers
+        final = stream_message(sdk, body, progress)
+        data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
+        return data, progress.request_id, progress.headers
     raw = sdk.messages.with_raw_response.create(**body, timeout=timeout)
-    return message_dict(raw), raw.request_id, raw.headers
+    return as_message(raw.http_response), raw.request_id, raw.headers

@@ -85,10 +85,9 @@ class CircuitBreaker:
             self.in_flight -= 1
             self._lock.notify_all()
 
-    def api(self, cause: str | None, detail: str = "", *, who: str | None = None) -> None:
-        """One API call's systemic cause, or None for an answered Message. With `who` (the document),
-        the streak counts documents: the same one again leaves it where it is."""
-        self._note("api", cause, detail, who)
+    def api(self, cause: str | None, detail: str = "") -> None:
+        """One API call's systemic cause, or None for an answered Message."""
+        self._note("api", cause, detail)
 
     def invalid_request(self, detail: str, who: str) -> None:
         """A 400 `invalid_request_error` of document `who`; `detail` (the error, word for word) is the
@@ -100,6 +99,7 @@ class CircuitBreaker:
         self._note("answers", cause, detail)
 
     def _note(self, streak: str, cause: str | None, detail: str, who: str | None = None) -> None:
+        """With `who` (the document), the streak counts documents: the same one again leaves it as it is."""
         with self._lock:
             last, n, _ = self._streaks[streak]
             if streak == "api" and cause != last:

@@ -11,11 +11,11 @@ from docmill.errors import BudgetExhausted
 class Budget:
     """The run's cost cap, process-wide: a request reserves its worst-case cost before it is sent
     and settles to the billed cost after, so concurrent requests never overshoot the cap together.
-    `spent_usd` starts at what the run already spent (set it from the cost ledger on resume)."""
+    `spent_usd` starts at 0: a resumed run sets it to what its cost ledger says was spent."""
 
-    def __init__(self, cap_usd: float | None, spent_usd: float = 0.0) -> None:
+    def __init__(self, cap_usd: float | None) -> None:
         self.cap_usd = cap_usd
-        self.spent_usd = spent_usd
+        self.spent_usd = 0.0
         self.reserved_usd = 0.0
         self._changed = threading.Condition()
 

@@ -33,7 +33,6 @@ from tasks.api.answers import (
     PossiblyBilled,
     StreamProgress,
     answer,
-    keep_paid,
     paid_attempt,
     paid_record,
     read_timeout,
@@ -92,9 +91,7 @@ class ModelClient:
         api_key: str | SecretStr | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        wall: Callable[[], float] = time.time,
         rng: Callable[[], float] = random.random,
-        budget: Budget | None = None,
     ) -> None:
         api = settings.api
         key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
@@ -121,11 +118,10 @@ class ModelClient:
             counts_cache_reads=api.input_limit_counts_cache_reads,
         )
         self._sleep, self._rng = sleep, rng
-        self.budget = budget or Budget(settings.cost.max_cost_usd)
+        self.budget = Budget(settings.cost.max_cost_usd)
         self.sleeps: list[float] = []  # transport backoff waits, for reports and tests
         self.stopped: SpendLimitReached | None = None  # a spend-limit refusal: nothing more is sent
-        self.wall = wall
-        # the run's cost ledger hook (flows.orchestration.prefect_flows sets it); without one they are only kept here
+        # the run's cost ledger (flows.entry sets it); without one they are only kept here
         self.on_possibly_billed: OnPossiblyBilled | None = None
         self.possibly_billed: list[PossiblyBilled] = []
         self.breaker = CircuitBreaker(api.circuit_breaker_calls)  # systemic failures stop the run
@@ -146,62 +142,48 @@ class ModelClient:
         """The SDK client (max_retries=0): only call it through `run` or `call`."""
         return self._sdk.get()
 
-    def run(
-        self,
-        fn: Callable[[], T],
-        *,
-        pace_tokens: int = 0,
-        model: str | None = None,
-        max_tokens: int = 0,
-        label: CallLabel | None = None,
-    ) -> T:
-        """Any other SDK call (count_tokens, ...) through the one transport layer: retries, pacer,
-        concurrency bound and, given `model`, the cost cap (worst case reserved, then settled) and the
-        record of an attempt that may have been billed without an answer (against `label`)."""
-        return self._run(lambda _progress: fn(), pace_tokens, model, max_tokens, label)
+    def run(self, fn: Callable[[], T]) -> T:
+        """A free SDK call (count_tokens) through the one transport layer: retries and the concurrency
+        bound; nothing is paced, reserved or billed."""
+        return self._run(lambda _progress: fn(), None, CallLabel("call", "*", ""))
 
     def stream(self, body: dict[str, Any], *, label: CallLabel, betas: list[str] | None = None) -> Any:
         """One Messages call that may run long (long documents, long tasks, compaction), streamed so a
-        long answer never meets the read timeout; the SDK's final Message (beta when `betas`). A
-        timeout after sending is possibly billed and resent at most `api.timeout_resends` times; a
-        stream that breaks is retried, each paid attempt recorded (`answers.paid_attempt`)."""
-        pace, model = estimate_input_tokens(body), str(body["model"])
-        fn = partial(stream_message, self.sdk, body, betas=betas)
-        return self._run(fn, pace, model, int(body.get("max_tokens") or 0), label)
+        long answer never meets the read timeout; the SDK's final Message (beta when `betas`). Paced,
+        its worst case reserved under the cap, then settled. A timeout after sending is possibly billed
+        and resent at most `api.timeout_resends` times; a stream that breaks is retried, each paid
+        attempt recorded against `label` (`answers.paid_attempt`)."""
+        return self._run(partial(stream_message, self.sdk, body, betas=betas), body, label)
 
-    def _run(
-        self,
-        fn: Callable[[StreamProgress], T],
-        pace_tokens: int,
-        model: str | None,
-        max_tokens: int,
-        label: CallLabel | None,
-    ) -> T:
-        who = label or CallLabel("call", "*", "")
-        ladder = Ladder(model or "", None, 0, key=who.key, doc_id=who.doc_id, pass_name=who.pass_name)
+    def _run(self, fn: Callable[[StreamProgress], T], body: dict[str, Any] | None, who: CallLabel) -> T:
+        paid = body is not None  # else a free call (count_tokens): not paced, reserved or billed
+        model = str(body["model"]) if body is not None else ""
+        pace_tokens = estimate_input_tokens(body) if body is not None else 0
+        max_tokens = int(body.get("max_tokens") or 0) if body is not None else 0
+        ladder = Ladder(model, None, 0, key=who.key, doc_id=who.doc_id, pass_name=who.pass_name)
 
         def once() -> T:
             SHUTDOWN.check()
             self.breaker.check()
             ladder.attempts += 1
             ladder.attempts_on_model += 1
-            ticket = self.limiter.acquire(pace_tokens, max_tokens) if pace_tokens else None
+            ticket = self.limiter.acquire(pace_tokens, max_tokens) if paid else None
             billed, used, progress = 0.0, None, StreamProgress()
             try:
-                worst = self._worst_case_usd(model, pace_tokens, max_tokens) if model else 0.0
-                hold = self.budget.reserve(worst) if model else 0.0
+                worst = self._worst_case_usd(model, pace_tokens, max_tokens) if paid else 0.0
+                hold = self.budget.reserve(worst) if paid else 0.0
                 try:
                     try:
                         with self.semaphore:
                             result = fn(progress)
                     except Exception as e:
-                        if model is not None:  # count_tokens and other free calls: nothing is billed
+                        if paid:
                             billed = self._failed_attempt(
                                 e, progress, ladder, worst, pace_tokens, max_tokens, {}
                             )
                         raise
                     used = usage_of(result)
-                    billed = self._cost(model, used) if model and used is not None else 0.0
+                    billed = self._cost(model, used) if paid and used is not None else 0.0
                     return result
                 finally:
                     self.budget.settle(hold, billed)
@@ -236,9 +218,11 @@ class ModelClient:
                 with self.semaphore:  # held until the answer is persisted: invariant 3
                     SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
                     self.breaker.admit(SHUTDOWN.check)  # a streak near the threshold: one at a time
-                    try:
-                        data, request_id, headers = self._post(body, ladder, told, progress)
+                    try:  # streamed when max_tokens reaches `api.stream_min_max_tokens`
+                        timeout = read_timeout(body, self.settings.api)
+                        data, request_id, headers = answer(self.sdk, body, progress, timeout)
                     except Exception as e:
+                        self._failed(e, ladder, told)
                         billed = self._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, told)
                         raise
                     finally:
@@ -300,8 +284,10 @@ class ModelClient:
         if not paid.possibly and paid.usage is not None:
             told["usage"] = paid.usage  # the pacer learns what it really took
         label = CallLabel(ladder.pass_name, ladder.doc_id, ladder.key)
-        entry = paid_record(label, ladder.attempts, ladder.model, estimate, max_tokens, paid, self.wall())
-        keep_paid(self.possibly_billed, self.on_possibly_billed, entry)
+        entry = paid_record(label, ladder.attempts, ladder.model, estimate, max_tokens, paid, time.time())
+        self.possibly_billed.append(entry)
+        if self.on_possibly_billed is not None:
+            self.on_possibly_billed(entry)
         return paid.usd  # the cap keeps what it may have cost
 
     def _answered(
@@ -314,18 +300,6 @@ class ModelClient:
         data["_asked_model"] = ladder.model
         told["usage"] = data.get("usage") or {}
         return self._cost(ladder.model, data.get("usage"))
-
-    def _post(
-        self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
-    ) -> tuple[dict[str, Any], str | None, Any]:
-        """One HTTP attempt: (the answer as JSON, request id, response headers). A request whose
-        max_tokens reaches `api.stream_min_max_tokens` streams (`messages.stream` -> final message);
-        below it the answer comes whole within `answers.read_timeout`."""
-        try:
-            return answer(self.sdk, body, progress, read_timeout(body, self.settings.api))
-        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-            self._failed(e, ladder, told)
-            raise
 
     def _cost(self, model: str, usage: Any) -> float:
         """USD of an answer to `model` (the one asked for); 0 for a model with no price (warned once)."""

@@ -13,7 +13,7 @@ from typing import Any
 from docmill.errors import ApiCallError
 from docmill.logs import get_logger
 from docmill.sdk import anthropic
-from tasks.api.retrying import FailureKind, classify, describe
+from tasks.api.retrying import describe, is_overloaded
 from tasks.api.usage import add_usage
 
 log = get_logger("api")
@@ -54,7 +54,6 @@ class Ladder:
     consecutive_overloads: int = 0
     fell_back: bool = False
     errors: list[str] = field(default_factory=list)
-    request_ids: list[str] = field(default_factory=list)
     timeouts: int = 0  # read timeouts after the request was sent (possibly billed)
     estimate: int | None = None  # the request's input-token estimate, for its model, if measured
     key: str = ""
@@ -63,13 +62,7 @@ class Ladder:
 
     def failed(self, exc: BaseException) -> None:
         self.errors.append(describe(exc))
-        rid = getattr(exc, "request_id", None)
-        if rid:
-            self.request_ids.append(rid)
-        if classify(exc) is FailureKind.OVERLOADED:
-            self.consecutive_overloads += 1
-        else:
-            self.consecutive_overloads = 0
+        self.consecutive_overloads = self.consecutive_overloads + 1 if is_overloaded(exc) else 0
         if (
             not self.fell_back
             and self.fallback

@@ -60,18 +60,14 @@ INPUT_COUNTED = ("input_tokens", "cache_creation_input_tokens")  # against the i
 
 @dataclass
 class TokenBucket:
-    """`per_minute` units refilled continuously, holding at most `capacity` (default one minute's
-    worth). A request larger than the capacity waits for a full bucket and leaves it in debt (of at
-    most one minute)."""
+    """`per_minute` units refilled continuously, holding at most `capacity` (a server's bucket: one
+    minute's worth). A request larger than the capacity waits for a full bucket and leaves it in debt
+    (of at most one minute)."""
 
     per_minute: float
     level: float
     updated: float
-    capacity: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.capacity <= 0:
-            self.capacity = self.per_minute
+    capacity: float
 
     def refill(self, now: float) -> None:
         gained = max(0.0, now - self.updated) * self.per_minute / 60.0
@@ -139,20 +135,17 @@ class RateLimiter:
         concurrency: int | None = None,
         ramp_seconds: float = 20.0,
         ramp_start: float = 0.25,
-        share: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         counts_cache_reads: bool = False,
     ) -> None:
-        if not 0 < share <= 1:
-            raise ValueError(f"share must be in (0, 1], not {share}")
         self._clock, self._sleep = clock, sleep
         self.concurrency = concurrency  # a ceiling on the window; None: the limits decide
         self.ramp_seconds, self._ramp_floor = ramp_seconds, ramp_start
         now = clock()
         self._ramp_from = now
         self._ramps = 0
-        self._share = share  # of every limit, configured or adopted (set_share changes it)
+        self._share = 1.0  # of every limit, configured or adopted (set_share changes it)
         configured = {
             REQUESTS: requests_per_minute,
             INPUT: input_tokens_per_minute,
@@ -176,7 +169,7 @@ class RateLimiter:
         if not per_minute:
             return _Kind(None, None)
         rate = float(per_minute) * self._share
-        return _Kind(TokenBucket(rate, rate, now), None, limit=float(per_minute))
+        return _Kind(TokenBucket(rate, rate, now, rate), None, limit=float(per_minute))
 
     # ---- what the limiter allows now --------------------------------------------------------
 
@@ -320,9 +313,7 @@ class RateLimiter:
             self.stats.sent += 1
             if self._first_sent is None:
                 self._first_sent = now
-            self._input_mean = (
-                float(tokens) if self._input_mean is None else (1 - EWMA) * self._input_mean + EWMA * tokens
-            )
+            self._input_mean = _ewma(self._input_mean, float(tokens))
             return Ticket(tokens, hold, now, 0.0, self._ramps, input_tokens)
 
     def acquire(self, input_tokens: int, max_tokens: int = 0) -> Ticket:
@@ -372,7 +363,7 @@ class RateLimiter:
             if usage is not None:
                 self._settle_usage(ticket, usage)
                 latency = max(0.0, now - ticket.sent_at)
-                self.latency = latency if self.latency is None else (1 - EWMA) * self.latency + EWMA * latency
+                self.latency = _ewma(self.latency, latency)
             if throttled:
                 self.stats.throttled += 1
             if throttled and ticket.ramp == self._ramps:  # one back-off per ramp, not per 429
@@ -388,11 +379,9 @@ class RateLimiter:
         billed_in = sum(int(usage.get(f) or 0) for f in counted)
         billed_out = int(usage.get("output_tokens") or 0)
         if billed_in and ticket.estimate:
-            sample = billed_in / ticket.estimate
-            self._input_ratio = (1 - EWMA) * self._input_ratio + EWMA * sample
+            self._input_ratio = _ewma(self._input_ratio, billed_in / ticket.estimate)
         if ticket.output_tokens:
-            mean = self._output_mean
-            self._output_mean = billed_out if mean is None else (1 - EWMA) * mean + EWMA * billed_out
+            self._output_mean = _ewma(self._output_mean, billed_out)
         for kind, held, billed in (
             (INPUT, ticket.input_tokens, billed_in),
             (OUTPUT, ticket.output_tokens, billed_out),
@@ -416,7 +405,7 @@ class RateLimiter:
             if limit is not None and limit > 0:
                 self.stats.adopted[kind] = limit  # the organisation's: this process paces at a share
                 if state.server is None:
-                    state.server = TokenBucket(limit * share, limit * share, now)
+                    state.server = TokenBucket(limit * share, limit * share, now, limit * share)
                 state.server.refill(now)
                 state.limit = limit
                 state.server.per_minute = state.server.capacity = limit * share
@@ -425,6 +414,11 @@ class RateLimiter:
                 # our share of what the server counted, less what we sent it may not have counted yet
                 state.server.refill(now)
                 state.server.level = min(state.server.capacity, remaining * share - state.in_flight)
+
+
+def _ewma(mean: float | None, sample: float) -> float:
+    """The moving average `mean` after `sample` (the sample itself when there is none yet)."""
+    return sample if mean is None else (1 - EWMA) * mean + EWMA * sample
 
 
 def _number(value: Any) -> float | None:

@@ -19,7 +19,6 @@ import email.utils
 import random
 import time
 from collections.abc import Awaitable, Callable
-from enum import StrEnum
 from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception
@@ -31,7 +30,6 @@ from tasks.api.answers import StreamBroken
 
 log = get_logger("api")
 OVERLOADED = 529
-RETRY_AFTER_MAX_SECONDS = 60.0
 RETRY_STATUSES = frozenset({408, 409, 429})
 # `error.type` of the failures retried above, as a batch result's `errored` item names them: 429, 5xx
 # and 529, 504, 408 and 409. Batch results use it, so realtime and batch retry the same failures.
@@ -48,30 +46,11 @@ SPEND_LIMIT_CODES = frozenset(
 )
 
 
-class FailureKind(StrEnum):
-    """How one transport attempt failed."""
-
-    RATE_LIMITED = "rate_limited"
-    OVERLOADED = "overloaded"
-    SERVER = "server"
-    CONNECTION = "connection"
-    FINAL = "final"  # a 4xx (or x-should-retry: false): never retried
-    UNKNOWN = "unknown"  # not an API error at all: a bug, propagates
-
-
-def classify(exc: BaseException) -> FailureKind:
-    """What kind of transport failure `exc` is."""
-    if isinstance(exc, anthropic.APIStatusError):
-        if exc.status_code == OVERLOADED or getattr(exc, "type", None) == "overloaded_error":
-            return FailureKind.OVERLOADED
-        if exc.status_code == 429:
-            return FailureKind.RATE_LIMITED
-        if exc.status_code >= 500:
-            return FailureKind.SERVER
-        return FailureKind.FINAL
-    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
-        return FailureKind.CONNECTION
-    return FailureKind.UNKNOWN
+def is_overloaded(exc: BaseException) -> bool:
+    """A 529, or an `overloaded_error` event mid-stream: what moves a call toward the fallback model."""
+    return isinstance(exc, anthropic.APIStatusError) and (
+        exc.status_code == OVERLOADED or getattr(exc, "type", None) == "overloaded_error"
+    )
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -151,7 +130,7 @@ def wait_seconds(
     cap: float,
     rng: Callable[[], float] = random.random,
     *,
-    asked_max: float = RETRY_AFTER_MAX_SECONDS,
+    asked_max: float,
 ) -> float:
     """How long to wait before retry number `retry_number` (1-based) after `exc`: the server's
     `retry-after`, at most `asked_max` (logged when capped: one 429 asking for 600 s must not stall

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from docmill.sdk import anthropic, httpx2
-from tasks.api.answers import StreamProgress, as_message, stream_broken
+from tasks.api.answers import StreamProgress, as_message, broken_class
 
 PATH = "/v1/messages"
 
@@ -93,7 +93,7 @@ class Accumulator:
     def final(self) -> dict[str, Any]:
         if self.message is None or not self.done:
             cut = httpx2.RemoteProtocolError("the answer's stream ended before message_stop")
-            raise stream_broken(cut, self.response.request, self.progress)
+            raise broken_class()(cut, self.response.request, self.progress)
         return self.message
 
 
@@ -116,11 +116,7 @@ async def read_answer(
     response = await sdk.post(PATH, cast_to=httpx2.Response, content=content, stream=stream, options=options)
     request_id = response.headers.get("request-id")
     if not stream:
-        try:
-            data = json.loads(response.content)
-        except ValueError:
-            data = None
-        return as_message(data, response), request_id, response.headers
+        return as_message(response), request_id, response.headers
     progress.on_response(request_id, response.headers)
     events = Accumulator(response, progress)
     try:
@@ -128,7 +124,7 @@ async def read_answer(
             events.feed(chunk)
         message = events.final()
     except httpx2.TransportError as e:  # after the 200: answered in part, may be billed
-        raise stream_broken(e, response.request, progress) from e
+        raise broken_class()(e, response.request, progress) from e
     finally:
         await response.aclose()
     return message, request_id, response.headers

@@ -116,10 +116,12 @@ def prompt_tokens(usage: dict[str, Any]) -> int:
     return sum(int(usage.get(f) or 0) for f in USAGE_FIELDS if f != "output_tokens")
 
 
+def as_json(obj: Any) -> dict[str, Any]:
+    """An SDK model (or a mapping) as the JSON dict it stands for."""
+    return dict(obj.model_dump(mode="json") if hasattr(obj, "model_dump") else obj)
+
+
 def usage_of(result: Any) -> dict[str, Any] | None:
     """The usage of an SDK result as a dict (None for results without one, e.g. a token count)."""
     usage = getattr(result, "usage", None)
-    if usage is None:
-        return None
-    dumped = usage.model_dump(mode="json") if hasattr(usage, "model_dump") else usage
-    return dumped if isinstance(dumped, dict) else None
+    return None if usage is None else as_json(usage)

@@ -25,6 +25,8 @@ from typing import Any
 
 from docmill.errors import ContextError
 from docmill.sdk import anthropic
+from tasks.api.answers import message_text
+from tasks.api.usage import as_json
 
 COMPACTION_BETA = "compact-2026-09-04"
 CLIENT_SUMMARY_MARK = "[docmill client-side summary]"
@@ -53,7 +55,6 @@ class CompactionUnavailable(ContextError):
     """The API could not compact (529 compaction_unavailable after retries, or a null block)."""
 
     billed: tuple[str, dict[str, Any], str | None] | None = None  # (model, usage, request id) if paid
-    request_id: str | None = None
 
 
 class BlockTampered(ContextError):
@@ -174,10 +175,6 @@ class Compacted:
     """(model, usage, request_id) of billed calls that gave no usable result (a null block)."""
 
 
-def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(mode="json") if hasattr(model, "model_dump") else dict(model)
-
-
 def _billed(
     body: Mapping[str, Any], data: dict[str, Any], message: Any
 ) -> tuple[str, dict[str, Any], str | None]:
@@ -202,16 +199,13 @@ def compact_api(create: Create, params: Mapping[str, Any], instructions: str) ->
         )
     except anthropic.APIStatusError as e:
         if e.status_code == 529 and getattr(e, "error_code", None) == "compaction_unavailable":
-            raise CompactionUnavailable(
-                "compaction_unavailable after the transport retries", request_id=e.request_id
-            ) from e
+            raise CompactionUnavailable("compaction_unavailable after the transport retries") from e
         raise
-    data = _dump(message)
+    data = as_json(message)
     blocks = [b for b in data.get("content") or [] if b.get("type") == "compaction"]
     if data.get("stop_reason") != "compaction" or len(blocks) != 1 or not blocks[0].get("content"):
         raise CompactionUnavailable(
             f"no usable compaction block (stop_reason={data.get('stop_reason')!r}, blocks={len(blocks)})",
-            request_id=getattr(message, "_request_id", None),
             billed=_billed(body, data, message),
         )
     raw = blocks[0]
@@ -231,8 +225,8 @@ def compact_client(create: Create, params: Mapping[str, Any], instructions: str)
     ask = {"role": "user", "content": [{"type": "text", "text": summarize}]}
     body["messages"] = [*body["messages"], ask]
     message = create([COMPACTION_BETA] if compaction_blocks(body["messages"]) else None, **body)
-    data = _dump(message)
-    text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text").strip()
+    data = as_json(message)
+    text = message_text(data).strip()
     if not text:
         raise ContextError(
             "the client-side summary came back empty", hint="raise budget_tokens or retry later"

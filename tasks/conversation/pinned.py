@@ -12,7 +12,6 @@ Each fact may carry `terms`: strings a summary should keep lines for (they feed 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -113,8 +112,3 @@ def _sort_key(value: str) -> tuple[str, int, int, str]:
     if not m:
         return (value, -1, 0, value)
     return (m.group(1), len(m.group(2)), int(m.group(2)), value)
-
-
-def dumps(value: Any) -> str:
-    """Compact, stable JSON for fact text."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

@@ -384,7 +384,6 @@ class ConversationTask:
             model=model,
             request_id=request_id,
             usage=usage,
-            batch=False,
             answered_model=str(answered) if answered else None,
         )
         # one group per API call: a call repeated after a crash is billed again, so it is recorded again

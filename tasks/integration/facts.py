@@ -56,9 +56,7 @@ def sections(tracker: FactTracker, recipe: Recipe) -> dict[str, Any]:
     A succeeded document without an entity value gets a gap, so every doc id is accounted for."""
     entity = tracker.entity_field or "name"
     dup = item_field(recipe.integration_schema, "duplicates") or "key"
-    gaps: list[dict[str, Any]] = [
-        {"doc_id": g["doc_id"], "field": None, "reason": g["reason"]} for g in tracker.gaps
-    ]
+    gaps = list(tracker.gaps)  # {doc_id, field: None, reason} of each document not succeeded
     in_entities = {d for ids in tracker.entities.values() for d in ids}
     with_gap = {g["doc_id"] for g in gaps}
     gaps += [

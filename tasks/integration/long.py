@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from docmill.errors import ContextError
 from docmill.sdk import anthropic
+from tasks.api.answers import message_text
 from tasks.conversation.pinned import PinnedFacts, compress_ids
 from tasks.conversation.task import ConversationTask
 from tasks.integration.records import compact_value, evidence_of, results_block
@@ -286,15 +287,13 @@ def _final_output(
             },
         )
         final = {"content": reply.get("content") or []}
-    text = "".join(b.get("text", "") for b in final.get("content") or [] if b.get("type") == "text")
+    text = message_text(final)
     flags: list[dict[str, Any]] = []
     try:
         answer = json.loads(text) if text else None
     except ValueError as e:
-        answer, flags = (
-            None,
-            [{"problem": "final answer was not JSON; facts kept by code only", "error": str(e)[:200]}],
-        )
+        answer = None
+        flags = [{"problem": "final answer was not JSON; facts kept by code only", "error": str(e)[:200]}]
     dup_field = item_field(recipe.integration_schema, "duplicates") or "key"
     merged = merge_final(answer if isinstance(answer, dict) else None, tracker, dup_field)
     try:

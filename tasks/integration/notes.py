@@ -29,6 +29,7 @@ from checkpoints.ledger import ResponseLog, ResultsLedger
 from docmill.errors import ApiCallError
 from docmill.prices import worst_usd
 from docmill.sdk import anthropic
+from tasks.api.answers import message_text
 from tasks.api.usage import estimate_input_tokens
 from tasks.integration.checks import cited_ids, drop_unknown
 from tasks.integration.facts import model_sections
@@ -212,7 +213,6 @@ class Notes:
                     model=result.model,
                     request_id=result.request_id,
                     usage=message.get("usage") or {},
-                    batch=False,
                     answered_model=message.get("model"),
                 )
             ],
@@ -226,10 +226,6 @@ class Notes:
         except ValidationError as e:
             return None, [f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in e.errors()[:20]]
         return output, [f"{p}: unknown doc id {d!r}" for p, d in cited_ids(output) if d not in self.known]
-
-
-def _text_of(message: dict[str, Any]) -> str:
-    return "".join(b.get("text", "") for b in message.get("content", []) if b.get("type") == "text")
 
 
 def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
@@ -263,7 +259,7 @@ def ask_slice(n: Notes, records: list[dict[str, Any]], slice_no: str) -> Asked:
                 return asked
             errors = [f"answer cut at max_tokens={request['max_tokens']} for a single document"]
             break
-        text = _text_of(message)
+        text = message_text(message)
         output, errors = n.validated(text)
         if not errors:
             break

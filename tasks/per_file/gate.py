@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from tasks.api.answers import message_text
 from tasks.api.usage import add_usage
 from tasks.per_file.boxes import with_boxes
 from tasks.per_file.support import date_paths, support_flags
@@ -83,12 +84,6 @@ _NON_WS = re.compile(r"\S+")
 def normalize_ws(text: str) -> str:
     """Collapse every run of whitespace to one space and strip the ends."""
     return _WS.sub(" ", text).strip()
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """The concatenated text blocks of a Message dict."""
-    parts = [b.get("text") or "" for b in message.get("content") or [] if b.get("type") == "text"]
-    return "".join(parts)
 
 
 def _parse(raw: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from docmill.sdk import anthropic
-from tasks.conversation.pinned import PinnedFacts, dumps
+from tasks.api.answers import message_text
+from tasks.conversation.compaction import canonical
+from tasks.conversation.pinned import PinnedFacts
 from tasks.conversation.task import ConversationTask
 from tasks.per_file.boxes import with_boxes
-from tasks.per_file.gate import PAGE_MARK, evidence_report, message_text, strip_page_marks, validation_errors
+from tasks.per_file.gate import PAGE_MARK, evidence_report, strip_page_marks, validation_errors
 from tasks.per_file.outcome import DocOutcome
 from tasks.per_file.settle import enqueue_review, write_outcome
 from tasks.recipes.thinking import effort_config
@@ -147,11 +149,11 @@ def merge_chunks(
                     merged.setdefault(field, node)
             elif isinstance(node, list):
                 items = merged.setdefault(field, [])
-                seen = {dumps(x) for x in items}
+                seen = {canonical(x) for x in items}
                 for item in node:
-                    if dumps(item) in seen:  # the same item stated again (a repeated header, a page break)
+                    if canonical(item) in seen:  # stated again (a repeated header, a page break)
                         continue
-                    seen.add(dumps(item))
+                    seen.add(canonical(item))
                     excerpt = item.get("evidence") if isinstance(item, dict) else None
                     provenance[f"{field}[{len(items)}]"] = locate(text, chunks, i, excerpt)
                     items.append(item)
@@ -163,7 +165,7 @@ def merge_chunks(
 def _pin_found(pinned: PinnedFacts, index: int, out: dict[str, Any]) -> None:
     for field, node in out.items():
         if _is_value(node) and node.get("value") is not None and f"field:{field}" not in pinned:
-            value = dumps(node["value"])
+            value = canonical(node["value"]).decode()
             pinned.set(f"field:{field}", f"{field} = {value} (chunk {index})", terms=[str(node["value"])])
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import json
 import sys
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -33,13 +32,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from checkpoints.keys import content_hash
 from docmill.errors import ConfigError
-from tasks.recipes.shape import PATTERN_HINT, schema_objects, shape_problems
+from tasks.recipes.shape import PATTERN_HINT, SIBLING_SUFFIXES, schema_objects, shape_problems
 from tasks.recipes.thinking import ThinkingPolicy
 from tasks.source.readers import ALL_TYPES, NOT_READ
 
 EVIDENCE_KEYS = frozenset({"evidence", "quote", "excerpt"})
-EVIDENCE_SUFFIXES = ("_evidence", "_quote")
 
 
 def read_prompt(name: str) -> str:
@@ -47,15 +46,9 @@ def read_prompt(name: str) -> str:
     return (resources.files(__package__ or "tasks.recipes") / "prompts" / name).read_text(encoding="utf-8")
 
 
-def _stable_hash(obj: Any) -> str:
-    """sha256 of canonical JSON: the same on every machine and Python version."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
 def is_evidence_key(key: str) -> bool:
     """The naming convention used when a recipe declares no `evidence_fields`."""
-    return key in EVIDENCE_KEYS or key.endswith(EVIDENCE_SUFFIXES)
+    return key in EVIDENCE_KEYS or key.endswith(SIBLING_SUFFIXES)
 
 
 def schema_fields(schema: type[BaseModel]) -> dict[str, set[str]]:
@@ -170,13 +163,13 @@ class Recipe:
 
     def prompt_hash(self) -> str:
         """Hash of both prompt texts and the version."""
-        return _stable_hash(
+        return content_hash(
             {"version": self.version, "file": self.file_prompt, "integration": self.integration_prompt}
         )
 
     def schema_hash(self) -> str:
         """Hash of both JSON schemas."""
-        return _stable_hash(
+        return content_hash(
             {
                 "file": self.file_schema.model_json_schema(),
                 "integration": self.integration_schema.model_json_schema(),

@@ -87,7 +87,6 @@ RECIPE = Recipe(
     integration_prompt=read_prompt("code_review_integration.md"),
     doc_types=SOURCE_TYPES,
     evidence_fields=("quote",),
-    key_fields=(),
     # judging code is closer to reasoning than copying: the model may think, at medium effort
     thinking=ThinkingPolicy(effort="medium", thinking="adaptive"),
 )

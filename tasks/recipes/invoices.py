@@ -15,9 +15,6 @@ from tasks.recipes.thinking import ThinkingPolicy
 from tasks.source.readers import DOCUMENT_TYPES
 
 VERSION = "1"
-# Every document format docmill reads (tasks.source.readers); macro-enabled Office files are listed so they
-# are reported as macro_enabled rather than as a type the recipe does not take.
-DOC_TYPES = DOCUMENT_TYPES
 
 _EVIDENCE = "The exact text from the document that shows the value, copied verbatim (e.g. the whole labelled line); null when the value is absent."
 
@@ -140,7 +137,8 @@ RECIPE = Recipe(
     file_prompt=read_prompt("invoices_file.md"),
     integration_schema=InvoicesIntegration,
     integration_prompt=read_prompt("invoices_integration.md"),
-    doc_types=DOC_TYPES,
+    # every format docmill reads (a macro-enabled Office file is skipped as macro_enabled, not as a type)
+    doc_types=DOCUMENT_TYPES,
     evidence_fields=("evidence",),
     key_fields=("invoice_number", "vendor_name"),
     # copying fields out of an invoice needs little deliberation: low effort, the model decides whether
