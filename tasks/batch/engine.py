@@ -16,6 +16,7 @@ response object per batch answer (one ledger put per document); follow-ups keep 
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
     from tasks.per_file.scope import RunScope
 
 Progress = Callable[[BatchProgress], None]
-STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads, document reads)
+STORE_WORKERS = 16  # threads overlapping store and file I/O (ledger reads, document reads) on S3
+LOCAL_WORKERS = 2  # the same on local files: page-cache reads are quick, more threads hand the GIL around
 INGEST_WORKERS = 2  # threads writing gated results to the ledger (more contend on one folder)
 WINDOW = 256  # documents or results in flight in that pool
 Chunk = list[tuple[WorkItem, dict[str, Any]]]  # succeeded results routed as one task
@@ -202,21 +204,26 @@ class BatchEngine:
     def _stream_docs(self, docs: Iterable[Document]) -> Iterator[DocOutcome]:
         body = self._body()
         streamed = DigestMap()  # a second document with a key already seen waits for its result
-        for doc, key, got in ordered_map(self.pool, self._prepare, docs, WINDOW):
-            if key is None or (key_bytes := digest(key)) in streamed:
-                if doc.duplicate_of or key is not None:
-                    self.duplicates.append(doc)
-                else:
-                    yield skipped_outcome(doc)
-                continue
-            streamed.add(key_bytes)
-            if isinstance(got, dict):
-                self.pending.pop(key, None)
-                yield self.router.from_ledger(doc, got)
-            elif got is not None:
-                body, failed = self._add(body, *got)
-                if failed is not None:
-                    yield failed
+        rest = iter(docs)
+        first = next(rest, None)
+        threads = io_threads(self.p.store.uri, first.source_uri if first else "")
+        with ThreadPoolExecutor(threads, thread_name_prefix="docmill-batch") as pool:
+            docs = itertools.chain([first] if first else [], rest)
+            for doc, key, got in ordered_map(pool, self._prepare, docs, WINDOW):
+                if key is None or (key_bytes := digest(key)) in streamed:
+                    if doc.duplicate_of or key is not None:
+                        self.duplicates.append(doc)
+                    else:
+                        yield skipped_outcome(doc)
+                    continue
+                streamed.add(key_bytes)
+                if isinstance(got, dict):
+                    self.pending.pop(key, None)
+                    yield self.router.from_ledger(doc, got)
+                elif got is not None:
+                    body, failed = self._add(body, *got)
+                    if failed is not None:
+                        yield failed
         self._submit(body)
 
     def submit_pending(self) -> Iterator[DocOutcome]:
@@ -384,7 +391,6 @@ class BatchEngine:
         try:
             with (
                 relaxed_gc(),
-                ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="docmill-batch") as self.pool,
                 ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="docmill-ingest") as self.ingest,
             ):
                 lifecycle.join_first_look(self.run_id)  # an earlier submit-only call's, in this process
@@ -400,6 +406,12 @@ class BatchEngine:
         finally:
             self.gates.close()
             self.router.sent.close()
+
+
+def io_threads(*uris: str) -> int:
+    """The threads reading documents and the ledger: STORE_WORKERS where the store or the documents
+    (`uris`) are on S3, else LOCAL_WORKERS."""
+    return STORE_WORKERS if any(u.startswith("s3://") for u in uris) else LOCAL_WORKERS
 
 
 def progress_event(kind: str, rec: BatchRecord) -> BatchProgress:  # also the deadline engine's

@@ -110,9 +110,7 @@ def split_page(excerpt: str) -> tuple[int | None, str]:
     return (int(m.group(1)), excerpt[m.end() :]) if m else (None, excerpt)
 
 
-def _judge(
-    payload: Payload, excerpt: str, loose: LooseText, haystacks: tuple[str, ...]
-) -> dict[str, Any] | str:
+def _judge(payload: Payload, excerpt: str, loose: LooseText) -> dict[str, Any] | str:
     """Where one excerpt sits (`{start, end, page, verified}`), or why it fails the rule."""
     claimed, body = split_page(excerpt)
     needle = normalize_ws(body)
@@ -121,7 +119,7 @@ def _judge(
     span = loose.find(needle)
     if span is not None:
         return {"start": span[0], "end": span[1], "page": payload.page_of(span[0]), "verified": True}
-    if any(needle in h for h in haystacks):  # found only around a neutralized tag: verbatim, no offsets
+    if needle in loose.neutral:  # found only around a neutralized tag: verbatim, no offsets
         return {"start": None, "end": None, "page": None, "verified": True}
     if payload.send is SendAs.TEXT:
         return "does not occur verbatim in the document"
@@ -144,12 +142,11 @@ def evidence_report(
     excerpt sits by path)."""
     payload = source if isinstance(source, Payload) else text_payload(source)
     loose = LooseText(payload.text)  # the text's whitespace read once for every excerpt
-    haystacks = (loose.loose, normalize_ws(neutralize(payload.text)))
     flags: list[dict[str, Any]] = []
     found: dict[str, dict[str, Any]] = {}
     excerpts = recipe.evidence(output)
     for path, excerpt in excerpts:
-        verdict = _judge(payload, str(excerpt or ""), loose, haystacks)
+        verdict = _judge(payload, str(excerpt or ""), loose)
         if isinstance(verdict, str):
             flags.append(
                 {"path": str(path), "excerpt": excerpt, "problem": Problem.EVIDENCE.value, "why": verdict}
@@ -211,6 +208,12 @@ class LooseText:
             self.at.append(pos)
             pos += end - start + 1
         self.loose = " ".join(text[start:end] for start, end in words)
+
+    @functools.cached_property
+    def neutral(self) -> str:
+        """The single-spaced text as the request carried it (tasks.request.neutralize), made only for
+        an excerpt `find` does not find: no whitespace is part of a tag, so the order does not matter."""
+        return neutralize(self.loose)
 
     def find(self, needle: str) -> tuple[int, int] | None:
         """(start, end) in the text of the first loose occurrence of `needle` (single-spaced words)."""

@@ -322,6 +322,9 @@ def supports(value: Any, evidence: str | None, *, is_date: bool = False) -> bool
     if is_date:
         return False
     value_words, evidence_words = words(text), words(evidence)
+    distinct = set(value_words)
+    if len(distinct) == len(value_words) and distinct.issubset(evidence_words):
+        return True  # each word once, and each in the evidence: nothing to count
     missing = Counter(value_words) - Counter(evidence_words)
     if not missing:
         return True

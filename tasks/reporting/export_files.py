@@ -5,11 +5,13 @@ outcome taken from the results ledger is decided by its document id, its key (a 
 once, invariant 1) and the few fields a run sets on it (state, reason, failure type); any other
 outcome, and any outcome with a review decision, counts whole. `exports_digest` hashes that, and
 the files of the first run that wrote a digest are recorded under `unchanged/exports-<digest>.json`
-with each file's sha256. A later run whose results have the same digest (an unchanged nightly)
-shares those files (ObjectStore.copy: a hard link locally, a server-side copy on S3) on condition
-of the ETag each had when written, instead of flattening and encoding every result again (JSONL,
-CSV and Parquet are ~48 MB and seconds of CPU at 10,000 invoices); a missing or changed file has
-them written anew.
+with each file's sha256. A run that stored answers of its own records none: a later run takes
+those answers from the ledger, so its digest is another, and hashing them whole (~0.25 s at 10,000
+invoices) would make an entry nobody reads. A later run whose results have the same digest (an
+unchanged nightly) shares those files (ObjectStore.copy: a hard link locally, a server-side copy on
+S3) on condition of the ETag each had when written, instead of flattening and encoding every result
+again (JSONL, CSV and Parquet are ~48 MB and seconds of CPU at 10,000 invoices); a missing or
+changed file has them written anew.
 """
 
 from __future__ import annotations
@@ -30,10 +32,14 @@ if TYPE_CHECKING:
 EXPORTS_FORMAT = 1  # raise when an export's layout changes: files of another layout are not copied
 INDEX_PREFIX = "unchanged/exports-"
 FILES = {"jsonl": "results.jsonl", "csv": "results.csv", "parquet": "results.parquet"}
+ANSWERED = ("succeeded", "needs_review")  # the states of an outcome whose answer the run stored
 
 
-def exports_digest(outcomes: list[dict[str, Any]], *, parquet: bool) -> str:
-    """What decides a run's export files, hashed (see the module docstring)."""
+def exports_digest(outcomes: list[dict[str, Any]], *, parquet: bool) -> str | None:
+    """What decides a run's export files, hashed (see the module docstring); None when the run
+    stored answers of its own (a later run takes them from the ledger: its digest differs)."""
+    if any(o.get("key") and not o.get("from_ledger") and o.get("state") in ANSWERED for o in outcomes):
+        return None
     parts: list[Any] = [EXPORTS_FORMAT, parquet]
     for o in outcomes:
         if o.get("from_ledger") and o.get("key") and not o.get("review"):
@@ -90,11 +96,10 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
     """Write JSONL, CSV and (with pyarrow) Parquet under `base`/exports/; returns name -> key. An
     earlier run's files with the same digest are copied instead of encoded again."""
     digest = exports_digest(outcomes, parquet=parquet_available())
-    index_key = f"{INDEX_PREFIX}{safe_segment(digest)}.json"
-    index = store.get_json_or_none(index_key)
-    if isinstance(index, dict):
-        keys = copied(store, index, base, index_key)
-        if keys is not None:
+    index_key = f"{INDEX_PREFIX}{safe_segment(digest)}.json" if digest else None
+    if index_key:
+        index = store.get_json_or_none(index_key)
+        if isinstance(index, dict) and (keys := copied(store, index, base, index_key)) is not None:
             return keys
     keys, files, etags = {}, {}, {}
     for name, encode in encoders(outcomes).items():
@@ -104,5 +109,6 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
         keys[name] = f"{base}/exports/{FILES[name]}"
         etags[name] = store.put(keys[name], data)
         files[name] = [keys[name], hashlib.sha256(data).hexdigest()]
-    store.put_json(index_key, {"files": files, "etags": etags})
+    if index_key:
+        store.put_json(index_key, {"files": files, "etags": etags})
     return keys

@@ -145,7 +145,7 @@ def to_parquet(rows: list[dict[str, Any]]) -> bytes | None:
     except ImportError:
         return None
     columns = columns_of(rows)
-    table = pa.table({c: [None if r.get(c) is None else str(r.get(c)) for r in rows] for c in columns})
+    table = pa.table({c: [None if (v := r.get(c)) is None else str(v) for r in rows] for c in columns})
     sink = io.BytesIO()
     pq.write_table(table, sink)
     return sink.getvalue()

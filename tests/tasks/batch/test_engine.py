@@ -9,6 +9,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from docmill.settings import Settings, get_settings
 from tasks.api.client import ModelClient
 from tasks.batch import ingest
 from tasks.batch import lifecycle as batch_lifecycle
-from tasks.batch.engine import run_batches
+from tasks.batch.engine import LOCAL_WORKERS, STORE_WORKERS, io_threads, run_batches
 from tasks.batch.items import WorkItem
 from tasks.batch.spool import BatchBody, request_line
 from tasks.per_file.outcome import DocOutcome, DocState
@@ -120,6 +121,11 @@ class Rig:
         return BatchRecords(self.store, self.run_id)
 
 
+def batch_threads() -> int:
+    """The threads preparing requests now (the engine's pool)."""
+    return sum(t.name.startswith("docmill-batch") for t in threading.enumerate())
+
+
 def by_key(outcomes: list[DocOutcome]) -> dict[str, DocOutcome]:
     return {o.key: o for o in outcomes if o.key}
 
@@ -129,8 +135,10 @@ def test_all_succeed_cut_by_count_and_a_rerun_costs_nothing(
 ) -> None:
     rig = Rig(emulator, tmp_path, corpus, max_requests=4)
     docs = rig.docs()
-    outcomes = rig.run(docs)
+    threads: list[int] = []
+    outcomes = rig.run(docs, on_progress=lambda e: threads.append(batch_threads()))
     assert len(outcomes) == len(docs)  # one terminal outcome per document
+    assert 1 <= max(threads) <= LOCAL_WORKERS  # local files: few threads (more only hand the GIL around)
     ok = {rig.key(d) for d in docs if d.status == "ok"}
     assert {o.key for o in outcomes if o.state is DocState.SUCCEEDED} >= ok
     assert rig.billed() == Counter(dict.fromkeys(ok, 1))  # each request billed once
@@ -435,6 +443,12 @@ def test_batch_bodies_respect_both_limits_and_stream_valid_json(
         seen += [r["custom_id"] for r in requests]
         b.close()
     assert len(seen) + skipped == len(sizes) and len(set(seen)) == len(seen)
+
+
+def test_reads_overlap_in_more_threads_where_the_store_or_the_documents_are_on_s3() -> None:
+    assert io_threads("/var/docmill", "file:///data/a.txt") == LOCAL_WORKERS
+    assert io_threads("s3://bucket/docmill", "file:///data/a.txt") == STORE_WORKERS > LOCAL_WORKERS
+    assert io_threads("/var/docmill", "s3://bucket/in/a.txt") == STORE_WORKERS
 
 
 def test_records_and_ledger_on_s3_survive_a_crash_after_create(

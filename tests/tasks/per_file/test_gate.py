@@ -64,6 +64,18 @@ def test_valid_output_passes_with_whitespace_normalized_evidence() -> None:
     assert v.output is not None and v.output["total"]["value"] == 12.5
 
 
+def test_evidence_quoting_a_neutralized_tag_is_verbatim_without_offsets() -> None:
+    """The request carried `<document` as `&lt;document` (tasks.request.neutralize): an excerpt
+    quoting what was sent is found, without offsets into the file's text; one quoting neither is not."""
+    text = DOC_TEXT.replace("Vendor:   ACME Corp", "Vendor:   ACME Corp  <document   ref>")
+    sent = invoice(vendor_name=text_value("ACME Corp", "Vendor: ACME Corp &lt;document ref>"))
+    v = check(RECIPE, text, message(json.dumps(sent)))
+    assert v.ok, v.errors
+    assert "$.vendor_name.evidence" not in v.offsets and "$.total.evidence" in v.offsets
+    other = invoice(vendor_name=text_value("ACME Corp", "Vendor: ACME Corp &lt;document other>"))
+    assert check(RECIPE, text, message(json.dumps(other))).problem is Problem.EVIDENCE
+
+
 def test_evidence_not_in_document_is_flagged_with_its_path() -> None:
     bad = invoice(total=text_value(99.0, "Total: 99.00"))
     v = check(RECIPE, DOC_TEXT, message(json.dumps(bad)))

@@ -81,6 +81,22 @@ def test_a_changed_file_other_results_or_a_decision_are_encoded_anew(tmp_path: P
     assert exports_digest(other_key, parquet=False) != exports_digest(outcomes(), parquet=False)
 
 
+def test_a_run_that_stored_answers_records_no_index(tmp_path: Path) -> None:
+    """Answers a run stored come from the ledger the next night, whose digest is another: the run that
+    stored them hashes nothing and records no index; the next night records one, the night after copies."""
+    store = open_store(str(tmp_path / "store"))
+    fresh = [{**o, "from_ledger": False} for o in outcomes()]
+    assert exports_digest(fresh, parquet=False) is None
+    assert store.get(write_exports(store, "runs/one", fresh)["jsonl"]) == to_jsonl(fresh)
+    assert list(store.list(INDEX_PREFIX)) == []
+    write_exports(store, "runs/two", outcomes())
+    assert len(list(store.list(INDEX_PREFIX))) == 1
+    third = write_exports(store, "runs/three", outcomes())
+    assert (tmp_path / "store" / third["csv"]).stat().st_ino == (
+        tmp_path / "store/runs/two/exports/results.csv"
+    ).stat().st_ino
+
+
 def test_copied_exports_do_not_import_pyarrow(tmp_path: Path) -> None:
     """An unchanged run copies its exports: it never pays for importing pyarrow (checked in a fresh
     interpreter, as a run starts)."""
