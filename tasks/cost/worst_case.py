@@ -1,20 +1,8 @@
 """What requests can cost at most, read from their own tokens the way the API bills them at most
-(input as cache writes, `max_tokens` of output, docmill.prices.worst_usd), and the per-document guard.
-
-- `worst_case_usd`: one request (the bound tasks.api.client.ModelClient reserves before a realtime
-  request; tasks.cost.batch_cap reserves it per batch item).
-- `request_worst_usd`: a per-file request and every follow-up the repair policy allows (first +
-  repairs + one larger retry after truncation). A long document (split and extracted chunk by chunk
-  in one conversation) is bounded by its turns (`long_worst_usd`): turn i sends at most
-  min(context budget, i chunks of text), plus `max_tokens` out.
-- `request_worsts`, `in_flight_usd`: per request key of a realtime chunk, and for the chunk as a
-  whole, what the requests in flight at once can cost at most (the in-flight records of invariant 13,
-  checkpoints.inflight; a shard worker's grant).
-- The guard: a document whose worst case would cost more than `settings.cost.max_doc_cost_usd`
-  (`--max-doc-cost-usd`) goes to review before anything is paid (`over_guard`, `COST_GUARD`). A 5 MB
-  one-line file or a CSV with a million columns is held here; an ordinary invoice is far below any
-  sane guard (~$0.01 of $2). Callers: tasks.per_file.realtime (before the first call) and
-  tasks.batch.engine (before spooling).
+(input as cache writes, `max_tokens` of output: docmill.prices.worst_usd), and the per-document guard:
+a document whose worst case passes `settings.cost.max_doc_cost_usd` (`--max-doc-cost-usd`) goes to
+review before anything is paid (`over_guard`, `COST_GUARD`). A 5 MB one-line file or a CSV with a
+million columns is held there; an ordinary invoice is far below any sane guard (~$0.01 of $2).
 """
 
 from __future__ import annotations
@@ -54,8 +42,8 @@ class Held:
 
 
 def request_worst_usd(settings: Settings, request: dict[str, Any], estimate: int | None = None) -> float:
-    """What a per-file request and the follow-ups the repair policy allows can cost at most
-    (`estimate`: the request's input-token estimate, when the caller has it)."""
+    """What a per-file request and the follow-ups the repair policy allows (its repairs and one
+    larger retry after truncation) can cost at most (`estimate`: its input tokens, when known)."""
     calls = 1 + settings.gate.repair_attempts + 1
     out = max(int(request.get("max_tokens") or 0), settings.gate.truncation_max_tokens)
     tokens = estimate_input_tokens(request) if estimate is None else estimate
@@ -64,7 +52,8 @@ def request_worst_usd(settings: Settings, request: dict[str, Any], estimate: int
 
 
 def long_worst_usd(settings: Settings, model: str, text_tokens: int) -> float:
-    """What extracting a long document chunk by chunk can cost at most (see the module docstring)."""
+    """What extracting a long document chunk by chunk in one conversation can cost at most: turn i
+    sends at most min(context budget, i chunks of text), plus `max_tokens` out."""
     chunk = settings.context.document_budget_tokens
     turns = max(1, math.ceil(text_tokens / chunk))
     each = [
