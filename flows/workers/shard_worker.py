@@ -1,19 +1,16 @@
 """The shard worker: one process of a run spread over Prefect workers (`docmill run --workers N`).
 
-It takes the run's own settings from its manifest (the same keys, requests and prices as the
-driver), joins the organisation's shared rate limit, and then claims shards of the run's current
-generation (checkpoints.shards) one at a time until none is left:
+It takes the run's own settings from its manifest (the driver's keys, requests and prices), joins
+the organisation's shared rate limit, and claims shards of the run's current generation
+(checkpoints.shards) one at a time until none is left: claim (a lease, renewed in the background)
+-> the shard's unfinished chunks as Prefect tasks -> shard done -> next claim.
 
-    claim (a lease, renewed in the background) -> the shard's chunks not done yet, as Prefect chunk
-    tasks (realtime per-file pass, outcomes per chunk) -> shard done -> next claim
-
-A shard a dead worker held is claimed again once its lease lapses (at once when its process is
-known dead on this machine); its finished chunks are skipped and its finished documents are free
-ledger hits, so only requests that were in flight at the death are sent again (invariant 3). A
-worker with nothing to claim while others still hold shards waits and looks again: one of them may
-die. The run's cost cap is shared out in grants (checkpoints.allowance): a worker spends only its
-grant, takes more before each shard, and when nothing is left every worker stops (`stop.json`), as
-on a systemic failure; the driver's Ctrl-C stops their sending too.
+A dead worker's shard is claimed again once its lease lapses (at once when its process is known dead
+on this machine); finished chunks are skipped and finished documents are free ledger hits, so only
+the requests in flight at the death are sent again (invariant 3). A worker with nothing to claim
+while others hold shards waits and looks again: one of them may die. The run's cost cap is shared
+out in grants (checkpoints.allowance), taken before each shard; when nothing is left every worker
+stops (`stop.json`), as on a systemic failure; the driver's Ctrl-C stops their sending too.
 """
 
 from __future__ import annotations

@@ -1,24 +1,18 @@
 """Inventory: turn a source (local folder, file or `s3://bucket/prefix`) into a stream of `Document`s.
 
-Every file becomes exactly one `Document`, `ok` or `skipped` with a `SkipReason`; nothing is
-dropped and a bad file never raises. Documents come out sorted by doc id, one file in memory at a
-time (hashing reads in 1 MiB blocks; oversized files are hashed but never held).
+Every file becomes exactly one `Document`, `ok` or `skipped` with a `SkipReason`; a bad file never
+raises. Documents come out sorted by doc id, one file in memory at a time (hashed in 1 MiB blocks;
+an oversized file is hashed but never held). Checks, first match wins: unreadable (permission,
+broken symlink, not a regular file, store error; `outside_source` / `symlinked_folder` for symlinks
+unless settings.inventory.follow_symlinks) -> unsupported_type -> oversized -> empty -> what the
+format's reader refuses in a bounded reader process (tasks.source.readers) -> duplicate (the sha256
+of an earlier `ok` document). A PDF or image without a text layer is `ok`: it is sent as what it is.
 
-Checks, first match wins: unreadable (permission, broken symlink, not a regular file, store error;
-a symlink leading outside the source and a symlinked folder are `outside_source` / `symlinked_folder`
-unless settings.inventory.follow_symlinks) -> unsupported_type -> oversized
-(settings.inventory.max_document_bytes) -> empty -> what the format's reader refuses, read in a
-bounded reader process (binary, undecodable, encrypted, corrupt, over_limit, macro_enabled:
-tasks.source.readers) -> duplicate (same sha256 as an earlier `ok` document, `duplicate_of`). A PDF
-or image without a text layer is `ok`: it is sent as what it is (tasks.request).
-
-E-mail: every attachment of an `ok` .eml becomes its own document right after its message
-(`parent` = the message; an attached message read in turn to settings.formats.max_nesting levels,
-one that is its own ancestor by Message-ID is `forward_loop`; attachments past
-settings.formats.max_attachments are `over_limit`).
-
-Doc ids and globs: tasks.source.doc_names (any name is taken in, under an id it can be read back
-from); a source that still yields two documents with one id stops before anything is sent.
+Every attachment of an `ok` .eml becomes its own document right after its message (`parent`; an
+attached message is read in turn to settings.formats.max_nesting levels, one that is its own
+ancestor by Message-ID is `forward_loop`, attachments past settings.formats.max_attachments are
+`over_limit`). Doc ids and globs: tasks.source.doc_names; a source that still yields two documents
+with one id stops before anything is sent.
 """
 
 from __future__ import annotations
