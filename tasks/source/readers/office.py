@@ -266,7 +266,7 @@ def _xlsx(data: bytes) -> Content:
             texts.append(buf.getvalue().strip())
     finally:
         book.close()
-    text, spans = paged(texts, "sheet")
+    text, spans = paged(texts)
     return Content(text, spans, "sheet", page_count=len(spans))
 
 
@@ -296,7 +296,7 @@ def _pptx(data: bytes) -> Content:
             if notes is not None and notes.text.strip():
                 lines += ["Notes:", notes.text]
         texts.append("\n".join(line for line in lines if line.strip()))
-    text, spans = paged(texts, "slide")
+    text, spans = paged(texts)
     return Content(text, spans, "slide", page_count=len(spans))
 
 
