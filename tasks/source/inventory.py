@@ -167,24 +167,16 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     follow = settings.inventory.follow_symlinks
     names, unlistable, linked = _walk(root, source, follow)
     inc, exc = settings.inventory.include, settings.inventory.exclude
-    marks = {rel + "/": "unlistable" for rel in unlistable} | {rel + "/": "linked" for rel in linked}
-    todo = sorted([n for n in names if selected(n, inc, exc)] + list(marks), reverse=True)
+    folders = {rel + "/": (SkipReason.UNREADABLE, "cannot list folder") for rel in unlistable}
+    linked_skip = (SkipReason.SYMLINKED_FOLDER, "a symlinked folder; --follow-symlinks reads it")
+    folders |= {rel + "/": linked_skip for rel in linked}
+    todo = sorted([n for n in names if selected(n, inc, exc)] + list(folders), reverse=True)
     del names  # every name is held once, and let go as its document goes (memory per document)
     while todo:
         rel = todo.pop()
         path = root / rel.rstrip("/")
-        if marks.get(rel) == "unlistable":
-            yield _Entry(
-                rel.rstrip("/"), path.as_uri(), lambda _m: _Read(error="cannot list folder"), "directory"
-            )
-        elif marks.get(rel) == "linked":
-            yield _Entry(
-                rel.rstrip("/"),
-                path.as_uri(),
-                _NO_READ,
-                "directory",
-                skip=(SkipReason.SYMLINKED_FOLDER, "a symlinked folder; --follow-symlinks reads it"),
-            )
+        if rel in folders:
+            yield _Entry(rel.rstrip("/"), path.as_uri(), _NO_READ, "directory", skip=folders[rel])
         elif not follow and os.path.islink(path) and not _inside(str(path), root):
             # only a symlinked file can lead outside: folders that are symlinks are not walked
             yield _Entry(
