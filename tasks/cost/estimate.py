@@ -132,32 +132,20 @@ class IntegrationEstimate:
         ]
 
 
-def integration_prompt_tokens(recipe: Any, settings: Any) -> int:
-    """One integration call's input besides the results it reads: the request the pass builds
-    (tasks.integration.notes.notes_request: prompt, rules, the notes schema, the ask) with an empty
-    slice and the digest of a store that holds nothing yet, counted as every request is."""
-    request = notes_request(
-        recipe,
-        notes_schema(recipe),
-        [],
-        state_digest({}, 0, settings.integration.digest_chars),
-        model=settings.api.integration_model,
-        max_tokens=settings.integration.max_tokens,
-    )
-    return content_tokens(request)
-
-
 def integration_estimate(
     recipe: Any, settings: Any, typical: int, note_tokens: float | None = None
 ) -> IntegrationEstimate:
     """`typical`: one per-file answer's text tokens (learned or the prior): a compact result is the
     answer without its evidence (about half) plus its doc id and state (what past runs' bills say
     replaces that: `estimate_docs`); `note_tokens`: the text written per result read (learned from
-    past runs; default NOTE_TOKENS_PER_RESULT)."""
-    s = settings.integration
+    past runs; default NOTE_TOKENS_PER_RESULT). One call's own input is the request the pass builds
+    (tasks.integration.notes.notes_request) with an empty slice and the digest of an empty store."""
+    s, model = settings.integration, settings.api.integration_model
+    digest = state_digest({}, 0, s.digest_chars)
+    empty = notes_request(recipe, notes_schema(recipe), [], digest, model=model, max_tokens=s.max_tokens)
     return IntegrationEstimate(
-        model=settings.api.integration_model,
-        prompt_tokens=integration_prompt_tokens(recipe, settings),
+        model=model,
+        prompt_tokens=content_tokens(empty),
         result_tokens=max(16, typical // 2 + RECORD_TOKENS),
         read_records=s.read_records if code_built(recipe) else 10**9,
         slice_records=s.slice_records,
@@ -165,11 +153,7 @@ def integration_estimate(
         slice_chars=s.slice_chars,
         digest_tokens=s.digest_chars // 4,
         note_tokens=NOTE_TOKENS_PER_RESULT if note_tokens is None else note_tokens,
-        thinking_tokens=thinking_tokens(
-            settings.api.integration_model,
-            None,
-            effort_config(settings.api.integration_model, recipe.thinking).get("effort"),
-        ),
+        thinking_tokens=thinking_tokens(model, None, effort_config(model, recipe.thinking).get("effort")),
     )
 
 

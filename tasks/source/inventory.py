@@ -72,7 +72,7 @@ class _Entry:
     source_uri: str
     read: Callable[[int], _Read]  # max_bytes -> _Read
     doc_type: str | None = None  # forced type (e.g. "directory" for an unlistable folder)
-    skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
+    skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks, folders): never read
     parent: str | None = None  # an e-mail attachment: its message's doc id
     doc_id: str | None = None  # given (an attachment's); else made from `name`
     # what the source says cheaply (tasks.source.known_files)
