@@ -116,14 +116,7 @@ class PrefectLauncher:
 class Spread:
     """One per-file pass (its first wave) spread over workers."""
 
-    def __init__(
-        self,
-        ctx: RunContext,
-        workers: int,
-        launcher: Launcher,
-        *,
-        progress: bool = True,
-    ) -> None:
+    def __init__(self, ctx: RunContext, workers: int, launcher: Launcher, *, progress: bool = True) -> None:
         self.ctx, self.workers, self.launcher, self.progress = ctx, workers, launcher, progress
         self.conf = ctx.settings.workers
         self.nonce = secrets.token_hex(3)  # this driver's life: its launches are its own

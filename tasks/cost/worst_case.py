@@ -15,15 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from docmill.prices import price_on, worst_usd
 from tasks.api.usage import estimate_input_tokens
-from tasks.request import (
-    SendAs,
-    file_key,
-    file_params,
-    file_request,
-    media_tokens,
-    send_as,
-    wrap_document,
-)
+from tasks.request import SendAs, file_key, file_params, file_request, media_tokens, send_as, wrap_document
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
