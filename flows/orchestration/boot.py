@@ -34,23 +34,8 @@ def server_argv(port: int) -> list[str]:
     spec = importlib.util.find_spec("prefect")
     assert spec is not None and spec.submodule_search_locations
     app_dir = Path(next(iter(spec.submodule_search_locations))).parent
-    return [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--app-dir",
-        str(app_dir),
-        "--factory",
-        "prefect.server.api.server:create_app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "error",
-        "--lifespan",
-        "on",
-    ]
+    flags = f"--factory prefect.server.api.server:create_app --host 127.0.0.1 --port {port} --log-level error"
+    return [sys.executable, "-m", "uvicorn", "--app-dir", str(app_dir), *flags.split(), "--lifespan", "on"]
 
 
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:

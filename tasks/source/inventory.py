@@ -435,16 +435,11 @@ def inventory(
     doc_types: Iterable[str] | None = None,
     known: KnownFiles | None = None,
 ) -> Iterator[Document]:
-    """Documents of `source` (folder, file, or s3://bucket/prefix), sorted by relative path; an
-    e-mail's attachments follow their message.
-
-    `doc_types` (e.g. `recipe.doc_types`) limits the types taken; others are skipped as
-    `unsupported_type`. Default: every type docmill reads (tasks.source.readers) and source/config files.
-    Raises InputError only when the source itself cannot be read, or yields two documents with one
-    id; bad files become skipped documents.
-    `known` (tasks.source.known_files): files whose stamp says they did not change are not read; the cache
-    is saved once every document is out.
-    """
+    """Documents of `source` (see the module docstring); InputError only when the source itself
+    cannot be read or yields two documents with one id. `doc_types` (e.g. `recipe.doc_types`; default:
+    every type docmill reads) limits the types taken, others are `unsupported_type`. `known`
+    (tasks.source.known_files): files whose stamp says they did not change are not read; the cache is
+    saved once every document is out."""
     settings = settings or get_settings()
     types = ALL_TYPES if doc_types is None else frozenset(t for t in doc_types if t in ALL_TYPES)
     scan = _Scan(
