@@ -1,14 +1,10 @@
 """What a reader gives back, and why it may refuse (a leaf: the standard library and docmill.api_media).
 
 `Content` is one document as docmill can send it: its text layer (pages joined by a form feed, with
-their spans), and for PDFs and images what the API needs to receive them as they are (media type,
-pages, pixels, and what those cost as images by the API's published rule). `Part` is an e-mail
-attachment; the inventory makes each one its own document.
-
-`Unreadable` carries the inventory's skip reason (its `reason`) and a one-line detail: a file that
-is encrypted, corrupt, over a limit, macro-enabled, or a forwarding loop is reported with that
-reason and never stops a run. Every reader's message passes through `ExtractError`, which drops
-memory addresses (`<_io.BytesIO object at 0x7fa3...>`), so a reason reads the same run to run.
+their spans) and, for PDFs and images, what the API needs to receive them as they are and what they
+cost as images. `Part` is an e-mail attachment (the inventory makes each its own document).
+`Unreadable` carries the inventory's skip reason and a one-line detail; every reader's message
+passes through `ExtractError`, which drops memory addresses, so a reason reads the same run to run.
 """
 
 from __future__ import annotations
