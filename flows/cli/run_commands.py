@@ -237,9 +237,5 @@ def cmd_resume(a: argparse.Namespace) -> int:
     store = cli_store(a)
     check_store(store, store_uri(a))
     known_run(store, a.run_id)
-    cap, conc = a.max_cost_usd, a.concurrency
-    if a.no_prefect:
-        summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
-    else:
-        summary = resume.with_options(retries=0)(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
-    return _finish(summary)
+    run = resume_run if a.no_prefect else resume.with_options(retries=0)
+    return _finish(run(a.run_id, store=a.store, max_cost_usd=a.max_cost_usd, concurrency=a.concurrency))
