@@ -211,14 +211,13 @@ def past_answers(store: ObjectStore, recipe: str, model: str, read_records: int 
         for e in CostLedger(store, run_id).entries():
             if e.possibly_billed or e.unanswered:
                 continue
+            prompt = e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
             if e.pass_name == "integration":
                 notes += e.output_tokens - e.thinking_tokens
-                notes_input += e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
+                notes_input += prompt
                 calls += 1
-            if e.pass_name != "file" or e.answered_model != model:
-                continue
-            prompt = e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
-            per_doc[e.doc_id].append((e.attempt, prompt, e.output_tokens, e.thinking_tokens))
+            elif e.pass_name == "file" and e.answered_model == model:
+                per_doc[e.doc_id].append((e.attempt, prompt, e.output_tokens, e.thinking_tokens))
         if not per_doc:
             continue
         reading.runs += 1
