@@ -78,7 +78,8 @@ def request_worsts(docs: Iterable[Document], recipe: Recipe, settings: Settings)
     tokens: /4 as everywhere, x2 for JSON escapes) plus the prompt, at the dearer of the model and
     its fallback; a long document's turns never pass the context budget."""
     models = [m for m in (settings.api.model, settings.api.fallback_model) if m and price_on(m) is not None]
-    out_max = max(int(settings.api.max_tokens), int(settings.gate.truncation_max_tokens))
+    out = int(settings.api.max_tokens)
+    out_max = max(out, int(settings.gate.truncation_max_tokens))
     params = file_params(settings)
     worst: dict[str, float] = {}
     rest: dict[str, int] = {}  # per model: the request's JSON length besides its document wrapper
@@ -87,15 +88,13 @@ def request_worsts(docs: Iterable[Document], recipe: Recipe, settings: Settings)
             continue
         each = []
         wrapper = len(json.dumps(wrap_document(doc.doc_id, str(doc.doc_type), ""), ensure_ascii=False))
+        media = send_as(doc, recipe) is not SendAs.TEXT  # pages and pixels, not bytes
+        body = min(media_tokens(doc) if media else doc.size // 2, settings.context.budget_tokens)
         for model in models:
             if model not in rest:  # the rest is the same for every document: measured once
-                request = file_request(recipe, doc, "", model=model, max_tokens=settings.api.max_tokens)
+                request = file_request(recipe, doc, "", model=model, max_tokens=out)
                 rest[model] = len(json.dumps(request, ensure_ascii=False)) - wrapper
-            media = send_as(doc, recipe) is not SendAs.TEXT  # pages and pixels, not bytes
-            # = estimate_input_tokens of the request, plus the document's own tokens
-            body = media_tokens(doc) if media else doc.size // 2
-            sized = max(1, (rest[model] + wrapper) // 4) + min(body, settings.context.budget_tokens)
-            out = int(settings.api.max_tokens)
+            sized = max(1, (rest[model] + wrapper) // 4) + body  # estimate_input_tokens + the document's
             repair = worst_usd(model, sized + out, out) or 0.0  # a repair re-sends a whole answer
             each.append(max(repair, worst_usd(model, sized, out_max) or 0.0))  # or the larger limit
         key = file_key(recipe, doc, settings.api.model, params)
