@@ -83,17 +83,19 @@ def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, progress: bool = 
     return summary
 
 
+RETRY = Settings()  # the flows' retry policy, read once at import
+
+
 def _flow(name: str) -> Any:
     """A run flow. One that fails (an outage, a dead store, a crash of the chain) is retried and
     continues the same docmill run (bound to the flow run): the only retry layer at this level (chunk
     tasks have retries=0, requests retry in their transport; retries would multiply otherwise)."""
-    settings = Settings()
     return flow(
         name=name,
         task_runner=RUNNER,
         log_prints=False,
-        retries=settings.flow_retries,
-        retry_delay_seconds=settings.flow_retry_delay_seconds,
+        retries=RETRY.flow_retries,
+        retry_delay_seconds=RETRY.flow_retry_delay_seconds,
     )
 
 
