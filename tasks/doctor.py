@@ -104,12 +104,12 @@ def cache_check(settings: Settings, recipe: Recipe, sdk: anthropic.Anthropic) ->
         if uncached is not None and read is not None
         else "an unknown amount (no price)"
     )
-    name = f"recipe {recipe.name} prompt cache"
-    if prefix < minimum:
-        detail = f"prefix {prefix:,} tokens < minimum {minimum:,} of {model}: not cached ({per_1000} forgone)"
-        return Check(name, True, detail, warn=True)
+    cached = prefix >= minimum
+    verdict = f">= minimum {minimum:,} of {model}: cached ({per_1000} saved)"
+    if not cached:
+        verdict = f"< minimum {minimum:,} of {model}: not cached ({per_1000} forgone)"
     return Check(
-        name, True, f"prefix {prefix:,} tokens >= minimum {minimum:,} of {model}: cached ({per_1000} saved)"
+        f"recipe {recipe.name} prompt cache", True, f"prefix {prefix:,} tokens {verdict}", warn=not cached
     )
 
 

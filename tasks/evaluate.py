@@ -2,27 +2,18 @@
 the mismatches document by document, and a stratified random sample of succeeded documents for
 the review queue.
 
-Labels file (JSONL): one record per labelled document, the format of the example generator's
-ground truth (`examples/make_invoices.py --truth FILE`):
+Labels file (JSONL), the format of `examples/make_invoices.py --truth FILE`; other records are ignored:
 
     {"record": "document", "doc_id": "2026-04/inv-001001.txt", "fields": {"total": 980.96, ...}}
 
-Lines whose `record` is not "document", or without `fields`, are ignored. Review decisions are a
-second label source (`tasks.review.labels_from_decisions`; a labels file wins for a document in
-both). A labelled field is *covered* when its document produced an output (it did not fail), and
-*correct* when the output value equals the label (numbers within 0.005, strings after trimming
-whitespace). A null value covers nothing: an answer whose field is null (or absent) leaves that
-field uncovered, so a run that "succeeds" with every field empty reads 0 % coverage, not 100 %
-(a field labelled null is covered by a null answer: that answer is correct). Coverage = covered /
-labelled; accuracy = correct / covered, so a run that failed half its documents but got the rest
-right reads 50 % coverage, 100 % accuracy. Every labelled field that is not correct is a mismatch:
-`wrong` (covered, another value), `null` (the document has an output, the field is null) or
-`missing` (no output).
-
-Groups, so that a good overall number cannot hide a bad segment: `format` (the inventory's
-document type, else the file extension) and `folder` (the source folder of the document id); and
-per field, its support class (tasks.provenance: verified, verified_text, unverified, missing), so
-values no code could check are measured apart from those boxed in a text layer.
+Review decisions are a second label source (`tasks.review.labels_from_decisions`; the file wins for
+a document in both). A labelled field is *covered* when its document produced an output with a
+non-null value for it (a field labelled null is covered by a null answer), so a run that "succeeds"
+with every field empty reads 0 % coverage; it is *correct* when the value equals the label (numbers
+within 0.005, strings trimmed). Coverage = covered / labelled, accuracy = correct / covered. Every
+labelled field not correct is a mismatch: `wrong` (another value), `null` (an output, the field
+null) or `missing` (no output). Groups, so a good overall number cannot hide a bad segment: `format`
+(the document type, else the extension), `folder`, and each value's support class (tasks.provenance).
 """
 
 from __future__ import annotations

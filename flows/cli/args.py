@@ -66,7 +66,7 @@ def _source_filters(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
-    """The `docmill` parser; each command names its handler in `fn` (see flows/cli/main.py's `COMMANDS`)."""
+    """The `docmill` parser; `command` names the handler (flows/cli/main.py's `COMMANDS`)."""
     p = OneLineParser(
         prog="docmill",
         description=description,
@@ -143,7 +143,6 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     )
     _source_filters(r)
     r.add_argument("--no-prefect", action="store_true", help="run without the Prefect engine")
-    r.set_defaults(fn="run")
 
     rs = sub.add_parser(
         "resume",
@@ -163,17 +162,15 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         type=setting_flag("api.concurrency", int),
         help="a ceiling on requests in flight (default: the run's own)",
     )
-    rs.set_defaults(fn="resume")
 
     s = sub.add_parser(
         "status", help="phase, counts, batches, cost and ETA of a run (default: the newest)", parents=common
     )
     s.add_argument("run_id", nargs="?", type=run_id_flag, help="the run (default: the newest in the store)")
     s.add_argument("--json", action="store_true", help="the manifest and status as JSON")
-    s.set_defaults(fn="status")
     sub.add_parser(
         "runs", help="list runs in the store (the same counts and cost as `status`)", parents=common
-    ).set_defaults(fn="runs")
+    )
 
     rv = sub.add_parser(
         "review", help="the human review queue of a run; accept, correct or reject results", parents=common
@@ -208,11 +205,9 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     rv.add_argument(
         "--by", help="for accept/correct/reject: who decides (default $DOCMILL_REVIEWER, else the user)"
     )
-    rv.set_defaults(fn="review")
 
     rp = sub.add_parser("report", help="write report.md, report.html and exports again", parents=common)
     rp.add_argument("run_id", nargs="?", type=run_id_flag, help="the run (default: the newest in the store)")
-    rp.set_defaults(fn="report")
 
     es = sub.add_parser(
         "estimate", help="estimate the cost of a source, realtime vs batch (no model call)", parents=common
@@ -224,7 +219,6 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "--max-tokens", type=setting_flag("api.max_tokens", int), help="max_tokens per request (worst case)"
     )
     _source_filters(es)
-    es.set_defaults(fn="estimate")
 
     ev = sub.add_parser(
         "eval",
@@ -237,7 +231,6 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     ev.add_argument("--sample", type=int, default=0, help="add N succeeded documents (stratified) to review")
     ev.add_argument("--seed", type=int, default=0, help="random seed of the sample")
     ev.add_argument("--mismatches", metavar="FILE.csv", help="write every mismatch (document, field) as CSV")
-    ev.set_defaults(fn="eval")
 
     dr = sub.add_parser(
         "doctor",
@@ -256,11 +249,9 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="check this recipe: a built-in name or path/to/module.py:NAME (repeatable; default: the built-in ones)",
     )
     dr.add_argument("--model", help="check this model for the per-file pass (default: DOCMILL_API__MODEL)")
-    dr.set_defaults(fn="doctor")
 
     e = sub.add_parser(
         "emulator", help="run the offline API emulator (see `docmill emulator --help`)", add_help=False
     )
     e.add_argument("rest", nargs=argparse.REMAINDER, help="the emulator's own arguments")
-    e.set_defaults(fn="emulator")
     return p

@@ -1,9 +1,5 @@
-"""What the command line checks before anything runs, so every configuration, flag and store problem
-exits 2 with one line naming the setting (the exit-code table is in README.md and flows/cli/main.py):
-a flag by the setting it sets (`setting_flag`: `--concurrency 0`, `--max-cost-usd nan` are refused at
-parse time), a run id (`run_id_flag`), the command line itself (`OneLineParser`: no usage block), the
-store (`check_store`: a folder that cannot be created, a path under /proc, an S3 bucket with wrong or
-missing credentials) and a run the store knows (`known_run`)."""
+"""What the command line checks before anything runs, so that every configuration, flag and store
+problem exits 2 with one line naming the setting (the exit-code table: README.md, flows/cli/main.py)."""
 
 from __future__ import annotations
 

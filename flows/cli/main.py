@@ -124,7 +124,7 @@ def _dispatch(args: argparse.Namespace, raise_errors: bool) -> int:
         configure(args.log_format or settings.log_format, level=args.log_level)
         if getattr(args, "store", None):
             os.environ["DOCMILL_STORE"] = args.store
-        return int(COMMANDS[args.fn](args))
+        return int(COMMANDS[args.command](args))
     except KeyboardInterrupt:
         say_stopped("SIGINT", current_run() or getattr(args, "run_id", None))
         return EXIT_INTERRUPT

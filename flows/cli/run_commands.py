@@ -160,11 +160,10 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def _may_be_small(a: argparse.Namespace) -> bool:
-    """Whether `_small_run` will count what the run has to send: a new run that would start
-    Prefect's temporary server (no API URL in the environment, nor in the Prefect settings of a
-    process that has Prefect loaded already: a running server costs no start-up). Its temporary
-    server, if it needs one, starts after that count: booting it costs a small run more than the
-    count (a `stat` per file the store knows, the listing of one it does not)."""
+    """Whether `_small_run` will count what the run has to send: a new run without --workers,
+    --finish-by or --run-id that would start Prefect's temporary server (no API URL in the environment
+    nor in a loaded Prefect's settings: a running server costs no start-up and keeps the run's record).
+    The server then starts after that count, which costs a small run less than booting it."""
     if a.no_prefect or a.workers or a.finish_by or a.run_id or os.environ.get("PREFECT_API_URL"):
         return False
     if "prefect" in sys.modules:  # a process with Prefect loaded (an embedding program, tests)
@@ -175,11 +174,9 @@ def _may_be_small(a: argparse.Namespace) -> bool:
 
 
 def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> bool:
-    """A new run with fewer documents to send than settings.prefect_min_documents runs without
-    Prefect when Prefect would first start a temporary server (flows.run.small), and one line says
-    so; otherwise that server starts now. Not for --workers, --finish-by, --run-id, or with
-    PREFECT_API_URL set (a running server costs no start-up and keeps the run's record): `_may_be_small`."""
-    # imported here, as the rest of the run is (the CLI module is imported for every command)
+    """A run `_may_be_small` let through with fewer documents to send than
+    settings.prefect_min_documents runs without Prefect (flows.run.small), and one line says so;
+    otherwise Prefect's temporary server starts now."""
     from flows.entry import settings_for
     from flows.run.small import work_left
 
@@ -240,9 +237,5 @@ def cmd_resume(a: argparse.Namespace) -> int:
     store = cli_store(a)
     check_store(store, store_uri(a))
     known_run(store, a.run_id)
-    cap, conc = a.max_cost_usd, a.concurrency
-    if a.no_prefect:
-        summary = resume_run(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
-    else:
-        summary = resume.with_options(retries=0)(a.run_id, store=a.store, max_cost_usd=cap, concurrency=conc)
-    return _finish(summary)
+    run = resume_run if a.no_prefect else resume.with_options(retries=0)
+    return _finish(run(a.run_id, store=a.store, max_cost_usd=a.max_cost_usd, concurrency=a.concurrency))

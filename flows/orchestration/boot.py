@@ -1,14 +1,12 @@
 """Prefect's temporary API server, started first thing when a run will need one.
 
-With no PREFECT_API_URL a flow run starts a temporary server (flows.orchestration.server.OwnedServer) when
-its client first needs one; to get there this process imports Prefect's server package (~6 s of CPU),
-and only then does the server's own process start and import it again. `prespawn()` starts that
-process at once, with the same command and through docmill.processes.spawn (so it dies with docmill),
-before anything heavy is imported: it boots on the other core while docmill imports and checks its
-inputs, and `OwnedServer` takes it over (`port`, `claim`) instead of starting another. It uses the
-database slot `OwnedServer` would (docmill.processes.hold_slot under `$PREFECT_HOME/docmill`); a
-Prefect profile that turns out to name an API URL, or settings that change the server's environment,
-get it stopped (`discard`, `fits`). Light on purpose: it imports nothing of Prefect.
+A flow run without PREFECT_API_URL starts a temporary server (flows.orchestration.server.OwnedServer)
+only after importing Prefect's server package (~6 s of CPU), and the server's process then imports
+it again. `prespawn()` starts that process at once, with the same command, through
+docmill.processes.spawn (it dies with docmill) and on the database slot `OwnedServer` would use, so
+it boots on the other core while docmill imports and checks its inputs; `OwnedServer` takes it over
+(`port`, `claim`). A Prefect profile naming an API URL, or settings that change the server's
+environment, get it stopped (`discard`, `fits`). Light on purpose: it imports nothing of Prefect.
 """
 
 from __future__ import annotations
@@ -34,23 +32,8 @@ def server_argv(port: int) -> list[str]:
     spec = importlib.util.find_spec("prefect")
     assert spec is not None and spec.submodule_search_locations
     app_dir = Path(next(iter(spec.submodule_search_locations))).parent
-    return [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--app-dir",
-        str(app_dir),
-        "--factory",
-        "prefect.server.api.server:create_app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "error",
-        "--lifespan",
-        "on",
-    ]
+    flags = f"--factory prefect.server.api.server:create_app --host 127.0.0.1 --port {port} --log-level error"
+    return [sys.executable, "-m", "uvicorn", "--app-dir", str(app_dir), *flags.split(), "--lifespan", "on"]
 
 
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -29,8 +29,6 @@ RUNNER: Any = ThreadPoolTaskRunner(max_workers=CHUNK_WORKERS)  # always bounded
 # A run that stops on purpose is not a failure: its chunk task runs and its flow run end Cancelled,
 # under these names (what the Prefect UI shows), with the one line that says how to continue.
 INTERRUPTED, BUDGET_SPENT = "Interrupted", "Budget spent"
-
-
 STOP_STATES = (INTERRUPTED, BUDGET_SPENT)
 
 
@@ -72,23 +70,19 @@ for _name in ("prefect.task_runs", "prefect.flow_runs"):
 def chunk_task(fn: Any, cid: str, docs: list[dict[str, Any]], label: str = "") -> Any:
     """One chunk; a chunk a signal or the budget stopped ends Cancelled (see STOP_STATES), not Failed."""
     limit = get_settings().chunk_limit_name
+    guard: Any = nullcontext()
     if limit:
         from prefect.concurrency.sync import concurrency
 
-        guard: Any = concurrency(limit, occupy=1, strict=True)
-    else:
-        guard = nullcontext()
+        guard = concurrency(limit, occupy=1, strict=True)
     with guard:
         try:
             counts = fn(cid, docs)
         except Interrupted as e:
             return interrupted_state(e, {"interrupted": 1})
     if counts.get("budget"):
-        run_id = current_run() or "RUN_ID"
-        line = (
-            f"the run's cost cap stopped this chunk; `docmill resume {run_id} --max-cost-usd N` continues it"
-        )
-        return budget_state(line, counts)
+        resume = f"`docmill resume {current_run() or 'RUN_ID'} --max-cost-usd N`"
+        return budget_state(f"the run's cost cap stopped this chunk; {resume} continues it", counts)
     return counts
 
 

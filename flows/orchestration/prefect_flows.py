@@ -70,8 +70,7 @@ def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, progress: bool = 
     try:
         with to_prefect_run():  # docmill's log lines go to the flow run's Logs tab
             summary = dict(chain(*args, wiring=wiring, **kw))
-    except RunOverlap as e:
-        # the CLI prints its own line
+    except RunOverlap as e:  # the CLI prints its own line
         get_run_logger().warning("docmill: skipped: %s", e.one_line(), exc_info=e)
         return Cancelled(message=f"skipped: {e.one_line()}", data=e)
     except Interrupted as e:
@@ -84,20 +83,19 @@ def _in_flow(chain: Callable[..., dict[str, Any]], *args: Any, progress: bool = 
     return summary
 
 
-# A flow run that fails (an outage, a dead store, a crash of the chain) is retried and continues the
-# same docmill run (bound to the flow run). The only retry layer at this level: chunk tasks have
-# retries=0 and requests retry in their own transport layer (retries would multiply otherwise).
-FLOW_RETRIES = Settings().flow_retries
-FLOW_RETRY_DELAYS = Settings().flow_retry_delay_seconds
+RETRY = Settings()  # the flows' retry policy, read once at import
 
 
 def _flow(name: str) -> Any:
+    """A run flow. One that fails (an outage, a dead store, a crash of the chain) is retried and
+    continues the same docmill run (bound to the flow run): the only retry layer at this level (chunk
+    tasks have retries=0, requests retry in their transport; retries would multiply otherwise)."""
     return flow(
         name=name,
         task_runner=RUNNER,
         log_prints=False,
-        retries=FLOW_RETRIES,
-        retry_delay_seconds=FLOW_RETRY_DELAYS,
+        retries=RETRY.flow_retries,
+        retry_delay_seconds=RETRY.flow_retry_delay_seconds,
     )
 
 

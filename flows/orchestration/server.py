@@ -1,22 +1,18 @@
 """Prefect's ephemeral server, started so that it dies with docmill.
 
 With no PREFECT_API_URL, the first Prefect client of a flow run starts a temporary API server
-(`python -m uvicorn ... prefect.server.api.server:create_app`, ~190 MB) as a child process and
-stops it at a normal exit only: a SIGKILLed run would leave it running. `adopt_ephemeral_server`
-registers `OwnedServer` as the process's default server (the same slot Prefect's own
-`prefect_test_harness` fills), so that Prefect starts exactly its usual command, but through
-`docmill.processes.spawn`: marked, recorded, and stopped when this process is gone (and in a
-session of its own: a terminal's Ctrl-C is docmill's to handle, see docmill.processes). The process
-flows.orchestration.boot started at the run's start, if any, is the one it takes, when it was started
-with the same environment.
+(uvicorn, ~190 MB) as a child process and stops it at a normal exit only: a SIGKILLed run would
+leave it running. `adopt_ephemeral_server` registers `OwnedServer` as the process's default server
+(the slot Prefect's `prefect_test_harness` fills), which starts Prefect's usual command through
+`docmill.processes.spawn` (marked, recorded, in a session of its own, stopped when this process is
+gone), or takes over the one flows.orchestration.boot started first thing with the same environment.
 
-Its database is docmill's own, not Prefect's default `$PREFECT_HOME/prefect.db`, which every other
-Prefect process of the user shares (a `prefect server start`, another ephemeral server): SQLite
-lets two servers write one file only with "database is locked" tracebacks. `server_environment`
-gives each running docmill process a slot `$PREFECT_HOME/docmill/prefect-N.db`, held by a lock for
-the process's life and the server's (docmill.processes.hold_slot), so runs one after another reuse
-slot 0 (no migrations to wait for) and runs at the same time never share a file. A database URL the
-user configured is kept.
+Its database is docmill's own, not `$PREFECT_HOME/prefect.db`, which every other Prefect process
+of the user shares (two servers writing one SQLite file fail with "database is locked"):
+`server_environment` gives each running docmill process a slot `$PREFECT_HOME/docmill/prefect-N.db`,
+locked for the life of the process and its server (docmill.processes.hold_slot), so runs one after
+another reuse slot 0 (no migrations to wait for) and runs at the same time never share a file. A
+database URL the user configured is kept.
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
 """The shard worker: one process of a run spread over Prefect workers (`docmill run --workers N`).
 
-It takes the run's own settings from its manifest (the same keys, requests and prices as the
-driver), joins the organisation's shared rate limit, and then claims shards of the run's current
-generation (checkpoints.shards) one at a time until none is left:
+It takes the run's own settings from its manifest (the driver's keys, requests and prices), joins
+the organisation's shared rate limit, and claims shards of the run's current generation
+(checkpoints.shards) one at a time until none is left: claim (a lease, renewed in the background)
+-> the shard's unfinished chunks as Prefect tasks -> shard done -> next claim.
 
-    claim (a lease, renewed in the background) -> the shard's chunks not done yet, as Prefect chunk
-    tasks (realtime per-file pass, outcomes per chunk) -> shard done -> next claim
-
-A shard a dead worker held is claimed again once its lease lapses (at once when its process is
-known dead on this machine); its finished chunks are skipped and its finished documents are free
-ledger hits, so only requests that were in flight at the death are sent again (invariant 3). A
-worker with nothing to claim while others still hold shards waits and looks again: one of them may
-die. The run's cost cap is shared out in grants (checkpoints.allowance): a worker spends only its
-grant, takes more before each shard, and when nothing is left every worker stops (`stop.json`), as
-on a systemic failure; the driver's Ctrl-C stops their sending too.
+A dead worker's shard is claimed again once its lease lapses (at once when its process is known dead
+on this machine); finished chunks are skipped and finished documents are free ledger hits, so only
+the requests in flight at the death are sent again (invariant 3). A worker with nothing to claim
+while others hold shards waits and looks again: one of them may die. The run's cost cap is shared
+out in grants (checkpoints.allowance), taken before each shard; when nothing is left every worker
+stops (`stop.json`), as on a systemic failure; the driver's Ctrl-C stops their sending too.
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -123,8 +121,9 @@ class ShardWorker:
         self.workers_planned = int(table.workers() or 1)
         self.spent_out = False  # its grant is spent and the others hold the rest: it leaves
         budget = getattr(ctx.client, "budget", None)
-        if budget is not None and budget.cap_usd is not None:
-            budget.spent_usd, budget.cap_usd = 0.0, 0.0  # this worker's own spending, within its grants
+        self.budget = budget if budget is not None and budget.cap_usd is not None else None  # capped
+        if self.budget is not None:  # this worker's own spending, within its grants
+            self.budget.spent_usd, self.budget.cap_usd = 0.0, 0.0
 
     def beat(self, current: str | None = None) -> None:
         from prefect.runtime import flow_run
@@ -160,17 +159,16 @@ class ShardWorker:
                 continue
             self.work(sid, plan[sid])
         self.beat()
-        budget = getattr(self.ctx.client, "budget", None)
-        if budget is not None and budget.cap_usd is not None:
-            self.allowance.give_back(self.holder, budget.spent_usd)
+        if self.budget is not None:
+            self.allowance.give_back(self.holder, self.budget.spent_usd)
         return {"worker": self.name, "shards": self.shards, "docs": self.docs}
 
     def grant(self, docs: list[dict[str, Any]] | None = None) -> str:
         """Report this worker's spending and take its share of what is left of the run's cost cap
         (checkpoints.allowance): "more" when the grant grew, "others" when only other live workers
         still hold unspent grants, "none" when nothing is left to spend."""
-        budget = getattr(self.ctx.client, "budget", None)
-        if budget is None or budget.cap_usd is None:
+        budget = self.budget
+        if budget is None:
             return "none"
         need = 0.0
         if docs:  # what this worker's requests in flight can cost at once (checkpoints.inflight)
@@ -216,10 +214,9 @@ class ShardWorker:
             elif left == "none":  # nothing left of the run's cap: every worker stops
                 self.table.stop("budget", f"worker {self.name} reached the run's cost cap", by=self.name)
             return
-        counts: dict[str, int] = {}
+        counts: Counter[str] = Counter()
         for r in results:
-            for k, v in r.items():
-                counts[k] = counts.get(k, 0) + v
+            counts.update(r)
         docs = sum(len(d) for _, d in todo)
         self.table.finish(sid, self.holder, self.name, counts, docs)
         self.shards.append(sid)

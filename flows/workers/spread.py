@@ -1,16 +1,13 @@
-"""The driver's side of `docmill run SOURCE --workers N`: one docmill run, its per-file pass spread
-over N shard workers (flows.workers.shard_worker) that idle Prefect workers of the work pool pick up.
+"""The driver's side of `docmill run SOURCE --workers N`: one docmill run (one lease, one run id),
+its per-file pass spread over N shard workers (flows.workers.shard_worker) that idle Prefect
+workers of the work pool pick up.
 
-The run keeps one driver (the run's lease, one run id): it inventories, then, instead of running
-the chunks itself, plans them into shards (`settings.workers.shards_per_worker` per worker) and
-launches N runs of the shard-worker deployment. It waits, showing shards done and documents
-processed; if every worker it launched is gone (finished, crashed, or silent for longer than a
-claim's lease) while shards are left, it launches N again. When every shard is done the pipeline
-goes on as usual: duplicates from the ledger, then the one integration pass over all shards, the
-report. A budget stop or a systemic failure in any worker ends the pass the same way it would in
-one process. The same command again after a crash of the driver continues the same run: an
-unfinished generation of shards is continued (its workers may still be at it), never planned again.
-
+The driver inventories, plans the chunks into shards (`settings.workers.shards_per_worker` per
+worker), launches N runs of the shard-worker deployment and waits, showing progress; if every worker
+it launched is gone (ended, or silent past a claim's lease) while shards are left, it launches N
+again. Then the pipeline goes on as in one process (duplicates, one integration pass, the report),
+and a budget stop or a systemic failure in any worker ends the pass as it would there. Run again
+after a crash of the driver, it continues the unfinished generation of shards (never planned again).
 `Launcher` starts workers: `PrefectLauncher` through the Prefect API; tests use threads.
 """
 
@@ -119,14 +116,7 @@ class PrefectLauncher:
 class Spread:
     """One per-file pass (its first wave) spread over workers."""
 
-    def __init__(
-        self,
-        ctx: RunContext,
-        workers: int,
-        launcher: Launcher,
-        *,
-        progress: bool = True,
-    ) -> None:
+    def __init__(self, ctx: RunContext, workers: int, launcher: Launcher, *, progress: bool = True) -> None:
         self.ctx, self.workers, self.launcher, self.progress = ctx, workers, launcher, progress
         self.conf = ctx.settings.workers
         self.nonce = secrets.token_hex(3)  # this driver's life: its launches are its own

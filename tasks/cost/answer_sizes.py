@@ -1,26 +1,20 @@
 """How long a recipe's answers are, learned from a store's own past runs (for `tasks.cost.estimate`).
 
-The input side of a request is known before it is sent (its characters, pages and pixels); the answer
-is not. A store that has run a recipe before holds what its answers cost: the cost ledger of each run
-(`runs/<run_id>/costs/`) has, per document, the input tokens billed, the output tokens and the thinking
-among them, over every attempt (repairs included). `learn` reads those of the same recipe and model,
-newest runs first, and fits per document format (the inventory's document type)
+A request's input is known before it is sent; its answer is not. The cost ledgers of past runs
+(`runs/<run_id>/costs/`) hold, per document and attempt, the input, output and thinking tokens billed.
+`learn` reads those of the same recipe and model, newest runs first, and fits per document format
+(`format_key`: type and how it is sent) on first answers
 
     answer text tokens = a + b x document tokens   (least squares, b >= 0)
 
-where document tokens are the document's own (its text at 4 characters a token, plus its page images
-when it goes as a PDF or an image: `document_tokens`, from the run's inventory), not the whole prompt:
-the prompt is the same for every document, and an estimate's count of it differs from a bill's by a
-few tokens that a steep slope would multiply,
-so that a long invoice with many line items is expected to answer longer than a one-line receipt, plus
-per format the mean thinking tokens and the rate of repairs (attempts after the first, leaned towards
-every format's rate: `per_doc`), what one repair costs relative to its document's first attempt over
-every format (`repair_size`: a repair re-sends the prompt with the answer and its errors), and what the
-integration pass read and wrote per document of its run. The fits are of first answers: a format's
-repairs enter through its rate, not through a slope fitted on a few repaired documents. A format (`format_key`: type and how it is sent) with fewer than
-FORMAT_MIN documents gets the mean answer over all formats (another format's slope is not
-extrapolated to it: an image's page tokens are no text to copy); fewer than LEARN_MIN documents in all: nothing is
-learned and the estimate falls back to its prior (the recipe's schema, `tasks.cost.sizing.answer_chars`).
+where document tokens are the document's own (`document_tokens`), not the whole prompt: the prompt is
+the same for every document, and an estimate's count of it differs from a bill's by a few tokens that
+a steep slope would multiply. Per format it also keeps the mean thinking and the repair rate (leaned
+towards every format's: `per_doc`); over every format, what one repair costs relative to its first
+attempt (`repair_size`) and what the integration pass read and wrote per document. A format with
+fewer than FORMAT_MIN documents gets the mean answer over all formats (another format's slope is not
+extrapolated to it); fewer than LEARN_MIN documents in all: nothing is learned and the estimate
+falls back to its prior (tasks.cost.sizing.answer_chars).
 """
 
 from __future__ import annotations
@@ -217,14 +211,13 @@ def past_answers(store: ObjectStore, recipe: str, model: str, read_records: int 
         for e in CostLedger(store, run_id).entries():
             if e.possibly_billed or e.unanswered:
                 continue
+            prompt = e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
             if e.pass_name == "integration":
                 notes += e.output_tokens - e.thinking_tokens
-                notes_input += e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
+                notes_input += prompt
                 calls += 1
-            if e.pass_name != "file" or e.answered_model != model:
-                continue
-            prompt = e.input_tokens + e.cache_creation_input_tokens + e.cache_read_input_tokens
-            per_doc[e.doc_id].append((e.attempt, prompt, e.output_tokens, e.thinking_tokens))
+            elif e.pass_name == "file" and e.answered_model == model:
+                per_doc[e.doc_id].append((e.attempt, prompt, e.output_tokens, e.thinking_tokens))
         if not per_doc:
             continue
         reading.runs += 1

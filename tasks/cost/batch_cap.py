@@ -1,12 +1,11 @@
 """The run's cost cap for batch mode: reserve a batch's worst case before submitting it.
 
-Realtime requests reserve their worst case one by one in tasks.api.client.ModelClient (Budget).
-A batch is submitted whole, so here the worst case of every request it would carry (input as cache
-writes, max_tokens of output, at the model's batch multiplier: docmill.prices.worst_usd) is reserved
-document by document, in inventory order, against what is left under the cap: the documents that fit
-are submitted (a smaller batch), the rest wait for a resume with a higher cap, and the stop names the
-worst case that would have passed the cap (`Affordable.left_usd`). Documents whose key is already in
-the results ledger cost nothing and reserve nothing.
+Realtime requests reserve their worst case one by one (tasks.api.client.ModelClient); a batch is
+submitted whole, so here each request's batch worst case (tasks.cost.worst_case) is reserved
+document by document, in inventory order, against what is left under the cap: the documents that
+fit are submitted, the rest wait for a resume with a higher cap, and the stop names the worst case
+that would have passed it (`Affordable.left_usd`). A document whose result is in the ledger reserves
+nothing.
 """
 
 from __future__ import annotations

@@ -1,46 +1,23 @@
 """Cost estimates without calling the model: `docmill estimate` and the batch-mode budget check.
 
-How a document is estimated (say so wherever a number is shown — it is an estimate):
-  input tokens  = characters of the exact per-file request's content / 4 (`content_tokens`, not its JSON
-                  envelope); a PDF or image sent as what it is: every page as its text plus an image of
-                  the page, an image by its pixels, as the API bills them (tasks.api.media_tokens); a PDF
-                  in page ranges (tasks.request): its pages' tokens plus one prompt per part,
-                  priced realtime in batch mode too (the long path is realtime)
-  output tokens = learned, when the store holds past runs of the recipe on the model (at least
-                  tasks.cost.answer_sizes.LEARN_MIN documents): per document format (the mean over all of
-                  them for a format with few), first-answer tokens = a + b x
-                  document tokens (tasks.cost.answer_sizes.document_tokens) fitted on the cost ledgers (first attempts; repairs below), plus
-                  the mean thinking billed per document of the format; else the prior: an answer modelled on the
-                  recipe's schema (every field with a short value, evidence about a line; a list of
-                  amounts with one item per table row of the document's text, `tasks.cost.sizing.table_rows`,
-                  other lists and documents without text two items), capped at max_tokens; worst
-                  case: max_tokens
-  thinking      = learned (above), else per answer docmill.models.THINKING_TOKENS_BY_EFFORT at the
-                  effort the request sends (or the model's default) when the model thinks adaptively
-                  and the recipe's policy does not turn it off (5.x); billed as output, so it is in the
-                  output tokens
-  USD           = tokens x the dated price table on settings.on_day() (docmill.prices: bands by the
-                  request's prompt length, user overrides first); batch = the model's batch
-                  multiplier (50 %). Realtime: the shared
-                  system prompt is written to the cache once (1.25x) and read after (0.1x) when it
-                  reaches the model's minimum cacheable length (settings.api.cache_min_tokens; below
-                  it the API caches nothing, and no cache reads are assumed); batch: no cache hits
-                  assumed (they are best effort there).
-Repairs: learned from the past runs' ledgers: how many a document of the format takes (leaned
-towards every format's rate), and what one costs relative to the first attempt over every format
-(input: the prompt with the answer and its errors; text and thinking: answered again); the prior
-includes none (at most settings.gate.repair_attempts per document).
-
-The integration pass (realtime, integration model) is estimated from the same numbers: code builds
-the exact sections, the model reads at most `integration.read_records` results in full per run, in
-slices of `integration.slice_records` results and about `slice_chars` characters; each call's own
-input is the request the pass builds without results (`integration_prompt_tokens`), with a code-built
-digest only where the pass sends one (more results than it reads; a store already integrated); a
-compact result is about half the typical per-file answer (no evidence) plus its doc id and state, or
-what the store's past passes read per result (their input less their calls' prompts); the model
-writes about NOTE_TOKENS_PER_RESULT tokens per result it reads (measured against the emulator), or
-what the store's past runs of the recipe wrote per document.
-Full: every document is new. Incremental: only new or changed documents are read (one bounded call per slice of them); an unchanged source costs nothing.
+Every number shown is an estimate (`METHOD` says how in one line):
+  input tokens  = the exact per-file request's content (tasks.cost.sizing.content_tokens; PDF pages and
+                  images as the API bills them: tasks.api.media_tokens); a PDF in page ranges: its pages
+                  plus one prompt per part, priced realtime in batch mode too (the long path is realtime)
+  output tokens = learned from the store's past runs of the recipe on the model (tasks.cost.answer_sizes:
+                  first answers by document size per format, thinking and repairs per document), else the
+                  prior: an answer modelled on the recipe's schema with one list item per table row of the
+                  document (tasks.cost.sizing), plus docmill.models.THINKING_TOKENS_BY_EFFORT at the
+                  request's effort when the model thinks adaptively; capped at max_tokens, the worst case
+  USD           = tokens x the dated price table on settings.on_day() (docmill.prices, bands by prompt
+                  length); batch at the model's multiplier without cache hits (best effort there);
+                  realtime writes the system prompt to the cache once (1.25x) and reads it after (0.1x),
+                  when it reaches the model's minimum cacheable length (settings.api.cache_min_tokens)
+The integration pass (realtime, integration model) is estimated from its own requests
+(`IntegrationEstimate`): slices of at most `integration.read_records` results read in full, a
+code-built digest where the pass sends one, NOTE_TOKENS_PER_RESULT tokens written per result read,
+or what the store's past passes read and wrote. Full: every document is new; incremental: only new
+or changed documents are read, and an unchanged source costs nothing.
 """
 
 from __future__ import annotations
@@ -63,6 +40,7 @@ from tasks.integration.notes import notes_request, notes_schema
 from tasks.recipes import load_recipe
 from tasks.recipes.thinking import effort_config
 from tasks.request import (
+    Payload,
     file_request,
     load_payload,
     media_tokens,
@@ -154,32 +132,20 @@ class IntegrationEstimate:
         ]
 
 
-def integration_prompt_tokens(recipe: Any, settings: Any) -> int:
-    """One integration call's input besides the results it reads: the request the pass builds
-    (tasks.integration.notes.notes_request: prompt, rules, the notes schema, the ask) with an empty
-    slice and the digest of a store that holds nothing yet, counted as every request is."""
-    request = notes_request(
-        recipe,
-        notes_schema(recipe),
-        [],
-        state_digest({}, 0, settings.integration.digest_chars),
-        model=settings.api.integration_model,
-        max_tokens=settings.integration.max_tokens,
-    )
-    return content_tokens(request)
-
-
 def integration_estimate(
     recipe: Any, settings: Any, typical: int, note_tokens: float | None = None
 ) -> IntegrationEstimate:
     """`typical`: one per-file answer's text tokens (learned or the prior): a compact result is the
     answer without its evidence (about half) plus its doc id and state (what past runs' bills say
     replaces that: `estimate_docs`); `note_tokens`: the text written per result read (learned from
-    past runs; default NOTE_TOKENS_PER_RESULT)."""
-    s = settings.integration
+    past runs; default NOTE_TOKENS_PER_RESULT). One call's own input is the request the pass builds
+    (tasks.integration.notes.notes_request) with an empty slice and the digest of an empty store."""
+    s, model = settings.integration, settings.api.integration_model
+    digest = state_digest({}, 0, s.digest_chars)
+    empty = notes_request(recipe, notes_schema(recipe), [], digest, model=model, max_tokens=s.max_tokens)
     return IntegrationEstimate(
-        model=settings.api.integration_model,
-        prompt_tokens=integration_prompt_tokens(recipe, settings),
+        model=model,
+        prompt_tokens=content_tokens(empty),
         result_tokens=max(16, typical // 2 + RECORD_TOKENS),
         read_records=s.read_records if code_built(recipe) else 10**9,
         slice_records=s.slice_records,
@@ -187,11 +153,7 @@ def integration_estimate(
         slice_chars=s.slice_chars,
         digest_tokens=s.digest_chars // 4,
         note_tokens=NOTE_TOKENS_PER_RESULT if note_tokens is None else note_tokens,
-        thinking_tokens=thinking_tokens(
-            settings.api.integration_model,
-            None,
-            effort_config(settings.api.integration_model, recipe.thinking).get("effort"),
-        ),
+        thinking_tokens=thinking_tokens(model, None, effort_config(model, recipe.thinking).get("effort")),
     )
 
 
@@ -230,20 +192,20 @@ class Estimate:
         out: int,
         think: int,
         max_tokens: int,
-        one_hour: bool = False,
     ) -> None:
         """One request: `fresh` input, `written` / `cached` prefix tokens, `out` output (with `think`)."""
         if price is None:
             return
         prompt = fresh + written + cached
         r = price.rates_for(prompt)
-        write = r.cache_write_1h if one_hour else r.cache_write_5m
-        realtime = (fresh * r.input + written * write + cached * r.cache_read + out * r.output) / 1e6
+        realtime = (
+            fresh * r.input + written * r.cache_write_5m + cached * r.cache_read + out * r.output
+        ) / 1e6
         batch = (prompt * r.input + out * r.output) / 1e6 * price.batch  # no cache hits assumed in batch
         self._usd[0] += realtime
-        self._usd[1] += worst_usd(self.model, prompt, max_tokens, one_hour=one_hour) or 0.0
+        self._usd[1] += worst_usd(self.model, prompt, max_tokens) or 0.0
         self._usd[2] += batch
-        self._usd[3] += worst_usd(self.model, prompt, max_tokens, batch=True, one_hour=one_hour) or 0.0
+        self._usd[3] += worst_usd(self.model, prompt, max_tokens, batch=True) or 0.0
         self._usd[4] += think * r.output / 1e6
 
     def add_realtime(self, price: Price | None, *, inp: int, out: int, max_tokens: int, calls: int) -> None:
@@ -348,13 +310,20 @@ def learned_sizes(recipe: Recipe, settings: Settings) -> AnswerSizes | None:
         return None
 
 
-def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, Any] | None:
-    """The per-file request of a document, or None when it would not be sent (skipped, unreadable)."""
+def _payload(doc: Document, recipe: Recipe, settings: Settings) -> Payload | None:
+    """What a document sends, or None when it would not be sent (skipped, a duplicate, unreadable)."""
     if doc.status != "ok" or doc.duplicate_of:
         return None
     try:
-        payload = load_payload(doc, recipe, settings)
+        return load_payload(doc, recipe, settings)
     except Exception:
+        return None
+
+
+def request_of(recipe: Recipe, doc: Document, settings: Settings) -> dict[str, Any] | None:
+    """The per-file request of a document, or None when it would not be sent."""
+    payload = _payload(doc, recipe, settings)
+    if payload is None:
         return None
     return file_request(recipe, doc, payload, model=settings.api.model, max_tokens=settings.api.max_tokens)
 
@@ -376,25 +345,21 @@ def _add_long(est: Estimate, doc: Document, recipe: Recipe, settings: Settings, 
 
 
 def estimate_docs(docs: Iterable[Any], recipe: Recipe, settings: Settings) -> Estimate:
+    learned = learned_sizes(recipe, settings)
     est = Estimate(
         model=settings.api.model,
         cache_min_tokens=min_cacheable_tokens(settings.api.model, settings.api.cache_min_tokens),
+        learned=learned,
     )
     max_tokens = int(settings.api.max_tokens)
-    learned = learned_sizes(recipe, settings)
-    est.learned = learned
     prior = typical_output_tokens(recipe, max_tokens)  # without the document's rows
     price = price_on(settings.api.model)
     for doc in docs:
         if doc.status == "ok" and not doc.duplicate_of and needs_parts(doc, recipe, settings):
             _add_long(est, doc, recipe, settings, learned.overall.predict(0) if learned else prior)
             continue
-        if doc.status != "ok" or doc.duplicate_of:
-            est.skipped += 1
-            continue
-        try:
-            payload = load_payload(doc, recipe, settings)
-        except Exception:
+        payload = _payload(doc, recipe, settings)
+        if payload is None:
             est.skipped += 1
             continue
         request = file_request(recipe, doc, payload, model=settings.api.model, max_tokens=max_tokens)

@@ -1,20 +1,8 @@
 """What requests can cost at most, read from their own tokens the way the API bills them at most
-(input as cache writes, `max_tokens` of output, docmill.prices.worst_usd), and the per-document guard.
-
-- `worst_case_usd`: one request (the bound tasks.api.client.ModelClient reserves before a realtime
-  request; tasks.cost.batch_cap reserves it per batch item).
-- `request_worst_usd`: a per-file request and every follow-up the repair policy allows (first +
-  repairs + one larger retry after truncation). A long document (split and extracted chunk by chunk
-  in one conversation) is bounded by its turns (`long_worst_usd`): turn i sends at most
-  min(context budget, i chunks of text), plus `max_tokens` out.
-- `request_worsts`, `in_flight_usd`: per request key of a realtime chunk, and for the chunk as a
-  whole, what the requests in flight at once can cost at most (the in-flight records of invariant 13,
-  checkpoints.inflight; a shard worker's grant).
-- The guard: a document whose worst case would cost more than `settings.cost.max_doc_cost_usd`
-  (`--max-doc-cost-usd`) goes to review before anything is paid (`over_guard`, `COST_GUARD`). A 5 MB
-  one-line file or a CSV with a million columns is held here; an ordinary invoice is far below any
-  sane guard (~$0.01 of $2). Callers: tasks.per_file.realtime (before the first call) and
-  tasks.batch.engine (before spooling).
+(input as cache writes, `max_tokens` of output: docmill.prices.worst_usd), and the per-document guard:
+a document whose worst case passes `settings.cost.max_doc_cost_usd` (`--max-doc-cost-usd`) goes to
+review before anything is paid (`over_guard`, `COST_GUARD`). A 5 MB one-line file or a CSV with a
+million columns is held there; an ordinary invoice is far below any sane guard (~$0.01 of $2).
 """
 
 from __future__ import annotations
@@ -27,15 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from docmill.prices import price_on, worst_usd
 from tasks.api.usage import estimate_input_tokens
-from tasks.request import (
-    SendAs,
-    file_key,
-    file_params,
-    file_request,
-    media_tokens,
-    send_as,
-    wrap_document,
-)
+from tasks.request import SendAs, file_key, file_params, file_request, media_tokens, send_as, wrap_document
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -54,8 +34,8 @@ class Held:
 
 
 def request_worst_usd(settings: Settings, request: dict[str, Any], estimate: int | None = None) -> float:
-    """What a per-file request and the follow-ups the repair policy allows can cost at most
-    (`estimate`: the request's input-token estimate, when the caller has it)."""
+    """What a per-file request and the follow-ups the repair policy allows (its repairs and one
+    larger retry after truncation) can cost at most (`estimate`: its input tokens, when known)."""
     calls = 1 + settings.gate.repair_attempts + 1
     out = max(int(request.get("max_tokens") or 0), settings.gate.truncation_max_tokens)
     tokens = estimate_input_tokens(request) if estimate is None else estimate
@@ -64,7 +44,8 @@ def request_worst_usd(settings: Settings, request: dict[str, Any], estimate: int
 
 
 def long_worst_usd(settings: Settings, model: str, text_tokens: int) -> float:
-    """What extracting a long document chunk by chunk can cost at most (see the module docstring)."""
+    """What extracting a long document chunk by chunk in one conversation can cost at most: turn i
+    sends at most min(context budget, i chunks of text), plus `max_tokens` out."""
     chunk = settings.context.document_budget_tokens
     turns = max(1, math.ceil(text_tokens / chunk))
     each = [
@@ -97,7 +78,8 @@ def request_worsts(docs: Iterable[Document], recipe: Recipe, settings: Settings)
     tokens: /4 as everywhere, x2 for JSON escapes) plus the prompt, at the dearer of the model and
     its fallback; a long document's turns never pass the context budget."""
     models = [m for m in (settings.api.model, settings.api.fallback_model) if m and price_on(m) is not None]
-    out_max = max(int(settings.api.max_tokens), int(settings.gate.truncation_max_tokens))
+    out = int(settings.api.max_tokens)
+    out_max = max(out, int(settings.gate.truncation_max_tokens))
     params = file_params(settings)
     worst: dict[str, float] = {}
     rest: dict[str, int] = {}  # per model: the request's JSON length besides its document wrapper
@@ -106,15 +88,13 @@ def request_worsts(docs: Iterable[Document], recipe: Recipe, settings: Settings)
             continue
         each = []
         wrapper = len(json.dumps(wrap_document(doc.doc_id, str(doc.doc_type), ""), ensure_ascii=False))
+        media = send_as(doc, recipe) is not SendAs.TEXT  # pages and pixels, not bytes
+        body = min(media_tokens(doc) if media else doc.size // 2, settings.context.budget_tokens)
         for model in models:
             if model not in rest:  # the rest is the same for every document: measured once
-                request = file_request(recipe, doc, "", model=model, max_tokens=settings.api.max_tokens)
+                request = file_request(recipe, doc, "", model=model, max_tokens=out)
                 rest[model] = len(json.dumps(request, ensure_ascii=False)) - wrapper
-            media = send_as(doc, recipe) is not SendAs.TEXT  # pages and pixels, not bytes
-            # = estimate_input_tokens of the request, plus the document's own tokens
-            body = media_tokens(doc) if media else doc.size // 2
-            sized = max(1, (rest[model] + wrapper) // 4) + min(body, settings.context.budget_tokens)
-            out = int(settings.api.max_tokens)
+            sized = max(1, (rest[model] + wrapper) // 4) + body  # estimate_input_tokens + the document's
             repair = worst_usd(model, sized + out, out) or 0.0  # a repair re-sends a whole answer
             each.append(max(repair, worst_usd(model, sized, out_max) or 0.0))  # or the larger limit
         key = file_key(recipe, doc, settings.api.model, params)

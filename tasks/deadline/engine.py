@@ -1,19 +1,14 @@
 """The per-file pass with a deadline (`--finish-by`): batches while they can finish in time, the
 rest realtime near the deadline (the policy and the arithmetic: tasks.deadline.plan).
 
-`DeadlineEngine` drives the batch engine (tasks.batch.engine: crash-safe records, resume, results
-routed by type; composed, not subclassed) with three differences:
-- the pass is cut into at least `settings.deadline.batches` batches, so batches ending one by one
-  show progress (the API gives none inside a batch) and shrink what is left;
-- it follows them until the *switch time* (recomputed at every poll from what is left), never
-  sleeping past it;
-- past the switch it cancels every batch still running, waits until each has *ended* (only then
-  are its custom_ids free to send again: invariants 2 and 11), collects what they answered, and
-  sends what is left realtime: first requests through `realtime` (the caller's realtime per-file
-  pass over those documents, with its in-flight records), follow-ups (a repair of a batch answer)
-  one by one through the result router.
-A run that starts too close to its deadline for any batch sends everything realtime at once.
-What went which way, when, and the switch itself are kept in `runs/<run_id>/deadline.json`.
+`DeadlineEngine` composes the batch engine (tasks.batch.engine): it cuts the pass into at least
+`settings.deadline.batches` batches (the API shows no progress inside one), follows them until the
+*switch time* (recomputed at every poll, never slept past), then cancels every batch still running,
+waits until each has *ended* (only then are its custom_ids free to send again: invariants 2 and
+11), collects what they answered, and sends the rest realtime: first requests through `realtime`
+(the caller's realtime per-file pass), follow-ups one by one through the result router. A run that
+starts too close to its deadline sends everything realtime at once. What went which way, and the
+switch itself, are kept in `runs/<run_id>/deadline.json`.
 """
 
 from __future__ import annotations
@@ -147,8 +142,7 @@ class DeadlineEngine:
         if self.switched:
             return
         self.switched = True
-        now = self.clock()
-        self._save(switched_at=now, switch_why=why, left_at_switch=self.left())
+        self._save(switched_at=self.clock(), switch_why=why, left_at_switch=self.left())
 
     def _settle_cancels(self) -> Iterator[DocOutcome]:
         """Cancel every live batch, then follow each until it has ended and collect it."""

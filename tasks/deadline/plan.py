@@ -11,13 +11,10 @@ and sent realtime in time:
                                   + what the pacer's ramp holds back (when it starts then)
     throughput = min(0.9 x the organisation's request limit, requests in flight at once / latency)
 
-As batches end, fewer requests are left and the switch moves later; a cancel measured once replaces
-the assumed cancel time, and the pace is measured as soon as there is anything to measure: the
-request limit the API's headers state (else the one processes share, else the configured one) and
-the answer time observed, so a deadline is not planned from assumed limits once real ones are known.
-The reason recorded with the switch names those figures and their sources. Past the switch, every batch still running is cancelled, the cancels are
-waited for (a custom_id of a batch that has not ended is never sent again: invariants 2 and 11),
-what the batches answered is kept, and the rest goes realtime.
+As batches end, fewer requests are left and the switch moves later. A cancel measured once replaces
+the assumed cancel time, and the pace is measured as soon as it can be (the request limit the API's
+headers state, else the one processes share, else the configured one; the answer time observed);
+the reason recorded with the switch names those figures and their sources.
 """
 
 from __future__ import annotations

@@ -97,9 +97,7 @@ _SHORT_EXT = re.compile(r"[A-Za-z0-9]{1,16}")
 def _safe_key(name: str) -> str:
     """The store's `safe_key` of `name`, over the floor of a doc id's own rules (no empty, absolute,
     dot or control-character names)."""
-    if not name or name.startswith("/") or _UNSAFE_CHAR.search(name):
-        raise UnsafeKey(f"unsafe key {name!r}")
-    if any(p in ("", ".", "..") for p in name.split("/")):
+    if _UNSAFE_CHAR.search(name) or any(p in ("", ".", "..") for p in name.split("/")):
         raise UnsafeKey(f"unsafe key {name!r}")
     return safe_key(name)
 

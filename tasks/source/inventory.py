@@ -1,24 +1,18 @@
 """Inventory: turn a source (local folder, file or `s3://bucket/prefix`) into a stream of `Document`s.
 
-Every file becomes exactly one `Document`, `ok` or `skipped` with a `SkipReason`; nothing is
-dropped and a bad file never raises. Documents come out sorted by doc id, one file in memory at a
-time (hashing reads in 1 MiB blocks; oversized files are hashed but never held).
+Every file becomes exactly one `Document`, `ok` or `skipped` with a `SkipReason`; a bad file never
+raises. Documents come out sorted by doc id, one file in memory at a time (hashed in 1 MiB blocks;
+an oversized file is hashed but never held). Checks, first match wins: unreadable (permission,
+broken symlink, not a regular file, store error; `outside_source` / `symlinked_folder` for symlinks
+unless settings.inventory.follow_symlinks) -> unsupported_type -> oversized -> empty -> what the
+format's reader refuses in a bounded reader process (tasks.source.readers) -> duplicate (the sha256
+of an earlier `ok` document). A PDF or image without a text layer is `ok`: it is sent as what it is.
 
-Checks, first match wins: unreadable (permission, broken symlink, not a regular file, store error;
-a symlink leading outside the source and a symlinked folder are `outside_source` / `symlinked_folder`
-unless settings.inventory.follow_symlinks) -> unsupported_type -> oversized
-(settings.inventory.max_document_bytes) -> empty -> what the format's reader refuses, read in a
-bounded reader process (binary, undecodable, encrypted, corrupt, over_limit, macro_enabled:
-tasks.source.readers) -> duplicate (same sha256 as an earlier `ok` document, `duplicate_of`). A PDF
-or image without a text layer is `ok`: it is sent as what it is (tasks.request).
-
-E-mail: every attachment of an `ok` .eml becomes its own document right after its message
-(`parent` = the message; an attached message read in turn to settings.formats.max_nesting levels,
-one that is its own ancestor by Message-ID is `forward_loop`; attachments past
-settings.formats.max_attachments are `over_limit`).
-
-Doc ids and globs: tasks.source.doc_names (any name is taken in, under an id it can be read back
-from); a source that still yields two documents with one id stops before anything is sent.
+Every attachment of an `ok` .eml becomes its own document right after its message (`parent`; an
+attached message is read in turn to settings.formats.max_nesting levels, one that is its own
+ancestor by Message-ID is `forward_loop`, attachments past settings.formats.max_attachments are
+`over_limit`). Doc ids and globs: tasks.source.doc_names; a source that still yields two documents
+with one id stops before anything is sent.
 """
 
 from __future__ import annotations
@@ -78,7 +72,7 @@ class _Entry:
     source_uri: str
     read: Callable[[int], _Read]  # max_bytes -> _Read
     doc_type: str | None = None  # forced type (e.g. "directory" for an unlistable folder)
-    skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks): never read
+    skip: tuple[SkipReason, str] | None = None  # known before reading (symlinks, folders): never read
     parent: str | None = None  # an e-mail attachment: its message's doc id
     doc_id: str | None = None  # given (an attachment's); else made from `name`
     # what the source says cheaply (tasks.source.known_files)
@@ -173,24 +167,16 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     follow = settings.inventory.follow_symlinks
     names, unlistable, linked = _walk(root, source, follow)
     inc, exc = settings.inventory.include, settings.inventory.exclude
-    marks = {rel + "/": "unlistable" for rel in unlistable} | {rel + "/": "linked" for rel in linked}
-    todo = sorted([n for n in names if selected(n, inc, exc)] + list(marks), reverse=True)
+    folders = {rel + "/": (SkipReason.UNREADABLE, "cannot list folder") for rel in unlistable}
+    linked_skip = (SkipReason.SYMLINKED_FOLDER, "a symlinked folder; --follow-symlinks reads it")
+    folders |= {rel + "/": linked_skip for rel in linked}
+    todo = sorted([n for n in names if selected(n, inc, exc)] + list(folders), reverse=True)
     del names  # every name is held once, and let go as its document goes (memory per document)
     while todo:
         rel = todo.pop()
         path = root / rel.rstrip("/")
-        if marks.get(rel) == "unlistable":
-            yield _Entry(
-                rel.rstrip("/"), path.as_uri(), lambda _m: _Read(error="cannot list folder"), "directory"
-            )
-        elif marks.get(rel) == "linked":
-            yield _Entry(
-                rel.rstrip("/"),
-                path.as_uri(),
-                _NO_READ,
-                "directory",
-                skip=(SkipReason.SYMLINKED_FOLDER, "a symlinked folder; --follow-symlinks reads it"),
-            )
+        if rel in folders:
+            yield _Entry(rel.rstrip("/"), path.as_uri(), _NO_READ, "directory", skip=folders[rel])
         elif not follow and os.path.islink(path) and not _inside(str(path), root):
             # only a symlinked file can lead outside: folders that are symlinks are not walked
             yield _Entry(
@@ -449,16 +435,11 @@ def inventory(
     doc_types: Iterable[str] | None = None,
     known: KnownFiles | None = None,
 ) -> Iterator[Document]:
-    """Documents of `source` (folder, file, or s3://bucket/prefix), sorted by relative path; an
-    e-mail's attachments follow their message.
-
-    `doc_types` (e.g. `recipe.doc_types`) limits the types taken; others are skipped as
-    `unsupported_type`. Default: every type docmill reads (tasks.source.readers) and source/config files.
-    Raises InputError only when the source itself cannot be read, or yields two documents with one
-    id; bad files become skipped documents.
-    `known` (tasks.source.known_files): files whose stamp says they did not change are not read; the cache
-    is saved once every document is out.
-    """
+    """Documents of `source` (see the module docstring); InputError only when the source itself
+    cannot be read or yields two documents with one id. `doc_types` (e.g. `recipe.doc_types`; default:
+    every type docmill reads) limits the types taken, others are `unsupported_type`. `known`
+    (tasks.source.known_files): files whose stamp says they did not change are not read; the cache is
+    saved once every document is out."""
     settings = settings or get_settings()
     types = ALL_TYPES if doc_types is None else frozenset(t for t in doc_types if t in ALL_TYPES)
     scan = _Scan(

@@ -1,25 +1,18 @@
 """Files the inventory need not read again: what a source says cheaply about a file, checked
 against what the last inventory of that source recorded (checkpoints.inventory_cache).
 
-What the fast path trusts, like `make` and `rsync`'s quick check, and stricter, like git's index:
-a local file whose stamp (size, mtime_ns, ctime_ns, inode, from one `stat`) is the one recorded
-has the content recorded, and its record is reused without opening the file. ctime cannot be set
-back by a user (`touch -d`, `os.utime` and `cp -p` move it to now), so content changed in place
-with its mtime forced back is still seen; so is a file replaced by another (new inode). A stamp
-taken less than RACY_SECONDS before the inventory that recorded it is not trusted (a file written
-twice within one timestamp tick keeps its mtime: git's "racy" case). Anything else that moved reads
-the file and hashes it: the same hash reuses the record without parsing the file again (a `touch`,
-a `chmod`, a copy), a new hash classifies it anew. On S3 the stamp is the listing's size and ETag:
-every write of an object gives it a new ETag, so there is no racy window.
+Like `make` and `rsync`'s quick check, and stricter, like git's index: a local file whose stamp
+(size, mtime_ns, ctime_ns, inode: one `stat`) is the one recorded keeps its record unopened. ctime
+cannot be set back by a user, so content changed with its mtime forced back is still seen, and so
+is a replaced file (new inode). A stamp taken less than RACY_SECONDS before the recording inventory
+is not trusted (git's "racy" case). Any other file is read and hashed: the same hash reuses the
+record without parsing (a `touch`, a copy), a new one classifies it anew. On S3 the stamp is the
+listing's size and ETag, new at every write: no racy window.
 
-Never from the record: an e-mail with attachments (read every time: its attachments are documents
-of their own), an unreadable file (the cause may pass), symlinks and folders (never read anyway).
-Duplicates are decided afresh on every run from the hashes: a file recorded as a duplicate whose
-original is gone is read and classified as itself.
-
-A record holds under one fingerprint (`fingerprint`): the inventory and format settings, the
-document types taken, docmill's reader code and the reader libraries' versions. Changing any of
-them reads every file once again.
+Never from the record: an e-mail with attachments (they are documents of their own), an unreadable
+file (the cause may pass), symlinks and folders. Duplicates are decided afresh on every run. A
+record holds under one `fingerprint` (inventory and format settings, document types, docmill's
+reader code, the reader libraries' versions): changing any of them reads every file again.
 """
 
 from __future__ import annotations

@@ -66,7 +66,6 @@ EXTENSIONS: dict[str, DocType] = {
     "jpeg": DocType.JPG,
 }
 
-TEXT_TYPES = frozenset({DocType.TXT, DocType.MD, DocType.HTML, DocType.JSON, DocType.CSV})
 IMAGE_TYPES = frozenset({DocType.PNG, DocType.JPG, DocType.GIF, DocType.WEBP})
 
 # Source code and config files: read as plain text (their doc_type is the extension).
@@ -157,7 +156,6 @@ __all__ = [
     "EXTENSIONS",
     "IMAGE_TYPES",
     "NOT_READ",
-    "TEXT_TYPES",
     "BinaryContent",
     "Content",
     "DocType",

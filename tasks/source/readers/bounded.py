@@ -3,21 +3,17 @@ and time are capped, so no document can sink a run (invariant 19), whatever libr
 
     content = read_bounded("pdf", data, limits, Bounds(memory_bytes=512 << 20, seconds=60))
 
-Like Apache Tika's forked parser, the parsers run in a small pool of worker processes
-(`tasks.source.readers.worker`, started by `subprocess` from a clean interpreter: no fork of a
-process whose threads hold locks). Each worker caps its address space (`RLIMIT_AS`); the parent
-gives each document a CPU-time and wall-clock deadline. Past either the document is `over_limit`
-(`OverLimit`, naming the limit), the worker is replaced and the run goes on; a worker that dies
-otherwise (a crash in a C library) makes the document `corrupt`.
+Like Apache Tika's forked parser: a small pool of workers (`tasks.source.readers.worker`, started
+from a clean interpreter: no fork of a process whose threads hold locks), each capping its address
+space (`RLIMIT_AS`), while the parent gives each document a CPU-time and wall-clock deadline. Past
+either the document is `over_limit` and the worker is replaced; a worker that dies otherwise (a
+crash in a C library) makes the document `corrupt`. The pool starts lazily once per process, holds
+at most `Bounds.processes` workers shared by every thread and is closed at exit; its workers run in
+their own session (Ctrl-C is docmill's) and exit when docmill is gone. Documents and Content cross
+as pickles over a socket pair (bench/hostile.py measures it).
 
-The pool starts lazily once per process (a forked child starts its own), holds at most
-`Bounds.processes` workers shared by every thread, and is closed at exit; its workers run in their
-own session (Ctrl-C is docmill's to handle) and exit when docmill is gone however it ended.
-Documents and their Content cross as pickles over a socket pair (bench/hostile.py measures it).
-
-A UTF-8 text of at most `IN_PROCESS_BYTES` (txt, md, csv, JSON, source code) is only decoded, which
-its size bounds, so it is read in the calling process (`plain_utf8`): no socket round trip for each
-of the three reads a plain-text document gets. `Bounds(enabled=False)` reads in-process (debugging).
+Valid UTF-8 text of at most `IN_PROCESS_BYTES` is only decoded, which its size bounds, so it is
+read in the calling process (`plain_utf8`). `Bounds(enabled=False)` reads in-process (debugging).
 """
 
 from __future__ import annotations
@@ -46,9 +42,7 @@ STOP_WAIT = 2.0  # seconds a closing worker gets to exit before SIGKILL
 POLL = 0.1  # seconds between looks at a busy worker's CPU time
 WALL_FACTOR = 4  # a job may take this many times its CPU deadline on the wall clock (a busy machine)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# Read in the calling process when valid UTF-8 of at most IN_PROCESS_BYTES (`plain_utf8`): their
-# reader only decodes (tasks.source.readers.text.read_plain; JSON: read_json, depth checked first);
-# 1 MiB decodes in about a millisecond.
+# Their reader only decodes (read_plain; JSON: read_json, depth checked first); 1 MiB takes ~1 ms.
 PLAIN_TYPES = (
     frozenset({DocType.TXT.value, DocType.MD.value, DocType.CSV.value, DocType.JSON.value}) | CODE_TYPES
 )
@@ -260,11 +254,11 @@ def _died(returncode: int | None, bounds: Bounds, peak_rss: int = 0) -> ExtractE
         )
     if returncode == -signal.SIGKILL:  # the kernel's OOM killer
         return _memory_error(bounds)
-    died_of_signal = returncode is not None and returncode < 0
-    if died_of_signal and bounds.memory_bytes and peak_rss >= NEAR_CAP * bounds.memory_bytes:
+    if returncode is None or returncode >= 0:
+        return Unreadable("corrupt", f"the reader crashed on this file (exit {returncode})")
+    if bounds.memory_bytes and peak_rss >= NEAR_CAP * bounds.memory_bytes:
         return _memory_error(bounds)
-    how = f"signal {-returncode}" if returncode is not None and returncode < 0 else f"exit {returncode}"
-    return Unreadable("corrupt", f"the reader crashed on this file ({how})")
+    return Unreadable("corrupt", f"the reader crashed on this file (signal {-returncode})")
 
 
 def _value(reply: dict[str, Any], bounds: Bounds) -> Any:

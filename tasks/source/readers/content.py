@@ -1,14 +1,10 @@
 """What a reader gives back, and why it may refuse (a leaf: the standard library and docmill.api_media).
 
 `Content` is one document as docmill can send it: its text layer (pages joined by a form feed, with
-their spans), and for PDFs and images what the API needs to receive them as they are (media type,
-pages, pixels, and what those cost as images by the API's published rule). `Part` is an e-mail
-attachment; the inventory makes each one its own document.
-
-`Unreadable` carries the inventory's skip reason (its `reason`) and a one-line detail: a file that
-is encrypted, corrupt, over a limit, macro-enabled, or a forwarding loop is reported with that
-reason and never stops a run. Every reader's message passes through `ExtractError`, which drops
-memory addresses (`<_io.BytesIO object at 0x7fa3...>`), so a reason reads the same run to run.
+their spans) and, for PDFs and images, what the API needs to receive them as they are and what they
+cost as images. `Part` is an e-mail attachment (the inventory makes each its own document).
+`Unreadable` carries the inventory's skip reason and a one-line detail; every reader's message
+passes through `ExtractError`, which drops memory addresses, so a reason reads the same run to run.
 """
 
 from __future__ import annotations
@@ -16,11 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# The API's image rule (docmill.api_media): re-exported, the readers' names for it
-from docmill.api_media import IMAGE_LONG_EDGE as IMAGE_LONG_EDGE
-from docmill.api_media import IMAGE_MAX_TOKENS as IMAGE_MAX_TOKENS
+# The API's image rule (docmill.api_media), re-exported under the readers' names
 from docmill.api_media import PDF_MEDIA_TYPE as PDF_MEDIA_TYPE
-from docmill.api_media import PIXELS_PER_TOKEN as PIXELS_PER_TOKEN
 from docmill.api_media import image_tokens as image_tokens
 
 # What the API takes per request (docs; reference 000.5): 100 PDF pages, 32 MB the whole request,
@@ -29,7 +22,6 @@ API_MAX_PDF_PAGES = 100
 API_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 API_MAX_IMAGE_SIDE = 8000
 API_MAX_IMAGE_BYTES = 5 * 1024 * 1024
-
 
 _OBJECT_REPR = re.compile(r"\s*<[^<>]*\bat 0x[0-9a-fA-F]+>")
 _ADDRESS = re.compile(r"\s*\bat 0x[0-9a-fA-F]+\b|\b0x[0-9a-fA-F]{8,}\b")
@@ -124,7 +116,7 @@ class Content:
         return None
 
 
-def paged(texts: list[str], unit: str = "page") -> tuple[str, tuple[Page, ...]]:
+def paged(texts: list[str]) -> tuple[str, tuple[Page, ...]]:
     """Page texts joined by a form feed, with each page's span in the joined text."""
     spans: list[Page] = []
     pos = 0

@@ -1,18 +1,13 @@
 """E-mail (.eml, RFC 5322 / MIME), read with the standard library's `email` package.
 
-The message's own text is its headers (From, To, Cc, Date, Subject, Message-ID), its body (the
-plain-text alternative, else the HTML one as text) and a list of its attachments. Each attachment
-is a `Part` the inventory makes into its own document, linked to the message (tasks.source.inventory); an
-attached message (message/rfc822, a forward) is a part of type eml, read the same way in turn.
-`part_bytes` finds a part again from its index path through `read_eml` (one reading for the
-inventory and for loading), so an attachment is re-read from its message and checked against the
-sha256 taken at inventory time.
-
-A message whose whole body is one non-text part (a lone `blah.gz`, a PDF sent as the message itself)
-has that part as its one attachment. Attachment names are decoded (RFC 2231, and RFC 2047 words,
-also the unquoted ones some mailers write, which the standard parser drops). A message with more
-than MAX_MULTIPARTS multipart sections (nested or not) is `over_limit` before it is parsed: the
-standard parser's cost grows with the open boundaries, and it recurses once per level.
+The message's text is its headers (From, To, Cc, Date, Subject, Message-ID), its body (the plain
+alternative, else the HTML one as text) and the list of its attachments. Each attachment is a `Part`
+the inventory makes its own document (an attached message, message/rfc822, is read the same way in
+turn); a message whose whole body is one non-text part has that part as its one attachment.
+`part_bytes` finds a part again through `read_eml` itself, so what is loaded is what the inventory
+saw. Attachment names are decoded (RFC 2231, and RFC 2047 words, also the unquoted ones the
+standard parser drops). More than MAX_MULTIPARTS multipart sections is `over_limit` before parsing:
+the parser's cost grows with the open boundaries, and it recurses once per level.
 """
 
 from __future__ import annotations

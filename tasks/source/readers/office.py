@@ -1,25 +1,20 @@
 """Office files: .docx (python-docx), .xlsx (openpyxl), .pptx (python-pptx); all MIT-licensed.
 
-A password-protected file is not a zip but an OLE2 (CFB) container holding an `EncryptionInfo`
-stream: it is `encrypted` (any other OLE2 file named .docx/.xlsx/.pptx is a legacy binary Office
-file: `unsupported_type`).
+A password-protected file is an OLE2 (CFB) container holding an `EncryptionInfo` stream: `encrypted`
+(any other OLE2 file named .docx/.xlsx/.pptx is legacy binary Office: `unsupported_type`).
 
-Before any library opens a file, the zip container is checked from its directory: at most
-`max_unzipped` bytes unpacked, a compression ratio of at most `max_ratio`, at most MAX_MEMBERS
-members (a zip bomb is refused as `over_limit`, nothing is unpacked). The directory may lie, so the
-members are then inflated in bounded chunks to the same limits, and the library opens that checked
-copy (`unpacked`), never the original. No active content: a VBA
-project (a `vbaProject.bin` member, or any part `[Content_Types].xml` types as a VBA project or its
-signature), a macro-enabled main part (.docm/.xlsm/.pptm and their templates and shows), Excel 4.0
-macro sheets, or ActiveX controls. Such files are refused as `macro_enabled` unless `allow_macros`
-(their text is then read; macros never run).
-
-A file whose text is empty is `no_text` with what it holds instead (`3 pictures, 1 chart`), or
-`empty` when it holds nothing at all: never a silent "only whitespace".
+Before any library opens a file, its zip directory is checked: at most `max_unzipped` bytes
+unpacked, a compression ratio of at most `max_ratio`, at most MAX_MEMBERS members (a zip bomb is
+`over_limit`). The directory may lie, so the members are then inflated in bounded chunks to the same
+limits, and the library opens that checked copy (`unpacked`), never the original. Active content (a
+VBA project or its signature, a macro-enabled main part, Excel 4.0 macro sheets, ActiveX controls,
+found by member name or `[Content_Types].xml`) is `macro_enabled` unless `allow_macros` (then the
+text is read; macros never run). A file without text is `no_text` naming what it holds instead
+(`3 pictures, 1 chart`), or `empty` when it holds nothing.
 
 Text: .docx paragraphs and tables in body order, headers and footers first, explicit page breaks as
-page breaks; .xlsx one page per sheet ("sheet"), rows as CSV with cached cell values; .pptx one page
-per slide ("slide"): text frames, tables and speaker notes.
+pages; .xlsx one page per sheet, rows as CSV of cached cell values; .pptx one page per slide: text
+frames, tables and speaker notes.
 """
 
 from __future__ import annotations
@@ -266,7 +261,7 @@ def _xlsx(data: bytes) -> Content:
             texts.append(buf.getvalue().strip())
     finally:
         book.close()
-    text, spans = paged(texts, "sheet")
+    text, spans = paged(texts)
     return Content(text, spans, "sheet", page_count=len(spans))
 
 
@@ -296,7 +291,7 @@ def _pptx(data: bytes) -> Content:
             if notes is not None and notes.text.strip():
                 lines += ["Notes:", notes.text]
         texts.append("\n".join(line for line in lines if line.strip()))
-    text, spans = paged(texts, "slide")
+    text, spans = paged(texts)
     return Content(text, spans, "slide", page_count=len(spans))
 
 

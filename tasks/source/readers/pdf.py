@@ -1,19 +1,15 @@
 """PDFs: the text layer read with pdfium (pypdfium2, tasks.source.readers.pdf_text), page ranges written with
 pypdf (BSD-3-Clause).
 
-The text layer is extracted page by page (pages joined by a form feed, so the long-document path
-cuts at pages and every offset maps to its page). A page whose text layer has fewer than
-`min_chars` visible characters, or is *poor* (mostly unmapped glyphs or control characters: a font
-without a ToUnicode map), is *textless* (a scan, a photo of a page, a chart, a garbled layer): its
-text is left out and such a PDF is sent to the API as what it is, a `document` block
-(tasks.request), so the model reads the page itself. What each page costs as an image is
-computed from its size with the API's image rule, so estimates count pages as the API bills them.
+The text layer is read page by page (pages joined by a form feed, so the long-document path cuts at
+pages and every offset maps to its page). A page with fewer than `min_chars` visible characters, or
+a *poor* layer, is *textless* (a scan, a chart, a garbled layer): its text is left out, and such a
+PDF goes to the API as a `document` block (tasks.request) so the model reads the page itself. Each
+page's cost as an image is computed from its size with the API's image rule.
 
-Refused, each with its reason: encrypted (the API takes no encrypted PDF), corrupt (neither pdfium
-nor pypdf can parse it), empty (no pages, or pages with neither text nor images), over_limit (more
-pages than `max_pages`).
-
-A plain function of bytes: pdfium calls hold the per-process lock of tasks.source.readers.pdf_text.
+Refused, each with its reason: encrypted (the API takes none), corrupt (neither pdfium nor pypdf
+can parse it), empty (no pages, or pages with neither text nor images), over_limit (more pages than
+`max_pages`).
 """
 
 from __future__ import annotations

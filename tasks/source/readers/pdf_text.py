@@ -1,24 +1,18 @@
 """A PDF page's text layer as pdfium (pypdfium2, Apache-2.0 / BSD-3-Clause) gives it: the text, where
 each character of it sits among pdfium's characters (so offsets map to character boxes), and whether
-the layer is *poor*.
+the layer is *poor*. pdfium was chosen by measurement (bench/pdf_readers.py): on public invoices it
+keeps every labelled value a whole token where pypdf glues tokens, and it reads pages an order of
+magnitude faster.
 
-pdfium was chosen by measurement (bench/pdf_readers.py): on public invoices it keeps every labelled
-value a whole token where pypdf glues tokens (`993548900Factuurnummer:`), and it reads pages an order
-of magnitude faster.
+A page's text is pdfium's characters with its generated line breaks (`\\r\\n`) as `\\n`, its line-end
+hyphen marker as `-`, and a character no text can carry (a control, an unmapped glyph: code 0) as
+U+FFFD, stripped. It is *poor* when most of its visible characters are unmapped glyphs (a font
+without a ToUnicode map), controls, U+FFFD or private-use code points: it says nothing a reader
+could check, so the page goes to the model as a page, like a scan.
 
-The text of a page is pdfium's characters one by one, with its generated line breaks (`\\r\\n`) as
-`\\n`, its line-end hyphen marker as `-`, and any character no text can carry (a control character,
-an unmapped glyph: code 0) as U+FFFD; leading and trailing whitespace is dropped. `page_text` returns
-with it, for every character, the index of the pdfium character it came from.
-
-A page is *poor* when most of its visible characters are unmapped glyphs (pdfium's Unicode map error:
-a font without a ToUnicode map or usable encoding), control characters, U+FFFD or private-use code
-points: its text says nothing a reader could check, so the page goes to the model as a page, like a
-scan.
-
-pdfium is not thread-safe: every call into it holds `PDFIUM_LOCK` (one per process; batch work reads
-PDFs in worker processes, each with its own pdfium), and every pdfium object is closed before the lock
-is released, so no finalizer runs pdfium code in another thread.
+pdfium is not thread-safe: every call into it holds `PDFIUM_LOCK` (one per process), and every
+pdfium object is closed before the lock is released, so no finalizer runs pdfium code in another
+thread.
 """
 
 from __future__ import annotations

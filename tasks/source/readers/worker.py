@@ -2,13 +2,12 @@
 
     python -m tasks.source.readers.worker FD MEMORY_BYTES SECONDS
 
-FD is this end of a socket pair. The process caps its own address space (`RLIMIT_AS`; 0: no cap),
-ignores SIGINT (Ctrl-C is the parent's to handle), then answers jobs one at a time: a pickled
-`(name in JOBS, args)` in, a pickled `Reply` out. Whatever a reader raises, a job that brought the
-process within `NEAR_LIMIT` of its cap ran out of memory: the reply says `memory` and the process
-exits (the parent starts a fresh one). Besides the parent's deadline, each job lowers `RLIMIT_CPU`
-to the CPU time used plus twice the deadline (SIGXCPU, even with the parent gone); end-of-file on the
-socket, or `docmill.lifeline` when the parent is gone mid-job, ends the process.
+FD is this end of a socket pair. The process caps its address space (`RLIMIT_AS`; 0: no cap),
+ignores SIGINT (Ctrl-C is the parent's), then answers jobs one at a time: a pickled `(name in JOBS,
+args)` in, a pickled `Reply` out. A job that brought the process within `NEAR_LIMIT` of its cap ran
+out of memory, whatever the reader raised: the reply says `memory` and the process exits. Each job
+also lowers `RLIMIT_CPU` to the CPU time used plus twice the deadline (SIGXCPU even with the parent
+gone); end-of-file on the socket, or `docmill.lifeline` when the parent is gone, ends the process.
 """
 
 from __future__ import annotations
