@@ -305,7 +305,9 @@ class RecipeParts:
     @property
     def schema(self) -> dict[str, Any]:
         if self._schema is None:
-            self._schema = anthropic.transform_schema(self.recipe.file_schema)
+            with _PARTS_LOCK:  # one object for every request, even those built at once on threads
+                if self._schema is None:
+                    self._schema = anthropic.transform_schema(self.recipe.file_schema)
         return self._schema
 
 

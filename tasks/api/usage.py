@@ -86,8 +86,8 @@ class RepeatedJson:
                 text = hit[1]
             else:
                 text = json.dumps(value, ensure_ascii=False, separators=self.separators)
-                if key in self.repeated:
-                    self._last[key] = (value, text)
+            if key in self.repeated:  # the latest value: the next is likely made of the same objects
+                self._last[key] = (value, text)
             parts.append(f"{json.dumps(key, ensure_ascii=False)}{key_sep}{text}")
         return "{" + item_sep.join(parts) + "}"
 

@@ -4,13 +4,16 @@ and every document paid for again, so a move, rename or refactor must keep these
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from docmill.settings import Settings
 from tasks.recipes import load_recipe
-from tasks.request import file_key, file_params
+from tasks.request import file_key, file_params, recipe_parts
 from tasks.source.inventory import inventory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,3 +36,17 @@ def test_golden_idempotency_key(recipe_name: str, tmp_path: Path) -> None:
     doc_id, golden = GOLDEN[recipe_name]
     doc = next(d for d in inventory(str(source), settings, doc_types=recipe.doc_types) if d.doc_id == doc_id)
     assert file_key(recipe, doc, settings.api.model, file_params(settings)) == golden
+
+
+def test_requests_built_at_once_on_threads_share_one_schema_object() -> None:
+    """The batch pass builds requests on threads: each carries the one schema object (RepeatedJson
+    then compares it by identity), never a copy made by a thread that raced the first."""
+    recipe = dataclasses.replace(load_recipe("invoices"))  # a recipe object whose parts are not made yet
+    start = threading.Barrier(8)
+
+    def schema(_: int) -> int:
+        start.wait()
+        return id(recipe_parts(recipe).schema)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert len(set(pool.map(schema, range(8)))) == 1

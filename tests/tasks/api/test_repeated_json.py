@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tasks.api import usage
 from tasks.api.usage import COMPACT, WIDE, RepeatedJson, estimate_input_tokens, same_json
 
 scalars = (
@@ -56,3 +57,24 @@ def test_the_estimate_with_a_repeated_encoder_is_the_plain_estimate() -> None:
             "messages": [{"role": "user", "content": "d" * i}],
         }
         assert estimate_input_tokens(request, encoder.dumps) == estimate_input_tokens(request)
+
+
+def test_an_equal_copy_is_walked_once_then_the_shared_object_is_compared_by_identity(
+    monkeypatch: Any,
+) -> None:
+    """One request may carry an equal copy of the schema its requests share (built on another
+    thread): after it, the shared object is compared by identity, not walked again per request."""
+    schema = {"type": "object", "properties": {f"f{i}": {"type": "string"} for i in range(50)}}
+    copy = json.loads(json.dumps(schema))
+    encoder = RepeatedJson(COMPACT, repeated=("output_config",))
+    walked: list[bool] = []
+    compare = usage.same_json
+    monkeypatch.setattr(usage, "same_json", lambda a, b: walked.append(a is not b) or compare(a, b))
+    per_call = []
+    for value in (copy, schema, schema, schema):
+        walked.clear()
+        body = {"output_config": {"format": {"schema": value}}}
+        assert encoder.dumps(body) == json.dumps(body, separators=COMPACT)
+        per_call.append(sum(walked))
+    assert per_call[1] > 50  # the copy against the shared object: every node
+    assert per_call[2:] == [2, 2]  # then only the two dicts made per request
