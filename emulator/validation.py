@@ -341,7 +341,7 @@ def _check_messages(messages: Any) -> None:
         if not isinstance(msg, dict):
             raise invalid(f"messages.{i}: Input should be an object")
         role = msg.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:  # a list or an object: a 400, not a crash
             raise invalid(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
         content = msg.get("content")
         if not isinstance(content, str | list):

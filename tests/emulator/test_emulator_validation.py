@@ -54,6 +54,12 @@ def test_empty_messages_are_refused(emulator: EmulatorServer) -> None:
     assert _refused(emulator, messages=[]) == "messages: at least one message is required"
 
 
+def test_a_role_that_is_not_a_string_is_refused(emulator: EmulatorServer) -> None:
+    for role in (["user"], {"user": 1}, None):
+        message = _refused(emulator, messages=[{"role": role, "content": "hi"}])
+        assert message == "messages.0.role: Input should be 'user', 'assistant' or 'system'"
+
+
 def test_max_tokens_zero_and_above_the_models_limit_are_refused(emulator: EmulatorServer) -> None:
     assert _refused(emulator, max_tokens=0) == "max_tokens: Input should be greater than or equal to 1"
     limit = model_info(MODEL).max_output_tokens  # type: ignore[union-attr]
