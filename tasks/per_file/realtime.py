@@ -64,6 +64,7 @@ from tasks.request import (
     long_tokens,
     send_as,
 )
+from tasks.source.readers.bounded import PLAIN_TYPES
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -232,12 +233,16 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
 
 def _cheap(p: Pass, doc: Document) -> bool:
     """Whether preparing `doc` is quick enough for the event loop itself (a local store, a small
-    local text file): one thread hop less a document. Reads from S3, PDFs, images and Office files
-    go to an I/O thread."""
+    local file of a plain text type that the inventory read as UTF-8: only decoded, in this
+    process): one thread hop less a document. Reads from S3, PDFs, images, HTML and Office files,
+    and a text in a guessed legacy encoding go to an I/O thread: they are read in a reader process
+    (tasks.source.readers.bounded), and waiting there for a free worker would stop the loop."""
     return (
         isinstance(p.store, LocalStore)
         and doc.size <= INLINE_MAX
         and doc.source_uri.startswith("file://")  # every local file's URI (inventory: Path.as_uri)
+        and doc.doc_type in PLAIN_TYPES
+        and doc.encoding is None
         and send_as(doc, p.recipe) is SendAs.TEXT
     )
 

@@ -607,3 +607,33 @@ def test_a_small_local_text_document_is_prepared_on_the_loop_itself(tmp_path: Pa
     assert doc.source_uri.startswith("file://") and _cheap(p, doc)
     assert not _cheap(p, doc.model_copy(update={"source_uri": "s3://bucket/a.txt"}))
     assert not _cheap(p, doc.model_copy(update={"size": 10**6}))
+
+
+def test_a_small_document_read_in_a_reader_process_is_prepared_on_an_io_thread(tmp_path: Path) -> None:
+    """HTML and a text in a legacy encoding are read in a reader process (charset guess, parser):
+    on the loop, a wait for a free reader worker (others may be reading large PDFs) would stop
+    every request in flight, so they go to an I/O thread however small."""
+    from tasks.per_file.realtime import _cheap
+    from tasks.per_file.settle import Pass
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "latin1.txt").write_bytes(
+        "Fournisseur: Société Générale\nTotal: 12,50 €\n".encode("cp1252")
+    )
+    (tmp_path / "src" / "a.html").write_text(
+        "<html><body><p>Vendor: ACME</p><p>Total: 12.50</p></body></html>"
+    )
+    settings = Settings(store=str(tmp_path / "store"))
+    recipe = load_recipe("invoices")
+    docs = {d.doc_id: d for d in inventory(str(tmp_path / "src"), settings, doc_types=recipe.doc_types)}
+    p = Pass(
+        recipe,
+        "r",
+        open_store(settings.store),
+        ModelClient(settings, base_url="http://127.0.0.1:9", api_key="k"),
+        settings,
+    )
+    assert docs["latin1.txt"].status == "ok" and docs["latin1.txt"].encoding is not None
+    assert docs["a.html"].status == "ok"
+    assert not _cheap(p, docs["latin1.txt"]) and not _cheap(p, docs["a.html"])
+    assert _cheap(p, docs["latin1.txt"].model_copy(update={"encoding": None}))  # what decides it

@@ -199,13 +199,13 @@ def test_a_checked_chunk_is_shared_without_reading_its_outcomes(
 
 
 def test_a_file_changed_in_place_in_an_unchanged_source_is_sent_and_reported(
-    tmp_path: Path, _emulator_session: Any
+    tmp_path: Path, emulator: Any
 ) -> None:
     """Whole runs (the only way to see the inventory, the shared chunks, the integration record and
     the report together): two unchanged runs share everything, then one file rewritten with the same
     size and its mtime put back is read, sent once, and listed in the report with its new value."""
     corpus, _ = make_corpus(tmp_path, count=12, seed=4)
-    settings = settings_for(_emulator_session, str(tmp_path / "store")).model_copy(update={"chunk_size": 4})
+    settings = settings_for(emulator, str(tmp_path / "store")).model_copy(update={"chunk_size": 4})
     store = open_store(settings.store)
 
     def run() -> dict[str, Any]:
@@ -215,9 +215,9 @@ def test_a_file_changed_in_place_in_an_unchanged_source_is_sent_and_reported(
 
     run()
     run()  # checks every chunk: the next unchanged run shares them
-    billed = len(_emulator_session.state.accounting.billed)
+    billed = len(emulator.state.accounting.billed)
     same = run()
-    assert len(_emulator_session.state.accounting.billed) == billed and same["cost_usd"] == 0.0
+    assert len(emulator.state.accounting.billed) == billed and same["cost_usd"] == 0.0
     integration = store.get_json(f"runs/{same['run_id']}/integration.json")
     assert integration["calls"] == 0 and integration["delta"]["to_integrate"] == 0
     copies = {
@@ -242,7 +242,7 @@ def test_a_file_changed_in_place_in_an_unchanged_source_is_sent_and_reported(
     integration = store.get_json(f"runs/{moved['run_id']}/integration.json")
     assert integration["delta"]["changed"] == 1
     # that document once, and the integration's notes over it
-    assert len(_emulator_session.state.accounting.billed) == billed + 1 + integration["calls"]
+    assert len(emulator.state.accounting.billed) == billed + 1 + integration["calls"]
     report = store.get(f"runs/{moved['run_id']}/report.md").decode()
     assert other in report
     rows = store.get(f"runs/{moved['run_id']}/exports/results.jsonl").decode().splitlines()
