@@ -39,13 +39,12 @@ from tasks.request import (
     CHARS_PER_TOKEN,
     FILE_PASS,
     INSTRUCTION,
-    SYSTEM_RULES,
     Payload,
     SendAs,
     document_blocks,
-    neutralize,
     page_parts,
     part_payload,
+    static_system,
     wrap_document,
 )
 
@@ -232,7 +231,7 @@ def extract_long(
         store,
         client,
         model=settings.api.model,
-        system=f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}\n\nThe document arrives in {unit}, one per "
+        system=f"{static_system(recipe)}\n\nThe document arrives in {unit}, one per "
         "turn; extract what each states. The <pinned_facts> block lists values already found.",
         budget_tokens=settings.context.budget_tokens,
         max_tokens=settings.api.max_tokens,

@@ -142,9 +142,29 @@ def enqueue_review(
     tries: list[dict[str, Any]] | None = None,
     errors: list[str] | None = None,
 ) -> DocOutcome:
-    """Add a needs_review outcome to the run's review queue (others pass through); returns it."""
-    if outcome.state is DocState.NEEDS_REVIEW:
-        p.queue.add(review_item(p, doc, outcome, tries=tries, errors=errors))
+    """Add a needs_review outcome to the run's review queue (others pass through); returns it. The
+    entry holds what a reviewer needs (errors default to the outcome's last error; `tries` is the
+    per-attempt log of the realtime pass)."""
+    if outcome.state is not DocState.NEEDS_REVIEW:
+        return outcome
+    item: ReviewItem = {
+        "doc_id": doc.doc_id,
+        "run_id": p.run_id,
+        "source_uri": getattr(doc, "source_uri", None),
+        "key": outcome.key,
+        "pass_name": FILE_PASS,
+        "reason": outcome.reason,
+        "errors": errors if errors is not None else ([outcome.last_error] if outcome.last_error else []),
+        "raw_output": outcome.raw_output,
+        "output": outcome.output,
+        "flags": outcome.flags,
+        "provenance": outcome.provenance,  # each excerpt's page and offsets (unverified on a scanned page)
+        "model": outcome.model,
+        "attempts": outcome.attempts,
+        "tried": tries or [],
+        "from_ledger": outcome.from_ledger,
+    }
+    p.queue.add(item)
     return outcome
 
 
@@ -163,35 +183,6 @@ def hold_for_cost(p: Pass, doc: Document, key: str, why: str) -> DocOutcome:
         origin_run=p.run_id,
     )
     return enqueue_review(p, doc, held)
-
-
-def review_item(
-    p: Pass,
-    doc: Document,
-    outcome: DocOutcome,
-    *,
-    tries: list[dict[str, Any]] | None = None,
-    errors: list[str] | None = None,
-) -> ReviewItem:
-    """The review-queue entry of one outcome: what a reviewer needs (errors default to the outcome's
-    last error; `tries` is the per-attempt log of the realtime pass)."""
-    return {
-        "doc_id": doc.doc_id,
-        "run_id": p.run_id,
-        "source_uri": getattr(doc, "source_uri", None),
-        "key": outcome.key,
-        "pass_name": FILE_PASS,
-        "reason": outcome.reason,
-        "errors": errors if errors is not None else ([outcome.last_error] if outcome.last_error else []),
-        "raw_output": outcome.raw_output,
-        "output": outcome.output,
-        "flags": outcome.flags,
-        "provenance": outcome.provenance,  # each excerpt's page and offsets (unverified on a scanned page)
-        "model": outcome.model,
-        "attempts": outcome.attempts,
-        "tried": tries or [],
-        "from_ledger": outcome.from_ledger,
-    }
 
 
 def failed_outcome(doc: Document, key: str | None, failure_type: str, error: str, **kw: Any) -> DocOutcome:
@@ -252,6 +243,12 @@ def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[s
     """The outcome fields of a gated answer the policy settled on: succeeded for ACCEPT, else
     needs_review with the reason, the raw answer and the validation errors."""
     accepted = action is Action.ACCEPT
+    # where each excerpt sits (offsets, page, verified), and how the document was sent if not as text
+    provenance: dict[str, Any] = {"fields": verdict.offsets} if verdict.offsets else {}
+    if verdict.sent_as != "text":
+        provenance["sent_as"] = verdict.sent_as
+    if getattr(verdict, "encoding", None):
+        provenance["encoding"] = f"{verdict.encoding} (guessed)"
     return {
         "state": DocState.SUCCEEDED if accepted else DocState.NEEDS_REVIEW,
         "reason": None if accepted else reason,
@@ -259,19 +256,8 @@ def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[s
         "raw_output": None if accepted else verdict.raw_text,
         "flags": verdict.flags,
         "last_error": None if accepted else "; ".join(verdict.errors)[:2000] or None,
-        "provenance": _provenance(verdict),
+        "provenance": provenance or None,
     }
-
-
-def _provenance(verdict: Verdict) -> dict[str, Any] | None:
-    """Where each evidence excerpt sits (offsets, page, verified), and how the document was sent
-    when not as text (a PDF or an image: tasks.request)."""
-    out: dict[str, Any] = {"fields": verdict.offsets} if verdict.offsets else {}
-    if verdict.sent_as != "text":
-        out["sent_as"] = verdict.sent_as
-    if getattr(verdict, "encoding", None):
-        out["encoding"] = f"{verdict.encoding} (guessed)"
-    return out or None
 
 
 def decide_next(
