@@ -118,7 +118,6 @@ class ResultRouter:
         return DocOutcome(
             doc_id=item.doc_id,
             key=item.custom_id,
-            pass_name=FILE_PASS,
             state=state,
             attempts=item.attempts + item.rounds,
             model=kw.pop("model", self.model),

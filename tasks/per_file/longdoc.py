@@ -37,7 +37,6 @@ from tasks.per_file.settle import enqueue_review, write_outcome
 from tasks.recipes.thinking import effort_config
 from tasks.request import (
     CHARS_PER_TOKEN,
-    FILE_PASS,
     INSTRUCTION,
     Payload,
     SendAs,
@@ -335,7 +334,6 @@ def review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcom
     outcome = DocOutcome(
         doc_id=doc.doc_id,
         key=key,
-        pass_name=FILE_PASS,
         model=p.model,
         attempts=len(result["chunks"]),
         **fields,

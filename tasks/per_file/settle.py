@@ -175,7 +175,6 @@ def hold_for_cost(p: Pass, doc: Document, key: str, why: str) -> DocOutcome:
     held = DocOutcome(
         doc_id=doc.doc_id,
         key=key,
-        pass_name=FILE_PASS,
         state=DocState.NEEDS_REVIEW,
         reason=COST_GUARD,
         last_error=why,
@@ -189,7 +188,6 @@ def failed_outcome(doc: Document, key: str | None, failure_type: str, error: str
     return DocOutcome(
         doc_id=doc.doc_id,
         key=key,
-        pass_name=FILE_PASS,
         state=DocState.FAILED,
         failure_type=failure_type,
         last_error=error,
@@ -208,9 +206,7 @@ def skipped_outcome(doc: Document) -> DocOutcome:
     reason = getattr(doc.skip_reason, "value", doc.skip_reason) or "skipped"
     detail = getattr(doc, "skip_detail", None) or f"document skipped by inventory: {reason}"
     if reason in NOTHING_TO_EXTRACT:
-        return DocOutcome(
-            doc_id=doc.doc_id, pass_name=FILE_PASS, state=DocState.SKIPPED, reason=reason, last_error=detail
-        )
+        return DocOutcome(doc_id=doc.doc_id, state=DocState.SKIPPED, reason=reason, last_error=detail)
     return failed_outcome(doc, None, f"input:{reason}", detail)
 
 
