@@ -10,6 +10,7 @@ flows.orchestration.chunk_tasks, shards over workers in flows.workers.spread.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -77,10 +78,7 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
         answered = sum(1 for r in records if r.get("failure_type") != "budget" and r.get("attempts"))
         return {"budget": 1, "answered": answered}
     OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
-    return counts
+    return dict(Counter(r["state"] for r in records))
 
 
 def spent_usd(ctx: RunContext) -> float:

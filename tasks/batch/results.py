@@ -211,9 +211,7 @@ class ResultRouter:
             if verdict is None:
                 assert text is not None
                 verdict = check(self.p.recipe, text, message)
-            progress = item.progress()
-            progress.note(Action(item.action) if item.action else None, message.get("usage"))
-            item.take_progress(progress)
+            progress = item.note(Action(item.action) if item.action else None, message.get("usage"))
             request = self.request(item, doc, text) if not verdict.ok else {}
             decision = decide_next(self.p.settings, verdict, progress, request)
             if decision.action in (Action.ACCEPT, Action.REVIEW):
