@@ -48,8 +48,6 @@ from tasks.request import (
 )
 
 if TYPE_CHECKING:
-    from checkpoints.store import ObjectStore
-    from docmill.settings import Settings
     from tasks.per_file.settle import Pass
     from tasks.recipes import Recipe
     from tasks.source.document import Document
@@ -206,29 +204,27 @@ def absolute_pages(node: Any, first_page: int) -> Any:
 
 
 def extract_long(
+    p: Pass,
     text: str,
     *,
     doc_id: str,
     doc_type: str = "txt",
-    recipe: Recipe,
-    run_id: str,
-    store: ObjectStore,
-    client: Any,
-    settings: Settings,
     payload: Payload | None = None,
     parts: list[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
-    """Extract a long document chunk by chunk in one conversation; merged output with provenance.
-    With a PDF `payload` and its page `parts`, the chunks are those page ranges, sent as PDFs."""
+    """Extract a long document chunk by chunk in one conversation (the run's recipe, store, client and
+    settings: `p`); merged output with provenance. With a PDF `payload` and its page `parts`, the
+    chunks are those page ranges, sent as PDFs."""
+    recipe, settings = p.recipe, p.settings
     if payload is not None and payload.send is SendAs.PDF and parts is not None:
         chunks, unit = pdf_chunks(payload, parts), "parts of page ranges"
     else:
         chunks, unit = split_document(text, settings.context.document_budget_tokens), "chunks"
     task = ConversationTask(
         "longdoc-" + hashlib.sha256(doc_id.encode()).hexdigest()[:24],  # doc ids may hold '/'; keys may not
-        run_id,
-        store,
-        client,
+        p.run_id,
+        p.store,
+        p.client,
         model=settings.api.model,
         system=f"{static_system(recipe)}\n\nThe document arrives in {unit}, one per "
         "turn; extract what each states. The <pinned_facts> block lists values already found.",
@@ -319,14 +315,10 @@ def review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcom
     chunk in one conversation task, merged with provenance, gated, written once, queued for review
     when it needs review."""
     result = extract_long(
+        p,
         payload.text,
         doc_id=doc.doc_id,
         doc_type=doc.doc_type,
-        recipe=p.recipe,
-        run_id=p.run_id,
-        store=p.store,
-        client=p.client,
-        settings=p.settings,
         payload=payload,
         parts=page_parts(doc, p.settings) if payload.send is SendAs.PDF else None,
     )
