@@ -127,11 +127,9 @@ def _judge(payload: Payload, excerpt: str, loose: LooseText) -> dict[str, Any] |
     if (claimed is None and payload.textless) or claimed in payload.textless:
         page = None if claimed is None else claimed + payload.first_page - 1
         return {"start": None, "end": None, "page": page, "verified": False}
-    return (
-        f"does not occur verbatim on page {claimed} (it has a text layer)"
-        if claimed
-        else ("does not occur verbatim in the document's text layer")
-    )
+    if claimed:
+        return f"does not occur verbatim on page {claimed} (it has a text layer)"
+    return "does not occur verbatim in the document's text layer"
 
 
 def evidence_report(

@@ -321,9 +321,7 @@ def supports(value: Any, evidence: str | None, *, is_date: bool = False) -> bool
     if len(distinct) == len(value_words) and distinct.issubset(evidence_words):
         return True  # each word once, and each in the evidence: nothing to count
     missing = Counter(value_words) - Counter(evidence_words)
-    if not missing:
-        return True
-    if _joined(value_words, evidence):
+    if not missing or _joined(value_words, evidence):
         return True
     folded = fold(evidence)  # CJK words are not space-separated: found inside a longer run
     return all(
