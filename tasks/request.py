@@ -121,7 +121,6 @@ class Payload:
 
 
 def text_payload(text: str) -> Payload:
-    """A plain text as a payload."""
     return Payload(text, Content(text))
 
 
@@ -292,7 +291,6 @@ _PARTS_LOCK = threading.Lock()
 
 
 def recipe_parts(recipe: Recipe) -> RecipeParts:
-    """The recipe's `RecipeParts`, made once per recipe object."""
     hit = _RECIPE_PARTS.get(id(recipe))
     if hit is not None and hit.recipe is recipe:
         return hit

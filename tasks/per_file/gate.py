@@ -81,7 +81,6 @@ _NON_WS = re.compile(r"\S+")
 
 
 def normalize_ws(text: str) -> str:
-    """Collapse every run of whitespace to one space and strip the ends."""
     return _WS.sub(" ", text).strip()
 
 
