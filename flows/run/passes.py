@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -55,8 +56,6 @@ def plain_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:
     """Chunks on a bounded thread pool (the Prefect flows use a bounded task runner instead), taken
     from `chunks` as it hands them out: the realtime pass hands out a chunk when the client's window
     wants more documents (tasks.per_file.realtime.feed), so as many chunks run as the window needs."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=CHUNK_WORKERS, thread_name_prefix="docmill-chunk") as pool:
         return list(pool.map(lambda c: fn(*c), chunks))
 
