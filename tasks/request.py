@@ -294,10 +294,11 @@ def recipe_parts(recipe: Recipe) -> RecipeParts:
     hit = _RECIPE_PARTS.get(id(recipe))
     if hit is not None and hit.recipe is recipe:
         return hit
-    parts = RecipeParts(recipe)
-    with _PARTS_LOCK:
-        _RECIPE_PARTS[id(recipe)] = parts
-    return parts
+    with _PARTS_LOCK:  # threads asking at once for a new recipe's parts all get the one made first
+        hit = _RECIPE_PARTS.get(id(recipe))
+        if hit is None or hit.recipe is not recipe:
+            hit = _RECIPE_PARTS[id(recipe)] = RecipeParts(recipe)
+        return hit
 
 
 def file_params(settings: Settings) -> dict[str, Any]:
