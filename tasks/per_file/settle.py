@@ -119,9 +119,7 @@ def write_outcome(p: Pass, outcome: DocOutcome) -> DocOutcome:
     """Put-if-absent into the results ledger; returns the outcome, or, when another writer won the
     race for the key, the winner's record (the ledger holds one result per key, written once)."""
     stored, written = p.ledger.put(FILE_PASS, str(outcome.key), outcome.to_record())
-    if written:
-        return outcome
-    return DocOutcome.from_record(stored, doc_id=outcome.doc_id)
+    return outcome if written else DocOutcome.from_record(stored, doc_id=outcome.doc_id)
 
 
 def write_outcomes(p: Pass, outcomes: Sequence[DocOutcome]) -> list[DocOutcome]:
