@@ -51,13 +51,6 @@ class Check:
         return f"{mark} {self.name}: {self.detail}{cost}"
 
 
-def _failed(e: anthropic.APIStatusError | anthropic.APIConnectionError, model: str) -> str:
-    """A failed check's detail; a 404 names the model, not the key: the endpoint does not serve it."""
-    if isinstance(e, anthropic.NotFoundError):
-        return f"the endpoint does not know the model {model} ({describe(e)}): pin a model it serves"
-    return describe(e)
-
-
 def rate_limits(headers: Any) -> str:
     """The `anthropic-ratelimit-*` headers in one line (what a pacer can plan with)."""
     parts = []
@@ -76,7 +69,10 @@ def _call(name: str, model: str, create: Callable[..., Any], **extra: Any) -> tu
             model=model, max_tokens=8 if "output_config" not in extra else 16, messages=PING, **extra
         )
     except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-        return Check(name, False, _failed(e, model)), None
+        detail = describe(e)
+        if isinstance(e, anthropic.NotFoundError):  # names the model, not the key: the endpoint lacks it
+            detail = f"the endpoint does not know the model {model} ({detail}): pin a model it serves"
+        return Check(name, False, detail), None
     message = raw.parse()
     usage = message.usage.model_dump(mode="json")
     usd = priced_usd(model, usage) or 0.0

@@ -30,9 +30,6 @@ A PDF or image sent as what it is goes as a labelled, self-closing
 `<document id=.. type=.. sent-as=.. pages=../>` element, then the base64 `document` / `image` block,
 then the instruction with the page rule (evidence begins with `[page N]`). Its key adds the send
 mode and that layout's hash, so a text document's key is the same as before media existed.
-
-Used by the realtime per-file pass and the batch pass (same request, same key), the cost estimates
-and worst cases (tasks.cost) and `docmill doctor`.
 """
 
 from __future__ import annotations
@@ -124,7 +121,6 @@ class Payload:
 
 
 def text_payload(text: str) -> Payload:
-    """A plain text as a payload (legacy callers and tests that pass text)."""
     return Payload(text, Content(text))
 
 
@@ -216,28 +212,6 @@ PAGE_RULE = (
 )
 
 
-def media_label(doc_id: str, doc_type: str, payload: Payload) -> str:
-    """The labelled, self-closing element that names the media block after it."""
-    attrs = f'id="{html.escape(doc_id, quote=True)}" type="{html.escape(doc_type, quote=True)}"'
-    attrs += f' sent-as="{payload.send.value}" pages="{payload.page_count}"'
-    what = "PDF" if payload.send is SendAs.PDF else "image"
-    pages = (
-        f" ({payload.page_count} page{'s' if payload.page_count != 1 else ''})"
-        if payload.send is SendAs.PDF
-        else ""
-    )
-    return f"<document {attrs}/>\n" + MEDIA_NOTE.format(what=what, pages=pages)
-
-
-def media_block(doc_id: str, payload: Payload) -> dict[str, Any]:
-    """A base64 `document` block (PDF) or `image` block with the payload's bytes."""
-    data = base64.b64encode(payload.data or b"").decode("ascii")
-    source = {"type": "base64", "media_type": payload.media_type, "data": data}
-    if payload.send is SendAs.PDF:
-        return {"type": "document", "source": source, "title": doc_id}
-    return {"type": "image", "source": source}
-
-
 # ---- the request, its key and the repair turn ----------------------------------------------------
 
 
@@ -317,14 +291,14 @@ _PARTS_LOCK = threading.Lock()
 
 
 def recipe_parts(recipe: Recipe) -> RecipeParts:
-    """The recipe's `RecipeParts`, made once per recipe object."""
     hit = _RECIPE_PARTS.get(id(recipe))
     if hit is not None and hit.recipe is recipe:
         return hit
-    parts = RecipeParts(recipe)
-    with _PARTS_LOCK:
-        _RECIPE_PARTS[id(recipe)] = parts
-    return parts
+    with _PARTS_LOCK:  # threads asking at once for a new recipe's parts all get the one made first
+        hit = _RECIPE_PARTS.get(id(recipe))
+        if hit is None or hit.recipe is not recipe:
+            hit = _RECIPE_PARTS[id(recipe)] = RecipeParts(recipe)
+        return hit
 
 
 def file_params(settings: Settings) -> dict[str, Any]:
@@ -353,16 +327,28 @@ def cache_ttl(recipe: Recipe, model: str, settings: Settings, *, batch: bool) ->
 def document_blocks(doc_id: str, doc_type: str, source: str | Payload) -> list[dict[str, Any]]:
     """The user turn's blocks for one document (text wrapped; a PDF / image labelled, then sent as
     what it is), the instruction last."""
-    if isinstance(source, Payload) and source.send is not SendAs.TEXT:
+    if not isinstance(source, Payload) or source.send is SendAs.TEXT:
+        text = source.text if isinstance(source, Payload) else source
         return [
-            {"type": "text", "text": media_label(doc_id, doc_type, source)},
-            media_block(doc_id, source),
-            {"type": "text", "text": f"{INSTRUCTION}\n{PAGE_RULE}"},
+            {"type": "text", "text": wrap_document(doc_id, doc_type, text)},
+            {"type": "text", "text": INSTRUCTION},
         ]
-    text = source.text if isinstance(source, Payload) else source
+    attrs = f'id="{html.escape(doc_id, quote=True)}" type="{html.escape(doc_type, quote=True)}"'
+    n = source.page_count
+    pdf = source.send is SendAs.PDF
+    note = MEDIA_NOTE.format(
+        what="PDF" if pdf else "image", pages=f" ({n} page{'s' if n != 1 else ''})" if pdf else ""
+    )
+    label = f'<document {attrs} sent-as="{source.send.value}" pages="{n}"/>\n{note}'
+    data = base64.b64encode(source.data or b"").decode("ascii")
+    media: dict[str, Any] = {"type": "base64", "media_type": source.media_type, "data": data}
+    block = (
+        {"type": "document", "source": media, "title": doc_id} if pdf else {"type": "image", "source": media}
+    )
     return [
-        {"type": "text", "text": wrap_document(doc_id, doc_type, text)},
-        {"type": "text", "text": INSTRUCTION},
+        {"type": "text", "text": label},
+        block,
+        {"type": "text", "text": f"{INSTRUCTION}\n{PAGE_RULE}"},
     ]
 
 
@@ -404,11 +390,6 @@ def file_key(recipe: Recipe, doc: Document, model: str, params: dict[str, Any]) 
     return idempotency_key(
         FILE_PASS, str(recipe.version), parts.prompt_hash, parts.schema_hash, model, doc.sha256, all_params
     )
-
-
-def with_max_tokens(request: dict[str, Any], max_tokens: int) -> dict[str, Any]:
-    """The same request with another output limit (the one retry after truncation)."""
-    return {**request, "max_tokens": max_tokens}
 
 
 def repair_request(request: dict[str, Any], bad_text: str, errors: list[str]) -> dict[str, Any]:

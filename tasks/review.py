@@ -93,18 +93,6 @@ def corrected_output(recipe: Recipe | None, output: dict[str, Any], values: dict
     return new
 
 
-def mark_of(decision: Decision, output: dict[str, Any] | None) -> ReviewMark:
-    out = output or {}
-    return {
-        "action": decision.action.value,
-        "by": decision.by,
-        "at": timestamp(decision.at),
-        "note": decision.note,
-        "seq": decision.seq,
-        "corrections": {k: {"from": field_value(out.get(k)), "to": v} for k, v in decision.values.items()},
-    }
-
-
 def apply_decisions(outcomes: list[dict[str, Any]], decisions: dict[str, Decision]) -> list[dict[str, Any]]:
     """Outcomes with the decision in force applied (`decided`: the model's own output kept under
     `original_output` whenever a decision changed it); others unchanged."""
@@ -119,7 +107,17 @@ def decided(view: dict[str, Any], d: Decision, original: dict[str, Any] | None) 
     """An outcome or review item with decision `d` in force: `d` under `review` (its corrections
     from `original`, the model's output), and when `d` changed values, the output in force under
     `output` with the one before it under `original_output`."""
-    view = {**view, "review": mark_of(d, original)}
+    mark: ReviewMark = {
+        "action": d.action.value,
+        "by": d.by,
+        "at": timestamp(d.at),
+        "note": d.note,
+        "seq": d.seq,
+        "corrections": {
+            k: {"from": field_value((original or {}).get(k)), "to": v} for k, v in d.values.items()
+        },
+    }
+    view = {**view, "review": mark}
     if d.values:
         view["original_output"] = view.get("output")
         view["output"] = with_values(view.get("output") or {}, d.values)

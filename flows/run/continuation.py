@@ -13,6 +13,7 @@ be given anew, and what was overridden or kept is said in one line each.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -58,8 +59,6 @@ class Choice:
 
 def source_id(source: str) -> str:
     """A source as runs compare them: an s3:// prefix as given, a folder as an absolute path."""
-    import os
-
     if "://" in source and not source.startswith("file://"):
         return source
     return os.path.abspath(os.path.expanduser(source.removeprefix("file://")))

@@ -39,10 +39,9 @@ def eligible(settings: Settings, mode: str, *, finish_by: str | None, workers: i
 
 def taken(run_id: str) -> bool:
     """Whether `run_id` was submitted early by this process (and is now continued: said once)."""
-    if run_id in SUBMITTED:
-        SUBMITTED.discard(run_id)
-        return True
-    return False
+    found = run_id in SUBMITTED
+    SUBMITTED.discard(run_id)
+    return found
 
 
 @contextmanager

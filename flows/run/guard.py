@@ -59,15 +59,13 @@ def hold_lease(ctx: RunContext, *, keep: bool = False) -> Iterator[None]:
 def _refuse_overlap(ctx: RunContext, runs: Any, mine: dict[str, Any], *, marked: bool) -> None:
     """Raise `RunOverlap` if another live run of the same recipe and model covers the same
     documents. A stopped run (its lease is gone or its local holder died) does not block: it is
-    continued by the same command (flows.run.continuation), and keeps its marker until it is done. With `marked` (both runs may have marked themselves at once) only the later of the two stops."""
+    continued by the same command (flows.run.continuation), and keeps its marker until it is done.
+    With `marked` (both runs may have marked themselves at once) only the later of the two stops."""
     now = time.time()
     for run_id, other in runs.items():
-        if run_id == ctx.run_id or (other.get("recipe"), other.get("model")) != (
-            mine["recipe"],
-            mine["model"],
-        ):
-            continue
-        if not sources_overlap(str(other.get("source") or ""), mine["source"]):
+        same = (other.get("recipe"), other.get("model")) == (mine["recipe"], mine["model"])
+        overlap = sources_overlap(str(other.get("source") or ""), mine["source"])
+        if run_id == ctx.run_id or not same or not overlap:
             continue
         lease = live_lease(ctx.store, run_id, now)
         if lease is None:

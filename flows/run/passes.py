@@ -10,7 +10,9 @@ flows.orchestration.chunk_tasks, shards over workers in flows.workers.spread.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -54,8 +56,6 @@ def plain_map(fn: ChunkFn, chunks: Iterable[Chunk]) -> list[dict[str, int]]:
     """Chunks on a bounded thread pool (the Prefect flows use a bounded task runner instead), taken
     from `chunks` as it hands them out: the realtime pass hands out a chunk when the client's window
     wants more documents (tasks.per_file.realtime.feed), so as many chunks run as the window needs."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=CHUNK_WORKERS, thread_name_prefix="docmill-chunk") as pool:
         return list(pool.map(lambda c: fn(*c), chunks))
 
@@ -77,10 +77,7 @@ def review_one_chunk(ctx: RunContext, cid: str, docs: list[dict[str, Any]]) -> d
         answered = sum(1 for r in records if r.get("failure_type") != "budget" and r.get("attempts"))
         return {"budget": 1, "answered": answered}
     OutcomeLog(ctx.store, ctx.run_id).write_chunk(cid, records)
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
-    return counts
+    return dict(Counter(r["state"] for r in records))
 
 
 def spent_usd(ctx: RunContext) -> float:

@@ -272,7 +272,7 @@ class BatchEngine:
         counts: Counter[str] = Counter()
         notes: list[str] = []
         answered: set[str] = set()
-        route = self.router.route  # by result type: batch_results.RESULT_ROUTES
+        route = self.router.route  # by result type
         gate_remotely = len(raw) >= ingest.MIN_RESULTS
         for bid in rec.batch_ids:
             lines = lifecycle.results(self.api, bid)

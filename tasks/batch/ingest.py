@@ -158,7 +158,6 @@ class Prechecker:
 
 
 def done_future(value: R) -> Future[R]:
-    """A future that is already done (a result routed without a worker)."""
     f: Future[R] = Future()
     f.set_result(value)
     return f

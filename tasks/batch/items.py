@@ -14,7 +14,7 @@ import json
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from tasks.per_file.gate import Progress
+from tasks.per_file.gate import Action, Progress
 
 
 @dataclass
@@ -40,21 +40,17 @@ class WorkItem:
     def doc_id(self) -> str:
         return str(self.doc["doc_id"])
 
-    def progress(self) -> Progress:
-        """The gate's view of what was tried (shared repair policy)."""
-        return Progress(
-            max_tokens=int((self.request or {}).get("max_tokens") or self.max_tokens),
-            attempts=self.attempts,
-            repairs=self.repairs,
-            repair_tokens=self.repair_tokens,
-            truncation_retries=self.truncation_retries,
+    def note(self, action: Action | None, usage: dict[str, Any] | None) -> Progress:
+        """Record one answered attempt through the gate's one counter (`Progress.note`); the gate's
+        view of what was tried, for the shared repair policy."""
+        max_tokens = int((self.request or {}).get("max_tokens") or self.max_tokens)
+        progress = Progress(
+            max_tokens, self.attempts, self.repairs, self.repair_tokens, self.truncation_retries
         )
-
-    def take_progress(self, progress: Progress) -> None:
-        self.attempts = progress.attempts
-        self.repairs = progress.repairs
-        self.repair_tokens = progress.repair_tokens
-        self.truncation_retries = progress.truncation_retries
+        progress.note(action, usage)
+        self.attempts, self.repairs = progress.attempts, progress.repairs
+        self.repair_tokens, self.truncation_retries = progress.repair_tokens, progress.truncation_retries
+        return progress
 
     def to_line(self) -> dict[str, Any]:
         """Compact dict: defaults left out (first-round items are just custom_id, doc, max_tokens).

@@ -1,4 +1,4 @@
-"""Batch results routed by type (RESULT_ROUTES), and what turns an answer into an outcome.
+"""Batch results routed by type (`ResultRouter.route`), and what turns an answer into an outcome.
 
 succeeded -> gate -> accept / needs_review / a follow-up request (repair with the validation errors,
 or a larger max_tokens) for a later round (or realtime with settings.batch.repairs_realtime);
@@ -86,7 +86,31 @@ class ResultRouter:
     def route(
         self, kind: str, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
     ) -> Routed:
-        return RESULT_ROUTES.get(kind, _route_unknown)(self, item, result, bid, costs)
+        """One result by its type: a succeeded answer is costed and gated, an errored one fails for
+        good or is resent, an expired or canceled one is resent."""
+        if kind == ResultType.SUCCEEDED:
+            message = result.get("message") or {}
+            usage = message.get("usage") or {}
+            model = self.model  # priced by the model asked for; the answer may name a dated id
+            add_usage(item.usage, usage)
+            item.cost_usd += priced_usd(model, usage, batch=True) or 0.0
+            item.request_ids.append(bid)
+            answered = str(message["model"]) if message.get("model") else None
+            costs.append((item.custom_id, item.attempts + 1, item.doc_id, model, usage, bid, answered))
+            return *self.gated(item, message, model), None
+        if kind == ResultType.ERRORED:
+            error = ((result.get("error") or {}).get("error")) or {}
+            etype = str(error.get("type") or "api_error")
+            text = f"{etype}: {error.get('message') or ''}".strip()
+            if etype in RETRYABLE_ERROR_TYPES:  # the one decision, shared with realtime (409 included)
+                return None, None, text
+            return self.fail(item, f"api_error:{etype}", text, permanent=True), None, None
+        if kind in (ResultType.EXPIRED, ResultType.CANCELED):
+            return None, None, str(result.get("type"))
+        raise BatchError(
+            f"batch {bid} returned an unknown result type {result.get('type')!r} for {item.custom_id}",
+            hint="upgrade docmill; the API has a result type this version does not know",
+        )
 
     # ---- outcomes --------------------------------------------------------------------------
 
@@ -94,7 +118,6 @@ class ResultRouter:
         return DocOutcome(
             doc_id=item.doc_id,
             key=item.custom_id,
-            pass_name=FILE_PASS,
             state=state,
             attempts=item.attempts + item.rounds,
             model=kw.pop("model", self.model),
@@ -188,9 +211,7 @@ class ResultRouter:
             if verdict is None:
                 assert text is not None
                 verdict = check(self.p.recipe, text, message)
-            progress = item.progress()
-            progress.note(Action(item.action) if item.action else None, message.get("usage"))
-            item.take_progress(progress)
+            progress = item.note(Action(item.action) if item.action else None, message.get("usage"))
             request = self.request(item, doc, text) if not verdict.ok else {}
             decision = decide_next(self.p.settings, verdict, progress, request)
             if decision.action in (Action.ACCEPT, Action.REVIEW):
@@ -261,58 +282,6 @@ class ResultRouter:
             self.p, item.doc_id, item.custom_id, n, model, message, item.usage, item.request_ids
         )
         return model
-
-
-# ---- routing by result type ------------------------------------------------------------------
-
-
-def _route_succeeded(
-    r: ResultRouter, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
-) -> Routed:
-    message = result.get("message") or {}
-    usage = message.get("usage") or {}
-    model = r.model  # priced by the model asked for; the answer may name a dated id
-    add_usage(item.usage, usage)
-    item.cost_usd += priced_usd(model, usage, batch=True) or 0.0
-    item.request_ids.append(bid)
-    answered = str(message["model"]) if message.get("model") else None
-    costs.append((item.custom_id, item.attempts + 1, item.doc_id, model, usage, bid, answered))
-    outcome, follow = r.gated(item, message, model)
-    return outcome, follow, None
-
-
-def _route_errored(
-    r: ResultRouter, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
-) -> Routed:
-    error = ((result.get("error") or {}).get("error")) or {}
-    kind = str(error.get("type") or "api_error")
-    text = f"{kind}: {error.get('message') or ''}".strip()
-    if kind in RETRYABLE_ERROR_TYPES:  # the one decision, shared with realtime (409 included)
-        return None, None, text
-    return r.fail(item, f"api_error:{kind}", text, permanent=True), None, None
-
-
-def _route_unanswered(
-    r: ResultRouter, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
-) -> Routed:
-    return None, None, str(result.get("type"))
-
-
-def _route_unknown(
-    r: ResultRouter, item: WorkItem, result: dict[str, Any], bid: str, costs: list[CostRow]
-) -> Routed:
-    raise BatchError(
-        f"batch {bid} returned an unknown result type {result.get('type')!r} for {item.custom_id}",
-        hint="upgrade docmill; the API has a result type this version does not know",
-    )
-
-
-RESULT_ROUTES: dict[str, Callable[[ResultRouter, WorkItem, dict[str, Any], str, list[CostRow]], Routed]] = {
-    ResultType.SUCCEEDED: _route_succeeded,
-    ResultType.ERRORED: _route_errored,
-    ResultType.EXPIRED: _route_unanswered,
-    ResultType.CANCELED: _route_unanswered,
-}
 
 
 def record_batch_costs(p: Pass, n: int, costs: list[CostRow]) -> None:

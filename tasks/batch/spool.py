@@ -21,15 +21,9 @@ SUFFIX = b"]}"
 READ_BLOCK = 1024 * 1024
 
 
-def request_line(
-    custom_id: str, params: dict[str, Any], dumps: Callable[[dict[str, Any]], str] | None = None
-) -> bytes:
+def request_line(custom_id: str, params: dict[str, Any], dumps: Callable[[dict[str, Any]], str]) -> bytes:
     """One request of a batch body, as compact JSON (`dumps`: what gives the params' compact JSON
-    text, a `tasks.api.usage.RepeatedJson(COMPACT).dumps` where requests repeat most of it)."""
-    if dumps is None:
-        return json.dumps(
-            {"custom_id": custom_id, "params": params}, ensure_ascii=False, separators=(",", ":")
-        ).encode()
+    text, a `tasks.api.usage.RepeatedJson(COMPACT).dumps`, as requests repeat most of it)."""
     cid = json.dumps(custom_id, ensure_ascii=False)
     return f'{{"custom_id":{cid},"params":{dumps(params)}}}'.encode()
 
@@ -41,7 +35,6 @@ class BatchBody:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.lines: list[bytes] = []  # encoded items (small), not WorkItem objects
-        self.custom_ids: set[str] = set()
         self.size = len(PREFIX) + len(SUFFIX)
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="docmill-batch-")  # noqa: SIM115 (closed by close())
         self._hash = hashlib.sha256(PREFIX)
@@ -67,7 +60,6 @@ class BatchBody:
         self._hash.update(chunk)
         self.size += len(chunk)
         self.lines.append(encode_item(item.to_line()))
-        self.custom_ids.add(item.custom_id)
 
     def sha256(self) -> str:
         h = self._hash.copy()

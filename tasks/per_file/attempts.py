@@ -120,7 +120,6 @@ class Attempts:
         return DocOutcome(
             doc_id=doc_id,
             key=self.key,
-            pass_name=FILE_PASS,
             state=state,
             attempts=max(self.transport_attempts, self.n),
             model=self.model,

@@ -24,7 +24,6 @@ import bisect
 import functools
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,7 @@ from tasks.api.answers import message_text
 from tasks.api.usage import add_usage
 from tasks.per_file.boxes import with_boxes
 from tasks.per_file.support import date_paths, support_flags
-from tasks.request import Payload, SendAs, neutralize, repair_request, text_payload, with_max_tokens
+from tasks.request import Payload, SendAs, neutralize, repair_request, text_payload
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
@@ -82,7 +81,6 @@ _NON_WS = re.compile(r"\S+")
 
 
 def normalize_ws(text: str) -> str:
-    """Collapse every run of whitespace to one space and strip the ends."""
     return _WS.sub(" ", text).strip()
 
 
@@ -128,11 +126,9 @@ def _judge(payload: Payload, excerpt: str, loose: LooseText) -> dict[str, Any] |
     if (claimed is None and payload.textless) or claimed in payload.textless:
         page = None if claimed is None else claimed + payload.first_page - 1
         return {"start": None, "end": None, "page": page, "verified": False}
-    return (
-        f"does not occur verbatim on page {claimed} (it has a text layer)"
-        if claimed
-        else ("does not occur verbatim in the document's text layer")
-    )
+    if claimed:
+        return f"does not occur verbatim on page {claimed} (it has a text layer)"
+    return "does not occur verbatim in the document's text layer"
 
 
 def evidence_report(
@@ -168,11 +164,6 @@ def date_fields(schema: type[BaseModel]) -> frozenset[str]:
     """The `{value, evidence}` pairs of a file schema that hold a date (support.date_paths), read once
     per schema."""
     return date_paths(schema.model_json_schema())
-
-
-def _bare(flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Flags as stored with an outcome: path, excerpt, problem (why is in the errors)."""
-    return [{k: v for k, v in f.items() if k != "why"} for f in flags]
 
 
 def strip_page_marks(recipe: Recipe, output: Any) -> Any:
@@ -258,7 +249,8 @@ def check(recipe: Recipe, text: str | Payload, message: dict[str, Any]) -> Verdi
         errors = [f"{f['path']}: evidence excerpt {f['excerpt']!r} {f['why']}" for f in flags]
         verbatim = any(f["problem"] == Problem.EVIDENCE.value for f in flags)
         problem = Problem.EVIDENCE if verbatim else Problem.UNSUPPORTED
-        return Verdict(False, problem, output, errors, _bare(flags), stop, raw, sent_as=sent)
+        bare = [{k: v for k, v in f.items() if k != "why"} for f in flags]  # `why` is in the errors
+        return Verdict(False, problem, output, errors, bare, stop, raw, sent_as=sent)
     if sent != SendAs.TEXT.value:
         output = strip_page_marks(recipe, output)
     guess = text.content.encoding if isinstance(text, Payload) and text.content.guessed else None
@@ -311,45 +303,24 @@ def action_of(purpose: str | None) -> Action | None:
     return Action(purpose) if purpose in (Action.REPAIR.value, Action.RETRY_LARGER.value) else None
 
 
-def _on_none(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
-    if getattr(v, "unverified", 0) and s.gate.unverified_evidence == "review":
-        return Decision(Action.REVIEW, UNVERIFIED)
-    return Decision(Action.ACCEPT)
-
-
-def _on_review(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
-    return Decision(Action.REVIEW, v.problem.value)
-
-
-def _on_truncated(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
-    larger = s.gate.truncation_max_tokens
-    if p.truncation_retries == 0 and larger > p.max_tokens:
-        return Decision(Action.RETRY_LARGER, v.problem.value, max_tokens=larger)
-    return Decision(Action.REVIEW, v.problem.value)
-
-
-def _on_repairable(v: Verdict, p: Progress, s: Any, n: int) -> Decision:
-    """A repair while the document has repairs and repair tokens left (`n`: the next request's)."""
-    can = p.repairs < s.gate.repair_attempts and p.repair_tokens + n <= s.gate.repair_token_budget
-    return Decision(Action.REPAIR if can else Action.REVIEW, v.problem.value)
-
-
-POLICY: dict[Problem, Callable[[Verdict, Progress, Any, int], Decision]] = {
-    Problem.NONE: _on_none,
-    Problem.REFUSAL: _on_review,
-    Problem.CONTEXT_EXCEEDED: _on_review,
-    Problem.TRUNCATED: _on_truncated,
-    Problem.INVALID: _on_repairable,
-    Problem.EVIDENCE: _on_repairable,
-    Problem.UNSUPPORTED: _on_repairable,
-}
-
-
 def decide(
     verdict: Verdict, progress: Progress, settings: Settings, *, next_input_tokens: int = 0
 ) -> Decision:
     """What to do next. `next_input_tokens` estimates a repair request's size against the budget."""
-    return POLICY[verdict.problem](verdict, progress, settings, next_input_tokens)
+    gate, why = settings.gate, verdict.problem.value
+    if verdict.problem is Problem.NONE:
+        if getattr(verdict, "unverified", 0) and gate.unverified_evidence == "review":
+            return Decision(Action.REVIEW, UNVERIFIED)
+        return Decision(Action.ACCEPT)
+    if verdict.problem is Problem.TRUNCATED:
+        larger = gate.truncation_max_tokens
+        if progress.truncation_retries == 0 and larger > progress.max_tokens:
+            return Decision(Action.RETRY_LARGER, why, max_tokens=larger)
+    elif verdict.problem in (Problem.INVALID, Problem.EVIDENCE, Problem.UNSUPPORTED):
+        spent = progress.repair_tokens + next_input_tokens
+        if progress.repairs < gate.repair_attempts and spent <= gate.repair_token_budget:
+            return Decision(Action.REPAIR, why)
+    return Decision(Action.REVIEW, why)
 
 
 def next_request(decision: Decision, request: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
@@ -357,5 +328,5 @@ def next_request(decision: Decision, request: dict[str, Any], verdict: Verdict) 
     if decision.action is Action.REPAIR:
         return repair_request(request, verdict.raw_text, verdict.errors)
     if decision.action is Action.RETRY_LARGER and decision.max_tokens:
-        return with_max_tokens(request, decision.max_tokens)
+        return {**request, "max_tokens": decision.max_tokens}
     raise ValueError(f"decision {decision.action.value} needs no new request")

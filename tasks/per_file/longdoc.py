@@ -37,21 +37,17 @@ from tasks.per_file.settle import enqueue_review, write_outcome
 from tasks.recipes.thinking import effort_config
 from tasks.request import (
     CHARS_PER_TOKEN,
-    FILE_PASS,
     INSTRUCTION,
-    SYSTEM_RULES,
     Payload,
     SendAs,
     document_blocks,
-    neutralize,
     page_parts,
     part_payload,
+    static_system,
     wrap_document,
 )
 
 if TYPE_CHECKING:
-    from checkpoints.store import ObjectStore
-    from docmill.settings import Settings
     from tasks.per_file.settle import Pass
     from tasks.recipes import Recipe
     from tasks.source.document import Document
@@ -208,31 +204,29 @@ def absolute_pages(node: Any, first_page: int) -> Any:
 
 
 def extract_long(
+    p: Pass,
     text: str,
     *,
     doc_id: str,
     doc_type: str = "txt",
-    recipe: Recipe,
-    run_id: str,
-    store: ObjectStore,
-    client: Any,
-    settings: Settings,
     payload: Payload | None = None,
     parts: list[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
-    """Extract a long document chunk by chunk in one conversation; merged output with provenance.
-    With a PDF `payload` and its page `parts`, the chunks are those page ranges, sent as PDFs."""
+    """Extract a long document chunk by chunk in one conversation (the run's recipe, store, client and
+    settings: `p`); merged output with provenance. With a PDF `payload` and its page `parts`, the
+    chunks are those page ranges, sent as PDFs."""
+    recipe, settings = p.recipe, p.settings
     if payload is not None and payload.send is SendAs.PDF and parts is not None:
         chunks, unit = pdf_chunks(payload, parts), "parts of page ranges"
     else:
         chunks, unit = split_document(text, settings.context.document_budget_tokens), "chunks"
     task = ConversationTask(
         "longdoc-" + hashlib.sha256(doc_id.encode()).hexdigest()[:24],  # doc ids may hold '/'; keys may not
-        run_id,
-        store,
-        client,
+        p.run_id,
+        p.store,
+        p.client,
         model=settings.api.model,
-        system=f"{SYSTEM_RULES}\n\n{neutralize(recipe.file_prompt)}\n\nThe document arrives in {unit}, one per "
+        system=f"{static_system(recipe)}\n\nThe document arrives in {unit}, one per "
         "turn; extract what each states. The <pinned_facts> block lists values already found.",
         budget_tokens=settings.context.budget_tokens,
         max_tokens=settings.api.max_tokens,
@@ -321,14 +315,10 @@ def review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcom
     chunk in one conversation task, merged with provenance, gated, written once, queued for review
     when it needs review."""
     result = extract_long(
+        p,
         payload.text,
         doc_id=doc.doc_id,
         doc_type=doc.doc_type,
-        recipe=p.recipe,
-        run_id=p.run_id,
-        store=p.store,
-        client=p.client,
-        settings=p.settings,
         payload=payload,
         parts=page_parts(doc, p.settings) if payload.send is SendAs.PDF else None,
     )
@@ -336,7 +326,6 @@ def review_long(p: Pass, doc: Document, key: str, payload: Payload) -> DocOutcom
     outcome = DocOutcome(
         doc_id=doc.doc_id,
         key=key,
-        pass_name=FILE_PASS,
         model=p.model,
         attempts=len(result["chunks"]),
         **fields,

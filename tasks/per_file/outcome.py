@@ -2,10 +2,9 @@
 record, minus `from_ledger`, is what the results ledger stores under the document's idempotency key.
 
 `skipped`: an input with nothing to extract (an empty or marker file, a type the recipe does not
-take; no call). Records written before `skipped` existed say `failed` with failure type
-`input:empty` / `input:unsupported_type` and still load. A failed outcome is either final (written to
-the ledger: the request itself is bad) or `retryable` (invariant 12: transport failures after
-retries, a misconfigured endpoint or account; never written to the ledger), sent again by `resume`.
+take; no call). A failed outcome is either final (written to the ledger: the request itself is bad)
+or `retryable` (invariant 12: transport failures after retries, a misconfigured endpoint or
+account; never written to the ledger), sent again by `resume`.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ class DocOutcome(BaseModel):
 
     doc_id: str
     key: str | None = None
-    pass_name: str = "file"
+    pass_name: str = "file"  # tasks.request.FILE_PASS: the per-file pass is the one that has outcomes
     state: DocState
     reason: str | None = None
     failure_type: str | None = None

@@ -119,9 +119,7 @@ def write_outcome(p: Pass, outcome: DocOutcome) -> DocOutcome:
     """Put-if-absent into the results ledger; returns the outcome, or, when another writer won the
     race for the key, the winner's record (the ledger holds one result per key, written once)."""
     stored, written = p.ledger.put(FILE_PASS, str(outcome.key), outcome.to_record())
-    if written:
-        return outcome
-    return DocOutcome.from_record(stored, doc_id=outcome.doc_id)
+    return outcome if written else DocOutcome.from_record(stored, doc_id=outcome.doc_id)
 
 
 def write_outcomes(p: Pass, outcomes: Sequence[DocOutcome]) -> list[DocOutcome]:
@@ -142,40 +140,12 @@ def enqueue_review(
     tries: list[dict[str, Any]] | None = None,
     errors: list[str] | None = None,
 ) -> DocOutcome:
-    """Add a needs_review outcome to the run's review queue (others pass through); returns it."""
-    if outcome.state is DocState.NEEDS_REVIEW:
-        p.queue.add(review_item(p, doc, outcome, tries=tries, errors=errors))
-    return outcome
-
-
-def hold_for_cost(p: Pass, doc: Document, key: str, why: str) -> DocOutcome:
-    """needs_review `cost_guard`, queued for review: the document's worst case passes the
-    per-document guard (tasks.cost.worst_case). Not written to the ledger, so a run with a
-    higher guard sends it. The realtime pass and batch mode's long documents both hold this way."""
-    held = DocOutcome(
-        doc_id=doc.doc_id,
-        key=key,
-        pass_name=FILE_PASS,
-        state=DocState.NEEDS_REVIEW,
-        reason=COST_GUARD,
-        last_error=why,
-        model=p.model,
-        origin_run=p.run_id,
-    )
-    return enqueue_review(p, doc, held)
-
-
-def review_item(
-    p: Pass,
-    doc: Document,
-    outcome: DocOutcome,
-    *,
-    tries: list[dict[str, Any]] | None = None,
-    errors: list[str] | None = None,
-) -> ReviewItem:
-    """The review-queue entry of one outcome: what a reviewer needs (errors default to the outcome's
-    last error; `tries` is the per-attempt log of the realtime pass)."""
-    return {
+    """Add a needs_review outcome to the run's review queue (others pass through); returns it. The
+    entry holds what a reviewer needs (errors default to the outcome's last error; `tries` is the
+    per-attempt log of the realtime pass)."""
+    if outcome.state is not DocState.NEEDS_REVIEW:
+        return outcome
+    item: ReviewItem = {
         "doc_id": doc.doc_id,
         "run_id": p.run_id,
         "source_uri": getattr(doc, "source_uri", None),
@@ -192,13 +162,30 @@ def review_item(
         "tried": tries or [],
         "from_ledger": outcome.from_ledger,
     }
+    p.queue.add(item)
+    return outcome
+
+
+def hold_for_cost(p: Pass, doc: Document, key: str, why: str) -> DocOutcome:
+    """needs_review `cost_guard`, queued for review: the document's worst case passes the
+    per-document guard (tasks.cost.worst_case). Not written to the ledger, so a run with a
+    higher guard sends it. The realtime pass and batch mode's long documents both hold this way."""
+    held = DocOutcome(
+        doc_id=doc.doc_id,
+        key=key,
+        state=DocState.NEEDS_REVIEW,
+        reason=COST_GUARD,
+        last_error=why,
+        model=p.model,
+        origin_run=p.run_id,
+    )
+    return enqueue_review(p, doc, held)
 
 
 def failed_outcome(doc: Document, key: str | None, failure_type: str, error: str, **kw: Any) -> DocOutcome:
     return DocOutcome(
         doc_id=doc.doc_id,
         key=key,
-        pass_name=FILE_PASS,
         state=DocState.FAILED,
         failure_type=failure_type,
         last_error=error,
@@ -217,9 +204,7 @@ def skipped_outcome(doc: Document) -> DocOutcome:
     reason = getattr(doc.skip_reason, "value", doc.skip_reason) or "skipped"
     detail = getattr(doc, "skip_detail", None) or f"document skipped by inventory: {reason}"
     if reason in NOTHING_TO_EXTRACT:
-        return DocOutcome(
-            doc_id=doc.doc_id, pass_name=FILE_PASS, state=DocState.SKIPPED, reason=reason, last_error=detail
-        )
+        return DocOutcome(doc_id=doc.doc_id, state=DocState.SKIPPED, reason=reason, last_error=detail)
     return failed_outcome(doc, None, f"input:{reason}", detail)
 
 
@@ -252,6 +237,12 @@ def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[s
     """The outcome fields of a gated answer the policy settled on: succeeded for ACCEPT, else
     needs_review with the reason, the raw answer and the validation errors."""
     accepted = action is Action.ACCEPT
+    # where each excerpt sits (offsets, page, verified), and how the document was sent if not as text
+    provenance: dict[str, Any] = {"fields": verdict.offsets} if verdict.offsets else {}
+    if verdict.sent_as != "text":
+        provenance["sent_as"] = verdict.sent_as
+    if getattr(verdict, "encoding", None):
+        provenance["encoding"] = f"{verdict.encoding} (guessed)"
     return {
         "state": DocState.SUCCEEDED if accepted else DocState.NEEDS_REVIEW,
         "reason": None if accepted else reason,
@@ -259,19 +250,8 @@ def gated_fields(verdict: Verdict, action: Action, reason: str | None) -> dict[s
         "raw_output": None if accepted else verdict.raw_text,
         "flags": verdict.flags,
         "last_error": None if accepted else "; ".join(verdict.errors)[:2000] or None,
-        "provenance": _provenance(verdict),
+        "provenance": provenance or None,
     }
-
-
-def _provenance(verdict: Verdict) -> dict[str, Any] | None:
-    """Where each evidence excerpt sits (offsets, page, verified), and how the document was sent
-    when not as text (a PDF or an image: tasks.request)."""
-    out: dict[str, Any] = {"fields": verdict.offsets} if verdict.offsets else {}
-    if verdict.sent_as != "text":
-        out["sent_as"] = verdict.sent_as
-    if getattr(verdict, "encoding", None):
-        out["encoding"] = f"{verdict.encoding} (guessed)"
-    return out or None
 
 
 def decide_next(

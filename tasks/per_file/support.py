@@ -266,17 +266,12 @@ def _letter(c: str) -> bool:
     return c.isalpha() and c < _UNSPACED
 
 
-def _blank(text: str, spans: list[tuple[int, int]]) -> str:
-    chars = list(text)
-    for start, end in spans:
-        chars[start:end] = " " * (end - start)
-    return "".join(chars)
-
-
 def amounts_in(text: str) -> set[float]:
     """Every number `text` states as a whole token (dates, times and identifiers left out)."""
-    cleared = _blank(text, [(s, e) for s, e, _ in date_spans(text)])
-    cleared = TIME.sub(lambda m: " " * len(m.group()), cleared)
+    chars = list(text)
+    for start, end, _ in date_spans(text):
+        chars[start:end] = " " * (end - start)
+    cleared = TIME.sub(lambda m: " " * len(m.group()), "".join(chars))
     found: set[float] = set()
     for m in NUMBER_RUN.finditer(cleared):
         raw = m.group()
@@ -326,9 +321,7 @@ def supports(value: Any, evidence: str | None, *, is_date: bool = False) -> bool
     if len(distinct) == len(value_words) and distinct.issubset(evidence_words):
         return True  # each word once, and each in the evidence: nothing to count
     missing = Counter(value_words) - Counter(evidence_words)
-    if not missing:
-        return True
-    if _joined(value_words, evidence):
+    if not missing or _joined(value_words, evidence):
         return True
     folded = fold(evidence)  # CJK words are not space-separated: found inside a longer run
     return all(

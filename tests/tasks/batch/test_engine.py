@@ -26,6 +26,7 @@ from checkpoints.store import local as local_store
 from checkpoints.store import open_store
 from docmill.settings import Settings, get_settings
 from tasks.api.client import ModelClient
+from tasks.api.usage import COMPACT, RepeatedJson
 from tasks.batch import ingest
 from tasks.batch import lifecycle as batch_lifecycle
 from tasks.batch.engine import LOCAL_WORKERS, STORE_WORKERS, io_threads, run_batches
@@ -422,7 +423,7 @@ def test_batch_bodies_respect_both_limits_and_stream_valid_json(
     bodies, body, skipped = [], BatchBody(max_requests, max_bytes), 0
     for i, size in enumerate(sizes):
         item = WorkItem(custom_id=f"k_{i}", doc={"doc_id": f"d{i}", "pad": "é" * (i % 3)}, max_tokens=8)
-        line = request_line(item.custom_id, {"model": "m", "text": "x" * size})
+        line = request_line(item.custom_id, {"model": "m", "text": "x" * size}, RepeatedJson(COMPACT).dumps)
         if not body.alone_fits(line):
             skipped += 1
             continue

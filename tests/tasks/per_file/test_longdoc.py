@@ -15,6 +15,7 @@ from docmill.settings import Settings
 from emulator.tokens import text_tokens
 from tasks.api.client import ModelClient
 from tasks.per_file.longdoc import Chunk, extract_long, merge_chunks, split_document
+from tasks.per_file.settle import Pass
 from tasks.recipes import load_recipe
 from tasks.request import goes_long, text_payload
 
@@ -73,15 +74,8 @@ def test_a_2mb_document_is_split_extracted_and_merged_with_offsets(emulator: Any
     assert goes_long(None, None, text_payload(text), s)
     assert not goes_long(None, None, text_payload(text[:100_000]), s)
     client = ModelClient(s, base_url=emulator.base_url, api_key="test-key", sleep=lambda _s: None)
-    result = extract_long(
-        text,
-        doc_id="big",
-        recipe=load_recipe("invoices"),
-        run_id="r",
-        store=open_store(str(tmp_path)),
-        client=client,
-        settings=s,
-    )
+    p = Pass(load_recipe("invoices"), "r", open_store(str(tmp_path)), client, s)
+    result = extract_long(p, text, doc_id="big")
     chunks = result["chunks"]
     assert len(chunks) >= 8 and chunks[0]["start"] == 0 and chunks[-1]["end"] == len(text)
     assert all(text[c["end"] - 1] == "\f" for c in chunks[:-1])  # cut between pages
