@@ -15,60 +15,6 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
-main{max-width:1200px;margin:0 auto;padding:24px 32px}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde1e8;padding-bottom:4px}
-h3{font-size:15px;margin:16px 0 6px}
-.meta{color:#5b6478;margin-bottom:16px} code{background:#eef0f4;padding:1px 4px;border-radius:3px;font-size:12.5px}
-.cards{display:flex;gap:12px;flex-wrap:wrap}
-.card{background:#fff;border:1px solid #dde1e8;border-radius:8px;padding:10px 14px;min-width:96px}
-.card .n{font-size:24px;font-weight:600} .card .l{color:#5b6478;font-size:12px;text-transform:uppercase}
-.ok .n{color:#1a7f37} .warn .n{color:#9a6700} .bad .n{color:#cf222e} .skip .n{color:#6e7781}
-table{border-collapse:collapse;background:#fff;border:1px solid #dde1e8;width:100%;margin:6px 0}
-th,td{text-align:left;padding:5px 10px;border-bottom:1px solid #eceef2;vertical-align:top}
-th{background:#f0f2f5;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
-.muted{color:#5b6478} .small{font-size:12px} svg{background:#fff;border:1px solid #dde1e8;border-radius:8px}
-.badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;color:#fff}
-.b-succeeded{background:#1a7f37} .b-needs_review{background:#9a6700} .b-failed{background:#cf222e}
-.b-skipped{background:#8c959f} .b-critical{background:#82071e} .b-high{background:#cf222e}
-.b-medium{background:#bc4c00} .b-low{background:#9a6700} .b-info{background:#6e7781}
-.b-accept{background:#1f6feb} .b-correct{background:#8250df} .b-reject{background:#57606a}
-.ev{border-bottom:1px dotted #1f6feb;cursor:help} .was{color:#6e7781;text-decoration:line-through}
-pre.q{background:#f6f8fa;border:1px solid #eceef2;border-radius:4px;padding:4px 8px;margin:4px 0;
-white-space:pre-wrap;font-size:12.5px}
-details summary{cursor:pointer;color:#1f6feb} .pager{display:flex;gap:8px;align-items:center;margin:6px 0}
-.pager input{padding:3px 6px;min-width:260px} tr.grp td{background:#f6f8fa;font-weight:600}
-.flag{border-left:4px solid #cf222e;background:#fff;padding:6px 10px;margin:4px 0}
-"""
-
-# HTML-escapes a value in a script that builds table rows (PAGES_JS, DOCS_JS), as the templates'
-# autoescape does: & < > " '
-ESCAPE_JS = """function h(s){return String(s).replace(/[&<>"']/g,function(c){return{'&':'&amp;','<':'&lt;',
-'>':'&gt;','"':'&#34;',"'":'&#39;'}[c];});}
-"""
-
-PAGER_JS = """
-(function(){
-var q0=(location.hash.match(/[#&]q=([^&]*)/)||[])[1];q0=q0?decodeURIComponent(q0):'';
-document.querySelectorAll('[data-pager]').forEach(function(box){
-var rows=JSON.parse(document.getElementById(box.getAttribute('data-pager')).textContent);
-var body=box.querySelector('tbody'),info=box.querySelector('.pinfo'),q=box.querySelector('input'),
-sel=box.querySelector('select'),size=+box.getAttribute('data-size')||50,page=0,shown=rows,
-make=(window.DOCMILL_ROWS||{})[box.id];
-function draw(){var n=Math.max(1,Math.ceil(shown.length/size));page=Math.min(Math.max(page,0),n-1);
-body.innerHTML=shown.slice(page*size,(page+1)*size).map(function(r){
-return typeof r[2]==='string'?r[2]:make(r[2]);}).join('');
-info.textContent=shown.length+' of '+rows.length+' · page '+(page+1)+' of '+n;}
-function filter(){var t=q.value.toLowerCase(),s=sel?sel.value:'';shown=rows.filter(function(r){
-return(!t||r[0].indexOf(t)>=0)&&(!s||r[1]===s);});page=0;draw();}
-q.addEventListener('input',filter);if(sel)sel.addEventListener('change',filter);
-box.querySelector('.prev').addEventListener('click',function(){page--;draw();});
-box.querySelector('.next').addEventListener('click',function(){page++;draw();});
-if(q0){q.value=q0;}filter();});
-})();
-"""
-
 
 def _shown(v: Any) -> Any:
     """What a template prints for a value: None prints nothing, not "None"."""
@@ -85,6 +31,18 @@ TEMPLATES = Environment(
     finalize=_shown,
     extensions=["jinja2.ext.do"],
 )
+
+
+def asset(name: str) -> str:
+    """A file of templates/ as it is (docmill's own CSS and scripts, put in the page unescaped)."""
+    return str(TEMPLATES.loader.get_source(TEMPLATES, name)[0])  # type: ignore[union-attr]
+
+
+CSS = asset("report.css")
+# HTML-escapes a value in a script that builds table rows (PAGES_JS, DOCS_JS), as the templates'
+# autoescape does: & < > " '
+ESCAPE_JS = asset("escape.js")
+PAGER_JS = asset("pager.js")
 
 
 def render(name: str, **values: Any) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
-from tasks.reporting.htmlkit import ESCAPE_JS, rendered_rows
+from tasks.reporting.htmlkit import ESCAPE_JS, asset, rendered_rows
 from tasks.source.document import Document
 from tasks.source.loading import load_bytes, load_content
 from tasks.source.readers.pdf_text import PDFIUM_LOCK
@@ -238,18 +238,7 @@ def media_type_of(doc: Any) -> str | None:
     return "image" if getattr(doc, "send_as", None) == "image" else None
 
 
-PAGES_CSS = """<style>
-.pgs{display:flex;flex-wrap:wrap;gap:12px}.pg{margin:0;width:420px}
-.pgi{position:relative;width:420px;background:#e9ecf1;border:1px solid #dde1e8}
-.pgi img{display:block;width:100%;height:100%}
-.bx{position:absolute;outline:1px solid #1a7f37;background:rgba(26,127,55,.15)}
-.bx span{position:absolute;left:100%;top:-2px;margin-left:3px;background:#1a7f37;color:#fff;font-size:10px;
-padding:0 3px;white-space:nowrap;border-radius:2px 2px 0 0}
-.pg figcaption{font-size:12px;color:#5b6478;margin-top:3px}
-.noimg{padding:40px 10px;text-align:center;color:#5b6478;font-size:12px}
-.snips{max-width:760px;font-size:12.5px;white-space:pre-wrap}.snips p{margin:0 0 8px}
-.snips mark{background:#d2f4dc;outline:1px solid #1a7f37}
-</style>"""
+PAGES_CSS = asset("pages.css")
 
 
 def _figure(view: PageView) -> tuple[Any, ...]:
@@ -346,26 +335,4 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
 
 # Builds a row of "Pages with evidence" from `pages_data`, the same HTML as `pages_rows` (`_figure`,
 # `_snippets`); registered for the paged table with id "pages" (htmlkit.PAGER_JS).
-PAGES_JS = (
-    "\n(function(){\n"
-    + ESCAPE_JS
-    + """function pc(x){return (x*100).toFixed(1)+'%';}
-function fig(p){var boxes=p[4].map(function(b){return '<div class="bx" style="left:'+pc(b[2])+';top:'+pc(b[3])+
-';width:'+pc(b[4]-b[2])+';height:'+pc(b[5]-b[3])+'" title="'+h(b[0])+' = '+h(b[1])+'"><span>'+h(b[0])+
-'</span></div>';}).join('');
-var named=p[4].map(function(b){return b[0];}).filter(function(n,i,a){return a.indexOf(n)===i;}).sort();
-var ratio=p[2]?'aspect-ratio:'+p[2]+'/'+p[3]:'height:200px';
-var img=p[1]?'<img src="'+h(p[1])+'" loading="lazy" alt="page '+p[0]+'">':'<div class="noimg">page image not '+
-'rendered (over the report&#x27;s page budget, or the file could not be read again)</div>';
-var cap='p. '+p[0]+(named.length?' · boxed: '+h(named.join(', ')):'')+
-(p[5].length?' · cited by the model, no text layer (no box): '+h(p[5].join(', ')):'');
-return '<figure class="pg"><div class="pgi" style="'+ratio+'">'+img+boxes+'</div><figcaption>'+cap+
-'</figcaption></figure>';}
-function snip(s){return '<p><b>'+h(s[0])+'</b> <span class="small muted">'+h(s[1])+'</span><br>'+h(s[3])+
-'<mark title="'+h(s[0])+' = '+h(s[2])+'">'+h(s[4])+'</mark>'+h(s[5])+'</p>';}
-(window.DOCMILL_ROWS=window.DOCMILL_ROWS||{}).pages=function(d){
-return '<tr><td><code>'+h(d[0])+'</code><br><span class="small muted">'+h(d[1])+'</span></td><td><div class="pgs">'+
-d[2].map(fig).join('')+(d[3].length?'<div class="snips">'+d[3].map(snip).join('')+'</div>':'')+'</div></td></tr>';};
-})();
-"""
-)
+PAGES_JS = "\n(function(){\n" + ESCAPE_JS + asset("pages_rows.js")
