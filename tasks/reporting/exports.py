@@ -20,6 +20,7 @@ from typing import Any
 from tasks.integration.records import compact_value
 from tasks.provenance import supports
 from tasks.reporting.csv_safe import safe_cell
+from tasks.reporting.results import evidence_places
 from tasks.source.doc_names import parent_of
 
 
@@ -47,13 +48,9 @@ def page_columns(o: dict[str, Any]) -> dict[str, Any]:
     """`value.<field>.page` (and `.verified` false for evidence no code could check: a scanned page;
     `.bbox`, the evidence's box on a PDF page with a text layer) for every top-level field whose
     evidence names a page."""
-    fields = ((o.get("provenance") or {}).get("fields")) or {}
     cols: dict[str, Any] = {}
-    for path, where in fields.items():
-        if not isinstance(where, dict) or where.get("page") is None:
-            continue
-        name = str(path).removeprefix("$.").removesuffix(".evidence")
-        if "[" in name or "." in name:
+    for name, where in evidence_places(o):
+        if where.get("page") is None or "[" in name or "." in name:
             continue  # list items: in the provenance column
         cols[f"value.{name}.page"] = where["page"]
         if where.get("bbox"):  # its evidence's box on that page (left, top, right, bottom; shares)

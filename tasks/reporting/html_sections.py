@@ -7,7 +7,7 @@ markup is in templates/sections.html.j2 (and doc_rows.html.j2, finding_rows.html
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
 
 from markupsafe import Markup
@@ -15,7 +15,15 @@ from markupsafe import Markup
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import SEVERITIES, FindingView, severity_counts
 from tasks.reporting.htmlkit import ESCAPE_JS, Part, asset, macros, paged_table, rendered_rows
-from tasks.reporting.results import DISPLAY_STATES, DocView, FieldView, not_succeeded, queue_parts, where_text
+from tasks.reporting.results import (
+    DISPLAY_STATES,
+    DocView,
+    FieldView,
+    field_stats,
+    not_succeeded,
+    queue_parts,
+    where_text,
+)
 
 TEXT_CUT = 300  # characters of a duplicate, a flag's value or an error shown
 DOC_PAGE_ROWS = 50  # documents a page of the documents' table shows
@@ -154,30 +162,12 @@ def findings_section(recipe: str, findings: list[FindingView]) -> list[Part]:
 def fields_section(views: list[DocView]) -> Markup:
     """Per field: how many documents state it, with one example and its evidence; the most stated
     first, ties by name (the same page for the same results, whatever the process)."""
-    stated: Counter[str] = Counter()
-    empty: Counter[str] = Counter()
-    corrected: Counter[str] = Counter()
-    example: dict[str, tuple[str, FieldView]] = {}
-    for v in views:
-        for f in v["fields"]:
-            if f["value"] is None:
-                empty[f["name"]] += 1
-                continue
-            stated[f["name"]] += 1
-            corrected[f["name"]] += f["corrected"]
-            if f["evidence"] and f["name"] not in example:
-                example[f["name"]] = (v["doc_id"], f)
-    stats = [
-        (
-            name,
-            stated[name],
-            empty[name],
-            corrected[name],
-            (example[name][0], _field(example[name][1])) if name in example else None,
-        )
-        for name in sorted(set(stated) | set(empty), key=lambda n: (-stated[n], n))
+    stats = sorted(field_stats(views).items(), key=lambda kv: (-kv[1].stated, kv[0]))
+    rows = [
+        (name, s.stated, s.empty, s.corrected, (s.example[0], _field(s.example[1])) if s.example else None)
+        for name, s in stats
     ]
-    return _sections().fields(stats)
+    return _sections().fields(rows)
 
 
 def _json_cell(v: Any) -> str:

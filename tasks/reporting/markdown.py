@@ -10,7 +10,7 @@ images; conflicts and coverage gaps; failures and skipped inputs; the review que
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
 
 from tasks.provenance import SUPPORT_MEANING, SUPPORT_ORDER, support_counts
@@ -20,6 +20,7 @@ from tasks.reporting.results import (
     DocView,
     ReportExtras,
     display_counts,
+    field_stats,
     key_columns,
     listed_views,
     not_succeeded,
@@ -124,21 +125,6 @@ def _findings(outcomes: list[dict[str, Any]], recipe: str) -> list[str]:
 
 
 def _fields(views: list[DocView]) -> list[str]:
-    stated: Counter[str] = Counter()
-    example: dict[str, str] = {}
-    names: list[str] = []
-    support: dict[str, Counter[str]] = defaultdict(Counter)
-    for v in views:
-        for f in v["fields"]:
-            names += [f["name"]] if f["name"] not in names else []
-            support[f["name"]][f["support"]] += 1
-            if f["value"] is not None:
-                stated[f["name"]] += 1
-                if f["evidence"] and f["name"] not in example:
-                    where = f" ({where_text(f)})" if where_text(f) else ""
-                    example[f["name"]] = (
-                        f"`{v['doc_id']}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
-                    )
     lines = [
         "",
         "## Fields with evidence",
@@ -146,12 +132,14 @@ def _fields(views: list[DocView]) -> list[str]:
         "| field | stated in | " + " | ".join(SUPPORT_ORDER) + " | example with evidence |",
         "|---|---|" + "---|" * len(SUPPORT_ORDER) + "---|",
     ]
-    lines += [
-        f"| {n} | {stated[n]} | "
-        + " | ".join(str(support[n][c]) for c in SUPPORT_ORDER)
-        + f" | {example.get(n, '')} |"
-        for n in names
-    ]
+    for name, s in field_stats(views).items():
+        example = ""
+        if s.example:
+            doc_id, f = s.example
+            where = f" ({where_text(f)})" if where_text(f) else ""
+            example = f"`{doc_id}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
+        support = " | ".join(str(s.support[c]) for c in SUPPORT_ORDER)
+        lines.append(f"| {name} | {s.stated} | {support} | {example} |")
     return lines
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
 from tasks.reporting.htmlkit import ESCAPE_JS, asset, rendered_rows
+from tasks.reporting.results import evidence_places
 from tasks.source.document import Document
 from tasks.source.loading import load_bytes, load_content
 from tasks.source.readers.pdf_text import PDFIUM_LOCK
@@ -76,15 +77,14 @@ class PageView:
 
 def cited_pages(outcome: dict[str, Any]) -> dict[int, list[Mark]]:
     """Page -> the marks of the values whose evidence is on it (a boxed value: one mark per box)."""
-    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
     output = outcome.get("output") or {}
     pages: dict[int, list[Mark]] = {}
-    for path, where in fields.items():
-        if not isinstance(where, dict) or where.get("page") is None:
+    for name, where in evidence_places(outcome):
+        if where.get("page") is None:
             continue
-        name = str(path).removeprefix("$.").removesuffix(".evidence")
-        value = field_value(output.get(name)) if "." not in name and "[" not in name else None
-        support = support_of(outcome, name) if "." not in name and "[" not in name else "verified"
+        top = "." not in name and "[" not in name
+        value = field_value(output.get(name)) if top else None
+        support = support_of(outcome, name) if top else "verified"
         boxes = where.get("boxes") or []
         if boxes:
             for b in boxes:
@@ -197,12 +197,11 @@ def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]
 
 def _spans(outcome: dict[str, Any]) -> list[tuple[str, int, int]]:
     """(field, start, end) of every top-level evidence found in the text."""
-    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
-    out = []
-    for path, where in fields.items():
-        name = str(path).removeprefix("$.").removesuffix(".evidence")
-        if isinstance(where, dict) and where.get("start") is not None and "." not in name and "[" not in name:
-            out.append((name, int(where["start"]), int(where["end"])))
+    out = [
+        (name, int(where["start"]), int(where["end"]))
+        for name, where in evidence_places(outcome)
+        if where.get("start") is not None and "." not in name and "[" not in name
+    ]
     return sorted(out, key=lambda s: s[1])
 
 

@@ -7,6 +7,7 @@ leaf `tasks.provenance` (each value's support class).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from tasks.provenance import support_of
@@ -75,17 +76,15 @@ def display_counts(outcomes: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def _offsets(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Evidence offsets by field name, from the gate (`$.total.evidence`) or a long document's
-    merge (`total`, `line_items[0]`)."""
+def evidence_places(outcome: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(field, where its evidence sits) from the gate (`$.total.evidence` -> `total`) or a long
+    document's merge (`total`, `line_items[0]`)."""
     fields = ((outcome.get("provenance") or {}).get("fields")) or {}
-    out: dict[str, dict[str, Any]] = {}
-    for path, where in fields.items():
-        if not isinstance(where, dict):
-            continue
-        name = str(path).removeprefix("$.").removesuffix(".evidence")
-        out.setdefault(name, where)
-    return out
+    return [
+        (str(path).removeprefix("$.").removesuffix(".evidence"), where)
+        for path, where in fields.items()
+        if isinstance(where, dict)
+    ]
 
 
 def where_text(f: FieldView) -> str:
@@ -108,7 +107,9 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
     output = outcome.get("output") or {}
     original = outcome.get("original_output") or {}
     corrections = ((outcome.get("review") or {}).get("corrections")) or {}
-    offsets = _offsets(outcome)
+    offsets: dict[str, dict[str, Any]] = {}
+    for name, place in evidence_places(outcome):
+        offsets.setdefault(name, place)
     views: list[FieldView] = []
     items: dict[str, int] = {}
     for name, node in output.items():
@@ -174,6 +175,36 @@ def read_note(outcome: dict[str, Any]) -> str:
     notes = [f"sent as {prov['sent_as']}"] if prov.get("sent_as") else []
     notes += [f"read as {prov['encoding']}"] if prov.get("encoding") else []
     return ", ".join(notes)
+
+
+@dataclass
+class FieldStats:
+    """One field over the listed documents: how many state it, leave it empty, carry a correction
+    (of those stating it), by support class, and the first stated value with evidence (doc id, field)."""
+
+    stated: int = 0
+    empty: int = 0
+    corrected: int = 0
+    support: Counter[str] = field(default_factory=Counter)
+    example: tuple[str, FieldView] | None = None
+
+
+def field_stats(views: list[DocView]) -> dict[str, FieldStats]:
+    """Every field's `FieldStats`, in the order the fields are first seen."""
+    stats: dict[str, FieldStats] = {}
+    for v in views:
+        for f in v["fields"]:
+            if (s := stats.get(f["name"])) is None:
+                s = stats[f["name"]] = FieldStats()
+            s.support[f["support"]] += 1
+            if f["value"] is None:
+                s.empty += 1
+                continue
+            s.stated += 1
+            s.corrected += f["corrected"]
+            if f["evidence"] and s.example is None:
+                s.example = (v["doc_id"], f)
+    return stats
 
 
 # The per-document table's columns of the built-in recipes (a list field shows its length);
