@@ -49,16 +49,6 @@ def exports_digest(outcomes: list[dict[str, Any]], *, parquet: bool) -> str | No
     return content_hash(parts)
 
 
-def encoders(outcomes: list[dict[str, Any]]) -> dict[str, Callable[[], bytes | None]]:
-    """Each export file's bytes, encoded when asked (CSV and Parquet share the flattened rows)."""
-    flat = cache(lambda: export_rows(outcomes))
-    return {
-        "jsonl": lambda: to_jsonl(outcomes),
-        "csv": lambda: to_csv(flat()),
-        "parquet": lambda: to_parquet(flat()),
-    }
-
-
 def parquet_available() -> bool:
     """Whether pyarrow (an optional dependency: Parquet only when it is there) is installed, found
     without importing it: a run whose exports are copied never pays pyarrow's ~0.1-0.2 s import
@@ -102,7 +92,13 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
         if isinstance(index, dict) and (keys := copied(store, index, base, index_key)) is not None:
             return keys
     keys, files, etags = {}, {}, {}
-    for name, encode in encoders(outcomes).items():
+    flat = cache(lambda: export_rows(outcomes))  # CSV and Parquet share the flattened rows
+    encoders: dict[str, Callable[[], bytes | None]] = {
+        "jsonl": lambda: to_jsonl(outcomes),
+        "csv": lambda: to_csv(flat()),
+        "parquet": lambda: to_parquet(flat()),
+    }
+    for name, encode in encoders.items():
         data = encode()
         if data is None:  # no pyarrow: no Parquet
             continue

@@ -93,30 +93,29 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def to_jsonl(outcomes: Iterable[dict[str, Any]]) -> bytes:
-    lines = []
-    for o in outcomes:
-        lines.append(
-            json.dumps(
-                {
-                    "doc_id": o["doc_id"],
-                    "parent": parent_of(o["doc_id"]),
-                    "state": o["state"],
-                    "reason": o.get("reason"),
-                    "failure_type": o.get("failure_type"),
-                    "model": o.get("model"),
-                    "values": compact_value(o.get("output")),
-                    "output": o.get("output"),
-                    "flags": o.get("flags") or [],
-                    "support": supports(o),
-                    "cost_usd": o.get("cost_usd") or 0.0,
-                    "review": o.get("review"),
-                    "original_output": o.get("original_output"),
-                    **({"provenance": o["provenance"]} if o.get("provenance") else {}),
-                },
-                ensure_ascii=False,
-                sort_keys=True,
-            )
+    lines = [
+        json.dumps(
+            {
+                "doc_id": o["doc_id"],
+                "parent": parent_of(o["doc_id"]),
+                "state": o["state"],
+                "reason": o.get("reason"),
+                "failure_type": o.get("failure_type"),
+                "model": o.get("model"),
+                "values": compact_value(o.get("output")),
+                "output": o.get("output"),
+                "flags": o.get("flags") or [],
+                "support": supports(o),
+                "cost_usd": o.get("cost_usd") or 0.0,
+                "review": o.get("review"),
+                "original_output": o.get("original_output"),
+                **({"provenance": o["provenance"]} if o.get("provenance") else {}),
+            },
+            ensure_ascii=False,
+            sort_keys=True,
         )
+        for o in outcomes
+    ]
     return ("\n".join(lines) + ("\n" if lines else "")).encode()
 
 

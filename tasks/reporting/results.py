@@ -287,9 +287,14 @@ def not_succeeded(views: list[DocView]) -> list[tuple[str, str, list[DocView]]]:
     ]
 
 
+def queue_reasons(review: list[dict[str, Any]]) -> Counter[str]:
+    """The review queue's items by reason (an item queued for two reasons counts under each)."""
+    return Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
+
+
 def queue_parts(review: list[dict[str, Any]], counts: dict[str, int]) -> list[str]:
     """What the review queue holds: the documents that need review, and each other reason's items."""
-    reasons = Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
+    reasons = queue_reasons(review)
     parts = [
         f"{counts.get('needs_review', 0)} document(s) need review (the gate could not accept their answer)"
     ]
