@@ -261,37 +261,32 @@ def _figure(view: PageView) -> tuple[Any, ...]:
     return ("page", view.page, view.image, ratio, boxes, boxed, cited)
 
 
-def _by_doc(views: list[PageView]) -> dict[str, list[PageView]]:
+def _by_doc(views: list[PageView]) -> list[tuple[str, list[PageView], list[str], str]]:
+    """Per document: its id, its pages, the support classes of its marks (least supported first)
+    and the text a filter matches (its id and fields)."""
     by_doc: dict[str, list[PageView]] = {}
     for v in views:
         by_doc.setdefault(v.doc_id, []).append(v)
-    return by_doc
-
-
-def _classes(pages: list[PageView]) -> list[str]:
-    seen = {m.support for v in pages for m in v.marks} | {s[0].support for v in pages for s in v.snippets}
-    return [c for c in SUPPORT_ORDER if c in seen]  # least supported first
+    out = []
+    for doc_id, pages in by_doc.items():
+        marks = [m for v in pages for m in v.marks] + [s[0] for v in pages for s in v.snippets]
+        seen = {m.support for m in marks}
+        classes = [c for c in SUPPORT_ORDER if c in seen]
+        out.append((doc_id, pages, classes, " ".join([doc_id, *(m.name for m in marks)])))
+    return out
 
 
 def pages_rows(views: list[PageView]) -> list[tuple[str, str, str]]:
     """Rows for a paged table (filter text, least support class, row HTML): one per document. The
     HTML of the first rows is in the page for a reader without scripts; `pages_data` carries all of
     them, built by `PAGES_JS` in the browser."""
-    by_doc = _by_doc(views)
-    shaped = [
-        (doc_id, ", ".join(_classes(pages)), [_figure(v) for v in pages]) for doc_id, pages in by_doc.items()
-    ]
+    docs = _by_doc(views)
+    shaped = [(doc_id, ", ".join(classes), [_figure(v) for v in pages]) for doc_id, pages, classes, _ in docs]
     html = rendered_rows("pages_rows.html.j2", shaped)
-    rows = []
-    for (doc_id, pages), row in zip(by_doc.items(), html, strict=True):
-        classes = _classes(pages)
-        rows.append((_filter_text(doc_id, pages), classes[0] if classes else "", row))
-    return rows
-
-
-def _filter_text(doc_id: str, pages: list[PageView]) -> str:
-    names = [m.name for v in pages for m in v.marks] + [s[0].name for v in pages for s in v.snippets]
-    return " ".join([doc_id, *names])
+    return [
+        (text, classes[0] if classes else "", row)
+        for (_, _, classes, text), row in zip(docs, html, strict=True)
+    ]
 
 
 def _text(v: Any) -> str:
@@ -304,8 +299,7 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
     [[field, value, left, top, right, bottom], ...], [cited field, ...]]`, a snippet `[field,
     support, value, before, evidence, after]`; `PAGES_JS` turns one into the row's HTML."""
     rows = []
-    for doc_id, pages in _by_doc(views).items():
-        classes = _classes(pages)
+    for doc_id, pages, classes, text in _by_doc(views):
         figures = [
             [
                 v.page,
@@ -328,7 +322,7 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
             for m, before, evidence, after in v.snippets
         ]
         data = [doc_id, ", ".join(classes), figures, snippets]
-        rows.append((_filter_text(doc_id, pages), classes[0] if classes else "", data))
+        rows.append((text, classes[0] if classes else "", data))
     return rows
 
 
