@@ -33,59 +33,48 @@ def _sections() -> Any:
     return macros("sections.html.j2")
 
 
-def _field(f: FieldView) -> tuple[Any, ...]:
-    """A field as the templates take it: (name, value, corrected, the model's value (`null` when it
-    had none, never an empty mark), evidence, where it sits: page and character offsets)."""
-    was = "null" if f["original"] is None or f["original"] == "" else f["original"]
-    return (f["name"], f["value"], f["corrected"], was, f["evidence"], where_text(f))
-
-
-def _doc_row(v: DocView, columns: list[str]) -> tuple[Any, ...]:
-    fields = [_field(f) for f in v["fields"]]
-    by_name = {f[0]: f for f in fields}
-    cells = [(by_name.get(c), None if c in by_name else v["items"].get(c)) for c in columns]
-    r = v["review"]
-    review = (r["action"], r["by"], r.get("note")) if r else None
-    return (
-        v["state"],
-        v["doc_id"],
-        v["result_key"],
-        v["responses_key"],
-        review,
-        v["why"],
-        v["detail"][:160],
-        v.get("note"),
-        cells,
-        fields,
-        list(v["items"].items()),
-    )
-
-
 def _text(v: Any) -> str | None:
-    """A value as the row template prints it (None stays None: the template marks it null)."""
+    """A value as the templates print it (None stays None: they mark it null)."""
     return None if v is None else str(v)
 
 
-def _doc_data(row: tuple[Any, ...]) -> list[Any]:
-    """A `_doc_row` as data for DOCS_JS: every printed value already text, as the template prints it."""
-    state, doc_id, result_key, responses_key, review, why, detail, note, cells, fields, items = row
-
-    def field(f: tuple[Any, ...]) -> list[Any]:
-        name, value, corrected, was, evidence, where = f
-        return [str(name), _text(value), bool(corrected), str(was), str(evidence or ""), str(where or "")]
-
+def _field(f: FieldView) -> list[Any]:
+    """A field as the templates and DOCS_JS take it, every printed value text: [name, value,
+    corrected, the model's value (`null` when it had none, never an empty mark), evidence, where it
+    sits: page and character offsets]."""
+    was = "null" if f["original"] is None or f["original"] == "" else f["original"]
     return [
-        str(state),
-        str(doc_id),
-        str(result_key or ""),
-        str(responses_key or ""),
-        None if review is None else [str(review[0]), str(review[1]), str(review[2] or "")],
-        str(why or ""),
-        str(detail or ""),
-        str(note or ""),
-        [[None if f is None else field(f), None if n is None else int(n)] for f, n in cells],
-        [field(f) for f in fields],
-        [[str(k), int(n)] for k, n in items],
+        str(f["name"]),
+        _text(f["value"]),
+        bool(f["corrected"]),
+        str(was),
+        str(f["evidence"] or ""),
+        where_text(f),
+    ]
+
+
+def _doc_row(v: DocView, columns: list[str]) -> list[Any]:
+    """A document as doc_rows.html.j2 and DOCS_JS take it, every printed value text: [state, doc id,
+    result key, responses key, review decision [action, by, note], why, detail, note, cells, fields,
+    items]."""
+    fields = [_field(f) for f in v["fields"]]
+    by_name = {f[0]: f for f in fields}
+    r = v["review"]
+    return [
+        str(v["state"]),
+        str(v["doc_id"]),
+        str(v["result_key"] or ""),
+        str(v["responses_key"] or ""),
+        [str(r["action"]), str(r["by"]), str(r.get("note") or "")] if r else None,
+        str(v["why"] or ""),
+        str(v["detail"][:160] or ""),
+        str(v.get("note") or ""),
+        [
+            [by_name.get(c), None if c in by_name or (n := v["items"].get(c)) is None else int(n)]
+            for c in columns
+        ],
+        fields,
+        [[str(k), int(n)] for k, n in v["items"].items()],
     ]
 
 
@@ -100,7 +89,7 @@ def documents_section(views: list[DocView], columns: list[str], unlisted: int = 
         (
             " ".join([v["doc_id"], v["state"], v["why"], *(str(f["value"]) for f in v["fields"])]),
             v["state"],
-            _doc_data(row),
+            row,
         )
         for v, row in zip(views, rows, strict=True)
     ]
