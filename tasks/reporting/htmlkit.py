@@ -1,9 +1,8 @@
 """HTML building blocks of report.html (a leaf): the templates (templates/*.html.j2, through jinja2
-with autoescape on), tables, and a paged table.
-
-A paged table keeps its rows as pre-rendered HTML (or as data a function of the page renders) in
-an inline JSON block and shows one page at a time with a filter box (inline script, no network): a report of 10,000+ documents opens as fast
-as one of 50. `#q=TEXT` in the address pre-fills every filter (a link to one document).
+with autoescape on) and a paged table: its rows as pre-rendered HTML (or as data a function of the
+page renders) in an inline JSON block, one page shown at a time with a filter box (inline script, no
+network), so a report of 10,000+ documents opens as fast as one of 50. `#q=TEXT` in the address
+pre-fills every filter (a link to one document).
 """
 
 from __future__ import annotations
@@ -46,12 +45,11 @@ PAGER_JS = asset("pager.js")
 
 
 def render(name: str, **values: Any) -> str:
-    """A whole template (`report.html.j2`) rendered with `values`."""
     return TEMPLATES.get_template(name).render(**values)
 
 
 def macros(name: str) -> Any:
-    """The macros of a template (`kit.html.j2`): each call returns Markup."""
+    """The macros of a template: each call returns Markup."""
     return TEMPLATES.get_template(name).module
 
 
@@ -63,22 +61,10 @@ def rendered_rows(name: str, rows: list[Any]) -> list[str]:
     return [str(row) for row in out]  # plain strings: a Markup row would escape what is added to it
 
 
-Cell = tuple[Any, bool]  # a table cell: its value (text, or Markup) and whether it is a number
-
-
-def table(head: list[str], rows: list[list[Cell]], empty: str = "None.") -> Markup:
-    return Markup(macros("kit.html.j2").table(head, rows, empty))
-
-
-def json_text(data: Any) -> Markup:
-    """Data for the inline script; `<` escaped so no text in it can end the script element."""
-    return Markup(json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c"))
-
-
 @dataclass(frozen=True)
 class Paged:
     """A table shown a page at a time, as templates/paged.html.j2 shows it: `first`, the first
-    page's rows as markup; `data`, every row for the script (json_text)."""
+    page's rows as markup; `data`, every row for the script."""
 
     ident: str
     head: list[str]
@@ -112,7 +98,9 @@ def paged_table(
     `window.DOCMILL_ROWS[ident]` turns into HTML when a row is shown (`rows` then needs only the
     first page): a large table's rows in a fraction of the bytes. No rows: the `empty` note."""
     if not rows:
-        return table([], [], empty)
+        return Markup(macros("kit.html.j2").table([], [], empty))
     data = [[text.lower(), cat, html] for text, cat, html in (rows if data_rows is None else data_rows)]
     first = Markup("".join(r[2] for r in rows[:size]))
-    return Paged(ident, head, first, len(data), json_text(data), choices, size)
+    # `<` escaped: no text in the data can end the script element
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    return Paged(ident, head, first, len(data), Markup(text), choices, size)

@@ -188,12 +188,10 @@ def _documents(views: list[DocView], columns: list[str], pages: dict[str, str]) 
                 continue
             shown = _cell(f["value"]) + (f" (was {_was(f['original'])})" if f["corrected"] else "")
             if f["evidence"]:
-                where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
-                where = (
-                    f" @{where_text(f)}"
-                    if f.get("page") is not None or not f.get("verified", True)
-                    else where
-                )
+                if f.get("page") is not None or not f.get("verified", True):
+                    where = f" @{where_text(f)}"
+                else:
+                    where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
                 shown += f" «{_cell(f['evidence'])[:120]}»{where}"
             cells.append(shown + (f" · {f['support']}" if f["support"] != "missing" else ""))
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""

@@ -71,8 +71,7 @@ def display_state(outcome: dict[str, Any]) -> str:
 
 def display_counts(outcomes: list[dict[str, Any]]) -> dict[str, int]:
     counts = dict.fromkeys(DISPLAY_STATES, 0)
-    for o in outcomes:
-        counts[display_state(o)] = counts.get(display_state(o), 0) + 1
+    counts.update(Counter(display_state(o) for o in outcomes))
     return counts
 
 
