@@ -40,21 +40,17 @@ STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad", "skip
 
 
 def _costs(costs: dict[str, Any]) -> dict[str, Any]:
-    rows = []
-    for group, label in (("by_pass", "pass"), ("by_model", "model")):
-        for k, v in sorted((costs.get(group) or {}).items()):
-            rows.append([(f"{label} {k}", False), (f"${v:.4f}", True)])
-    tokens = [[(k, False), (f"{v:,}", True)] for k, v in (costs.get("tokens") or {}).items() if v]
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
-    docs = [[(d, False), (f"${u:.4f}", True)] for d, u in top]
-    cached = costs.get("tokens") or {}
-    cache = cached.get("cache_read_input_tokens") or cached.get("cache_creation_input_tokens")
     return {
         "entries": costs.get("entries", 0),
-        "cache": cache_line(costs).capitalize() if cache else "",
-        "breakdown": rows,
-        "tokens": tokens,
-        "docs": docs,
+        "cache": cache_line(costs).capitalize(),
+        "breakdown": [
+            [(f"{label} {k}", False), (f"${v:.4f}", True)]
+            for group, label in (("by_pass", "pass"), ("by_model", "model"))
+            for k, v in sorted((costs.get(group) or {}).items())
+        ],
+        "tokens": [[(k, False), (f"{v:,}", True)] for k, v in (costs.get("tokens") or {}).items() if v],
+        "docs": [[(d, False), (f"${u:.4f}", True)] for d, u in top],
     }
 
 

@@ -157,7 +157,7 @@ def page_links(pages: Any) -> dict[str, str]:
     """doc id -> links to its page images beside the report (` ([p. 1](pages/…-p1.jpg))`)."""
     links: dict[str, list[str]] = defaultdict(list)
     for v in pages or []:
-        if getattr(v, "image", None):
+        if v.image:
             links[v.doc_id].append(f"[p. {v.page}]({_cell(v.image)})")
     return {d: f" ({', '.join(ls)})" for d, ls in links.items()}
 
@@ -319,8 +319,8 @@ def _costs(costs: dict[str, Any]) -> list[str]:
             f"- thinking: {tokens['thinking_tokens']:,} of the output tokens were adaptive thinking, "
             f"${costs.get('thinking_usd', 0.0):.4f} of the cost (the recipe's effort sets how much)"
         )
-    if tokens.get("cache_read_input_tokens") or tokens.get("cache_creation_input_tokens"):
-        lines.append("- " + cache_line(costs))
+    if cache := cache_line(costs):
+        lines.append("- " + cache)
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
     if top:
         lines.append("- most expensive documents: " + ", ".join(f"`{d}` ${u:.4f}" for d, u in top))

@@ -1,23 +1,17 @@
-"""Pages you can see: for every PDF or image with evidence, the cited pages as images, each value's
-evidence boxed and labelled on them (report.html's "Pages with evidence").
+"""Pages you can see (report.html's "Pages with evidence"): for every PDF or image with evidence,
+the cited pages as images with each value's evidence boxed and labelled; for a text document, each
+value's evidence in the text around it.
 
-Where the images go, and why: *beside the report*, as JPEG files in the store under
-`runs/<run_id>/pages/` (`<sha256 of the document, 16 hex>-p<N>.jpg`), referenced from report.html by
-a relative URL and loaded lazily inside a collapsed block per document. Embedding them would make a
-10,000-document report hundreds of MB that a browser parses at once; beside it, report.html grows by
-a few hundred bytes per cited page and a page image is fetched only when its document is opened.
-The report opens offline wherever its folder is (a local store, a synced bucket folder); mailed alone
-it shows the boxes' labels and says where the images are.
-
-Rendered once per page: an image's key is the document's content hash and page, so a later report
-of the same run (or a run over the same file) finds it and renders nothing. A modest resolution
-(`LONG_EDGE` px on the long edge, greyscale JPEG) keeps one page near 15-110 KB and 25-50 ms of CPU,
-and `MAX_PAGES` bounds the images one report renders (documents that need review and the least
-supported values first; the rest are listed with their boxes' labels, without image, until a later
-report renders them).
-
-A box is drawn only where the gate found the evidence in the text layer (tasks.per_file.boxes); a
-scanned page shows its image with the model's page citation and no box (never a made-up one).
+The images go beside the report, not in it: JPEG files under `runs/<run_id>/pages/` (`<sha256 of
+the document, 16 hex>-p<N>.jpg`), linked by a relative URL and loaded when a document is opened.
+Embedded, a 10,000-document report would be hundreds of MB a browser parses at once; beside it,
+report.html grows by a few hundred bytes per cited page, and it opens offline wherever its folder
+is (mailed alone, it shows the boxes' labels and says where the images are). Keyed by content hash
+and page, an image is rendered once for every later report. `LONG_EDGE` px greyscale JPEG keeps a
+page near 15-110 KB and 25-50 ms of CPU; `MAX_PAGES` bounds the images one report renders
+(documents that need review and the least supported values first; the rest keep their labels until
+a later report renders them). A box is drawn only where the gate found the evidence in the text
+layer (tasks.per_file.boxes); a scanned page shows the model's page citation, never a made-up box.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""One document's evidence as `docmill review show` gives it in a terminal: the cited pages of a PDF or
-image as image files with each value's evidence boxed and labelled in the pixels, and the evidence of a
-text, e-mail or Office document highlighted in the text around it.
+"""One document's evidence for `docmill review show` in a terminal: a PDF's or image's cited pages as
+image files with each value's evidence boxed and labelled in the pixels, or a text document's
+evidence highlighted in the text around it.
 
-Why image files: a terminal cannot show report.html's boxes (drawn by the browser over the page
-image), so they are drawn into a copy of the page (`runs/<run_id>/pages/<sha16>-p<N>-boxed.jpg`,
-beside the report's plain page) and the command prints its `store.link`: a file:// URL on a local
-store, a presigned https URL on S3; `--open` hands it to the desktop's viewer. The plain page, its
-marks and the text snippets come from tasks.reporting.pages (rendered once per page, shared with the
-report); a scanned page names the cited page under its image and draws no box (never a made-up one).
+A terminal cannot show report.html's boxes (drawn by the browser over the page image), so they are
+drawn into a copy of the page (`runs/<run_id>/pages/<sha16>-p<N>-boxed.jpg`) and the command prints
+its `store.link` (file:// locally, a presigned URL on S3; `--open` hands it to a viewer). Pages,
+marks and snippets come from tasks.reporting.pages; a scanned page gets no box.
 """
 
 from __future__ import annotations

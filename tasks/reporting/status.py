@@ -74,9 +74,7 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
     if times and answered:
         span = (max(now, times[-1]) if running else times[-1]) - times[0]
         rate = answered / span if span > 0 else None
-    eta = None
-    if total is not None and rate and running:
-        eta = max(total - progress, 0) / rate
+    eta = max(total - progress, 0) / rate if total is not None and rate and running else None
     return {
         "run_id": m.run_id,
         "phase": str(m.phase),

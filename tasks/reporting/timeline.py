@@ -1,14 +1,9 @@
-"""A run's timeline (a leaf): when work was submitted, in flight, ended and ingested, from the run's
-start to its end — the same picture for realtime and batch runs.
-
-- realtime: a document is submitted when its first request was sent and ended when its last
-  answer came (cost-ledger entries keep both times); it is ingested when answered (the answer is
-  persisted and gated at once), so "ended" is the line to read.
-- batch: a batch's requests are submitted when the batch was created, ended when the API said it
-  ended, ingested when docmill collected its results (the batch records keep the three times).
-
-In flight = submitted - ended at each moment. The x axis is wall-clock time (UTC) with offsets
-from the run's start, scaled to the span (milliseconds for a short test run, hours overnight).
+"""A run's timeline (a leaf): work submitted, in flight, ended and ingested from the run's start to
+its end, the same picture for realtime and batch runs. Realtime: a document is submitted when its
+first request was sent and ended (and ingested: gated at once) when its last answer came (cost-ledger
+entries keep both times). Batch: a batch's requests are submitted, ended and ingested when the batch
+was created, ended and collected (the batch records keep the three times). In flight = submitted -
+ended; the x axis is wall-clock time (UTC) with offsets from the run's start, scaled to the span.
 """
 
 from __future__ import annotations
