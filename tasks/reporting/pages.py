@@ -73,9 +73,7 @@ def cited_pages(outcome: dict[str, Any]) -> dict[int, list[Mark]]:
     """Page -> the marks of the values whose evidence is on it (a boxed value: one mark per box)."""
     output = outcome.get("output") or {}
     pages: dict[int, list[Mark]] = {}
-    for name, where in evidence_places(outcome):
-        if where.get("page") is None:
-            continue
+    for name, where in evidence_places(outcome, "page"):
         top = "." not in name and "[" not in name
         value = field_value(output.get(name)) if top else None
         support = support_of(outcome, name) if top else "verified"
@@ -193,8 +191,8 @@ def _spans(outcome: dict[str, Any]) -> list[tuple[str, int, int]]:
     """(field, start, end) of every top-level evidence found in the text."""
     out = [
         (name, int(where["start"]), int(where["end"]))
-        for name, where in evidence_places(outcome)
-        if where.get("start") is not None and "." not in name and "[" not in name
+        for name, where in evidence_places(outcome, "start")
+        if "." not in name and "[" not in name
     ]
     return sorted(out, key=lambda s: s[1])
 

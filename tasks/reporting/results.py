@@ -75,14 +75,14 @@ def display_counts(outcomes: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def evidence_places(outcome: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def evidence_places(outcome: dict[str, Any], having: str = "") -> list[tuple[str, dict[str, Any]]]:
     """(field, where its evidence sits) from the gate (`$.total.evidence` -> `total`) or a long
-    document's merge (`total`, `line_items[0]`)."""
+    document's merge (`total`, `line_items[0]`); `having`: only the places that set this key."""
     fields = ((outcome.get("provenance") or {}).get("fields")) or {}
     return [
         (str(path).removeprefix("$.").removesuffix(".evidence"), where)
         for path, where in fields.items()
-        if isinstance(where, dict)
+        if isinstance(where, dict) and (not having or where.get(having) is not None)
     ]
 
 
@@ -106,9 +106,7 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
     output = outcome.get("output") or {}
     original = outcome.get("original_output") or {}
     corrections = ((outcome.get("review") or {}).get("corrections")) or {}
-    offsets: dict[str, dict[str, Any]] = {}
-    for name, place in evidence_places(outcome):
-        offsets.setdefault(name, place)
+    offsets = dict(reversed(evidence_places(outcome)))  # a field's first place wins
     views: list[FieldView] = []
     items: dict[str, int] = {}
     for name, node in output.items():
