@@ -52,11 +52,6 @@ def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
         return ImageFont.load_default()
 
 
-def label_of(mark: Mark) -> str:
-    text = f"{mark.name} = {mark.value}"
-    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
-
-
 def caption_of(view: PageView) -> list[str]:
     """The lines under a page: its number, what is boxed, what is only cited (no text layer)."""
     boxed, cited = view.named(True), view.named(False)
@@ -86,7 +81,8 @@ def draw_marks(jpeg: bytes, view: PageView) -> bytes:
             m.box[3] * page.height,
         )
         draw.rectangle((left - 3, top - 3, right + 3, bottom + 3), outline=BOX, width=3)
-        text = label_of(m)
+        text = f"{m.name} = {m.value}"
+        text = text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
         w = draw.textlength(text, font=font)
         x, y = right + 7, max(0.0, top - 2)  # to the right of the box; else above it, never over it
         if x + w + 4 > page.width:

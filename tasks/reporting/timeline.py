@@ -89,9 +89,8 @@ def span_text(seconds: float) -> str:
 
 
 def clock(t: float, span: float) -> str:
-    fmt = "%H:%M:%S" if span >= 2 else "%H:%M:%S."
-    text = time.strftime(fmt, time.gmtime(t))
-    return text + f"{int(t * 1000) % 1000:03d}" if span < 2 else text
+    text = time.strftime("%H:%M:%S", time.gmtime(t))
+    return text if span >= 2 else f"{text}.{int(t * 1000) % 1000:03d}"
 
 
 def timeline_svg(t: Timeline, width: int = 1000, height: int = 240) -> str:
