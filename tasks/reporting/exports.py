@@ -60,16 +60,6 @@ def page_columns(o: dict[str, Any]) -> dict[str, Any]:
     return cols
 
 
-def review_columns(o: dict[str, Any]) -> dict[str, Any]:
-    """`review.action/by/at/note` and `original.<field>` (the model's value) of corrected fields."""
-    mark = o.get("review")
-    if not mark:
-        return {}
-    cols: dict[str, Any] = {f"review.{k}": mark.get(k) for k in ("action", "by", "at", "note")}
-    cols.update({f"original.{k}": c.get("from") for k, c in (mark.get("corrections") or {}).items()})
-    return cols
-
-
 def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for o in outcomes:
@@ -85,7 +75,9 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         row.update({f"value.{k}": v for k, v in flatten(o.get("output") or {}).items()})
         row.update(page_columns(o))
         row.update({f"value.{k}.support": c for k, c in supports(o).items()})
-        row.update(review_columns(o))
+        if mark := o.get("review"):  # the decision, and the model's value of each corrected field
+            row.update({f"review.{k}": mark.get(k) for k in ("action", "by", "at", "note")})
+            row.update({f"original.{k}": c.get("from") for k, c in (mark.get("corrections") or {}).items()})
         if o.get("provenance"):  # each value's offsets and page; long documents: their chunks
             row["provenance"] = json.dumps(o["provenance"], ensure_ascii=False, sort_keys=True)
         rows.append(row)

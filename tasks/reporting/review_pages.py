@@ -52,21 +52,14 @@ def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
         return ImageFont.load_default()
 
 
-def caption_of(view: PageView) -> list[str]:
-    """The lines under a page: its number, what is boxed, what is only cited (no text layer)."""
-    boxed, cited = view.named(True), view.named(False)
-    lines = [f"p. {view.page}" + (f" · boxed: {', '.join(boxed)}" if boxed else "")]
-    if cited:
-        lines.append("cited by the model, no text layer (no box): " + ", ".join(cited))
-    return lines
-
-
 def draw_marks(jpeg: bytes, view: PageView) -> bytes:
-    """The page image with each boxed mark outlined and labelled `field = value`, and the caption
-    (`caption_of`) in a white strip under the page, as a JPEG."""
+    """The page image with each boxed mark outlined and labelled `field = value`, and a caption (its
+    number, what is boxed, what is only cited: no text layer) in a white strip under it, as a JPEG."""
     page = Image.open(io.BytesIO(jpeg)).convert("RGB")
     font = _font()
-    caption = caption_of(view)
+    boxed, cited = view.named(True), view.named(False)
+    caption = [f"p. {view.page}" + (f" · boxed: {', '.join(boxed)}" if boxed else "")]
+    caption += ["cited by the model, no text layer (no box): " + ", ".join(cited)] if cited else []
     line = FONT_PX + 6
     out = Image.new("RGB", (page.width, page.height + line * len(caption) + 6), "white")
     out.paste(page, (0, 0))
