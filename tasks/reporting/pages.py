@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
@@ -194,7 +195,7 @@ def _spans(outcome: dict[str, Any]) -> list[tuple[str, int, int]]:
         for name, where in evidence_places(outcome, "start")
         if "." not in name and "[" not in name
     ]
-    return sorted(out, key=lambda s: s[1])
+    return sorted(out, key=itemgetter(1))
 
 
 def text_views(outcomes: list[dict[str, Any]], documents: dict[str, Any]) -> list[PageView]:

@@ -80,7 +80,7 @@ def evidence_places(outcome: dict[str, Any], having: str = "") -> list[tuple[str
     document's merge (`total`, `line_items[0]`); `having`: only the places that set this key."""
     fields = ((outcome.get("provenance") or {}).get("fields")) or {}
     return [
-        (str(path).removeprefix("$.").removesuffix(".evidence"), where)
+        (path.removeprefix("$.").removesuffix(".evidence"), where)
         for path, where in fields.items()
         if isinstance(where, dict) and (not having or where.get(having) is not None)
     ]
