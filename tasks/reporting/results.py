@@ -106,7 +106,10 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
     output = outcome.get("output") or {}
     original = outcome.get("original_output") or {}
     corrections = ((outcome.get("review") or {}).get("corrections")) or {}
-    offsets = dict(reversed(evidence_places(outcome)))  # a field's first place wins
+    offsets: dict[str, dict[str, Any]] = {}  # a field's first place wins
+    for path, where in (((outcome.get("provenance") or {}).get("fields")) or {}).items():
+        if isinstance(where, dict):  # as in evidence_places, without its list: read per document
+            offsets.setdefault(path.removeprefix("$.").removesuffix(".evidence"), where)
     views: list[FieldView] = []
     items: dict[str, int] = {}
     for name, node in output.items():
