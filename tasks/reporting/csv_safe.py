@@ -1,12 +1,8 @@
-"""CSV cells a spreadsheet opens as data, never runs as a formula (a leaf).
-
-The OWASP rule for CSV injection: a cell whose text starts with `=`, `+`, `-`, `@`, a tab or a
-carriage return is a formula to Excel, LibreOffice and Google Sheets (`=HYPERLINK(...)`,
-`-2+3+cmd|' /C calc'!A0`), so it is written with a single quote in front; the spreadsheet shows
-the text and drops the quote. A cell that is a plain number (`-12.5`, `+3`, `-1e-05`: what a
-number prints as) is left alone: a spreadsheet reads it as that number, not a formula, and CSV has
-no types, so quoting it would turn every negative amount into text. Only CSV is escaped: JSONL and
-Parquet keep every value exactly as it is.
+"""CSV cells a spreadsheet opens as data, never runs as a formula (a leaf): OWASP's rule for CSV
+injection puts a `'` before a cell starting with `=`, `+`, `-`, `@`, a tab or a carriage return
+(`=HYPERLINK(...)`, `-2+3+cmd|' /C calc'!A0`); the spreadsheet shows the text without it. A plain
+number (`-12.5`, `+3`, `-1e-05`) is left alone: CSV has no types, and quoting would turn every
+negative amount into text. JSONL and Parquet keep every value as it is.
 """
 
 from __future__ import annotations

@@ -1,17 +1,14 @@
 """A run's export files (`runs/<id>/exports/`), encoded once per set of results.
 
-What the exports hold is decided by the outcomes they are built from (after review decisions). An
-outcome taken from the results ledger is decided by its document id, its key (a result is written
-once, invariant 1) and the few fields a run sets on it (state, reason, failure type); any other
-outcome, and any outcome with a review decision, counts whole. `exports_digest` hashes that, and
-the files of the first run that wrote a digest are recorded under `unchanged/exports-<digest>.json`
-with each file's sha256. A run that stored answers of its own records none: a later run takes
-those answers from the ledger, so its digest is another, and hashing them whole (~0.25 s at 10,000
-invoices) would make an entry nobody reads. A later run whose results have the same digest (an
-unchanged nightly) shares those files (ObjectStore.copy: a hard link locally, a server-side copy on
-S3) on condition of the ETag each had when written, instead of flattening and encoding every result
-again (JSONL, CSV and Parquet are ~48 MB and seconds of CPU at 10,000 invoices); a missing or
-changed file has them written anew.
+What the exports hold is decided by the outcomes after review decisions: an outcome from the
+results ledger by its document id, its key (a result is written once, invariant 1) and the fields a
+run sets on it (state, reason, failure type); any other outcome, or one with a review decision,
+whole. `exports_digest` hashes that; the first run with a digest records its files and their
+sha256 under `unchanged/exports-<digest>.json`, and a later run with the same digest (an unchanged
+nightly) shares them (ObjectStore.copy on the ETag each had when written: a hard link locally, a
+server-side copy on S3) instead of encoding ~48 MB again (seconds of CPU at 10,000 invoices). A run
+that stored answers of its own records nothing: a later run takes them from the ledger, so its
+digest differs, and hashing them whole (~0.25 s) would make an entry nobody reads.
 """
 
 from __future__ import annotations
@@ -47,16 +44,6 @@ def exports_digest(outcomes: list[dict[str, Any]], *, parquet: bool) -> str | No
         else:
             parts.append(o)
     return content_hash(parts)
-
-
-def encoders(outcomes: list[dict[str, Any]]) -> dict[str, Callable[[], bytes | None]]:
-    """Each export file's bytes, encoded when asked (CSV and Parquet share the flattened rows)."""
-    flat = cache(lambda: export_rows(outcomes))
-    return {
-        "jsonl": lambda: to_jsonl(outcomes),
-        "csv": lambda: to_csv(flat()),
-        "parquet": lambda: to_parquet(flat()),
-    }
 
 
 def parquet_available() -> bool:
@@ -102,7 +89,13 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
         if isinstance(index, dict) and (keys := copied(store, index, base, index_key)) is not None:
             return keys
     keys, files, etags = {}, {}, {}
-    for name, encode in encoders(outcomes).items():
+    flat = cache(lambda: export_rows(outcomes))  # CSV and Parquet share the flattened rows
+    encoders: dict[str, Callable[[], bytes | None]] = {
+        "jsonl": lambda: to_jsonl(outcomes),
+        "csv": lambda: to_csv(flat()),
+        "parquet": lambda: to_parquet(flat()),
+    }
+    for name, encode in encoders.items():
         data = encode()
         if data is None:  # no pyarrow: no Parquet
             continue

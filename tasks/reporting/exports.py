@@ -20,6 +20,7 @@ from typing import Any
 from tasks.integration.records import compact_value
 from tasks.provenance import supports
 from tasks.reporting.csv_safe import safe_cell
+from tasks.reporting.results import evidence_places
 from tasks.source.doc_names import parent_of
 
 
@@ -47,12 +48,8 @@ def page_columns(o: dict[str, Any]) -> dict[str, Any]:
     """`value.<field>.page` (and `.verified` false for evidence no code could check: a scanned page;
     `.bbox`, the evidence's box on a PDF page with a text layer) for every top-level field whose
     evidence names a page."""
-    fields = ((o.get("provenance") or {}).get("fields")) or {}
     cols: dict[str, Any] = {}
-    for path, where in fields.items():
-        if not isinstance(where, dict) or where.get("page") is None:
-            continue
-        name = str(path).removeprefix("$.").removesuffix(".evidence")
+    for name, where in evidence_places(o, "page"):
         if "[" in name or "." in name:
             continue  # list items: in the provenance column
         cols[f"value.{name}.page"] = where["page"]
@@ -60,16 +57,6 @@ def page_columns(o: dict[str, Any]) -> dict[str, Any]:
             cols[f"value.{name}.bbox"] = json.dumps(where["bbox"])
         if where.get("verified") is False:
             cols[f"value.{name}.verified"] = False
-    return cols
-
-
-def review_columns(o: dict[str, Any]) -> dict[str, Any]:
-    """`review.action/by/at/note` and `original.<field>` (the model's value) of corrected fields."""
-    mark = o.get("review")
-    if not mark:
-        return {}
-    cols: dict[str, Any] = {f"review.{k}": mark.get(k) for k in ("action", "by", "at", "note")}
-    cols.update({f"original.{k}": c.get("from") for k, c in (mark.get("corrections") or {}).items()})
     return cols
 
 
@@ -88,7 +75,9 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         row.update({f"value.{k}": v for k, v in flatten(o.get("output") or {}).items()})
         row.update(page_columns(o))
         row.update({f"value.{k}.support": c for k, c in supports(o).items()})
-        row.update(review_columns(o))
+        if mark := o.get("review"):  # the decision, and the model's value of each corrected field
+            row.update({f"review.{k}": mark.get(k) for k in ("action", "by", "at", "note")})
+            row.update({f"original.{k}": c.get("from") for k, c in (mark.get("corrections") or {}).items()})
         if o.get("provenance"):  # each value's offsets and page; long documents: their chunks
             row["provenance"] = json.dumps(o["provenance"], ensure_ascii=False, sort_keys=True)
         rows.append(row)
@@ -96,30 +85,29 @@ def export_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def to_jsonl(outcomes: Iterable[dict[str, Any]]) -> bytes:
-    lines = []
-    for o in outcomes:
-        lines.append(
-            json.dumps(
-                {
-                    "doc_id": o["doc_id"],
-                    "parent": parent_of(o["doc_id"]),
-                    "state": o["state"],
-                    "reason": o.get("reason"),
-                    "failure_type": o.get("failure_type"),
-                    "model": o.get("model"),
-                    "values": compact_value(o.get("output")),
-                    "output": o.get("output"),
-                    "flags": o.get("flags") or [],
-                    "support": supports(o),
-                    "cost_usd": o.get("cost_usd") or 0.0,
-                    "review": o.get("review"),
-                    "original_output": o.get("original_output"),
-                    **({"provenance": o["provenance"]} if o.get("provenance") else {}),
-                },
-                ensure_ascii=False,
-                sort_keys=True,
-            )
+    lines = [
+        json.dumps(
+            {
+                "doc_id": o["doc_id"],
+                "parent": parent_of(o["doc_id"]),
+                "state": o["state"],
+                "reason": o.get("reason"),
+                "failure_type": o.get("failure_type"),
+                "model": o.get("model"),
+                "values": compact_value(o.get("output")),
+                "output": o.get("output"),
+                "flags": o.get("flags") or [],
+                "support": supports(o),
+                "cost_usd": o.get("cost_usd") or 0.0,
+                "review": o.get("review"),
+                "original_output": o.get("original_output"),
+                **({"provenance": o["provenance"]} if o.get("provenance") else {}),
+            },
+            ensure_ascii=False,
+            sort_keys=True,
         )
+        for o in outcomes
+    ]
     return ("\n".join(lines) + ("\n" if lines else "")).encode()
 
 

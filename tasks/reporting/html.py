@@ -11,7 +11,6 @@ module shapes what they show.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from typing import Any
 
 from markupsafe import Markup
@@ -31,7 +30,7 @@ from tasks.reporting.html_sections import (
 )
 from tasks.reporting.htmlkit import CSS, PAGER_JS, Part, paged_table, render
 from tasks.reporting.pages import PAGES_CSS, PAGES_JS, pages_data, pages_rows
-from tasks.reporting.results import ReportExtras, display_counts, key_columns, listed_views
+from tasks.reporting.results import ReportExtras, display_counts, key_columns, listed_views, queue_reasons
 from tasks.reporting.spread import deadline_lines, spread_lines
 from tasks.reporting.summary import cache_line, integration_state, stop
 from tasks.reporting.timeline import run_timeline, span_texts, timeline_svg
@@ -41,21 +40,17 @@ STATE_CLASS = {"succeeded": "ok", "needs_review": "warn", "failed": "bad", "skip
 
 
 def _costs(costs: dict[str, Any]) -> dict[str, Any]:
-    rows = []
-    for group, label in (("by_pass", "pass"), ("by_model", "model")):
-        for k, v in sorted((costs.get(group) or {}).items()):
-            rows.append([(f"{label} {k}", False), (f"${v:.4f}", True)])
-    tokens = [[(k, False), (f"{v:,}", True)] for k, v in (costs.get("tokens") or {}).items() if v]
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
-    docs = [[(d, False), (f"${u:.4f}", True)] for d, u in top]
-    cached = costs.get("tokens") or {}
-    cache = cached.get("cache_read_input_tokens") or cached.get("cache_creation_input_tokens")
     return {
         "entries": costs.get("entries", 0),
-        "cache": cache_line(costs).capitalize() if cache else "",
-        "breakdown": rows,
-        "tokens": tokens,
-        "docs": docs,
+        "cache": cache_line(costs).capitalize(),
+        "breakdown": [
+            [(f"{label} {k}", False), (f"${v:.4f}", True)]
+            for group, label in (("by_pass", "pass"), ("by_model", "model"))
+            for k, v in sorted((costs.get(group) or {}).items())
+        ],
+        "tokens": [[(k, False), (f"{v:,}", True)] for k, v in (costs.get("tokens") or {}).items() if v],
+        "docs": [[(d, False), (f"${u:.4f}", True)] for d, u in top],
     }
 
 
@@ -112,8 +107,7 @@ def _pages(views: list[Any] | None) -> dict[str, Any] | None:
 def _queue_why(review: list[dict[str, Any]]) -> str:
     """What the review queue holds, by reason (`4 conflict`): why it can hold more than the documents
     that need review (a succeeded document in a conflict is queued too)."""
-    reasons = Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
-    return ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return ", ".join(f"{n} {r}" for r, n in sorted(queue_reasons(review).items(), key=lambda kv: -kv[1]))
 
 
 def html_report(

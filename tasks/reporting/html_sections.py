@@ -7,15 +7,23 @@ markup is in templates/sections.html.j2 (and doc_rows.html.j2, finding_rows.html
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
 
 from markupsafe import Markup
 
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import SEVERITIES, FindingView, severity_counts
-from tasks.reporting.htmlkit import ESCAPE_JS, Part, macros, paged_table, rendered_rows
-from tasks.reporting.results import DISPLAY_STATES, DocView, FieldView, not_succeeded, queue_parts, where_text
+from tasks.reporting.htmlkit import ESCAPE_JS, Part, asset, macros, paged_table, rendered_rows
+from tasks.reporting.results import (
+    DISPLAY_STATES,
+    DocView,
+    FieldView,
+    field_stats,
+    not_succeeded,
+    queue_parts,
+    where_text,
+)
 
 TEXT_CUT = 300  # characters of a duplicate, a flag's value or an error shown
 DOC_PAGE_ROWS = 50  # documents a page of the documents' table shows
@@ -25,59 +33,48 @@ def _sections() -> Any:
     return macros("sections.html.j2")
 
 
-def _field(f: FieldView) -> tuple[Any, ...]:
-    """A field as the templates take it: (name, value, corrected, the model's value (`null` when it
-    had none, never an empty mark), evidence, where it sits: page and character offsets)."""
-    was = "null" if f["original"] is None or f["original"] == "" else f["original"]
-    return (f["name"], f["value"], f["corrected"], was, f["evidence"], where_text(f))
-
-
-def _doc_row(v: DocView, columns: list[str]) -> tuple[Any, ...]:
-    fields = [_field(f) for f in v["fields"]]
-    by_name = {f[0]: f for f in fields}
-    cells = [(by_name.get(c), None if c in by_name else v["items"].get(c)) for c in columns]
-    r = v["review"]
-    review = (r["action"], r["by"], r.get("note")) if r else None
-    return (
-        v["state"],
-        v["doc_id"],
-        v["result_key"],
-        v["responses_key"],
-        review,
-        v["why"],
-        v["detail"][:160],
-        v.get("note"),
-        cells,
-        fields,
-        list(v["items"].items()),
-    )
-
-
 def _text(v: Any) -> str | None:
-    """A value as the row template prints it (None stays None: the template marks it null)."""
+    """A value as the templates print it (None stays None: they mark it null)."""
     return None if v is None else str(v)
 
 
-def _doc_data(row: tuple[Any, ...]) -> list[Any]:
-    """A `_doc_row` as data for DOCS_JS: every printed value already text, as the template prints it."""
-    state, doc_id, result_key, responses_key, review, why, detail, note, cells, fields, items = row
-
-    def field(f: tuple[Any, ...]) -> list[Any]:
-        name, value, corrected, was, evidence, where = f
-        return [str(name), _text(value), bool(corrected), str(was), str(evidence or ""), str(where or "")]
-
+def _field(f: FieldView) -> list[Any]:
+    """A field as the templates and DOCS_JS take it, every printed value text: [name, value,
+    corrected, the model's value (`null` when it had none, never an empty mark), evidence, where it
+    sits: page and character offsets]."""
+    was = "null" if f["original"] is None or f["original"] == "" else f["original"]
     return [
-        str(state),
-        str(doc_id),
-        str(result_key or ""),
-        str(responses_key or ""),
-        None if review is None else [str(review[0]), str(review[1]), str(review[2] or "")],
-        str(why or ""),
-        str(detail or ""),
-        str(note or ""),
-        [[None if f is None else field(f), None if n is None else int(n)] for f, n in cells],
-        [field(f) for f in fields],
-        [[str(k), int(n)] for k, n in items],
+        str(f["name"]),
+        _text(f["value"]),
+        bool(f["corrected"]),
+        str(was),
+        str(f["evidence"] or ""),
+        where_text(f),
+    ]
+
+
+def _doc_row(v: DocView, columns: list[str]) -> list[Any]:
+    """A document as doc_rows.html.j2 and DOCS_JS take it, every printed value text: [state, doc id,
+    result key, responses key, review decision [action, by, note], why, detail, note, cells, fields,
+    items]."""
+    fields = [_field(f) for f in v["fields"]]
+    by_name = {f[0]: f for f in fields}
+    r = v["review"]
+    return [
+        str(v["state"]),
+        str(v["doc_id"]),
+        str(v["result_key"] or ""),
+        str(v["responses_key"] or ""),
+        [str(r["action"]), str(r["by"]), str(r.get("note") or "")] if r else None,
+        str(v["why"] or ""),
+        str(v["detail"][:160] or ""),
+        str(v.get("note") or ""),
+        [
+            [by_name.get(c), None if c in by_name or (n := v["items"].get(c)) is None else int(n)]
+            for c in columns
+        ],
+        fields,
+        [[str(k), int(n)] for k, n in v["items"].items()],
     ]
 
 
@@ -92,7 +89,7 @@ def documents_section(views: list[DocView], columns: list[str], unlisted: int = 
         (
             " ".join([v["doc_id"], v["state"], v["why"], *(str(f["value"]) for f in v["fields"])]),
             v["state"],
-            _doc_data(row),
+            row,
         )
         for v, row in zip(views, rows, strict=True)
     ]
@@ -115,33 +112,7 @@ def documents_section(views: list[DocView], columns: list[str], unlisted: int = 
 # Builds a row of the documents' table from `_doc_data`, the same HTML as templates/doc_rows.html.j2
 # (tests/tasks/reporting/test_report_rows.py compares them in Chromium); registered for the paged
 # table with id "docs" (htmlkit.PAGER_JS).
-DOCS_JS = (
-    "\n(function(){\n"
-    + ESCAPE_JS
-    + """function val(v,tag){return v!==null?h(v):'<'+tag+(tag==='span'?' class="muted"':'')+'>null</'+tag+'>';}
-function cell(c){var f=c[0],o='';if(f){if(f[4])o+='<span class="ev" title="evidence: '+h(f[4])+' ('+
-h(f[5]||'offsets unknown')+')">';o+=val(f[1],'span');
-if(f[2])o+=' <span class="was" title="the model&#39;s value">'+h(f[3])+'</span>';if(f[4])o+='</span>';}
-else if(c[1]!==null)o+=c[1]+' item(s)';return '<td>'+o+'</td>';}
-function field(f){return '<tr><td>'+h(f[0])+'<td>'+val(f[1],'i')+(f[2]?' <s title="the model&#39;s value">'+
-h(f[3])+'</s>':'')+'<td>'+h(f[4])+(f[5]?' <small>@'+h(f[5])+'</small>':'');}
-(window.DOCMILL_ROWS=window.DOCMILL_ROWS||{}).docs=function(d){
-var o='<tr class="st-'+h(d[0])+'"><td><code>'+h(d[1])+'</code>';
-if(d[2])o+=' <a class="small" href="../../'+h(d[2])+'" title="stored result: '+h(d[2])+'">result</a>';
-if(d[3])o+=' <a class="small" href="../../'+h(d[3])+'" title="raw API responses: '+h(d[3])+'">responses</a>';
-o+='</td><td><span class="badge b-'+h(d[0])+'">'+h(d[0])+'</span>';
-var r=d[4];if(r)o+=' <span title="'+h(r[1])+(r[2]?' \u2014 '+h(r[2]):'')+'"><span class="badge b-'+h(r[0])+'">'+
-h(r[0])+'ed by '+h(r[1])+'</span></span>';
-if(d[5])o+="<div class='small muted'>"+h(d[5])+': '+h(d[6])+'</div>';
-if(d[7])o+="<div class='small muted'>"+h(d[7])+'</div>';
-o+='</td>'+d[8].map(cell).join('')+'<td>';
-if(d[9].length||d[10].length){o+='<details><summary>'+(d[9].length+d[10].length)+' field(s)</summary><table>'+
-'<tr><th>field<th>value<th>evidence @ page, chars'+d[9].map(field).join('')+d[10].map(function(it){
-return '<tr><td>'+h(it[0])+'<td>'+it[1]+' item(s)<td>';}).join('')+'</table></details>';}
-return o+'</td></tr>';};
-})();
-"""
-)
+DOCS_JS = "\n(function(){\n" + ESCAPE_JS + asset("doc_rows.js")
 
 
 def findings_section(recipe: str, findings: list[FindingView]) -> list[Part]:
@@ -180,30 +151,12 @@ def findings_section(recipe: str, findings: list[FindingView]) -> list[Part]:
 def fields_section(views: list[DocView]) -> Markup:
     """Per field: how many documents state it, with one example and its evidence; the most stated
     first, ties by name (the same page for the same results, whatever the process)."""
-    stated: Counter[str] = Counter()
-    empty: Counter[str] = Counter()
-    corrected: Counter[str] = Counter()
-    example: dict[str, tuple[str, FieldView]] = {}
-    for v in views:
-        for f in v["fields"]:
-            if f["value"] is None:
-                empty[f["name"]] += 1
-                continue
-            stated[f["name"]] += 1
-            corrected[f["name"]] += f["corrected"]
-            if f["evidence"] and f["name"] not in example:
-                example[f["name"]] = (v["doc_id"], f)
-    stats = [
-        (
-            name,
-            stated[name],
-            empty[name],
-            corrected[name],
-            (example[name][0], _field(example[name][1])) if name in example else None,
-        )
-        for name in sorted(set(stated) | set(empty), key=lambda n: (-stated[n], n))
+    stats = sorted(field_stats(views).items(), key=lambda kv: (-kv[1].stated, kv[0]))
+    rows = [
+        (name, s.stated, s.empty, s.corrected, (s.example[0], _field(s.example[1])) if s.example else None)
+        for name, s in stats
     ]
-    return _sections().fields(stats)
+    return _sections().fields(rows)
 
 
 def _json_cell(v: Any) -> str:

@@ -10,7 +10,7 @@ images; conflicts and coverage gaps; failures and skipped inputs; the review que
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
 
 from tasks.provenance import SUPPORT_MEANING, SUPPORT_ORDER, support_counts
@@ -20,6 +20,7 @@ from tasks.reporting.results import (
     DocView,
     ReportExtras,
     display_counts,
+    field_stats,
     key_columns,
     listed_views,
     not_succeeded,
@@ -124,21 +125,6 @@ def _findings(outcomes: list[dict[str, Any]], recipe: str) -> list[str]:
 
 
 def _fields(views: list[DocView]) -> list[str]:
-    stated: Counter[str] = Counter()
-    example: dict[str, str] = {}
-    names: list[str] = []
-    support: dict[str, Counter[str]] = defaultdict(Counter)
-    for v in views:
-        for f in v["fields"]:
-            names += [f["name"]] if f["name"] not in names else []
-            support[f["name"]][f["support"]] += 1
-            if f["value"] is not None:
-                stated[f["name"]] += 1
-                if f["evidence"] and f["name"] not in example:
-                    where = f" ({where_text(f)})" if where_text(f) else ""
-                    example[f["name"]] = (
-                        f"`{v['doc_id']}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
-                    )
     lines = [
         "",
         "## Fields with evidence",
@@ -146,12 +132,14 @@ def _fields(views: list[DocView]) -> list[str]:
         "| field | stated in | " + " | ".join(SUPPORT_ORDER) + " | example with evidence |",
         "|---|---|" + "---|" * len(SUPPORT_ORDER) + "---|",
     ]
-    lines += [
-        f"| {n} | {stated[n]} | "
-        + " | ".join(str(support[n][c]) for c in SUPPORT_ORDER)
-        + f" | {example.get(n, '')} |"
-        for n in names
-    ]
+    for name, s in field_stats(views).items():
+        example = ""
+        if s.example:
+            doc_id, f = s.example
+            where = f" ({where_text(f)})" if where_text(f) else ""
+            example = f"`{doc_id}`: {_cell(f['value'])} — «{_cell(f['evidence'])}»{where}"
+        support = " | ".join(str(s.support[c]) for c in SUPPORT_ORDER)
+        lines.append(f"| {name} | {s.stated} | {support} | {example} |")
     return lines
 
 
@@ -169,7 +157,7 @@ def page_links(pages: Any) -> dict[str, str]:
     """doc id -> links to its page images beside the report (` ([p. 1](pages/…-p1.jpg))`)."""
     links: dict[str, list[str]] = defaultdict(list)
     for v in pages or []:
-        if getattr(v, "image", None):
+        if v.image:
             links[v.doc_id].append(f"[p. {v.page}]({_cell(v.image)})")
     return {d: f" ({', '.join(ls)})" for d, ls in links.items()}
 
@@ -200,12 +188,10 @@ def _documents(views: list[DocView], columns: list[str], pages: dict[str, str]) 
                 continue
             shown = _cell(f["value"]) + (f" (was {_was(f['original'])})" if f["corrected"] else "")
             if f["evidence"]:
-                where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
-                where = (
-                    f" @{where_text(f)}"
-                    if f.get("page") is not None or not f.get("verified", True)
-                    else where
-                )
+                if f.get("page") is not None or not f.get("verified", True):
+                    where = f" @{where_text(f)}"
+                else:
+                    where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
                 shown += f" «{_cell(f['evidence'])[:120]}»{where}"
             cells.append(shown + (f" · {f['support']}" if f["support"] != "missing" else ""))
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
@@ -333,8 +319,8 @@ def _costs(costs: dict[str, Any]) -> list[str]:
             f"- thinking: {tokens['thinking_tokens']:,} of the output tokens were adaptive thinking, "
             f"${costs.get('thinking_usd', 0.0):.4f} of the cost (the recipe's effort sets how much)"
         )
-    if tokens.get("cache_read_input_tokens") or tokens.get("cache_creation_input_tokens"):
-        lines.append("- " + cache_line(costs))
+    if cache := cache_line(costs):
+        lines.append("- " + cache)
     top = sorted((costs.get("by_doc") or {}).items(), key=lambda kv: -kv[1])[:5]
     if top:
         lines.append("- most expensive documents: " + ", ".join(f"`{d}` ${u:.4f}" for d, u in top))

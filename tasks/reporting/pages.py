@@ -1,23 +1,17 @@
-"""Pages you can see: for every PDF or image with evidence, the cited pages as images, each value's
-evidence boxed and labelled on them (report.html's "Pages with evidence").
+"""Pages you can see (report.html's "Pages with evidence"): for every PDF or image with evidence,
+the cited pages as images with each value's evidence boxed and labelled; for a text document, each
+value's evidence in the text around it.
 
-Where the images go, and why: *beside the report*, as JPEG files in the store under
-`runs/<run_id>/pages/` (`<sha256 of the document, 16 hex>-p<N>.jpg`), referenced from report.html by
-a relative URL and loaded lazily inside a collapsed block per document. Embedding them would make a
-10,000-document report hundreds of MB that a browser parses at once; beside it, report.html grows by
-a few hundred bytes per cited page and a page image is fetched only when its document is opened.
-The report opens offline wherever its folder is (a local store, a synced bucket folder); mailed alone
-it shows the boxes' labels and says where the images are.
-
-Rendered once per page: an image's key is the document's content hash and page, so a later report
-of the same run (or a run over the same file) finds it and renders nothing. A modest resolution
-(`LONG_EDGE` px on the long edge, greyscale JPEG) keeps one page near 15-110 KB and 25-50 ms of CPU,
-and `MAX_PAGES` bounds the images one report renders (documents that need review and the least
-supported values first; the rest are listed with their boxes' labels, without image, until a later
-report renders them).
-
-A box is drawn only where the gate found the evidence in the text layer (tasks.per_file.boxes); a
-scanned page shows its image with the model's page citation and no box (never a made-up one).
+The images go beside the report, not in it: JPEG files under `runs/<run_id>/pages/` (`<sha256 of
+the document, 16 hex>-p<N>.jpg`), linked by a relative URL and loaded when a document is opened.
+Embedded, a 10,000-document report would be hundreds of MB a browser parses at once; beside it,
+report.html grows by a few hundred bytes per cited page, and it opens offline wherever its folder
+is (mailed alone, it shows the boxes' labels and says where the images are). Keyed by content hash
+and page, an image is rendered once for every later report. `LONG_EDGE` px greyscale JPEG keeps a
+page near 15-110 KB and 25-50 ms of CPU; `MAX_PAGES` bounds the images one report renders
+(documents that need review and the least supported values first; the rest keep their labels until
+a later report renders them). A box is drawn only where the gate found the evidence in the text
+layer (tasks.per_file.boxes); a scanned page shows the model's page citation, never a made-up box.
 """
 
 from __future__ import annotations
@@ -25,10 +19,12 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from tasks.provenance import SUPPORT_ORDER, field_value, support_of, weakest
-from tasks.reporting.htmlkit import ESCAPE_JS, rendered_rows
+from tasks.reporting.htmlkit import ESCAPE_JS, asset, rendered_rows
+from tasks.reporting.results import evidence_places
 from tasks.source.document import Document
 from tasks.source.loading import load_bytes, load_content
 from tasks.source.readers.pdf_text import PDFIUM_LOCK
@@ -76,15 +72,12 @@ class PageView:
 
 def cited_pages(outcome: dict[str, Any]) -> dict[int, list[Mark]]:
     """Page -> the marks of the values whose evidence is on it (a boxed value: one mark per box)."""
-    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
     output = outcome.get("output") or {}
     pages: dict[int, list[Mark]] = {}
-    for path, where in fields.items():
-        if not isinstance(where, dict) or where.get("page") is None:
-            continue
-        name = str(path).removeprefix("$.").removesuffix(".evidence")
-        value = field_value(output.get(name)) if "." not in name and "[" not in name else None
-        support = support_of(outcome, name) if "." not in name and "[" not in name else "verified"
+    for name, where in evidence_places(outcome, "page"):
+        top = "." not in name and "[" not in name
+        value = field_value(output.get(name)) if top else None
+        support = support_of(outcome, name) if top else "verified"
         boxes = where.get("boxes") or []
         if boxes:
             for b in boxes:
@@ -196,14 +189,16 @@ def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]
 
 
 def _spans(outcome: dict[str, Any]) -> list[tuple[str, int, int]]:
-    """(field, start, end) of every top-level evidence found in the text."""
+    """(field, start, end) of every top-level evidence found in the text. Written out rather than
+    through `evidence_places`: a report reads each listed document's spans up to three times."""
     fields = ((outcome.get("provenance") or {}).get("fields")) or {}
     out = []
     for path, where in fields.items():
-        name = str(path).removeprefix("$.").removesuffix(".evidence")
-        if isinstance(where, dict) and where.get("start") is not None and "." not in name and "[" not in name:
-            out.append((name, int(where["start"]), int(where["end"])))
-    return sorted(out, key=lambda s: s[1])
+        if isinstance(where, dict) and where.get("start") is not None:
+            name = path.removeprefix("$.").removesuffix(".evidence")
+            if "." not in name and "[" not in name:
+                out.append((name, int(where["start"]), int(where["end"])))
+    return sorted(out, key=itemgetter(1))
 
 
 def text_views(outcomes: list[dict[str, Any]], documents: dict[str, Any]) -> list[PageView]:
@@ -238,18 +233,7 @@ def media_type_of(doc: Any) -> str | None:
     return "image" if getattr(doc, "send_as", None) == "image" else None
 
 
-PAGES_CSS = """<style>
-.pgs{display:flex;flex-wrap:wrap;gap:12px}.pg{margin:0;width:420px}
-.pgi{position:relative;width:420px;background:#e9ecf1;border:1px solid #dde1e8}
-.pgi img{display:block;width:100%;height:100%}
-.bx{position:absolute;outline:1px solid #1a7f37;background:rgba(26,127,55,.15)}
-.bx span{position:absolute;left:100%;top:-2px;margin-left:3px;background:#1a7f37;color:#fff;font-size:10px;
-padding:0 3px;white-space:nowrap;border-radius:2px 2px 0 0}
-.pg figcaption{font-size:12px;color:#5b6478;margin-top:3px}
-.noimg{padding:40px 10px;text-align:center;color:#5b6478;font-size:12px}
-.snips{max-width:760px;font-size:12.5px;white-space:pre-wrap}.snips p{margin:0 0 8px}
-.snips mark{background:#d2f4dc;outline:1px solid #1a7f37}
-</style>"""
+PAGES_CSS = asset("pages.css")
 
 
 def _figure(view: PageView) -> tuple[Any, ...]:
@@ -273,37 +257,32 @@ def _figure(view: PageView) -> tuple[Any, ...]:
     return ("page", view.page, view.image, ratio, boxes, boxed, cited)
 
 
-def _by_doc(views: list[PageView]) -> dict[str, list[PageView]]:
+def _by_doc(views: list[PageView]) -> list[tuple[str, list[PageView], list[str], str]]:
+    """Per document: its id, its pages, the support classes of its marks (least supported first)
+    and the text a filter matches (its id and fields)."""
     by_doc: dict[str, list[PageView]] = {}
     for v in views:
         by_doc.setdefault(v.doc_id, []).append(v)
-    return by_doc
-
-
-def _classes(pages: list[PageView]) -> list[str]:
-    seen = {m.support for v in pages for m in v.marks} | {s[0].support for v in pages for s in v.snippets}
-    return [c for c in SUPPORT_ORDER if c in seen]  # least supported first
+    out = []
+    for doc_id, pages in by_doc.items():
+        marks = [m for v in pages for m in v.marks] + [s[0] for v in pages for s in v.snippets]
+        seen = {m.support for m in marks}
+        classes = [c for c in SUPPORT_ORDER if c in seen]
+        out.append((doc_id, pages, classes, " ".join([doc_id, *(m.name for m in marks)])))
+    return out
 
 
 def pages_rows(views: list[PageView]) -> list[tuple[str, str, str]]:
     """Rows for a paged table (filter text, least support class, row HTML): one per document. The
     HTML of the first rows is in the page for a reader without scripts; `pages_data` carries all of
     them, built by `PAGES_JS` in the browser."""
-    by_doc = _by_doc(views)
-    shaped = [
-        (doc_id, ", ".join(_classes(pages)), [_figure(v) for v in pages]) for doc_id, pages in by_doc.items()
-    ]
+    docs = _by_doc(views)
+    shaped = [(doc_id, ", ".join(classes), [_figure(v) for v in pages]) for doc_id, pages, classes, _ in docs]
     html = rendered_rows("pages_rows.html.j2", shaped)
-    rows = []
-    for (doc_id, pages), row in zip(by_doc.items(), html, strict=True):
-        classes = _classes(pages)
-        rows.append((_filter_text(doc_id, pages), classes[0] if classes else "", row))
-    return rows
-
-
-def _filter_text(doc_id: str, pages: list[PageView]) -> str:
-    names = [m.name for v in pages for m in v.marks] + [s[0].name for v in pages for s in v.snippets]
-    return " ".join([doc_id, *names])
+    return [
+        (text, classes[0] if classes else "", row)
+        for (_, _, classes, text), row in zip(docs, html, strict=True)
+    ]
 
 
 def _text(v: Any) -> str:
@@ -316,8 +295,7 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
     [[field, value, left, top, right, bottom], ...], [cited field, ...]]`, a snippet `[field,
     support, value, before, evidence, after]`; `PAGES_JS` turns one into the row's HTML."""
     rows = []
-    for doc_id, pages in _by_doc(views).items():
-        classes = _classes(pages)
+    for doc_id, pages, classes, text in _by_doc(views):
         figures = [
             [
                 v.page,
@@ -340,32 +318,10 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
             for m, before, evidence, after in v.snippets
         ]
         data = [doc_id, ", ".join(classes), figures, snippets]
-        rows.append((_filter_text(doc_id, pages), classes[0] if classes else "", data))
+        rows.append((text, classes[0] if classes else "", data))
     return rows
 
 
 # Builds a row of "Pages with evidence" from `pages_data`, the same HTML as `pages_rows` (`_figure`,
 # `_snippets`); registered for the paged table with id "pages" (htmlkit.PAGER_JS).
-PAGES_JS = (
-    "\n(function(){\n"
-    + ESCAPE_JS
-    + """function pc(x){return (x*100).toFixed(1)+'%';}
-function fig(p){var boxes=p[4].map(function(b){return '<div class="bx" style="left:'+pc(b[2])+';top:'+pc(b[3])+
-';width:'+pc(b[4]-b[2])+';height:'+pc(b[5]-b[3])+'" title="'+h(b[0])+' = '+h(b[1])+'"><span>'+h(b[0])+
-'</span></div>';}).join('');
-var named=p[4].map(function(b){return b[0];}).filter(function(n,i,a){return a.indexOf(n)===i;}).sort();
-var ratio=p[2]?'aspect-ratio:'+p[2]+'/'+p[3]:'height:200px';
-var img=p[1]?'<img src="'+h(p[1])+'" loading="lazy" alt="page '+p[0]+'">':'<div class="noimg">page image not '+
-'rendered (over the report&#x27;s page budget, or the file could not be read again)</div>';
-var cap='p. '+p[0]+(named.length?' · boxed: '+h(named.join(', ')):'')+
-(p[5].length?' · cited by the model, no text layer (no box): '+h(p[5].join(', ')):'');
-return '<figure class="pg"><div class="pgi" style="'+ratio+'">'+img+boxes+'</div><figcaption>'+cap+
-'</figcaption></figure>';}
-function snip(s){return '<p><b>'+h(s[0])+'</b> <span class="small muted">'+h(s[1])+'</span><br>'+h(s[3])+
-'<mark title="'+h(s[0])+' = '+h(s[2])+'">'+h(s[4])+'</mark>'+h(s[5])+'</p>';}
-(window.DOCMILL_ROWS=window.DOCMILL_ROWS||{}).pages=function(d){
-return '<tr><td><code>'+h(d[0])+'</code><br><span class="small muted">'+h(d[1])+'</span></td><td><div class="pgs">'+
-d[2].map(fig).join('')+(d[3].length?'<div class="snips">'+d[3].map(snip).join('')+'</div>':'')+'</div></td></tr>';};
-})();
-"""
-)
+PAGES_JS = "\n(function(){\n" + ESCAPE_JS + asset("pages_rows.js")

@@ -65,7 +65,7 @@ def conflict_items(
             item["errors"].append(
                 f"{c.get('key_field')} {c.get('key')!r}: field {c.get('field')} is {v.get('value')!r} here, {others}"
             )
-            item.setdefault("conflicts", []).append(c)
+            item["conflicts"].append(c)
     return list(items.values())
 
 

@@ -7,6 +7,7 @@ leaf `tasks.provenance` (each value's support class).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from tasks.provenance import support_of
@@ -70,22 +71,19 @@ def display_state(outcome: dict[str, Any]) -> str:
 
 def display_counts(outcomes: list[dict[str, Any]]) -> dict[str, int]:
     counts = dict.fromkeys(DISPLAY_STATES, 0)
-    for o in outcomes:
-        counts[display_state(o)] = counts.get(display_state(o), 0) + 1
+    counts.update(Counter(display_state(o) for o in outcomes))
     return counts
 
 
-def _offsets(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Evidence offsets by field name, from the gate (`$.total.evidence`) or a long document's
-    merge (`total`, `line_items[0]`)."""
+def evidence_places(outcome: dict[str, Any], having: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """(field, where its evidence sits) from the gate (`$.total.evidence` -> `total`) or a long
+    document's merge (`total`, `line_items[0]`); `having`: only the places that set this key."""
     fields = ((outcome.get("provenance") or {}).get("fields")) or {}
-    out: dict[str, dict[str, Any]] = {}
-    for path, where in fields.items():
-        if not isinstance(where, dict):
-            continue
-        name = str(path).removeprefix("$.").removesuffix(".evidence")
-        out.setdefault(name, where)
-    return out
+    return [
+        (path.removeprefix("$.").removesuffix(".evidence"), where)
+        for path, where in fields.items()
+        if isinstance(where, dict) and (not having or where.get(having) is not None)
+    ]
 
 
 def where_text(f: FieldView) -> str:
@@ -108,7 +106,10 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
     output = outcome.get("output") or {}
     original = outcome.get("original_output") or {}
     corrections = ((outcome.get("review") or {}).get("corrections")) or {}
-    offsets = _offsets(outcome)
+    offsets: dict[str, dict[str, Any]] = {}  # a field's first place wins
+    for path, where in (((outcome.get("provenance") or {}).get("fields")) or {}).items():
+        if isinstance(where, dict):  # as in evidence_places, without its list: read per document
+            offsets.setdefault(path.removeprefix("$.").removesuffix(".evidence"), where)
     views: list[FieldView] = []
     items: dict[str, int] = {}
     for name, node in output.items():
@@ -174,6 +175,36 @@ def read_note(outcome: dict[str, Any]) -> str:
     notes = [f"sent as {prov['sent_as']}"] if prov.get("sent_as") else []
     notes += [f"read as {prov['encoding']}"] if prov.get("encoding") else []
     return ", ".join(notes)
+
+
+@dataclass
+class FieldStats:
+    """One field over the listed documents: how many state it, leave it empty, carry a correction
+    (of those stating it), by support class, and the first stated value with evidence (doc id, field)."""
+
+    stated: int = 0
+    empty: int = 0
+    corrected: int = 0
+    support: Counter[str] = field(default_factory=Counter)
+    example: tuple[str, FieldView] | None = None
+
+
+def field_stats(views: list[DocView]) -> dict[str, FieldStats]:
+    """Every field's `FieldStats`, in the order the fields are first seen."""
+    stats: dict[str, FieldStats] = {}
+    for v in views:
+        for f in v["fields"]:
+            if (s := stats.get(f["name"])) is None:
+                s = stats[f["name"]] = FieldStats()
+            s.support[f["support"]] += 1
+            if f["value"] is None:
+                s.empty += 1
+                continue
+            s.stated += 1
+            s.corrected += f["corrected"]
+            if f["evidence"] and s.example is None:
+                s.example = (v["doc_id"], f)
+    return stats
 
 
 # The per-document table's columns of the built-in recipes (a list field shows its length);
@@ -256,9 +287,14 @@ def not_succeeded(views: list[DocView]) -> list[tuple[str, str, list[DocView]]]:
     ]
 
 
+def queue_reasons(review: list[dict[str, Any]]) -> Counter[str]:
+    """The review queue's items by reason (an item queued for two reasons counts under each)."""
+    return Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
+
+
 def queue_parts(review: list[dict[str, Any]], counts: dict[str, int]) -> list[str]:
     """What the review queue holds: the documents that need review, and each other reason's items."""
-    reasons = Counter(r for item in review for r in str(item.get("reason") or "-").split(";"))
+    reasons = queue_reasons(review)
     parts = [
         f"{counts.get('needs_review', 0)} document(s) need review (the gate could not accept their answer)"
     ]

@@ -1,13 +1,11 @@
-"""One document's evidence as `docmill review show` gives it in a terminal: the cited pages of a PDF or
-image as image files with each value's evidence boxed and labelled in the pixels, and the evidence of a
-text, e-mail or Office document highlighted in the text around it.
+"""One document's evidence for `docmill review show` in a terminal: a PDF's or image's cited pages as
+image files with each value's evidence boxed and labelled in the pixels, or a text document's
+evidence highlighted in the text around it.
 
-Why image files: a terminal cannot show report.html's boxes (drawn by the browser over the page
-image), so they are drawn into a copy of the page (`runs/<run_id>/pages/<sha16>-p<N>-boxed.jpg`,
-beside the report's plain page) and the command prints its `store.link`: a file:// URL on a local
-store, a presigned https URL on S3; `--open` hands it to the desktop's viewer. The plain page, its
-marks and the text snippets come from tasks.reporting.pages (rendered once per page, shared with the
-report); a scanned page names the cited page under its image and draws no box (never a made-up one).
+A terminal cannot show report.html's boxes (drawn by the browser over the page image), so they are
+drawn into a copy of the page (`runs/<run_id>/pages/<sha16>-p<N>-boxed.jpg`) and the command prints
+its `store.link` (file:// locally, a presigned URL on S3; `--open` hands it to a viewer). Pages,
+marks and snippets come from tasks.reporting.pages; a scanned page gets no box.
 """
 
 from __future__ import annotations
@@ -54,26 +52,14 @@ def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
         return ImageFont.load_default()
 
 
-def label_of(mark: Mark) -> str:
-    text = f"{mark.name} = {mark.value}"
-    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
-
-
-def caption_of(view: PageView) -> list[str]:
-    """The lines under a page: its number, what is boxed, what is only cited (no text layer)."""
-    boxed, cited = view.named(True), view.named(False)
-    lines = [f"p. {view.page}" + (f" · boxed: {', '.join(boxed)}" if boxed else "")]
-    if cited:
-        lines.append("cited by the model, no text layer (no box): " + ", ".join(cited))
-    return lines
-
-
 def draw_marks(jpeg: bytes, view: PageView) -> bytes:
-    """The page image with each boxed mark outlined and labelled `field = value`, and the caption
-    (`caption_of`) in a white strip under the page, as a JPEG."""
+    """The page image with each boxed mark outlined and labelled `field = value`, and a caption (its
+    number, what is boxed, what is only cited: no text layer) in a white strip under it, as a JPEG."""
     page = Image.open(io.BytesIO(jpeg)).convert("RGB")
     font = _font()
-    caption = caption_of(view)
+    boxed, cited = view.named(True), view.named(False)
+    caption = [f"p. {view.page}" + (f" · boxed: {', '.join(boxed)}" if boxed else "")]
+    caption += ["cited by the model, no text layer (no box): " + ", ".join(cited)] if cited else []
     line = FONT_PX + 6
     out = Image.new("RGB", (page.width, page.height + line * len(caption) + 6), "white")
     out.paste(page, (0, 0))
@@ -88,7 +74,8 @@ def draw_marks(jpeg: bytes, view: PageView) -> bytes:
             m.box[3] * page.height,
         )
         draw.rectangle((left - 3, top - 3, right + 3, bottom + 3), outline=BOX, width=3)
-        text = label_of(m)
+        text = f"{m.name} = {m.value}"
+        text = text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
         w = draw.textlength(text, font=font)
         x, y = right + 7, max(0.0, top - 2)  # to the right of the box; else above it, never over it
         if x + w + 4 > page.width:

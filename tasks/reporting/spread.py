@@ -135,13 +135,9 @@ def deadline_lines(d: DeadlineSummary | None) -> list[str]:
 
 def markdown_section(spread: SpreadSummary | None, deadline: DeadlineSummary | None) -> list[str]:
     out: list[str] = []
-    if spread is not None:
-        out += ["", "## Shards and workers", "", *[f"- {line}" for line in spread_lines(spread)]]
-    if deadline is not None:
-        out += [
-            "",
-            "## Deadline: batch and realtime",
-            "",
-            *[f"- {line}" for line in deadline_lines(deadline)],
-        ]
+    for title, lines in (
+        ("Shards and workers", spread_lines(spread)),  # no lines: not a run over workers
+        ("Deadline: batch and realtime", deadline_lines(deadline)),  # no lines: no deadline
+    ):
+        out += ["", f"## {title}", "", *[f"- {line}" for line in lines]] if lines else []
     return out

@@ -74,9 +74,7 @@ def run_status(store: ObjectStore, run_id: str, *, now: float | None = None) -> 
     if times and answered:
         span = (max(now, times[-1]) if running else times[-1]) - times[0]
         rate = answered / span if span > 0 else None
-    eta = None
-    if total is not None and rate and running:
-        eta = max(total - progress, 0) / rate
+    eta = max(total - progress, 0) / rate if total is not None and rate and running else None
     return {
         "run_id": m.run_id,
         "phase": str(m.phase),
@@ -235,6 +233,7 @@ def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
         st = run_status(store, run_id, now=now)
         c = st["states"]
         docs = f"{st['progress']}/{st['documents'] if st['documents'] is not None else '?'}"
+        left = st["in_flight"]  # `+<=$X`: what requests in flight at a kill may have billed, as in `status`
         rows.append(
             (
                 run_id,
@@ -245,7 +244,7 @@ def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
                 docs,
                 str(c.get("needs_review", 0)),
                 str(c.get("failed", 0)),
-                "$" + format(st["cost_usd"], ".4f") + possibly_cell(st["in_flight"]),
+                f"${st['cost_usd']:.4f}" + (f" +<=${left['usd']:.4f}" if left.get("requests") else ""),
             )
         )
     if not rows:
@@ -258,12 +257,6 @@ def runs_table(store: ObjectStore, *, now: float | None = None) -> list[str]:
         ).rstrip()
         for r in (head, *rows)
     ]
-
-
-def possibly_cell(left: dict[str, Any]) -> str:
-    """`+<=$X` after a run's cost in `docmill runs`: what may have been billed by requests in flight
-    at a kill (checkpoints.inflight), the figure `status` and the cap use."""
-    return f" +<=${left['usd']:.4f}" if left.get("requests") else ""
 
 
 def recipe_label(recipe: str) -> str:

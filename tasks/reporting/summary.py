@@ -49,8 +49,10 @@ def integration_text(summary: Mapping[str, Any], *, markdown: bool = False) -> s
 
 
 def cache_line(costs: dict[str, Any]) -> str:
-    """The prompt cache in one line: tokens read and written, and what it saved."""
+    """The prompt cache in one line: tokens read and written, and what it saved ("" without either)."""
     tokens = costs.get("tokens") or {}
+    if not (tokens.get("cache_read_input_tokens") or tokens.get("cache_creation_input_tokens")):
+        return ""
     saved = float(costs.get("cache_saved_usd") or 0.0)
     verdict = f"saved ${saved:.4f}" if saved >= 0 else f"cost ${-saved:.4f} more (writes never read)"
     return (

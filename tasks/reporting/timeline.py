@@ -1,14 +1,9 @@
-"""A run's timeline (a leaf): when work was submitted, in flight, ended and ingested, from the run's
-start to its end — the same picture for realtime and batch runs.
-
-- realtime: a document is submitted when its first request was sent and ended when its last
-  answer came (cost-ledger entries keep both times); it is ingested when answered (the answer is
-  persisted and gated at once), so "ended" is the line to read.
-- batch: a batch's requests are submitted when the batch was created, ended when the API said it
-  ended, ingested when docmill collected its results (the batch records keep the three times).
-
-In flight = submitted - ended at each moment. The x axis is wall-clock time (UTC) with offsets
-from the run's start, scaled to the span (milliseconds for a short test run, hours overnight).
+"""A run's timeline (a leaf): work submitted, in flight, ended and ingested from the run's start to
+its end, the same picture for realtime and batch runs. Realtime: a document is submitted when its
+first request was sent and ended (and ingested: gated at once) when its last answer came (cost-ledger
+entries keep both times). Batch: a batch's requests are submitted, ended and ingested when the batch
+was created, ended and collected (the batch records keep the three times). In flight = submitted -
+ended; the x axis is wall-clock time (UTC) with offsets from the run's start, scaled to the span.
 """
 
 from __future__ import annotations
@@ -54,24 +49,22 @@ def realtime_timeline(entries: list[dict[str, Any]], start: float | None, end: f
 
 
 def batch_timeline(batches: list[dict[str, Any]], start: float | None, end: float | None) -> Timeline:
-    series: dict[str, list[float]] = {"submitted": [], "ended": [], "ingested": []}
-    for b in batches:
-        n = int(b.get("request_count") or 0)
-        for name, field in (
-            ("submitted", "submitted_at"),
-            ("ended", "ended_at"),
-            ("ingested", "collected_at"),
-        ):
-            if b.get(field) is not None:
-                series[name] += [float(b[field])] * n
+    def times(field: str) -> list[float]:  # one time per request of each batch
+        return sorted(
+            float(b[field])
+            for b in batches
+            if b.get(field) is not None
+            for _ in range(int(b.get("request_count") or 0))
+        )
+
     return {
         "mode": "batch",
         "unit": "requests",
         "start": start,
         "end": end,
-        "submitted": sorted(series["submitted"]),
-        "ended": sorted(series["ended"]),
-        "ingested": sorted(series["ingested"]),
+        "submitted": times("submitted_at"),
+        "ended": times("ended_at"),
+        "ingested": times("collected_at"),
     }
 
 
@@ -96,13 +89,8 @@ def span_text(seconds: float) -> str:
 
 
 def clock(t: float, span: float) -> str:
-    fmt = "%H:%M:%S" if span >= 2 else "%H:%M:%S."
-    text = time.strftime(fmt, time.gmtime(t))
-    return text + f"{int(t * 1000) % 1000:03d}" if span < 2 else text
-
-
-def _counts(times: list[float], grid: list[float]) -> list[int]:
-    return [bisect_right(times, g) for g in grid]
+    text = time.strftime("%H:%M:%S", time.gmtime(t))
+    return text if span >= 2 else f"{text}.{int(t * 1000) % 1000:03d}"
 
 
 def timeline_svg(t: Timeline, width: int = 1000, height: int = 240) -> str:
@@ -116,7 +104,7 @@ def timeline_svg(t: Timeline, width: int = 1000, height: int = 240) -> str:
     left, right, top, bottom = 56, 48, 26, 40
     w, h = width - left - right, height - top - bottom
     grid = [t0 + span * i / (GRID - 1) for i in range(GRID)]
-    lines = {k: _counts(t[k], grid) for k in ("submitted", "ended", "ingested")}  # type: ignore[literal-required]
+    lines = {k: [bisect_right(t[k], g) for g in grid] for k in ("submitted", "ended", "ingested")}  # type: ignore[literal-required]
     flight = [max(s - e, 0) for s, e in zip(lines["submitted"], lines["ended"], strict=True)]
     peak = max([1, *lines["submitted"], *lines["ended"], *lines["ingested"]])
 
@@ -176,12 +164,8 @@ def timeline_text(t: Timeline) -> str:
             return "-"
         return f"{len(series)} {t['unit']}, first +{span_text(series[0] - t0)}, last +{span_text(series[-1] - t0)}"
 
-    flight = 0
-    events = sorted(
-        [(x, 1) for x in t["submitted"]] + [(x, -1) for x in t["ended"]], key=lambda p: (p[0], p[1])
-    )
-    run = 0
-    for _, d in events:
+    flight = run = 0
+    for _, d in sorted([(x, 1) for x in t["submitted"]] + [(x, -1) for x in t["ended"]]):
         run += d
         flight = max(flight, run)
     rows = [
@@ -217,16 +201,12 @@ def run_timeline(
     return realtime_timeline(entries, start, end)
 
 
-def run_span(manifest: dict[str, Any], t: Timeline) -> tuple[float | None, float | None]:
-    """(start, end) of a run: created, and the last of its manifest update and its last event."""
+def span_texts(manifest: dict[str, Any], t: Timeline) -> tuple[str, str, str]:
+    """When the run started (created) and ended (the last of its manifest update and its last
+    event), and how long it took ("?" where unknown)."""
     start = epoch(manifest.get("created_at"))
     ends = [x for x in (epoch(manifest.get("updated_at")), *t["ingested"][-1:], *t["ended"][-1:]) if x]
-    return start, (max(ends) if ends else None)
-
-
-def span_texts(manifest: dict[str, Any], t: Timeline) -> tuple[str, str, str]:
-    """When the run started and ended, and how long it took ("?" where unknown)."""
-    start, end = run_span(manifest, t)
+    end = max(ends) if ends else None
     fmt = "%Y-%m-%d %H:%M:%SZ"
     took = span_text(end - start) if start and end and end >= start else "?"
     started, ended = (time.strftime(fmt, time.gmtime(x)) if x else "?" for x in (start, end))

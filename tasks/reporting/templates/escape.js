@@ -1,0 +1,2 @@
+function h(s){return String(s).replace(/[&<>"']/g,function(c){return{'&':'&amp;','<':'&lt;',
+'>':'&gt;','"':'&#34;',"'":'&#39;'}[c];});}
