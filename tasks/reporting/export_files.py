@@ -1,14 +1,17 @@
 """A run's export files (`runs/<id>/exports/`), encoded once per set of results.
 
-What the exports hold is decided by the outcomes after review decisions: an outcome from the
-results ledger by its document id, its key (a result is written once, invariant 1) and the fields a
-run sets on it (state, reason, failure type); any other outcome, or one with a review decision,
-whole. `exports_digest` hashes that; the first run with a digest records its files and their
-sha256 under `unchanged/exports-<digest>.json`, and a later run with the same digest (an unchanged
-nightly) shares them (ObjectStore.copy on the ETag each had when written: a hard link locally, a
-server-side copy on S3) instead of encoding ~48 MB again (seconds of CPU at 10,000 invoices). A run
-that stored answers of its own records nothing: a later run takes them from the ledger, so its
-digest differs, and hashing them whole (~0.25 s) would make an entry nobody reads.
+What the exports hold is decided by the outcomes after review decisions: an outcome with a key, read
+from the results ledger or in an answered state, by its document id, its key and the fields a run
+sets on it (state, reason, failure type); any other outcome, or one with a review decision, whole.
+The key stands for the rest: such an outcome is the ledger's record for its key, read from it or
+settled with it (`settle.write_outcome` returns what the ledger holds; a result is written once,
+invariant 1), or a hold for cost review, made from the key, its model and the reason alone. So the
+run that stored the answers and the unchanged nights after it, which read them from the ledger,
+have one digest. `exports_digest` hashes that; the first run with a digest records its files and
+their sha256 under `unchanged/exports-<digest>.json`, and a later run with the same digest (an
+unchanged nightly) shares them (ObjectStore.copy on the ETag each had when written: a hard link
+locally, a server-side copy on S3) instead of encoding ~48 MB again (seconds of CPU at 10,000
+invoices).
 """
 
 from __future__ import annotations
@@ -29,17 +32,14 @@ if TYPE_CHECKING:
 EXPORTS_FORMAT = 1  # raise when an export's layout changes: files of another layout are not copied
 INDEX_PREFIX = "unchanged/exports-"
 FILES = {"jsonl": "results.jsonl", "csv": "results.csv", "parquet": "results.parquet"}
-ANSWERED = ("succeeded", "needs_review")  # the states of an outcome whose answer the run stored
+ANSWERED = ("succeeded", "needs_review")  # the states of an outcome the ledger holds (or a hold)
 
 
-def exports_digest(outcomes: list[dict[str, Any]], *, parquet: bool) -> str | None:
-    """What decides a run's export files, hashed (see the module docstring); None when the run
-    stored answers of its own (a later run takes them from the ledger: its digest differs)."""
-    if any(o.get("key") and not o.get("from_ledger") and o.get("state") in ANSWERED for o in outcomes):
-        return None
+def exports_digest(outcomes: list[dict[str, Any]], *, parquet: bool) -> str:
+    """What decides a run's export files, hashed (see the module docstring)."""
     parts: list[Any] = [EXPORTS_FORMAT, parquet]
     for o in outcomes:
-        if o.get("from_ledger") and o.get("key") and not o.get("review"):
+        if o.get("key") and (o.get("from_ledger") or o.get("state") in ANSWERED) and not o.get("review"):
             parts.append([o["doc_id"], o["key"], o.get("state"), o.get("reason"), o.get("failure_type")])
         else:
             parts.append(o)
@@ -83,11 +83,10 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
     """Write JSONL, CSV and (with pyarrow) Parquet under `base`/exports/; returns name -> key. An
     earlier run's files with the same digest are copied instead of encoded again."""
     digest = exports_digest(outcomes, parquet=parquet_available())
-    index_key = f"{INDEX_PREFIX}{safe_segment(digest)}.json" if digest else None
-    if index_key:
-        index = store.get_json_or_none(index_key)
-        if isinstance(index, dict) and (keys := copied(store, index, base, index_key)) is not None:
-            return keys
+    index_key = f"{INDEX_PREFIX}{safe_segment(digest)}.json"
+    index = store.get_json_or_none(index_key)
+    if isinstance(index, dict) and (keys := copied(store, index, base, index_key)) is not None:
+        return keys
     keys, files, etags = {}, {}, {}
     flat = cache(lambda: export_rows(outcomes))  # CSV and Parquet share the flattened rows
     encoders: dict[str, Callable[[], bytes | None]] = {
@@ -102,6 +101,5 @@ def write_exports(store: ObjectStore, base: str, outcomes: list[dict[str, Any]])
         keys[name] = f"{base}/exports/{FILES[name]}"
         etags[name] = store.put(keys[name], data)
         files[name] = [keys[name], hashlib.sha256(data).hexdigest()]
-    if index_key:
-        store.put_json(index_key, {"files": files, "etags": etags})
+    store.put_json(index_key, {"files": files, "etags": etags})
     return keys

@@ -81,20 +81,22 @@ def test_a_changed_file_other_results_or_a_decision_are_encoded_anew(tmp_path: P
     assert exports_digest(other_key, parquet=False) != exports_digest(outcomes(), parquet=False)
 
 
-def test_a_run_that_stored_answers_records_no_index(tmp_path: Path) -> None:
-    """Answers a run stored come from the ledger the next night, whose digest is another: the run that
-    stored them hashes nothing and records no index; the next night records one, the night after copies."""
+def test_the_run_that_stored_the_answers_and_the_nights_reading_them_share_one_digest(tmp_path: Path) -> None:
+    """A run's fresh answers are the ledger's records for their keys: the next night, which reads them
+    from the ledger, has the same digest and shares the files the answering run encoded."""
     store = open_store(str(tmp_path / "store"))
-    fresh = [{**o, "from_ledger": False} for o in outcomes()]
-    assert exports_digest(fresh, parquet=False) is None
-    assert store.get(write_exports(store, "runs/one", fresh)["jsonl"]) == to_jsonl(fresh)
-    assert list(store.list(INDEX_PREFIX)) == []
-    write_exports(store, "runs/two", outcomes())
-    assert len(list(store.list(INDEX_PREFIX))) == 1
-    third = write_exports(store, "runs/three", outcomes())
-    assert (tmp_path / "store" / third["csv"]).stat().st_ino == (
-        tmp_path / "store/runs/two/exports/results.csv"
+    fresh = [{**o, "from_ledger": False} if o["key"] else o for o in outcomes()]
+    assert exports_digest(fresh, parquet=False) == exports_digest(outcomes(), parquet=False)
+    first = write_exports(store, "runs/one", fresh)
+    assert store.get(first["jsonl"]) == to_jsonl(fresh)
+    second = write_exports(store, "runs/two", outcomes())
+    assert (tmp_path / "store" / second["csv"]).stat().st_ino == (
+        tmp_path / "store/runs/one/exports/results.csv"
     ).stat().st_ino
+    # a fresh failure (not in the ledger: its attempts and cost are this run's) counts whole
+    failed = [*fresh[:2], {"doc_id": "c.bin", "key": "file_c", "state": "failed", "attempts": 3}]
+    again = [*fresh[:2], {**failed[2], "attempts": 1}]
+    assert exports_digest(failed, parquet=False) != exports_digest(again, parquet=False)
 
 
 def test_copied_exports_do_not_import_pyarrow(tmp_path: Path) -> None:
