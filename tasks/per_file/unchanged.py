@@ -8,8 +8,9 @@ ledger read and an outcome built per document; `remember_chunks` records the chu
 for the next run (checkpoints.outcomes.ChunkIndex).
 
 The earlier chunk is a hint checked before it is used (`reusable`): same documents and keys, nothing
-retryable, and each outcome answered in that run replaced by its ledger record (a result held by the
-cost guard or a failure with no ledger record is decided again). Its documents that need review are
+retryable, and each outcome answered in that run marked a ledger hit once the ledger is seen to hold
+its key (the outcome a run settles is the ledger's record, `settle.write_outcome`; a result held by
+the cost guard or a failure with no ledger record is decided again). Its documents that need review are
 queued again. Once checked, the index entry carries the chunk file's ETag: a later run shares that
 file (a hard link locally, a server-side copy on S3) unread while it still has that ETag.
 """
@@ -54,10 +55,11 @@ def reusable(
         if o.get("doc_id") != d.get("doc_id") or o.get("key") != key or o.get("retryable"):
             return None
         if key is not None and not o.get("from_ledger"):
-            stored = p.ledger.get(FILE_PASS, key)
-            if stored is None:  # held by the cost guard, or a failure not in the ledger: decided again
+            # settled with the ledger, it is the ledger's record (settle.write_outcome returns what
+            # the ledger holds): a ledger hit now, once the ledger is seen to hold its key
+            if not p.ledger.has(FILE_PASS, key):  # held by the cost guard, or a failure not in it
                 return None
-            o = DocOutcome.from_record(stored, doc_id=str(d["doc_id"])).model_dump(mode="json")
+            o = {**o, "from_ledger": True}
             changed = True
         out.append(o)
     return out, changed

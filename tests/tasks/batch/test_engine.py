@@ -158,6 +158,11 @@ def test_all_succeed_cut_by_count_and_a_rerun_costs_nothing(
     assert emulator.state.accounting.received == received
     assert {o.doc_id: o.state for o in again} == {o.doc_id: o.state for o in outcomes}
     assert all(o.from_ledger for o in again if o.key in ok)
+    # an outcome a run settles is the ledger's record for its key (tasks.per_file.unchanged relies
+    # on it: the next night marks it a ledger hit without reading the record)
+    first = {o.doc_id: o.model_dump(mode="json") for o in outcomes}
+    hits = [o.model_dump(mode="json") for o in again if o.key in ok]
+    assert hits and all(o == {**first[o["doc_id"]], "from_ledger": True} for o in hits)
 
 
 def test_batches_are_cut_by_bytes(emulator: Any, tmp_path: Path, corpus: Path) -> None:
