@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from checkpoints.manifest import ManifestStore, Phase
 from checkpoints.store import open_store
 from tests.fixtures.emulator import fast_batches
 from tests.flows.helpers import make_corpus, outcomes_of
@@ -41,7 +42,12 @@ def test_spend_limit_stops_with_exit_3_and_resume_finishes(
         err = [
             ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("per-file pass [")
         ]
-        assert len(err) == 1 and "enforced_spend_limit_reached" in err[0] and "docmill resume" in err[0]
+        assert len(err) == 1 and "enforced_spend_limit_reached" in err[0] and "docmill resume s1" in err[0]
+        # stopped as a tripped breaker is: phase, why, and the report of what is done so far
+        manifest = ManifestStore(open_store(store)).load("s1")
+        assert manifest.phase is Phase.STOPPED and "spend limit" in manifest.extra["stop"]["error"]
+        report = open_store(store).get("runs/s1/report.md").decode()
+        assert "The run stopped before it was done." in report and "docmill resume s1" in report
         refused = emulator.state.accounting.errors_by_status[429]
         assert 1 <= refused <= 6 and emulator.state.accounting.received == refused  # none retried
         outcomes = outcomes_of(open_store(store), "s1")
