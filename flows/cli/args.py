@@ -12,6 +12,7 @@ import argparse
 from flows.cli.checks import OneLineParser, run_id_flag, setting_flag
 
 RECIPE_HELP = "invoices, code-review, or path/to/module.py:NAME (default: DOCMILL_RECIPE, else invoices)"
+DEFAULT_RUN = "the run (default: the newest one a process drives now, else the newest in the store)"
 
 
 def _common(sub: bool) -> OneLineParser:
@@ -164,9 +165,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     )
 
     s = sub.add_parser(
-        "status", help="phase, counts, batches, cost and ETA of a run (default: the newest)", parents=common
+        "status",
+        help="phase, counts, batches, cost and ETA of a run (default: the one running, else the newest)",
+        parents=common,
     )
-    s.add_argument("run_id", nargs="?", type=run_id_flag, help="the run (default: the newest in the store)")
+    s.add_argument("run_id", nargs="?", type=run_id_flag, help=DEFAULT_RUN)
     s.add_argument("--json", action="store_true", help="the manifest and status as JSON")
     sub.add_parser(
         "runs", help="list runs in the store (the same counts and cost as `status`)", parents=common
@@ -182,11 +185,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "export all as JSONL; "
         "accept / correct / reject DOC_ID's result (a decision recorded with who and when)",
     )
-    rv.add_argument("run_id", nargs="?", help="the run (default: the newest in the store)")
+    rv.add_argument("run_id", nargs="?", help=DEFAULT_RUN)
     rv.add_argument(
         "doc_id",
         nargs="?",
-        help="for show, accept, correct, reject: the document (`review show DOC_ID` takes the newest run)",
+        help="for show, accept, correct, reject: the document (`review show DOC_ID` takes the default run)",
     )
     rv.add_argument("--out", help="for export: write JSONL here instead of stdout")
     rv.add_argument(
@@ -207,7 +210,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     )
 
     rp = sub.add_parser("report", help="write report.md, report.html and exports again", parents=common)
-    rp.add_argument("run_id", nargs="?", type=run_id_flag, help="the run (default: the newest in the store)")
+    rp.add_argument("run_id", nargs="?", type=run_id_flag, help=DEFAULT_RUN)
 
     es = sub.add_parser(
         "estimate", help="estimate the cost of a source, realtime vs batch (no model call)", parents=common

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -30,12 +31,22 @@ def cli_store(a: argparse.Namespace) -> Any:
 
 
 def _run_id(a: argparse.Namespace, store: ObjectStore) -> str | None:
-    from checkpoints.manifest import ManifestStore
-
     if a.run_id:
         known_run(store, a.run_id)
         return str(a.run_id)
-    return max(ManifestStore(store).list_runs(), default=None)
+    return default_run(store)
+
+
+def default_run(store: ObjectStore) -> str | None:
+    """The run a command takes when none is named: the newest of those a process drives now (a
+    continued run is older than the runs finished since it started), else the newest."""
+    from checkpoints.active import ActiveRuns
+    from checkpoints.lease import live_lease
+    from checkpoints.manifest import ManifestStore
+
+    now = time.time()
+    driven = [r for r, _ in ActiveRuns(store).items() if live_lease(store, r, now)]
+    return max(driven, default=None) or max(ManifestStore(store).list_runs(), default=None)
 
 
 def cmd_status(a: argparse.Namespace) -> int:
@@ -77,15 +88,15 @@ def _store_shown(a: argparse.Namespace) -> str:
 
 
 def _review_target(a: argparse.Namespace, store: Any) -> tuple[str, str | None]:
-    """(run id, doc id) of a `review` command: the run defaults to the newest; `review show DOC_ID`
-    (one argument that is not a run) is a document of the newest run."""
+    """(run id, doc id) of a `review` command: the run defaults to `default_run`; `review show DOC_ID`
+    (one argument that is not a run) is a document of that run."""
     from checkpoints.manifest import ManifestStore
 
     runs = set(ManifestStore(store).list_runs())
     run_id, doc_id = a.run_id, a.doc_id
     if a.action == "show" and doc_id is None and run_id is not None and run_id not in runs:
         run_id, doc_id = None, run_id
-    run_id = run_id or max(runs, default=None)
+    run_id = run_id or default_run(store)
     if run_id is None:
         raise InputError(f"no runs in the store {_store_shown(a)} yet", hint=NO_RUNS_HINT)
     if run_id not in runs:

@@ -10,8 +10,12 @@ from typing import Any
 
 import pytest
 
+from checkpoints.active import ActiveRuns
+from checkpoints.lease import Lease
+from checkpoints.store import open_store
 from docmill.settings import get_settings
 from flows.cli.main import main
+from flows.run.context import holder_id
 from tests.flows.helpers import make_corpus
 
 
@@ -41,6 +45,26 @@ def test_run_prints_summary_and_status_reads_it(
     assert status["phase"] == "done" and status["counts"]["documents"] == n
     assert main(["--store", offline_env, "runs"]) == 0
     assert status["run_id"] in capsys.readouterr().out
+
+
+def test_status_report_and_review_take_the_run_being_driven_before_newer_ones(
+    offline_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A continued run is older than the runs finished since it started: while a process drives it,
+    the commands that default to a run take it; once it is no longer driven, the newest again."""
+    corpus, _ = make_corpus(tmp_path, count=3, seed=9)
+    for run_id in ("r1-older", "r2-newer"):
+        assert main(["--store", offline_env, "run", str(corpus), "--no-prefect", "--run-id", run_id]) == 0
+    store = open_store(offline_env)
+    ActiveRuns(store).mark("r1-older", {"recipe": "invoices"})  # as a driver continuing it does
+    capsys.readouterr()
+    with Lease(store, "r1-older", holder_id(), ttl_seconds=60):
+        assert main(["--store", offline_env, "status", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["run_id"] == "r1-older"
+        assert main(["--store", offline_env, "review", "list"]) == 0
+        assert "in run r1-older" in capsys.readouterr().err
+    assert main(["--store", offline_env, "status", "--json"]) == 0  # the lease released
+    assert json.loads(capsys.readouterr().out)["run_id"] == "r2-newer"
 
 
 def test_bad_source_is_one_line_exit_2(offline_env: str, capsys: pytest.CaptureFixture[str]) -> None:
