@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -403,15 +404,29 @@ def source_is_empty(source: str, settings: Settings) -> bool:
 
 
 def listed_files(source: str, settings: Settings, *, doc_types: Iterable[str], limit: int) -> int:
-    """Files of `source` of a type in `doc_types`, counted from its listing up to `limit` (no file
-    is read): at least as many as its documents that could need an API call, so `limit` for a
-    source holding an e-mail (its attachments become documents too)."""
+    """Documents of `source` that could need an API call, counted from its listing up to `limit`.
+    No file is read but an e-mail, whose attachments become documents too: each one starts after a
+    MIME boundary line (`--...`), so the message, its boundary lines and one more (a body that is
+    one attachment) count them without parsing it. An attachment encoded whole (a base64 .eml)
+    hides its own: a count to choose a way to run by, not a bound anything relies on. An unreadable
+    or oversized e-mail counts as `limit`."""
     n = 0
-    for _entry, doc_type in _listed(source, settings, doc_types):
-        n = limit if doc_type == DocType.EML else n + 1
+    for entry, doc_type in _listed(source, settings, doc_types):
+        n += (
+            mail_documents(entry.read(settings.inventory.max_document_bytes).data)
+            if doc_type == DocType.EML
+            else 1
+        )
         if n >= limit:
             break
     return min(n, limit)
+
+
+def mail_documents(data: bytes | None) -> int:
+    """The documents an e-mail's bytes make, counted as `listed_files` says."""
+    if data is None:
+        return sys.maxsize
+    return 2 + data.count(b"\n--") + data.startswith(b"--")
 
 
 def recorded(

@@ -39,8 +39,24 @@ def test_a_source_never_inventoried_is_counted_from_its_listing(tmp_path: Path) 
     # nothing read: the duplicate and the empty file count too (an upper bound), a foreign type not
     assert work_left(str(src), "invoices", settings, limit=100) == 6
     assert work_left(str(src), "invoices", settings, limit=3) == 3
-    (src / "mail.eml").write_text("Subject: hi\n\nan e-mail's attachments are documents too\n")
-    assert work_left(str(src), "invoices", settings, limit=100) == 100  # so it counts as the limit
+    # an e-mail's attachments are documents too: the message, each MIME boundary line and one more
+    (src / "mail.eml").write_text("Subject: hi\n\na body of one part\n")
+    assert work_left(str(src), "invoices", settings, limit=100) == 6 + 2
+    inner = F.eml_bytes("fwd", "forwarded", [("b.txt", "text/plain", b"Invoice INV-9 total 9.00 EUR\n")])
+    attached = [
+        ("a.txt", "text/plain", b"Invoice INV-8 total 8.00 EUR\n"),
+        ("f.eml", "message/rfc822", inner),
+    ]
+    (src / "mail.eml").write_bytes(
+        F.eml_bytes("two attachments, one a message with its own", "see", attached)
+    )
+    counted = work_left(str(src), "invoices", settings, limit=100)
+    made = [d for d in inventory(str(src), settings, doc_types=load_recipe("invoices").doc_types)]
+    assert len(made) == 6 + 4 and len(made) <= counted < 100  # not the limit for any e-mail any more
+    small = settings.model_copy(
+        update={"inventory": settings.inventory.model_copy(update={"max_document_bytes": 64})}
+    )
+    assert work_left(str(src), "invoices", small, limit=100) == 100  # an e-mail too large to read: the limit
 
 
 def test_documents_without_a_result_are_counted_up_to_the_limit(tmp_path: Path) -> None:
