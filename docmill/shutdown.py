@@ -6,8 +6,10 @@ creating a batch and while following one): the call raises `Interrupted`, which 
 into an outcome. Requests already in flight get `settings.shutdown_grace_seconds` to answer and are
 persisted as usual; the run is marked `stopped` and the CLI exits 130 (SIGINT) or 143 (SIGTERM),
 printing the run id and `docmill resume RUN_ID`. If the in-flight work outlives the grace period, or
-a second signal arrives, the process leaves at once with the same line (everything persisted so far
-is kept; a resume re-sends at most the requests that were in flight: invariant 3).
+a second signal arrives, the process leaves at once, saying that requests in flight were left
+(everything persisted so far is kept; a resume re-sends at most those requests: invariant 3). A
+second signal within `SAME_STOP_SECONDS` of the first is the same stop delivered twice, not a
+second one: `timeout -s INT` signals its child and then the child's process group, which holds it.
 
 The grace period bounds the whole way out, not only the requests: once a stop is requested its timer
 stays armed until the command is over (`Shutdown.reset`), so an orchestrator still reporting to a
@@ -22,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -29,6 +32,7 @@ from docmill.errors import Interrupted
 from docmill.logs import current_run
 
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+SAME_STOP_SECONDS = 1.0  # a signal this soon after the first is the same stop (see the docstring)
 
 
 class Shutdown:
@@ -39,6 +43,7 @@ class Shutdown:
         self.signal_name = ""
         self.timers: list[threading.Timer] = []  # grace deadlines of a requested stop
         self.said = False  # the resume line was printed (the deadline then leaves silently)
+        self.at = 0.0  # when the stop was requested (time.monotonic)
 
     @property
     def requested(self) -> bool:
@@ -46,7 +51,7 @@ class Shutdown:
 
     def request(self, signal_name: str) -> None:
         if not self._event.is_set():
-            self.signal_name = signal_name
+            self.signal_name, self.at = signal_name, time.monotonic()
             self._event.set()
 
     def check(self) -> None:
@@ -73,18 +78,23 @@ class Shutdown:
 SHUTDOWN = Shutdown()
 
 
-def resume_line(signal_name: str, run_id: str | None) -> str:
-    """The one line an interrupted run ends with."""
+def resume_line(signal_name: str, run_id: str | None, *, left: bool = False) -> str:
+    """The one line an interrupted run ends with (`left`: without waiting for requests in flight)."""
+    if run_id and left:
+        return (
+            f"docmill: interrupted ({signal_name}); run {run_id} left with requests in flight "
+            f"(`docmill status {run_id}` shows what they may cost), `docmill resume {run_id}` continues it"
+        )
     if run_id:
         return f"docmill: interrupted ({signal_name}); run {run_id} stopped, `docmill resume {run_id}` continues it"
     return f"docmill: interrupted ({signal_name}) before a run started; nothing to resume"
 
 
-def say_stopped(signal_name: str, run_id: str | None) -> None:
+def say_stopped(signal_name: str, run_id: str | None, *, left: bool = False) -> None:
     """Print the resume line once (the CLI's own end, or the grace deadline's)."""
     if not SHUTDOWN.said:
         SHUTDOWN.said = True
-        print(resume_line(signal_name, run_id), file=sys.stderr, flush=True)
+        print(resume_line(signal_name, run_id, left=left), file=sys.stderr, flush=True)
 
 
 def _exit_now(code: int) -> None:
@@ -103,7 +113,7 @@ def _after(seconds: float, fn: Callable[..., None], *args: object) -> threading.
 
 
 def _leave(signal_name: str) -> None:
-    say_stopped(signal_name, current_run())
+    say_stopped(signal_name, current_run(), left=True)
     _exit_now(EXIT_CODES.get(signal_name, 130))
 
 
@@ -122,8 +132,10 @@ def install(grace_seconds: float) -> Callable[[], None]:
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if SHUTDOWN.requested:  # a second signal: leave now
-            _leave(name)
+        if SHUTDOWN.requested:
+            if time.monotonic() - SHUTDOWN.at < SAME_STOP_SECONDS:
+                return  # the same stop, delivered to the process and to its group
+            _leave(name)  # a second signal: leave now
         SHUTDOWN.request(name)
         print(
             f"docmill: {name}: no new request is sent; finishing the ones in flight (at most "

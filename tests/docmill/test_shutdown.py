@@ -37,6 +37,21 @@ sys.argv = ["docmill", "status"]
 sys.exit(cli.main())
 """
 
+TWICE_THEN_AGAIN = """
+import os, signal, sys, time
+from docmill.logs import bind_run
+from docmill.shutdown import install
+bind_run("r-1")
+install(30.0)
+os.kill(os.getpid(), signal.SIGINT)
+os.kill(os.getpid(), signal.SIGINT)  # the same stop delivered twice (`timeout -s INT`: child, then group)
+time.sleep(0.3)
+print("still finishing the requests in flight", file=sys.stderr, flush=True)
+time.sleep(1.0)
+os.kill(os.getpid(), signal.SIGINT)  # a second stop: leave now
+time.sleep(60)
+"""
+
 
 def _run(code: str) -> tuple[int, str, float]:
     started = time.monotonic()
@@ -63,3 +78,12 @@ def test_an_error_after_the_signal_is_the_signal_and_teardown_is_bounded() -> No
     lines = [line for line in err.splitlines() if line.startswith("docmill:")]
     assert lines[-1].startswith("docmill: interrupted (SIGINT)") and "unexpected" not in err, err
     assert err.count("docmill: interrupted (SIGINT)") == 1, err
+
+
+def test_one_stop_delivered_twice_still_finishes_and_a_second_stop_leaves_saying_so() -> None:
+    code, err, took = _run(TWICE_THEN_AGAIN)
+    assert code == 130 and took < 30, (code, err)
+    assert "still finishing the requests in flight" in err, err
+    assert err.strip().splitlines()[-1].startswith(
+        "docmill: interrupted (SIGINT); run r-1 left with requests in flight"
+    ), err
