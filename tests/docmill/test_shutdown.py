@@ -84,6 +84,8 @@ def test_one_stop_delivered_twice_still_finishes_and_a_second_stop_leaves_saying
     code, err, took = _run(TWICE_THEN_AGAIN)
     assert code == 130 and took < 30, (code, err)
     assert "still finishing the requests in flight" in err, err
-    assert err.strip().splitlines()[-1].startswith(
-        "docmill: interrupted (SIGINT); run r-1 left with requests in flight"
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("docmill: interrupted (SIGINT); run r-1 left with requests in flight")
     ), err
