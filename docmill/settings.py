@@ -403,6 +403,11 @@ class Settings(BaseSettings):
         "WARNING", description="Level of docmill's own log lines (INFO: one per API call)."
     )
 
+    @property
+    def offline(self) -> bool:
+        """No API key: calls go to docmill's emulator (its built-in one, or api.base_url's)."""
+        return not (self.anthropic_api_key and self.anthropic_api_key.get_secret_value())
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _level_upper(cls, value: object) -> object:

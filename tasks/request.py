@@ -303,7 +303,15 @@ def recipe_parts(recipe: Recipe) -> RecipeParts:
 
 def file_params(settings: Settings) -> dict[str, Any]:
     """The call parameters hashed into a per-file key (change them and the key changes)."""
-    return {"max_tokens": settings.api.max_tokens}
+    return {"max_tokens": settings.api.max_tokens, **answered_by(settings)}
+
+
+def answered_by(settings: Settings) -> dict[str, str]:
+    """Who answers, in every key and integration scope: nothing for the API (its keys as they always
+    were), the emulator where there is no API key. An emulator's answer is then never a ledger hit
+    of a run on the API, nor its integration state that run's: trying docmill offline on real
+    documents, then running them with a key on the same store, asks the API."""
+    return {"answered_by": "emulator"} if settings.offline else {}
 
 
 def static_system(recipe: Recipe) -> str:

@@ -78,8 +78,8 @@ def api_endpoint(
 ) -> Iterator[Endpoint]:
     """The real API, a configured base URL, or an in-process emulator started for this run (its
     batches kept under `store` when given)."""
-    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
-    if key:
+    if not settings.offline:
+        key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
         yield Endpoint(settings.api.base_url, key, offline=False)
         return
     if settings.api.base_url:

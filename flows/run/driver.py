@@ -97,6 +97,7 @@ def choose_pass(ctx: RunContext, params: RunParams, *, map_chunks: MapChunks) ->
 
 def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
     manifests = ManifestStore(ctx.store)
+    who = "emulator" if ctx.settings.offline else "API"  # one run's answers come from one of them
     try:
         m = manifests.load(ctx.run_id)
     except Exception:
@@ -110,13 +111,19 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
             recipe_version=ctx.recipe.version,
             config=config,  # its `mode` is recorded once the pass is chosen (flows.run.modes)
             budget_usd=ctx.settings.cost.max_cost_usd,
-            extra={"mode_asked": params.mode, **ctx.manifest_extra()},
+            extra={"mode_asked": params.mode, "answered_by": who, **ctx.manifest_extra()},
         )
         manifests.create(m)
     elif m.recipe != params.recipe or source_id(m.source) != source_id(params.source):
         raise ConfigError(
             f"run {ctx.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
             hint=f"resume it with `docmill resume {ctx.run_id}`, or start a new run without --run-id",
+        )
+    elif m.extra.get("answered_by", who) != who:  # keys and results differ (tasks.request.answered_by)
+        raise ConfigError(
+            f"run {ctx.run_id} was answered by the {m.extra['answered_by']}; this process would ask the {who} "
+            f"(ANTHROPIC_API_KEY is {'not ' if ctx.settings.offline else ''}set)",
+            hint="continue it as it was started, or start a new one with `docmill run SOURCE --new-run`",
         )
     elif m.budget_usd != ctx.settings.cost.max_cost_usd:
         cap = ctx.settings.cost.max_cost_usd

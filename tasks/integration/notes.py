@@ -36,7 +36,7 @@ from tasks.integration.facts import model_sections
 from tasks.integration.records import PASS, results_block
 from tasks.integration.state import SliceNotes
 from tasks.recipes.thinking import effort_config
-from tasks.request import repair_request
+from tasks.request import answered_by, repair_request
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -171,7 +171,7 @@ class Notes:
             r.schema_hash(),
             self.settings.api.integration_model,
             content_hash([records, self.summary, list(self.schema.model_fields)]),
-            {"max_tokens": s.max_tokens},
+            {"max_tokens": s.max_tokens, **answered_by(self.settings)},
         )
         return key, request
 

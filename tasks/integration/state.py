@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from tasks.request import answered_by
+
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
     from docmill.settings import Settings
@@ -111,8 +113,8 @@ def record_refs(state: IntegrationState, refs: dict[str, str]) -> bool:
 
 
 def scope_of(source: str, recipe: Recipe, settings: Settings) -> dict[str, str]:
-    """What an integration state belongs to: the source, the recipe (its prompts and schemas) and
-    the models of both passes."""
+    """What an integration state belongs to: the source, the recipe (its prompts and schemas), the
+    models of both passes, and who answers (`answered_by`)."""
     return {
         "source": source,
         "recipe": recipe.name,
@@ -121,6 +123,7 @@ def scope_of(source: str, recipe: Recipe, settings: Settings) -> dict[str, str]:
         "schema_hash": recipe.schema_hash(),
         "model": settings.api.model,
         "integration_model": settings.api.integration_model,
+        **answered_by(settings),
     }
 
 

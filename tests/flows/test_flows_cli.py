@@ -67,6 +67,40 @@ def test_status_report_and_review_take_the_run_being_driven_before_newer_ones(
     assert json.loads(capsys.readouterr().out)["run_id"] == "r2-newer"
 
 
+def test_an_emulators_answers_are_never_reused_by_a_run_on_the_api(
+    offline_env: str,
+    emulator: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Trying docmill offline on real documents, then running them with an API key on the same
+    store, asks the API: no answer of the emulator becomes a result of the run on the API."""
+    corpus, _ = make_corpus(tmp_path, count=6, seed=9)
+    before = emulator.state.accounting.received
+    assert main(["--store", offline_env, "run", str(corpus), "--no-prefect", "--run-id", "offline-1"]) == 0
+    offline_calls = emulator.state.accounting.received - before
+    assert offline_calls > 0
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")  # the API (this emulator standing in for it)
+    get_settings.cache_clear()
+    capsys.readouterr()
+    assert (
+        main(["--store", offline_env, "run", str(corpus), "--no-prefect", "--new-run", "--run-id", "api-1"])
+        == 0
+    )
+    assert emulator.state.accounting.received - before == 2 * offline_calls  # every call asked again
+    assert (
+        main(["--store", offline_env, "run", str(corpus), "--no-prefect", "--new-run", "--run-id", "api-2"])
+        == 0
+    )
+    assert emulator.state.accounting.received - before == 2 * offline_calls  # and the API's are reused
+    assert "sk-ant-test" not in capsys.readouterr().err
+    # one run's results come from one answerer: the offline run is not continued with a key
+    assert main(["--store", offline_env, "resume", "offline-1", "--no-prefect"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "run offline-1 was answered by the emulator" in err[-1] and "--new-run" in err[-1], err
+
+
 def test_bad_source_is_one_line_exit_2(offline_env: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--store", offline_env, "run", "/no/such/folder", "--no-prefect"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

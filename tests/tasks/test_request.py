@@ -31,11 +31,17 @@ GOLDEN = {
 def test_golden_idempotency_key(recipe_name: str, tmp_path: Path) -> None:
     (tmp_path / "inv-0001.txt").write_text(INVOICE)
     source = tmp_path if recipe_name == "invoices" else ROOT / "examples" / "codebase"
-    settings = Settings(api={"model": "claude-sonnet-4-6", "max_tokens": 4096})
+    settings = Settings(
+        api={"model": "claude-sonnet-4-6", "max_tokens": 4096}, ANTHROPIC_API_KEY="sk-ant-test"
+    )
     recipe = load_recipe(recipe_name)
     doc_id, golden = GOLDEN[recipe_name]
     doc = next(d for d in inventory(str(source), settings, doc_types=recipe.doc_types) if d.doc_id == doc_id)
     assert file_key(recipe, doc, settings.api.model, file_params(settings)) == golden
+    # an emulator's answer (no API key) is never a ledger hit of a run on the API
+    offline = settings.model_copy(update={"anthropic_api_key": None})
+    assert offline.offline and not settings.offline
+    assert file_key(recipe, doc, settings.api.model, file_params(offline)) != golden
 
 
 def test_requests_built_at_once_on_threads_share_one_schema_object() -> None:
