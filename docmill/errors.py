@@ -107,15 +107,6 @@ class ApiCallError(DocmillError):
     fell_back: bool = False
 
 
-class SpendLimitReached(DocmillError):
-    """The API refused with a spend-limit 429 (error_code `enforced_spend_limit_reached`,
-    `contract_spend_limit_reached`, ...): no retry helps, so the run stops (exit 3, resumable)."""
-
-    error_code: str | None = None
-    request_id: str | None = None
-    hint = "raise the spend limit in the Anthropic Console (or wait for it to reset), then `docmill resume RUN_ID`"
-
-
 class SystemicFailure(DocmillError):
     """Calls keep failing the same systemic way (auth, model, endpoint, every answer invalid alike):
     the run stops (phase `stopped`, exit 3) until the cause is fixed and the run resumed."""
@@ -123,6 +114,16 @@ class SystemicFailure(DocmillError):
     cause: str = ""  # auth, billing, permission, model_not_found, not_a_message, connection_refused, ...
     calls: int = 0
     last_error: str = ""
+
+
+class SpendLimitReached(SystemicFailure):
+    """The API refused with a spend-limit 429 (error_code `enforced_spend_limit_reached`,
+    `contract_spend_limit_reached`, ...): every call would meet it, so the run stops as on any
+    systemic failure (phase `stopped`, exit 3, resumable; every worker stops)."""
+
+    error_code: str | None = None
+    request_id: str | None = None
+    hint = "raise the spend limit in the Anthropic Console (or wait for it to reset), then `docmill resume RUN_ID`"
 
 
 class OrchestratorUnavailable(DocmillError):

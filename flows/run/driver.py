@@ -21,14 +21,7 @@ from checkpoints.chunks import DUP_PREFIX, InventoryChunks, chunk_id
 from checkpoints.costs import CostLedger
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
 from checkpoints.outcomes import OutcomeLog
-from docmill.errors import (
-    BudgetExhausted,
-    ConfigError,
-    InputError,
-    Interrupted,
-    SpendLimitReached,
-    SystemicFailure,
-)
+from docmill.errors import BudgetExhausted, ConfigError, InputError, Interrupted, SystemicFailure
 from docmill.logs import bind_run, get_logger
 from flows.run.context import RunContext, RunParams
 from flows.run.continuation import source_id
@@ -149,9 +142,9 @@ def run(
         start_manifest(ctx, params)
         try:
             return _drive(ctx, params, map_chunks, progress)
-        except (SystemicFailure, SpendLimitReached, Interrupted) as e:
+        except (SystemicFailure, Interrupted) as e:
             again = stopped(ctx, e)
-            if not isinstance(again, Interrupted):  # the report says what stopped it (a Ctrl-C is quick)
+            if isinstance(again, SystemicFailure):  # the report says what stopped it (a Ctrl-C is quick)
                 report_so_far(ctx, "the stop")
             raise again from e
         except BudgetExhausted as e:
@@ -193,18 +186,15 @@ def refuse_empty(ctx: RunContext, params: RunParams) -> None:
         )
 
 
-Stop = SystemicFailure | SpendLimitReached | Interrupted
-
-
-def stopped(ctx: RunContext, e: Stop) -> Stop:
-    """Phase `stopped` for a systemic failure, a spend limit or a signal, with why (manifest
+def stopped(ctx: RunContext, e: SystemicFailure | Interrupted) -> SystemicFailure | Interrupted:
+    """Phase `stopped` for a systemic failure (a spend limit is one) or a signal, with why (manifest
     `extra.stop`); the error again, naming this run's resume."""
     again = type(e)(
         f"run {ctx.run_id} stopped: {e.message}",
         hint=e.hint.replace("RUN_ID", ctx.run_id) if "RUN_ID" in e.hint else f"`docmill resume {ctx.run_id}`",
         **{**e.fields, "run_id": ctx.run_id},
     )
-    kind = "signal" if isinstance(e, Interrupted) else "breaker"  # a spend limit too: a cause to fix first
+    kind = "signal" if isinstance(e, Interrupted) else "breaker"
     try:
         mark_stop(ctx, Phase.STOPPED, kind, again.one_line(), f"docmill resume {ctx.run_id}")
     except Exception as exc:  # the stop is what the user must see

@@ -37,7 +37,7 @@ from checkpoints.outcomes import OutcomeLog
 from checkpoints.shards import STOP_INTERRUPTED, ShardTable, WorkerLog
 from checkpoints.store import open_store
 from docmill.background import every
-from docmill.errors import BudgetExhausted, DocmillError, Interrupted, SpendLimitReached, SystemicFailure
+from docmill.errors import BudgetExhausted, DocmillError, Interrupted, SystemicFailure
 from docmill.logs import bind_run, get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import SHUTDOWN, install
@@ -199,7 +199,7 @@ class ShardWorker:
                 # handed out as this worker's window wants documents (as in one process)
                 handed = feed(todo, ctx.client, ctx.settings)
                 results = self.map_chunks(partial(review_one_chunk, ctx), handed)
-        except (SystemicFailure, SpendLimitReached) as e:  # every worker would meet it: all stop
+        except SystemicFailure as e:  # a spend limit too: every worker would meet it
             self.table.stop("systemic", e.one_line(), by=self.name)
             self.table.release(sid, self.holder)
             raise

@@ -29,7 +29,6 @@ from docmill.errors import (
     BudgetExhausted,
     InputError,
     Interrupted,
-    SpendLimitReached,
     SystemicFailure,
 )
 from docmill.logs import get_logger, redact
@@ -77,7 +76,8 @@ if TYPE_CHECKING:
 # (401/403/404/402 depend on the account or config: a resume after fixing it retries them.)
 PERMANENT_STATUSES = frozenset({400, 413, 422})
 INLINE_MAX = 64 * 1024  # bytes of a local document prepared on the event loop itself (`_cheap`)
-STOPS = (SpendLimitReached, SystemicFailure, Interrupted)  # the run stops: the chunk is not written
+# the run stops (a spend limit is a SystemicFailure too): the chunk is not written
+STOPS = (SystemicFailure, Interrupted)
 log = get_logger("review")
 T = TypeVar("T")
 
