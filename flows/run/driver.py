@@ -34,6 +34,7 @@ from tasks.per_file.settle import Pass
 from tasks.per_file.unchanged import remember_chunks, reuse_unchanged
 from tasks.reporting.report import write_report
 from tasks.reporting.summary import summarize
+from tasks.request import answered_by
 from tasks.source.inventory import inventory, source_is_empty
 from tasks.source.known_files import known_files
 
@@ -90,7 +91,7 @@ def choose_pass(ctx: RunContext, params: RunParams, *, map_chunks: MapChunks) ->
 
 def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
     manifests = ManifestStore(ctx.store)
-    who = "emulator" if ctx.settings.offline else "API"  # one run's answers come from one of them
+    who = answered_by(ctx.settings).get("answered_by", "API")  # one run's answers come from one of them
     try:
         m = manifests.load(ctx.run_id)
     except Exception:
