@@ -23,8 +23,9 @@ from checkpoints.batches import BatchRecords
 from checkpoints.keys import safe_segment
 from checkpoints.lease import live_lease
 from checkpoints.manifest import ManifestStore, Phase, RunManifest
-from docmill.errors import NotFound, RunOverlap
+from docmill.errors import ConfigError, NotFound, RunOverlap
 from docmill.settings import Settings
+from tasks.request import answered_by
 
 if TYPE_CHECKING:
     from checkpoints.store import ObjectStore
@@ -192,7 +193,15 @@ def pinned_settings(
 ) -> tuple[Settings, list[str]]:
     """`settings` with the run's own shaping and safe values from its manifest, then the safe values
     in `given` (dotted name -> value; None means not given). Returns lines naming what was
-    overridden and what was kept although asked otherwise."""
+    overridden and what was kept although asked otherwise. A run answered by the API is not continued
+    by the emulator, nor the other way round (ConfigError): the driver and every shard worker."""
+    who = answered_by(settings).get("answered_by", "API")
+    if m.extra.get("answered_by", who) != who:  # one run's answers come from one of them
+        raise ConfigError(
+            f"run {m.run_id} was answered by the {m.extra['answered_by']}; this process would ask the {who} "
+            f"(ANTHROPIC_API_KEY is {'not ' if settings.offline else ''}set)",
+            hint="continue it as it was started, or start a new one with `docmill run SOURCE --new-run`",
+        )
     given = {k: v for k, v in (given or {}).items() if v is not None}
     now = settings.model_dump(mode="json")
     tree = settings.model_dump()

@@ -113,12 +113,6 @@ def start_manifest(ctx: RunContext, params: RunParams) -> RunManifest:
             f"run {ctx.run_id} was started with source {m.source!r} and recipe {m.recipe!r}",
             hint=f"resume it with `docmill resume {ctx.run_id}`, or start a new run without --run-id",
         )
-    elif m.extra.get("answered_by", who) != who:  # keys and results differ (tasks.request.answered_by)
-        raise ConfigError(
-            f"run {ctx.run_id} was answered by the {m.extra['answered_by']}; this process would ask the {who} "
-            f"(ANTHROPIC_API_KEY is {'not ' if ctx.settings.offline else ''}set)",
-            hint="continue it as it was started, or start a new one with `docmill run SOURCE --new-run`",
-        )
     elif m.budget_usd != ctx.settings.cost.max_cost_usd:
         cap = ctx.settings.cost.max_cost_usd
         m = manifests.update(ctx.run_id, lambda x: x.model_copy(update={"budget_usd": cap}))

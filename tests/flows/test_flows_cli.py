@@ -12,10 +12,13 @@ import pytest
 
 from checkpoints.active import ActiveRuns
 from checkpoints.lease import Lease
+from checkpoints.manifest import ManifestStore
 from checkpoints.store import open_store
+from docmill.errors import ConfigError
 from docmill.settings import get_settings
 from flows.cli.main import main
 from flows.run.context import holder_id
+from flows.run.continuation import pinned_settings
 from tests.flows.helpers import make_corpus
 
 
@@ -99,6 +102,9 @@ def test_an_emulators_answers_are_never_reused_by_a_run_on_the_api(
     assert main(["--store", offline_env, "resume", "offline-1", "--no-prefect"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "run offline-1 was answered by the emulator" in err[-1] and "--new-run" in err[-1], err
+    offline_run = ManifestStore(open_store(offline_env)).load("offline-1")
+    with pytest.raises(ConfigError, match="answered by the emulator"):  # a shard worker's settings too
+        pinned_settings(get_settings(), offline_run)
 
 
 def test_bad_source_is_one_line_exit_2(offline_env: str, capsys: pytest.CaptureFixture[str]) -> None:
