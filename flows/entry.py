@@ -132,6 +132,7 @@ def run_extract(
         launcher = launcher or spread.PrefectLauncher(settings.workers.deployment)
         if isinstance(launcher, spread.PrefectLauncher):
             launcher.check()  # a server and the deployment, before anything is sent
+    driver.refuse_empty(st, choice.run_id, params.source, settings)
     with (
         api_endpoint(settings, quiet=not wiring.progress, store=st) as endpoint,
         open_clients(settings, endpoint) as (client, sdk),

@@ -237,5 +237,7 @@ def cmd_resume(a: argparse.Namespace) -> int:
     store = cli_store(a)
     check_store(store, store_uri(a))
     known_run(store, a.run_id)
-    run = resume_run if a.no_prefect else resume.with_options(retries=0)
-    return _finish(run(a.run_id, store=a.store, max_cost_usd=a.max_cost_usd, concurrency=a.concurrency))
+    given = {"store": a.store, "max_cost_usd": a.max_cost_usd, "concurrency": a.concurrency}
+    if a.no_prefect:
+        return _finish(resume_run(a.run_id, **given))
+    return _finish(resume.with_options(retries=0)(a.run_id, progress=True, **given))

@@ -220,7 +220,14 @@ def backfill(
 
 @_flow("resume")
 def resume(
-    run_id: str, store: str | None = None, max_cost_usd: float | None = None, concurrency: int | None = None
+    run_id: str,
+    store: str | None = None,
+    max_cost_usd: float | None = None,
+    concurrency: int | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """Continue a run from its manifest: nothing in the ledger is sent again."""
-    return _in_flow(resume_run, run_id, store=store, max_cost_usd=max_cost_usd, concurrency=concurrency)
+    """Continue a run from its manifest: nothing in the ledger is sent again. `progress`: the
+    emulator line and the progress line on stderr, as `docmill run` shows them."""
+    return _in_flow(
+        resume_run, run_id, progress=progress, store=store, max_cost_usd=max_cost_usd, concurrency=concurrency
+    )

@@ -21,8 +21,10 @@ from checkpoints.chunks import DUP_PREFIX, InventoryChunks, chunk_id
 from checkpoints.costs import CostLedger
 from checkpoints.manifest import ManifestStore, Phase, RunManifest, redact
 from checkpoints.outcomes import OutcomeLog
+from checkpoints.store import ObjectStore
 from docmill.errors import BudgetExhausted, ConfigError, InputError, Interrupted, SystemicFailure
 from docmill.logs import bind_run, get_logger
+from docmill.settings import Settings
 from flows.run.context import RunContext, RunParams
 from flows.run.continuation import source_id
 from flows.run.deadline import DeadlinePass
@@ -131,7 +133,6 @@ def run(
 ) -> dict[str, Any]:
     """Drive one run to its end (or to the first phase that cannot finish) and return a summary."""
     bind_run(ctx.run_id)
-    refuse_empty(ctx, params)
     keep = params.submit_only  # the run goes on in this process: its lease and marker stay
     with hold_lease(ctx, keep=keep), announced(ctx, params, keep=keep):
         start_manifest(ctx, params)
@@ -169,14 +170,15 @@ def report_so_far(ctx: RunContext, what: str) -> None:
         log.error("report after %s failed: %s", what, exc)
 
 
-def refuse_empty(ctx: RunContext, params: RunParams) -> None:
-    """A new run over a source with no files is a mistake (a wrong path or prefix), not a run of
-    0 documents: InputError (exit 2) before anything is written, unless settings.allow_empty."""
-    if ctx.settings.allow_empty or InventoryChunks(ctx.store, ctx.run_id).done() is not None:
+def refuse_empty(store: ObjectStore, run_id: str, source: str, settings: Settings) -> None:
+    """A run over a source with no files is a mistake (a wrong path or prefix), not a run of
+    0 documents: InputError (exit 2) before anything is written or an emulator started, unless
+    settings.allow_empty or the run's inventory is already taken."""
+    if settings.allow_empty or InventoryChunks(store, run_id).done() is not None:
         return
-    if source_is_empty(params.source, ctx.settings):
+    if source_is_empty(source, settings):
         raise InputError(
-            f"source {params.source!r} has no files",
+            f"source {source!r} has no files",
             hint="check the folder or s3:// prefix (and DOCMILL_INVENTORY__INCLUDE/EXCLUDE), or pass --allow-empty",
         )
 

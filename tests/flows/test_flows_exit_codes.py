@@ -169,6 +169,18 @@ def test_store_and_source_problems_exit_2_in_one_line(
     assert main(["--store", env, "run", str(empty), "--allow-empty", *tail]) == 0
 
 
+def test_empty_source_is_refused_before_the_emulator_starts(
+    env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("DOCMILL_API__BASE_URL")  # no key, no URL: a run would start the built-in emulator
+    get_settings.cache_clear()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["--store", env, "run", str(empty), "--no-prefect"]) == 2
+    err = capsys.readouterr().err
+    assert "has no files" in err and "emulator" not in err, err
+
+
 def test_bad_log_level_exits_2(
     env: str, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

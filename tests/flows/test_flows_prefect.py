@@ -165,6 +165,32 @@ def test_resume_flow_sends_nothing_already_in_the_ledger(
     assert summary["documents"] == len([t for t in truth if t["record"] == "document"])
 
 
+def test_resume_through_prefect_shows_progress_as_run_does(
+    prefect_engine: None, env_for: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flows.cli.main import main
+    from flows.entry import RunWiring, run_extract
+    from flows.run.context import RunParams
+
+    corpus, _ = make_corpus(tmp_path, count=12, seed=15)
+
+    def die_after_one_chunk(fn: Any, chunks: Any) -> list[dict[str, int]]:
+        fn(*next(iter(chunks)))
+        raise RuntimeError("worker lost")
+
+    settings = get_settings().model_copy(update={"chunk_size": 4})
+    with pytest.raises(RuntimeError):
+        run_extract(
+            RunParams(str(corpus), "invoices", run_id="shown-resume"),
+            settings=settings,
+            wiring=RunWiring(progress=False, map_chunks=die_after_one_chunk),
+        )
+    capsys.readouterr()
+    assert main(["resume", "shown-resume"]) == 0
+    err = capsys.readouterr().err
+    assert "per-file pass [" in err and "docs" in err, err
+
+
 @pytest.mark.parametrize("mode", ["realtime", "batch"])
 def test_flow_run_shows_per_file_progress_in_documents(
     prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any, mode: str
