@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoints.review_queue import ReviewQueue
 from docmill.errors import InputError
-from tasks.provenance import SUPPORT_ORDER, field_value, support_of, where_of
+from tasks.provenance import NO_EVIDENCE, SUPPORT_ORDER, field_value, support_of, where_of
 from tasks.reporting.csv_safe import safe_cell
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def eval_lines(result: dict[str, Any], *, show_mismatches: int = 20) -> list[str
             low = ", ".join(f"{n} {a:.0%}" for a, n in scored[:2] if a < 1.0)
             lines.append(_line(seg, fields["*all fields*"], docs=True) + (f"  lowest: {low}" if low else ""))
     lines.append("by support (how each value's evidence was checked; tasks.provenance):")
-    for cls in SUPPORT_ORDER:
+    for cls in (*SUPPORT_ORDER, NO_EVIDENCE):
         if cls in result.get("by_support", {}):
             lines.append(_line(cls, result["by_support"][cls], docs=True))
     mm = result["mismatches"]

@@ -7,6 +7,9 @@ imports), so the report, the exports, `review list` and `eval` say the same thin
   unverified     a value whose evidence no code could check: on a page without a text layer (a scan,
                  an image), where only the model's page citation is known; or no evidence at all
   missing        no value
+  no_evidence    a value the schema asks no evidence for (a document kind, a list): not among the
+                 classes above, which the report counts (`SUPPORT_ORDER`); `eval` and the results
+                 table name it
 
 Ordered least supported first (`SUPPORT_ORDER`), as a reviewer should see them.
 """
@@ -19,6 +22,7 @@ VERIFIED = "verified"
 VERIFIED_TEXT = "verified_text"
 UNVERIFIED = "unverified"
 MISSING = "missing"
+NO_EVIDENCE = "no_evidence"
 SUPPORT_ORDER = (UNVERIFIED, MISSING, VERIFIED_TEXT, VERIFIED)  # least supported first
 
 
@@ -36,9 +40,12 @@ def where_of(outcome: dict[str, Any], name: str) -> dict[str, Any]:
 
 def support_of(outcome: dict[str, Any], name: str) -> str:
     """The support class of top-level field `name` of an outcome (see the module docstring)."""
-    value = field_value((outcome.get("output") or {}).get(name))
+    node = (outcome.get("output") or {}).get(name)
+    value = field_value(node)
     if value is None or value == "" or value == []:
         return MISSING
+    if not (isinstance(node, dict) and "evidence" in node):
+        return NO_EVIDENCE
     where = where_of(outcome, name)
     if where.get("boxes"):
         return VERIFIED
@@ -88,4 +95,5 @@ SUPPORT_MEANING = {
     VERIFIED_TEXT: "found in a text document's text",
     UNVERIFIED: "no code could check it: a page without a text layer (the model's page citation only)",
     MISSING: "no value",
+    NO_EVIDENCE: "a value the schema asks no evidence for",
 }

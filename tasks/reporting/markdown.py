@@ -13,7 +13,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from tasks.provenance import SUPPORT_MEANING, SUPPORT_ORDER, support_counts
+from tasks.provenance import MISSING, NO_EVIDENCE, SUPPORT_MEANING, SUPPORT_ORDER, support_counts
 from tasks.records import IntegrationResult
 from tasks.reporting.findings import findings_of, has_findings, severity_counts
 from tasks.reporting.results import (
@@ -193,7 +193,7 @@ def _documents(views: list[DocView], columns: list[str], pages: dict[str, str]) 
                 else:
                     where = f" @{f['start']}–{f['end']}" if f["start"] is not None else ""
                 shown += f" «{_cell(f['evidence'])[:120]}»{where}"
-            cells.append(shown + (f" · {f['support']}" if f["support"] != "missing" else ""))
+            cells.append(shown + (f" · {f['support']}" if f["support"] not in (MISSING, NO_EVIDENCE) else ""))
         review = f" ({v['review']['action']}ed by {v['review']['by']})" if v["review"] else ""
         state = v["state"] + review + (f": {_cell(v['why'])}" if v["why"] else "")
         state += f" ({_cell(v['note'])})" if v.get("note") else ""

@@ -39,7 +39,7 @@ class FieldView(TypedDict):
     verified: bool  # False: on a page without a text layer (a scan), not checkable by code
     original: Any  # the model's value when a reviewer corrected it, else None
     corrected: bool
-    support: str  # verified, verified_text, unverified or missing (tasks.provenance)
+    support: str  # verified, verified_text, unverified, missing or no_evidence (tasks.provenance)
 
 
 class DocView(TypedDict):

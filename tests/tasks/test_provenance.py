@@ -51,11 +51,16 @@ def test_exports_carry_support_and_bbox() -> None:
 
 
 def test_eval_reports_accuracy_per_support_class() -> None:
-    labels = {"a.pdf": {"total": 5.0, "vendor": "WRONG"}, "b.txt": {"total": 7.0, "vendor": "Bolt"}}
+    labels = {
+        "a.pdf": {"total": 5.0, "vendor": "WRONG", "doc_kind": "invoice"},
+        "b.txt": {"total": 7.0, "vendor": "Bolt"},
+    }
     result = evaluate([PDF, TXT], labels, {})
     by = result["by_support"]
     assert (by["verified"].correct, by["verified"].covered) == (1, 1)
     assert (by["unverified"].correct, by["unverified"].covered) == (0, 1)
     assert (by["verified_text"].correct, by["verified_text"].covered) == (2, 2)
+    # a document kind has no evidence to check: its own class, not a scan's `unverified`
+    assert (by["no_evidence"].correct, by["no_evidence"].covered) == (1, 1)
     text = "\n".join(eval_lines(result))
-    assert "by support" in text and "unverified" in text
+    assert "by support" in text and "unverified" in text and "no_evidence" in text
