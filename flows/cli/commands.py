@@ -122,6 +122,9 @@ def cmd_review(a: argparse.Namespace) -> int:
     from tasks.review import label_records, review_view
 
     store = cli_store(a)
+    if a.action == "list" and a.run_id is None and default_run(store) is None:
+        print(_no_runs(a))  # nothing to review, as `status` and `runs` say it
+        return EXIT_OK
     run_id, doc_id = _review_target(a, store)
     if a.action in ("accept", "correct", "reject"):
         if not doc_id:
