@@ -20,6 +20,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from docmill.sdk import anthropic, httpx2
@@ -309,12 +310,8 @@ class AsyncModelClient:
         started = time.monotonic()
         ladder = c._ladder(request, key, doc_id, pass_name)
         ladder.estimate = estimate
-        retrying = transport_async(
-            stop=lambda _s: c._spent(ladder),
-            wait=lambda s: c._wait(s, max(ladder.attempts_on_model, 1)),
-            sleep=self._backoff,
-            reraise=False,
-        )
+        stop, wait = partial(c._spent, ladder), partial(c._wait, ladder)
+        retrying = transport_async(stop=stop, wait=wait, sleep=self._backoff, reraise=False)
         try:  # the thread's policy (ModelClient.call): the same stop, wait and endings
             message: dict[str, Any] = await retrying(self._send, request, ladder, on_response, purpose, then)
         except endings() as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is

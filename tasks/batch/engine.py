@@ -65,8 +65,6 @@ class BatchEngine:
     creating a batch, and `run(docs, follow=...)` replaces the polling loop; `collect` and
     `submit_pending` are the steps such a loop calls."""
 
-    submit_only = False  # stop once every batch is created (run_batches)
-
     def __init__(
         self,
         p: Pass,
@@ -77,6 +75,7 @@ class BatchEngine:
         on_progress: Progress | None,
         batch_requests: int | None = None,
         held: Callable[[], bool] | None = None,
+        submit_only: bool = False,
     ) -> None:
         self.p, self.recipe, self.run_id, self.settings = p, p.recipe, p.run_id, p.settings
         self.router = ResultRouter(p)
@@ -96,6 +95,7 @@ class BatchEngine:
             p.settings.batch.max_requests, batch_requests or p.settings.batch.max_requests
         )
         self.held = held or (lambda: False)
+        self.submit_only = submit_only  # stop once every batch is created
         # the JSON of what every request repeats (system prompt, schema), encoded once a run
         self.wide_json, self.compact_json = RepeatedJson(WIDE), RepeatedJson(COMPACT)
 
@@ -239,27 +239,26 @@ class BatchEngine:
 
     def _drive(self) -> Iterator[DocOutcome]:
         interval = self.settings.batch.poll_seconds
-        if sum(r.request_count for r in self.live.values()) >= ingest.MIN_RESULTS:
-            self.gates.start()  # its processes start while the batches run
         while self.live or self.pending:
             if not self.live:
                 yield from self.submit_pending()
                 interval = self.settings.batch.poll_seconds
                 continue
-            ended_any = False
             SHUTDOWN.check()  # batches in flight keep running; resume re-attaches to them
-            looked = self.clock()
-            for n in sorted(self.live):
-                lifecycle.crash_point("polling")
-                rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
-                self.live[n] = rec
-                self.on_progress(progress_event("status", rec))
-                if rec.phase is BatchPhase.ENDED:
-                    ended_any = True
-                    yield from self.collect(rec)
-            if self.live and not ended_any:  # the interval runs from the start of this look
+            looked, live = self.clock(), len(self.live)
+            yield from self.poll_live()
+            if self.live and len(self.live) == live:  # none ended; the interval runs from this look
                 self.sleep(max(0.0, interval - (self.clock() - looked)))
                 interval = min(interval * 2, self.settings.batch.poll_max_seconds)
+
+    def poll_live(self) -> Iterator[DocOutcome]:
+        """Every live batch looked at once; an ended one collected (and no longer live)."""
+        for n in sorted(self.live):
+            lifecycle.crash_point("polling")
+            rec = self.live[n] = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
+            self.on_progress(progress_event("status", rec))
+            if rec.phase is BatchPhase.ENDED:
+                yield from self.collect(rec)
 
     # ---- collection ------------------------------------------------------------------------
 
@@ -399,6 +398,8 @@ class BatchEngine:
                 if self.submit_only:  # created; the first look on a thread, a later call follows them
                     lifecycle.first_look(self.api, self.records, list(self.live.values()), self.clock)
                     return
+                if sum(r.request_count for r in self.live.values()) >= ingest.MIN_RESULTS:
+                    self.gates.start()  # its processes start while the batches run
                 yield from (follow or self._drive)()
                 for doc in self.duplicates:
                     key = file_key(self.recipe, doc, self.model, self.params)
@@ -451,6 +452,6 @@ def run_batches(
     and reconcile. `sdk()` makes the client that sends the batches (at the first batch call); the
     scope's model client sends repairs when settings.batch.repairs_realtime is set. `submit_only`:
     stop once every batch is created."""
-    engine = BatchEngine(Pass.of(scope), sdk, clock=clock, sleep=sleep, on_progress=on_progress)
-    engine.submit_only = submit_only
+    p = Pass.of(scope)
+    engine = BatchEngine(p, sdk, clock=clock, sleep=sleep, on_progress=on_progress, submit_only=submit_only)
     yield from engine.run(docs)

@@ -154,18 +154,9 @@ class BatchApi:
             after = page.data[-1].id
 
 
-def counts_of(batch: MessageBatch) -> dict[str, int]:
-    c = batch.request_counts
-    return {k: int(getattr(c, k, 0) or 0) for k in COUNT_KINDS}
-
-
 def total_counts(batches: list[MessageBatch]) -> dict[str, int]:
     """Request counts summed over batches, every kind present (zeros included)."""
-    out = dict.fromkeys(COUNT_KINDS, 0)
-    for b in batches:
-        for k, v in counts_of(b).items():
-            out[k] += v
-    return out
+    return {k: sum(int(getattr(b.request_counts, k, 0) or 0) for b in batches) for k in COUNT_KINDS}
 
 
 def submit(
@@ -243,7 +234,7 @@ def find_candidates(api: BatchApi, rec: BatchRecord, owned: set[str]) -> list[Me
             break
         if b.id in owned:
             continue
-        if sum(counts_of(b).values()) == rec.request_count:
+        if sum(total_counts([b]).values()) == rec.request_count:
             out.append(b)
     return out
 
