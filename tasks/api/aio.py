@@ -339,12 +339,21 @@ class AsyncModelClient:
         progress = StreamProgress()
         try:
             worst = c._worst_case_usd(ladder.model, estimate, max_tokens)
-            slot.hold = await self._reserve(worst)
+            # the budget and the breaker (a streak near its threshold: one at a time) asked again after answers
+            while (hold := c.budget.try_reserve(worst)) is None:
+                await self.changes.wait(1.0)
+            slot.hold = hold
             SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
-            await self._admit()  # a streak near the breaker's threshold: one at a time
+            while not c.breaker.try_admit(SHUTDOWN.check):
+                await self.changes.wait(0.1)
             try:
-                data, request_id, headers = await self._post(body, ladder, slot.told, progress)
-            except Exception as e:  # what it may have cost: the one policy (answers.paid_attempt)
+                timeout = read_timeout(body, c.settings.api)
+                stream = timeout is None
+                data, request_id, headers = await read_answer(
+                    self.sdk, body, stream=stream, progress=progress, timeout=timeout
+                )
+            except Exception as e:  # what pacer, ladder, breaker learn; what it may have cost (paid_attempt)
+                c._failed(e, ladder, slot.told)
                 slot.billed = c._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, slot.told)
                 raise
             finally:
@@ -355,26 +364,3 @@ class AsyncModelClient:
         finally:  # a 429's retry-after delays only this request (the retry wait), never the others
             slot.give_back()
         return data
-
-    async def _post(
-        self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
-    ) -> tuple[dict[str, Any], Any, Any]:
-        try:
-            timeout = read_timeout(body, self.client.settings.api)
-            return await read_answer(
-                self.sdk, body, stream=timeout is None, progress=progress, timeout=timeout
-            )
-        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-            self.client._failed(e, ladder, told)
-            raise
-
-    async def _reserve(self, worst: float) -> float:
-        """`Budget.try_reserve`, asked again after answers while reservations stand in the way."""
-        while (held := self.client.budget.try_reserve(worst)) is None:
-            await self.changes.wait(1.0)
-        return held
-
-    async def _admit(self) -> None:
-        """`CircuitBreaker.try_admit`, asked again after answers while a streak is near the threshold."""
-        while not self.client.breaker.try_admit(SHUTDOWN.check):
-            await self.changes.wait(0.1)
