@@ -34,7 +34,7 @@ from tasks.api.usage import COMPACT, WIDE, RepeatedJson, estimate_input_tokens
 from tasks.batch import ingest, lifecycle
 from tasks.batch.ingest import Gated, done_future, ordered_map
 from tasks.batch.items import WorkItem, decode_item
-from tasks.batch.longdocs import LongDoc, long_outcome
+from tasks.batch.longdocs import long_outcome
 from tasks.batch.results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
 from tasks.batch.spool import BatchBody, request_line
 from tasks.cost.worst_case import COST_GUARD, Held, over_guard
@@ -127,11 +127,11 @@ class BatchEngine:
 
     # ---- submission ------------------------------------------------------------------------
 
-    def _line(self, item: WorkItem, doc: Document | None = None) -> bytes | InputError | Held | LongDoc:
+    def _line(self, item: WorkItem, doc: Document | None = None) -> bytes | InputError | Held | Document:
         """The item's request line, why its document could not be read, why the cost guard holds it
-        (first requests only), or a PDF in page ranges (tasks.batch.longdocs: realtime)."""
+        (first requests only), or the document itself: a PDF in page ranges (tasks.batch.longdocs)."""
         if doc is not None and item.request is None and needs_parts(doc, self.recipe, self.settings):
-            return LongDoc(doc)
+            return doc
         try:
             request = self.router.request(item, doc)
         except InputError as e:
@@ -144,11 +144,11 @@ class BatchEngine:
         return request_line(item.custom_id, request, self.compact_json.dumps)
 
     def _add(
-        self, body: BatchBody, item: WorkItem, line: bytes | InputError | Held | LongDoc
+        self, body: BatchBody, item: WorkItem, line: bytes | InputError | Held | Document
     ) -> tuple[BatchBody, DocOutcome | None]:
         """Spool one request (submitting the body first when it is full), or its failed outcome."""
-        if isinstance(line, LongDoc):
-            return body, long_outcome(self.p, line.doc, item)
+        if isinstance(line, Document):  # extracted realtime, in page ranges
+            return body, long_outcome(self.p, line, item)
         if isinstance(line, InputError):
             return body, self.router.fail(item, "input:unreadable", line.one_line(), permanent=False)
         if isinstance(line, Held):  # to review before it is paid for; not in the ledger
@@ -167,26 +167,24 @@ class BatchEngine:
         return BatchBody(self.batch_requests, self.settings.batch.max_bytes)
 
     def _submit(self, body: BatchBody) -> None:
-        if self.held():  # no batch is created now: its requests wait (the deadline sends them realtime)
-            self.pending.update((i.custom_id, i) for i in body.items())
-            body.close()
-            return
-        if not len(body):
-            body.close()
-            return
-        SHUTDOWN.check()  # after SIGINT/SIGTERM no batch is created (the spooled requests wait for resume)
-        n, self.next_n = self.next_n, self.next_n + 1
+        """A batch of the body's requests; they wait in `pending` when it was not created, or when no
+        batch is created now (`held`: the deadline sends them realtime)."""
         try:
-            rec = lifecycle.submit(
-                self.api, self.records, body, run_id=self.run_id, n=n, round=self.round, now=self.clock()
-            )
+            if not len(body):
+                return
+            if not self.held():
+                SHUTDOWN.check()  # after SIGINT/SIGTERM no batch is created (the requests wait for resume)
+                n, self.next_n = self.next_n, self.next_n + 1
+                rec = lifecycle.submit(
+                    self.api, self.records, body, run_id=self.run_id, n=n, round=self.round, now=self.clock()
+                )
+                self.on_progress(progress_event("submitted", rec))
+                if rec.phase is not BatchPhase.NOT_CREATED:
+                    self.live[n] = rec  # its keys are in `streamed` (not held twice: memory per document)
+                    return
+            self.pending.update((i.custom_id, i) for i in body.items())
         finally:
             body.close()
-        self.on_progress(progress_event("submitted", rec))
-        if rec.phase is BatchPhase.NOT_CREATED:
-            self.pending.update((i.custom_id, i) for i in body.items())
-            return
-        self.live[n] = rec  # its keys are in `streamed` (no need to hold them twice: memory per document)
 
     def _prepare(self, doc: Document) -> tuple[Document, str | None, Any]:
         """Worker-side part of streaming one document: key, ledger lookup, request (I/O overlaps)."""

@@ -190,23 +190,23 @@ def submit(
     try:
         made = api.retrying()(create)
     except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-        if is_retryable(e):  # attempts spent: the last failure may hide a batch too
-            api.sleep(api.wait(e, api.attempts))
-            if found := find_candidates(api, rec, set()):
-                return _adopt(api, records, rec, found, cancel=False, why="create answered with an error")
+        if not is_retryable(e):
+            records.update(n, partial(_not_created, why=f"create refused: {describe(e)}"))
+            if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+                raise spend_limit_error(e) from e
+            raise BatchError(
+                f"batch {n} of run {run_id} was refused: {describe(e)}",
+                hint="lower settings.batch.max_requests / max_bytes, or fix the request it names",
+            ) from e
+        api.sleep(api.wait(e, api.attempts))  # attempts spent: the last failure may hide a batch too
+        made = find_candidates(api, rec, set())
+        if not made:
             records.update(n, lambda r: _not_created(r, f"create kept failing ({api.attempts} attempts)"))
             raise BatchError(
                 f"batch {n} of run {run_id} could not be created after {api.attempts} attempts",
                 hint=f"the API is failing; `docmill resume {run_id}` later resends these requests",
             ) from e
-        records.update(n, partial(_not_created, why=f"create refused: {describe(e)}"))
-        if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
-            raise spend_limit_error(e) from e
-        raise BatchError(
-            f"batch {n} of run {run_id} was refused: {describe(e)}",
-            hint="lower settings.batch.max_requests / max_bytes, or fix the request it names",
-        ) from e
-    if isinstance(made, list):  # the failed-looking create did create it
+    if isinstance(made, list):  # a failed-looking create did create it
         return _adopt(api, records, rec, made, cancel=False, why="create answered with an error")
     crash_point("after_create")
     return records.update(n, partial(_submitted, batches=[made], now=now))
@@ -248,11 +248,7 @@ def _adopt(
     cancel: bool,
     why: str,
 ) -> BatchRecord:
-    canceled = []
-    if cancel:
-        for b in found:
-            if b.processing_status != "ended" and api.cancel(b.id) is not None:
-                canceled.append(b.id)
+    canceled = [b.id for b in found if cancel and b.processing_status != "ended" and api.cancel(b.id)]
     note = f"{why}: adopted {', '.join(b.id for b in found)}" + (
         f"; canceled {', '.join(canceled)}" if canceled else ""
     )
