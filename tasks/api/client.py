@@ -156,9 +156,8 @@ class ModelClient:
         return self._run(partial(stream_message, self.sdk, body, betas=betas), body, label)
 
     def _run(self, fn: Callable[[StreamProgress], T], body: dict[str, Any] | None, who: CallLabel) -> T:
-        paid = body is not None  # else a free call (count_tokens): not paced, reserved or billed
         model = str(body["model"]) if body is not None else ""
-        pace_tokens = estimate_input_tokens(body) if body is not None else 0
+        estimate = estimate_input_tokens(body) if body is not None else 0
         max_tokens = int(body.get("max_tokens") or 0) if body is not None else 0
         ladder = Ladder(model, None, 0, key=who.key, doc_id=who.doc_id, pass_name=who.pass_name)
 
@@ -167,29 +166,29 @@ class ModelClient:
             self.breaker.check()
             ladder.attempts += 1
             ladder.attempts_on_model += 1
-            ticket = self.limiter.acquire(pace_tokens, max_tokens) if paid else None
-            billed, used, progress = 0.0, None, StreamProgress()
+            progress = StreamProgress()
+            if body is None:  # a free call (count_tokens): not paced, reserved or billed
+                with self.semaphore:
+                    return fn(progress)
+            ticket = self.limiter.acquire(estimate, max_tokens)
+            used, billed = None, 0.0
             try:
-                worst = self._worst_case_usd(model, pace_tokens, max_tokens) if paid else 0.0
-                hold = self.budget.reserve(worst) if paid else 0.0
+                worst = self._worst_case_usd(model, estimate, max_tokens)
+                hold = self.budget.reserve(worst)
                 try:
                     try:
                         with self.semaphore:
                             result = fn(progress)
                     except Exception as e:
-                        if paid:
-                            billed = self._failed_attempt(
-                                e, progress, ladder, worst, pace_tokens, max_tokens, {}
-                            )
+                        billed = self._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, {})
                         raise
                     used = usage_of(result)
-                    billed = self._cost(model, used) if paid and used is not None else 0.0
+                    billed = self._cost(model, used) if used is not None else 0.0
                     return result
                 finally:
                     self.budget.settle(hold, billed)
             finally:
-                if ticket is not None:
-                    self.limiter.release(ticket, usage=used)
+                self.limiter.release(ticket, usage=used)
 
         retrying = transport(
             stop=partial(self._spent, ladder), wait=partial(self._wait, ladder), sleep=self._backoff
