@@ -7,7 +7,7 @@ This module drives the run (stream documents into batches, follow them, collect 
 modules of the package are in its README.
 
 Resume = call `run_batches` again with the same run id: collected records give their carry, live
-ones are polled and collected, an intent without a batch id is reconciled first (batch_api),
+ones are polled and collected, an intent without a batch id is reconciled first (lifecycle),
 keys in the ledger cost no request, and only what is missing is submitted.
 
 Batch results stay downloadable for 29 days, so a crash while ingesting re-downloads them for free: no
@@ -58,12 +58,9 @@ Pending = tuple[list[WorkItem], "Future[list[Routed]]"]  # a chunk's items and t
 
 
 class BatchEngine:
-    """One driver of one run's batch pass. Single-threaded; the run's lease keeps it alone.
-
-    The deadline engine (tasks.deadline.engine) drives one of these rather than subclassing it:
-    `batch_requests` caps a batch's requests, `held()` true keeps requests in `pending` instead of
-    creating a batch, and `run(docs, follow=...)` replaces the polling loop; `collect` and
-    `submit_pending` are the steps such a loop calls."""
+    """One driver of one run's batch pass. Single-threaded; the run's lease keeps it alone. The
+    deadline engine drives one through `batch_requests`, `held` (true: requests wait in `pending`
+    instead of a batch) and `run(docs, follow=...)`, its own loop over `poll_live`/`submit_pending`."""
 
     def __init__(
         self,
