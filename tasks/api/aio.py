@@ -20,6 +20,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from docmill.sdk import anthropic, httpx2
@@ -309,12 +310,8 @@ class AsyncModelClient:
         started = time.monotonic()
         ladder = c._ladder(request, key, doc_id, pass_name)
         ladder.estimate = estimate
-        retrying = transport_async(
-            stop=lambda _s: c._spent(ladder),
-            wait=lambda s: c._wait(s, max(ladder.attempts_on_model, 1)),
-            sleep=self._backoff,
-            reraise=False,
-        )
+        stop, wait = partial(c._spent, ladder), partial(c._wait, ladder)
+        retrying = transport_async(stop=stop, wait=wait, sleep=self._backoff, reraise=False)
         try:  # the thread's policy (ModelClient.call): the same stop, wait and endings
             message: dict[str, Any] = await retrying(self._send, request, ladder, on_response, purpose, then)
         except endings() as e:  # anything else (a signal, a trip, the cap, a bug) leaves as it is
@@ -342,12 +339,21 @@ class AsyncModelClient:
         progress = StreamProgress()
         try:
             worst = c._worst_case_usd(ladder.model, estimate, max_tokens)
-            slot.hold = await self._reserve(worst)
+            # the budget and the breaker (a streak near its threshold: one at a time) asked again after answers
+            while (hold := c.budget.try_reserve(worst)) is None:
+                await self.changes.wait(1.0)
+            slot.hold = hold
             SHUTDOWN.check()  # again: a signal or a trip may have come while this request waited
-            await self._admit()  # a streak near the breaker's threshold: one at a time
+            while not c.breaker.try_admit(SHUTDOWN.check):
+                await self.changes.wait(0.1)
             try:
-                data, request_id, headers = await self._post(body, ladder, slot.told, progress)
-            except Exception as e:  # what it may have cost: the one policy (answers.paid_attempt)
+                timeout = read_timeout(body, c.settings.api)
+                stream = timeout is None
+                data, request_id, headers = await read_answer(
+                    self.sdk, body, stream=stream, progress=progress, timeout=timeout
+                )
+            except Exception as e:  # what pacer, ladder, breaker learn; what it may have cost (paid_attempt)
+                c._failed(e, ladder, slot.told)
                 slot.billed = c._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, slot.told)
                 raise
             finally:
@@ -358,26 +364,3 @@ class AsyncModelClient:
         finally:  # a 429's retry-after delays only this request (the retry wait), never the others
             slot.give_back()
         return data
-
-    async def _post(
-        self, body: dict[str, Any], ladder: Ladder, told: Told, progress: StreamProgress
-    ) -> tuple[dict[str, Any], Any, Any]:
-        try:
-            timeout = read_timeout(body, self.client.settings.api)
-            return await read_answer(
-                self.sdk, body, stream=timeout is None, progress=progress, timeout=timeout
-            )
-        except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-            self.client._failed(e, ladder, told)
-            raise
-
-    async def _reserve(self, worst: float) -> float:
-        """`Budget.try_reserve`, asked again after answers while reservations stand in the way."""
-        while (held := self.client.budget.try_reserve(worst)) is None:
-            await self.changes.wait(1.0)
-        return held
-
-    async def _admit(self) -> None:
-        """`CircuitBreaker.try_admit`, asked again after answers while a streak is near the threshold."""
-        while not self.client.breaker.try_admit(SHUTDOWN.check):
-            await self.changes.wait(0.1)

@@ -42,12 +42,10 @@ class Budget:
 
     def reserve(self, worst_case_usd: float) -> float:
         """`try_reserve`, waiting on this thread while other reservations stand in the way."""
-        while True:
-            held = self.try_reserve(worst_case_usd)
-            if held is not None:
-                return held
+        while (held := self.try_reserve(worst_case_usd)) is None:
             with self._changed:
                 self._changed.wait(timeout=1.0)
+        return held
 
     def settle(self, reserved_usd: float, actual_usd: float) -> None:
         with self._changed:

@@ -156,9 +156,8 @@ class ModelClient:
         return self._run(partial(stream_message, self.sdk, body, betas=betas), body, label)
 
     def _run(self, fn: Callable[[StreamProgress], T], body: dict[str, Any] | None, who: CallLabel) -> T:
-        paid = body is not None  # else a free call (count_tokens): not paced, reserved or billed
         model = str(body["model"]) if body is not None else ""
-        pace_tokens = estimate_input_tokens(body) if body is not None else 0
+        estimate = estimate_input_tokens(body) if body is not None else 0
         max_tokens = int(body.get("max_tokens") or 0) if body is not None else 0
         ladder = Ladder(model, None, 0, key=who.key, doc_id=who.doc_id, pass_name=who.pass_name)
 
@@ -167,34 +166,32 @@ class ModelClient:
             self.breaker.check()
             ladder.attempts += 1
             ladder.attempts_on_model += 1
-            ticket = self.limiter.acquire(pace_tokens, max_tokens) if paid else None
-            billed, used, progress = 0.0, None, StreamProgress()
+            progress = StreamProgress()
+            if body is None:  # a free call (count_tokens): not paced, reserved or billed
+                with self.semaphore:
+                    return fn(progress)
+            ticket = self.limiter.acquire(estimate, max_tokens)
+            used, billed = None, 0.0
             try:
-                worst = self._worst_case_usd(model, pace_tokens, max_tokens) if paid else 0.0
-                hold = self.budget.reserve(worst) if paid else 0.0
+                worst = self._worst_case_usd(model, estimate, max_tokens)
+                hold = self.budget.reserve(worst)
                 try:
                     try:
                         with self.semaphore:
                             result = fn(progress)
                     except Exception as e:
-                        if paid:
-                            billed = self._failed_attempt(
-                                e, progress, ladder, worst, pace_tokens, max_tokens, {}
-                            )
+                        billed = self._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, {})
                         raise
                     used = usage_of(result)
-                    billed = self._cost(model, used) if paid and used is not None else 0.0
+                    billed = self._cost(model, used) if used is not None else 0.0
                     return result
                 finally:
                     self.budget.settle(hold, billed)
             finally:
-                if ticket is not None:
-                    self.limiter.release(ticket, usage=used)
+                self.limiter.release(ticket, usage=used)
 
         retrying = transport(
-            stop=lambda _s: self._spent(ladder),
-            wait=lambda st: self._wait(st, ladder.attempts),
-            sleep=self._backoff,
+            stop=partial(self._spent, ladder), wait=partial(self._wait, ladder), sleep=self._backoff
         )
         try:
             return retrying(once)
@@ -313,11 +310,13 @@ class ModelClient:
             return math.inf if self.budget.cap_usd is not None else 0.0
         return worst
 
-    def _wait(self, state: RetryCallState, attempt: int) -> float:
-        """The wait before attempt `attempt` + 1 after the last one's error (retrying.wait_seconds)."""
+    def _wait(self, ladder: Ladder, state: RetryCallState) -> float:
+        """The wait after the last attempt's error (retrying.wait_seconds), backing off by the attempts
+        on the ladder's model (the count starts again after a fallback)."""
         exc, api = failure(state), self.settings.api
         if exc is None:
             return 0.0
+        attempt = max(ladder.attempts_on_model, 1)
         return wait_seconds(
             exc, attempt, api.backoff_max_seconds, self._rng, asked_max=api.retry_after_max_seconds
         )
@@ -344,8 +343,8 @@ class ModelClient:
         started = time.monotonic()
         ladder = self._ladder(request, key, doc_id, pass_name)
         retrying = transport(
-            stop=lambda _s: self._spent(ladder),
-            wait=lambda s: self._wait(s, max(ladder.attempts_on_model, 1)),  # 0 just after a fallback
+            stop=partial(self._spent, ladder),
+            wait=partial(self._wait, ladder),
             sleep=self._backoff,
             reraise=False,
         )
@@ -360,11 +359,10 @@ class ModelClient:
 
     def _ladder(self, request: dict[str, Any], key: str, doc_id: str, pass_name: str) -> Ladder:
         api = self.settings.api
-        ladder = Ladder(request["model"], api.fallback_model, api.overloads_before_fallback)
-        ladder.key, ladder.doc_id, ladder.pass_name = key, doc_id, pass_name
-        return ladder
+        fallback, overloads = api.fallback_model, api.overloads_before_fallback
+        return Ladder(request["model"], fallback, overloads, key=key, doc_id=doc_id, pass_name=pass_name)
 
-    def _spent(self, ladder: Ladder) -> bool:
+    def _spent(self, ladder: Ladder, _state: RetryCallState | None = None) -> bool:
         """No attempt more: the model's attempts are spent, or a request that timed out after it was
         sent (it may be billed) was already resent `timeout_resends` times."""
         api = self.settings.api

@@ -21,10 +21,10 @@ class LoopThread:
     `close` while other threads still wait in `run` (a flow's chunk tasks finishing after the run
     stopped) is carried out when the last of them returns: none is left waiting on a stopped loop."""
 
-    def __init__(self, name: str = "docmill-loop", io_threads: int = IO_THREADS) -> None:
+    def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.pool = ThreadPoolExecutor(io_threads, thread_name_prefix="docmill-io")
-        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="docmill-io")
+        self.thread = threading.Thread(target=self.loop.run_forever, name="docmill-loop", daemon=True)
         self.thread.start()
         self._users = 0  # threads waiting in `run`
         self._closing: Callable[[], None] | None = None  # a close asked while some were

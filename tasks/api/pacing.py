@@ -320,11 +320,7 @@ class RateLimiter:
         """Block this thread until a request of about `input_tokens` (up to `max_tokens` of output)
         may go (`try_acquire`)."""
         total = 0.0
-        while True:
-            got = self.try_acquire(input_tokens, max_tokens)
-            if isinstance(got, Ticket):
-                got.waited = total
-                return got
+        while not isinstance(got := self.try_acquire(input_tokens, max_tokens), Ticket):
             if got == WINDOW_FULL:
                 with self._lock:
                     self._lock.wait(timeout=0.05)
@@ -332,6 +328,8 @@ class RateLimiter:
             slept = self.pause(got)
             self.stats.waits.append(slept)
             total += slept
+        got.waited = total
+        return got
 
     def pause(self, seconds: float) -> float:
         """Wait `seconds` (a test's sleep: all of it), or until an answer's `release` (its headers may

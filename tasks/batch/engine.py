@@ -7,7 +7,7 @@ This module drives the run (stream documents into batches, follow them, collect 
 modules of the package are in its README.
 
 Resume = call `run_batches` again with the same run id: collected records give their carry, live
-ones are polled and collected, an intent without a batch id is reconciled first (batch_api),
+ones are polled and collected, an intent without a batch id is reconciled first (lifecycle),
 keys in the ledger cost no request, and only what is missing is submitted.
 
 Batch results stay downloadable for 29 days, so a crash while ingesting re-downloads them for free: no
@@ -34,7 +34,7 @@ from tasks.api.usage import COMPACT, WIDE, RepeatedJson, estimate_input_tokens
 from tasks.batch import ingest, lifecycle
 from tasks.batch.ingest import Gated, done_future, ordered_map
 from tasks.batch.items import WorkItem, decode_item
-from tasks.batch.longdocs import LongDoc, long_outcome
+from tasks.batch.longdocs import long_outcome
 from tasks.batch.results import CostRow, ResultRouter, ResultType, Routed, record_batch_costs
 from tasks.batch.spool import BatchBody, request_line
 from tasks.cost.worst_case import COST_GUARD, Held, over_guard
@@ -58,14 +58,9 @@ Pending = tuple[list[WorkItem], "Future[list[Routed]]"]  # a chunk's items and t
 
 
 class BatchEngine:
-    """One driver of one run's batch pass. Single-threaded; the run's lease keeps it alone.
-
-    The deadline engine (tasks.deadline.engine) drives one of these rather than subclassing it:
-    `batch_requests` caps a batch's requests, `held()` true keeps requests in `pending` instead of
-    creating a batch, and `run(docs, follow=...)` replaces the polling loop; `collect` and
-    `submit_pending` are the steps such a loop calls."""
-
-    submit_only = False  # stop once every batch is created (run_batches)
+    """One driver of one run's batch pass. Single-threaded; the run's lease keeps it alone. The
+    deadline engine drives one through `batch_requests`, `held` (true: requests wait in `pending`
+    instead of a batch) and `run(docs, follow=...)`, its own loop over `poll_live`/`submit_pending`."""
 
     def __init__(
         self,
@@ -77,6 +72,7 @@ class BatchEngine:
         on_progress: Progress | None,
         batch_requests: int | None = None,
         held: Callable[[], bool] | None = None,
+        submit_only: bool = False,
     ) -> None:
         self.p, self.recipe, self.run_id, self.settings = p, p.recipe, p.run_id, p.settings
         self.router = ResultRouter(p)
@@ -96,6 +92,7 @@ class BatchEngine:
             p.settings.batch.max_requests, batch_requests or p.settings.batch.max_requests
         )
         self.held = held or (lambda: False)
+        self.submit_only = submit_only  # stop once every batch is created
         # the JSON of what every request repeats (system prompt, schema), encoded once a run
         self.wide_json, self.compact_json = RepeatedJson(WIDE), RepeatedJson(COMPACT)
 
@@ -127,11 +124,11 @@ class BatchEngine:
 
     # ---- submission ------------------------------------------------------------------------
 
-    def _line(self, item: WorkItem, doc: Document | None = None) -> bytes | InputError | Held | LongDoc:
+    def _line(self, item: WorkItem, doc: Document | None = None) -> bytes | InputError | Held | Document:
         """The item's request line, why its document could not be read, why the cost guard holds it
-        (first requests only), or a PDF in page ranges (tasks.batch.longdocs: realtime)."""
+        (first requests only), or the document itself: a PDF in page ranges (tasks.batch.longdocs)."""
         if doc is not None and item.request is None and needs_parts(doc, self.recipe, self.settings):
-            return LongDoc(doc)
+            return doc
         try:
             request = self.router.request(item, doc)
         except InputError as e:
@@ -144,11 +141,11 @@ class BatchEngine:
         return request_line(item.custom_id, request, self.compact_json.dumps)
 
     def _add(
-        self, body: BatchBody, item: WorkItem, line: bytes | InputError | Held | LongDoc
+        self, body: BatchBody, item: WorkItem, line: bytes | InputError | Held | Document
     ) -> tuple[BatchBody, DocOutcome | None]:
         """Spool one request (submitting the body first when it is full), or its failed outcome."""
-        if isinstance(line, LongDoc):
-            return body, long_outcome(self.p, line.doc, item)
+        if isinstance(line, Document):  # extracted realtime, in page ranges
+            return body, long_outcome(self.p, line, item)
         if isinstance(line, InputError):
             return body, self.router.fail(item, "input:unreadable", line.one_line(), permanent=False)
         if isinstance(line, Held):  # to review before it is paid for; not in the ledger
@@ -167,26 +164,24 @@ class BatchEngine:
         return BatchBody(self.batch_requests, self.settings.batch.max_bytes)
 
     def _submit(self, body: BatchBody) -> None:
-        if self.held():  # no batch is created now: its requests wait (the deadline sends them realtime)
-            self.pending.update((i.custom_id, i) for i in body.items())
-            body.close()
-            return
-        if not len(body):
-            body.close()
-            return
-        SHUTDOWN.check()  # after SIGINT/SIGTERM no batch is created (the spooled requests wait for resume)
-        n, self.next_n = self.next_n, self.next_n + 1
+        """A batch of the body's requests; they wait in `pending` when it was not created, or when no
+        batch is created now (`held`: the deadline sends them realtime)."""
         try:
-            rec = lifecycle.submit(
-                self.api, self.records, body, run_id=self.run_id, n=n, round=self.round, now=self.clock()
-            )
+            if not len(body):
+                return
+            if not self.held():
+                SHUTDOWN.check()  # after SIGINT/SIGTERM no batch is created (the requests wait for resume)
+                n, self.next_n = self.next_n, self.next_n + 1
+                rec = lifecycle.submit(
+                    self.api, self.records, body, run_id=self.run_id, n=n, round=self.round, now=self.clock()
+                )
+                self.on_progress(progress_event("submitted", rec))
+                if rec.phase is not BatchPhase.NOT_CREATED:
+                    self.live[n] = rec  # its keys are in `streamed` (not held twice: memory per document)
+                    return
+            self.pending.update((i.custom_id, i) for i in body.items())
         finally:
             body.close()
-        self.on_progress(progress_event("submitted", rec))
-        if rec.phase is BatchPhase.NOT_CREATED:
-            self.pending.update((i.custom_id, i) for i in body.items())
-            return
-        self.live[n] = rec  # its keys are in `streamed` (no need to hold them twice: memory per document)
 
     def _prepare(self, doc: Document) -> tuple[Document, str | None, Any]:
         """Worker-side part of streaming one document: key, ledger lookup, request (I/O overlaps)."""
@@ -239,27 +234,26 @@ class BatchEngine:
 
     def _drive(self) -> Iterator[DocOutcome]:
         interval = self.settings.batch.poll_seconds
-        if sum(r.request_count for r in self.live.values()) >= ingest.MIN_RESULTS:
-            self.gates.start()  # its processes start while the batches run
         while self.live or self.pending:
             if not self.live:
                 yield from self.submit_pending()
                 interval = self.settings.batch.poll_seconds
                 continue
-            ended_any = False
             SHUTDOWN.check()  # batches in flight keep running; resume re-attaches to them
-            looked = self.clock()
-            for n in sorted(self.live):
-                lifecycle.crash_point("polling")
-                rec = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
-                self.live[n] = rec
-                self.on_progress(progress_event("status", rec))
-                if rec.phase is BatchPhase.ENDED:
-                    ended_any = True
-                    yield from self.collect(rec)
-            if self.live and not ended_any:  # the interval runs from the start of this look
+            looked, live = self.clock(), len(self.live)
+            yield from self.poll_live()
+            if self.live and len(self.live) == live:  # none ended; the interval runs from this look
                 self.sleep(max(0.0, interval - (self.clock() - looked)))
                 interval = min(interval * 2, self.settings.batch.poll_max_seconds)
+
+    def poll_live(self) -> Iterator[DocOutcome]:
+        """Every live batch looked at once; an ended one collected (and no longer live)."""
+        for n in sorted(self.live):
+            lifecycle.crash_point("polling")
+            rec = self.live[n] = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
+            self.on_progress(progress_event("status", rec))
+            if rec.phase is BatchPhase.ENDED:
+                yield from self.collect(rec)
 
     # ---- collection ------------------------------------------------------------------------
 
@@ -399,6 +393,8 @@ class BatchEngine:
                 if self.submit_only:  # created; the first look on a thread, a later call follows them
                     lifecycle.first_look(self.api, self.records, list(self.live.values()), self.clock)
                     return
+                if sum(r.request_count for r in self.live.values()) >= ingest.MIN_RESULTS:
+                    self.gates.start()  # its processes start while the batches run
                 yield from (follow or self._drive)()
                 for doc in self.duplicates:
                     key = file_key(self.recipe, doc, self.model, self.params)
@@ -451,6 +447,6 @@ def run_batches(
     and reconcile. `sdk()` makes the client that sends the batches (at the first batch call); the
     scope's model client sends repairs when settings.batch.repairs_realtime is set. `submit_only`:
     stop once every batch is created."""
-    engine = BatchEngine(Pass.of(scope), sdk, clock=clock, sleep=sleep, on_progress=on_progress)
-    engine.submit_only = submit_only
+    p = Pass.of(scope)
+    engine = BatchEngine(p, sdk, clock=clock, sleep=sleep, on_progress=on_progress, submit_only=submit_only)
     yield from engine.run(docs)

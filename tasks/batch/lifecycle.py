@@ -154,18 +154,9 @@ class BatchApi:
             after = page.data[-1].id
 
 
-def counts_of(batch: MessageBatch) -> dict[str, int]:
-    c = batch.request_counts
-    return {k: int(getattr(c, k, 0) or 0) for k in COUNT_KINDS}
-
-
 def total_counts(batches: list[MessageBatch]) -> dict[str, int]:
     """Request counts summed over batches, every kind present (zeros included)."""
-    out = dict.fromkeys(COUNT_KINDS, 0)
-    for b in batches:
-        for k, v in counts_of(b).items():
-            out[k] += v
-    return out
+    return {k: sum(int(getattr(b.request_counts, k, 0) or 0) for b in batches) for k in COUNT_KINDS}
 
 
 def submit(
@@ -199,23 +190,23 @@ def submit(
     try:
         made = api.retrying()(create)
     except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-        if is_retryable(e):  # attempts spent: the last failure may hide a batch too
-            api.sleep(api.wait(e, api.attempts))
-            if found := find_candidates(api, rec, set()):
-                return _adopt(api, records, rec, found, cancel=False, why="create answered with an error")
+        if not is_retryable(e):
+            records.update(n, partial(_not_created, why=f"create refused: {describe(e)}"))
+            if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
+                raise spend_limit_error(e) from e
+            raise BatchError(
+                f"batch {n} of run {run_id} was refused: {describe(e)}",
+                hint="lower settings.batch.max_requests / max_bytes, or fix the request it names",
+            ) from e
+        api.sleep(api.wait(e, api.attempts))  # attempts spent: the last failure may hide a batch too
+        made = find_candidates(api, rec, set())
+        if not made:
             records.update(n, lambda r: _not_created(r, f"create kept failing ({api.attempts} attempts)"))
             raise BatchError(
                 f"batch {n} of run {run_id} could not be created after {api.attempts} attempts",
                 hint=f"the API is failing; `docmill resume {run_id}` later resends these requests",
             ) from e
-        records.update(n, partial(_not_created, why=f"create refused: {describe(e)}"))
-        if isinstance(e, anthropic.APIStatusError) and is_spend_limit(e):
-            raise spend_limit_error(e) from e
-        raise BatchError(
-            f"batch {n} of run {run_id} was refused: {describe(e)}",
-            hint="lower settings.batch.max_requests / max_bytes, or fix the request it names",
-        ) from e
-    if isinstance(made, list):  # the failed-looking create did create it
+    if isinstance(made, list):  # a failed-looking create did create it
         return _adopt(api, records, rec, made, cancel=False, why="create answered with an error")
     crash_point("after_create")
     return records.update(n, partial(_submitted, batches=[made], now=now))
@@ -243,7 +234,7 @@ def find_candidates(api: BatchApi, rec: BatchRecord, owned: set[str]) -> list[Me
             break
         if b.id in owned:
             continue
-        if sum(counts_of(b).values()) == rec.request_count:
+        if sum(total_counts([b]).values()) == rec.request_count:
             out.append(b)
     return out
 
@@ -257,11 +248,7 @@ def _adopt(
     cancel: bool,
     why: str,
 ) -> BatchRecord:
-    canceled = []
-    if cancel:
-        for b in found:
-            if b.processing_status != "ended" and api.cancel(b.id) is not None:
-                canceled.append(b.id)
+    canceled = [b.id for b in found if cancel and b.processing_status != "ended" and api.cancel(b.id)]
     note = f"{why}: adopted {', '.join(b.id for b in found)}" + (
         f"; canceled {', '.join(canceled)}" if canceled else ""
     )

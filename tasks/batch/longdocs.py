@@ -5,7 +5,6 @@ long-document path (tasks.per_file.longdoc), its cost guard and failures the sam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from docmill.errors import ApiCallError, BudgetExhausted, InputError
@@ -19,13 +18,6 @@ if TYPE_CHECKING:
     from tasks.batch.items import WorkItem
     from tasks.per_file.settle import Pass
     from tasks.source.document import Document
-
-
-@dataclass(frozen=True)
-class LongDoc:
-    """A document the batch engine hands to the long-document path instead of spooling it."""
-
-    doc: Document
 
 
 def long_outcome(p: Pass, doc: Document, item: WorkItem) -> DocOutcome:

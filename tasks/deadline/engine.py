@@ -18,9 +18,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from checkpoints.batches import BatchPhase, BatchRecord
+from checkpoints.batches import BatchRecord
 from tasks.api.pacing import WINDOW_MAX
-from tasks.batch import ingest, lifecycle
 from tasks.batch.engine import BatchEngine
 from tasks.deadline.plan import DeadlinePlan, Pace, iso
 from tasks.per_file.outcome import DocOutcome
@@ -112,8 +111,6 @@ class DeadlineEngine:
         b = self.batches
         if b.live or b.pending:
             self._save(switch_planned=iso(self.switch_at()))
-        if sum(r.request_count for r in b.live.values()) >= ingest.MIN_RESULTS:
-            b.gates.start()  # its processes start while the batches run
         while b.live or b.pending:
             self._measure()
             if self.switched or self.clock() >= self.switch_at():
@@ -124,19 +121,11 @@ class DeadlineEngine:
             if not b.live:
                 yield from b.submit_pending()  # a later round (follow-ups, errored items)
                 continue
-            yield from self._poll()
+            yield from b.poll_live()
             if b.live:
                 self.sleep(max(min(self.poll, self.switch_at() - self.clock()), 0.0) or 0.01)
         if not self.switched and self.state.get("batches_done_at") is None:
             self._save(batches_done_at=self.clock())
-
-    def _poll(self) -> Iterator[DocOutcome]:
-        """Every live batch looked at once; an ended one collected."""
-        b = self.batches
-        for n in sorted(b.live):
-            rec = b.live[n] = lifecycle.poll(b.api, b.records, b.live[n], self.clock())
-            if rec.phase is BatchPhase.ENDED:
-                yield from b.collect(rec)
 
     def _switch(self, why: str) -> None:
         if self.switched:
@@ -151,7 +140,7 @@ class DeadlineEngine:
         for n in sorted(b.live):
             b.live[n] = self._cancel(b.live[n])
         while b.live:
-            yield from self._poll()
+            yield from b.poll_live()
             if b.live:
                 self.sleep(min(self.poll, SETTLE_POLL))
         if self.state.get("cancel_seconds") is None and self.state.get("canceled"):
