@@ -1,7 +1,7 @@
 """Compare-and-swap of shared records: the only module that reads an object with its ETag and
 writes it back conditionally (a layout test keeps it so). A leaf.
 
-`swap` is the loop (the run manifest, the lease, batch records, scratchpad appends and, through
+`swap` is the loop (the run manifest, the lease, batch records and, through
 `update_json`, the shared rate-limit pool, shard claims and allowances). `read` / `write` are one
 conditional read and write, for a writer that keeps its own ETag between writes and treats a lost
 race as an error, not a reason to retry (a long task's checkpoint: two drivers must stop, not merge).

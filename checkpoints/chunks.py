@@ -47,8 +47,7 @@ class InventoryChunks:
             return cid
         sha = hashlib.sha256(data).hexdigest()
         if self._last is None:
-            found = self.store.get_json_or_none(self.shared_key)
-            self._last = found if isinstance(found, dict) else {}
+            self._last = self.store.get_dict(self.shared_key) or {}
         last = self._last.get(sha)
         if isinstance(last, list) and len(last) == 2 and last[0] != key:
             shared, etag = str(last[0]), str(last[1])

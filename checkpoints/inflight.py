@@ -156,7 +156,8 @@ class InFlight:
         for r in records:
             worst = r.get("worst") or {}
             life = str(r.get("life"))
-            ceiling, maybe = lives.setdefault(life, (_least(r.get("ceiling"), declared.get(life)), {}))
+            ceilings = [int(c) for c in (r.get("ceiling"), declared.get(life)) if c is not None]
+            ceiling, maybe = lives.setdefault(life, (min(ceilings, default=None), {}))
             if r.get("kind") == CHUNK:
                 keys = r["frozen"] if "frozen" in r else self._unfinished(worst)
                 if not r.get("settled"):
@@ -191,11 +192,6 @@ class InFlight:
                 recorded.add(identity)  # once, however many records name the key
                 out["saved_answers"] += 1
                 out["saved_usd"] += priced_usd(str(meta.get("model")), message.get("usage") or {}) or 0.0
-
-
-def _least(*ceilings: int | None) -> int | None:
-    known = [int(c) for c in ceilings if c is not None]
-    return min(known) if known else None
 
 
 class Spend(TypedDict):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from checkpoints.keys import safe_segment
-from checkpoints.store import ObjectStore
+from checkpoints.store import ObjectStore, dumps_json
 from docmill.errors import NotFound, StoreError
 
 ATTEMPT_DIGITS = 6
@@ -28,18 +28,15 @@ class ResultsLedger:
         return f"results/{safe_segment(pass_name)}/{safe_segment(key)}.json"
 
     def get(self, pass_name: str, key: str) -> dict[str, Any] | None:
-        record = self.store.get_json_or_none(self.path(pass_name, key))
-        return record if isinstance(record, dict) else None
+        return self.store.get_dict(self.path(pass_name, key))
 
     def has(self, pass_name: str, key: str) -> bool:
         return self.store.exists(self.path(pass_name, key))
 
     def put(self, pass_name: str, key: str, record: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Write once. Returns (record in the store, written): the loser of a race gets the winner's."""
-        path = self.path(pass_name, key)
-        if self.store.put_json(path, record, if_absent=True):
-            return record, True
-        return self._winner(path), False
+        winner = self.put_many(pass_name, [(key, dumps_json(record))])[0]
+        return (record, True) if winner is None else (winner, False)
 
     def put_many(self, pass_name: str, records: Sequence[tuple[str, bytes]]) -> list[dict[str, Any] | None]:
         """`put` of each (key, record as JSON bytes), durable together (`ObjectStore.put_many_if_absent`:
@@ -95,8 +92,7 @@ class ResponseLog:
         raise StoreError(f"no free attempt slot for {pass_name}/{key} near {attempt}", key=key)
 
     def get(self, pass_name: str, key: str, attempt: int) -> dict[str, Any] | None:
-        data = self.store.get_json_or_none(self.path(pass_name, key, attempt))
-        return data if isinstance(data, dict) else None
+        return self.store.get_dict(self.path(pass_name, key, attempt))
 
     def attempts(self, pass_name: str, key: str) -> list[int]:
         return self.store.numbers(self.prefix(pass_name, key), ".json")

@@ -47,13 +47,11 @@ class OutcomeLog:
     def write_encoded(self, chunk_id: str, outcomes: list[bytes], *, retry: bool) -> str:
         """`write_chunk` of outcomes already encoded as JSON objects (`retry`: one of them is
         retryable): the file is joined around them, never parsed and dumped again."""
-        if retry:
-            self.store.put_json(self._key(chunk_id, RETRY), {"chunk_id": chunk_id})
         data = b'{"chunk_id":%s,"outcomes":[%s]}' % (dumps_json(chunk_id), b",".join(outcomes))
-        etag = self.store.put(self._key(chunk_id), data)
         if not retry:
-            self._clear_retry(chunk_id)
-        return etag
+            return self.put_raw_chunk(chunk_id, data)
+        self.store.put_json(self._key(chunk_id, RETRY), {"chunk_id": chunk_id})
+        return self.store.put(self._key(chunk_id), data)
 
     def raw_chunk(self, chunk_id: str) -> bytes | None:
         """The stored bytes of a finished chunk's file (None when there is none)."""
@@ -71,8 +69,8 @@ class OutcomeLog:
         return True
 
     def put_raw_chunk(self, chunk_id: str, data: bytes) -> str:
-        """Record a finished chunk as the bytes of a chunk file read from another run with the same
-        chunk id and no retryable outcome (`write_chunk` without encoding it again); its ETag."""
+        """Record a finished chunk, no outcome retryable, as its file's bytes (those of another run's
+        file of the same chunk id: `write_chunk` without encoding it again); its ETag."""
         etag = self.store.put(self._key(chunk_id), data)
         self._clear_retry(chunk_id)
         return etag

@@ -36,8 +36,7 @@ class ReviewQueue:
 
     def get(self, doc_id: str) -> dict[str, Any] | None:
         """The item of one document, or None."""
-        item = self.store.get_json_or_none(self._key(doc_id))
-        return item if isinstance(item, dict) else None
+        return self.store.get_dict(self._key(doc_id))
 
     def list(self) -> Iterator[dict[str, Any]]:
         """Every item of the run, in key order."""

@@ -1,8 +1,7 @@
 """Notes and archives of long tasks.
 
-- `Scratchpad`: `runs/<run_id>/scratch/<task>.md`, a text file a task appends to or replaces;
-  exact facts live here, outside any summarized history. Appends are compare-and-swap, so two
-  writers never lose each other's lines.
+- `Scratchpad`: `runs/<run_id>/scratch/<task>.md`, a text file a task replaces (a long task
+  mirrors its pinned facts there): exact facts live here, outside any summarized history.
 - `HistoryArchive`: `runs/<run_id>/history/<task>/<seq>.json.gz`, the full message history saved
   (gzip JSON, write-once, sequence-numbered) before each compaction.
 """
@@ -11,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpoints import cas
 from checkpoints.keys import safe_segment
 from checkpoints.store import ObjectStore, gunzip_json, gzip_json
-from docmill.errors import NotFound, PreconditionFailed, StoreError
+from docmill.errors import NotFound, StoreError
 
 MAX_SLOT_PROBES = 32
 SEQ_DIGITS = 6
@@ -35,22 +33,6 @@ class Scratchpad:
 
     def replace(self, text: str) -> None:
         self.store.put(self.key, text.encode("utf-8"))
-
-    def append(self, text: str) -> str:
-        """Add text (a newline is put between notes) by compare-and-swap (checkpoints.cas); returns
-        the whole pad."""
-
-        def decide(data: bytes | None) -> cas.Write[str]:
-            old = "" if data is None else data.decode("utf-8")
-            new = f"{old}\n{text}" if old and not old.endswith("\n") else old + text
-            return cas.Write(new.encode("utf-8"), new)
-
-        def exhausted() -> PreconditionFailed:
-            return PreconditionFailed(f"scratchpad {self.key} kept changing", key=self.key)
-
-        new = cas.swap(self.store, self.key, decide, exhausted=exhausted)
-        assert new is not None  # `decide` never gives up
-        return new
 
 
 class HistoryArchive:

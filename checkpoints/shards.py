@@ -70,20 +70,18 @@ class ShardTable:
         self.store.put_json(self.prefix + "plan.json", {"shards": shards, "workers": workers}, if_absent=True)
         return self.plan()
 
+    def _plan(self) -> dict[str, Any]:
+        return self.store.get_json_or_none(self.prefix + "plan.json") or {}
+
     def plan(self) -> dict[str, list[str]]:
-        found = self.store.get_json_or_none(self.prefix + "plan.json") or {}
-        return {k: list(v) for k, v in (found.get("shards") or {}).items()}
+        return {k: list(v) for k, v in (self._plan().get("shards") or {}).items()}
 
     def workers(self) -> int:
         """The number of workers the plan was made for."""
-        found = self.store.get_json_or_none(self.prefix + "plan.json") or {}
-        return int(found.get("workers") or 0)
+        return int(self._plan().get("workers") or 0)
 
-    def _claim_key(self, sid: str) -> str:
-        return f"{self.prefix}{safe_segment(sid)}.claim.json"
-
-    def _done_key(self, sid: str) -> str:
-        return f"{self.prefix}{safe_segment(sid)}.done.json"
+    def _key(self, sid: str, kind: str) -> str:
+        return f"{self.prefix}{safe_segment(sid)}.{kind}.json"
 
     def done(self) -> dict[str, dict[str, Any]]:
         found = self.store.json_objects(self.prefix, ".done.json")
@@ -96,7 +94,7 @@ class ShardTable:
         for sid in sorted(self.plan()):
             if sid in finished or not self._take(sid, holder, name, ttl, dead):
                 continue
-            if self.store.exists(self._done_key(sid)):  # finished meanwhile: its done marker is put
+            if self.store.exists(self._key(sid, "done")):  # finished meanwhile: its done marker is put
                 self.release(sid, holder)  # before its claim is released, so this sees it
                 continue
             return sid
@@ -119,31 +117,27 @@ class ShardTable:
                 "previous": cur.get("name") if other else None,
             }
 
-        return update_json(self.store, self._claim_key(sid), fn) is not None
+        return update_json(self.store, self._key(sid, "claim"), fn) is not None
 
     def renew(self, sid: str, holder: str, ttl: float) -> bool:
         """Extend our claim; False when it is not ours any more (it lapsed and another took it)."""
-
-        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
-            if not cur or cur.get("holder") != holder:
-                return None
-            return {**cur, "expires_at": self.clock() + ttl}
-
-        return update_json(self.store, self._claim_key(sid), fn) is not None
+        return self._change_own(sid, holder, {"expires_at": self.clock() + ttl})
 
     def release(self, sid: str, holder: str) -> None:
         """Give a claim up (done, or stopping): marked free by compare-and-swap, only if ours."""
+        self._change_own(sid, holder, {"holder": None, "expires_at": 0})
+
+    def _change_own(self, sid: str, holder: str, change: dict[str, Any]) -> bool:
+        """Update `holder`'s claim of `sid` with `change`; False when the claim is not `holder`'s."""
 
         def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
-            if not cur or cur.get("holder") != holder:
-                return None
-            return {**cur, "holder": None, "expires_at": 0}
+            return {**cur, **change} if cur and cur.get("holder") == holder else None
 
-        update_json(self.store, self._claim_key(sid), fn)
+        return update_json(self.store, self._key(sid, "claim"), fn) is not None
 
     def finish(self, sid: str, holder: str, name: str, counts: dict[str, int], docs: int) -> None:
         record = {"holder": holder, "name": name, "at": self.clock(), "counts": counts, "docs": docs}
-        self.store.put_json(self._done_key(sid), record, if_absent=True)
+        self.store.put_json(self._key(sid, "done"), record, if_absent=True)
         self.release(sid, holder)
 
     def stop(self, kind: str, message: str, *, by: str) -> None:
@@ -156,14 +150,13 @@ class ShardTable:
         self.store.delete(self.prefix + "stop.json")
 
     def stopped(self) -> dict[str, Any] | None:
-        found = self.store.get_json_or_none(self.prefix + "stop.json")
-        return found if isinstance(found, dict) else None
+        return self.store.get_dict(self.prefix + "stop.json")
 
     def states(self) -> list[ShardState]:
         plan, done, now = self.plan(), self.done(), self.clock()
         out: list[ShardState] = []
         for sid, chunks in sorted(plan.items()):
-            claim = read_json(self.store, self._claim_key(sid))[0] or {}
+            claim = read_json(self.store, self._key(sid, "claim"))[0] or {}
             live = claim.get("holder") is not None and float(claim.get("expires_at") or 0) > now
             state = "done" if sid in done else ("claimed" if live else "open")
             worker = (done.get(sid) or {}).get("name") or (claim.get("name") if live else None)

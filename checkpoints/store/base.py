@@ -122,6 +122,11 @@ class ObjectStore(ABC):
         except NotFound:
             return None
 
+    def get_dict(self, key: str) -> dict[str, Any] | None:
+        """The JSON object at `key`; None when there is none or it is not an object."""
+        found = self.get_json_or_none(key)
+        return found if isinstance(found, dict) else None
+
     def put_json(self, key: str, obj: Any, *, if_absent: bool = False) -> bool:
         """Write JSON; with `if_absent=True` returns False when the key was already written."""
         data = dumps_json(obj)
@@ -137,8 +142,8 @@ class ObjectStore(ABC):
         """(key, object) of each JSON object listed under `prefix` whose key ends with `suffix`; one
         deleted while listing, or not a JSON object, is skipped."""
         for key in self.list(prefix):
-            found = self.get_json_or_none(key) if key.endswith(suffix) else None
-            if isinstance(found, dict):
+            found = self.get_dict(key) if key.endswith(suffix) else None
+            if found is not None:
                 yield key, found
 
     def link(self, key: str, *, expires_seconds: int = 7 * 24 * 3600) -> str:

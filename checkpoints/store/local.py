@@ -101,15 +101,15 @@ class LocalStore(ObjectStore):
             return os.open(target, flags, 0o644)
 
     def _write_temp(self, path: Path, data: bytes, etag: str) -> Path:
-        tmp = _sidecar(path, f"tmp.{os.getpid()}.{next(_TMP_IDS)}")
+        tmp = _temp_path(path)
         fd = self._open_in_folder(path, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             _write_all(fd, data, etag)
         except BaseException:
-            os.close(fd)
             _unlink(tmp)
             raise
-        os.close(fd)
+        finally:
+            os.close(fd)
         return tmp
 
     def _write_anonymous(self, path: Path, data: bytes, etag: str, *, sync: bool = True) -> int | None:
@@ -183,7 +183,7 @@ class LocalStore(ObjectStore):
             if known != etag:
                 return False
             with self._locked(target):
-                tmp = _sidecar(target, f"tmp.{os.getpid()}.{next(_TMP_IDS)}")
+                tmp = _temp_path(target)
                 try:
                     os.link(f"/proc/self/fd/{fd}", tmp, src_dir_fd=fd, follow_symlinks=True)
                 except OSError:  # no /proc, another file system, a sandbox: write the bytes
@@ -331,8 +331,9 @@ def _sorted_entries(folder: Path, name_prefix: str) -> list[tuple[str, bool]]:
     return [((raw[:-1] if is_dir else raw).decode("utf-8"), is_dir) for raw, is_dir in entries]
 
 
-def _sidecar(path: Path, tag: str) -> Path:
+def _temp_path(path: Path) -> Path:
     """`.~<tag>.<name>` beside `path`; a name too long for that is replaced by its hash."""
+    tag = f"tmp.{os.getpid()}.{next(_TMP_IDS)}"
     name = f"{RESERVED_PREFIX}{tag}.{path.name}"
     if len(name.encode("utf-8")) > 255:
         name = f"{RESERVED_PREFIX}{tag}.{hashlib.sha256(path.name.encode('utf-8')).hexdigest()}"

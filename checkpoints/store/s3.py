@@ -252,8 +252,7 @@ class S3Store(ObjectStore):
 
     def list(self, prefix: str = "") -> Iterator[str]:
         check_prefix(prefix)
-        cut = len(self.prefix)
-        return (obj["Key"][cut:] for page in self._pages(prefix, None) for obj in page.get("Contents") or [])
+        return (key for key, _ in self.list_stamped(prefix))
 
     def list_stamped(self, prefix: str = "") -> Iterator[tuple[str, ListedStamp | None]]:
         check_prefix(prefix)

@@ -17,12 +17,12 @@ on an unfinished assistant turn. Reply-shaping parameters are stripped from comp
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from checkpoints.store import dumps_json
 from docmill.errors import ContextError
 from docmill.sdk import anthropic
 from tasks.api.answers import message_text
@@ -90,8 +90,7 @@ def strip_reply_shaping(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+canonical = dumps_json  # sorted keys, no spaces, UTF-8
 
 
 def block_digest(block: Mapping[str, Any]) -> str:

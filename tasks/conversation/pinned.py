@@ -87,27 +87,20 @@ def compress_ids(ids: Iterable[str]) -> list[str]:
 
     Ids without a numeric suffix stay as they are; nothing is lost (tests expand the runs back).
     """
-    runs: list[str] = []
-    ordered = sorted(set(ids), key=_sort_key)
-    i = 0
-    while i < len(ordered):
-        m = _NUMBERED.match(ordered[i])
-        j = i
-        if m:
-            stem, digits = m.group(1), m.group(2)
-            while j + 1 < len(ordered):
-                n = _NUMBERED.match(ordered[j + 1])
-                if not n or n.group(1) != stem or len(n.group(2)) != len(digits):
-                    break
-                if int(n.group(2)) != int(digits) + (j + 1 - i):
-                    break
-                j += 1
-        runs.append(ordered[i] if j == i else f"{ordered[i]}..{ordered[j]}")
-        i = j + 1
-    return runs
+    runs: list[list[str]] = []  # [first, last] of each run
+    last: tuple[str, int, int, str] | None = None
+    for key in sorted(map(_sort_key, set(ids))):
+        stem, width, n, value = key
+        if last is not None and width >= 0 and last[:3] == (stem, width, n - 1):
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+        last = key
+    return [first if first == end else f"{first}..{end}" for first, end in runs]
 
 
 def _sort_key(value: str) -> tuple[str, int, int, str]:
+    """(stem, width of its number, the number, the id); width -1 for an id without a number."""
     m = _NUMBERED.match(value)
     if not m:
         return (value, -1, 0, value)

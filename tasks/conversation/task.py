@@ -67,10 +67,6 @@ def safe_group(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:200]
 
 
-def _hash(value: Any) -> str:
-    return hashlib.sha256(cmp.canonical(value)).hexdigest()
-
-
 def _blocks(content: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
 
@@ -192,7 +188,7 @@ class ConversationTask:
     def count(self, params: dict[str, Any]) -> int:
         """Input tokens of a request, via count_tokens, cached per identical request."""
         body = {k: params[k] for k in COUNT_FIELDS if k in params}
-        key = _hash(body)
+        key = hashlib.sha256(cmp.canonical(body)).hexdigest()
         if key not in self._count_cache:
             result: Any
             if cmp.compaction_blocks(body["messages"]):

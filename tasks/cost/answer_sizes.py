@@ -83,7 +83,6 @@ class PerDoc:
 
     thinking: float
     repair_rate: float
-    documents: int
 
 
 def per_doc(samples: list[PastAnswer], overall: PerDoc | None = None) -> PerDoc:
@@ -94,7 +93,7 @@ def per_doc(samples: list[PastAnswer], overall: PerDoc | None = None) -> PerDoc:
     rate = sum(s.repairs for s in samples) / n
     if overall is not None:
         rate = (n * rate + REPAIR_WEIGHT * overall.repair_rate) / (n + REPAIR_WEIGHT)
-    return PerDoc(thinking=sum(s.thinking_tokens for s in samples) / n, repair_rate=rate, documents=n)
+    return PerDoc(thinking=sum(s.thinking_tokens for s in samples) / n, repair_rate=rate)
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ class AnswerSizes:
     thinking_per_doc: float = 0.0
     runs: int = 0
     note_tokens_per_result: float | None = None  # integration pass: text tokens written per document
-    overall_per_doc: PerDoc = field(default_factory=lambda: PerDoc(0.0, 0.0, 0))
+    overall_per_doc: PerDoc = field(default_factory=lambda: PerDoc(0.0, 0.0))
     repair: RepairSize = field(default_factory=RepairSize)
     per_doc_by_type: dict[str, PerDoc] = field(default_factory=dict)  # formats with FORMAT_MIN documents
     integration_input_tokens: int = 0  # the integration passes' input, as billed

@@ -146,9 +146,6 @@ def test_results_ledger_path_and_record(store: ObjectStore) -> None:
 def test_scratchpad_and_history_archive(store: ObjectStore) -> None:
     pad = Scratchpad(store, "r", "integrate")
     assert pad.read() == ""
-    pad.append("fact 1")
-    pad.append("fact 2")
-    assert pad.read() == "fact 1\nfact 2"
     pad.replace("pinned")
     assert pad.read() == "pinned"
     assert store.exists("runs/r/scratch/integrate.md")
