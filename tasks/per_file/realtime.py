@@ -258,19 +258,16 @@ def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
             Attempts(p, doc.doc_id, key, model=p.model).recovered(Progress(max_tokens=0))
         return outcome_from_ledger(p, doc, record)
     payload = load_payload(doc, p.recipe, p.settings)
-    text = payload.text
     long = goes_long(doc, p.recipe, payload, p.settings)
     max_tokens = int(p.settings.api.max_tokens)
     request = {} if long else file_request(p.recipe, doc, payload, model=p.model, max_tokens=max_tokens)
     estimate = estimate_input_tokens(request) if request else None
-    held = _held(p, doc, key, text, request, estimate)
+    held = _held(p, doc, key, payload.text, request, estimate)
     if held is not None:
         return held
     tries = Attempts(p, doc.doc_id, key, model=p.model)
     progress = Progress(max_tokens=max_tokens)
-    if long:
-        return Work(doc, key, payload, tries, request, progress)
-    recovered = tries.recovered(progress)
+    recovered = None if long else tries.recovered(progress)  # a long document recovers in its own task
     return Work(doc, key, payload, tries, request, progress, message=recovered, estimate=estimate)
 
 
@@ -299,7 +296,7 @@ def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> 
 
 
 def _held(
-    p: Pass, doc: Document, key: str, text: str, request: dict[str, Any], estimate: int | None = None
+    p: Pass, doc: Document, key: str, text: str, request: dict[str, Any], estimate: int | None
 ) -> DocOutcome | None:
     """needs_review `cost_guard` (settle.hold_for_cost) when the document's worst case passes the
     per-document guard, else None."""
