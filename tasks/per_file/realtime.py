@@ -228,7 +228,7 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
     except ApiCallError as e:
         return await aio.loop.io(_api_failure, p, doc, tries, e)
     except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
-        return _unfinished(doc, tries, "budget", e.one_line())
+        return _unfinished(tries, "budget", e.one_line())
 
 
 def _cheap(p: Pass, doc: Document) -> bool:
@@ -318,7 +318,7 @@ def answer_cause(verdict: Verdict) -> tuple[str | None, str]:
 
 
 def _finish(p: Pass, doc: Document, tries: Attempts, verdict: Verdict, decision: Decision) -> DocOutcome:
-    outcome = tries.outcome(doc.doc_id, **gated_fields(verdict, decision.action, decision.reason))
+    outcome = tries.outcome(**gated_fields(verdict, decision.action, decision.reason))
     return enqueue_review(p, doc, write_outcome(p, outcome), tries=tries.log, errors=verdict.errors)
 
 
@@ -339,7 +339,7 @@ def _api_failure(p: Pass, doc: Document, tries: Attempts, e: ApiCallError) -> Do
         },
     )
     # an API error may echo request data (headers, keys): mask secrets before it is stored
-    outcome = _unfinished(doc, tries, e.failure_type, redact(e.last_error or e.message))
+    outcome = _unfinished(tries, e.failure_type, redact(e.last_error or e.message))
     outcome.retryable = e.status not in PERMANENT_STATUSES  # not ledger-final: resume retries it
     if e.request_id:
         outcome.request_ids.append(str(e.request_id))
@@ -348,11 +348,10 @@ def _api_failure(p: Pass, doc: Document, tries: Attempts, e: ApiCallError) -> Do
     return outcome
 
 
-def _unfinished(doc: Document, tries: Attempts, failure_type: str, error: str) -> DocOutcome:
+def _unfinished(tries: Attempts, failure_type: str, error: str) -> DocOutcome:
     """A failed outcome that keeps every attempt's usage and the last (partial) output."""
     last = tries.last_verdict
     return tries.outcome(
-        doc.doc_id,
         state=DocState.FAILED,
         failure_type=failure_type,
         last_error=error,
