@@ -29,7 +29,7 @@ own wrapper and speak as the pipeline.
 A PDF or image sent as what it is goes as a labelled, self-closing
 `<document id=.. type=.. sent-as=.. pages=../>` element, then the base64 `document` / `image` block,
 then the instruction with the page rule (evidence begins with `[page N]`). Its key adds the send
-mode and that layout's hash, so a text document's key is the same as before media existed.
+mode and that layout's hash; a text document's key holds neither.
 """
 
 from __future__ import annotations
@@ -307,8 +307,8 @@ def file_params(settings: Settings) -> dict[str, Any]:
 
 
 def answered_by(settings: Settings) -> dict[str, str]:
-    """Who answers, in every key and integration scope: nothing for the API (its keys as they always
-    were), the emulator where there is no API key. An emulator's answer is then never a ledger hit
+    """Who answers, in every key and integration scope: nothing for the API (its keys carry no such
+    field), the emulator where there is no API key. An emulator's answer is then never a ledger hit
     of a run on the API, nor its integration state that run's: trying docmill offline on real
     documents, then running them with a key on the same store, asks the API."""
     return {"answered_by": "emulator"} if settings.offline else {}

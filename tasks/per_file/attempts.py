@@ -116,9 +116,9 @@ class Attempts:
             self.log[-1]["problem"] = verdict.problem.value
             self.log[-1]["errors"] = verdict.errors[:20]
 
-    def outcome(self, doc_id: str, *, state: DocState, **kw: Any) -> DocOutcome:
+    def outcome(self, *, state: DocState, **kw: Any) -> DocOutcome:
         return DocOutcome(
-            doc_id=doc_id,
+            doc_id=self.doc_id,
             key=self.key,
             state=state,
             attempts=max(self.transport_attempts, self.n),

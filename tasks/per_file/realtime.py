@@ -228,7 +228,7 @@ async def _review_one(p: Pass, doc: Document, key: str, aio: AsyncModelClient) -
     except ApiCallError as e:
         return await aio.loop.io(_api_failure, p, doc, tries, e)
     except BudgetExhausted as e:  # not written: a resume with a higher cap continues from the responses
-        return _unfinished(doc, tries, "budget", e.one_line())
+        return _unfinished(tries, "budget", e.one_line())
 
 
 def _cheap(p: Pass, doc: Document) -> bool:
@@ -258,19 +258,16 @@ def _prepare(p: Pass, doc: Document, key: str) -> DocOutcome | Work:
             Attempts(p, doc.doc_id, key, model=p.model).recovered(Progress(max_tokens=0))
         return outcome_from_ledger(p, doc, record)
     payload = load_payload(doc, p.recipe, p.settings)
-    text = payload.text
     long = goes_long(doc, p.recipe, payload, p.settings)
     max_tokens = int(p.settings.api.max_tokens)
     request = {} if long else file_request(p.recipe, doc, payload, model=p.model, max_tokens=max_tokens)
     estimate = estimate_input_tokens(request) if request else None
-    held = _held(p, doc, key, text, request, estimate)
+    held = _held(p, doc, key, payload.text, request, estimate)
     if held is not None:
         return held
     tries = Attempts(p, doc.doc_id, key, model=p.model)
     progress = Progress(max_tokens=max_tokens)
-    if long:
-        return Work(doc, key, payload, tries, request, progress)
-    recovered = tries.recovered(progress)
+    recovered = None if long else tries.recovered(progress)  # a long document recovers in its own task
     return Work(doc, key, payload, tries, request, progress, message=recovered, estimate=estimate)
 
 
@@ -299,7 +296,7 @@ def _after_answer(p: Pass, work: Work, message: dict[str, Any], fresh: bool) -> 
 
 
 def _held(
-    p: Pass, doc: Document, key: str, text: str, request: dict[str, Any], estimate: int | None = None
+    p: Pass, doc: Document, key: str, text: str, request: dict[str, Any], estimate: int | None
 ) -> DocOutcome | None:
     """needs_review `cost_guard` (settle.hold_for_cost) when the document's worst case passes the
     per-document guard, else None."""
@@ -321,7 +318,7 @@ def answer_cause(verdict: Verdict) -> tuple[str | None, str]:
 
 
 def _finish(p: Pass, doc: Document, tries: Attempts, verdict: Verdict, decision: Decision) -> DocOutcome:
-    outcome = tries.outcome(doc.doc_id, **gated_fields(verdict, decision.action, decision.reason))
+    outcome = tries.outcome(**gated_fields(verdict, decision.action, decision.reason))
     return enqueue_review(p, doc, write_outcome(p, outcome), tries=tries.log, errors=verdict.errors)
 
 
@@ -342,7 +339,7 @@ def _api_failure(p: Pass, doc: Document, tries: Attempts, e: ApiCallError) -> Do
         },
     )
     # an API error may echo request data (headers, keys): mask secrets before it is stored
-    outcome = _unfinished(doc, tries, e.failure_type, redact(e.last_error or e.message))
+    outcome = _unfinished(tries, e.failure_type, redact(e.last_error or e.message))
     outcome.retryable = e.status not in PERMANENT_STATUSES  # not ledger-final: resume retries it
     if e.request_id:
         outcome.request_ids.append(str(e.request_id))
@@ -351,11 +348,10 @@ def _api_failure(p: Pass, doc: Document, tries: Attempts, e: ApiCallError) -> Do
     return outcome
 
 
-def _unfinished(doc: Document, tries: Attempts, failure_type: str, error: str) -> DocOutcome:
+def _unfinished(tries: Attempts, failure_type: str, error: str) -> DocOutcome:
     """A failed outcome that keeps every attempt's usage and the last (partial) output."""
     last = tries.last_verdict
     return tries.outcome(
-        doc.doc_id,
         state=DocState.FAILED,
         failure_type=failure_type,
         last_error=error,

@@ -294,10 +294,10 @@ def words(text: str) -> list[str]:
     return WORD.findall(fold(text.translate(_ORDINAL_MARKS)))
 
 
-def is_iso_date(value: Any) -> bool:
-    """Whether `value` is a day written YYYY-MM-DD (or an ISO date-time)."""
-    m = ISO_VALUE.match(str(value).strip()) if isinstance(value, str) else None
-    return m is not None and _day(*map(int, m.groups())) is not None
+def iso_day(value: Any) -> date | None:
+    """The day `value` is, written YYYY-MM-DD (or as an ISO date-time); None for anything else."""
+    m = ISO_VALUE.match(value.strip()) if isinstance(value, str) else None
+    return None if m is None else _day(*map(int, m.groups()))
 
 
 def supports(value: Any, evidence: str | None, *, is_date: bool = False) -> bool:
@@ -308,15 +308,12 @@ def supports(value: Any, evidence: str | None, *, is_date: bool = False) -> bool
         return False
     if isinstance(value, int | float):
         return any(abs(a - value) <= max(0.005, abs(value) * 1e-12) for a in amounts_in(evidence))
-    text = str(value).strip()
-    iso = ISO_VALUE.match(text)
-    if iso:
-        day = _day(*map(int, iso.groups()))
-        if day is not None and day in dates_in(evidence):
-            return True
+    day = iso_day(value)
+    if day is not None and day in dates_in(evidence):
+        return True
     if is_date:
         return False
-    value_words, evidence_words = words(text), words(evidence)
+    value_words, evidence_words = words(str(value).strip()), words(evidence)
     distinct = set(value_words)
     if len(distinct) == len(value_words) and distinct.issubset(evidence_words):
         return True  # each word once, and each in the evidence: nothing to count
@@ -398,7 +395,7 @@ def support_flags(
             if checked and "value" in node and "evidence" in node:
                 value, excerpt = node["value"], node.get("evidence")
                 is_date = bool(dates) and _INDEX.sub("[]", path) in dates
-                if is_date and value not in (None, "") and not is_iso_date(value):
+                if is_date and value not in (None, "") and iso_day(value) is None:
                     flag(path, node, f"holds {value!r}, not a date written YYYY-MM-DD")
                 elif isinstance(excerpt, str | None) and not supports(value, excerpt, is_date=is_date):
                     what = (

@@ -229,11 +229,10 @@ def _from_file(spec: str) -> Recipe:
         sys.modules[module_name] = module
         try:
             mod_spec.loader.exec_module(module)
-        except ConfigError as e:  # a Recipe(...) in the file refused itself: its reason, as it is
-            del sys.modules[module_name]
-            raise ConfigError(f"recipe file {path_text!r}: {e.message}", hint=e.hint) from e
         except Exception as e:
             del sys.modules[module_name]
+            if isinstance(e, ConfigError):  # a Recipe(...) in the file refused itself: its reason, as it is
+                raise ConfigError(f"recipe file {path_text!r}: {e.message}", hint=e.hint) from e
             first = (str(e).splitlines() or [""])[0]
             raise ConfigError(
                 f"recipe file {path_text!r} failed to import: {type(e).__name__}: {first}"

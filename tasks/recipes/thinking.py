@@ -11,8 +11,8 @@ most). Extraction rarely needs deep thinking, so a recipe says how much it wants
   thinking, and docmill's requests use no tools), nothing where thinking is always on (Opus 5.5,
   Fable 5.x: effort is the only control). Manual extended thinking (`enabled` + budget_tokens) is
   never sent: 5.x models answer it 400.
-Models that do not think by default (4.x) get nothing: their requests (and idempotency keys) stay as
-they were. `thinking_params` is the one place the policy becomes parameters (the per-file request and
+Models that do not think by default (4.x) get nothing: no thinking parameter in their requests or
+idempotency keys. `thinking_params` is the one place the policy becomes parameters (the per-file request and
 `estimate` read it; the key hashes it).
 """
 

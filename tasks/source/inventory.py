@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -80,8 +79,9 @@ class _Entry:
     stamp: Callable[[], list[int | str] | None] | None = None
 
 
-def _stamp_local(path: str) -> Callable[[], list[int | str] | None]:
-    """[size, mtime_ns, ctime_ns, inode] of a regular file (one stat), None when it has none."""
+def _local(name: str, path: Path) -> _Entry:
+    """The entry of a local file: read in 1 MiB blocks; stamped [size, mtime_ns, ctime_ns, inode]
+    by one stat (None when it is not a regular file)."""
 
     def stamp() -> list[int | str] | None:
         try:
@@ -90,10 +90,6 @@ def _stamp_local(path: str) -> Callable[[], list[int | str] | None]:
             return None
         return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] if stat.S_ISREG(st.st_mode) else None
 
-    return stamp
-
-
-def _read_local(path: str) -> Callable[[int], _Read]:
     def read(max_bytes: int) -> _Read:
         try:
             st = os.stat(path)
@@ -111,7 +107,7 @@ def _read_local(path: str) -> Callable[[int], _Read]:
         except OSError as e:
             return _Read(error=f"{type(e).__name__}: {e.strerror or e}")
 
-    return read
+    return _Entry(name, path.as_uri(), read, stamp=stamp)
 
 
 _NO_READ: Callable[[int], _Read] = lambda _m: _Read()  # noqa: E731  (known skips are never read)
@@ -156,9 +152,7 @@ def _walk(root: Path, source: str, follow: bool) -> tuple[list[str], list[str], 
 def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
     root = Path(source).expanduser()
     if root.is_file():
-        yield _Entry(
-            root.name, root.resolve().as_uri(), _read_local(str(root)), stamp=_stamp_local(str(root))
-        )
+        yield _local(root.name, root.resolve())
         return
     if not root.is_dir():
         raise InputError(
@@ -190,7 +184,7 @@ def _local_entries(source: str, settings: Settings) -> Iterator[_Entry]:
                 ),
             )
         else:
-            yield _Entry(rel, path.as_uri(), _read_local(str(path)), stamp=_stamp_local(str(path)))
+            yield _local(rel, path)
 
 
 def _read_s3(store: ObjectStore, key: str) -> Callable[[int], _Read]:
@@ -266,14 +260,15 @@ def _traits(content: Content, settings: Settings) -> dict[str, Any]:
 
 @dataclass
 class _Scan:
-    """What classifying the entries of one source shares."""
+    """What classifying the entries of one source shares (limits and bounds from `settings`)."""
 
-    max_bytes: int
-    types: frozenset[str]
-    limits: Limits
     settings: Settings
-    seen: FirstOfContent  # sha256 -> the first ok doc id with it
-    bounds: Bounds = field(default_factory=Bounds)
+    types: frozenset[str]
+    seen: FirstOfContent = field(default_factory=FirstOfContent)  # sha256 -> the first ok doc id with it
+
+    def __post_init__(self) -> None:
+        self.max_bytes = self.settings.inventory.max_document_bytes
+        self.limits, self.bounds = read_limits(self.settings), read_bounds(self.settings)
 
 
 def _base(entry: _Entry) -> dict[str, Any]:
@@ -412,21 +407,16 @@ def listed_files(source: str, settings: Settings, *, doc_types: Iterable[str], l
     or oversized e-mail counts as `limit`."""
     n = 0
     for entry, doc_type in _listed(source, settings, doc_types):
-        n += (
-            mail_documents(entry.read(settings.inventory.max_document_bytes).data)
-            if doc_type == DocType.EML
-            else 1
-        )
+        if doc_type == DocType.EML:
+            data = entry.read(settings.inventory.max_document_bytes).data
+            if data is None:
+                return limit
+            n += 2 + data.count(b"\n--") + data.startswith(b"--")
+        else:
+            n += 1
         if n >= limit:
             break
     return min(n, limit)
-
-
-def mail_documents(data: bytes | None) -> int:
-    """The documents an e-mail's bytes make, counted as `listed_files` says."""
-    if data is None:
-        return sys.maxsize
-    return 2 + data.count(b"\n--") + data.startswith(b"--")
 
 
 def recorded(
@@ -457,14 +447,7 @@ def inventory(
     saved once every document is out."""
     settings = settings or get_settings()
     types = ALL_TYPES if doc_types is None else frozenset(t for t in doc_types if t in ALL_TYPES)
-    scan = _Scan(
-        settings.inventory.max_document_bytes,
-        types,
-        read_limits(settings),
-        settings,
-        FirstOfContent(),
-        read_bounds(settings),
-    )
+    scan = _Scan(settings, types)
     yield from one_per_id(_documents(_entries(source, settings), scan, known))
     if known is not None:
         known.save()

@@ -13,27 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from tasks.source.readers.content import (
-    BinaryContent,
-    Content,
-    ExtractError,
-    Page,
-    Part,
-    Unreadable,
-    image_tokens,
-)
+from tasks.source.readers.content import BinaryContent, Content, ExtractError, Unreadable
 from tasks.source.readers.image import read_image
 from tasks.source.readers.mail import read_eml
 from tasks.source.readers.office import ZipLimits, read_docx, read_pptx, read_xlsx
 from tasks.source.readers.pdf import DEFAULT_MAX_PAGES, DEFAULT_MIN_CHARS, read_pdf
-from tasks.source.readers.text import (
-    decode_utf8,
-    html_to_text,
-    json_depth_exceeds,
-    read_html,
-    read_json,
-    read_plain,
-)
+from tasks.source.readers.text import html_to_text, json_depth_exceeds, read_html, read_json, read_plain
 
 
 class DocType(StrEnum):
@@ -153,22 +138,16 @@ __all__ = [
     "ALL_TYPES",
     "CODE_TYPES",
     "DOCUMENT_TYPES",
-    "EXTENSIONS",
-    "IMAGE_TYPES",
     "NOT_READ",
     "BinaryContent",
     "Content",
     "DocType",
     "ExtractError",
     "Limits",
-    "Page",
-    "Part",
     "Unreadable",
-    "decode_utf8",
     "doc_type_for",
     "extract_text",
     "html_to_text",
-    "image_tokens",
     "json_depth_exceeds",
     "read",
 ]

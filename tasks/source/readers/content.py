@@ -59,6 +59,11 @@ class Unreadable(ExtractError):
         self.reason = reason
 
 
+def corrupt(what: str, e: BaseException) -> Unreadable:
+    """`corrupt`: what a library raised on a broken file, in one line (`invalid PDF: <type>: <message>`)."""
+    return Unreadable("corrupt", f"invalid {what}: {type(e).__name__}: {e}".splitlines()[0][:200])
+
+
 class OverLimit(Unreadable):
     """Reading stopped at a bound (tasks.source.readers.bounded): `limit` is "memory" (bytes of address
     space) or "time" (seconds), `value` the bound; the reason is `over_limit`."""

@@ -16,6 +16,7 @@ from tasks.source.readers.content import (
     API_MAX_IMAGE_SIDE,
     Content,
     Unreadable,
+    corrupt,
     image_tokens,
 )
 
@@ -39,7 +40,7 @@ def read_image(data: bytes) -> Content:
             f"{why}: over the API's {API_MAX_IMAGE_SIDE} x {API_MAX_IMAGE_SIDE} px; never decoded",
         ) from e
     except Exception as e:
-        raise Unreadable("corrupt", f"invalid image: {type(e).__name__}: {e}".splitlines()[0][:200]) from e
+        raise corrupt("image", e) from e
     media_type = MEDIA_TYPES.get(fmt)
     if media_type is None:
         raise Unreadable(

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.source.readers.content import Content, Unreadable, paged
+from tasks.source.readers.content import Content, Unreadable, corrupt, paged
 
 MAX_MEMBERS = 10_000
 CHUNK = 1024 * 1024  # bytes inflated per read of a member
@@ -189,9 +189,7 @@ def _opened(kind: str, fn: Callable[[bytes], Content]) -> Callable[[bytes, ZipLi
         except Unreadable:
             raise
         except Exception as e:  # a library's parse error on a broken file: this file only
-            raise Unreadable(
-                "corrupt", f"invalid .{kind}: {type(e).__name__}: {e}".splitlines()[0][:200]
-            ) from e
+            raise corrupt(f".{kind}", e) from e
         if not content.text.strip():
             held = held_without_text(data)
             if held:

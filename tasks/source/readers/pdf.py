@@ -20,16 +20,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from docmill.api_media import RENDER_SCALE
-from tasks.source.readers.content import PDF_MEDIA_TYPE, Content, Unreadable, image_tokens, paged
+from tasks.source.readers.content import PDF_MEDIA_TYPE, Content, Unreadable, corrupt, image_tokens, paged
 from tasks.source.readers.pdf_text import PDFIUM_LOCK, open_document, page_text, poor_text, visible_chars
 
 DEFAULT_MIN_CHARS = 40
 DEFAULT_MAX_PAGES = 1000
 ENCRYPTED = "PDF is encrypted (password protected); the API takes no encrypted PDF"
-
-
-def _one_line(e: Exception) -> str:
-    return f"invalid PDF: {type(e).__name__}: {e}".splitlines()[0][:200]
 
 
 def open_pdf(data: bytes) -> Any:
@@ -41,7 +37,7 @@ def open_pdf(data: bytes) -> Any:
         reader = PdfReader(io.BytesIO(data))
         encrypted = reader.is_encrypted
     except Exception as e:  # pypdf raises many kinds on broken files; a bad file must never crash a run
-        raise Unreadable("corrupt", _one_line(e)) from e
+        raise corrupt("PDF", e) from e
     if encrypted:
         raise Unreadable("encrypted", ENCRYPTED)
     return reader
@@ -57,8 +53,8 @@ def _refusal(data: bytes, e: Exception) -> Unreadable:
     except Unreadable as refused:
         return refused
     except Exception as e2:  # pypdf raises many kinds on broken files
-        return Unreadable("corrupt", _one_line(e2))
-    return Unreadable("corrupt", _one_line(e))
+        return corrupt("PDF", e2)
+    return corrupt("PDF", e)
 
 
 def read_pdf(
@@ -110,7 +106,7 @@ def read_pdf(
         except Unreadable:
             raise
         except Exception as e:
-            raise Unreadable("corrupt", _one_line(e)) from e
+            raise corrupt("PDF", e) from e
         finally:
             doc.close()
     if not marks:
