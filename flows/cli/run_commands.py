@@ -118,7 +118,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     # unless the run may turn out to have nothing to send (`_small_run`): then after that count
     may_be_small = _may_be_small(a)
     _own_processes(prefect=not a.no_prefect and not a.workers and not may_be_small, adopt=False)
-    from flows.entry import run_extract, settings_for
+    from flows.entry import given_settings, run_extract, settings_for
 
     if a.finish_by:  # a bad time is one line before anything starts
         from flows.entry import deadline_iso
@@ -128,18 +128,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise InputError(f"source {a.source!r} does not exist", hint="give a folder or an s3://bucket/prefix")
     check_store(cli_store(a), store_uri(a))
     recipe = a.recipe or get_settings().recipe
-    overrides: dict[str, Any] = {
-        "allow_empty": a.allow_empty or None,
-        "cost.max_doc_cost_usd": a.max_doc_cost_usd,
-        "inventory.follow_symlinks": a.follow_symlinks or None,
-        "chunk_size": a.chunk_size,
-        "cost.max_cost_usd": a.max_cost_usd,
-        "api.concurrency": a.concurrency,
-        "api.model": a.model,
-        "inventory.include": a.include,
-        "inventory.exclude": a.exclude,
-        "integration.mode": a.integration,
-    }
+    overrides = given_settings(vars(a))
     if a.no_prefect or (may_be_small and _small_run(a, recipe, overrides)):
         if a.workers:
             raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
