@@ -25,7 +25,7 @@ from flows.run.context import (
     record_possibly_billed,
     share_limit,
 )
-from flows.run.continuation import choose_run, pinned_settings, source_id
+from flows.run.continuation import choose_run, pinned_settings, set_dotted, source_id
 from flows.run.passes import MapChunks, plain_map
 from flows.run.progress import OnProgress
 from flows.workers import spread
@@ -36,6 +36,28 @@ from tasks.recipes import load_recipe
 log = get_logger("flows")
 
 
+# The settings a run's arguments set, by the argument's name (a `docmill run` flag, a flow parameter).
+GIVEN = {
+    "allow_empty": "allow_empty",
+    "max_doc_cost_usd": "cost.max_doc_cost_usd",
+    "follow_symlinks": "inventory.follow_symlinks",
+    "chunk_size": "chunk_size",
+    "max_cost_usd": "cost.max_cost_usd",
+    "concurrency": "api.concurrency",
+    "model": "api.model",
+    "max_tokens": "api.max_tokens",
+    "include": "inventory.include",
+    "exclude": "inventory.exclude",
+    "integration": "integration.mode",
+}
+
+
+def given_settings(args: dict[str, Any]) -> dict[str, Any]:
+    """Dotted settings overrides of the arguments in `args` that set one (`GIVEN`); an argument left
+    out (None, or a switch left off) keeps the configured value."""
+    return {GIVEN[k]: None if v is False else v for k, v in args.items() if k in GIVEN}
+
+
 def settings_for(store: str | None, overrides: dict[str, Any]) -> Settings:
     """The settings of one run: the environment's, with `store` and dotted overrides
     (`"api.model": ...`; None keeps the configured value) applied and validated."""
@@ -43,19 +65,9 @@ def settings_for(store: str | None, overrides: dict[str, Any]) -> Settings:
     if store:
         base["store"] = store
     for dotted, value in overrides.items():
-        if value is None:
-            continue
-        node = base
-        *path, leaf = dotted.split(".")
-        for p in path:
-            node = node[p]
-        node[leaf] = value
+        if value is not None:
+            set_dotted(base, dotted, value)
     return Settings.model_validate(base)
-
-
-def source_filters(include: list[str] | None, exclude: list[str] | None) -> dict[str, Any]:
-    """Settings overrides of the source's include / exclude globs (None keeps the configured ones)."""
-    return {"inventory.include": include, "inventory.exclude": exclude}
 
 
 @dataclass(frozen=True)

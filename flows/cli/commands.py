@@ -250,16 +250,10 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_estimate(a: argparse.Namespace) -> int:
-    from flows.entry import settings_for
+    from flows.entry import given_settings, settings_for
     from tasks.cost.estimate import estimate_source
 
-    overrides = {
-        "api.model": a.model,
-        "api.max_tokens": a.max_tokens,
-        "inventory.include": a.include,
-        "inventory.exclude": a.exclude,
-    }
-    settings = settings_for(getattr(a, "store", None), overrides)
+    settings = settings_for(getattr(a, "store", None), given_settings(vars(a)))
     print("\n".join(estimate_source(a.source, a.recipe or settings.recipe, settings).lines()))
     return EXIT_OK
 

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from docmill.errors import DocmillError, InputError
-from docmill.settings import get_settings
+from docmill.settings import Settings, get_settings
 from flows.cli.checks import check_store, known_run
 from flows.cli.commands import cli_store, store_uri
 from flows.cli.exit_codes import EXIT_INTEGRATION, EXIT_OK, EXIT_RUN
@@ -52,11 +52,10 @@ def _one_line_errors(record: Any) -> bool:
     return tasks is None or not tasks.is_stop_record(record)
 
 
-def _own_processes(*, prefect: bool = False, adopt: bool = True) -> None:
-    """Stop what a killed earlier run left running (one line says so), and make the Prefect server
-    this run may start die with it, however it ends (docmill.processes, flows.orchestration.server);
-    `prefect`: the run goes through Prefect, its temporary server starts now (flows.orchestration.boot).
-    `adopt` False: the last step (`_adopt_server`, which imports Prefect) is the caller's, later."""
+def _own_processes(*, prefect: bool) -> None:
+    """Stop what a killed earlier run left running (one line says so); `prefect`: the run goes
+    through Prefect, its temporary server starts now (flows.orchestration.boot). The caller then
+    makes the server die with it (`_adopt_server`, which imports Prefect)."""
     from docmill.processes import reap_stale, reaped_line
 
     stale = reap_stale(get_settings().runtime_dir)
@@ -64,11 +63,11 @@ def _own_processes(*, prefect: bool = False, adopt: bool = True) -> None:
         print(reaped_line(stale), file=sys.stderr)
     if prefect and get_settings().prefect_prespawn:
         prefect_boot.prespawn(get_settings().runtime_dir)  # boots while the rest imports
-    if adopt:
-        _adopt_server()
 
 
 def _adopt_server() -> None:
+    """Make the Prefect server this run may start die with it, however it ends (docmill.processes,
+    flows.orchestration.server)."""
     from prefect.settings import PREFECT_API_URL
 
     if not PREFECT_API_URL.value():  # else no server starts (and its heavy module stays unimported)
@@ -117,8 +116,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     # then at once: Prefect's temporary server boots while the rest imports (flows.orchestration.boot),
     # unless the run may turn out to have nothing to send (`_small_run`): then after that count
     may_be_small = _may_be_small(a)
-    _own_processes(prefect=not a.no_prefect and not a.workers and not may_be_small, adopt=False)
-    from flows.entry import run_extract, settings_for
+    _own_processes(prefect=not a.no_prefect and not a.workers and not may_be_small)
+    from flows.entry import given_settings, run_extract, settings_for
 
     if a.finish_by:  # a bad time is one line before anything starts
         from flows.entry import deadline_iso
@@ -128,28 +127,15 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise InputError(f"source {a.source!r} does not exist", hint="give a folder or an s3://bucket/prefix")
     check_store(cli_store(a), store_uri(a))
     recipe = a.recipe or get_settings().recipe
-    overrides: dict[str, Any] = {
-        "allow_empty": a.allow_empty or None,
-        "cost.max_doc_cost_usd": a.max_doc_cost_usd,
-        "inventory.follow_symlinks": a.follow_symlinks or None,
-        "chunk_size": a.chunk_size,
-        "cost.max_cost_usd": a.max_cost_usd,
-        "api.concurrency": a.concurrency,
-        "api.model": a.model,
-        "inventory.include": a.include,
-        "inventory.exclude": a.exclude,
-        "integration.mode": a.integration,
-    }
-    if a.no_prefect or (may_be_small and _small_run(a, recipe, overrides)):
+    overrides = given_settings(vars(a))
+    settings = settings_for(a.store, overrides)
+    if a.no_prefect or (may_be_small and _small_run(a, recipe, settings)):
         if a.workers:
             raise InputError("--workers spreads a run over Prefect workers", hint="drop --no-prefect")
         return _finish(
-            run_extract(
-                _run_params(a, recipe, overrides, finish_by=a.finish_by),
-                settings=settings_for(a.store, overrides),
-            )
+            run_extract(_run_params(a, recipe, overrides, finish_by=a.finish_by), settings=settings)
         )
-    early_id = _early_batches(a, recipe, overrides)
+    early_id = _early_batches(a, recipe, overrides, settings)
     a.run_id = early_id or a.run_id
     _adopt_server()  # Prefect imported (~5 s of CPU) while the batches run
     from flows.orchestration.prefect_flows import extract
@@ -173,14 +159,12 @@ def _may_be_small(a: argparse.Namespace) -> bool:
     return True
 
 
-def _small_run(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> bool:
+def _small_run(a: argparse.Namespace, recipe: str, settings: Settings) -> bool:
     """A run `_may_be_small` let through with fewer documents to send than
     settings.prefect_min_documents runs without Prefect (flows.run.small), and one line says so;
     otherwise Prefect's temporary server starts now."""
-    from flows.entry import settings_for
     from flows.run.small import work_left
 
-    settings = settings_for(a.store, overrides)
     limit = settings.prefect_min_documents
     n = work_left(a.source, recipe, settings, limit=limit)
     if n >= limit:
@@ -211,12 +195,13 @@ def _run_params(a: argparse.Namespace, recipe: str, overrides: dict[str, Any], *
     )
 
 
-def _early_batches(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]) -> str | None:
+def _early_batches(
+    a: argparse.Namespace, recipe: str, overrides: dict[str, Any], settings: Settings
+) -> str | None:
     """A batch run's batches created before Prefect is imported and its server is up (flows.run.early);
     the run's id, which the flow run then continues."""
-    from flows.entry import RunWiring, run_extract, settings_for
+    from flows.entry import RunWiring, run_extract
 
-    settings = settings_for(a.store, overrides)
     if not early.eligible(settings, a.mode, finish_by=a.finish_by, workers=a.workers):
         return None
     summary = run_extract(
@@ -229,6 +214,7 @@ def _early_batches(a: argparse.Namespace, recipe: str, overrides: dict[str, Any]
 
 def cmd_resume(a: argparse.Namespace) -> int:
     _own_processes(prefect=not a.no_prefect)
+    _adopt_server()
     from flows.entry import resume_run
     from flows.orchestration.prefect_flows import resume
 

@@ -20,7 +20,7 @@ from docmill.errors import BudgetExhausted, Interrupted, RunOverlap
 from docmill.logs import get_logger, to_prefect_run
 from docmill.settings import Settings, get_settings
 from docmill.shutdown import install
-from flows.entry import RunWiring, resume_run, run_extract, settings_for, source_filters
+from flows.entry import RunWiring, given_settings, resume_run, run_extract, settings_for
 from flows.orchestration.artifacts import publish_run
 from flows.orchestration.chunk_tasks import (
     RUNNER,
@@ -128,17 +128,7 @@ def extract(
     paths relative to the source (default: every file). `integration`: incremental (default), full
     or skip. `workers`: spread the per-file pass over that many shard workers of the work pool.
     `finish_by` (`+2h`, `06:00`, ISO 8601): batch what can finish by then, the rest realtime."""
-    given = {
-        "chunk_size": chunk_size,
-        "cost.max_cost_usd": max_cost_usd,
-        "api.concurrency": concurrency,
-        "api.model": model,
-        **source_filters(include, exclude),
-        "integration.mode": integration,
-        "cost.max_doc_cost_usd": max_doc_cost_usd,
-        "inventory.follow_symlinks": follow_symlinks or None,
-        "allow_empty": allow_empty or None,
-    }
+    given = given_settings(locals())  # the parameters that set a setting, by name
     asked = RunParams(
         source,
         _recipe(recipe),
@@ -175,12 +165,7 @@ def nightly(
     `model`, `max_cost_usd`: as for `extract` (None: the worker's settings). `workers`: spread over
     that many workers of the pool; `finish_by` (e.g. `06:00`): the new documents as batches, what will
     not finish by then realtime."""
-    given = {
-        "api.model": model,
-        "cost.max_cost_usd": max_cost_usd,
-        **source_filters(include, exclude),
-        "integration.mode": integration,
-    }
+    given = given_settings(locals())  # the parameters that set a setting, by name
     asked = RunParams(source, _recipe(recipe), workers=workers, finish_by=finish_by, given=given)
     return _in_flow(run_extract, asked, settings=settings_for(store, given))
 
@@ -205,13 +190,7 @@ def backfill(
     `recipe`, `model`, `max_cost_usd`: as for `extract` (None: the worker's settings). `workers`
     (realtime): spread over that many workers of the pool; `finish_by`: what will not finish as
     batches by then goes realtime near it."""
-    given = {
-        "chunk_size": chunk_size,
-        "cost.max_cost_usd": max_cost_usd,
-        "api.model": model,
-        **source_filters(include, exclude),
-        "integration.mode": integration,
-    }
+    given = given_settings(locals())  # the parameters that set a setting, by name
     asked = RunParams(
         source, _recipe(recipe), mode, run_id, workers=workers, finish_by=finish_by, given=given
     )

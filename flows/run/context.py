@@ -64,12 +64,7 @@ class StoreJournal:
             self.store.put_json(key, record)
 
     def load(self) -> list[dict[str, Any]]:
-        out = []
-        for key in self.store.list(self.PREFIX):
-            record = self.store.get_json_or_none(key) if key.endswith(".json") else None
-            if isinstance(record, dict):
-                out.append(record)
-        return out
+        return [record for _, record in self.store.json_objects(self.PREFIX)]
 
 
 @contextmanager

@@ -178,7 +178,8 @@ def _get(tree: dict[str, Any], dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
-def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+def set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """`tree[a][b] = value` for `dotted` "a.b"; a dict value is merged into the dict it replaces."""
     *path, leaf = dotted.split(".")
     for part in path:
         tree = tree[part]
@@ -210,7 +211,7 @@ def pinned_settings(
         found, value = _get(m.config, name)
         if not found:
             continue
-        _set(tree, name, value)
+        set_dotted(tree, name, value)
         asked = given.get(name)
         if asked is not None and asked != value:
             kept.append(f"{name}={value} (asked {asked})")
@@ -221,7 +222,7 @@ def pinned_settings(
     changed = []
     for name in SAFE:
         value = given.get(name, own.get(name, _get(now, name)[1]))
-        _set(tree, name, value)
+        set_dotted(tree, name, value)
         if name in given and name in own and own[name] != value:
             changed.append(f"{name} {own[name]} -> {value}")
     lines = []
