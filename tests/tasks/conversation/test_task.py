@@ -4,6 +4,9 @@ pinned-fact verification, checkpoints and costs."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +25,16 @@ from tasks.conversation.task import ConversationTask
 
 MODEL = "claude-sonnet-4-6"
 BUDGET = 3000
+ROOT = Path(__file__).resolve().parents[3]
+TURNS = 22  # at BUDGET: two compactions or more
 
 
 def client(emulator: Any) -> ModelClient:
-    return ModelClient(Settings(), base_url=emulator.base_url, api_key="test-key", sleep=lambda _s: None)
+    return _client(emulator.base_url)
+
+
+def _client(base_url: str) -> ModelClient:
+    return ModelClient(Settings(), base_url=base_url, api_key="test-key", sleep=lambda _s: None)
 
 
 def pinned() -> PinnedFacts:
@@ -36,11 +45,15 @@ def pinned() -> PinnedFacts:
 
 
 def make_task(emulator: Any, store: Any, *, facts: PinnedFacts | None = None, **kw: Any) -> ConversationTask:
+    return _task(emulator.base_url, store, facts=facts, **kw)
+
+
+def _task(base_url: str, store: Any, *, facts: PinnedFacts | None = None, **kw: Any) -> ConversationTask:
     return ConversationTask(
         "t1",
         "run1",
         store,
-        client(emulator),
+        _client(base_url),
         model=MODEL,
         system="You integrate invoice results.",
         budget_tokens=kw.pop("budget_tokens", BUDGET),
@@ -218,3 +231,50 @@ def test_one_turn_over_the_budget_is_refused_before_sending(emulator: Any, tmp_p
     with pytest.raises(ContextError, match="exceeds the budget"):
         task.send("x " * 8000)
     assert received(emulator) == 0
+
+
+def _finish(base_url: str, store: Any) -> ConversationTask:
+    """The task of `store` (a checkpoint resumes it) sent its remaining turns of TURNS."""
+    task = _task(base_url, store)
+    for i in range(task.exchanges, TURNS):
+        task.send(turn(i))
+    return task
+
+
+def crash_child() -> None:  # entry point of the crash subprocess: argv store, base URL
+    _finish(sys.argv[2], open_store(sys.argv[1]))
+
+
+@pytest.mark.parametrize("crash", ["compaction_returned#2", "exchange_returned#5", "exchange_checkpointed#7"])
+def test_sigkill_at_a_crash_point_then_resume_gives_the_same_conversation(
+    emulator: Any, tmp_path: Path, crash: str
+) -> None:
+    expected = _finish(emulator.base_url, open_store(str(tmp_path / "whole")))
+    assert len(expected.compactions) >= 2
+    billed_before = len(emulator.state.accounting.billed)
+    store = open_store(str(tmp_path / "killed"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DOCMILL_CRASH_AT": crash}
+    code = "from tests.tasks.conversation.test_task import crash_child; crash_child()"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "killed"), emulator.base_url],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr.decode()[-3000:]  # SIGKILLed at the crash point
+    assert 0 < _task(emulator.base_url, store).exchanges < TURNS
+    got = _finish(emulator.base_url, store)  # resume in this process
+    assert got.messages == expected.messages
+
+    def archived(task: ConversationTask, st: Any) -> list[tuple[dict[str, Any], Any]]:
+        """Each compaction, and the history it archived (a kill between archiving and the
+        checkpoint archives it again under the next number: its seq differs, its content not)."""
+        archive = HistoryArchive(st, "run1", "t1")
+        return [({**c, "archive_seq": None}, archive.load(c["archive_seq"])) for c in task.compactions]
+
+    assert archived(got, store) == archived(expected, open_store(str(tmp_path / "whole")))
+    assert got.pinned.to_json() == expected.pinned.to_json()
+    # every billed call is costed once, the one repeated after the kill included
+    costs = list(CostLedger(store, "run1").entries())
+    assert len(costs) == len(emulator.state.accounting.billed) - billed_before > TURNS
