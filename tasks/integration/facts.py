@@ -56,25 +56,27 @@ class FactTracker:
         self.gaps: list[dict[str, Any]] = []
         self.filled: set[str] = set()
 
-    def add(self, result: dict[str, Any]) -> None:
-        """Take one per-file result (doc id, state, reason, output)."""
-        out = result.get("output") or {}
-        record = {"doc_id": result["doc_id"], "state": result.get("state", "succeeded")}
-        record.update(compact_value(out) if isinstance(out, dict) else {})
-        if result.get("state") not in (None, "succeeded"):
-            record["reason"] = result.get("reason") or result.get("failure_type")
+    def add(self, outcome: dict[str, Any]) -> None:
+        """Take one per-file outcome. Its list fields only count as filled or not (conflicts compare
+        scalars), so their items are not walked."""
+        output = {
+            k: ([True] if v else []) if isinstance(v, list) else v
+            for k, v in (outcome.get("output") or {}).items()
+        }
+        record = {"doc_id": outcome["doc_id"], "state": outcome.get("state"), **compact_value(output)}
+        if outcome.get("state") not in (None, "succeeded"):
+            record["reason"] = outcome.get("reason") or outcome.get("failure_type")
         doc_id = str(record["doc_id"])
         if doc_id in self._seen:
             return
         self._seen.add(doc_id)
         self.doc_ids.append(doc_id)
-        state = record.get("state", "succeeded")
+        state = record["state"]
         if state != "succeeded":
             self.gaps.append(
                 {"doc_id": doc_id, "field": None, "reason": f"{state}: {record.get('reason') or state}"}
             )
         self.filled.update(k for k, v in record.items() if v not in (None, "", []))
-        output = result.get("output") if isinstance(result.get("output"), dict) else {}
         if self.entity_field and _scalar(record.get(self.entity_field)):
             self.entities[str(record[self.entity_field])].append(doc_id)
         key = record.get(self.key_field) if self.key_field else None
@@ -84,8 +86,9 @@ class FactTracker:
             for field, value in record.items():
                 if field in ("doc_id", "state", "reason", self.key_field) or not _scalar(value):
                     continue
-                ev = evidence_of(output, field) if output else None
-                self.groups[key][field].setdefault(_text(value), []).append((doc_id, ev))
+                self.groups[key][field].setdefault(_text(value), []).append(
+                    (doc_id, evidence_of(output, field))
+                )
 
     def conflicts(self) -> list[dict[str, Any]]:
         out = []
@@ -139,24 +142,11 @@ def model_sections(recipe: Recipe) -> list[str]:
     return [f for f in fields if f not in CODE_SECTIONS] if code_built(recipe) else fields
 
 
-def _shallow(output: dict[str, Any]) -> dict[str, Any]:
-    """An output as the tracker reads it: list fields only count as filled or not (the tracker
-    compares scalars), so their items are not walked."""
-    return {k: ([True] if v else []) if isinstance(v, list) else v for k, v in output.items()}
-
-
 def tracker_of(outcomes: list[dict[str, Any]], recipe: Recipe) -> FactTracker:
     """Every current result through the fact tracker, in doc id order."""
     tracker = FactTracker(tuple(recipe.key_fields), item_field(recipe.integration_schema, "entities"))
     for o in sorted(outcomes, key=lambda o: o["doc_id"]):
-        tracker.add(
-            {
-                "doc_id": o["doc_id"],
-                "state": o.get("state"),
-                "reason": o.get("reason") or o.get("failure_type"),
-                "output": _shallow(o.get("output") or {}),
-            }
-        )
+        tracker.add(o)
     return tracker
 
 
