@@ -74,7 +74,9 @@ def cited_pages(outcome: dict[str, Any]) -> dict[int, list[Mark]]:
     """Page -> the marks of the values whose evidence is on it (a boxed value: one mark per box)."""
     output = outcome.get("output") or {}
     pages: dict[int, list[Mark]] = {}
-    for name, where in evidence_places(outcome, "page"):
+    for name, where in evidence_places(outcome):
+        if where.get("page") is None:
+            continue
         top = "." not in name and "[" not in name
         value = field_value(output.get(name)) if top else None
         support = support_of(outcome, name) if top else "verified"
@@ -189,15 +191,11 @@ def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]
 
 
 def _spans(outcome: dict[str, Any]) -> list[tuple[str, int, int]]:
-    """(field, start, end) of every top-level evidence found in the text. Written out rather than
-    through `evidence_places`: a report reads each listed document's spans up to three times."""
-    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
+    """(field, start, end) of every top-level evidence found in the text, in text order."""
     out = []
-    for path, where in fields.items():
-        if isinstance(where, dict) and where.get("start") is not None:
-            name = path.removeprefix("$.").removesuffix(".evidence")
-            if "." not in name and "[" not in name:
-                out.append((name, int(where["start"]), int(where["end"])))
+    for name, where in evidence_places(outcome):
+        if where.get("start") is not None and "." not in name and "[" not in name:
+            out.append((name, int(where["start"]), int(where["end"])))
     return sorted(out, key=itemgetter(1))
 
 

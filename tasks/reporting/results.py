@@ -7,6 +7,7 @@ leaf `tasks.provenance` (each value's support class).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -75,15 +76,12 @@ def display_counts(outcomes: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def evidence_places(outcome: dict[str, Any], having: str = "") -> list[tuple[str, dict[str, Any]]]:
+def evidence_places(outcome: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(field, where its evidence sits) from the gate (`$.total.evidence` -> `total`) or a long
-    document's merge (`total`, `line_items[0]`); `having`: only the places that set this key."""
-    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
-    return [
-        (path.removeprefix("$.").removesuffix(".evidence"), where)
-        for path, where in fields.items()
-        if isinstance(where, dict) and (not having or where.get(having) is not None)
-    ]
+    document's merge (`total`, `line_items[0]`)."""
+    for path, where in (((outcome.get("provenance") or {}).get("fields")) or {}).items():
+        if isinstance(where, dict):
+            yield path.removeprefix("$.").removesuffix(".evidence"), where
 
 
 def where_text(f: FieldView) -> str:
@@ -107,9 +105,8 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
     original = outcome.get("original_output") or {}
     corrections = ((outcome.get("review") or {}).get("corrections")) or {}
     offsets: dict[str, dict[str, Any]] = {}  # a field's first place wins
-    for path, where in (((outcome.get("provenance") or {}).get("fields")) or {}).items():
-        if isinstance(where, dict):  # as in evidence_places, without its list: read per document
-            offsets.setdefault(path.removeprefix("$.").removesuffix(".evidence"), where)
+    for name, where in evidence_places(outcome):
+        offsets.setdefault(name, where)
     views: list[FieldView] = []
     items: dict[str, int] = {}
     for name, node in output.items():
