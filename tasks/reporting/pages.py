@@ -255,9 +255,9 @@ def _figure(view: PageView) -> tuple[Any, ...]:
     return ("page", view.page, view.image, ratio, boxes, boxed, cited)
 
 
-def _by_doc(views: list[PageView]) -> list[tuple[str, list[PageView], list[str], str]]:
-    """Per document: its id, its pages, the support classes of its marks (least supported first)
-    and the text a filter matches (its id and fields)."""
+def _by_doc(views: list[PageView]) -> list[tuple[str, list[PageView], str, str, str]]:
+    """Per document: its id, its pages, the support classes of its marks (least supported first,
+    joined), the least of them and the text a filter matches (its id and fields)."""
     by_doc: dict[str, list[PageView]] = {}
     for v in views:
         by_doc.setdefault(v.doc_id, []).append(v)
@@ -266,7 +266,8 @@ def _by_doc(views: list[PageView]) -> list[tuple[str, list[PageView], list[str],
         marks = [m for v in pages for m in v.marks] + [s[0] for v in pages for s in v.snippets]
         seen = {m.support for m in marks}
         classes = [c for c in SUPPORT_ORDER if c in seen]
-        out.append((doc_id, pages, classes, " ".join([doc_id, *(m.name for m in marks)])))
+        text = " ".join([doc_id, *(m.name for m in marks)])
+        out.append((doc_id, pages, ", ".join(classes), classes[0] if classes else "", text))
     return out
 
 
@@ -275,12 +276,9 @@ def pages_rows(views: list[PageView]) -> list[tuple[str, str, str]]:
     HTML of the first rows is in the page for a reader without scripts; `pages_data` carries all of
     them, built by `PAGES_JS` in the browser."""
     docs = _by_doc(views)
-    shaped = [(doc_id, ", ".join(classes), [_figure(v) for v in pages]) for doc_id, pages, classes, _ in docs]
+    shaped = [(doc_id, classes, [_figure(v) for v in pages]) for doc_id, pages, classes, _, _ in docs]
     html = rendered_rows("pages_rows.html.j2", shaped)
-    return [
-        (text, classes[0] if classes else "", row)
-        for (_, _, classes, text), row in zip(docs, html, strict=True)
-    ]
+    return [(text, least, row) for (*_, least, text), row in zip(docs, html, strict=True)]
 
 
 def _text(v: Any) -> str:
@@ -293,7 +291,7 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
     [[field, value, left, top, right, bottom], ...], [cited field, ...]]`, a snippet `[field,
     support, value, before, evidence, after]`; `PAGES_JS` turns one into the row's HTML."""
     rows = []
-    for doc_id, pages, classes, text in _by_doc(views):
+    for doc_id, pages, classes, least, text in _by_doc(views):
         figures = [
             [
                 v.page,
@@ -315,8 +313,7 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
             for v in pages
             for m, before, evidence, after in v.snippets
         ]
-        data = [doc_id, ", ".join(classes), figures, snippets]
-        rows.append((text, classes[0] if classes else "", data))
+        rows.append((text, least, [doc_id, classes, figures, snippets]))
     return rows
 
 
