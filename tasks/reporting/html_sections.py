@@ -15,7 +15,6 @@ from tasks.records import IntegrationResult
 from tasks.reporting.findings import SEVERITIES, FindingView, by_file, severity_counts
 from tasks.reporting.htmlkit import ESCAPE_JS, Part, asset, macros, paged_table, rendered_rows
 from tasks.reporting.results import (
-    DISPLAY_STATES,
     DocView,
     FieldView,
     field_stats,
@@ -23,6 +22,7 @@ from tasks.reporting.results import (
     queue_parts,
     where_text,
 )
+from tasks.reporting.summary import STATES
 
 TEXT_CUT = 300  # characters of a duplicate, a flag's value or an error shown
 DOC_PAGE_ROWS = 50  # documents a page of the documents' table shows
@@ -100,7 +100,7 @@ def documents_section(views: list[DocView], columns: list[str], unlisted: int = 
             "docs",
             head,
             first,
-            choices=DISPLAY_STATES,
+            choices=STATES,
             size=DOC_PAGE_ROWS,
             empty="No documents.",
             data_rows=data,

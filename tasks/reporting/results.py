@@ -1,7 +1,7 @@
 """What each document yielded, shaped for people (a leaf): the state a report shows (skipped inputs
 apart from failures), the fields with their evidence and offsets, the link to the stored result,
-and the review decision in force. report.html and report.md render these records. Imports only the
-leaf `tasks.provenance` (each value's support class).
+and the review decision in force. report.html and report.md render these records. Imports only
+leaves: `tasks.provenance` (each value's support class) and the states of `summary`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from tasks.provenance import support_of
+from tasks.reporting.summary import STATES
 
 # Inputs with nothing to extract are "skipped", not failures (`DocState.SKIPPED`, reason = the skip
 # reason; records from before that state say failed "input:<reason>" and are shown the same way).
@@ -24,7 +25,6 @@ REVIEW_REASONS = {
     "conflict": "succeeded, but disagrees with another document on a key field (integration pass)",
     "sample": "succeeded; drawn at random for a spot check (`docmill eval --sample`)",
 }
-DISPLAY_STATES = ("succeeded", "needs_review", "failed", "skipped")
 MAX_CELL = 300
 
 
@@ -45,7 +45,7 @@ class FieldView(TypedDict):
 
 class DocView(TypedDict):
     doc_id: str
-    state: str  # one of DISPLAY_STATES
+    state: str  # one of STATES
     why: str  # reason, failure type or skip reason; "" when succeeded
     detail: str  # the skip explanation or the last error
     fields: list[FieldView]
@@ -71,7 +71,7 @@ def display_state(outcome: dict[str, Any]) -> str:
 
 
 def display_counts(outcomes: list[dict[str, Any]]) -> dict[str, int]:
-    counts = dict.fromkeys(DISPLAY_STATES, 0)
+    counts = dict.fromkeys(STATES, 0)
     counts.update(Counter(display_state(o) for o in outcomes))
     return counts
 
