@@ -56,8 +56,7 @@ def merge_outputs(parts: list[dict[str, Any]]) -> dict[str, Any]:
         for k, v in part.items():
             if isinstance(v, list):
                 seen = {json.dumps(x, sort_keys=True) for x in merged.get(k, [])}
-                merged.setdefault(k, [])
-                merged[k].extend(x for x in v if json.dumps(x, sort_keys=True) not in seen)
+                merged.setdefault(k, []).extend(x for x in v if json.dumps(x, sort_keys=True) not in seen)
             else:
                 merged.setdefault(k, v)
     return merged
