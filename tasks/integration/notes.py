@@ -198,8 +198,8 @@ class Notes:
             inflight.close(mark)  # the client recorded a paid attempt that brought no answer
             raise
         message = result.message
-        # one group per API call (request id, else a fresh name): a slice asked again by a resume
-        # was billed again, so it is recorded again (a `<key>-<attempt>` group was written once per run)
+        # one group per API call (request id, else a fresh name): a slice a resume asks again is
+        # billed again, so it is recorded again
         call_id = result.request_id or uuid.uuid4().hex[:16]
         self.costs.record(
             f"{key}-{attempt}-{call_id}",

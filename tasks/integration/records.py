@@ -41,12 +41,12 @@ def compact_records(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: r["doc_id"])
 
 
-def results_block(records: Iterable[dict[str, Any]], attrs: str = "") -> str:
+def results_block(records: Iterable[dict[str, Any]]) -> str:
     """Compact records as JSON lines inside `<per_file_results>`, the one tag they are labelled data
     in; a closing tag inside a value is made inert."""
     lines = "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
     lines = lines.replace("</per_file_results", "<\\/per_file_results")
-    return f"<per_file_results{attrs}>\n{lines}\n</per_file_results>"
+    return f"<per_file_results>\n{lines}\n</per_file_results>"
 
 
 def merge_outputs(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -56,8 +56,7 @@ def merge_outputs(parts: list[dict[str, Any]]) -> dict[str, Any]:
         for k, v in part.items():
             if isinstance(v, list):
                 seen = {json.dumps(x, sort_keys=True) for x in merged.get(k, [])}
-                merged.setdefault(k, [])
-                merged[k].extend(x for x in v if json.dumps(x, sort_keys=True) not in seen)
+                merged.setdefault(k, []).extend(x for x in v if json.dumps(x, sort_keys=True) not in seen)
             else:
                 merged.setdefault(k, v)
     return merged

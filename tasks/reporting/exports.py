@@ -49,8 +49,8 @@ def page_columns(o: dict[str, Any]) -> dict[str, Any]:
     `.bbox`, the evidence's box on a PDF page with a text layer) for every top-level field whose
     evidence names a page."""
     cols: dict[str, Any] = {}
-    for name, where in evidence_places(o, "page"):
-        if "[" in name or "." in name:
+    for name, where in evidence_places(o):
+        if where.get("page") is None or "[" in name or "." in name:
             continue  # list items: in the provenance column
         cols[f"value.{name}.page"] = where["page"]
         if where.get("bbox"):  # its evidence's box on that page (left, top, right, bottom; shares)

@@ -4,7 +4,7 @@ grouped by file, most severe first, each with its lines and the quoted code.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any, TypedDict
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
@@ -49,6 +49,14 @@ def findings_of(outcomes: list[dict[str, Any]]) -> list[FindingView]:
             )
     out.sort(key=lambda f: (f["file"], _rank(f["severity"]), f["line_start"]))
     return out
+
+
+def by_file(findings: list[FindingView]) -> dict[str, list[FindingView]]:
+    """The findings grouped by file, in their order."""
+    groups: dict[str, list[FindingView]] = defaultdict(list)
+    for f in findings:
+        groups[f["file"]].append(f)
+    return groups
 
 
 def severity_counts(findings: list[FindingView]) -> dict[str, int]:

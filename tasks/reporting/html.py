@@ -139,7 +139,7 @@ def html_report(
             m={k: manifest.get(k) for k in ("run_id", "source", "recipe", "recipe_version", "mode", "phase")},
             reused=sum(1 for o in outcomes if o.get("from_ledger")),
             generated=generated,
-            span=span_texts(manifest, timeline),
+            span=span_texts(timeline),
             stopped=stop(manifest),
             total=len(outcomes),
             counts=list(counts.items()),

@@ -7,16 +7,14 @@ markup is in templates/sections.html.j2 (and doc_rows.html.j2, finding_rows.html
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from typing import Any
 
 from markupsafe import Markup
 
 from tasks.records import IntegrationResult
-from tasks.reporting.findings import SEVERITIES, FindingView, severity_counts
+from tasks.reporting.findings import SEVERITIES, FindingView, by_file, severity_counts
 from tasks.reporting.htmlkit import ESCAPE_JS, Part, asset, macros, paged_table, rendered_rows
 from tasks.reporting.results import (
-    DISPLAY_STATES,
     DocView,
     FieldView,
     field_stats,
@@ -24,6 +22,7 @@ from tasks.reporting.results import (
     queue_parts,
     where_text,
 )
+from tasks.reporting.summary import STATES
 
 TEXT_CUT = 300  # characters of a duplicate, a flag's value or an error shown
 DOC_PAGE_ROWS = 50  # documents a page of the documents' table shows
@@ -101,7 +100,7 @@ def documents_section(views: list[DocView], columns: list[str], unlisted: int = 
             "docs",
             head,
             first,
-            choices=DISPLAY_STATES,
+            choices=STATES,
             size=DOC_PAGE_ROWS,
             empty="No documents.",
             data_rows=data,
@@ -117,9 +116,7 @@ DOCS_JS = "\n(function(){\n" + ESCAPE_JS + asset("doc_rows.js")
 
 def findings_section(recipe: str, findings: list[FindingView]) -> list[Part]:
     counts = [(s, n) for s, n in severity_counts(findings).items() if n or s in SEVERITIES]
-    groups: dict[str, list[FindingView]] = defaultdict(list)
-    for f in findings:
-        groups[f["file"]].append(f)
+    groups = by_file(findings)
     html = rendered_rows(
         "finding_rows.html.j2",
         [

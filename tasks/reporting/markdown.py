@@ -15,7 +15,7 @@ from typing import Any
 
 from tasks.provenance import MISSING, NO_EVIDENCE, SUPPORT_MEANING, SUPPORT_ORDER, support_counts
 from tasks.records import IntegrationResult
-from tasks.reporting.findings import findings_of, has_findings, severity_counts
+from tasks.reporting.findings import by_file, findings_of, has_findings, severity_counts
 from tasks.reporting.results import (
     DocView,
     ReportExtras,
@@ -56,7 +56,7 @@ def stop_lines(manifest: dict[str, Any]) -> list[str]:
 
 def _when(manifest: dict[str, Any], entries: list[dict[str, Any]], extra: ReportExtras) -> list[str]:
     t = run_timeline(manifest, entries, extra.get("batches"))
-    head = "Started {}, ended {}, duration {}.".format(*span_texts(manifest, t))
+    head = "Started {}, ended {}, duration {}.".format(*span_texts(t))
     unit = "documents" if t["mode"] == "realtime" else "batch requests"
     return [head, "", f"## Timeline ({unit})", "", timeline_text(t)]
 
@@ -113,10 +113,7 @@ def _findings(outcomes: list[dict[str, Any]], recipe: str) -> list[str]:
         "",
         f"{len(findings)} finding(s): {counts or 'none'}.",
     ]
-    by_file: dict[str, list[Any]] = defaultdict(list)
-    for f in findings:
-        by_file[f["file"]].append(f)
-    for file, fs in by_file.items():
+    for file, fs in by_file(findings).items():
         lines += ["", f"### `{file}`", ""]
         for f in fs:
             lines.append(f"- **{f['severity']}** `{file}:{f['lines']}` {f['category']}: {f['message']}")
@@ -213,8 +210,8 @@ def _not_succeeded(views: list[DocView]) -> list[str]:
         "## Not succeeded: failures and skipped inputs",
         "",
         "| state | reason | documents | examples |",
+        "|---|---|---|---|",
     ]
-    lines.append("|---|---|---|---|")
     for state, why, docs in groups:
         examples = ", ".join(f"`{d['doc_id']}`" for d in docs[:3])
         lines.append(f"| {state} | {why} | {len(docs)} | {examples} |")
@@ -228,8 +225,9 @@ def _review(review: list[dict[str, Any]], counts: dict[str, int], decided: int) 
         f"## Review queue ({len(review)})",
         "",
         f"The queue holds {len(review)} item(s): " + "; ".join(parts) + ".",
+        f"{decided} review decision(s) in force.",
+        "",
     ]
-    lines += [f"{decided} review decision(s) in force.", ""]
     lines += [
         f"- `{r.get('doc_id')}`: {r.get('reason')}"
         + (f" — {str((r.get('errors') or [''])[0])[:160]}" if r.get("errors") else "")
@@ -260,29 +258,23 @@ def _decisions(outcomes: list[dict[str, Any]]) -> list[str]:
 
 
 def _costs(costs: dict[str, Any]) -> list[str]:
-    lines = [
-        "",
-        "## Cost",
-        "",
+    notes = [
         f"Total: ${costs.get('usd', 0.0):.4f} over {costs.get('entries', 0)} billed answers "
-        "(every attempt, retries and repairs included).",
-        "",
+        "(every attempt, retries and repairs included)."
     ]
     left = costs.get("in_flight") or {}
     if left.get("saved_answers"):
-        lines += [
+        notes.append(
             f"Saved before a kill: {left['saved_answers']} answer(s), ${left['saved_usd']:.4f} (in the total), "
-            "costed from the response log.",
-            "",
-        ]
+            "costed from the response log."
+        )
     if left.get("requests"):
-        lines += [
+        notes.append(
             f"Possibly billed but not recorded: up to ${left['usd']:.4f} for at most {left['requests']} "
-            "request(s) in flight when a process was killed (an upper bound; counted by the budget cap).",
-            "",
-        ]
+            "request(s) in flight when a process was killed (an upper bound; counted by the budget cap)."
+        )
     for run in costs.get("left_behind") or []:
-        lines += [
+        notes.append(
             f"Run `{run['run_id']}` stopped over these documents and was not continued (this run was started "
             f"with --new-run): ${run['recorded_usd'] + run['saved_usd']:.4f} recorded"
             + (
@@ -291,23 +283,23 @@ def _costs(costs: dict[str, Any]) -> list[str]:
                 if run["possibly_requests"]
                 else ""
             )
-            + " (not in this run's total).",
-            "",
-        ]
+            + " (not in this run's total)."
+        )
     if costs.get("possibly_billed"):
-        lines += [
+        notes.append(
             f"**Possibly billed:** {costs['possibly_billed']} request(s) timed out or broke after they were "
-            f"sent; counted at their upper bound (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total).",
-            "",
-        ]
+            f"sent; counted at their upper bound (${costs.get('possibly_billed_usd', 0.0):.4f}, in the total)."
+        )
     if costs.get("unpriced"):
-        lines += [
+        notes.append(
             f"**Unpriced:** {costs['unpriced']} answer(s) of "
             f"{', '.join(f'`{m}`' for m in costs.get('unpriced_models') or [])} have no price: their "
             f"{costs.get('unpriced_tokens', 0):,} tokens are counted below, their cost is not in the total "
-            "(declare a price with DOCMILL_PRICES or DOCMILL_PRICES_FILE).",
-            "",
-        ]
+            "(declare a price with DOCMILL_PRICES or DOCMILL_PRICES_FILE)."
+        )
+    lines = ["", "## Cost", ""]
+    for note in notes:  # paragraphs, each followed by a blank line
+        lines += [note, ""]
     for group in ("by_pass", "by_model"):
         for k, v in sorted((costs.get(group) or {}).items()):
             lines.append(f"- {group[3:]} `{k}`: ${v:.4f}")

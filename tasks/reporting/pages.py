@@ -74,7 +74,9 @@ def cited_pages(outcome: dict[str, Any]) -> dict[int, list[Mark]]:
     """Page -> the marks of the values whose evidence is on it (a boxed value: one mark per box)."""
     output = outcome.get("output") or {}
     pages: dict[int, list[Mark]] = {}
-    for name, where in evidence_places(outcome, "page"):
+    for name, where in evidence_places(outcome):
+        if where.get("page") is None:
+            continue
         top = "." not in name and "[" not in name
         value = field_value(output.get(name)) if top else None
         support = support_of(outcome, name) if top else "verified"
@@ -189,15 +191,11 @@ def report_pages(store: ObjectStore, run_id: str, outcomes: list[dict[str, Any]]
 
 
 def _spans(outcome: dict[str, Any]) -> list[tuple[str, int, int]]:
-    """(field, start, end) of every top-level evidence found in the text. Written out rather than
-    through `evidence_places`: a report reads each listed document's spans up to three times."""
-    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
+    """(field, start, end) of every top-level evidence found in the text, in text order."""
     out = []
-    for path, where in fields.items():
-        if isinstance(where, dict) and where.get("start") is not None:
-            name = path.removeprefix("$.").removesuffix(".evidence")
-            if "." not in name and "[" not in name:
-                out.append((name, int(where["start"]), int(where["end"])))
+    for name, where in evidence_places(outcome):
+        if where.get("start") is not None and "." not in name and "[" not in name:
+            out.append((name, int(where["start"]), int(where["end"])))
     return sorted(out, key=itemgetter(1))
 
 
@@ -257,9 +255,9 @@ def _figure(view: PageView) -> tuple[Any, ...]:
     return ("page", view.page, view.image, ratio, boxes, boxed, cited)
 
 
-def _by_doc(views: list[PageView]) -> list[tuple[str, list[PageView], list[str], str]]:
-    """Per document: its id, its pages, the support classes of its marks (least supported first)
-    and the text a filter matches (its id and fields)."""
+def _by_doc(views: list[PageView]) -> list[tuple[str, list[PageView], str, str, str]]:
+    """Per document: its id, its pages, the support classes of its marks (least supported first,
+    joined), the least of them and the text a filter matches (its id and fields)."""
     by_doc: dict[str, list[PageView]] = {}
     for v in views:
         by_doc.setdefault(v.doc_id, []).append(v)
@@ -268,7 +266,8 @@ def _by_doc(views: list[PageView]) -> list[tuple[str, list[PageView], list[str],
         marks = [m for v in pages for m in v.marks] + [s[0] for v in pages for s in v.snippets]
         seen = {m.support for m in marks}
         classes = [c for c in SUPPORT_ORDER if c in seen]
-        out.append((doc_id, pages, classes, " ".join([doc_id, *(m.name for m in marks)])))
+        text = " ".join([doc_id, *(m.name for m in marks)])
+        out.append((doc_id, pages, ", ".join(classes), classes[0] if classes else "", text))
     return out
 
 
@@ -277,12 +276,9 @@ def pages_rows(views: list[PageView]) -> list[tuple[str, str, str]]:
     HTML of the first rows is in the page for a reader without scripts; `pages_data` carries all of
     them, built by `PAGES_JS` in the browser."""
     docs = _by_doc(views)
-    shaped = [(doc_id, ", ".join(classes), [_figure(v) for v in pages]) for doc_id, pages, classes, _ in docs]
+    shaped = [(doc_id, classes, [_figure(v) for v in pages]) for doc_id, pages, classes, _, _ in docs]
     html = rendered_rows("pages_rows.html.j2", shaped)
-    return [
-        (text, classes[0] if classes else "", row)
-        for (_, _, classes, text), row in zip(docs, html, strict=True)
-    ]
+    return [(text, least, row) for (*_, least, text), row in zip(docs, html, strict=True)]
 
 
 def _text(v: Any) -> str:
@@ -295,7 +291,7 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
     [[field, value, left, top, right, bottom], ...], [cited field, ...]]`, a snippet `[field,
     support, value, before, evidence, after]`; `PAGES_JS` turns one into the row's HTML."""
     rows = []
-    for doc_id, pages, classes, text in _by_doc(views):
+    for doc_id, pages, classes, least, text in _by_doc(views):
         figures = [
             [
                 v.page,
@@ -317,8 +313,7 @@ def pages_data(views: list[PageView]) -> list[tuple[str, str, list[Any]]]:
             for v in pages
             for m, before, evidence, after in v.snippets
         ]
-        data = [doc_id, ", ".join(classes), figures, snippets]
-        rows.append((text, classes[0] if classes else "", data))
+        rows.append((text, least, [doc_id, classes, figures, snippets]))
     return rows
 
 

@@ -1,16 +1,18 @@
 """What each document yielded, shaped for people (a leaf): the state a report shows (skipped inputs
 apart from failures), the fields with their evidence and offsets, the link to the stored result,
-and the review decision in force. report.html and report.md render these records. Imports only the
-leaf `tasks.provenance` (each value's support class).
+and the review decision in force. report.html and report.md render these records. Imports only
+leaves: `tasks.provenance` (each value's support class) and the states of `summary`.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from tasks.provenance import support_of
+from tasks.reporting.summary import STATES
 
 # Inputs with nothing to extract are "skipped", not failures (`DocState.SKIPPED`, reason = the skip
 # reason; records from before that state say failed "input:<reason>" and are shown the same way).
@@ -23,7 +25,6 @@ REVIEW_REASONS = {
     "conflict": "succeeded, but disagrees with another document on a key field (integration pass)",
     "sample": "succeeded; drawn at random for a spot check (`docmill eval --sample`)",
 }
-DISPLAY_STATES = ("succeeded", "needs_review", "failed", "skipped")
 MAX_CELL = 300
 
 
@@ -44,7 +45,7 @@ class FieldView(TypedDict):
 
 class DocView(TypedDict):
     doc_id: str
-    state: str  # one of DISPLAY_STATES
+    state: str  # one of STATES
     why: str  # reason, failure type or skip reason; "" when succeeded
     detail: str  # the skip explanation or the last error
     fields: list[FieldView]
@@ -70,20 +71,17 @@ def display_state(outcome: dict[str, Any]) -> str:
 
 
 def display_counts(outcomes: list[dict[str, Any]]) -> dict[str, int]:
-    counts = dict.fromkeys(DISPLAY_STATES, 0)
+    counts = dict.fromkeys(STATES, 0)
     counts.update(Counter(display_state(o) for o in outcomes))
     return counts
 
 
-def evidence_places(outcome: dict[str, Any], having: str = "") -> list[tuple[str, dict[str, Any]]]:
+def evidence_places(outcome: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(field, where its evidence sits) from the gate (`$.total.evidence` -> `total`) or a long
-    document's merge (`total`, `line_items[0]`); `having`: only the places that set this key."""
-    fields = ((outcome.get("provenance") or {}).get("fields")) or {}
-    return [
-        (path.removeprefix("$.").removesuffix(".evidence"), where)
-        for path, where in fields.items()
-        if isinstance(where, dict) and (not having or where.get(having) is not None)
-    ]
+    document's merge (`total`, `line_items[0]`)."""
+    for path, where in (((outcome.get("provenance") or {}).get("fields")) or {}).items():
+        if isinstance(where, dict):
+            yield path.removeprefix("$.").removesuffix(".evidence"), where
 
 
 def where_text(f: FieldView) -> str:
@@ -107,9 +105,8 @@ def field_views(outcome: dict[str, Any]) -> tuple[list[FieldView], dict[str, int
     original = outcome.get("original_output") or {}
     corrections = ((outcome.get("review") or {}).get("corrections")) or {}
     offsets: dict[str, dict[str, Any]] = {}  # a field's first place wins
-    for path, where in (((outcome.get("provenance") or {}).get("fields")) or {}).items():
-        if isinstance(where, dict):  # as in evidence_places, without its list: read per document
-            offsets.setdefault(path.removeprefix("$.").removesuffix(".evidence"), where)
+    for name, where in evidence_places(outcome):
+        offsets.setdefault(name, where)
     views: list[FieldView] = []
     items: dict[str, int] = {}
     for name, node in output.items():

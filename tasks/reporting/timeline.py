@@ -201,11 +201,11 @@ def run_timeline(
     return realtime_timeline(entries, start, end)
 
 
-def span_texts(manifest: dict[str, Any], t: Timeline) -> tuple[str, str, str]:
+def span_texts(t: Timeline) -> tuple[str, str, str]:
     """When the run started (created) and ended (the last of its manifest update and its last
     event), and how long it took ("?" where unknown)."""
-    start = epoch(manifest.get("created_at"))
-    ends = [x for x in (epoch(manifest.get("updated_at")), *t["ingested"][-1:], *t["ended"][-1:]) if x]
+    start = t["start"]
+    ends = [x for x in (t["end"], *t["ingested"][-1:], *t["ended"][-1:]) if x]
     end = max(ends) if ends else None
     fmt = "%Y-%m-%d %H:%M:%SZ"
     took = span_text(end - start) if start and end and end >= start else "?"
