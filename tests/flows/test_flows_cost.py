@@ -261,7 +261,7 @@ def test_long_document_chunk_by_chunk_costs_match_emulator(tmp_path: Path, emula
     long_entries = [e for e in CostLedger(store, summary["run_id"]).entries() if "inv-long" in e.doc_id]
     assert len(long_entries) > 3  # the long document went chunk by chunk
     # each chunk went alone with the pinned facts: no history to compact (compaction costs are proven
-    # in tests/tasks/conversation/test_task.py and tests/tasks/integration/test_long.py)
+    # in tests/tasks/conversation/test_task.py)
     assert sum(e.compaction_input_tokens for e in long_entries) == 0
     assert summary["cost_usd"] == pytest.approx(totals["usd"], abs=1e-9)
 
