@@ -117,7 +117,7 @@ def answer(
     stop_details: dict[str, Any] | None = None
     stop_sequence: str | None = None
     if "compaction" in body:
-        content, summary = compaction.compaction_content(secret, body, model.summarize)
+        content, summary = compaction.compaction_content(secret, body)
         stop_reason = "compaction"
         out_tokens = tokens.text_tokens(summary)
         iteration = {
