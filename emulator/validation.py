@@ -215,11 +215,13 @@ def _check_keys(body: Mapping[str, Any], *, count_only: bool, betas: frozenset[s
     known = COUNT_KEYS if count_only else CREATE_KEYS
     if betas:
         known = known | (BETA_COUNT_KEYS if count_only else BETA_CREATE_KEYS)
-    if legacy:
-        known = known | frozenset(REMOVED_PARAMS)
-    for name in body:
+    _no_extra(body, known | frozenset(REMOVED_PARAMS) if legacy else known)
+
+
+def _no_extra(obj: Mapping[str, Any], known: Collection[str], where: str = "") -> None:
+    for name in obj:
         if name not in known:
-            raise invalid(f"{name}: Extra inputs are not permitted")
+            raise invalid(f"{where}{name}: Extra inputs are not permitted")
 
 
 def _check_max_tokens(value: Any, *, batch: bool, zero_ok: bool = False) -> None:
@@ -247,9 +249,7 @@ def _check_output_config(config: Any) -> None:
         return
     if not isinstance(config, dict):
         raise invalid("output_config: Input should be an object")
-    for name in config:
-        if name not in OUTPUT_CONFIG_KEYS:
-            raise invalid(f"output_config.{name}: Extra inputs are not permitted")
+    _no_extra(config, OUTPUT_CONFIG_KEYS, "output_config.")
     effort = config.get("effort")
     if effort is not None and effort not in EFFORTS:
         raise invalid(f"output_config.effort: Input should be {', '.join(repr(e) for e in EFFORTS)}")
@@ -258,9 +258,7 @@ def _check_output_config(config: Any) -> None:
         return
     if not isinstance(fmt, dict):
         raise invalid("output_config.format: Input should be an object")
-    for name in fmt:
-        if name not in ("type", "schema"):
-            raise invalid(f"output_config.format.{name}: Extra inputs are not permitted")
+    _no_extra(fmt, ("type", "schema"), "output_config.format.")
     if fmt.get("type") != "json_schema":
         raise invalid("output_config.format.type: Input should be 'json_schema'")
     if not isinstance(fmt.get("schema"), dict):
