@@ -39,7 +39,7 @@ records the state holds, the journal), compaction, caching, tokens, faults, vali
 accounting, state (config, rate limits), clock (virtual time,
 RFC 3339), catalog (model ids, end of life, the unpriced rate), model_rules (per-model
 thinking / effort / sampling rules, adaptive thinking tokens), grammar (schema size rule), control
-(/_emulator/ endpoints), cli. The deterministic answers: model (respond), grounding
+(/_emulator/ endpoints), cli. The deterministic answers: model (respond, summarize), grounding
 (reading a request's documents and labelled lines), schema_fill + schema_hints (a JSON schema filled
 with grounded values), item_frames, line_items, source_code, claims, records, roles, frames, values,
 words, summary (the compaction summary).

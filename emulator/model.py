@@ -1,10 +1,11 @@
-"""The emulator's deterministic, grounded "model".
+"""The emulator's deterministic, grounded "model": its two public entry points.
 
 `respond(body)` answers a Messages API request body with content blocks and a stop reason:
 schema-valid JSON for `output_config.format` (filled by `emulator.schema_fill`), a `tool_use`
 block for a forced tool, else a short text. Values come from the documents in the request (read
-by `emulator.grounding`); evidence strings are always verbatim lines of a document. Pure: the same
-input gives the same output.
+by `emulator.grounding`); evidence strings are always verbatim lines of a document.
+`summarize(messages, instructions)` is the compaction summary (`emulator.summary`). Both are pure:
+the same input gives the same output.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 
 from emulator.grounding import Prompt, block_text, read_prompt
 from emulator.schema_fill import Filler
+from emulator.summary import summarize
+
+__all__ = ["respond", "summarize"]
 
 
 def respond(body: dict[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,7 @@ from pydantic import BaseModel, Field
 
 from docmill.sdk import anthropic
 from emulator.grounding import read_prompt
-from emulator.model import respond
-from emulator.summary import summarize
+from emulator.model import respond, summarize
 from tasks.recipes.thinking import effort_config
 
 INVOICE = """ACME GmbH - Musterstrasse 1, Berlin
