@@ -150,6 +150,11 @@ class Prompt:
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         return json_records([(doc.doc_id, doc.text) for doc in self.docs], self.full_text)
 
+    @property
+    def per_file(self) -> bool:
+        """A request about one document (not the integration pass over per-file records)."""
+        return not (self.records and self.docs[0].doc_id is None)
+
 
 def block_text(content: Any) -> list[str]:
     if isinstance(content, str):
