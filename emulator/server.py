@@ -40,17 +40,16 @@ class ConnectionResetFault(Exception):
     """Raised after a partial body so the server drops the connection mid-response."""
 
 
-class _DropResetNoise(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        while exc is not None:
-            if isinstance(exc, ConnectionResetFault):
-                return False
-            exc = exc.__cause__ or exc.__context__
-        return True
+def _not_reset_noise(record: logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    while exc is not None:
+        if isinstance(exc, ConnectionResetFault):
+            return False
+        exc = exc.__cause__ or exc.__context__
+    return True
 
 
-logging.getLogger("uvicorn.error").addFilter(_DropResetNoise())
+logging.getLogger("uvicorn.error").addFilter(_not_reset_noise)
 
 
 async def _part_then_reset() -> Any:
