@@ -15,6 +15,7 @@ from typing import Any
 
 from emulator import grammar, media
 from emulator.tokens import as_blocks
+from emulator.words import word_set
 
 
 class ErrorType(StrEnum):
@@ -81,52 +82,15 @@ COMPACTION_BETA = "compact-2026-09-04"
 # The body keys the API takes: the SDK's request TypedDicts (types/message_create_params.py,
 # message_count_tokens_params.py, beta/...) less what the SDK sends as headers (betas, workspace_id,
 # user_profile_id). tests/emulator/test_emulator_validation.py holds them equal to the SDK's.
-CREATE_KEYS = frozenset(
-    {
-        "cache_control",
-        "container",
-        "diagnostics",
-        "inference_geo",
-        "max_tokens",
-        "messages",
-        "metadata",
-        "model",
-        "output_config",
-        "service_tier",
-        "speed",
-        "stop_sequences",
-        "stream",
-        "system",
-        "thinking",
-        "tool_choice",
-        "tools",
-    }
+CREATE_KEYS = word_set(
+    "cache_control container diagnostics inference_geo max_tokens messages metadata model output_config "
+    "service_tier speed stop_sequences stream system thinking tool_choice tools"
 )
-COUNT_KEYS = frozenset(
-    {
-        "cache_control",
-        "messages",
-        "model",
-        "output_config",
-        "speed",
-        "system",
-        "thinking",
-        "tool_choice",
-        "tools",
-    }
+COUNT_KEYS = word_set("cache_control messages model output_config speed system thinking tool_choice tools")
+BETA_CREATE_KEYS = word_set(
+    "billing_policy compaction context_management fallback_credit_token fallbacks mcp_servers thread"
 )
-BETA_CREATE_KEYS = frozenset(
-    {
-        "billing_policy",
-        "compaction",
-        "context_management",
-        "fallback_credit_token",
-        "fallbacks",
-        "mcp_servers",
-        "thread",
-    }
-)
-BETA_COUNT_KEYS = frozenset({"billing_policy", "compaction", "context_management", "mcp_servers"})
+BETA_COUNT_KEYS = word_set("billing_policy compaction context_management mcp_servers")
 OUTPUT_CONFIG_KEYS = frozenset({"format", "effort"})
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 TOOL_CHOICES = ("auto", "any", "tool", "none")
