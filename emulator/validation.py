@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from emulator import grammar, media
+from emulator import catalog, grammar, media
 from emulator.tokens import as_blocks
 from emulator.words import word_set
 
@@ -103,7 +103,6 @@ class Rules:
     models: Collection[str]
     retired: Callable[[str], str | None]
     grammar_limit: int | None
-    max_output: Callable[[str], int | None]
     system_message_models: Collection[str]
     allow_max_tokens_zero: bool
 
@@ -122,7 +121,7 @@ def validate_message_body(
     `legacy` (anthropic-version 2023-06-01) still accepts temperature/top_p/top_k. Beta-only keys
     need an `anthropic-beta` header. `rules.retired(model)` gives the end-of-life date of a retired
     model (answered 404 like an unknown one); `rules.grammar_limit` refuses schemas over that
-    complexity (see `grammar`; not for count_tokens); `rules.max_output(model)` is its output limit.
+    complexity (see `grammar`; not for count_tokens); a model's output limit is docmill's table's.
     """
     if not isinstance(body, dict):
         raise invalid("body: Input should be an object")
@@ -163,7 +162,7 @@ def validate_message_body(
     ended = rules.retired(body["model"])
     if ended is not None:
         raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']} (end of life {ended})")
-    limit = None if count_only else rules.max_output(body["model"])
+    limit = None if count_only else catalog.max_output_tokens(body["model"])
     if limit is not None and body["max_tokens"] > limit:
         raise invalid(
             f"max_tokens: {body['max_tokens']} > {limit}, which is the maximum allowed number of output "
