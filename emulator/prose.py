@@ -36,12 +36,8 @@ KIND_WORDS = frozenset({"date", "day", "amount", "value", "number", "text", "nam
 SMALL = word_set(  # the small words a phrase neither starts nor ends with
     "a an the of by is are be been shall will to as at on in under from per its their this that which with for"
 )
-MONTHS = {
-    m: i + 1
-    for i, m in enumerate(
-        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-    )
-}
+MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+MONTHS = {m: i for i, m in enumerate(MONTH_NAMES, start=1)}
 WORD = re.compile(r"[A-Za-z0-9]+")
 
 
