@@ -72,10 +72,6 @@ def sentences(doc: Doc) -> list[Line]:
     return out
 
 
-def _field_words(name: str) -> list[str]:
-    return [stem(t) for t in strong(tokens(name)) if t not in KIND_WORDS]
-
-
 def _after(sentence: str, keys: list[str]) -> int | None:
     """Where the text after the last of the field's words begins (None: not every word is there)."""
     ends: dict[str, int] = {}
@@ -120,7 +116,7 @@ def _phrase(rest: str) -> str | None:
 
 def find(doc: Doc, name: str, kind: str) -> Found | None:
     """The value of field `name` stated in a sentence of `doc`: kind `date`, `number` or `text`."""
-    keys = _field_words(name)
+    keys = [stem(t) for t in strong(tokens(name)) if t not in KIND_WORDS]
     if not keys:
         return None
     for sentence in sentences(doc):
