@@ -98,7 +98,7 @@ TOOL_CHOICES = ("auto", "any", "tool", "none")
 
 @dataclass(frozen=True)
 class Rules:
-    """What the emulator's API takes beyond the request's shape: models, their limits, knobs."""
+    """What the emulator's API takes beyond the request's shape: its models and knobs."""
 
     models: Collection[str]
     retired: Callable[[str], str | None]
