@@ -3,7 +3,7 @@
 
 Item i of a batch finishes at created_at + base + slow + (i+1) * seconds_per_request (all at once
 when seconds_per_request is 0; base defaults to a minute, so a new batch is `in_progress` and its
-client polls it). Items are processed lazily (never by `create`), in chunks that yield to the event
+client polls it). Items are processed lazily (never when created), in chunks that yield to the event
 loop, whenever the batch is looked at; each runs through `messages.answer` (batch=True: 50 % price,
 service_tier "batch") unless a fault rule makes it `errored`. Cancel -> `canceling` -> `ended` with
 unstarted items `canceled`; past expires_at (24 h) unprocessed items `expired`; 29 days after
@@ -40,48 +40,6 @@ if TYPE_CHECKING:
 
 CHUNK = 250
 RESULT_TYPES = ("succeeded", "errored", "canceled", "expired")
-
-
-def create(state: EmulatorState, body: Any, api_key: str, results_base: str, legacy: bool = False) -> Batch:
-    cfg = state.config
-    if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
-        raise invalid("requests: Field required")
-    reqs = body["requests"]
-    if not reqs:
-        raise invalid("requests: List should have at least 1 item")
-    if len(reqs) > cfg.max_batch_requests:
-        raise invalid(f"requests: a batch holds at most {cfg.max_batch_requests} requests, got {len(reqs)}")
-    seen: set[str] = set()
-    items: list[tuple[str, dict[str, Any]]] = []
-    for i, req in enumerate(reqs):
-        cid = req.get("custom_id") if isinstance(req, dict) else None
-        if not isinstance(cid, str) or not CUSTOM_ID_RE.match(cid):
-            raise invalid(f"requests.{i}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
-        if cid in seen:
-            raise invalid(f"requests.{i}.custom_id: custom_id {cid!r} is not unique within the batch")
-        seen.add(cid)
-        params = req.get("params")
-        if not isinstance(params, dict):
-            raise invalid(f"requests.{i}.params: Field required")
-        if params.get("stream"):
-            raise invalid(f"requests.{i}.params.stream: streaming is not supported in batches")
-        items.append((cid, params))
-    slow = sum(state.faults.for_item(cid, p, slow_only=True).slow_seconds for cid, p in items)
-    now = state.clock.now()
-    batch = Batch(
-        id=state.new_id("msgbatch"),
-        api_key=api_key,
-        requests=items,
-        created_at=now,
-        expires_at=now + cfg.batch_expiry_seconds,
-        start_after=cfg.batch_base_seconds + slow,
-        per_request=cfg.batch_seconds_per_request,
-        results_base=results_base,
-        legacy=legacy,
-    )
-    state.batches.batches[batch.id] = batch
-    state.batches.save(batch)
-    return batch
 
 
 def _run_item(state: EmulatorState, batch: Batch, cid: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -187,8 +145,45 @@ async def result_lines(state: EmulatorState, batch: Batch) -> AsyncIterator[byte
 
 async def create_batch(call: Call) -> dict[str, Any]:
     """A new batch is always `in_progress` (as on the API): processing starts on the virtual clock."""
-    batch = create(call.state, call.body, call.api_key, call.base_url, legacy=call.legacy)
-    return to_dict(call.state, batch)
+    state, body, cfg = call.state, call.body, call.state.config
+    if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
+        raise invalid("requests: Field required")
+    reqs = body["requests"]
+    if not reqs:
+        raise invalid("requests: List should have at least 1 item")
+    if len(reqs) > cfg.max_batch_requests:
+        raise invalid(f"requests: a batch holds at most {cfg.max_batch_requests} requests, got {len(reqs)}")
+    seen: set[str] = set()
+    items: list[tuple[str, dict[str, Any]]] = []
+    for i, req in enumerate(reqs):
+        cid = req.get("custom_id") if isinstance(req, dict) else None
+        if not isinstance(cid, str) or not CUSTOM_ID_RE.match(cid):
+            raise invalid(f"requests.{i}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
+        if cid in seen:
+            raise invalid(f"requests.{i}.custom_id: custom_id {cid!r} is not unique within the batch")
+        seen.add(cid)
+        params = req.get("params")
+        if not isinstance(params, dict):
+            raise invalid(f"requests.{i}.params: Field required")
+        if params.get("stream"):
+            raise invalid(f"requests.{i}.params.stream: streaming is not supported in batches")
+        items.append((cid, params))
+    slow = sum(state.faults.for_item(cid, p, slow_only=True).slow_seconds for cid, p in items)
+    now = state.clock.now()
+    batch = Batch(
+        id=state.new_id("msgbatch"),
+        api_key=call.api_key,
+        requests=items,
+        created_at=now,
+        expires_at=now + cfg.batch_expiry_seconds,
+        start_after=cfg.batch_base_seconds + slow,
+        per_request=cfg.batch_seconds_per_request,
+        results_base=call.base_url,
+        legacy=call.legacy,
+    )
+    state.batches.batches[batch.id] = batch
+    state.batches.save(batch)
+    return to_dict(state, batch)
 
 
 async def _looked_at(call: Call) -> Batch:

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Sequence
+from dataclasses import fields
 
 from emulator.faults import FaultKind, parse_rules
 from emulator.server import EmulatorServer
@@ -83,22 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# the options named otherwise than the knob they set; every other option named like a knob sets it
+KNOB_OF = {
+    "rpm": "requests_per_minute",
+    "input_tpm": "input_tokens_per_minute",
+    "output_tpm": "output_tokens_per_minute",
+}
+
+
 def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
     config = EmulatorConfig.from_env()
-    overrides = {
-        "seed": args.seed,
-        "latency_ms": args.latency_ms,
-        "requests_per_minute": args.rpm,
-        "input_tokens_per_minute": args.input_tpm,
-        "output_tokens_per_minute": args.output_tpm,
-        "batch_seconds_per_request": args.batch_seconds_per_request,
-        "batch_base_seconds": args.batch_base_seconds,
-        "cache_min_tokens": args.cache_min_tokens,
-        "output_tokens_per_second": args.output_tokens_per_second,
-        "grammar_max_complexity": args.grammar_max_complexity,
-        "clock_speed": args.clock_speed,
-    }
-    config.update({k: v for k, v in overrides.items() if v is not None})
+    knobs = {f.name for f in fields(config)}
+    given = {KNOB_OF.get(k, k): v for k, v in vars(args).items() if v is not None}
+    config.update({k: v for k, v in given.items() if k in knobs})
     if args.no_auth:
         config.require_auth = False
     return config

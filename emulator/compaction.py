@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from emulator.summary import summarize
 from emulator.validation import invalid
 
 SIG_PREFIX = "EmuCmp1."
@@ -147,9 +148,7 @@ def check_compaction_request(body: Mapping[str, Any]) -> None:
             )
 
 
-def compaction_content(
-    secret: str, body: Mapping[str, Any], summarize: Callable[[list[Any], str | None], str]
-) -> tuple[list[dict[str, Any]], str]:
+def compaction_content(secret: str, body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str]:
     """(content blocks, summary) for a compaction request."""
     check_compaction_request(body)
     instructions = (body.get("compaction") or {}).get("instructions")

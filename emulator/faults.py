@@ -6,7 +6,7 @@ by a seeded probability, and for the next `count` matches only (None = forever).
 says what happens. Rules come from `POST /_emulator/faults`, from `DOCMILL_EMULATOR_FAULTS`
 (a JSON list of rules) or from `state.faults.add(...)` in-process.
 
-Phases: error kinds (`ERROR_BUILDERS`) answer with an error status instead of a message (in a
+Phases: error kinds (`ERRORS`) answer with an error status instead of a message (in a
 batch: an `errored` result); `LATENCY` delays; `CONNECTION_RESET` cuts the response mid-body;
 (with `after_lines`, a streamed body such as batch results is cut after that many lines);
 response kinds (`SHAPERS`) change a successful answer (truncated, malformed, prose, refusal, schema-invalid,
@@ -107,28 +107,6 @@ class FaultRule:
         return self.marker is not None and self.path == MESSAGES_PATH and self.marker in text
 
 
-def _limit(
-    retry_after: float, message: str, error_code: str | None = None
-) -> Callable[[FaultRule], ApiError]:
-    """A 429 builder; the rule's retry_after, message and error_code override these defaults."""
-    return lambda r: rate_limit_error(
-        retry_after if r.retry_after is None else r.retry_after,
-        r.message or message,
-        error_code=r.error_code or error_code,
-    )
-
-
-def rate_limit_error(
-    retry_after: float,
-    message: str,
-    headers: Mapping[str, str] | None = None,
-    *,
-    error_code: str | None = None,
-) -> ApiError:
-    out = {**(headers or {}), **retry_headers(retry_after)}
-    return ApiError(ErrorType.RATE_LIMIT, message, headers=out, error_code=error_code)
-
-
 def retry_headers(retry_after: float) -> dict[str, str]:
     return {
         "retry-after": str(max(1, math.ceil(retry_after))),
@@ -136,37 +114,49 @@ def retry_headers(retry_after: float) -> dict[str, str]:
     }
 
 
-def _plain(error_type: ErrorType, default: str, code: str | None = None) -> Callable[[FaultRule], ApiError]:
-    return lambda r: ApiError(error_type, r.message or default, error_code=r.error_code or code)
-
-
-ERROR_BUILDERS: dict[FaultKind, Callable[[FaultRule], ApiError]] = {
-    FaultKind.RATE_LIMIT: _limit(1.0, "Number of request tokens has exceeded your per-minute rate limit"),
+# kind -> (error type, message, error_code, retry_after); the rule's own fields override the last three
+ERRORS: dict[FaultKind, tuple[ErrorType, str, str | None, float | None]] = {
+    FaultKind.RATE_LIMIT: (
+        ErrorType.RATE_LIMIT,
+        "Number of request tokens has exceeded your per-minute rate limit",
+        None,
+        1.0,
+    ),
     # SDK `_error_classes.py`: EnforcedSpendLimitReachedError; no retry helps, so the API's hint is
     # long (the harsher case)
-    FaultKind.SPEND_LIMIT: _limit(
-        24 * 3600.0, "You have reached your specified API usage limits.", "enforced_spend_limit_reached"
+    FaultKind.SPEND_LIMIT: (
+        ErrorType.RATE_LIMIT,
+        "You have reached your specified API usage limits.",
+        "enforced_spend_limit_reached",
+        24 * 3600.0,
     ),
-    FaultKind.OVERLOADED: _plain(ErrorType.OVERLOADED, "Overloaded"),
-    FaultKind.SERVER_ERROR: _plain(ErrorType.API_ERROR, "Internal server error"),
-    FaultKind.CONFLICT: _plain(ErrorType.CONFLICT, "Conflict (injected)"),
-    FaultKind.INVALID_REQUEST: _plain(ErrorType.INVALID_REQUEST, "Invalid request (injected)"),
-    FaultKind.COMPACTION_UNAVAILABLE: _plain(
-        ErrorType.OVERLOADED, "Compaction is temporarily unavailable", "compaction_unavailable"
+    FaultKind.OVERLOADED: (ErrorType.OVERLOADED, "Overloaded", None, None),
+    FaultKind.SERVER_ERROR: (ErrorType.API_ERROR, "Internal server error", None, None),
+    FaultKind.CONFLICT: (ErrorType.CONFLICT, "Conflict (injected)", None, None),
+    FaultKind.INVALID_REQUEST: (ErrorType.INVALID_REQUEST, "Invalid request (injected)", None, None),
+    FaultKind.COMPACTION_UNAVAILABLE: (
+        ErrorType.OVERLOADED,
+        "Compaction is temporarily unavailable",
+        "compaction_unavailable",
+        None,
     ),
 }
 
 
 def error_for(rule: FaultRule) -> ApiError:
     """The `ApiError` an error-kind rule answers with (status override and retry headers applied)."""
-    err = ERROR_BUILDERS[rule.kind](rule)
-    if rule.status is not None:
-        err.status = rule.status
-    if rule.retry_after is not None and "retry-after" not in err.headers:
-        err.headers.update(retry_headers(rule.retry_after))
+    error_type, message, code, retry = ERRORS[rule.kind]
+    retry = retry if rule.retry_after is None else rule.retry_after
+    headers = retry_headers(retry) if retry is not None else {}
     if rule.should_retry is not None:
-        err.headers["x-should-retry"] = "true" if rule.should_retry else "false"
-    return err
+        headers["x-should-retry"] = "true" if rule.should_retry else "false"
+    return ApiError(
+        error_type,
+        rule.message or message,
+        status=rule.status,
+        error_code=rule.error_code or code,
+        headers=headers,
+    )
 
 
 @dataclass
@@ -329,7 +319,7 @@ SHAPERS: dict[FaultKind, Callable[[list[dict[str, Any]], str], Shaped]] = {
 
 
 HIT_SLOTS: dict[FaultKind, str] = {  # the `FaultHits` field a kind's first firing rule takes
-    **dict.fromkeys(ERROR_BUILDERS, "error"),
+    **dict.fromkeys(ERRORS, "error"),
     **dict.fromkeys(SHAPERS, "response"),
     FaultKind.CONNECTION_RESET: "reset",
     FaultKind.STREAM_DROP: "drop",

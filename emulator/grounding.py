@@ -17,7 +17,7 @@ from typing import Any
 
 from emulator import media
 from emulator.records import json_records
-from emulator.values import DATE_RE, NUMBER, numbers_in
+from emulator.values import DATE_RE, NUMBER
 from emulator.words import tokens
 
 DOC_TAG = re.compile(r"<document\b([^>]*)>(.*?)</document>", re.DOTALL)
@@ -31,10 +31,6 @@ class Line:
     number: int  # 1-based within its document
     text: str  # stripped; always a substring of the document
     page: int | None = None  # a PDF / image sent as what it is: the page the line is on (1-based)
-
-    @property
-    def numbers(self) -> list[float]:
-        return numbers_in(self.text)
 
 
 @dataclass(frozen=True)
@@ -149,6 +145,11 @@ class Prompt:
     @cached_property
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         return json_records([(doc.doc_id, doc.text) for doc in self.docs], self.full_text)
+
+    @property
+    def per_file(self) -> bool:
+        """A request about one document (not the integration pass over per-file records)."""
+        return not (self.records and self.docs[0].doc_id is None)
 
 
 def block_text(content: Any) -> list[str]:

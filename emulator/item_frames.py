@@ -57,9 +57,8 @@ class ItemFrames:
         words = set(tokens(name))
         props = list(items.get("properties") or {})
         roles = {r for prop in props for r in roles_of(prop)[:1]}
-        across = bool(self.prompt.records) and self.prompt.docs[0].doc_id is None
         if words & FINDING_WORDS or Role.LINE_START in roles:
-            if across:  # integration: group the per-file findings shared by several files
+            if not self.prompt.per_file:  # integration: group the per-file findings shared by several files
                 return self.frames_for("sub_claims", self.group_fields(props, sub=True), 2)
             return self.frames_for("findings")
         if words & CONFLICT_WORDS:

@@ -27,7 +27,7 @@ def row_frames(prompt: Prompt) -> list[Frame]:
                 match = NUMBER.search(DATE_RE.sub(" ", text))
                 desc = text[: match.start()].rstrip(" :,-=x×@\t") if match and match.start() > 0 else text
             rest = text.split("|", 1)[1] if "|" in text else text[len(desc) :]
-            nums = numbers_in(rest) or line.numbers
+            nums = numbers_in(rest) or numbers_in(line.text)
             qty, unit, amount = 1.0, None, nums[-1]
             low = line.text.lower()
             if len(nums) >= 3:

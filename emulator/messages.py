@@ -117,7 +117,7 @@ def answer(
     stop_details: dict[str, Any] | None = None
     stop_sequence: str | None = None
     if "compaction" in body:
-        content, summary = compaction.compaction_content(secret, body, model.summarize)
+        content, summary = compaction.compaction_content(secret, body)
         stop_reason = "compaction"
         out_tokens = tokens.text_tokens(summary)
         iteration = {
@@ -151,15 +151,9 @@ def answer(
         usage = {**_cache(state, body, api_key, segs).usage_fields(), "output_tokens": out_tokens}
         if thought:
             usage["output_tokens_details"] = {"thinking_tokens": thought}
-    usage.update(
-        {
-            "server_tool_use": None,
-            "service_tier": "batch" if batch else "standard",
-            "inference_geo": None,
-            "speed": None,
-            "output_tokens_details": usage.get("output_tokens_details"),
-        }
-    )
+    tier = "batch" if batch else "standard"
+    usage |= {"server_tool_use": None, "service_tier": tier, "inference_geo": None, "speed": None}
+    usage["output_tokens_details"] = usage.get("output_tokens_details")  # last unless thinking set it
     message = {
         "id": state.new_id("msg"),
         "type": "message",

@@ -1,14 +1,14 @@
 """Per-model request rules and adaptive thinking, read from docmill's model table (the same dated
 table the pipeline checks against; `thinking_types`, `effort`, `default_effort`, `thinking`).
 
-- `check_model_params(body)`: a `thinking.type` the model does not accept answers 400 (manual extended
-  thinking and `disabled` on the models that refuse them, e.g. Sonnet 5.5 and Opus 5.5), the API's
-  message included; `output_config.effort` on a model without effort (Haiku 4.5) answers 400; `disabled` above effort high answers 400 where thinking can only be turned off
-  at high or lower (Opus 5, Haiku 5.5); on 5.x models a non-default temperature / top_p / top_k
-  answers 400 even under the old API version that still takes them (under 2026-10-21 the generic
-  validation refuses them outright).
+- `check_model_params(body)`: 400, with the API's message, for a `thinking.type` the model does not
+  accept (manual extended thinking and `disabled` where refused, e.g. Sonnet 5.5 and Opus 5.5), for
+  `output_config.effort` on a model without effort (Haiku 4.5), for `disabled` above effort high where
+  thinking can only be turned off at high or lower (Opus 5, Haiku 5.5), and on 5.x models for a
+  non-default temperature / top_p / top_k under the old API version that still takes them (under
+  2026-10-21 the generic validation refuses them outright).
 - `thinking_tokens(body, table)`: the thinking tokens an answer spends (docmill.models.thinking_tokens
-  with the emulator's `thinking_tokens_by_effort` knob): billed as output, before the text.
+  with the `thinking_tokens_by_effort` knob): billed as output, before the text.
 Called by `EmulatorState.validate` and `emulator.messages.answer`.
 """
 

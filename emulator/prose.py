@@ -36,12 +36,8 @@ KIND_WORDS = frozenset({"date", "day", "amount", "value", "number", "text", "nam
 SMALL = word_set(  # the small words a phrase neither starts nor ends with
     "a an the of by is are be been shall will to as at on in under from per its their this that which with for"
 )
-MONTHS = {
-    m: i + 1
-    for i, m in enumerate(
-        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-    )
-}
+MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+MONTHS = {m: i for i, m in enumerate(MONTH_NAMES, start=1)}
 WORD = re.compile(r"[A-Za-z0-9]+")
 
 
@@ -74,10 +70,6 @@ def sentences(doc: Doc) -> list[Line]:
                 out.append(Line(line.doc_id, line.number, piece))
             start = cut
     return out
-
-
-def _field_words(name: str) -> list[str]:
-    return [stem(t) for t in strong(tokens(name)) if t not in KIND_WORDS]
 
 
 def _after(sentence: str, keys: list[str]) -> int | None:
@@ -124,7 +116,7 @@ def _phrase(rest: str) -> str | None:
 
 def find(doc: Doc, name: str, kind: str) -> Found | None:
     """The value of field `name` stated in a sentence of `doc`: kind `date`, `number` or `text`."""
-    keys = _field_words(name)
+    keys = [stem(t) for t in strong(tokens(name)) if t not in KIND_WORDS]
     if not keys:
         return None
     for sentence in sentences(doc):

@@ -8,6 +8,8 @@ from typing import Any
 
 from emulator.roles import EVIDENCE_NAMES
 
+ID_KEYS = ("doc_id", "source_doc_id", "document_id", "id")  # the keys that name a record's document
+
 
 def json_records(docs: Sequence[tuple[str | None, str]], full_text: str) -> list[tuple[str, dict[str, Any]]]:
     """Per-document JSON results in a prompt as (doc_id, flat {field: value}) pairs, from its
@@ -48,10 +50,7 @@ def _records_in(obj: Any, default_id: str | None) -> list[tuple[str, dict[str, A
         return [r for item in obj[:1000] for r in _records_in(item, default_id)]
     if not isinstance(obj, dict):
         return []
-    doc_id = next(
-        (obj[k] for k in ("doc_id", "source_doc_id", "document_id", "id") if isinstance(obj.get(k), str)),
-        None,
-    )
+    doc_id = next((obj[k] for k in ID_KEYS if isinstance(obj.get(k), str)), None)
     if doc_id is None:
         nested = [r for value in obj.values() if isinstance(value, list) for r in _records_in(value, None)]
         if nested or default_id is None:
@@ -72,7 +71,7 @@ def _records_in(obj: Any, default_id: str | None) -> list[tuple[str, dict[str, A
 def flatten(obj: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
     for key, value in obj.items():
         name = f"{prefix}{key}"
-        if key in ("doc_id", "source_doc_id", "document_id", "id"):
+        if key in ID_KEYS:
             continue
         if isinstance(value, dict):
             if "value" in value:

@@ -157,7 +157,7 @@ class Filler:
     def prose(self, name: str, kind: str, frame: Frame) -> Found | None:
         """A top-level field of a per-file request stated in a sentence (emulator.prose), after its
         labelled lines found nothing."""
-        if not (frame.top and self.per_file):
+        if not (frame.top and self.prompt.per_file):
             return None
         return find(frame.doc, name, kind)
 
@@ -165,11 +165,6 @@ class Filler:
         if frame.line is not None:
             return frame.line
         return next((line for doc in self.prompt.docs for line in doc.lines), None)
-
-    @property
-    def per_file(self) -> bool:
-        """A request about one document (not the integration pass over per-file records)."""
-        return not (self.prompt.records and self.prompt.docs[0].doc_id is None)
 
     def line_frames(self, frame: Frame) -> list[Frame]:
         """One item per informative line (two words or more) of the frame's document, the first few:
@@ -347,7 +342,7 @@ class Filler:
             subs = self.items.for_array(name, items, frame)
             generic = subs is None  # a name the filler has no builder for: items over the document's lines
             if generic:
-                subs = self.line_frames(frame) if self.per_file and not self.in_generic else []
+                subs = self.line_frames(frame) if self.prompt.per_file and not self.in_generic else []
             self.in_generic, outer = self.in_generic or generic, self.in_generic
             try:
                 for sub in subs or []:
@@ -380,7 +375,7 @@ class Filler:
                 lab = self.label(eff, items, bool)
                 if lab is not None:
                     values, first = [self.gen(items, eff, parent, frame).value], lab.line
-                elif self.per_file and not self.in_generic and items.get("type", "string") == "string":
+                elif self.prompt.per_file and not self.in_generic and items.get("type", "string") == "string":
                     lines = [f.line for f in self.line_frames(frame) if f.line is not None]
                     values, first = [line.text for line in lines], (lines[0] if lines else None)
         if len(values) < int(schema.get("minItems", 0) or limits.get("minItems", 0)):

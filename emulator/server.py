@@ -29,7 +29,7 @@ from emulator import batches, control, messages, tokens
 from emulator.accounting import ReceivedRequest
 from emulator.batch_store import BatchJournal
 from emulator.calls import Call, Handler, list_page
-from emulator.faults import FaultKind, FaultRule, error_for, rate_limit_error
+from emulator.faults import FaultKind, FaultRule, error_for, retry_headers
 from emulator.state import EmulatorConfig, EmulatorState, exhausted_headers, ratelimit_headers
 from emulator.validation import ApiError, ErrorType, invalid
 
@@ -40,17 +40,16 @@ class ConnectionResetFault(Exception):
     """Raised after a partial body so the server drops the connection mid-response."""
 
 
-class _DropResetNoise(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        while exc is not None:
-            if isinstance(exc, ConnectionResetFault):
-                return False
-            exc = exc.__cause__ or exc.__context__
-        return True
+def _not_reset_noise(record: logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    while exc is not None:
+        if isinstance(exc, ConnectionResetFault):
+            return False
+        exc = exc.__cause__ or exc.__context__
+    return True
 
 
-logging.getLogger("uvicorn.error").addFilter(_DropResetNoise())
+logging.getLogger("uvicorn.error").addFilter(_not_reset_noise)
 
 
 async def _part_then_reset() -> Any:
@@ -185,12 +184,14 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
         wait, which = limiter.check(counted, int(body["max_tokens"]))
         call.extra_headers.update(limiter.headers())
         if which is not None:
-            raise rate_limit_error(wait, f"Rate limit exceeded: {which} per minute", call.extra_headers)
+            headers = {**call.extra_headers, **retry_headers(wait)}
+            raise ApiError(ErrorType.RATE_LIMIT, f"Rate limit exceeded: {which} per minute", headers=headers)
     ans = messages.answer(state, body, request_id=call.request_id, api_key=call.api_key, shape=call.shape)
     if limiter.active:
         limiter.settle_output(int(body["max_tokens"]), ans.output_tokens)
         call.extra_headers.update(limiter.headers())
-    generation = _generation_seconds(state, ans.output_tokens)
+    rate = state.config.output_tokens_per_second  # latency model: output tokens / rate of virtual time
+    generation = state.clock.real_seconds(ans.output_tokens / rate) if rate > 0 else 0.0
     stall = state.clock.real_seconds(call.stall.seconds) if call.stall is not None else 0.0
     if body.get("stream"):
         fail = call.shape is not None and call.shape.kind is FaultKind.STREAM_ERROR
@@ -205,13 +206,6 @@ async def create_message(call: Call) -> Response | dict[str, Any]:
     if generation + stall > 0:
         await asyncio.sleep(generation + stall)  # the whole answer is generated before the first byte
     return ans.message
-
-
-def _generation_seconds(state: EmulatorState, output_tokens: int) -> float:
-    """Latency model: an answer takes output_tokens / output_tokens_per_second of virtual time (0
-    when off), in real seconds at the clock's speed."""
-    rate = state.config.output_tokens_per_second
-    return state.clock.real_seconds(output_tokens / rate) if rate > 0 else 0.0
 
 
 def _at(rule: FaultRule, default: int, events: int) -> int:

@@ -257,7 +257,6 @@ class EmulatorState:
             models=self.models,
             retired=self.retired,
             grammar_limit=self.config.grammar_max_complexity,
-            max_output=catalog.max_output_tokens,
             system_message_models=frozenset(self.config.system_message_models),
             allow_max_tokens_zero=self.config.allow_max_tokens_zero,
         )

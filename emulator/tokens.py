@@ -99,11 +99,8 @@ def segments(body: Mapping[str, Any]) -> list[Segment]:
     for tool in body.get("tools") or []:
         if isinstance(tool, Mapping):
             out.append(_segment("tool", tool, text_tokens(_canon(_strip_cc(tool))) + BLOCK_OVERHEAD))
-    fmt = (
-        (body.get("output_config") or {}).get("format")
-        if isinstance(body.get("output_config"), Mapping)
-        else None
-    )
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, Mapping) else None
     if fmt:
         out.append(Segment("format", fmt, text_tokens(_canon(fmt)) + BLOCK_OVERHEAD, None))
     system = body.get("system")

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from emulator import grammar, media
+from emulator import catalog, grammar, media
 from emulator.tokens import as_blocks
+from emulator.words import word_set
 
 
 class ErrorType(StrEnum):
@@ -81,52 +82,15 @@ COMPACTION_BETA = "compact-2026-09-04"
 # The body keys the API takes: the SDK's request TypedDicts (types/message_create_params.py,
 # message_count_tokens_params.py, beta/...) less what the SDK sends as headers (betas, workspace_id,
 # user_profile_id). tests/emulator/test_emulator_validation.py holds them equal to the SDK's.
-CREATE_KEYS = frozenset(
-    {
-        "cache_control",
-        "container",
-        "diagnostics",
-        "inference_geo",
-        "max_tokens",
-        "messages",
-        "metadata",
-        "model",
-        "output_config",
-        "service_tier",
-        "speed",
-        "stop_sequences",
-        "stream",
-        "system",
-        "thinking",
-        "tool_choice",
-        "tools",
-    }
+CREATE_KEYS = word_set(
+    "cache_control container diagnostics inference_geo max_tokens messages metadata model output_config "
+    "service_tier speed stop_sequences stream system thinking tool_choice tools"
 )
-COUNT_KEYS = frozenset(
-    {
-        "cache_control",
-        "messages",
-        "model",
-        "output_config",
-        "speed",
-        "system",
-        "thinking",
-        "tool_choice",
-        "tools",
-    }
+COUNT_KEYS = word_set("cache_control messages model output_config speed system thinking tool_choice tools")
+BETA_CREATE_KEYS = word_set(
+    "billing_policy compaction context_management fallback_credit_token fallbacks mcp_servers thread"
 )
-BETA_CREATE_KEYS = frozenset(
-    {
-        "billing_policy",
-        "compaction",
-        "context_management",
-        "fallback_credit_token",
-        "fallbacks",
-        "mcp_servers",
-        "thread",
-    }
-)
-BETA_COUNT_KEYS = frozenset({"billing_policy", "compaction", "context_management", "mcp_servers"})
+BETA_COUNT_KEYS = word_set("billing_policy compaction context_management mcp_servers")
 OUTPUT_CONFIG_KEYS = frozenset({"format", "effort"})
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 TOOL_CHOICES = ("auto", "any", "tool", "none")
@@ -134,12 +98,11 @@ TOOL_CHOICES = ("auto", "any", "tool", "none")
 
 @dataclass(frozen=True)
 class Rules:
-    """What the emulator's API takes beyond the request's shape: models, their limits, knobs."""
+    """What the emulator's API takes beyond the request's shape: its models and knobs."""
 
     models: Collection[str]
     retired: Callable[[str], str | None]
     grammar_limit: int | None
-    max_output: Callable[[str], int | None]
     system_message_models: Collection[str]
     allow_max_tokens_zero: bool
 
@@ -158,7 +121,7 @@ def validate_message_body(
     `legacy` (anthropic-version 2023-06-01) still accepts temperature/top_p/top_k. Beta-only keys
     need an `anthropic-beta` header. `rules.retired(model)` gives the end-of-life date of a retired
     model (answered 404 like an unknown one); `rules.grammar_limit` refuses schemas over that
-    complexity (see `grammar`; not for count_tokens); `rules.max_output(model)` is its output limit.
+    complexity (see `grammar`; not for count_tokens); a model's output limit is docmill's table's.
     """
     if not isinstance(body, dict):
         raise invalid("body: Input should be an object")
@@ -199,7 +162,7 @@ def validate_message_body(
     ended = rules.retired(body["model"])
     if ended is not None:
         raise ApiError(ErrorType.NOT_FOUND, f"model: {body['model']} (end of life {ended})")
-    limit = None if count_only else rules.max_output(body["model"])
+    limit = None if count_only else catalog.max_output_tokens(body["model"])
     if limit is not None and body["max_tokens"] > limit:
         raise invalid(
             f"max_tokens: {body['max_tokens']} > {limit}, which is the maximum allowed number of output "
@@ -215,11 +178,13 @@ def _check_keys(body: Mapping[str, Any], *, count_only: bool, betas: frozenset[s
     known = COUNT_KEYS if count_only else CREATE_KEYS
     if betas:
         known = known | (BETA_COUNT_KEYS if count_only else BETA_CREATE_KEYS)
-    if legacy:
-        known = known | frozenset(REMOVED_PARAMS)
-    for name in body:
+    _no_extra(body, known | frozenset(REMOVED_PARAMS) if legacy else known)
+
+
+def _no_extra(obj: Mapping[str, Any], known: Collection[str], where: str = "") -> None:
+    for name in obj:
         if name not in known:
-            raise invalid(f"{name}: Extra inputs are not permitted")
+            raise invalid(f"{where}{name}: Extra inputs are not permitted")
 
 
 def _check_max_tokens(value: Any, *, batch: bool, zero_ok: bool = False) -> None:
@@ -247,9 +212,7 @@ def _check_output_config(config: Any) -> None:
         return
     if not isinstance(config, dict):
         raise invalid("output_config: Input should be an object")
-    for name in config:
-        if name not in OUTPUT_CONFIG_KEYS:
-            raise invalid(f"output_config.{name}: Extra inputs are not permitted")
+    _no_extra(config, OUTPUT_CONFIG_KEYS, "output_config.")
     effort = config.get("effort")
     if effort is not None and effort not in EFFORTS:
         raise invalid(f"output_config.effort: Input should be {', '.join(repr(e) for e in EFFORTS)}")
@@ -258,9 +221,7 @@ def _check_output_config(config: Any) -> None:
         return
     if not isinstance(fmt, dict):
         raise invalid("output_config.format: Input should be an object")
-    for name in fmt:
-        if name not in ("type", "schema"):
-            raise invalid(f"output_config.format.{name}: Extra inputs are not permitted")
+    _no_extra(fmt, ("type", "schema"), "output_config.format.")
     if fmt.get("type") != "json_schema":
         raise invalid("output_config.format.type: Input should be 'json_schema'")
     if not isinstance(fmt.get("schema"), dict):

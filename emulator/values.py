@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import date, datetime
 from email.utils import parsedate_tz
 
@@ -20,16 +21,16 @@ DATE_FORMATS = (
 
 def parse_number(text: str) -> float | None:
     """The first amount in `text`: `1,234.50`, `1.234,50`, `(12.00)`, `-3`, `EUR 99` (dates skipped)."""
-    for raw in NUMBER.findall(DATE_RE.sub(" ", text)):
-        value = _amount(raw)
-        if value is not None:
-            return value
-    return None
+    return next(_amounts(text), None)
 
 
 def numbers_in(text: str) -> list[float]:
+    return list(_amounts(text))
+
+
+def _amounts(text: str) -> Iterator[float]:
     found = (_amount(raw) for raw in NUMBER.findall(DATE_RE.sub(" ", text)))
-    return [value for value in found if value is not None]
+    return (value for value in found if value is not None)
 
 
 def _amount(raw: str) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 
 WORD = re.compile(r"[a-z0-9#]+")
@@ -22,18 +23,14 @@ SYNONYMS = {
 # fmt: on
 
 
-def tokens(text: str) -> list[str]:
-    """Lowercase word tokens of a label or field name, synonyms folded, stopwords and digits dropped."""
-    return list(_tokens(text))
-
-
 @lru_cache(maxsize=8192)
-def _tokens(text: str) -> tuple[str, ...]:
+def tokens(text: str) -> tuple[str, ...]:
+    """Lowercase word tokens of a label or field name, synonyms folded, stopwords and digits dropped."""
     words = WORD.findall(text.replace("_", " ").lower())
     return tuple(SYNONYMS.get(w, w) for w in words if w not in STOPWORDS and not w.isdigit())
 
 
-def strong(toks: list[str]) -> list[str]:
+def strong(toks: Sequence[str]) -> Sequence[str]:
     """`toks` without weak words (name, value, ...) unless nothing else is left."""
     kept = [t for t in toks if t not in WEAK]
     return kept or toks
