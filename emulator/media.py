@@ -7,8 +7,9 @@ provided."); an image must be jpeg/png/gif/webp, match its media type, be at mos
 a side (2,000 with more than 20 images; `image_dimensions_too_large`), at most 100 in one request.
 URL and Files API sources are refused: the emulator is offline and has no Files API.
 
-Billing: a PDF page costs its text (4 characters a token) plus an image of the page; an image costs
-its pixels (the API's published rule, `docmill.api_media`, the one the pipeline's estimate uses).
+Billing (the API's published rule): a PDF page costs its text (4 characters a token) plus an image of
+the page (rendered with its long edge at 1,568 px: width x height / 750 tokens, at most 1,600); an
+image costs width x height / 750 tokens after the same scaling.
 
 Reading: a page's text layer is what the model reads of it; a page without one is read from the OCR
 hint a test embedded in the file (the PDF's `/DocmillOCR` information entry, pages split by form
@@ -27,8 +28,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from docmill.api_media import PDF_MEDIA_TYPE, RENDER_SCALE, image_tokens
-
+IMAGE_LONG_EDGE = 1568
+IMAGE_MAX_TOKENS = 1600
+PIXELS_PER_TOKEN = 750
+PAGE_RENDER_SCALE = 1568 / 792  # a Letter page rendered with its long edge at 1,568 px
 MAX_PDF_PAGES = 100
 MAX_IMAGES = 100
 MAX_IMAGE_SIDE = 8000
@@ -37,6 +40,13 @@ MAX_IMAGE_BYTES = 5 * 1024 * 1024
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 PIL_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 OCR_KEY = "DocmillOCR"
+
+
+def image_tokens(width: float, height: float) -> int:
+    if width <= 0 or height <= 0:
+        return 0
+    scale = min(1.0, IMAGE_LONG_EDGE / max(width, height))
+    return min(IMAGE_MAX_TOKENS, max(1, math.ceil(width * scale * height * scale / PIXELS_PER_TOKEN)))
 
 
 class MediaError(ValueError):
@@ -90,7 +100,7 @@ def read_pdf(data: str) -> Pdf:
             text = (page.extract_text() or "").strip()
             box = page.mediabox
             tokens += math.ceil(len(text) / 4) + image_tokens(
-                float(box.width) * RENDER_SCALE, float(box.height) * RENDER_SCALE
+                float(box.width) * PAGE_RENDER_SCALE, float(box.height) * PAGE_RENDER_SCALE
             )
             seen = text if len("".join(text.split())) >= 20 else (hint[i] if i < len(hint) else text)
             pages.append(seen)
@@ -149,7 +159,7 @@ def read_media(block: Any) -> Pdf | Picture | None:
     if not isinstance(source, dict) or source.get("type") != "base64":
         return None
     try:
-        if block.get("type") == "document" and source.get("media_type") == PDF_MEDIA_TYPE:
+        if block.get("type") == "document" and source.get("media_type") == "application/pdf":
             return read_pdf(str(source.get("data")))
         if block.get("type") == "image":
             return read_image(str(source.get("media_type")), str(source.get("data")))
@@ -194,7 +204,7 @@ def check_request(messages: list[Any]) -> None:
                 if not document:
                     images.append((path, read_image(str(source.get("media_type")), str(data))))
                     continue
-                if source.get("media_type") != PDF_MEDIA_TYPE:
+                if source.get("media_type") != "application/pdf":
                     raise MediaError("source.media_type", "Input should be 'application/pdf'")
                 pages += len(read_pdf(str(data)).pages)
                 if pages > MAX_PDF_PAGES:
