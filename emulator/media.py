@@ -9,7 +9,9 @@ URL and Files API sources are refused: the emulator is offline and has no Files 
 
 Billing (the API's published rule): a PDF page costs its text (4 characters a token) plus an image of
 the page (rendered with its long edge at 1,568 px: width x height / 750 tokens, at most 1,600); an
-image costs width x height / 750 tokens after the same scaling.
+image costs width x height / 750 tokens after the same scaling. Written here apart from
+`docmill.api_media` on purpose: the bill that docmill's estimate is measured against must not be
+computed by the estimate's own code.
 
 Reading: a page's text layer is what the model reads of it; a page without one is read from the OCR
 hint a test embedded in the file (the PDF's `/DocmillOCR` information entry, pages split by form
