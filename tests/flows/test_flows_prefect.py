@@ -136,26 +136,31 @@ def test_flow_logs_reach_prefect_with_the_docmill_run_id(
     assert any("rejected.txt" in m or "400" in m for m in docmill_lines), docmill_lines
 
 
-def test_resume_flow_sends_nothing_already_in_the_ledger(
-    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
-) -> None:
+def _stopped_after_one_chunk(corpus: Path, run_id: str, *, chunk_size: int) -> None:
+    """Run `run_id` over `corpus` without Prefect until its first chunk is done, then lose the worker."""
     from flows.entry import RunWiring, run_extract
-    from flows.orchestration.prefect_flows import resume
     from flows.run.context import RunParams
-
-    corpus, truth = make_corpus(tmp_path, count=20, seed=14)
 
     def die_after_one_chunk(fn: Any, chunks: Any) -> list[dict[str, int]]:  # chunks: as handed out
         fn(*next(iter(chunks)))
         raise RuntimeError("worker lost")
 
-    settings = get_settings().model_copy(update={"chunk_size": 6})
+    settings = get_settings().model_copy(update={"chunk_size": chunk_size})
     with pytest.raises(RuntimeError):
         run_extract(
-            RunParams(str(corpus), "invoices", run_id="prefect-resume"),
+            RunParams(str(corpus), "invoices", run_id=run_id),
             settings=settings,
             wiring=RunWiring(progress=False, map_chunks=die_after_one_chunk),
         )
+
+
+def test_resume_flow_sends_nothing_already_in_the_ledger(
+    prefect_engine: None, env_for: str, tmp_path: Path, emulator: Any
+) -> None:
+    from flows.orchestration.prefect_flows import resume
+
+    corpus, truth = make_corpus(tmp_path, count=20, seed=14)
+    _stopped_after_one_chunk(corpus, "prefect-resume", chunk_size=6)
     paid_before = {r.body_sha256 for r in emulator.state.accounting.billed}
     assert paid_before
     summary = resume("prefect-resume")
@@ -169,22 +174,9 @@ def test_resume_through_prefect_shows_progress_as_run_does(
     prefect_engine: None, env_for: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from flows.cli.main import main
-    from flows.entry import RunWiring, run_extract
-    from flows.run.context import RunParams
 
     corpus, _ = make_corpus(tmp_path, count=12, seed=15)
-
-    def die_after_one_chunk(fn: Any, chunks: Any) -> list[dict[str, int]]:
-        fn(*next(iter(chunks)))
-        raise RuntimeError("worker lost")
-
-    settings = get_settings().model_copy(update={"chunk_size": 4})
-    with pytest.raises(RuntimeError):
-        run_extract(
-            RunParams(str(corpus), "invoices", run_id="shown-resume"),
-            settings=settings,
-            wiring=RunWiring(progress=False, map_chunks=die_after_one_chunk),
-        )
+    _stopped_after_one_chunk(corpus, "shown-resume", chunk_size=4)
     capsys.readouterr()
     assert main(["resume", "shown-resume"]) == 0
     err = capsys.readouterr().err
