@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords, item_custom_id
 from checkpoints.outcomes_places import DigestMap, digest
 from docmill.collector import relaxed_gc
+from docmill.crash_points import crash_point
 from docmill.errors import InputError
 from docmill.sdk import anthropic
 from docmill.shutdown import SHUTDOWN
@@ -249,7 +250,7 @@ class BatchEngine:
     def poll_live(self) -> Iterator[DocOutcome]:
         """Every live batch looked at once; an ended one collected (and no longer live)."""
         for n in sorted(self.live):
-            lifecycle.crash_point("polling")
+            crash_point("polling")
             rec = self.live[n] = lifecycle.poll(self.api, self.records, self.live[n], self.clock())
             self.on_progress(progress_event("status", rec))
             if rec.phase is BatchPhase.ENDED:
@@ -278,7 +279,7 @@ class BatchEngine:
             inflight: deque[Pending] = deque()
             chunk: Chunk = []
             for line in lines:
-                lifecycle.crash_point("streaming_results")
+                crash_point("streaming_results")
                 cid = line.get("custom_id")
                 if cid not in raw or cid in done or cid in carry or cid in answered:
                     counts["foreign" if cid not in raw else "duplicate"] += 1

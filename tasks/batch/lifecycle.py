@@ -13,6 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from checkpoints.batches import BatchPhase, BatchRecord, BatchRecords
+from docmill.crash_points import crash_point
 from docmill.errors import BatchError
 from docmill.logs import current_run, get_logger
 from docmill.sdk import Once, anthropic
@@ -41,16 +42,6 @@ log = get_logger("batch")
 LIST_PAGE = 20
 COUNT_KINDS = ("processing", "succeeded", "errored", "canceled", "expired")
 FIRST_LOOKS: dict[str, threading.Thread] = {}  # run id -> the look after a pass that only created
-
-# Named lifecycle points, in order: before_create, after_create, polling, streaming_results,
-# before_ledger_write. `crash_point(point)` does nothing unless a test sets HOOK (the crash tests
-# SIGKILL the process there).
-HOOK: Callable[[str], None] | None = None
-
-
-def crash_point(point: str) -> None:
-    if HOOK is not None:
-        HOOK(point)
 
 
 def resume_hint() -> str:

@@ -18,12 +18,12 @@ from enum import StrEnum
 from typing import Any
 
 from checkpoints.inflight import InFlight, life_of
+from docmill.crash_points import crash_point
 from docmill.errors import ApiCallError, BatchError, InputError
 from docmill.prices import priced_usd, worst_usd
 from tasks.api.retrying import RETRYABLE_ERROR_TYPES
 from tasks.api.usage import add_usage, estimate_input_tokens
 from tasks.batch.items import WorkItem
-from tasks.batch.lifecycle import crash_point
 from tasks.batch.sent import SentTexts
 from tasks.per_file.accounting import account_attempt, answered_model, file_cost_entry
 from tasks.per_file.gate import Action, Verdict, check, next_request

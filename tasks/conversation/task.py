@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import signal
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +28,7 @@ from checkpoints import cas
 from checkpoints.costs import CostEntry, CostLedger
 from checkpoints.inflight import InFlight, Mark, life_of
 from checkpoints.scratch import HistoryArchive, Scratchpad
+from docmill.crash_points import crash_point
 from docmill.errors import ContextError, PinnedFactLost
 from docmill.prices import worst_usd
 from tasks.api.answers import CallLabel
@@ -43,23 +41,8 @@ if TYPE_CHECKING:
     from tasks.api.client import ModelClient
 
 CHECKPOINT_VERSION = 1
-CRASH_ENV = "DOCMILL_CRASH_AT"
 MAX_COMPACTIONS_PER_TURN = 3
 COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
-_crash_hits: Counter[str] = Counter()
-
-
-def crash_point(name: str) -> None:
-    """Test hook: SIGKILL this process at `name` when DOCMILL_CRASH_AT is `name` or `name#n`."""
-    spec = os.environ.get(CRASH_ENV)
-    if not spec:
-        return
-    want, _, nth = spec.partition("#")
-    if want != name:
-        return
-    _crash_hits[name] += 1
-    if _crash_hits[name] >= int(nth or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def safe_group(name: str) -> str:

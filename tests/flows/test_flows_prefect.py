@@ -337,8 +337,8 @@ def test_a_retried_flow_run_continues_its_docmill_run(
 
     from checkpoints.manifest import ManifestStore
     from checkpoints.store import open_store
+    from docmill import crash_points
     from flows.orchestration.prefect_flows import extract
-    from tasks.batch import lifecycle
 
     corpus, _ = make_corpus(tmp_path, count=6, seed=2)
     monkeypatch.setenv("DOCMILL_BATCH__POLL_SECONDS", "0.05")
@@ -350,7 +350,7 @@ def test_a_retried_flow_run_continues_its_docmill_run(
             failures.append(str(flow_run.id))
             raise RuntimeError("worker lost mid-batch")
 
-    monkeypatch.setattr(lifecycle, "HOOK", fail_once)
+    monkeypatch.setattr(crash_points, "HOOK", fail_once)
     summary = extract.with_options(retries=1, retry_delay_seconds=0)(
         str(corpus), mode="batch", store=env_for, new_run=True
     )

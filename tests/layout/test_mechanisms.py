@@ -13,6 +13,8 @@
 - The SDK: only `docmill/sdk.py` imports `anthropic` or `httpx2`; every other module reaches them
   through its faces (imported when first read), or imports them under `if TYPE_CHECKING:` for
   annotations. A run that sends nothing never pays their import (tests/flows/test_flows_no_sdk.py).
+- Crash tests' stops: one hook, `docmill/crash_points.py`; no other module defines a `crash_point`
+  or names a `DOCMILL_*CRASH*` / `DOCMILL_*KILL*` environment variable of its own.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ WAITS = re.compile(r"sleep|backoff|wait", re.IGNORECASE)
 SLEEPS = re.compile(r"sleep|backoff", re.IGNORECASE)
 SDK_PACKAGES = ("anthropic", "httpx2")
 SDK_HOME = "docmill/sdk.py"
+CRASH_HOME = "docmill/crash_points.py"
+CRASH_NAMES = re.compile(r"^DOCMILL_\w*(CRASH|KILL)")
 
 
 def product_files(root: Path = ROOT) -> Iterator[tuple[str, ast.Module]]:
@@ -196,3 +200,48 @@ def test_the_sdk_check_sees_an_import_and_lets_typing_only_ones_pass() -> None:
     )
     files = iter([(SDK_HOME, ast.parse(code)), ("tasks/other.py", ast.parse(code))])
     assert sdk_imports(files) == ["tasks/other.py:2 anthropic", "tasks/other.py:6 httpx2"]
+
+
+def crash_hooks(files: Iterator[tuple[str, ast.Module]]) -> list[str]:
+    """`file:line what` of each crash hook outside its home: a `crash_point` defined, a string
+    naming a crash environment variable, a module-level `HOOK`."""
+    found = []
+    for rel, tree in files:
+        if rel == CRASH_HOME:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "crash_point":
+                found.append(f"{rel}:{node.lineno} def crash_point")
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.isupper()
+                and CRASH_NAMES.search(node.value)
+            ):
+                found.append(f"{rel}:{node.lineno} {node.value}")
+        for stmt in tree.body:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            found += [
+                f"{rel}:{stmt.lineno} HOOK" for t in targets if isinstance(t, ast.Name) and t.id == "HOOK"
+            ]
+    return found
+
+
+def test_one_crash_hook() -> None:
+    assert crash_hooks(product_files()) == []
+
+
+def test_the_crash_hook_check_sees_a_second_hook() -> None:
+    code = (
+        "import os\n"
+        "HOOK = None\n"
+        "def crash_point(name):\n"
+        "    if os.environ.get('DOCMILL_TEST_KILL_AT') == name:\n"
+        "        os.abort()\n"
+    )
+    files = iter([(CRASH_HOME, ast.parse(code)), ("tasks/batch/other.py", ast.parse(code))])
+    assert crash_hooks(files) == [
+        "tasks/batch/other.py:3 def crash_point",
+        "tasks/batch/other.py:4 DOCMILL_TEST_KILL_AT",
+        "tasks/batch/other.py:2 HOOK",
+    ]

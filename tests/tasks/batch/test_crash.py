@@ -4,8 +4,8 @@ state, and the outputs equal an uninterrupted run's.
 
 The engine runs in a forked child process; the emulator runs in the test process, so it survives
 the kill. The subprocess's sleep advances the emulator's virtual clock (batches take
-virtual time), so a resumed run moves the clock on too. The kill point is named by env var
-DOCMILL_TEST_KILL_AT (and DOCMILL_TEST_KILL_NTH: which occurrence).
+virtual time), so a resumed run moves the clock on too. The kill point is named as a user's
+crash test names it: DOCMILL_CRASH_AT=point#n (docmill.crash_points).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pytest
 
 from checkpoints.batches import BatchRecords
 from checkpoints.store import open_store
+from docmill import crash_points
 
 POINTS = ["before_create", "after_create", "polling", "streaming_results", "before_ledger_write"]
 BATCH = {"max_requests": 3, "poll_seconds": 30.0, "poll_max_seconds": 60.0}
@@ -71,25 +72,15 @@ def engine_run(
 
 
 def _child(emulator_url: str, store: Path, corpus: Path, out: Path) -> None:
-    """In the forked child: SIGKILL ourselves at the point DOCMILL_TEST_KILL_AT names (its
-    DOCMILL_TEST_KILL_NTH occurrence). The emulator lives in the parent; clock and sleep go over HTTP."""
+    """In the forked child (DOCMILL_CRASH_AT set: it SIGKILLs itself there). The emulator lives in
+    the parent; clock and sleep go over HTTP."""
     import httpx2
 
-    from tasks.batch import lifecycle as batch_lifecycle
-
     control = httpx2.Client(base_url=emulator_url)
-    kill_at, nth = os.environ["DOCMILL_TEST_KILL_AT"], int(os.environ["DOCMILL_TEST_KILL_NTH"])
-    seen: Counter[str] = Counter()
-
-    def hook(point: str) -> None:
-        seen[point] += 1
-        if point == kill_at and seen[point] == nth:
-            os.kill(os.getpid(), signal.SIGKILL)
 
     def advance(seconds: float) -> None:
         control.post("/_emulator/clock/advance", json={"seconds": seconds}).raise_for_status()
 
-    batch_lifecycle.HOOK = hook
     engine_run(
         emulator_url,
         store,
@@ -107,7 +98,7 @@ def run_killed(emulator: Any, store: Path, corpus: Path, out: Path, point: str, 
     if pid == 0:  # child
         code = 0
         try:
-            os.environ["DOCMILL_TEST_KILL_AT"], os.environ["DOCMILL_TEST_KILL_NTH"] = point, str(nth)
+            os.environ[crash_points.ENV] = f"{point}#{nth}"
             _child(emulator.base_url, store, corpus, out)
         except BaseException:
             traceback.print_exc()

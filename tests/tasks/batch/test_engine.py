@@ -24,6 +24,7 @@ from checkpoints.ledger import ResponseLog, ResultsLedger
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import local as local_store
 from checkpoints.store import open_store
+from docmill import crash_points
 from docmill.settings import Settings, get_settings
 from tasks.api.client import ModelClient
 from tasks.api.usage import COMPACT, RepeatedJson
@@ -311,12 +312,12 @@ def test_repairs_can_go_realtime_and_a_crash_does_not_resend_them(
         if writes == 1:
             raise Abort
 
-    batch_lifecycle.HOOK = crash_at_first_ledger_write_after_the_repair
+    crash_points.HOOK = crash_at_first_ledger_write_after_the_repair
     try:
         with pytest.raises(Abort):
             rig.run(model_client=ModelClient(rig.settings, base_url=emulator.base_url, api_key="test-key"))
     finally:
-        batch_lifecycle.HOOK = None
+        crash_points.HOOK = None
     outcomes = by_key(rig.run())  # resume, with another ModelClient
     assert outcomes[key].state is DocState.SUCCEEDED and outcomes[key].attempts == 2
     assert len(rig.records().load_all()) == 1  # no second batch round
@@ -364,12 +365,12 @@ def test_intent_without_batch_id_is_reconciled_across_list_pages(
             if creates == 10:
                 raise Abort
 
-    batch_lifecycle.HOOK = crash_after_tenth_create
+    crash_points.HOOK = crash_after_tenth_create
     try:
         with pytest.raises(Abort):
             rig.run(docs)
     finally:
-        batch_lifecycle.HOOK = None
+        crash_points.HOOK = None
     assert rig.records().load(10).phase is BatchPhase.INTENT
     # Another workload of the same workspace creates 25 batches after ours: ours moves to page 2.
     other = sdk_client(emulator)
@@ -467,12 +468,12 @@ def test_records_and_ledger_on_s3_survive_a_crash_after_create(
         if point == "after_create" and len(emulator.state.batches.batches) == 2:
             raise Abort
 
-    batch_lifecycle.HOOK = crash_after_second_create
+    crash_points.HOOK = crash_after_second_create
     try:
         with pytest.raises(Abort):
             rig.run(docs)
     finally:
-        batch_lifecycle.HOOK = None
+        crash_points.HOOK = None
     assert rig.records().load(2).phase is BatchPhase.INTENT
     outcomes = rig.run(docs)
     assert all(o.state is DocState.SUCCEEDED for o in outcomes) and len(outcomes) == 7
