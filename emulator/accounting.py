@@ -72,12 +72,35 @@ class Accounting:
     def note_error(self, status: int) -> None:
         self.errors_by_status[status] += 1
 
-    def bill(self, *, body: Any, price: Price, **fields: Any) -> BilledRequest:
-        """Record one billed request (`fields`: the rest of `BilledRequest`) at `price` (the state's
-        `price_for(model)`: docmill's dated table on the emulator's day, an `extra_models` entry, or
-        the unpriced-model rate)."""
-        usd = usd_at(price, fields["usage"], batch=fields.get("batch", False))
-        record = BilledRequest(seq=len(self.billed) + 1, body_sha256=body_hash(body), usd=usd, **fields)
+    def bill(
+        self,
+        *,
+        body: Any,
+        price: Price,
+        path: str,
+        model: str,
+        usage: dict[str, Any],
+        request_id: str | None,
+        batch: bool = False,
+        custom_id: str | None = None,
+        batch_id: str | None = None,
+        at: float = 0.0,
+    ) -> BilledRequest:
+        """Record one billed request at `price` (the state's `price_for(model)`: docmill's dated table
+        on the emulator's day, an `extra_models` entry, or the unpriced-model rate)."""
+        record = BilledRequest(
+            seq=len(self.billed) + 1,
+            path=path,
+            body_sha256=body_hash(body),
+            model=model,
+            batch=batch,
+            usage=usage,
+            usd=usd_at(price, usage, batch=batch),
+            request_id=request_id,
+            custom_id=custom_id,
+            batch_id=batch_id,
+            at=at,
+        )
         self.billed.append(record)
         return record
 
