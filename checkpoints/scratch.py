@@ -3,7 +3,7 @@
 - `Scratchpad`: `runs/<run_id>/scratch/<task>.md`, a text file a task replaces (a long task
   mirrors its pinned facts there): exact facts live here, outside any summarized history.
 - `HistoryArchive`: `runs/<run_id>/history/<task>/<seq>.json.gz`, the full message history saved
-  (gzip JSON, write-once, sequence-numbered) before each compaction.
+  (gzip JSON, write-once, numbered by the compaction: 0 before the first) before each compaction.
 """
 
 from __future__ import annotations
@@ -46,12 +46,14 @@ class HistoryArchive:
     def seqs(self) -> list[int]:
         return self.store.numbers(self.prefix, SUFFIX)
 
-    def archive(self, messages: list[dict[str, Any]]) -> int:
-        """Save a history; returns its sequence number (0, 1, 2... per task)."""
-        seq = max(self.seqs(), default=-1) + 1
-        data = gzip_json(messages)
+    def archive(self, messages: list[dict[str, Any]], seq: int) -> int:
+        """Save the history that compaction `seq + 1` summarizes under `seq`, once: a slot holding
+        these bytes already (a kill after archiving, before the task's checkpoint) is this archive;
+        a slot holding another history moves it on to the next one. Returns the slot used."""
+        data = gzip_json(messages)  # equal histories give equal bytes
         for _ in range(MAX_SLOT_PROBES):
-            if self.store.put_if_absent(self._key(seq), data):
+            key = self._key(seq)
+            if self.store.put_if_absent(key, data) or self.store.get(key) == data:
                 return seq
             seq += 1
         raise StoreError(f"could not find a free history slot under {self.prefix}", key=self.prefix)

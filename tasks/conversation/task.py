@@ -232,7 +232,7 @@ class ConversationTask:
                 f"task {self.task_id}: one turn alone exceeds the budget of {self.budget_tokens} tokens",
                 hint="raise budget_tokens or send smaller turns",
             )
-        seq = self.archive.archive(self.messages)
+        seq = self.archive.archive(self.messages, len(self.compactions))
         crash_point("compaction_archived")
         sizes = [cmp.estimate_tokens(m) for m in self.messages]
         cuts = cmp.choose_cut(self.messages, sizes, self.keep_tokens)

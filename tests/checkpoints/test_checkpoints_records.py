@@ -152,9 +152,13 @@ def test_scratchpad_and_history_archive(store: ObjectStore) -> None:
     arch = HistoryArchive(store, "r", "integrate")
     assert arch.seqs() == []
     msgs = [{"role": "user", "content": "héllo"}]
-    assert arch.archive(msgs) == 0
-    assert arch.archive([*msgs, {"role": "assistant", "content": "x"}]) == 1
-    assert arch.seqs() == [0, 1]
+    assert arch.archive(msgs, 0) == 0
+    assert arch.archive(msgs, 0) == 0  # archived again after a kill: the same slot
+    longer = [*msgs, {"role": "assistant", "content": "x"}]
+    assert arch.archive(longer, 1) == 1
+    assert arch.archive([*longer, *msgs], 1) == 2  # slot 1 holds another history: the next one
+    assert arch.seqs() == [0, 1, 2]
+    assert arch.load(1) == longer
     assert arch.load(0) == msgs
     assert store.get("runs/r/history/integrate/000000.json.gz")[:2] == b"\x1f\x8b"
 
