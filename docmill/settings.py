@@ -72,9 +72,9 @@ class ApiSettings(BaseModel):
     )
     http_client: Literal["aiohttp", "httpx"] = Field(
         "aiohttp",
-        description="HTTP client of the realtime requests on the event loop: aiohttp (the SDK's aiohttp "
-        "extra: ~0.4 ms less CPU per request than httpx, measured in bench/realtime.py) or httpx (the "
-        "SDK's default). Threads (integration, long documents) always use httpx.",
+        description="HTTP client of the realtime requests (every one goes out from the client's event "
+        "loop): aiohttp (the SDK's aiohttp extra: ~0.4 ms less CPU per request than httpx, measured in "
+        "bench/realtime.py) or httpx (the SDK's default).",
     )
     stream_min_max_tokens: int = Field(
         8192,

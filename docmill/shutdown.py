@@ -1,7 +1,7 @@
 """Graceful shutdown (invariant 12: an interruption is not an outcome).
 
 The first SIGINT or SIGTERM sets one process-wide flag. From that moment no new request is sent
-(`ModelClient` checks before sending and again inside its concurrency slot; the batch engine before
+(`ModelClient` checks before sending and again once its request is admitted; the batch engine before
 creating a batch and while following one): the call raises `Interrupted`, which no document turns
 into an outcome. Requests already in flight get `settings.shutdown_grace_seconds` to answer and are
 persisted as usual; the run is marked `stopped` and the CLI exits 130 (SIGINT) or 143 (SIGTERM),

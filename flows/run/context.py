@@ -140,17 +140,16 @@ def open_clients(
     settings: Settings, endpoint: Endpoint
 ) -> Iterator[tuple[ModelClient, Once[anthropic.Anthropic]]]:
     """`make_clients`; when the run ends the realtime client's event loop and its I/O threads end
-    too (once the last thread waiting on it returns: tasks.api.aio.close_twin), not whenever a
-    collection finds them: a process that runs many (a worker, a notebook) kept a set per run. The
-    HTTP clients hold no thread and stay open: a chunk task that outlives a stopped run's body may
-    still be reading an answer it must keep, or looking at its batches (tasks.batch.lifecycle)."""
-    from tasks.api.aio import close_twin
-
+    too (once the last thread waiting on it returns: `ModelClient.close`), not whenever a
+    collection finds them: a process that runs many (a worker, a notebook) kept a set per run. A
+    chunk task that outlives a stopped run's body is still answered: one waiting on the loop keeps it
+    until it returns, a later call makes a new one; the batches' SDK client holds no thread and stays
+    open (it may still be looking at its batches: tasks.batch.lifecycle)."""
     client, sdk = make_clients(settings, endpoint)
     try:
         yield client, sdk
     finally:
-        close_twin(client)
+        client.close()
 
 
 def record_possibly_billed(ledger: CostLedger, p: PossiblyBilled) -> None:

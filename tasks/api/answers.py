@@ -1,9 +1,10 @@
-"""One answer off the wire (`answer`, `stream_message`), and what an attempt that brought no whole
-answer may have cost: THE decision, `paid_attempt` (invariant 13), for every path that calls the
-Messages API (`ModelClient.call` and `.stream`, the event loop's `AsyncModelClient.call`), never a
-caller's. Both readers (this one on threads, tasks.api.sse on the loop) fill one `StreamProgress`
-per attempt and raise the same `StreamBroken` when the connection breaks after the 200; the record
-of a paid attempt without an answer is a `PossiblyBilled`, handed to the run's cost ledger.
+"""What an attempt that brought no whole answer may have cost: THE decision, `paid_attempt`
+(invariant 13), for every call of the Messages API (`AsyncModelClient.call` and `.stream`), never a
+caller's. Both readers of tasks.api.sse (the raw events of `read_answer`, the SDK's stream helper in
+`stream_message`) fill one `StreamProgress` per attempt and raise the same `StreamBroken` when the
+connection breaks after the 200; the record of a paid attempt without an answer is a
+`PossiblyBilled`, handed to the run's cost ledger. Also what decides how an answer is read
+(`read_timeout`) and checks that it is a Message (`as_message`).
 """
 
 from __future__ import annotations
@@ -227,7 +228,7 @@ def message_text(message: Mapping[str, Any]) -> str:
 def as_message(http_response: httpx2.Response) -> dict[str, Any]:
     """An unstreamed answer's body as the JSON the API sent, when it is a Message, else an
     `APIResponseValidationError`, never retried: a 200 that is not a Message (a proxy's page, a wrong
-    base URL). Shared with the event loop's reader, tasks.api.sse."""
+    base URL)."""
     try:
         data = json.loads(http_response.content)
     except ValueError:
@@ -243,48 +244,11 @@ def as_message(http_response: httpx2.Response) -> dict[str, Any]:
     return data
 
 
-def stream_message(
-    sdk: anthropic.Anthropic,
-    body: dict[str, Any],
-    progress: StreamProgress,
-    *,
-    betas: list[str] | None = None,
-) -> Any:
-    """One streamed Messages call -> the SDK's final Message (beta namespace when `betas`), with
-    `_request_id` set like a non-streamed answer's; each event noted in `progress`, a broken connection
-    raised as `StreamBroken`."""
-    opened = sdk.beta.messages.stream(betas=betas, **body) if betas else sdk.messages.stream(**body)
-    with opened as events:
-        progress.on_response(events.request_id, events.response.headers)
-        try:
-            for event in events:
-                progress.on_event(event)
-            final = events.get_final_message()
-        except httpx2.TransportError as e:  # raised raw out of the stream by the SDK: after the 200
-            raise broken_class()(e, events.response.request, progress) from e
-    final._request_id = progress.request_id
-    return final
-
-
 def read_timeout(body: dict[str, Any], api: ApiSettings) -> float | None:
     """None when the answer streams (max_tokens reaches `api.stream_min_max_tokens`: a long one, read
-    by read), on a thread and on the event loop alike; else how long it may take: `api.timeout_seconds`
+    by read); else how long it may take: `api.timeout_seconds`
     covers 2,048 output tokens (the SDK estimates 58 s for them), a larger max_tokens in proportion."""
     max_tokens = int(body["max_tokens"])
     if max_tokens >= api.stream_min_max_tokens:
         return None
     return api.timeout_seconds * max(1.0, max_tokens / TIMEOUT_COVERS)
-
-
-def answer(
-    sdk: anthropic.Anthropic, body: dict[str, Any], progress: StreamProgress, timeout: float | None
-) -> tuple[dict[str, Any], str | None, Any]:
-    """One HTTP attempt: (the answer's JSON, request id, response headers); streamed when `timeout`
-    is None (`read_timeout`). Unstreamed, the answer is kept as the JSON the API sent (what the
-    response log keeps), not built into the SDK's Message model and dumped back."""
-    if timeout is None:
-        final = stream_message(sdk, body, progress)
-        data = final.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
-        return data, progress.request_id, progress.headers
-    raw = sdk.messages.with_raw_response.create(**body, timeout=timeout)
-    return as_message(raw.http_response), raw.request_id, raw.headers

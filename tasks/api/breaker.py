@@ -1,7 +1,7 @@
 """The circuit breaker (invariant 12): N calls in a row failing the same systemic way stop the run
 early and loudly instead of paying for every document's doomed attempts
-(`settings.api.circuit_breaker_calls`, 20 by default). Callers: tasks.api.client.ModelClient,
-tasks.api.aio.AsyncModelClient, tasks.per_file.realtime.
+(`settings.api.circuit_breaker_calls`, 20 by default). Callers: tasks.api.client (ModelClient's
+policy, AsyncModelClient's attempts), tasks.per_file.realtime.
 
 Two streaks, both reset by a healthy call:
 - API causes: `auth` (401), `billing` (402), `permission` (403), `model_not_found` (404: trips at
@@ -13,7 +13,7 @@ Two streaks, both reset by a healthy call:
   validation error, or a refusal).
 Once tripped, every later call raises `SystemicFailure` before it is sent. So that the trip comes
 within N calls, not N plus whatever was in flight, a new request waits while a streak plus the
-requests in flight could reach N (`admit`/`done`; a healthy run, whose streaks stay at 0, never waits).
+requests in flight could reach N (`try_admit`/`done`; a healthy run, whose streaks stay at 0, never waits).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class CircuitBreaker:
 
     def __init__(self, threshold: int) -> None:
         self.threshold = threshold
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
         self.in_flight = 0
         self._streaks: dict[str, tuple[str | None, int, str]] = {k: (None, 0, "") for k in ("api", "answers")}
         self._who: set[str] = set()  # documents of the current API streak (invalid_request counts them)
@@ -57,17 +57,10 @@ class CircuitBreaker:
         if self.tripped is not None:
             raise self.tripped
 
-    def admit(self, stop: Callable[[], None] = lambda: None) -> None:
-        """Before a request is sent: wait while the longest streak plus the requests in flight could
-        reach the threshold (those answers decide), then count it in flight. `stop` is checked
-        while waiting (a signal). Raises the trip's `SystemicFailure` once tripped."""
-        with self._lock:
-            while not self.try_admit(stop):
-                self._lock.wait(0.1)
-
     def try_admit(self, stop: Callable[[], None] = lambda: None) -> bool:
-        """The one decision of `admit` without waiting: True (counted in flight) or False (wait for
-        an answer); the event loop's callers (tasks.api.aio) retry it after answers."""
+        """Before a request is sent: True (counted in flight), or False while the longest streak plus
+        the requests in flight could reach the threshold (those answers decide: the caller asks
+        again after answers). `stop` is checked too (a signal). Raises the trip's `SystemicFailure`."""
         with self._lock:
             self.check()
             stop()
@@ -80,10 +73,9 @@ class CircuitBreaker:
             return False
 
     def done(self) -> None:
-        """A request admitted by `admit` came back (answered or failed)."""
+        """A request admitted by `try_admit` came back (answered or failed)."""
         with self._lock:
             self.in_flight -= 1
-            self._lock.notify_all()
 
     def api(self, cause: str | None, detail: str = "") -> None:
         """One API call's systemic cause, or None for an answered Message."""
@@ -110,7 +102,6 @@ class CircuitBreaker:
                 self._who.add(who)
             n = 0 if cause is None else (n + 1 if cause == last else 1)
             self._streaks[streak] = (cause, n, detail)
-            self._lock.notify_all()
             kind = cause.split(":", 1)[0] if streak == "api" and cause else "invalid_answers"
             threshold = 1 if streak == "api" and kind in IMMEDIATE else self.threshold
             if cause is None or n < threshold or self.tripped is not None:

@@ -1,5 +1,6 @@
-"""The run's cost cap for realtime calls (invariant 8), process-wide: `Budget`. Used by
-tasks.api.client (threads) and tasks.api.aio (the event loop) through the one decision `try_reserve`."""
+"""The run's cost cap for realtime calls (invariant 8), process-wide: `Budget`. Asked by
+tasks.api.client through the one decision `try_reserve` (again after answers while other requests'
+reservations stand in the way)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ class Budget:
         self.cap_usd = cap_usd
         self.spent_usd = 0.0
         self.reserved_usd = 0.0
-        self._changed = threading.Condition()
+        self._changed = threading.Lock()
 
     def try_reserve(self, worst_case_usd: float) -> float | None:
         """The one decision: hold `worst_case_usd` and return it; None when only other requests'
@@ -40,15 +41,7 @@ class Budget:
             self.reserved_usd += worst_case_usd
             return worst_case_usd
 
-    def reserve(self, worst_case_usd: float) -> float:
-        """`try_reserve`, waiting on this thread while other reservations stand in the way."""
-        while (held := self.try_reserve(worst_case_usd)) is None:
-            with self._changed:
-                self._changed.wait(timeout=1.0)
-        return held
-
     def settle(self, reserved_usd: float, actual_usd: float) -> None:
         with self._changed:
             self.reserved_usd = max(0.0, self.reserved_usd - reserved_usd)
             self.spent_usd += actual_usd
-            self._changed.notify_all()

@@ -1,5 +1,5 @@
 """`LoopThread`: an event loop in its own thread that other threads hand coroutines to and wait on,
-with a small pool of I/O threads for the blocking work its coroutines need (tasks.api.aio)."""
+with a small pool of I/O threads for the blocking work its coroutines need (tasks.api.client)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,12 @@ class LoopThread:
         weakref.finalize(self, _stop_loop, self.loop, self.pool)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` on the loop and wait for it on this thread."""
+        """Run `coro` on the loop and wait for it on this thread (never the loop's own: it would
+        wait for itself)."""
         with self._lock:
+            if threading.get_ident() == self.thread.ident:
+                coro.close()
+                raise DocmillError("a blocking call on the client's event loop would wait for itself")
             if self._closed:
                 coro.close()
                 raise DocmillError("the client's event loop is closed: its run has ended")

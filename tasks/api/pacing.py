@@ -1,4 +1,4 @@
-"""Client-side pacing shared by every request of one `ModelClient` (threads and its event loop).
+"""Client-side pacing shared by every request of one `ModelClient` (all sent from its event loop).
 
 `RateLimiter` runs at the server's limits, never above them and never far below:
 
@@ -23,9 +23,9 @@
   limit; tasks.api.shared_limit sets it from the store, so processes on several machines share one
   limit instead of each assuming all of it.
 
-`try_acquire` is the one admission decision (a ticket, or how long to wait); `acquire` waits for it on
-a thread, `tasks.api.aio.Gate` on the event loop; both wake when an answer comes. Time is injectable
-(`clock`, `sleep`) so tests record waits instead of sleeping.
+`try_acquire` is the one admission decision (a ticket, or how long to wait); `tasks.api.aio.Gate`
+waits for it on the client's event loop, woken early when an answer comes. The clock is injectable
+(`clock`) so tests move time instead of waiting.
 """
 
 from __future__ import annotations
@@ -136,10 +136,9 @@ class RateLimiter:
         ramp_seconds: float = 20.0,
         ramp_start: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
         counts_cache_reads: bool = False,
     ) -> None:
-        self._clock, self._sleep = clock, sleep
+        self._clock = clock
         self.concurrency = concurrency  # a ceiling on the window; None: the limits decide
         self.ramp_seconds, self._ramp_floor = ramp_seconds, ramp_start
         now = clock()
@@ -158,7 +157,7 @@ class RateLimiter:
         self.latency: float | None = None  # the observed answer time (moving average)
         self._first_sent: float | None = None
         self._in_flight = 0
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
         self.declare: Callable[[int], None] | None = None  # see `declare_to`
         self.declared_for: str | None = None
         self._declared = 0
@@ -253,7 +252,6 @@ class RateLimiter:
                 bucket.per_minute = bucket.capacity = state.limit * share
                 bucket.level = fill * bucket.capacity
             self._share = share
-            self._lock.notify_all()
 
     def _wait_needed(self, now: float, fits: Mapping[str, float], paced: Mapping[str, float]) -> float:
         """Seconds until `fits` fits in every server bucket and `paced` in every send-rate bucket."""
@@ -316,32 +314,6 @@ class RateLimiter:
             self._input_mean = _ewma(self._input_mean, float(tokens))
             return Ticket(tokens, hold, now, 0.0, self._ramps, input_tokens)
 
-    def acquire(self, input_tokens: int, max_tokens: int = 0) -> Ticket:
-        """Block this thread until a request of about `input_tokens` (up to `max_tokens` of output)
-        may go (`try_acquire`)."""
-        total = 0.0
-        while not isinstance(got := self.try_acquire(input_tokens, max_tokens), Ticket):
-            if got == WINDOW_FULL:
-                with self._lock:
-                    self._lock.wait(timeout=0.05)
-                continue
-            slept = self.pause(got)
-            self.stats.waits.append(slept)
-            total += slept
-        got.waited = total
-        return got
-
-    def pause(self, seconds: float) -> float:
-        """Wait `seconds` (a test's sleep: all of it), or until an answer's `release` (its headers may
-        raise the limits: the first answers replace the assumed ones); the seconds waited."""
-        if self._sleep is not time.sleep:
-            self._sleep(seconds)
-            return seconds
-        start = time.monotonic()
-        with self._lock:
-            self._lock.wait(timeout=seconds)
-        return time.monotonic() - start
-
     def release(
         self,
         ticket: Ticket,
@@ -369,7 +341,6 @@ class RateLimiter:
                 self._ramp_floor = max(0.05, self.ramp(now) / 2.0)
                 self._ramp_from = now
             self._adopt(headers, now)
-            self._lock.notify_all()
 
     def _settle_usage(self, ticket: Ticket, usage: Mapping[str, Any]) -> None:
         # the input tokens the API counts against its limit: cache reads only where it counts them

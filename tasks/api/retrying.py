@@ -1,7 +1,7 @@
 """The transport retry layer (invariant 6): the one place that decides what is retried and how long
 to wait, and the one loop that re-sends (tenacity: `transport` on a thread, `transport_async`,
 `AsyncRetrying`, on the event loop; callers give when to stop and how long to wait). Callers:
-ModelClient (call, run, stream), AsyncModelClient.call, BatchApi (every batch call). Validation
+AsyncModelClient (call, stream, count_tokens: every realtime call), BatchApi (every batch call). Validation
 repair is a separate layer (tasks.per_file.gate); the SDK's own retries are off (`max_retries=0`). A
 layout test fails on a retry loop written by hand (tests/layout/test_mechanisms.py).
 

@@ -1,10 +1,12 @@
-"""One answer off the wire on the event loop (`AsyncModelClient`), as the JSON the API sent, like
-`tasks.api.answers.answer` on a thread. A streamed answer (the same `answers.read_timeout` decision) is
-read off the raw SSE events into the Message JSON a plain answer would have been (`Accumulator`:
-about 0.2 ms of CPU per answer, where the SDK's stream helper takes about 1.2 ms). An `error` event
-mid-stream raises `anthropic.APIStatusError` with status 200, as the SDK does; a stream that breaks
-off after it started (a reset, a read timeout, no `message_stop`) raises `answers.StreamBroken`
-with the `StreamProgress` it showed, exactly as the thread's reader does.
+"""One answer off the wire on the event loop (tasks.api.client.AsyncModelClient).
+
+`read_answer` (every `call`) keeps the JSON the API sent: a streamed answer (`answers.read_timeout`
+decides) is read off the raw SSE events into the Message JSON a plain answer would have been
+(`Accumulator`: about 0.2 ms of CPU per answer, where the SDK's stream helper takes about 1.2 ms).
+`stream_message` (long calls: `stream`) reads with the SDK's stream helper into the SDK's Message,
+which its callers read. An `error` event mid-stream raises `anthropic.APIStatusError` with status
+200, as the SDK does; a stream that breaks off after it started (a reset, a read timeout, no
+`message_stop`) raises `answers.StreamBroken` with the `StreamProgress` it showed, from either reader.
 """
 
 from __future__ import annotations
@@ -128,3 +130,26 @@ async def read_answer(
     finally:
         await response.aclose()
     return message, request_id, response.headers
+
+
+async def stream_message(
+    sdk: anthropic.AsyncAnthropic,
+    body: dict[str, Any],
+    progress: StreamProgress,
+    *,
+    betas: list[str] | None = None,
+) -> Any:
+    """One streamed Messages call -> the SDK's final Message (beta namespace when `betas`), with
+    `_request_id` set like a non-streamed answer's; each event noted in `progress`, a broken connection
+    raised as `StreamBroken`."""
+    opened = sdk.beta.messages.stream(betas=betas, **body) if betas else sdk.messages.stream(**body)
+    async with opened as events:
+        progress.on_response(events.request_id, events.response.headers)
+        try:
+            async for event in events:
+                progress.on_event(event)
+            final = await events.get_final_message()
+        except httpx2.TransportError as e:  # raised raw out of the stream by the SDK: after the 200
+            raise broken_class()(e, events.response.request, progress) from e
+    final._request_id = progress.request_id
+    return final

@@ -173,14 +173,8 @@ class ConversationTask:
         body = {k: params[k] for k in COUNT_FIELDS if k in params}
         key = hashlib.sha256(cmp.canonical(body)).hexdigest()
         if key not in self._count_cache:
-            result: Any
-            if cmp.compaction_blocks(body["messages"]):
-                result = self.client.run(
-                    lambda: self.client.sdk.beta.messages.count_tokens(betas=[cmp.COMPACTION_BETA], **body)
-                )
-            else:
-                result = self.client.run(lambda: self.client.sdk.messages.count_tokens(**body))
-            self._count_cache[key] = int(result.input_tokens)
+            betas = [cmp.COMPACTION_BETA] if cmp.compaction_blocks(body["messages"]) else None
+            self._count_cache[key] = int(self.client.count_tokens(body, betas).input_tokens)
         return self._count_cache[key]
 
     def fits(self, params: dict[str, Any]) -> bool:

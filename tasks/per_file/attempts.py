@@ -1,7 +1,7 @@
 """The answered attempts of one document in the realtime per-file pass (`Attempts`): numbering in the
 response log, persistence the moment an answer arrives (invariant 3), usage, cost entries, the
 per-attempt log a review item shows, and crash recovery from persisted answers. Used by
-tasks.per_file.realtime, whose calls go out on the client's event loop (tasks.api.aio)."""
+tasks.per_file.realtime, whose calls go out on the client's event loop (tasks.api.client)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from tasks.per_file.settle import Pass, persist_answer, prompt_version
 from tasks.request import FILE_PASS
 
 if TYPE_CHECKING:
-    from tasks.api.aio import AsyncModelClient
-    from tasks.api.client import CallResult
+    from tasks.api.client import AsyncModelClient, CallResult
 
 
 class Attempts:

@@ -1,6 +1,6 @@
 """The per-file pass over one chunk of documents, realtime (invariants 1, 3, 5).
 
-Every chunk's documents run as coroutines on the client's one event loop (tasks.api.aio), shared by
+Every chunk's documents run as coroutines on the client's one event loop (tasks.api.client), shared by
 every chunk in flight: a request waits for the pacer, not for a thread, and a slow document never
 idles capacity behind a chunk boundary. For each document:
   skipped            -> skipped, or failed "input:<skip reason>" (no call)
@@ -32,7 +32,6 @@ from docmill.errors import (
     SystemicFailure,
 )
 from docmill.logs import get_logger, redact
-from tasks.api.aio import async_client
 from tasks.api.usage import estimate_input_tokens
 from tasks.cost.worst_case import long_worst_usd, over_guard, request_worst_usd, request_worsts
 from tasks.per_file.accounting import flush_costs
@@ -67,8 +66,7 @@ from tasks.source.readers.bounded import PLAIN_TYPES
 
 if TYPE_CHECKING:
     from docmill.settings import Settings
-    from tasks.api.aio import AsyncModelClient
-    from tasks.api.client import ModelClient
+    from tasks.api.client import AsyncModelClient, ModelClient
     from tasks.per_file.scope import RunScope
     from tasks.source.inventory import Document
 
@@ -86,7 +84,7 @@ def extract_chunk(docs: list[Document], scope: RunScope) -> list[DocOutcome]:
     """One terminal `DocOutcome` per document, in the order given (blocks this thread while the
     documents run on the client's event loop)."""
     p = Pass.of(scope, buffer_costs=True)
-    aio = async_client(scope.client)
+    aio = scope.client.aio
     try:
         return aio.loop.run(_review_all(p, docs, aio))
     finally:
@@ -146,7 +144,7 @@ def feed(chunks: Iterable[T], client: ModelClient, settings: Settings) -> Iterat
     window stays full and the chunks in flight are as many as it needs (a chunk waiting for its
     slowest document no longer holds capacity). Raises what stops the run (a signal, a trip, a
     spend-limit refusal) instead of handing out more."""
-    occupancy, size = async_client(client).occupancy, settings.chunk_size
+    occupancy, size = client.aio.occupancy, settings.chunk_size
 
     def room() -> int:
         window = client.limiter.window

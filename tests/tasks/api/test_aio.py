@@ -1,6 +1,7 @@
-"""The realtime call on the event loop (tasks.api.aio) against the real emulator through the real SDK:
-the policies it shares with ModelClient.call hold there too (possibly billed timeouts, mid-stream
-errors, signals, the breaker), streamed answers read as the same JSON, and the Gate's order."""
+"""The realtime call awaited on the client's event loop (`AsyncModelClient.call`, as the per-file pass
+does) against the real emulator through the real SDK: possibly billed timeouts, broken streams,
+mid-stream errors, signals, invariant 3's slot, answers read as the same JSON as the SDK's own
+reader, the Gate's order, and the loop's end while a thread still waits on it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from docmill.errors import ApiCallError, DocmillError, Interrupted
 from docmill.settings import Settings
 from docmill.shutdown import SHUTDOWN
-from tasks.api.aio import Changes, Gate, async_client
+from tasks.api.aio import Changes, Gate
+from tasks.api.answers import CallLabel
 from tasks.api.client import ModelClient
 from tasks.api.pacing import RateLimiter, Ticket
 from tests.fixtures.clock import FakeTime
@@ -40,14 +42,15 @@ def request(max_tokens: int = 200, text: str = "Vendor: ACME Corp\nTotal: 12.50"
 
 
 def acall(client: ModelClient, req: dict[str, Any], **kw: Any) -> Any:
-    aio = async_client(client)
+    aio = client.aio
     return aio.loop.run(aio.call(req, key="k", doc_id="a.txt", pass_name="file", **kw))
 
 
 def _set(value: Any) -> Any:
-    """A Message's JSON without fields at None and without the per-answer ids."""
+    """A Message's JSON without fields at None, the per-answer ids and signatures, and the model asked."""
     if isinstance(value, dict):
-        return {k: _set(v) for k, v in value.items() if v is not None and k not in ("id", "_request_id")}
+        skip = ("id", "_request_id", "_asked_model", "signature")
+        return {k: _set(v) for k, v in value.items() if v is not None and k not in skip}
     if isinstance(value, list):
         return [_set(v) for v in value]
     return value
@@ -62,12 +65,14 @@ def test_an_answer_reads_as_the_json_the_api_sent_and_is_persisted_first(
     emulator: Any, max_tokens: int
 ) -> None:
     client = client_for(emulator)
-    plain = client.call(request(max_tokens), key="k", doc_id="a.txt", pass_name="file")
+    helper = client.stream(request(max_tokens), label=CallLabel("file", "a.txt", "k"))  # the SDK's reader
     seen: list[tuple[int, dict[str, Any]]] = []
     result = acall(client, request(max_tokens), on_response=lambda n, m: seen.append((n, m)))
     assert seen and seen[0][1] is result.message and result.attempts == 1
-    # streamed or not, the Message the thread path reads (its streamed dump adds fields at None)
-    assert _set(result.message) == _set(plain.message)
+    # read whole or off the raw events, the Message the SDK's stream helper builds (its dump adds
+    # fields at None)
+    dumped = helper.model_dump(mode="json", exclude={"content": {"__all__": {"parsed_output"}}})
+    assert _set(result.message) == _set(dumped)
     assert result.cost_usd == pytest.approx(emulator.state.accounting.billed[-1].usd)
     assert result.request_id and result.request_id.startswith("req_")
 
@@ -111,7 +116,7 @@ def test_nothing_is_sent_after_a_signal(emulator: Any) -> None:
 
 def test_gate_serves_follow_ups_first_and_a_stop_reaches_every_waiter() -> None:
     fake = FakeTime()
-    lim = RateLimiter(4000, 2_000_000, concurrency=1, ramp_seconds=0, clock=fake.clock, sleep=fake.sleep)
+    lim = RateLimiter(4000, 2_000_000, concurrency=1, ramp_seconds=0, clock=fake.clock)
     stopped: list[BaseException] = []
 
     def stop() -> None:
@@ -260,7 +265,7 @@ def test_a_close_while_another_thread_waits_on_the_loop_ends_the_loop_after_its_
     caller.start()
     while received(emulator) < 1:
         caller.join(0.005)
-    loop = async_client(client).loop
+    loop = client.aio.loop
     client.close()  # from the run's thread, the request still in flight
     caller.join(10)
     assert not caller.is_alive() and got and got[0].message["content"]

@@ -1,4 +1,5 @@
-"""ModelClient against the real emulator through the real SDK; only time is faked."""
+"""ModelClient's face for threads against the real emulator through the real SDK (each call runs on
+the client's event loop); only time is faked."""
 
 from __future__ import annotations
 
@@ -175,23 +176,24 @@ def test_non_overload_failures_reset_the_ladder(emulator: Any) -> None:
     assert result.model == FALLBACK and result.attempts == 5
 
 
-def test_concurrency_is_bounded_by_the_semaphore(emulator: Any) -> None:
+def test_concurrency_is_bounded_by_the_setting(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`api.concurrency` bounds the requests in flight: six threads' calls go two at a time."""
+    import tasks.api.client as module
+
     emulator.state.configure({"latency_ms": 100.0})
     client = ModelClient(make_settings(concurrency=2), base_url=emulator.base_url, api_key="test-key")
-    active, peak, lock = [0], [0], threading.Lock()
-    original = client.sdk.messages.with_raw_response.create
+    active, peak = [0], [0]
+    read = module.read_answer
 
-    def counting(**kw: Any) -> Any:
-        with lock:
-            active[0] += 1
-            peak[0] = max(peak[0], active[0])
+    async def counting(*args: Any, **kw: Any) -> Any:  # on the client's one loop: no lock needed
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
         try:
-            return original(**kw)
+            return await read(*args, **kw)
         finally:
-            with lock:
-                active[0] -= 1
+            active[0] -= 1
 
-    client.sdk.messages.with_raw_response.create = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(module, "read_answer", counting)
     started = time.monotonic()
     threads = [threading.Thread(target=call, args=(client,)) for _ in range(6)]
     for t in threads:
@@ -201,6 +203,7 @@ def test_concurrency_is_bounded_by_the_semaphore(emulator: Any) -> None:
     assert peak[0] == 2
     assert time.monotonic() - started >= 0.3  # 6 calls x 100 ms / 2 in flight
     assert received(emulator) == 6
+    client.close()
 
 
 def test_retry_policy_is_one_function() -> None:

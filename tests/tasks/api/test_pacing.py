@@ -3,8 +3,7 @@ for a full reset), ramps, counts output tokens, and sizes the in-flight window; 
 
 from __future__ import annotations
 
-import threading
-import time
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 
 from docmill.errors import BudgetExhausted
 from docmill.settings import Settings
+from tasks.api.aio import Changes, Gate, loop_sleep
 from tasks.api.budget import Budget
 from tasks.api.client import ModelClient
 from tasks.api.pacing import RateLimiter, Ticket
@@ -20,7 +20,14 @@ from tests.fixtures.clock import FakeTime
 
 def limiter(fake: FakeTime, rpm: int = 4000, tpm: int = 2_000_000, **kw: Any) -> RateLimiter:
     kw.setdefault("ramp_seconds", 0.0)
-    return RateLimiter(rpm, tpm, clock=fake.clock, sleep=fake.sleep, **kw)
+    return RateLimiter(rpm, tpm, clock=fake.clock, **kw)
+
+
+def admit(lim: RateLimiter, fake: FakeTime, tokens: int, max_tokens: int = 0) -> Ticket:
+    """A request admitted as the client's event loop admits one (tasks.api.aio.Gate), its waits
+    slept on the fake clock: `ticket.waited` and `lim.stats.waits` say how long it waited."""
+    gate = Gate(lim, Changes(), loop_sleep(fake.sleep), lambda: None)
+    return asyncio.run(gate.acquire(tokens, max_tokens))
 
 
 def headers(fake: FakeTime, kind: str, limit: int, remaining: int, reset_in: float = 60.0) -> dict[str, str]:
@@ -36,7 +43,7 @@ def sent_in(fake: FakeTime, lim: RateLimiter, seconds: float, tokens: int = 1) -
     """Requests admitted (and answered at once) in the next `seconds` of fake time."""
     end, n = fake.now + seconds, 0
     while True:
-        ticket = lim.acquire(tokens)
+        ticket = admit(lim, fake, tokens)
         lim.release(ticket, usage={"input_tokens": tokens})
         if fake.now > end:
             return n
@@ -46,7 +53,7 @@ def sent_in(fake: FakeTime, lim: RateLimiter, seconds: float, tokens: int = 1) -
 def test_adopts_the_servers_request_limit_from_headers() -> None:
     fake = FakeTime()
     lim = limiter(fake, rpm=4000)  # the configured guess is far above the account's limit
-    lim.release(lim.acquire(1), headers=headers(fake, "requests", 60, 59))
+    lim.release(admit(lim, fake, 1), headers=headers(fake, "requests", 60, 59))
     assert lim.limits["requests"] == 60
     assert sent_in(fake, lim, 60.0) == pytest.approx(60, abs=3)  # 60/min, not 4,000
 
@@ -54,15 +61,15 @@ def test_adopts_the_servers_request_limit_from_headers() -> None:
 def test_adopts_a_higher_limit_too() -> None:
     fake = FakeTime()
     lim = limiter(fake, rpm=60)
-    lim.release(lim.acquire(1), headers=headers(fake, "requests", 600, 599))
+    lim.release(admit(lim, fake, 1), headers=headers(fake, "requests", 600, 599))
     assert sent_in(fake, lim, 10.0) == pytest.approx(100, abs=3)
 
 
 def test_remaining_zero_refills_continuously_never_waits_for_the_reset() -> None:
     fake = FakeTime()
     lim = limiter(fake)
-    lim.release(lim.acquire(1), headers=headers(fake, "requests", 60, 0, reset_in=60.0))
-    ticket = lim.acquire(1)
+    lim.release(admit(lim, fake, 1), headers=headers(fake, "requests", 60, 0, reset_in=60.0))
+    ticket = admit(lim, fake, 1)
     assert 0 < ticket.waited < 2.0  # one request's refill (1 s at 60/min) plus the margin, not 60 s
     assert max(fake.sleeps) < 2.0
     # and from then on one request per second: the bucket's refill rate, no stall at any dip to zero
@@ -75,40 +82,40 @@ def test_remaining_counts_what_is_still_in_flight() -> None:
     lim = limiter(fake, rpm=6000, concurrency=64)
     lim.latency = 10.0  # (a window wide enough for the requests held below)
     for _ in range(5):
-        lim.acquire(1)
+        admit(lim, fake, 1)
     # the server has counted none of the 5 yet: its remaining 70 leaves 65, 5 above the 1 % margin
     lim.observe(headers(fake, "requests", 6000, 70))
-    assert [lim.acquire(1).waited for _ in range(5)] == [0.0] * 5
-    assert lim.acquire(1).waited > 0
+    assert [admit(lim, fake, 1).waited for _ in range(5)] == [0.0] * 5
+    assert admit(lim, fake, 1).waited > 0
 
 
 def test_input_tokens_limit_is_adopted_and_estimates_are_corrected_from_usage() -> None:
     fake = FakeTime()
     lim = limiter(fake, tpm=10_000_000)
-    ticket = lim.acquire(1000)
+    ticket = admit(lim, fake, 1000)
     lim.release(ticket, usage={"input_tokens": 2000}, headers=headers(fake, "input-tokens", 60_000, 58_000))
     assert lim.limits["input-tokens"] == 60_000
-    assert lim.acquire(1000).input_tokens > 1000  # the estimate learnt that answers bill more
+    assert admit(lim, fake, 1000).input_tokens > 1000  # the estimate learnt that answers bill more
     for _ in range(20):
-        lim.release(lim.acquire(1000), usage={"input_tokens": 2000})
-    assert lim.acquire(1000).input_tokens == pytest.approx(2000, rel=0.05)
+        lim.release(admit(lim, fake, 1000), usage={"input_tokens": 2000})
+    assert admit(lim, fake, 1000).input_tokens == pytest.approx(2000, rel=0.05)
 
 
 def test_an_oversized_request_waits_for_a_full_bucket_not_forever() -> None:
     fake = FakeTime()
     lim = limiter(fake, tpm=600)
-    lim.release(lim.acquire(10_000), headers=headers(fake, "input-tokens", 600, 0))
-    assert lim.acquire(10_000).waited == pytest.approx(60.0, abs=1.0)  # one full refill, then it goes
+    lim.release(admit(lim, fake, 10_000), headers=headers(fake, "input-tokens", 600, 0))
+    assert admit(lim, fake, 10_000).waited == pytest.approx(60.0, abs=1.0)  # one full refill, then it goes
 
 
 def test_the_estimate_correction_converges_with_many_requests_in_flight() -> None:
     fake = FakeTime()
     lim = limiter(fake, concurrency=64)
     lim.latency = 10.0  # (a window wide enough for 20 requests in flight)
-    held = [lim.acquire(1000) for _ in range(20)]  # all estimated before any answer
+    held = [admit(lim, fake, 1000) for _ in range(20)]  # all estimated before any answer
     for t in held:  # each billed a tenth of its estimate: the ratio must settle at 0.1, not run away
         lim.release(t, usage={"input_tokens": 60, "cache_creation_input_tokens": 40})
-    assert lim.acquire(1000).input_tokens == pytest.approx(100, rel=0.15)  # EWMA: 0.1 + 0.9 x 0.8^20
+    assert admit(lim, fake, 1000).input_tokens == pytest.approx(100, rel=0.15)  # EWMA: 0.1 + 0.9 x 0.8^20
 
 
 @pytest.mark.parametrize("counts_reads", [False, True])
@@ -120,13 +127,13 @@ def test_cache_reads_do_not_count_against_the_input_limit(counts_reads: bool) ->
     lim.observe(headers(fake, "input-tokens", 60_000, 60_000))
     start, sent = fake.now, 0
     while fake.now - start < 60.0:  # 3,000-token requests, 2,800 of them read from the cache
-        lim.release(lim.acquire(3000), usage={"input_tokens": 200, "cache_read_input_tokens": 2800})
+        lim.release(admit(lim, fake, 3000), usage={"input_tokens": 200, "cache_read_input_tokens": 2800})
         sent += 1
     if counts_reads:
         assert sent <= 2 * 60_000 / 3000  # 3,000 counted tokens each: about 20 a minute
     else:
         assert sent > 5 * 60_000 / 3000  # 200 counted tokens each: many times more
-        assert lim.acquire(3000).input_tokens == pytest.approx(200, rel=0.05)
+        assert admit(lim, fake, 3000).input_tokens == pytest.approx(200, rel=0.05)
 
 
 def test_output_tokens_held_at_what_answers_use_while_max_tokens_must_fit() -> None:
@@ -159,10 +166,10 @@ def test_output_is_paced_at_the_mean_billed_output() -> None:
     lim = limiter(fake)
     lim.observe(headers(fake, "output-tokens", 6000, 6000))
     lim.latency = 100.0
-    lim.release(lim.acquire(10, max_tokens=500), usage={"input_tokens": 10, "output_tokens": 100})
+    lim.release(admit(lim, fake, 10, max_tokens=500), usage={"input_tokens": 10, "output_tokens": 100})
     end, n = fake.now + 10.0, 0
     while fake.now <= end:
-        ticket = lim.acquire(10, max_tokens=500)
+        ticket = admit(lim, fake, 10, max_tokens=500)
         lim.release(ticket, usage={"input_tokens": 10, "output_tokens": 100})
         n += 1
     assert n == pytest.approx(10 + 2, abs=2)  # 1/s for 10 s, after 2 s of burst
@@ -183,7 +190,7 @@ def test_a_429_backs_the_ramp_off_once_not_per_answer() -> None:
     fake = FakeTime()
     lim = limiter(fake, rpm=600, ramp_seconds=20.0, ramp_start=1.0)
     lim.observe(headers(fake, "requests", 600, 600))
-    tickets = [lim.acquire(1) for _ in range(4)]
+    tickets = [admit(lim, fake, 1) for _ in range(4)]
     assert lim.ramp(fake.now) == 1.0
     for t in tickets:  # four answers of one moment, all 429
         lim.release(t, throttled=True)
@@ -195,7 +202,7 @@ def test_in_flight_window_is_littles_law_over_the_tightest_limit() -> None:
     fake = FakeTime()
     lim = limiter(fake, rpm=4000, tpm=2_000_000)
     assert lim.window == 16  # nothing sent yet: a start
-    ticket = lim.acquire(1000, max_tokens=1000)
+    ticket = admit(lim, fake, 1000, max_tokens=1000)
     fake.now += 1.0
     assert lim.window == 54  # no answer yet, but answers take at least 1 s: 33.3/s x 1 s x 1.5 + 4
     fake.now += 1.0
@@ -206,7 +213,7 @@ def test_in_flight_window_is_littles_law_over_the_tightest_limit() -> None:
     lim.observe(headers(fake, "output-tokens", 60_000, 60_000))  # 5/s at 200 output tokens a request
     assert lim.window == 19  # 5/s x 2 s x 1.5 + 4: the tightest limit decides
     capped = limiter(fake, rpm=4000, tpm=2_000_000, concurrency=64)
-    capped.release(capped.acquire(1000), usage={"input_tokens": 1000})
+    capped.release(admit(capped, fake, 1000), usage={"input_tokens": 1000})
     capped.latency = 100.0
     assert capped.window == 64  # never above api.concurrency when it is given
 
@@ -218,12 +225,12 @@ def test_requests_in_flight_pass_what_was_declared_only_once_it_is_recorded() ->
     lim = limiter(fake, rpm=4000, tpm=2_000_000)
     declared: list[int] = []
     lim.declare_to("run-1", declared.append)
-    held = [lim.acquire(10) for _ in range(12)]
+    held = [admit(lim, fake, 10) for _ in range(12)]
     assert declared == [4, 5, 6, 7, 8, 9, 11, 13]  # ahead of the 12 in flight, growing by 1/8
     fake.now += 1.0  # answers take a second: the window stays wide
     for ticket in held:
         lim.release(ticket, usage={"input_tokens": 10})
-    held = [lim.acquire(10) for _ in range(12)]
+    held = [admit(lim, fake, 10) for _ in range(12)]
     assert declared[-1] == 13 and len(declared) == 8  # as many again: nothing new to write
     refused = limiter(fake, rpm=4000, tpm=2_000_000)
 
@@ -274,37 +281,17 @@ def test_client_adopts_emulator_limits_without_a_429(emulator: Any) -> None:
 
 
 def test_budget_reserves_worst_case_and_settles_to_actual() -> None:
-    import threading
-
     budget = Budget(1.0)
-    a = budget.reserve(0.6)
-    # 0.6 in flight + 0.5 would pass the cap, but only in-flight work stands in the way: it waits
-    settle = threading.Timer(0.2, lambda: budget.settle(a, 0.1))
-    settle.start()
-    b = budget.reserve(0.5)
-    settle.join()
+    a = budget.try_reserve(0.6)
+    assert a == 0.6
+    # 0.6 in flight + 0.5 would pass the cap, but only in-flight work stands in the way: wait (None),
+    # and the event loop asks again after an answer settles (tasks.api.client.AsyncModelClient)
+    assert budget.try_reserve(0.5) is None
+    budget.settle(a, 0.1)
+    b = budget.try_reserve(0.5)
+    assert b == 0.5
     assert budget.spent_usd == pytest.approx(0.1) and budget.reserved_usd == pytest.approx(0.5)
     budget.settle(b, 0.85)
     with pytest.raises(BudgetExhausted):
-        budget.reserve(0.1)  # what is spent (0.95) leaves no room: refused at once
-    assert Budget(None).reserve(1e9) == 1e9  # no cap
-
-
-def test_a_thread_waiting_for_the_pacer_goes_when_an_answer_raises_the_limits() -> None:
-    # The thread path's twin of the event loop's gate: before any answer the pacer paces at the
-    # assumed limits (30 requests/min: the second request waits 2 s); the first answer's headers
-    # raise them, and the waiting thread goes then, not after the whole wait.
-    lim = RateLimiter(30, 10**9, ramp_seconds=0)
-    first = lim.acquire(10)
-    got: list[float] = []
-    start = time.monotonic()
-    waiter = threading.Thread(target=lambda: (lim.acquire(10), got.append(time.monotonic() - start)))
-    waiter.start()
-    time.sleep(0.1)
-    raised = {
-        "anthropic-ratelimit-requests-limit": "600000",
-        "anthropic-ratelimit-requests-remaining": "599999",
-    }
-    lim.release(first, usage={"input_tokens": 10, "output_tokens": 1}, headers=raised)
-    waiter.join(timeout=5)
-    assert got and got[0] < 1.0  # the 2 s the assumed limit asked for, cut short by the answer
+        budget.try_reserve(0.1)  # what is spent (0.95) leaves no room: refused at once
+    assert Budget(None).try_reserve(1e9) == 1e9  # no cap

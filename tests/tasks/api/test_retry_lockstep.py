@@ -1,7 +1,8 @@
-"""The twin clients in lockstep: the same transport faults sent through `ModelClient.call` (threads)
-and `AsyncModelClient.call` (the event loop) end alike: attempts, requests received, the waits between
-them, the model that answered and the error a call ends with. Both run one retry policy
-(tasks.api.retrying.transport / transport_async), so a drift in one face shows here."""
+"""The thread face and the event loop in lockstep: the same transport faults sent through
+`ModelClient.call` (a thread waiting on the loop) and `AsyncModelClient.call` (awaited on the loop, as
+the per-file pass does) end alike: attempts, requests received, the waits between them, the model
+that answered and the error a call ends with. The face runs the loop's call, so a face that changed
+what a call returns or raises shows here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 
 from docmill.errors import ApiCallError
 from docmill.settings import Settings
-from tasks.api.aio import async_client
 from tasks.api.client import ModelClient
 from tests.fixtures.clock import FakeTime
 from tests.fixtures.today import emulator_config
@@ -55,7 +55,7 @@ def outcome(emulator: Any, face: str, faults: list[dict[str, Any]], api: dict[st
         if face == "thread":
             result = client.call(REQUEST, **kw)
         else:
-            aio = async_client(client)
+            aio = client.aio
             result = aio.loop.run(aio.call(REQUEST, **kw))
         ended: dict[str, Any] = {"attempts": result.attempts, "model": result.model, "error": None}
     except ApiCallError as e:

@@ -518,8 +518,6 @@ def test_chunks_in_flight_share_the_clients_event_loop_and_a_slow_document_holds
 ) -> None:
     """Every chunk's documents go out from the client's one event loop (no thread per request), and
     a chunk waiting for its slow document holds one request slot, not the others' capacity."""
-    from tasks.api.aio import async_client
-
     for n in range(1, 7):
         h.write(f"inv-{n}.txt", invoice_text(n))
     h.emulator.state.faults.add(kind="latency", marker="INV-0001", latency_ms=1500)
@@ -528,7 +526,7 @@ def test_chunks_in_flight_share_the_clients_event_loop_and_a_slow_document_holds
     other_chunk = [docs[f"inv-{n}.txt"] for n in range(3, 7)]
     threads: set[str] = set()
     finished: list[str] = []
-    aio = async_client(h.client)
+    aio = h.client.aio
     call = aio.call
 
     async def spy(*args: Any, **kw: Any) -> Any:  # records which thread sent each request; sends it unchanged
@@ -557,12 +555,11 @@ def test_chunks_are_handed_out_as_the_window_wants_documents(tmp_path: Path) -> 
     many chunks that makes; a signal stops the handing out with its error."""
     from docmill.errors import Interrupted
     from docmill.shutdown import SHUTDOWN
-    from tasks.api.aio import async_client
     from tasks.per_file.realtime import feed
 
     settings = Settings(chunk_size=5)
     client = ModelClient(settings, base_url="http://127.0.0.1:9", api_key="k")  # nothing is sent
-    occupancy = async_client(client).occupancy
+    occupancy = client.aio.occupancy
     assert client.limiter.window == 16  # nothing sent yet: room for 16 + 5 documents
     handed: list[tuple[str, list[int]]] = []
     chunks = feed([(f"c{i}", [1] * 5) for i in range(12)], client, settings)
