@@ -46,15 +46,16 @@ import anthropic  # noqa: E402
 
 from checkpoints.outcomes import OutcomeLog  # noqa: E402
 from checkpoints.store import ObjectStore, open_store  # noqa: E402
+from docmill import crash_points  # noqa: E402
 from docmill.settings import Settings  # noqa: E402
 from flows.run.context import Endpoint, RunContext  # noqa: E402
 from flows.run.driver import write_inventory  # noqa: E402
 from flows.run.passes import BatchPass, per_file_pass  # noqa: E402
 from tasks.api.client import ModelClient  # noqa: E402
-from tasks.batch import lifecycle as batch_lifecycle  # noqa: E402
 from tasks.batch.engine import run_batches  # noqa: E402
 from tasks.per_file.scope import RunScope  # noqa: E402
 from tasks.recipes import load_recipe  # noqa: E402
+from tasks.records import BatchProgress  # noqa: E402
 from tasks.source.inventory import inventory  # noqa: E402
 
 
@@ -227,13 +228,13 @@ def main(argv: list[str] | None = None) -> int:
                 marks["ingest_start"] = time.perf_counter()
                 marks["ingest_cpu_start"] = time.process_time()
 
-        def progress(e: dict[str, Any]) -> None:
+        def progress(e: BatchProgress) -> None:
             nonlocal ingest_s, ingest_cpu_s
             if e["event"] == "collected" and "ingest_start" in marks:
                 ingest_s += time.perf_counter() - marks.pop("ingest_start")
                 ingest_cpu_s += time.process_time() - marks.pop("ingest_cpu_start")
 
-        batch_lifecycle.HOOK = hook
+        crash_points.HOOK = hook
         start = time.perf_counter()
         states: Counter[str] = Counter()
         kept: list[dict[str, Any]] = []
