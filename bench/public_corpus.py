@@ -159,7 +159,8 @@ def file_rows(folder: Path, outcomes: list[dict[str, Any]]) -> list[dict[str, An
             flags.append("a Python exception's repr in the reason")
         path = folder / top
         size = path.stat().st_size if path.exists() else 0
-        if "empty" in text.lower() and size > 2048:
+        # an e-mail's attachment: the size on disk is the whole message's, which says nothing of it
+        if "empty" in text.lower() and doc_id == top and size > 2048:
             flags.append(f"'empty' for a file of {size:,} bytes: check what it holds")
         output = o.get("output")
         if state in ("succeeded", "needs_review") and _top_level_string_fields(output) and _all_null(output):
