@@ -500,11 +500,12 @@ def run(docs: list[Doc], show: int) -> dict[tuple[str, str], Tally]:
                     t.wrong_refused += refused
                     t.by_control[name] += 1
                     t.control_passed[name] += not refused
-    for title, rows in (
+    sections: list[tuple[str, list[Any]]] = [
         ("correct values refused", misses),
         ("wrong values accepted", leaks),
         ("label problems (no line states the label)", problems),
-    ):
+    ]
+    for title, rows in sections:
         print(f"\n{title}: {len(rows)}" + ("" if not rows else f" (first {min(show, len(rows))})"))
         for row in rows[:show]:
             print(f"  {row[:220]}")

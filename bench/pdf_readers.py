@@ -196,7 +196,7 @@ def main() -> None:
     print(f"corpus: {root} ({len(files)} PDFs; where they came from: {sources if sources.exists() else '?'})")
     rs = readers()
     texts: dict[str, dict[Path, list[str]]] = {name: {} for name in rs}
-    seconds: Counter[str] = Counter()
+    seconds: dict[str, float] = {}
     spent: dict[str, dict[Path, float]] = {name: {} for name in rs}
     pages: Counter[str] = Counter()
     errors: dict[str, list[str]] = {name: [] for name in rs}

@@ -16,12 +16,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tasks.reporting import html as report_html
 from tasks.reporting.html import html_report
 from tasks.reporting.pages import Mark, PageView, pages_rows
+from tasks.reporting.results import ReportExtras
 from tests.fixtures.chromium import CHROMIUM, render
 from tests.tasks.reporting.test_report import _invoice
 
@@ -54,15 +56,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         paths, lines = {}, {}
         for shape in shapes:
-            extra: dict[str, object] = {"pages": views} if shape != "without pages" else {}
+            extra: ReportExtras = {"pages": views} if shape != "without pages" else {}
             # the shape before: every row's HTML in the page (the script shows a string row as it is)
-            report_html.pages_data = (  # type: ignore[assignment]
-                pages_rows if shape == "pages as HTML rows" else as_data
-            )
+            report_html.pages_data = cast(Any, pages_rows if shape == "pages as HTML rows" else as_data)
             began = time.perf_counter()
             page = html_report(
                 manifest, outcomes, None, {"usd": 1.0, "entries": args.docs}, [], [], extra=extra
-            )  # type: ignore[arg-type]
+            )
             wrote = time.perf_counter() - began
             paths[shape] = Path(tmp) / f"report-{shapes.index(shape)}.html"
             paths[shape].write_text(page)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from examples.formats import _pdf, _stream
 
@@ -182,7 +182,7 @@ def shared_stream_pdf(pages: int = 999, operations: int = 600_000) -> bytes:
 
 
 # name -> (file name, generator at the sizes that broke docmill)
-HOSTILE = {
+HOSTILE: dict[str, tuple[str, Callable[[], bytes]]] = {
     "lying_zip": ("lying-zip.docx", lying_zip_docx),
     "paragraph_flood": ("paragraph-flood.docx", paragraph_flood_docx),
     "quadratic_html": ("quadratic.html", quadratic_html),

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from checkpoints.review_queue import ReviewQueue
 from checkpoints.store import open_store
+from tasks.records import Conflict
 from tasks.reporting.html import html_report
 from tasks.reporting.markdown import markdown
 from tasks.reporting.report import queue_conflicts
 from tasks.reporting.timeline import batch_timeline, realtime_timeline, span_text, timeline_svg
 
-CONFLICT = {
+CONFLICT: Conflict = {
     "field": "total",
     "key_field": "invoice_number",
     "key": "INV-1",
