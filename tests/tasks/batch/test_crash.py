@@ -4,8 +4,8 @@ state, and the outputs equal an uninterrupted run's.
 
 The engine runs in a forked child process; the emulator runs in the test process, so it survives
 the kill. The subprocess's sleep advances the emulator's virtual clock (batches take
-virtual time), so a resumed run moves the clock on too. The kill point is named as a user's
-crash test names it: DOCMILL_CRASH_AT=point#n (docmill.crash_points).
+virtual time), so a resumed run moves the clock on too. The forked child arms its kill
+point as DOCMILL_CRASH_AT=point#n would at start (`docmill.crash_points.arm`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def engine_run(
 
 
 def _child(emulator_url: str, store: Path, corpus: Path, out: Path) -> None:
-    """In the forked child (DOCMILL_CRASH_AT set: it SIGKILLs itself there). The emulator lives in
+    """In the forked child (its crash point armed: it SIGKILLs itself there). The emulator lives in
     the parent; clock and sleep go over HTTP."""
     import httpx2
 
@@ -98,7 +98,7 @@ def run_killed(emulator: Any, store: Path, corpus: Path, out: Path, point: str, 
     if pid == 0:  # child
         code = 0
         try:
-            os.environ[crash_points.ENV] = f"{point}#{nth}"
+            crash_points.arm(f"{point}#{nth}")
             _child(emulator.base_url, store, corpus, out)
         except BaseException:
             traceback.print_exc()
