@@ -189,13 +189,17 @@ class ModelClient:
     # ---- one attempt's policy, step by step (AsyncModelClient sends) ----------------------------
 
     def _open(self, request: dict[str, Any], ladder: Ladder) -> tuple[dict[str, Any], int, int]:
-        """Before an attempt (`check_stops`, counted): the ladder model's body, estimate, max_tokens."""
-        self.check_stops()
-        ladder.attempts += 1
-        ladder.attempts_on_model += 1
+        """Before an attempt (`begin`): the ladder model's body, estimate, max_tokens."""
+        self.begin(ladder)
         body = {**request, "model": ladder.model}
         known = ladder.estimate if ladder.model == request["model"] else None  # measured by the caller
         return body, estimate_input_tokens(body) if known is None else known, int(body["max_tokens"])
+
+    def begin(self, ladder: Ladder) -> None:
+        """Every attempt of a call, a stream or a count: nothing is sent after a stop; counted."""
+        self.check_stops()
+        ladder.attempts += 1
+        ladder.attempts_on_model += 1
 
     def check_stops(self) -> None:
         """Nothing is sent after a spend-limit refusal, a signal (SIGINT/SIGTERM) or a trip."""
@@ -526,7 +530,7 @@ class AsyncModelClient:
         self, body: dict[str, Any], betas: list[str] | None, ladder: Ladder, estimate: int, max_tokens: int
     ) -> Any:
         c = self.client
-        self._begin(ladder)
+        self.client.begin(ladder)
         slot = Slot(self, await self.gate.acquire(estimate, max_tokens, follow_up=ladder.attempts > 1))
         progress = StreamProgress()
         try:
@@ -534,8 +538,9 @@ class AsyncModelClient:
             slot.hold = await self._reserve(worst)
             try:
                 final = await stream_message(self.sdk, body, progress, betas=betas)
-            except Exception as e:
-                slot.billed = c._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, {})
+            except Exception as e:  # what pacer, ladder, breaker learn; what it may have cost
+                c._failed(e, ladder, slot.told)
+                slot.billed = c._failed_attempt(e, progress, ladder, worst, estimate, max_tokens, slot.told)
                 raise
             used = usage_of(final)
             if used is not None:
@@ -552,18 +557,11 @@ class AsyncModelClient:
         return await self._retried(ladder, partial(self._count_once, body, betas, ladder))
 
     async def _count_once(self, body: dict[str, Any], betas: list[str] | None, ladder: Ladder) -> Any:
-        self._begin(ladder)
+        self.client.begin(ladder)
         async with self._free:
             if betas:
                 return await self.sdk.beta.messages.count_tokens(betas=betas, **body)
             return await self.sdk.messages.count_tokens(**body)
-
-    def _begin(self, ladder: Ladder) -> None:
-        """Before an attempt of `stream` or `count_tokens`: nothing is sent after a signal or a trip."""
-        SHUTDOWN.check()
-        self.client.breaker.check()
-        ladder.attempts += 1
-        ladder.attempts_on_model += 1
 
     async def _retried(self, ladder: Ladder, attempt: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """`attempt` through the transport retry loop (`stream`, `count_tokens`): the SDK's error as
